@@ -1,0 +1,1036 @@
+"""The tamper-evident audit log: append-only JSON Lines, one hash-chained record per line.
+
+Every line is exactly ``canonical_json(record) + "\\n"``. Every record carries
+
+- ``seq``: 0 for the first line of the *file*, +1 for each line after it;
+- ``run_id``, ``ts`` (ISO-8601 UTC with microseconds) and ``type``;
+- ``prev``: the previous line's ``hash`` (64 zeros for the first line);
+- ``hash`` = ``sha256_hex(prev + canonical_json(record without "hash"))``;
+
+plus the fields of its type (schemas/audit-record.schema.json is the contract). A file may
+hold several runs one after another; the chain continues across them and ``run_finished``
+seals a run. Because each line must be canonical and chained, any edited byte, deleted or
+reordered record, or truncation inside a run is detected by `verify`.
+
+Secrets are scrubbed by a `Redactor` before a record is hashed, so neither the log nor its
+hashes ever depend on a secret. A failed write breaks the log for good and every later
+`AuditLog.append` raises `AuditWriteError`: the run fails closed instead of running unlogged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from pte.canonical import canonical_json, sha256_hex
+from pte.errors import AuditWriteError, PTEError
+
+__all__ = [
+    "DEFAULT_REDACT_KEYS",
+    "DEFAULT_REDACT_PATTERNS",
+    "GENESIS_HASH",
+    "REDACTED",
+    "AuditFormatError",
+    "AuditLog",
+    "Durability",
+    "Redactor",
+    "VerifyIssue",
+    "VerifyReport",
+    "iter_records",
+    "load_audit_schema",
+    "read_records",
+    "records_by_run",
+    "render_timeline",
+    "verify",
+]
+
+#: ``prev`` of the first record of a file.
+GENESIS_HASH = "0" * 64
+
+#: What a redacted value or substring is replaced with.
+REDACTED = "[REDACTED]"
+
+#: Fields every record has; `AuditLog.append` sets them itself.
+_COMMON_FIELDS = frozenset({"seq", "run_id", "ts", "type", "prev", "hash"})
+
+_SCHEMA_FILE = "audit-record.schema.json"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class AuditFormatError(PTEError):
+    """A line of an audit log is not a JSON object (or the log ends in a partial line)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, message: str) -> None:
+        super().__init__(f"{os.fspath(path)}:{line}: {message}")
+        self.path = os.fspath(path)
+        self.line = line
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------------
+# Redaction
+# ---------------------------------------------------------------------------------------------
+
+#: Keys whose values are always secret. Matching ignores case, '-' and '_', and also catches
+#: keys that *end* in one of these names (``db_password``, ``openai_api_key``).
+DEFAULT_REDACT_KEYS: frozenset[str] = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "x_api_key",
+        "password",
+        "passwd",
+        "secret",
+        "client_secret",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth_token",
+        "session_token",
+        "authorization",
+        "private_key",
+        "cookie",
+    }
+)
+
+# The patterns are deliberately anchored on a vendor prefix or a credential word: a bare
+# "long hex string" rule would also eat plan hashes and record hashes, which must stay
+# verifiable. A named group `secret` limits the replacement to that part of the match.
+DEFAULT_REDACT_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # PEM private keys, whole block.
+    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.DOTALL),
+    # OpenAI (sk-..., sk-proj-...), Anthropic (sk-ant-...) and similar keys.
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
+    # Stripe secret / restricted keys.
+    re.compile(r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),
+    # HTTP Authorization values.
+    re.compile(r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE),
+    re.compile(r"\bBasic\s+(?P<secret>[A-Za-z0-9+/=]{12,})"),
+    # AWS access key ids.
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    # GitHub tokens (classic and fine-grained).
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"),
+    # Slack tokens.
+    re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    # Google API keys.
+    re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),
+    # JSON Web Tokens (header.payload.signature, header and payload start with '{"').
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # Credentials in URLs: scheme://user:password@host.
+    re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:(?P<secret>[^/\s@]+)@"),
+    # "password=...", "token: ...", '"api_key": "..."' in free text (query strings, headers, JSON
+    # quoted inside a prompt). The word must end right before the separator, so `max_tokens: 5`
+    # and `prompt_tokens=3` are left alone.
+    re.compile(
+        r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*"
+        r"(?:api[_-]?key|password|passwd|secret|token|authorization)"
+        r"[\"']?\s*[=:]\s*[\"']?(?P<secret>[^\s\"'&,;<>(){}\[\]]{4,})"
+    ),
+    # A long hex/base64 value after "key=" / "key:" (e.g. "?key=..." in URLs).
+    re.compile(r"(?i)(?<![A-Za-z0-9])key[\"']?\s*[=:]\s*[\"']?(?P<secret>[A-Za-z0-9+/_-]{20,}={0,2})"),
+)
+
+
+def _normalise_key(key: str) -> str:
+    return key.lower().replace("-", "").replace("_", "")
+
+
+class Redactor:
+    """Scrubs secrets out of JSON-like values before they are written to the audit log.
+
+    Three rules, applied to a copy of the value (the input is never mutated):
+
+    - the value under a *secret key* (see `DEFAULT_REDACT_KEYS`; case, '-' and '_' are
+      ignored, and a key that ends in a secret name counts too) becomes `REDACTED`, unless it
+      is null or a boolean, which hide nothing;
+    - every substring of every string that matches a *pattern* becomes `REDACTED` (only the
+      group named ``secret`` when the pattern has one, so ``Bearer abc...`` reads
+      ``Bearer [REDACTED]``);
+    - every occurrence of an exact secret registered with `add_secret` becomes `REDACTED`.
+
+    Mappings become dicts, tuples become lists and str/int/float subclasses (enums) become
+    the plain type, so the result is exactly what a JSON round trip gives back.
+    """
+
+    def __init__(
+        self,
+        keys: Iterable[str] = DEFAULT_REDACT_KEYS,
+        patterns: Iterable[str | re.Pattern[str]] = DEFAULT_REDACT_PATTERNS,
+        *,
+        extra_keys: Iterable[str] = (),
+        extra_patterns: Iterable[str | re.Pattern[str]] = (),
+    ) -> None:
+        names = {_normalise_key(k) for k in (*keys, *extra_keys)}
+        names.discard("")
+        # str.endswith takes a tuple: one C call per key instead of a Python loop.
+        self._key_suffixes: tuple[str, ...] = tuple(sorted(names))
+        self._patterns: tuple[re.Pattern[str], ...] = tuple(
+            p if isinstance(p, re.Pattern) else re.compile(p) for p in (*patterns, *extra_patterns)
+        )
+        self._secrets: list[str] = []
+
+    def add_secret(self, value: str) -> None:
+        """Scrub every occurrence of the exact string `value` (e.g. the configured API key).
+
+        Empty strings are ignored (they would match everywhere).
+        """
+        if not isinstance(value, str):
+            raise TypeError(f"a secret must be a string, not {type(value).__name__}")
+        if value and value not in self._secrets:
+            self._secrets.append(value)
+            # Longest first, so a secret that contains another is replaced whole.
+            self._secrets.sort(key=len, reverse=True)
+
+    def is_secret_key(self, key: str) -> bool:
+        """Whether values under `key` are redacted."""
+        return bool(self._key_suffixes) and _normalise_key(key).endswith(self._key_suffixes)
+
+    def redact_text(self, text: str) -> str:
+        """`text` with registered secrets and pattern matches replaced by `REDACTED`."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        for pattern in self._patterns:
+            if pattern.search(text) is not None:
+                text = pattern.sub(_replace_match, text)
+        return text
+
+    def redact(self, value: Any) -> Any:
+        """A redacted copy of `value` (see the class docstring); `value` itself is untouched."""
+        if isinstance(value, str):
+            # str.__str__ gives the plain text of a str subclass (a str Enum's str() may not).
+            return self.redact_text(str.__str__(value))
+        if isinstance(value, bool) or value is None:
+            return value
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            return float(value)
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                plain_key = str(key) if isinstance(key, str) else key
+                if (
+                    isinstance(key, str)
+                    and self.is_secret_key(key)
+                    and item is not None
+                    and not isinstance(item, bool)
+                ):
+                    out[plain_key] = REDACTED
+                else:
+                    out[plain_key] = self.redact(item)
+            return out
+        if isinstance(value, list | tuple):
+            return [self.redact(item) for item in value]
+        # Anything else is not JSON; canonical_json will refuse it and the append fails closed.
+        return value
+
+
+def _replace_match(match: re.Match[str]) -> str:
+    if "secret" in match.re.groupindex and match.group("secret") is not None:
+        whole = match.group(0)
+        start = match.start("secret") - match.start(0)
+        end = match.end("secret") - match.start(0)
+        return whole[:start] + REDACTED + whole[end:]
+    return REDACTED
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+class Durability(StrEnum):
+    """When the audit log forces its records to stable storage."""
+
+    #: write() and fsync after every record.
+    ALWAYS = "always"
+    #: write() every record to the OS at once (it survives SIGKILL of the process), fsync only
+    #: at `AuditLog.sync` points: before a write tool is called, at run end and on close.
+    BATCH = "batch"
+    #: write() every record, never fsync (benchmarks, throwaway logs).
+    NONE = "none"
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class AuditLog:
+    """An append-only, hash-chained audit log for one run.
+
+    `path` None keeps the records in memory only (in `records`). With a path the file is
+    opened for appending (created if missing; its directory must exist) and, when it already
+    holds records, the chain continues from its last record: `next_seq` and `last_hash` are
+    taken from it after checking that this record is canonical and its hash is right.
+
+    A file whose last line is partial (a crash in the middle of a write) is refused with
+    `AuditWriteError`, since appending after it would bury the damage. `repair_partial_tail`
+    True (used by resume after a crash) repairs it instead: a tail that is a complete,
+    correctly chained record lacking only its newline is completed; anything else is
+    dropped. Dropping loses nothing that mattered: a record is only relied on once it is
+    complete, and a `write` tool is only called after `sync` made its `step_started` durable.
+
+    `validate` True checks every record against the audit schema before writing it (a
+    violation raises `AuditWriteError` like any other failed write).
+
+    Thread-safe: appends from several threads are serialised.
+    """
+
+    path: Path | None
+    run_id: str
+    records: list[dict[str, Any]]
+    last_hash: str
+    next_seq: int
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        run_id: str | None = None,
+        durability: Durability | str = Durability.BATCH,
+        redactor: Redactor | None = None,
+        clock: Callable[[], str] | None = None,
+        keep: bool = False,
+        repair_partial_tail: bool = False,
+        validate: bool = False,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self.run_id = run_id if run_id is not None else uuid.uuid4().hex
+        if not isinstance(self.run_id, str) or not self.run_id:
+            raise ValueError("run_id must be a non-empty string")
+        self.durability = Durability(durability)
+        self.redactor = redactor if redactor is not None else Redactor()
+        self._clock = clock if clock is not None else _utc_now
+        self._keep = keep or self.path is None
+        self._validate = validate
+        self.records = []
+        self.last_hash = GENESIS_HASH
+        self.next_seq = 0
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._size = 0
+        self._created = False
+        self._dir_synced = True
+        self._closed = False
+        self._broken: str | None = None
+        # Set when this run's run_finished is written (or found at the end of the file).
+        self._sealed = False
+        if self.path is not None:
+            self._open(self.path, repair_partial_tail)
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def _open(self, path: Path, repair: bool) -> None:
+        self._created = not path.exists()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+        except OSError as exc:
+            raise AuditWriteError(f"cannot open audit log {path}: {exc}") from exc
+        try:
+            self._size = os.fstat(fd).st_size
+            if self._size:
+                self._resume_chain(path, fd, repair)
+        except AuditWriteError:
+            os.close(fd)
+            raise
+        except OSError as exc:
+            os.close(fd)
+            raise AuditWriteError(f"cannot read audit log {path}: {exc}") from exc
+        self._fd = fd
+        # A new file's directory entry must be fsynced too, or a crash can lose the whole file.
+        self._dir_synced = not self._created
+
+    def _resume_chain(self, path: Path, fd: int, repair: bool) -> None:
+        with open(path, "rb") as fh:
+            last, tail = _read_tail(fh, self._size)
+        if tail:
+            if not repair:
+                raise AuditWriteError(
+                    f"audit log {path} ends in a partial record ({len(tail)} bytes); verify it "
+                    "(or open it with repair_partial_tail=True to resume after a crash)"
+                )
+            prev = GENESIS_HASH if last is None else _checked_last(path, last)[0]
+            completed = _parse_complete_record(tail + b"\n", prev)
+            if completed is not None:
+                # The crash hit between the record and its newline: finish the line, lose nothing.
+                _write_all(fd, b"\n")
+                self._size += 1
+                last = tail + b"\n"
+            else:
+                os.truncate(path, self._size - len(tail))
+                self._size -= len(tail)
+        if last is None:
+            return
+        last_hash, record = _checked_last(path, last)
+        self.last_hash = last_hash
+        self.next_seq = record["seq"] + 1
+        if record.get("run_id") == self.run_id and record.get("type") == "run_finished":
+            self._sealed = True
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def broken(self) -> bool:
+        """True once a write failed: every later append raises `AuditWriteError`."""
+        return self._broken is not None
+
+    @property
+    def closed(self) -> bool:
+        """True after `close`."""
+        return self._closed
+
+    def _fail(self, message: str, cause: BaseException | None = None) -> AuditWriteError:
+        if self._broken is None:
+            self._broken = message
+        err = AuditWriteError(message)
+        if cause is not None:
+            err.__cause__ = cause
+        return err
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
+        """Redact `fields`, add the common fields, hash, write one line; return the record.
+
+        Raises `AuditWriteError` when the record cannot be written (I/O error, a value that is
+        not JSON such as NaN, a field that clashes with a common field, a closed or sealed
+        log) and on every call after such a failure.
+        """
+        with self._lock:
+            if self._broken is not None:
+                raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+            if self._closed:
+                raise self._fail("audit log is closed")
+            if self._sealed:
+                raise self._fail(f"run {self.run_id} is sealed by run_finished; nothing may follow it")
+            if not isinstance(type, str) or not type:
+                raise self._fail(f"record type must be a non-empty string, not {type!r}")
+            clash = _COMMON_FIELDS.intersection(fields)
+            if clash:
+                raise self._fail(f"{type}: fields {sorted(clash)} are set by the audit log itself")
+            try:
+                body: dict[str, Any] = {
+                    "seq": self.next_seq,
+                    "run_id": self.run_id,
+                    "ts": self._clock(),
+                    "type": type,
+                    "prev": self.last_hash,
+                    **self.redactor.redact(fields),
+                }
+                digest = sha256_hex(self.last_hash + canonical_json(body))
+                record = {**body, "hash": digest}
+                data = (canonical_json(record) + "\n").encode("utf-8")
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
+            if self._validate:
+                problem = _schema_problem(record)
+                if problem is not None:
+                    raise self._fail(f"{type}: record violates the audit schema: {problem}")
+            if self._fd is not None:
+                self._write(data)
+            self.last_hash = digest
+            self.next_seq += 1
+            if self._keep:
+                self.records.append(record)
+            if type == "run_finished":
+                self._sealed = True
+                if self._fd is not None and self.durability is not Durability.NONE:
+                    # The end of a run is a sync point even if the caller forgets to sync().
+                    self._fsync()
+            return record
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None
+        try:
+            # Another writer (or a truncation) would fork the chain; refuse rather than interleave.
+            size = os.fstat(self._fd).st_size
+            if size != self._size:
+                raise self._fail(
+                    f"audit log {self.path} changed underneath this writer "
+                    f"(size {size}, expected {self._size}): is another process appending?"
+                )
+            _write_all(self._fd, data)
+            self._size += len(data)
+            if self.durability is Durability.ALWAYS:
+                self._fsync()
+        except OSError as exc:
+            raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
+
+    def _fsync(self) -> None:
+        """fsync the file (and once, for a new file, its directory); caller holds the lock."""
+        assert self._fd is not None
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise self._fail(f"cannot fsync audit log {self.path}: {exc}", exc) from exc
+        if not self._dir_synced:
+            self._dir_synced = True
+            _fsync_dir(self._fd_dir())
+
+    def _fd_dir(self) -> Path:
+        assert self.path is not None
+        return self.path.resolve().parent
+
+    def sync(self) -> None:
+        """Make every record written so far durable (fsync, unless durability is NONE).
+
+        The executor calls this before any `write` tool (the write-ahead rule). Raises
+        `AuditWriteError` when the fsync fails or the log is already broken.
+        """
+        with self._lock:
+            if self._broken is not None:
+                raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+            if self._fd is None or self.durability is Durability.NONE:
+                return
+            self._fsync()
+
+    def close(self) -> None:
+        """Sync (per durability) and close the file; idempotent. Later appends raise."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._fd is None:
+                return
+            try:
+                if self._broken is None and self.durability is not Durability.NONE:
+                    self._fsync()
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.close()
+        except AuditWriteError:
+            # Do not hide the exception that is already unwinding; the log is marked broken.
+            if exc_type is None:
+                raise
+
+    def __repr__(self) -> str:
+        where = str(self.path) if self.path is not None else "memory"
+        state = "broken" if self.broken else "closed" if self._closed else "open"
+        return f"AuditLog({where!r}, run_id={self.run_id!r}, next_seq={self.next_seq}, {state})"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError("write returned 0 bytes")
+        view = view[written:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Best effort: some platforms and filesystems cannot open or fsync a directory; the
+    # records themselves were fsynced already.
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _read_tail(fh: Any, size: int, block: int = 65536) -> tuple[bytes | None, bytes]:
+    """The last complete line (with its newline) and any partial bytes after it."""
+    start = size
+    buf = b""
+    while True:
+        step = min(block, start)
+        start -= step
+        fh.seek(start)
+        buf = fh.read(step) + buf
+        lines = buf.split(b"\n")
+        # lines[-2] is whole once a newline precedes it or the file start was reached.
+        if len(lines) >= 3 or start == 0:
+            break
+        block *= 2
+    tail = lines[-1]
+    last = lines[-2] + b"\n" if len(lines) >= 2 else None
+    return last, tail
+
+
+def _parse_complete_record(raw: bytes, prev: str) -> dict[str, Any] | None:
+    """`raw` parsed when it is a canonical, self-consistent record chained to `prev`."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or (canonical_json(record) + "\n").encode("utf-8") != raw:
+        return None
+    if record.get("prev") != prev or _record_hash_problem(record) is not None:
+        return None
+    return record
+
+
+def _checked_last(path: Path, raw: bytes) -> tuple[str, dict[str, Any]]:
+    """Hash and record of the file's last line, refusing to chain onto a damaged record."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise AuditWriteError(f"last record of audit log {path} is not JSON: {exc}") from None
+    problem: str | None
+    if not isinstance(record, dict):
+        problem = "not a JSON object"
+    elif (canonical_json(record) + "\n").encode("utf-8") != raw:
+        problem = "not in canonical form"
+    else:
+        problem = _common_fields_problem(record) or _record_hash_problem(record)
+    if problem is not None:
+        raise AuditWriteError(f"last record of audit log {path} does not verify ({problem}); run verify")
+    return record["hash"], record
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def iter_records(
+    path: str | os.PathLike[str], *, skip_partial_tail: bool = False
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Stream ``(line_number, record)`` pairs (line numbers start at 1).
+
+    Only parses; use `verify` to check the chain. Raises `AuditFormatError` on a line that is
+    not a JSON object, and on a partial last line unless `skip_partial_tail` is True.
+    """
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                if skip_partial_tail:
+                    return
+                raise AuditFormatError(path, number, "partial last line (the log ends mid-record)")
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except ValueError as exc:
+                raise AuditFormatError(path, number, f"not JSON: {exc}") from None
+            if not isinstance(record, dict):
+                raise AuditFormatError(path, number, "not a JSON object")
+            yield number, record
+
+
+def read_records(path: str | os.PathLike[str], *, skip_partial_tail: bool = False) -> list[dict[str, Any]]:
+    """Every record of the log, in order (see `iter_records`)."""
+    return [record for _, record in iter_records(path, skip_partial_tail=skip_partial_tail)]
+
+
+def records_by_run(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Records grouped by ``run_id``, runs in order of first appearance, records in log order."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        runs.setdefault(str(record.get("run_id")), []).append(dict(record))
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+# ---------------------------------------------------------------------------------------------
+
+
+def _schema_path() -> Path:
+    here = Path(__file__).resolve()
+    for candidate in (
+        here.parent / "_data" / "schemas" / _SCHEMA_FILE,
+        here.parents[1] / "schemas" / _SCHEMA_FILE,
+    ):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{_SCHEMA_FILE} not found (broken installation?)")
+
+
+@cache
+def _schema_text() -> str:
+    return _schema_path().read_text(encoding="utf-8")
+
+
+def load_audit_schema() -> dict[str, Any]:
+    """The audit record JSON Schema (a fresh copy: the packaged one first, else the repo's)."""
+    schema: dict[str, Any] = json.loads(_schema_text())
+    return schema
+
+
+@cache
+def _validators() -> dict[str, Draft202012Validator]:
+    """One compiled validator per record type, built once.
+
+    Dispatching on ``type`` is equivalent to the schema's ``oneOf`` (each branch pins ``type``
+    with ``const``) but validates one branch instead of all, and names the real problem
+    instead of "not valid under any of the given schemas".
+    """
+    schema = load_audit_schema()
+    defs = schema["$defs"]
+    out: dict[str, Draft202012Validator] = {}
+    for branch in schema["oneOf"]:
+        name = branch["$ref"].rsplit("/", 1)[-1]
+        type_name = defs[name]["properties"]["type"]["const"]
+        out[type_name] = Draft202012Validator(
+            {"$schema": schema["$schema"], "$defs": defs, "$ref": f"#/$defs/{name}"}
+        )
+    return out
+
+
+def _schema_problem(record: Mapping[str, Any]) -> str | None:
+    rtype = record.get("type")
+    validator = _validators().get(rtype) if isinstance(rtype, str) else None
+    if validator is None:
+        return f"unknown record type {record.get('type')!r}"
+    if validator.is_valid(record):
+        return None
+    error = best_match(validator.iter_errors(record))
+    where = error.json_path
+    return f"{error.message}" + (f" (at {where})" if where != "$" else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyIssue:
+    """The first problem `verify` found: 1-based line, the record's seq when known, what."""
+
+    line: int
+    seq: int | None
+    message: str
+
+    def __str__(self) -> str:
+        seq = f" (seq {self.seq})" if self.seq is not None else ""
+        return f"line {self.line}{seq}: {self.message}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of `verify`.
+
+    `intact`: every line is canonical JSON, chained and hashed right, schema-valid, and the
+    runs are well formed. `complete`: intact, and every run is sealed by ``run_finished`` (or
+    was resumed by a later run in the file). `records` counts the records that verified
+    before the first issue; `last_hash` is the hash of the last of them, which can be kept
+    elsewhere as an anchor (the chain alone cannot reveal that whole sealed runs were cut off
+    the end of the file).
+    """
+
+    records: int
+    runs: int
+    intact: bool
+    complete: bool
+    issue: VerifyIssue | None
+    last_hash: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Intact and complete."""
+        return self.intact and self.complete
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``pte audit verify --json``)."""
+        return {
+            "ok": self.ok,
+            "intact": self.intact,
+            "complete": self.complete,
+            "records": self.records,
+            "runs": self.runs,
+            "last_hash": self.last_hash,
+            "issue": (
+                None
+                if self.issue is None
+                else {"line": self.issue.line, "seq": self.issue.seq, "message": self.issue.message}
+            ),
+        }
+
+
+def _common_fields_problem(record: Mapping[str, Any]) -> str | None:
+    seq = record.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        return f"bad or missing seq: {seq!r}"
+    for name in ("run_id", "ts", "type"):
+        if not isinstance(record.get(name), str) or not record[name]:
+            return f"bad or missing {name}: {record.get(name)!r}"
+    for name in ("prev", "hash"):
+        value = record.get(name)
+        if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
+            return f"bad or missing {name}: {value!r}"
+    return None
+
+
+def _record_hash_problem(record: Mapping[str, Any]) -> str | None:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    expected = sha256_hex(record["prev"] + canonical_json(body))
+    if expected != record["hash"]:
+        return f"hash mismatch: recorded {record['hash'][:12]}…, content hashes to {expected[:12]}…"
+    return None
+
+
+def _body_text(line: str, digest: str) -> str | None:
+    """canonical_json(record without hash), cut out of the canonical line itself.
+
+    Saves a second serialisation per record. The text ``"hash":"<digest>"`` can only occur
+    as a key/value pair (inside a JSON string every quote is escaped), and a nested one would
+    need a record containing its own hash; if the cut is ever wrong the hash check fails and
+    the caller falls back to serialising.
+    """
+    entry = '"hash":"' + digest + '"'
+    at = line.find(entry)
+    if at < 0:
+        return None
+    end = at + len(entry)
+    if line[end] == ",":  # first key (or not last): drop the following comma
+        return line[:at] + line[end + 1 :]
+    return line[: at - 1] + line[end:]  # last key: drop the preceding comma
+
+
+def verify(path: str | os.PathLike[str], *, check_schema: bool = True) -> VerifyReport:
+    """Check a whole audit log, streaming (constant memory in the number of records).
+
+    For each line, in order: it ends with a newline (else: partial last line), it is UTF-8
+    JSON, it equals ``canonical_json(record) + "\\n"`` byte for byte (so any edited byte is
+    caught even where it would not change the parsed value), the common fields are present
+    and well typed, ``seq`` counts up from 0, ``prev`` is the previous line's hash, ``hash``
+    is right, the record is valid against the audit schema (unless `check_schema` is False)
+    and runs are well formed: a run begins with ``run_started`` and no other record starts
+    one, a run's records are contiguous, and nothing of a run follows its ``run_finished``.
+
+    Stops at the first problem. An empty file is intact but not complete. A run that never
+    finished counts as complete when a later run in the file resumes it (``resumes``).
+    """
+    validators = _validators() if check_schema else None
+    expected_prev = GENESIS_HASH
+    count = 0
+    current_run: str | None = None
+    seen_runs: set[str] = set()
+    # Runs not sealed yet, in order of appearance (dict as an ordered set) -> (line, seq) of
+    # their latest record, for the "incomplete" issue.
+    open_runs: dict[str, tuple[int, int]] = {}
+    sealed: set[str] = set()
+
+    def broken(line: int, seq: int | None, message: str) -> VerifyReport:
+        return VerifyReport(
+            records=count,
+            runs=len(seen_runs),
+            intact=False,
+            complete=False,
+            issue=VerifyIssue(line, seq, message),
+            last_hash=expected_prev if count else None,
+        )
+
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
+            try:
+                line = raw.decode("utf-8")
+                record = json.loads(line)
+            except ValueError as exc:
+                return broken(number, None, f"not valid JSON: {exc}")
+            if not isinstance(record, dict):
+                return broken(number, None, "not a JSON object")
+            seq_value = record.get("seq")
+            seq = seq_value if isinstance(seq_value, int) and not isinstance(seq_value, bool) else None
+            text = canonical_json(record)
+            if len(text) + 1 != len(line) or not line.startswith(text):
+                return broken(number, seq, "not in canonical form (the line was edited)")
+            problem = _common_fields_problem(record)
+            if problem is not None:
+                return broken(number, seq, problem)
+            digest = record["hash"]
+            body = _body_text(text, digest)
+            if body is None or sha256_hex(record["prev"] + body) != digest:
+                problem = _record_hash_problem(record)
+                if problem is not None:
+                    return broken(number, seq, problem)
+            if seq != count:
+                hint = " (a record is missing)" if seq is not None and seq > count else ""
+                return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
+            if record["prev"] != expected_prev:
+                return broken(
+                    number, seq, "prev is not the previous record's hash (records removed or reordered)"
+                )
+            if validators is not None:
+                rtype = record["type"]
+                validator = validators.get(rtype)
+                if validator is None:
+                    return broken(number, seq, f"schema: unknown record type {rtype!r}")
+                if not validator.is_valid(record):
+                    return broken(number, seq, f"schema: {_schema_problem(record)}")
+            run_id = record["run_id"]
+            rtype = record["type"]
+            if run_id != current_run:
+                if run_id in seen_runs:
+                    return broken(number, seq, f"record of run {run_id} after run {current_run} began")
+                if rtype != "run_started":
+                    return broken(number, seq, f"run {run_id} does not begin with run_started")
+                seen_runs.add(run_id)
+                current_run = run_id
+                resumed = record.get("resumes")
+                if isinstance(resumed, str) and resumed in open_runs:
+                    # A resumed run is carried on (and sealed) by the run that resumes it.
+                    del open_runs[resumed]
+            elif run_id in sealed:
+                return broken(number, seq, f"{rtype} after run_finished of run {run_id}")
+            elif rtype == "run_started":
+                return broken(number, seq, f"second run_started in run {run_id}")
+            if rtype == "run_finished":
+                sealed.add(run_id)
+                open_runs.pop(run_id, None)
+            else:
+                open_runs[run_id] = (number, count)
+            expected_prev = digest
+            count += 1
+
+    last_hash = expected_prev if count else None
+    if count == 0:
+        return VerifyReport(0, 0, True, False, VerifyIssue(0, None, "incomplete: the log holds no records"))
+    if open_runs:
+        run_id, (line_no, seq_no) = next(iter(open_runs.items()))
+        more = f" (and {len(open_runs) - 1} more)" if len(open_runs) > 1 else ""
+        return VerifyReport(
+            count,
+            len(seen_runs),
+            True,
+            False,
+            VerifyIssue(line_no, seq_no, f"incomplete: run {run_id} has no run_finished{more}"),
+            last_hash,
+        )
+    return VerifyReport(count, len(seen_runs), True, True, None, last_hash)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+_ELIDE = 60
+
+
+def _short(value: Any, limit: int = _ELIDE) -> str:
+    """One-line, length-limited text of a value (strings unquoted)."""
+    text = value if isinstance(value, str) else _json_text(value)
+    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "? ms"
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.1f} ms"
+
+
+def _hash_prefix(value: Any) -> str:
+    return value[:12] + "…" if isinstance(value, str) and len(value) > 12 else str(value)
+
+
+def _ids(value: Any) -> str:
+    if not isinstance(value, list):
+        return "-"
+    return _short(",".join(str(v) for v in value), 40) if value else "-"
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, Mapping):
+        return _short(f"{error.get('kind', '?')}: {error.get('message', '')}")
+    return _short(error)
+
+
+def _summary(record: Mapping[str, Any]) -> str:
+    kind = record.get("type")
+    get = record.get
+    if kind == "run_started":
+        tools = get("tools")
+        count = len(tools) if isinstance(tools, list) else "?"
+        parts = [f"run {get('run_id')}", f"mode={get('mode')}", f"tools={count}"]
+        if get("resumes"):
+            parts.append(f"resumes={get('resumes')}")
+        if get("request") is not None:
+            parts.append(f"request={_short(get('request'))}")
+        return " ".join(parts)
+    if kind == "llm_call":
+        head = f"{get('role')} {get('model')} attempts={get('attempts')} {_ms(get('duration_ms'))}"
+        if get("error") is not None:
+            return f"{head} error: {_short(get('error'))}"
+        usage = get("usage")
+        tokens = usage.get("total_tokens") if isinstance(usage, Mapping) else None
+        return f"{head} {get('finish_reason')}" + (f" tokens={tokens}" if tokens is not None else "")
+    if kind == "plan_accepted":
+        order = get("order")
+        steps = len(order) if isinstance(order, list) else "?"
+        return f"{get('origin')} plan {_hash_prefix(get('plan_hash'))} steps={steps} order={_ids(order)}"
+    if kind == "plan_rejected":
+        return f"{get('reason')} at {get('path')}: {_short(get('message'))}"
+    if kind == "approval":
+        signed = "signed" if get("signed") else "unsigned"
+        return f"plan {_hash_prefix(get('plan_hash'))} by {get('by')} at {get('at')} {signed}"
+    if kind == "step_started":
+        return f"{get('step_id')} {get('tool')} {get('effect')} {_short(get('args'))}"
+    if kind == "step_finished":
+        head = f"{get('step_id')} {get('tool')} {get('status')} {_ms(get('duration_ms'))}"
+        if get("status") == "ok":
+            return f"{head} -> {_short(get('output'), 40)}"
+        return f"{head} {_error_text(get('error'))}"
+    if kind == "replan":
+        return (
+            f"attempt {get('attempt')} after {get('failed_step')} failed ({_error_text(get('error'))}) "
+            f"completed={_ids(get('completed'))}"
+        )
+    if kind == "run_finished":
+        status = get("status")
+        head = f"{status}({get('reason')})" if status != "succeeded" else str(status)
+        tail = f" steps={get('steps_run')} llm_calls={get('llm_calls')}"
+        if status == "succeeded":
+            return head + tail + (f" answer={_short(get('answer'))}" if get("answer") is not None else "")
+        return head + tail + (f": {_short(get('message'))}" if get("message") else "")
+    extra = {k: v for k, v in record.items() if k not in _COMMON_FIELDS}
+    return _short(extra)
+
+
+def render_timeline(records: Iterable[Mapping[str, Any]]) -> str:
+    """A human-readable timeline (``pte audit show``): one line per record.
+
+    ``seq  time  type  summary``, e.g. ``3  02:30:31.123  step_finished  inv
+    list_overdue_invoices ok 3.2 ms -> {...}``; long values are elided with "…". Never
+    fails on malformed records: missing fields show as None.
+    """
+    lines = []
+    for record in records:
+        ts = record.get("ts")
+        when = ts[11:23] if isinstance(ts, str) and len(ts) >= 23 and ts[10] == "T" else str(ts)
+        seq = record.get("seq")
+        lines.append(f"{seq!s:>6}  {when:<12}  {record.get('type')!s:<14} {_summary(record)}")
+    return "\n".join(lines)

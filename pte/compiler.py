@@ -1,0 +1,484 @@
+"""`compile`: planner text in, a frozen `Plan` or a `PlanRejected` with a named reason out.
+
+The compiler is a pipeline of small checks run in order (parse → schema → semantics), each
+owning its reason code, in the manner of structlog's processor chain. A check reads the
+`CompileContext` and either adds to it or raises `PlanRejected`. Nothing in a plan runs
+before every check has passed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import jsonschema
+import jsonschema_rs
+
+from pte import _schema_types as st
+from pte.canonical import canonical_json, sha256_hex
+from pte.errors import PlanRejected, ReasonCode
+from pte.plan import Plan, Reference, build_plan, is_reference, plan_schema
+from pte.tools import Registry, ToolSpec
+
+__all__ = ["DEFAULT_LIMITS", "PIPELINE", "CompileCheck", "CompileContext", "Limits", "compile_plan", "json_path"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits a plan must respect (`plan_too_large` otherwise)."""
+
+    max_steps: int = 1000
+    max_bytes: int = 1_000_000
+    max_depth: int = 32
+
+    def to_dict(self) -> dict[str, int]:
+        return {"max_steps": self.max_steps, "max_bytes": self.max_bytes, "max_depth": self.max_depth}
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass
+class CompileContext:
+    """What the checks share: the input, and what earlier checks established."""
+
+    text: str
+    registry: Registry
+    limits: Limits
+    document: dict[str, Any] = field(default_factory=dict)
+    canonical: str = ""
+    #: step id -> index in the plan
+    index: dict[str, int] = field(default_factory=dict)
+    #: step index -> [(path inside args, Reference)]
+    references: list[list[tuple[tuple[str | int, ...], Reference]]] = field(default_factory=list)
+    order: tuple[str, ...] = ()
+    #: Extra information checks may attach (e.g. provenance labels from a policy check).
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = self.document["steps"]
+        return steps
+
+    def tool(self, step_index: int) -> ToolSpec:
+        return self.registry[self.steps[step_index]["tool"]]
+
+
+CompileCheck = Callable[[CompileContext], None]
+
+
+def json_path(parts: Iterable[str | int]) -> str:
+    """A JSONPath string for a location: ``$.steps[1].args.days``."""
+    out = "$"
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
+    return out
+
+
+def _reject(reason: ReasonCode, message: str, *path: str | int) -> PlanRejected:
+    return PlanRejected(reason, message, json_path(path))
+
+
+# --- parse ------------------------------------------------------------------------------------
+
+
+def check_size(ctx: CompileContext) -> None:
+    """plan_too_large: the text is over `max_bytes` (checked before parsing anything)."""
+    size = len(ctx.text.encode("utf-8", "surrogatepass"))
+    if size > ctx.limits.max_bytes:
+        raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan is {size} bytes; the limit is {ctx.limits.max_bytes}")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _DuplicateKey(f"duplicate key {duplicate!r} in an object")
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(ctx: CompileContext) -> None:
+    """invalid_json: not exactly one JSON object (NaN/Infinity, duplicate keys, trailing text, ...)."""
+    try:
+        value = json.loads(ctx.text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+    except RecursionError:
+        raise _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep to parse") from None
+    except json.JSONDecodeError as exc:
+        raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _reject(ReasonCode.INVALID_JSON, f"a plan must be one JSON object, not a JSON {st.json_type(value)}")
+    try:
+        ctx.canonical = canonical_json(value)
+        ctx.canonical.encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON text: {exc}") from None
+    except RecursionError:
+        raise _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep") from None
+    ctx.document = value
+
+
+def check_step_count(ctx: CompileContext) -> None:
+    """plan_too_large: more than `max_steps` steps (before the schema walks them all)."""
+    steps = ctx.document.get("steps")
+    if isinstance(steps, list) and len(steps) > ctx.limits.max_steps:
+        raise _reject(
+            ReasonCode.PLAN_TOO_LARGE, f"plan has {len(steps)} steps; the limit is {ctx.limits.max_steps}", "steps"
+        )
+
+
+# --- schema -----------------------------------------------------------------------------------
+
+
+@cache
+def _plan_validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(plan_schema())
+
+
+@cache
+def _fast_plan_validator() -> Any:
+    # jsonschema-rs compiles the schema to native code: ~250x faster than the pure-Python
+    # validator on large plans. The pure-Python one only runs to explain a rejection.
+    return jsonschema_rs.validator_for(plan_schema())
+
+
+def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    # For anyOf failures, the most specific sub-error explains the problem best.
+    while error.context:
+        best = jsonschema.exceptions.best_match(error.context)
+        if best is None or best is error:
+            break
+        error = best
+    return error
+
+
+def check_schema(ctx: CompileContext) -> None:
+    """schema_violation: the document does not match schemas/plan.schema.json."""
+    if _fast_plan_validator().is_valid(ctx.document):
+        return
+    error = jsonschema.exceptions.best_match(_plan_validator().iter_errors(ctx.document))
+    if error is None:  # the two validators disagree: trust the stricter one
+        fast_error = next(iter(_fast_plan_validator().iter_errors(ctx.document)))
+        raise _reject(ReasonCode.SCHEMA_VIOLATION, fast_error.message, *fast_error.instance_path)
+    detail = _deepest(error)
+    path = list(detail.absolute_path) if len(detail.absolute_path) >= len(error.absolute_path) else list(error.absolute_path)
+    message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
+    if detail is not error:
+        message = f"{message} ({detail.message[:200]})"
+    raise _reject(ReasonCode.SCHEMA_VIOLATION, message, *path)
+
+
+# --- semantics --------------------------------------------------------------------------------
+
+
+def check_unique_ids(ctx: CompileContext) -> None:
+    """duplicate_step_id: two steps share an id."""
+    for i, step in enumerate(ctx.steps):
+        if step["id"] in ctx.index:
+            first = ctx.index[step["id"]]
+            raise _reject(
+                ReasonCode.DUPLICATE_STEP_ID, f"step id {step['id']!r} is used by steps {first} and {i}", "steps", i, "id"
+            )
+        ctx.index[step["id"]] = i
+
+
+def check_tools_allowed(ctx: CompileContext) -> None:
+    """tool_not_allowed: a step names a tool that is not registered and allowed."""
+    for i, step in enumerate(ctx.steps):
+        if step["tool"] not in ctx.registry:
+            allowed = ", ".join(ctx.registry.names) or "(none)"
+            raise _reject(
+                ReasonCode.TOOL_NOT_ALLOWED,
+                f"step {step['id']!r} calls {step['tool']!r}, which is not in the allow-list ({allowed})",
+                "steps",
+                i,
+                "tool",
+            )
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _collect(
+    value: Any, path: tuple[str | int, ...], out: list[tuple[tuple[str | int, ...], Reference]], depth: int
+) -> None:
+    """Find every reference in `value`, and enforce the nesting limit on the way down."""
+    if depth <= 0:
+        raise _TooDeep
+    if isinstance(value, dict):
+        if is_reference(value):
+            out.append((path, Reference.parse(value["$ref"])))
+            return
+        for key, item in value.items():
+            if isinstance(item, (dict, list)):
+                _collect(item, (*path, key), out, depth - 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if isinstance(item, (dict, list)):
+                _collect(item, (*path, index), out, depth - 1)
+
+
+def _collect_checked(value: Any, ctx: CompileContext, start_depth: int, *where: str | int) -> list[Any]:
+    sites: list[tuple[tuple[str | int, ...], Reference]] = []
+    try:
+        _collect(value, (), sites, ctx.limits.max_depth - start_depth + 1)
+    except _TooDeep:
+        raise _reject(
+            ReasonCode.PLAN_TOO_LARGE, f"plan nesting depth exceeds the limit of {ctx.limits.max_depth}", *where
+        ) from None
+    return sites
+
+
+def _select(ctx: CompileContext, producer: ToolSpec, ref: Reference) -> st.Schema | None:
+    """The output schema part a reference selects (cached per compile: plans repeat wiring)."""
+    cache: dict[Any, st.Schema | None] = ctx.extras.setdefault("_select_cache", {})
+    key = (producer.name, ref.tokens)
+    if key not in cache:
+        cache[key] = st.select(producer.output_schema, producer.output_schema, ref.tokens)
+    return cache[key]
+
+
+def _check_ref_target(ctx: CompileContext, ref: Reference, where: tuple[str | int, ...], owner: str | None) -> None:
+    if ref.step not in ctx.index:
+        raise _reject(ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r} names no step of this plan", *where)
+    if ref.step == owner:
+        raise _reject(ReasonCode.PLAN_CYCLE, f"step {owner!r} refers to its own output", *where)
+    producer = ctx.tool(ctx.index[ref.step])
+    if ref.tokens and _select(ctx, producer, ref) is None:
+        raise _reject(
+            ReasonCode.BAD_REFERENCE,
+            f"reference {str(ref)!r}: the output of {producer.name!r} has no {ref.pointer!r}",
+            *where,
+        )
+
+
+def check_references(ctx: CompileContext) -> None:
+    """bad_reference: a `$ref` or `after` names a missing step or a pointer its output cannot have.
+
+    Also plan_too_large for arguments nested deeper than `max_depth` (found on the same walk).
+    """
+    ctx.references = []
+    for i, step in enumerate(ctx.steps):
+        # Depth: the document (1) > steps (2) > step (3) > args (4).
+        sites = _collect_checked(step["args"], ctx, 4, "steps", i, "args")
+        for path, ref in sites:
+            _check_ref_target(ctx, ref, ("steps", i, "args", *path), step["id"])
+        for j, dep in enumerate(step.get("after", ())):
+            if dep not in ctx.index:
+                raise _reject(ReasonCode.BAD_REFERENCE, f"'after' names no step {dep!r}", "steps", i, "after", j)
+            if dep == step["id"]:
+                raise _reject(ReasonCode.PLAN_CYCLE, f"step {dep!r} waits for itself", "steps", i, "after", j)
+        ctx.references.append(sites)
+    if "result" in ctx.document:
+        sites = _collect_checked(ctx.document["result"], ctx, 2, "result")
+        for path, ref in sites:
+            _check_ref_target(ctx, ref, ("result", *path), None)
+
+
+def check_acyclic(ctx: CompileContext) -> None:
+    """plan_cycle: the dependencies (references and `after`) do not form a DAG.
+
+    Also fixes the execution order: topological, ties broken by plan order.
+    """
+    steps = ctx.steps
+    dependents: list[list[int]] = [[] for _ in steps]
+    pending = [0] * len(steps)
+    for i, step in enumerate(steps):
+        deps = {ctx.index[ref.step] for _, ref in ctx.references[i]}
+        deps.update(ctx.index[d] for d in step.get("after", ()))
+        pending[i] = len(deps)
+        for d in deps:
+            dependents[d].append(i)
+    ready = [i for i, n in enumerate(pending) if n == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(steps[i]["id"])
+        for j in dependents[i]:
+            pending[j] -= 1
+            if pending[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) < len(steps):
+        stuck = [steps[i]["id"] for i, n in enumerate(pending) if n > 0]
+        first = min(ctx.index[s] for s in stuck)
+        raise _reject(
+            ReasonCode.PLAN_CYCLE,
+            f"steps {stuck} depend on each other in a cycle (through references or 'after')",
+            "steps",
+            first,
+        )
+    ctx.order = tuple(order)
+
+
+def _type_check(
+    ctx: CompileContext,
+    value: Any,
+    schema: st.Schema,
+    tool: ToolSpec,
+    path: tuple[str | int, ...],
+    ref_prefixes: frozenset[tuple[str | int, ...]],
+) -> str | None:
+    """Why `value` (literals and references) does not fit `schema`, or None if it does."""
+    root = tool.input_schema
+    if is_reference(value):
+        ref = Reference.parse(value["$ref"])
+        producer = ctx.tool(ctx.index[ref.step])
+        # Plans repeat the same wiring many times; the answer depends only on these four.
+        key = (producer.name, ref.tokens, tool.name, id(schema))
+        cache: dict[Any, bool] = ctx.extras.setdefault("_assignable_cache", {})
+        src = _select(ctx, producer, ref)
+        assert src is not None  # check_references proved the pointer exists
+        fits = cache.get(key)
+        if fits is None:
+            fits = cache[key] = st.assignable(src, producer.output_schema, schema, root)
+        if not fits:
+            return (
+                f"reference {str(ref)!r} gives {st.describe(src, producer.output_schema)}"
+                f" ({producer.name} output) but {tool.name} expects {st.describe(schema, root)}"
+            )
+        return None
+    if path not in ref_prefixes:
+        if _literal_validator(ctx, tool, schema).is_valid(value):
+            return None
+        error = jsonschema.exceptions.best_match(tool._input_validator.descend(value, schema))
+        return "not valid" if error is None else error.message
+    schema = st.deref(schema, root)
+    if not isinstance(schema, Mapping):
+        return None if schema else "no value is allowed here"
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            reasons = [_type_check(ctx, value, b, tool, path, ref_prefixes) for b in schema[key]]
+            if all(r is not None for r in reasons):
+                return f"matches none of the allowed forms ({'; '.join(r for r in reasons if r)})"
+            return None
+    for branch in schema.get("allOf", ()):
+        reason = _type_check(ctx, value, branch, tool, path, ref_prefixes)
+        if reason is not None:
+            return reason
+    types = st.types_of(schema, root)
+    if isinstance(value, dict):
+        if "object" not in types:
+            return f"an object is given but {st.describe(schema, root)} is expected"
+        missing = [k for k in schema.get("required", ()) if k not in value]
+        if missing:
+            return f"missing required {missing}"
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            sub = props.get(key, extra)
+            if sub is False:
+                return f"unexpected property {key!r}"
+            reason = _type_check(ctx, item, sub, tool, (*path, key), ref_prefixes)
+            if reason is not None:
+                return f"{key}: {reason}"
+        return None
+    if isinstance(value, list):
+        if "array" not in types:
+            return f"an array is given but {st.describe(schema, root)} is expected"
+        prefix = schema.get("prefixItems", [])
+        items = schema.get("items", True)
+        for index, item in enumerate(value):
+            sub = prefix[index] if index < len(prefix) else items
+            reason = _type_check(ctx, item, sub, tool, (*path, index), ref_prefixes)
+            if reason is not None:
+                return f"[{index}]: {reason}"
+        return None
+    return None
+
+
+def _literal_validator(ctx: CompileContext, tool: ToolSpec, schema: st.Schema) -> Any:
+    """A compiled validator for one sub-schema of a tool's input schema (cached per compile)."""
+    cache: dict[Any, Any] = ctx.extras.setdefault("_literal_validators", {})
+    key = (tool.name, id(schema))
+    validator = cache.get(key)
+    if validator is None:
+        sub: Any = schema
+        if isinstance(schema, Mapping):
+            sub = {**schema, "$defs": tool.input_schema.get("$defs", {})}
+        validator = cache[key] = jsonschema_rs.validator_for(sub)
+    return validator
+
+
+def check_args(ctx: CompileContext) -> None:
+    """invalid_args: a step's args do not fit its tool's input schema, references standing for their types."""
+    for i, step in enumerate(ctx.steps):
+        tool = ctx.tool(i)
+        args = step["args"]
+        if not ctx.references[i]:
+            error = tool.args_error(args)
+            if error is not None:
+                raise _reject(
+                    ReasonCode.INVALID_ARGS,
+                    f"step {step['id']!r} ({tool.name}): {error.message}",
+                    "steps",
+                    i,
+                    "args",
+                    *error.absolute_path,
+                )
+            continue
+        # Every path that leads to a reference: the rest of args are plain literals.
+        prefixes = frozenset(path[:n] for path, _ in ctx.references[i] for n in range(len(path) + 1))
+        reason = _type_check(ctx, args, tool.input_schema, tool, (), prefixes)
+        if reason is not None:
+            raise _reject(ReasonCode.INVALID_ARGS, f"step {step['id']!r} ({tool.name}): {reason}", "steps", i, "args")
+
+
+#: The checks `compile_plan` runs, in order. Each raises `PlanRejected` with its own reason code.
+PIPELINE: tuple[CompileCheck, ...] = (
+    check_size,
+    parse_json,
+    check_step_count,
+    check_schema,
+    check_unique_ids,
+    check_tools_allowed,
+    check_references,
+    check_acyclic,
+    check_args,
+)
+
+
+def compile_plan(
+    text: str | bytes,
+    registry: Registry,
+    limits: Limits | None = None,
+    *,
+    checks: Sequence[CompileCheck] = (),
+) -> Plan:
+    """Compile planner output into a frozen, hashed `Plan`, or raise `PlanRejected`.
+
+    `checks` are extra checks run after the built-in pipeline (e.g. a data-flow policy).
+    Anything unexpected inside a check is itself a rejection: compile never lets an
+    exception other than `PlanRejected` escape for any input text.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _reject(ReasonCode.INVALID_JSON, f"plan is not UTF-8 text: {exc}") from None
+    ctx = CompileContext(text=text, registry=registry, limits=limits or DEFAULT_LIMITS)
+    for check in (*PIPELINE, *checks):
+        check(ctx)
+    return build_plan(ctx.document, ctx.order, sha256_hex(ctx.canonical), ctx.canonical, ctx.references)

@@ -1,0 +1,114 @@
+"""Reason codes and the exception hierarchy.
+
+Reason codes are a closed enum and part of the public API and of the audit schema:
+every way a run can fail closed has exactly one name here.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+
+class ReasonCode(str, Enum):
+    """Why a plan was rejected or a run failed closed."""
+
+    INVALID_JSON = "invalid_json"
+    SCHEMA_VIOLATION = "schema_violation"
+    DUPLICATE_STEP_ID = "duplicate_step_id"
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
+    INVALID_ARGS = "invalid_args"
+    BAD_REFERENCE = "bad_reference"
+    PLAN_CYCLE = "plan_cycle"
+    PLAN_TOO_LARGE = "plan_too_large"
+    POLICY_VIOLATION = "policy_violation"
+    STEP_FAILED = "step_failed"
+    REPLANS_EXHAUSTED = "replans_exhausted"
+    LLM_ERROR = "llm_error"
+    AUDIT_WRITE_FAILED = "audit_write_failed"
+    APPROVAL_MISSING = "approval_missing"
+    NEEDS_REVIEW = "needs_review"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.
+PLAN_REASONS: frozenset[ReasonCode] = frozenset(
+    {
+        ReasonCode.INVALID_JSON,
+        ReasonCode.SCHEMA_VIOLATION,
+        ReasonCode.DUPLICATE_STEP_ID,
+        ReasonCode.TOOL_NOT_ALLOWED,
+        ReasonCode.INVALID_ARGS,
+        ReasonCode.BAD_REFERENCE,
+        ReasonCode.PLAN_CYCLE,
+        ReasonCode.PLAN_TOO_LARGE,
+        ReasonCode.POLICY_VIOLATION,
+    }
+)
+
+
+class PTEError(Exception):
+    """Base class of every error PTE raises on purpose."""
+
+
+class FailedClosed(PTEError):
+    """An error that ends a run with a named reason."""
+
+    def __init__(self, reason: ReasonCode, message: str, path: str = "$") -> None:
+        super().__init__(f"{reason.value}: {message}" + (f" (at {path})" if path != "$" else ""))
+        self.reason = reason
+        self.message = message
+        self.path = path
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: reason, message and JSON path of the offending element."""
+        return {"reason": self.reason.value, "message": self.message, "path": self.path}
+
+
+class PlanRejected(FailedClosed):
+    """`compile` refused a plan; nothing was executed."""
+
+
+class ApprovalMissing(FailedClosed):
+    """A tool requires an approved plan and this plan's hash was not approved."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_MISSING, message, path)
+
+
+class ToolRegistrationError(PTEError, TypeError):
+    """A function cannot be registered as a tool (missing or unusable type hints, bad options)."""
+
+
+class ToolPackError(PTEError):
+    """A tool pack could not be loaded (missing file, import error, no tools)."""
+
+
+class ToolError(PTEError):
+    """A tool call failed: bad arguments, an exception in the tool, a timeout or bad output."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "message": self.message}
+
+
+class AuditWriteError(FailedClosed):
+    """A record could not be written to the audit log; the run fails closed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ReasonCode.AUDIT_WRITE_FAILED, message)
+
+
+class LLMError(PTEError):
+    """The LLM endpoint failed: transport error, timeout, refusal or an unusable answer."""
+
+    def __init__(self, message: str, *, reason: ReasonCode = ReasonCode.LLM_ERROR) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message

@@ -1,0 +1,489 @@
+"""Tools: the `tool` decorator, `ToolSpec`, the `Registry` (the allow-list) and tool packs.
+
+A tool is a typed Python function. Its input and output JSON Schemas come from its type
+hints through pydantic, so the schema a plan is checked against is the one the function
+really accepts. A registry holds the tools a run may call; nothing else can be called.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import sys
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import Any, Literal, TypeVar, overload
+
+import jsonschema
+import jsonschema_rs
+import pydantic
+from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
+from pydantic_core import to_jsonable_python
+
+from pte._resources import data_dir
+from pte.errors import ToolError, ToolPackError, ToolRegistrationError
+
+__all__ = [
+    "STOCK_PACKS",
+    "Effect",
+    "OutputProvenance",
+    "Registry",
+    "ToolSpec",
+    "load_pack",
+    "load_registry",
+    "tool",
+]
+
+Effect = Literal["read", "write"]
+#: What a tool's output counts as: its own data (`trusted`), third-party text (`untrusted`),
+#: or the least trusted of its inputs (`derived`, for deterministic shaping tools).
+OutputProvenance = Literal["trusted", "untrusted", "derived"]
+#: Provenances a sink parameter may accept: the request itself (planner literals), trusted tools, untrusted tools.
+SinkProvenance = Literal["request", "trusted", "untrusted"]
+
+#: Stock tool packs shipped with PTE, by short name.
+STOCK_PACKS = ("backoffice", "calculator", "shaping")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_TOOL_ATTR = "__pte_tool__"
+
+
+@dataclass(frozen=True, eq=False)
+class ToolSpec:
+    """Everything PTE knows about one tool: identity, schemas, effect, limits and data-flow labels."""
+
+    name: str
+    description: str
+    func: Callable[..., Any] = field(repr=False)
+    input_schema: Mapping[str, Any] = field(repr=False)
+    output_schema: Mapping[str, Any] = field(repr=False)
+    effect: Effect = "read"
+    timeout_s: float = 30.0
+    idempotent: bool = True
+    provenance: OutputProvenance = "trusted"
+    #: Sink parameters: parameter name -> the provenances it accepts.
+    sinks: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    requires_approval: bool = False
+    _input_model: type[BaseModel] = field(repr=False, default=BaseModel)
+    _input_validator: Any = field(repr=False, default=None)
+    _output_validator: Any = field(repr=False, default=None)
+    # Compiled (jsonschema-rs) twins of the validators above, for the hot paths; the pure-Python
+    # ones only run to explain a failure with a precise message.
+    _fast_input: Any = field(repr=False, default=None)
+    _fast_output: Any = field(repr=False, default=None)
+
+    def args_error(self, args: Any) -> jsonschema.ValidationError | None:
+        """The most relevant reason `args` is invalid against the input schema, or None."""
+        if self._fast_input.is_valid(args):
+            return None
+        return _explain(self._input_validator, self._fast_input, args)
+
+    def validate_args(self, args: Mapping[str, Any]) -> None:
+        """Raise ToolError('invalid_args') unless `args` is valid against the input schema."""
+        error = self.args_error(args)
+        if error is not None:
+            raise ToolError("invalid_args", _format_error(error))
+
+    def validate_output(self, output: Any) -> None:
+        """Raise ToolError('invalid_output') unless `output` is valid against the output schema."""
+        if self._fast_output.is_valid(output):
+            return
+        error = _explain(self._output_validator, self._fast_output, output)
+        raise ToolError("invalid_output", _format_error(error))
+
+    def invoke(self, args: Mapping[str, Any]) -> Any:
+        """Call the function with already-validated JSON `args`; return its output as JSON data.
+
+        Arguments are converted to the function's parameter types by pydantic (e.g. a
+        numeric string to `Decimal`), and the return value to JSON (a `Decimal` to a string).
+        """
+        try:
+            model = self._input_model.model_validate(args)
+        except pydantic.ValidationError as exc:
+            raise ToolError("invalid_args", str(exc)) from None
+        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+        result = self.func(**kwargs)
+        try:
+            return to_jsonable_python(result)
+        except pydantic.PydanticSerializationError as exc:
+            raise ToolError("invalid_output", f"output is not JSON-serialisable: {exc}") from None
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON summary for audit records (`run_started.tools`)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "effect": self.effect,
+            "idempotent": self.idempotent,
+            "timeout_s": self.timeout_s,
+            "provenance": self.provenance,
+            "requires_approval": self.requires_approval,
+        }
+        return out
+
+    def catalogue_entry(self) -> dict[str, Any]:
+        """What a planner is shown about this tool."""
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "effect": self.effect,
+            "input_schema": self.input_schema,
+            "output_schema": self.output_schema,
+        }
+        if self.provenance == "untrusted":
+            entry["output_provenance"] = "untrusted"
+        if self.sinks:
+            entry["guarded_parameters"] = {k: sorted(v) for k, v in self.sinks.items()}
+        if self.requires_approval:
+            entry["requires_approval"] = True
+        return entry
+
+
+def _explain(slow: Any, fast: Any, instance: Any) -> jsonschema.ValidationError:
+    error = jsonschema.exceptions.best_match(slow.iter_errors(instance))
+    if error is None:  # the validators disagree; report the compiled one's finding
+        first = next(iter(fast.iter_errors(instance)))
+        return jsonschema.ValidationError(first.message, path=list(first.instance_path))
+    return error
+
+
+def _format_error(error: jsonschema.ValidationError) -> str:
+    where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return f"{where.lstrip('.') or '(root)'}: {error.message}"
+
+
+def _freeze_schema(schema: dict[str, Any]) -> Mapping[str, Any]:
+    # A JSON round trip drops any aliasing with pydantic's own objects; callers get a read-only view.
+    copy: dict[str, Any] = json.loads(json.dumps(schema))
+    return MappingProxyType(copy)
+
+
+def _build_spec(
+    func: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    effect: Effect,
+    timeout_s: float,
+    idempotent: bool | None,
+    provenance: OutputProvenance,
+    sinks: Mapping[str, Iterable[str] | str] | None,
+    requires_approval: bool,
+) -> ToolSpec:
+    qualname = getattr(func, "__qualname__", repr(func))
+    if not callable(func):
+        raise ToolRegistrationError(f"{qualname!r} is not callable")
+    tool_name = name or func.__name__
+    if effect not in ("read", "write"):
+        raise ToolRegistrationError(f"tool {tool_name!r}: effect must be 'read' or 'write', not {effect!r}")
+    if provenance not in ("trusted", "untrusted", "derived"):
+        raise ToolRegistrationError(
+            f"tool {tool_name!r}: provenance must be 'trusted', 'untrusted' or 'derived', not {provenance!r}"
+        )
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise ToolRegistrationError(f"tool {tool_name!r}: timeout_s must be a positive number")
+    from pte.plan import TOOL_NAME_RE  # local: plan imports nothing from here, keep it that way
+
+    if not TOOL_NAME_RE.fullmatch(tool_name):
+        raise ToolRegistrationError(f"tool name {tool_name!r} must match ^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$")
+
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception as exc:  # unresolvable forward references and the like
+        raise ToolRegistrationError(f"tool {tool_name!r}: cannot read type hints: {exc}") from None
+    signature = inspect.signature(func)
+    fields: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolRegistrationError(f"tool {tool_name!r}: *args/**kwargs are not allowed; name every parameter")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolRegistrationError(f"tool {tool_name!r}: positional-only parameter {param.name!r}")
+        if param.name not in hints:
+            raise ToolRegistrationError(
+                f"tool {tool_name!r}: parameter {param.name!r} has no type hint; "
+                "every parameter needs one so that PTE can derive the input schema"
+            )
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints[param.name], default)
+    if "return" not in hints:
+        raise ToolRegistrationError(
+            f"tool {tool_name!r}: no return type hint; PTE derives the output schema from it (use -> None if nothing)"
+        )
+    for param_name in sinks or {}:
+        if param_name not in fields:
+            raise ToolRegistrationError(f"tool {tool_name!r}: sink {param_name!r} is not a parameter")
+
+    try:
+        input_model = create_model(  # type: ignore[call-overload]
+            f"{tool_name}_input", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        input_schema = input_model.model_json_schema(mode="validation")
+        output_schema = TypeAdapter(hints["return"]).json_schema(mode="serialization")
+    except pydantic.PydanticUserError as exc:
+        first_line = str(exc).splitlines()[0]
+        raise ToolRegistrationError(
+            f"tool {tool_name!r}: its type hints do not give a JSON Schema: {first_line}"
+        ) from None
+    for schema in (input_schema, output_schema):
+        jsonschema.Draft202012Validator.check_schema(schema)
+
+    doc = description if description is not None else inspect.getdoc(func) or ""
+    sink_map = {
+        param: frozenset([allowed] if isinstance(allowed, str) else allowed) for param, allowed in (sinks or {}).items()
+    }
+    for param, allowed in sink_map.items():
+        unknown = allowed - {"request", "trusted", "untrusted"}
+        if unknown:
+            raise ToolRegistrationError(f"tool {tool_name!r}: sink {param!r} names unknown provenance {sorted(unknown)}")
+    return ToolSpec(
+        name=tool_name,
+        description=doc.strip(),
+        func=func,
+        input_schema=_freeze_schema(input_schema),
+        output_schema=_freeze_schema(output_schema),
+        effect=effect,
+        timeout_s=float(timeout_s),
+        idempotent=(effect == "read") if idempotent is None else bool(idempotent),
+        provenance=provenance,
+        sinks=MappingProxyType(sink_map),
+        requires_approval=requires_approval,
+        _input_model=input_model,
+        _input_validator=jsonschema.Draft202012Validator(input_schema),
+        _output_validator=jsonschema.Draft202012Validator(output_schema),
+        _fast_input=jsonschema_rs.validator_for(input_schema),
+        _fast_output=jsonschema_rs.validator_for(output_schema),
+    )
+
+
+@overload
+def tool(func: _F, /) -> _F: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "read",
+    timeout_s: float = 30.0,
+    idempotent: bool | None = None,
+    provenance: OutputProvenance = "trusted",
+    sinks: Mapping[str, Iterable[str] | str] | None = None,
+    requires_approval: bool = False,
+) -> Callable[[_F], _F]: ...
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "read",
+    timeout_s: float = 30.0,
+    idempotent: bool | None = None,
+    provenance: OutputProvenance = "trusted",
+    sinks: Mapping[str, Iterable[str] | str] | None = None,
+    requires_approval: bool = False,
+) -> Any:
+    """Declare a typed function as a PTE tool, bare (``@tool``) or with options (``@tool(effect="write")``).
+
+    The function stays an ordinary function; its `ToolSpec` is attached as ``__pte_tool__``.
+
+    - `name`: defaults to the function's name; `description`: defaults to its docstring.
+    - `effect`: ``read`` (no side effects) or ``write``; `idempotent` defaults to True for reads.
+    - `timeout_s`: the executor stops waiting after this long and fails the step.
+    - `provenance`: whether the output is ``trusted``, ``untrusted`` (third-party text), or
+      ``derived`` (the least trusted of the inputs: deterministic shaping tools).
+    - `sinks`: parameter -> provenances it accepts (``request``, ``trusted``, ``untrusted``).
+    - `requires_approval`: the tool runs only in a plan whose hash a person approved.
+
+    Raises `ToolRegistrationError` when a parameter or the return value has no type hint,
+    or a hint gives no JSON Schema.
+    """
+
+    def decorate(f: _F) -> _F:
+        spec = _build_spec(
+            f,
+            name=name,
+            description=description,
+            effect=effect,
+            timeout_s=timeout_s,
+            idempotent=idempotent,
+            provenance=provenance,
+            sinks=sinks,
+            requires_approval=requires_approval,
+        )
+        setattr(f, _TOOL_ATTR, spec)
+        return f
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def spec_of(obj: Any) -> ToolSpec:
+    """The `ToolSpec` of a decorated function, or the spec itself."""
+    if isinstance(obj, ToolSpec):
+        return obj
+    spec = getattr(obj, _TOOL_ATTR, None)
+    if not isinstance(spec, ToolSpec):
+        raise ToolRegistrationError(f"{obj!r} is not a PTE tool (decorate it with @pte.tool)")
+    return spec
+
+
+class Registry:
+    """The tools a run may call, by name. The registry *is* the allow-list."""
+
+    def __init__(self, tools: Iterable[ToolSpec | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, ToolSpec] = {}
+        for item in tools:
+            self.register(item)
+
+    def register(self, item: ToolSpec | Callable[..., Any]) -> ToolSpec:
+        """Add a tool (a decorated function or a `ToolSpec`); a second tool of the same name is refused."""
+        spec = spec_of(item)
+        existing = self._tools.get(spec.name)
+        if existing is not None and existing.func is not spec.func:
+            raise ToolRegistrationError(f"two different tools are named {spec.name!r}")
+        self._tools[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._tools.get(name)
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._tools[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def allow(self, names: Iterable[str]) -> Registry:
+        """A narrower registry with only `names` (each must exist here)."""
+        wanted = list(dict.fromkeys(names))
+        unknown = [n for n in wanted if n not in self._tools]
+        if unknown:
+            raise ToolPackError(f"cannot allow unknown tool(s) {unknown}; the packs define {self.names}")
+        return Registry(self._tools[n] for n in wanted)
+
+    def deny(self, names: Iterable[str]) -> Registry:
+        """A narrower registry without `names`."""
+        banned = set(names)
+        return Registry(t for t in self._tools.values() if t.name not in banned)
+
+    def merged(self, other: Registry) -> Registry:
+        """A registry with the tools of both (names must not clash)."""
+        return Registry([*self, *other])
+
+    def describe(self) -> list[dict[str, Any]]:
+        """JSON summaries of every tool (for `run_started`)."""
+        return [t.describe() for t in self]
+
+    def catalogue(self) -> list[dict[str, Any]]:
+        """What the planner is shown: names, descriptions, schemas, effects."""
+        return [t.catalogue_entry() for t in self]
+
+    @classmethod
+    def from_module(cls, module: ModuleType) -> Registry:
+        """Every decorated tool defined at the top level of `module`, in definition order."""
+        registry = cls()
+        for value in vars(module).values():
+            spec = getattr(value, _TOOL_ATTR, None)
+            if isinstance(spec, ToolSpec):
+                registry.register(spec)
+        return registry
+
+
+def _import_path(path: Path) -> ModuleType:
+    module_name = f"pte_pack_{path.stem}_{abs(hash(str(path.resolve())))}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ToolPackError(f"cannot load tool pack {str(path)!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except ToolRegistrationError:
+        del sys.modules[module_name]
+        raise
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ToolPackError(f"tool pack {str(path)!r} failed to import: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def load_pack(ref: str | Path | ModuleType) -> Registry:
+    """Load one tool pack: a stock pack name, a ``.py`` file path, or an importable module name."""
+    if isinstance(ref, ModuleType):
+        module = ref
+    else:
+        text = str(ref)
+        if text in STOCK_PACKS:
+            module = _import_path(data_dir("tools") / f"{text}.py")
+        elif text.endswith(".py") or "/" in text or Path(text).exists():
+            path = Path(text)
+            if not path.is_file():
+                raise ToolPackError(f"tool pack file {text!r} does not exist")
+            module = _import_path(path)
+        else:
+            try:
+                module = importlib.import_module(text)
+            except ImportError as exc:
+                raise ToolPackError(
+                    f"tool pack {text!r} is neither a stock pack {list(STOCK_PACKS)}, a .py file, "
+                    f"nor an importable module ({exc})"
+                ) from None
+    registry = Registry.from_module(module)
+    if not len(registry):
+        raise ToolPackError(f"tool pack {getattr(module, '__name__', ref)!r} defines no @pte.tool functions")
+    return registry
+
+
+def load_registry(
+    packs: Iterable[str | Path | ModuleType],
+    *,
+    allow: Iterable[str] | None = None,
+    manifest: str | Path | None = None,
+) -> Registry:
+    """Load and merge tool packs, then narrow them by `allow` and/or a manifest file.
+
+    A manifest is a JSON file ``{"allow": [...], "deny": [...]}`` (schemas/tool-manifest.schema.json).
+    """
+    registry = Registry()
+    for pack in packs:
+        for spec in load_pack(pack):
+            registry.register(spec)
+    if manifest is not None:
+        registry = _apply_manifest(registry, Path(manifest))
+    if allow is not None:
+        registry = registry.allow(allow)
+    return registry
+
+
+def _apply_manifest(registry: Registry, path: Path) -> Registry:
+    from pte._resources import load_schema
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ToolPackError(f"cannot read tool manifest {str(path)!r}: {exc}") from None
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(load_schema("tool-manifest.schema.json")).iter_errors(doc)
+    )
+    if error is not None:
+        raise ToolPackError(f"tool manifest {str(path)!r} is invalid: {_format_error(error)}")
+    if "allow" in doc:
+        registry = registry.allow(doc["allow"])
+    return registry.deny(doc.get("deny", ()))
