@@ -58,6 +58,9 @@ class CompileContext:
     #: step index -> [(path inside args, Reference)]
     references: list[list[tuple[tuple[str | int, ...], Reference]]] = field(default_factory=list)
     order: tuple[str, ...] = ()
+    #: Steps completed before this plan (a replan or a resume): step id -> tool name.
+    #: The plan may reference their outputs; they are never run again.
+    prior: Mapping[str, str] = field(default_factory=dict)
     #: Extra information checks may attach (e.g. provenance labels from a policy check).
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -68,6 +71,12 @@ class CompileContext:
 
     def tool(self, step_index: int) -> ToolSpec:
         return self.registry[self.steps[step_index]["tool"]]
+
+    def producer(self, step_id: str) -> ToolSpec:
+        """The tool whose output a reference to `step_id` reads (a plan step or a prior step)."""
+        if step_id in self.index:
+            return self.tool(self.index[step_id])
+        return self.registry[self.prior[step_id]]
 
 
 CompileCheck = Callable[[CompileContext], None]
@@ -195,6 +204,14 @@ def check_schema(ctx: CompileContext) -> None:
 def check_unique_ids(ctx: CompileContext) -> None:
     """duplicate_step_id: two steps share an id."""
     for i, step in enumerate(ctx.steps):
+        if step["id"] in ctx.prior:
+            raise _reject(
+                ReasonCode.DUPLICATE_STEP_ID,
+                f"step id {step['id']!r} is already used by a completed step; choose a new id",
+                "steps",
+                i,
+                "id",
+            )
         if step["id"] in ctx.index:
             first = ctx.index[step["id"]]
             raise _reject(
@@ -261,11 +278,13 @@ def _select(ctx: CompileContext, producer: ToolSpec, ref: Reference) -> st.Schem
 
 
 def _check_ref_target(ctx: CompileContext, ref: Reference, where: tuple[str | int, ...], owner: str | None) -> None:
-    if ref.step not in ctx.index:
+    if ref.step not in ctx.index and ref.step not in ctx.prior:
         raise _reject(ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r} names no step of this plan", *where)
     if ref.step == owner:
         raise _reject(ReasonCode.PLAN_CYCLE, f"step {owner!r} refers to its own output", *where)
-    producer = ctx.tool(ctx.index[ref.step])
+    if ref.step not in ctx.index and ctx.prior[ref.step] not in ctx.registry:
+        raise _reject(ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r}: that step's tool is not available", *where)
+    producer = ctx.producer(ref.step)
     if ref.tokens and _select(ctx, producer, ref) is None:
         raise _reject(
             ReasonCode.BAD_REFERENCE,
@@ -286,7 +305,7 @@ def check_references(ctx: CompileContext) -> None:
         for path, ref in sites:
             _check_ref_target(ctx, ref, ("steps", i, "args", *path), step["id"])
         for j, dep in enumerate(step.get("after", ())):
-            if dep not in ctx.index:
+            if dep not in ctx.index and dep not in ctx.prior:
                 raise _reject(ReasonCode.BAD_REFERENCE, f"'after' names no step {dep!r}", "steps", i, "after", j)
             if dep == step["id"]:
                 raise _reject(ReasonCode.PLAN_CYCLE, f"step {dep!r} waits for itself", "steps", i, "after", j)
@@ -306,8 +325,9 @@ def check_acyclic(ctx: CompileContext) -> None:
     dependents: list[list[int]] = [[] for _ in steps]
     pending = [0] * len(steps)
     for i, step in enumerate(steps):
-        deps = {ctx.index[ref.step] for _, ref in ctx.references[i]}
-        deps.update(ctx.index[d] for d in step.get("after", ()))
+        # Prior (completed) steps are already satisfied: only this plan's steps order it.
+        deps = {ctx.index[ref.step] for _, ref in ctx.references[i] if ref.step in ctx.index}
+        deps.update(ctx.index[d] for d in step.get("after", ()) if d in ctx.index)
         pending[i] = len(deps)
         for d in deps:
             dependents[d].append(i)
@@ -345,7 +365,7 @@ def _type_check(
     root = tool.input_schema
     if is_reference(value):
         ref = Reference.parse(value["$ref"])
-        producer = ctx.tool(ctx.index[ref.step])
+        producer = ctx.producer(ref.step)
         # Plans repeat the same wiring many times; the answer depends only on these four.
         key = (producer.name, ref.tokens, tool.name, id(schema))
         cache: dict[Any, bool] = ctx.extras.setdefault("_assignable_cache", {})
@@ -466,19 +486,23 @@ def compile_plan(
     limits: Limits | None = None,
     *,
     checks: Sequence[CompileCheck] = (),
+    prior: Mapping[str, str] | None = None,
 ) -> Plan:
     """Compile planner output into a frozen, hashed `Plan`, or raise `PlanRejected`.
 
     `checks` are extra checks run after the built-in pipeline (e.g. a data-flow policy).
     Anything unexpected inside a check is itself a rejection: compile never lets an
     exception other than `PlanRejected` escape for any input text.
+
+    `prior` names steps completed earlier in the run (step id -> tool name): a replanned
+    plan may reference their outputs, must not reuse their ids, and never re-runs them.
     """
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _reject(ReasonCode.INVALID_JSON, f"plan is not UTF-8 text: {exc}") from None
-    ctx = CompileContext(text=text, registry=registry, limits=limits or DEFAULT_LIMITS)
+    ctx = CompileContext(text=text, registry=registry, limits=limits or DEFAULT_LIMITS, prior=dict(prior or {}))
     for check in (*PIPELINE, *checks):
         check(ctx)
     return build_plan(ctx.document, ctx.order, sha256_hex(ctx.canonical), ctx.canonical, ctx.references)

@@ -131,8 +131,8 @@ class ToolSpec:
             "name": self.name,
             "description": self.description,
             "effect": self.effect,
-            "input_schema": self.input_schema,
-            "output_schema": self.output_schema,
+            "input_schema": dict(self.input_schema),
+            "output_schema": dict(self.output_schema),
         }
         if self.provenance == "untrusted":
             entry["output_provenance"] = "untrusted"

@@ -1,0 +1,368 @@
+"""The run state machine: Planner → compile → Executor → (Replanner → compile → Executor)* → Finalizer.
+
+The ErrorHandler is the only other exit: any `FailedClosed` raised along the way ends the
+run `failed_closed(reason)` and nothing is executed after it. Every transition is written
+to the audit log. The LLM is called by the planner (once), the replanner (once per
+failure) and the finalizer (once, or never); the executor never calls it.
+
+Replay drives this same code with a `ReplayClient` and recorded tool outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pte import prompts
+from pte.audit import AuditLog
+from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
+from pte.errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
+from pte.executor import Executor, StepResult, ToolInvoker, resolve_result
+from pte.llm import LLMClient, LLMResponse
+from pte.logs import get_logger, is_terminal
+from pte.plan import Plan, plan_schema
+from pte.tools import Registry
+
+__all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
+
+RunStatus = Literal["succeeded", "failed_closed"]
+PlanOrigin = Literal["planner", "replanner", "file"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a run is bounded and finished. Recorded in `run_started` so replay can reproduce it."""
+
+    max_replans: int = 2
+    limits: Limits = DEFAULT_LIMITS
+    #: Phrase the answer with one LLM call (True) or render the plan's result deterministically.
+    llm_answer: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_replans": self.max_replans, "limits": self.limits.to_dict(), "llm_answer": self.llm_answer}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        limits = data.get("limits") or {}
+        return cls(
+            max_replans=int(data.get("max_replans", 2)),
+            limits=Limits(**{k: int(v) for k, v in limits.items()}),
+            llm_answer=bool(data.get("llm_answer", True)),
+        )
+
+
+@dataclass
+class RunResult:
+    """How a run ended: `succeeded` with an answer, or `failed_closed` with a reason."""
+
+    run_id: str
+    status: RunStatus
+    reason: ReasonCode | None = None
+    message: str | None = None
+    answer: str | None = None
+    result: Any = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    steps: list[StepResult] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    llm_calls: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+    @property
+    def tools_called(self) -> list[str]:
+        """The tools called, in order (failed calls included)."""
+        return [s.tool for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "reason": self.reason.value if self.reason else None,
+            "message": self.message,
+            "answer": self.answer,
+            "result": self.result,
+            "steps": [
+                {
+                    "id": s.step_id,
+                    "tool": s.tool,
+                    "status": s.status,
+                    **({"error": s.error.to_dict()} if s.error else {}),
+                }
+                for s in self.steps
+            ],
+            "plan_hashes": [p.hash for p in self.plans],
+            "llm_calls": self.llm_calls,
+            "usage": self.usage,
+        }
+
+
+def render_result(result: Any) -> str:
+    """The deterministic answer: the result value as text (JSON for structured values)."""
+    if result is None:
+        return "The plan completed. It declares no result."
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+@dataclass
+class _Run:
+    audit: AuditLog
+    result: RunResult
+    #: Tool name of every completed step, across plans (what a replan may reference).
+    prior: dict[str, str] = field(default_factory=dict)
+
+
+class Engine:
+    """Runs requests (with an LLM planner) and ready-made plans (without one).
+
+    - `registry`: the allow-list; `llm`: any `LLMClient` (None: only `execute` works).
+    - `invoker`: how tools are called (live by default; replay passes recorded outputs).
+    - `checks`: extra compile checks (data-flow policies), run on every plan.
+    - `before_execute`: called with each accepted plan before any of its steps runs; it
+      may raise `FailedClosed` (approval checks use it).
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        llm: LLMClient | None = None,
+        *,
+        config: EngineConfig | None = None,
+        invoker: ToolInvoker | None = None,
+        checks: Sequence[CompileCheck] = (),
+        before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
+    ) -> None:
+        self.registry = registry
+        self.llm = llm
+        self.config = config or EngineConfig()
+        self.executor = Executor(registry, invoker=invoker)
+        self.checks = tuple(checks)
+        self.before_execute = tuple(before_execute)
+
+    # -- public entry points ------------------------------------------------------------------
+
+    def run(self, request: str, audit: AuditLog) -> RunResult:
+        """Plan `request` with the LLM, execute, replan on failure (bounded), and finish."""
+        run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        log = get_logger(run_id=audit.run_id)
+        try:
+            self._start(run, mode="run", request=request)
+            plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry))
+            replans = 0
+            while True:
+                failure = self._execute(run, plan, log)
+                if failure is None:
+                    break
+                if replans >= self.config.max_replans:
+                    raise FailedClosed(
+                        ReasonCode.REPLANS_EXHAUSTED,
+                        f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}; "
+                        f"{self.config.max_replans} replan(s) allowed, all used",
+                    )
+                replans += 1
+                assert failure.error is not None
+                audit.append(
+                    "replan",
+                    attempt=replans,
+                    failed_step=failure.step_id,
+                    error=failure.error.to_dict(),
+                    completed=list(run.result.outputs),
+                )
+                log.info("replan", attempt=replans, failed_step=failure.step_id)
+                messages = prompts.replanner_messages(
+                    request,
+                    self.registry,
+                    plan.to_dict(),
+                    self._completed_view(run),
+                    failure.step_id,
+                    failure.tool,
+                    failure.error.to_dict(),
+                )
+                plan = self._plan(run, "replanner", messages)
+            run.result.result = self._result_value(plan, run)
+            run.result.answer = self._finalize(run, request)
+            return self._finish(run, "succeeded")
+        except FailedClosed as stop:
+            return self._finish(run, "failed_closed", stop)
+
+    def execute(self, plan_text: str, audit: AuditLog) -> RunResult:
+        """Compile and execute a ready-made plan (a person's, or one from `pte plan`): no LLM at all."""
+        run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        log = get_logger(run_id=audit.run_id)
+        try:
+            self._start(run, mode="execute", request=None, extra={"plan_text": plan_text})
+            plan = self._accept(run, "file", plan_text)
+            failure = self._execute(run, plan, log)
+            if failure is not None:
+                raise FailedClosed(
+                    ReasonCode.STEP_FAILED, f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}"
+                )
+            run.result.result = self._result_value(plan, run)
+            run.result.answer = render_result(run.result.result)
+            return self._finish(run, "succeeded")
+        except FailedClosed as stop:
+            return self._finish(run, "failed_closed", stop)
+
+    def plan(self, request: str, audit: AuditLog) -> RunResult:
+        """Compile a request into a plan without executing it (for review, then `execute`)."""
+        run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        try:
+            self._start(run, mode="plan", request=request)
+            self._plan(run, "planner", prompts.planner_messages(request, self.registry))
+            return self._finish(run, "succeeded")
+        except FailedClosed as stop:
+            return self._finish(run, "failed_closed", stop)
+
+    # -- the nodes ------------------------------------------------------------------------------
+
+    def _start(self, run: _Run, *, mode: str, request: str | None, extra: Mapping[str, Any] | None = None) -> None:
+        config: dict[str, Any] = self.config.to_dict()
+        if self.llm is not None:
+            config["model"] = self.llm.model
+        config.update(extra or {})
+        run.audit.append("run_started", mode=mode, request=request, tools=self.registry.describe(), config=config)
+
+    def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
+        if self.llm is None:
+            raise FailedClosed(ReasonCode.LLM_ERROR, f"no LLM client is configured for the {role}")
+        started = time.perf_counter()
+        run.result.llm_calls += 1
+        try:
+            response = self.llm.complete(messages, schema=schema)
+        except LLMError as exc:
+            run.audit.append(
+                "llm_call",
+                role=role,
+                model=self.llm.model,
+                messages=messages,
+                response_format=None,
+                response=None,
+                finish_reason=None,
+                usage={},
+                error=exc.message,
+                attempts=1,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+            raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None
+        run.audit.append(
+            "llm_call",
+            role=role,
+            model=response.model,
+            messages=messages,
+            response_format=response.response_format,
+            response=response.text,
+            finish_reason=response.finish_reason,
+            usage=dict(response.usage),
+            error=None,
+            attempts=response.attempts,
+            duration_ms=round(response.duration_ms, 3),
+        )
+        for key, value in response.usage.items():
+            run.result.usage[key] = run.result.usage.get(key, 0) + int(value)
+        return response
+
+    def _plan(self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]]) -> Plan:
+        response = self._call_llm(run, role, messages, plan_schema())
+        if response.finish_reason == "length":
+            # A cut-off answer is never completed or repaired into a plan.
+            rejection = PlanRejected(
+                ReasonCode.INVALID_JSON, "the answer was cut off at the token limit (finish_reason=length)"
+            )
+            self._record_rejection(run, role, response.text, rejection)
+            raise rejection
+        return self._accept(run, role, response.text)
+
+    def _accept(self, run: _Run, origin: PlanOrigin, text: str) -> Plan:
+        try:
+            plan = compile_plan(text, self.registry, self.config.limits, checks=self.checks, prior=run.prior)
+        except PlanRejected as rejection:
+            self._record_rejection(run, origin, text, rejection)
+            raise
+        run.audit.append(
+            "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
+        )
+        run.result.plans.append(plan)
+        for hook in self.before_execute:
+            hook(plan, run.audit)
+        return plan
+
+    def _record_rejection(self, run: _Run, origin: str, text: str, rejection: FailedClosed) -> None:
+        run.audit.append(
+            "plan_rejected",
+            origin=origin,
+            reason=rejection.reason.value,
+            message=rejection.message,
+            path=rejection.path,
+            plan_text=text,
+        )
+
+    def _execute(self, run: _Run, plan: Plan, log: Any) -> StepResult | None:
+        progress = is_terminal()
+        total = len(plan)
+
+        def on_step(step: StepResult) -> None:
+            run.result.steps.append(step)
+            if step.ok:
+                run.prior[step.step_id] = step.tool
+            log.info(
+                "step_finished",
+                step=step.step_id,
+                tool=step.tool,
+                status=step.status,
+                duration_ms=round(step.duration_ms, 2),
+                **({"progress": f"{len(run.result.steps)}/{total}"} if progress else {}),
+            )
+
+        execution = self.executor.run(plan, run.audit, completed=run.result.outputs, on_step=on_step)
+        run.result.outputs = execution.outputs
+        return execution.failure
+
+    def _completed_view(self, run: _Run) -> list[tuple[str, str, Any, str]]:
+        return [
+            (sid, tool, run.result.outputs[sid], self.registry[tool].provenance) for sid, tool in run.prior.items()
+        ]
+
+    def _result_value(self, plan: Plan, run: _Run) -> Any:
+        try:
+            return resolve_result(plan, run.result.outputs)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise FailedClosed(ReasonCode.STEP_FAILED, f"the plan's result selects nothing at run time: {exc}") from None
+
+    def _finalize(self, run: _Run, request: str) -> str:
+        if not self.config.llm_answer or self.llm is None:
+            return render_result(run.result.result)
+        messages = prompts.finalizer_messages(request, run.result.result, self._completed_view(run))
+        return self._call_llm(run, "finalizer", messages, None).text
+
+    def _finish(self, run: _Run, status: RunStatus, stop: FailedClosed | None = None) -> RunResult:
+        result = run.result
+        result.status = status
+        if stop is not None:
+            result.reason = stop.reason
+            result.message = stop.message
+        if not run.audit.broken and not isinstance(stop, AuditWriteError):
+            try:
+                run.audit.append(
+                    "run_finished",
+                    status=status,
+                    reason=result.reason.value if result.reason else None,
+                    message=result.message,
+                    answer=result.answer,
+                    result=result.result,
+                    steps_run=len(result.steps),
+                    llm_calls=result.llm_calls,
+                )
+                run.audit.sync()
+            except AuditWriteError as exc:
+                result.status, result.reason, result.message = "failed_closed", exc.reason, exc.message
+        get_logger(run_id=result.run_id).info(
+            "run_finished", status=result.status, reason=result.reason.value if result.reason else None
+        )
+        return result
