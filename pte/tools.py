@@ -114,16 +114,54 @@ class ToolSpec:
             raise ToolError("invalid_output", f"output is not JSON-serialisable: {exc}") from None
 
     def describe(self) -> dict[str, Any]:
-        """A JSON summary for audit records (`run_started.tools`)."""
-        out: dict[str, Any] = {
+        """Everything about the tool except its code, for `run_started.tools`.
+
+        It is enough to rebuild the tool for replay (`ToolSpec.from_record`): the log alone
+        then re-drives compile with the same schemas the run was checked against.
+        """
+        return {
             "name": self.name,
+            "description": self.description,
             "effect": self.effect,
             "idempotent": self.idempotent,
             "timeout_s": self.timeout_s,
             "provenance": self.provenance,
             "requires_approval": self.requires_approval,
+            "sinks": {param: sorted(allowed) for param, allowed in self.sinks.items()},
+            "input_schema": dict(self.input_schema),
+            "output_schema": dict(self.output_schema),
         }
-        return out
+
+    @classmethod
+    def from_record(cls, entry: Mapping[str, Any]) -> ToolSpec:
+        """A tool rebuilt from `describe()` output, for replay: same schemas, no code.
+
+        Calling it raises `ToolError('not_recorded')`; replay serves recorded outputs instead.
+        """
+        name = str(entry["name"])
+
+        def unavailable(**_: Any) -> Any:
+            raise ToolError("not_recorded", f"{name} has no code in replay; only recorded outputs can be served")
+
+        input_schema = dict(entry.get("input_schema") or {"type": "object"})
+        output_schema = dict(entry.get("output_schema") or {})
+        return cls(
+            name=name,
+            description=str(entry.get("description", "")),
+            func=unavailable,
+            input_schema=_freeze_schema(input_schema),
+            output_schema=_freeze_schema(output_schema),
+            effect=entry.get("effect", "read"),
+            timeout_s=float(entry.get("timeout_s", 30.0)),
+            idempotent=bool(entry.get("idempotent", True)),
+            provenance=entry.get("provenance", "trusted"),
+            sinks=MappingProxyType({k: frozenset(v) for k, v in (entry.get("sinks") or {}).items()}),
+            requires_approval=bool(entry.get("requires_approval", False)),
+            _input_validator=jsonschema.Draft202012Validator(input_schema),
+            _output_validator=jsonschema.Draft202012Validator(output_schema),
+            _fast_input=jsonschema_rs.validator_for(input_schema),
+            _fast_output=jsonschema_rs.validator_for(output_schema),
+        )
 
     def catalogue_entry(self) -> dict[str, Any]:
         """What a planner is shown about this tool."""

@@ -1,0 +1,439 @@
+"""The `pte` command line.
+
+Exit codes for every command: 0 ok, 1 rejected or failed closed, 2 usage error (a missing
+file, a bad flag, a tool pack that cannot be loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pte import __version__
+from pte.errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
+from pte.tools import Registry, load_registry
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A problem with how the command was called (exit code 2)."""
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str))
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {what} {path!r}: {exc}") from None
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
+    if not packs:
+        raise UsageError("--tools is required: a stock pack name (backoffice, calculator, shaping), a .py file or a module")
+    allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
+    try:
+        return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
+    except (ToolPackError, ToolRegistrationError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    parser.add_argument(
+        "--tools",
+        action="append",
+        metavar="PACK",
+        required=required,
+        help="tool pack: a stock pack (backoffice, calculator, shaping), a .py file or a module; repeat or comma-separate",
+    )
+    parser.add_argument("--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools")
+    parser.add_argument("--manifest", metavar="FILE", help="a tool manifest narrowing the allow-list")
+    parser.add_argument("--policy", metavar="FILE", help="a data-flow policy file (compliance-owned)")
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pte._resources import load_schema
+
+    names = {"plan": "plan.schema.json", "audit": "audit-record.schema.json", "manifest": "tool-manifest.schema.json"}
+    names["policy"] = "policy.schema.json"
+    print(json.dumps(load_schema(names[args.which]), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pte.compiler import compile_plan
+
+    registry = _registry(args)
+    text = _read_text(args.plan_file, "plan file")
+    checks = _policy_checks(registry, args)
+    try:
+        plan = compile_plan(text, registry, checks=checks)
+    except PlanRejected as rejection:
+        if args.json:
+            _print_json({"status": "rejected", **rejection.to_dict()})
+        else:
+            print(f"rejected: {rejection.reason.value} at {rejection.path}: {rejection.message}")
+        return EXIT_FAILED
+    if args.json:
+        _print_json({"status": "accepted", "plan_hash": plan.hash, "steps": len(plan), "order": list(plan.order)})
+    else:
+        print(f"accepted: {len(plan)} step(s), plan hash {plan.hash}")
+        print("order: " + " → ".join(plan.order))
+    return EXIT_OK
+
+
+def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
+    try:
+        from pte.policy import load_policy
+    except ImportError:  # pragma: no cover - the policy module ships with PTE
+        return []
+    try:
+        return [load_policy(registry, getattr(args, "policy", None)).check()]
+    except PTEError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _open_audit(path: str, **kwargs: Any) -> Any:
+    from pte.audit import AuditLog
+
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise UsageError(f"the directory of audit log {path!r} does not exist")
+    try:
+        return AuditLog(target, **kwargs)
+    except FailedClosed as exc:
+        raise UsageError(f"cannot open audit log {path!r}: {exc.message}") from None
+
+
+def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -> int:
+    if args.json:
+        _print_json({**result.to_dict(), "audit": audit_path})
+    else:
+        if result.ok:
+            print(result.answer or "")
+            print(f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); audit log {audit_path}")
+        else:
+            print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
+            if result.result is not None:
+                print(json.dumps(result.result, indent=2, ensure_ascii=False))
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
+    from pte.engine import Engine, EngineConfig
+
+    hooks: list[Any] = []
+    approvals = getattr(args, "approvals", None)
+    if approvals is not None or any(t.requires_approval for t in registry):
+        from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
+
+        hooks.append(approval_hook(ApprovalStore(approvals or "pte_approvals.jsonl"), key=approval_key_from_env()))
+    config = EngineConfig(
+        max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
+    )
+    return Engine(registry, llm, config=config, checks=_policy_checks(registry, args), before_execute=hooks)
+
+
+def cmd_execute(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    text = _read_text(args.plan_file, "plan file")
+    audit = _open_audit(args.audit, durability=args.durability)
+    with audit:
+        result = _engine(registry, None, args).execute(text, audit)
+    return _report_run(result, args, args.audit)
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    if getattr(args, "replay_responses", None):
+        from pte.llm import ReplayClient
+
+        return ReplayClient.from_file(args.replay_responses)
+    from pte.llm import OpenAIClient
+
+    try:
+        return OpenAIClient(
+            args.model, base_url=args.base_url, timeout_s=args.timeout, max_retries=args.max_retries
+        )
+    except LLMError as exc:
+        raise UsageError(exc.message) from None
+
+
+def _add_llm(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request (default 60)")
+    parser.add_argument("--max-retries", type=int, default=2, help="transport retries per LLM call (default 2)")
+    parser.add_argument(
+        "--replay-responses", metavar="FILE", help="serve recorded LLM answers from a JSON file instead of an endpoint"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    llm = _llm(args)
+    audit = _open_audit(args.audit, durability=args.durability)
+    with audit:
+        result = _engine(registry, llm, args).run(args.request, audit)
+    return _report_run(result, args, args.audit)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from pte.audit import AuditLog
+
+    registry = _registry(args)
+    llm = _llm(args)
+    audit = _open_audit(args.audit) if args.audit else AuditLog(None)
+    with audit:
+        result = _engine(registry, llm, args).plan(args.request, audit)
+    if not result.ok:
+        return _report_run(result, args, args.audit)
+    plan = result.plans[-1]
+    Path(args.output).write_text(plan.to_json() + "\n", encoding="utf-8")
+    if args.json:
+        _print_json({"status": "accepted", "plan_hash": plan.hash, "output": args.output, "steps": len(plan)})
+    else:
+        print(f"plan written to {args.output}: {len(plan)} step(s), hash {plan.hash}")
+        print(f"review it, then: pte approve {args.output} --by NAME (if needed); pte execute {args.output} ...")
+    return EXIT_OK
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from pte.audit import verify
+
+    if not Path(args.log).is_file():
+        raise UsageError(f"audit log {args.log!r} does not exist")
+    report = verify(args.log)
+    if args.json:
+        _print_json({"status": "ok" if report.ok else ("incomplete" if report.intact else "tampered"), **report.to_dict()})
+    elif report.ok:
+        print(f"ok: {report.records} record(s), {report.runs} run(s), chain and schema intact, every run sealed")
+    elif report.intact:
+        print(f"incomplete: {report.issue}")
+    else:
+        print(f"FAILED: {report.issue}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_audit_show(args: argparse.Namespace) -> int:
+    from pte.audit import AuditFormatError, read_records, render_timeline
+
+    if not Path(args.log).is_file():
+        raise UsageError(f"audit log {args.log!r} does not exist")
+    try:
+        records = read_records(args.log, skip_partial_tail=True)
+    except AuditFormatError as exc:
+        print(f"cannot read {args.log}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(render_timeline(records))
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from pte.approval import ApprovalStore, approval_key_from_env, approve
+    from pte.compiler import compile_plan
+
+    registry = _registry(args)
+    text = _read_text(args.plan_file, "plan file")
+    try:
+        plan = compile_plan(text, registry, checks=_policy_checks(registry, args))
+    except PlanRejected as rejection:
+        print(f"not approved: the plan is rejected: {rejection}", file=sys.stderr)
+        return EXIT_FAILED
+    approval = approve(plan, args.by, ApprovalStore(args.approvals), key=approval_key_from_env())
+    signed = "HMAC-signed" if approval.signature else "unsigned (set PTE_APPROVAL_KEY to sign)"
+    print(f"approved plan {plan.hash} by {args.by} at {approval.at}, {signed}; recorded in {args.approvals}")
+    return EXIT_OK
+
+
+def cmd_ledger_init(args: argparse.Namespace) -> int:
+    from pte.tools import load_pack
+
+    module = sys.modules[load_pack("backoffice")["list_overdue_invoices"].func.__module__]
+    path = Path(args.path or os.environ.get("PTE_LEDGER", "pte_ledger.sqlite"))
+    if path.exists() and not args.force:
+        raise UsageError(f"{path} exists; use --force to recreate it")
+    module.create_sample_ledger(path, overwrite=True)
+    print(f"sample ledger created at {path} (set PTE_LEDGER={path} to use it)")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pte.demo import run_demo
+
+    return run_demo(out_dir=args.out, as_json=args.json)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from pte.replay import replay_file
+
+    if not Path(args.log).is_file():
+        raise UsageError(f"audit log {args.log!r} does not exist")
+    registry = _registry(args) if args.tools else None
+    if args.live and registry is None:
+        raise UsageError("--live needs --tools to run the read tools for real")
+    report = replay_file(args.log, registry=registry, live=args.live, allow_writes=args.allow_writes)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from pte.replay import resume_file
+
+    if not Path(args.log).is_file():
+        raise UsageError(f"audit log {args.log!r} does not exist")
+    registry = _registry(args)
+    llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
+    try:
+        result = resume_file(args.log, registry, llm=llm)
+    except FailedClosed as exc:
+        raise UsageError(exc.message) from None
+    return _report_run(result, args, args.log)
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pte", description="PTE: a strict plan-then-execute engine.")
+    parser.add_argument("--version", action="version", version=f"pte {__version__}")
+    parser.add_argument("--log-format", choices=["auto", "json", "console"], default="auto", help="engine logs on stderr")
+    parser.add_argument("--quiet", action="store_true", help="no engine logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("schema", help="print a JSON Schema (the plan schema by default)")
+    p.add_argument("which", nargs="?", choices=["plan", "audit", "manifest", "policy"], default="plan")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("validate", help="compile a plan file without running it")
+    p.add_argument("plan_file")
+    _add_tools(p)
+    _add_json(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("execute", help="compile and execute a plan file (no LLM involved)")
+    p.add_argument("plan_file")
+    _add_tools(p)
+    p.add_argument("--audit", required=True, metavar="LOG", help="audit log (JSON Lines) to append to")
+    p.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
+    p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
+    _add_json(p)
+    p.set_defaults(func=cmd_execute)
+
+    p = sub.add_parser("run", help="plan a request with an LLM, execute it, and answer")
+    p.add_argument("request")
+    _add_tools(p)
+    p.add_argument("--audit", required=True, metavar="LOG")
+    _add_llm(p)
+    p.add_argument("--max-replans", type=int, default=2)
+    p.add_argument("--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer")
+    p.add_argument("--approvals", metavar="FILE")
+    p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
+    _add_json(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("plan", help="compile a request into a plan file for review (nothing runs)")
+    p.add_argument("request")
+    _add_tools(p)
+    p.add_argument("-o", "--output", required=True, metavar="PLAN_FILE")
+    p.add_argument("--audit", metavar="LOG", help="also record the planner call")
+    _add_llm(p)
+    _add_json(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash")
+    p.add_argument("plan_file")
+    p.add_argument("--by", required=True, metavar="NAME")
+    p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
+    _add_tools(p)
+    p.set_defaults(func=cmd_approve)
+
+    audit = sub.add_parser("audit", help="verify or show an audit log").add_subparsers(
+        dest="audit_command", metavar="ACTION", required=True
+    )
+    p = audit.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
+    p.add_argument("log")
+    _add_json(p)
+    p.set_defaults(func=cmd_audit_verify)
+    p = audit.add_parser("show", help="a readable timeline of the runs in a log")
+    p.add_argument("log")
+    p.set_defaults(func=cmd_audit_show)
+
+    p = sub.add_parser("replay", help="re-drive the engine from a log and check it makes the same decisions")
+    p.add_argument("log")
+    p.add_argument("--tools", action="append", metavar="PACK", help="use these packs instead of the recorded schemas")
+    p.add_argument("--live", action="store_true", help="re-run read tools for real and diff their outputs")
+    p.add_argument("--allow-writes", action="store_true", help="with --live: re-run write tools too")
+    _add_json(p)
+    p.set_defaults(func=cmd_replay, allow=None, manifest=None, policy=None)
+
+    p = sub.add_parser("resume", help="finish a run whose log has no run_finished")
+    p.add_argument("log")
+    _add_tools(p)
+    _add_llm(p)
+    _add_json(p)
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
+    p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")
+    _add_json(p)
+    p.set_defaults(func=cmd_demo)
+
+    ledger = sub.add_parser("ledger", help="the sample back-office ledger").add_subparsers(
+        dest="ledger_command", metavar="ACTION", required=True
+    )
+    p = ledger.add_parser("init", help="create the sample SQLite ledger")
+    p.add_argument("--path", help="default: $PTE_LEDGER or ./pte_ledger.sqlite")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_ledger_init)
+    return parser
+
+
+def _fail_usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.print_usage(sys.stderr)
+    print(f"pte: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `pte` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.quiet:
+        from pte.logs import configure_logging
+
+        json_lines = {"auto": None, "json": True, "console": False}[args.log_format]
+        configure_logging(json_lines=json_lines)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except UsageError as exc:
+        _fail_usage(parser, str(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
