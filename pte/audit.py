@@ -136,15 +136,20 @@ DEFAULT_REDACT_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:(?P<secret>[^/\s@]+)@"),
     # "password=...", "token: ...", '"api_key": "..."' in free text (query strings, headers, JSON
     # quoted inside a prompt). The word must end right before the separator, so `max_tokens: 5`
-    # and `prompt_tokens=3` are left alone.
+    # and `prompt_tokens=3` are left alone; an "Authorization: Bearer ..." value is left to the
+    # Bearer rule.
     re.compile(
         r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*"
         r"(?:api[_-]?key|password|passwd|secret|token|authorization)"
-        r"[\"']?\s*[=:]\s*[\"']?(?P<secret>[^\s\"'&,;<>(){}\[\]]{4,})"
+        r"[\"']?\s*[=:]\s*[\"']?(?!(?:Bearer|Basic)\s)(?P<secret>[^\s\"'&,;<>(){}\[\]]{4,})"
     ),
     # A long hex/base64 value after "key=" / "key:" (e.g. "?key=..." in URLs).
     re.compile(r"(?i)(?<![A-Za-z0-9])key[\"']?\s*[=:]\s*[\"']?(?P<secret>[A-Za-z0-9+/_-]{20,}={0,2})"),
 )
+
+
+_CACHE_ENTRIES = 4096
+_CACHED_TEXT_CHARS = 200
 
 
 def _normalise_key(key: str) -> str:
@@ -184,6 +189,10 @@ class Redactor:
             p if isinstance(p, re.Pattern) else re.compile(p) for p in (*patterns, *extra_patterns)
         )
         self._secrets: list[str] = []
+        # Short strings (tool names, step ids, statuses) and keys repeat in almost every
+        # record; memoising them takes most of the regex work off the write path.
+        self._text_cache: dict[str, str] = {}
+        self._key_cache: dict[str, bool] = {}
 
     def add_secret(self, value: str) -> None:
         """Scrub every occurrence of the exact string `value` (e.g. the configured API key).
@@ -196,20 +205,32 @@ class Redactor:
             self._secrets.append(value)
             # Longest first, so a secret that contains another is replaced whole.
             self._secrets.sort(key=len, reverse=True)
+            self._text_cache = {}
 
     def is_secret_key(self, key: str) -> bool:
         """Whether values under `key` are redacted."""
-        return bool(self._key_suffixes) and _normalise_key(key).endswith(self._key_suffixes)
+        known = self._key_cache.get(key)
+        if known is None:
+            known = bool(self._key_suffixes) and _normalise_key(key).endswith(self._key_suffixes)
+            if len(self._key_cache) < _CACHE_ENTRIES:
+                self._key_cache[key] = known
+        return known
 
     def redact_text(self, text: str) -> str:
         """`text` with registered secrets and pattern matches replaced by `REDACTED`."""
+        cached = self._text_cache.get(text)
+        if cached is not None:
+            return cached
+        out = text
         for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
+            if secret in out:
+                out = out.replace(secret, REDACTED)
         for pattern in self._patterns:
-            if pattern.search(text) is not None:
-                text = pattern.sub(_replace_match, text)
-        return text
+            if pattern.search(out) is not None:
+                out = pattern.sub(_replace_match, out)
+        if len(text) <= _CACHED_TEXT_CHARS and len(self._text_cache) < _CACHE_ENTRIES:
+            self._text_cache[text] = out
+        return out
 
     def redact(self, value: Any) -> Any:
         """A redacted copy of `value` (see the class docstring); `value` itself is untouched."""
@@ -366,8 +387,11 @@ class AuditLog:
                     f"audit log {path} ends in a partial record ({len(tail)} bytes); verify it "
                     "(or open it with repair_partial_tail=True to resume after a crash)"
                 )
-            prev = GENESIS_HASH if last is None else _checked_last(path, last)[0]
-            completed = _parse_complete_record(tail + b"\n", prev)
+            prev, seq = GENESIS_HASH, 0
+            if last is not None:
+                prev, before = _checked_last(path, last)
+                seq = before["seq"] + 1
+            completed = _parse_complete_record(tail + b"\n", prev, seq)
             if completed is not None:
                 # The crash hit between the record and its newline: finish the line, lose nothing.
                 _write_all(fd, b"\n")
@@ -581,15 +605,17 @@ def _read_tail(fh: Any, size: int, block: int = 65536) -> tuple[bytes | None, by
     return last, tail
 
 
-def _parse_complete_record(raw: bytes, prev: str) -> dict[str, Any] | None:
-    """`raw` parsed when it is a canonical, self-consistent record chained to `prev`."""
+def _parse_complete_record(raw: bytes, prev: str, seq: int) -> dict[str, Any] | None:
+    """`raw` parsed when it is a canonical, self-consistent record `seq` chained to `prev`."""
     try:
         record = json.loads(raw.decode("utf-8"))
     except ValueError:
         return None
     if not isinstance(record, dict) or (canonical_json(record) + "\n").encode("utf-8") != raw:
         return None
-    if record.get("prev") != prev or _record_hash_problem(record) is not None:
+    if _common_fields_problem(record) is not None or record["prev"] != prev or record["seq"] != seq:
+        return None
+    if _record_hash_problem(record) is not None:
         return None
     return record
 
@@ -680,36 +706,218 @@ def load_audit_schema() -> dict[str, Any]:
     return schema
 
 
+@dataclass(frozen=True)
+class _TypeChecker:
+    """The schema of one record type: a fast check, and the jsonschema validator behind it."""
+
+    validator: Draft202012Validator
+    fast: Callable[[Any], bool] | None
+
+    def problem(self, record: Mapping[str, Any]) -> str | None:
+        """None when `record` is valid, else the validator's best error message."""
+        if self.fast is not None and self.fast(record):
+            return None
+        # jsonschema has the last word on invalid records (and writes the message).
+        if self.validator.is_valid(record):
+            return None
+        error = best_match(self.validator.iter_errors(record))
+        where = error.json_path
+        return f"{error.message}" + (f" (at {where})" if where != "$" else "")
+
+
 @cache
-def _validators() -> dict[str, Draft202012Validator]:
-    """One compiled validator per record type, built once.
+def _checkers() -> dict[str, _TypeChecker]:
+    """One checker per record type, built once.
 
     Dispatching on ``type`` is equivalent to the schema's ``oneOf`` (each branch pins ``type``
     with ``const``) but validates one branch instead of all, and names the real problem
-    instead of "not valid under any of the given schemas".
+    instead of "not valid under any of the given schemas". Each branch is used in
+    dereferenced form (resolving ``$ref`` through the registry for every record cost 7x).
+
+    jsonschema still needs ~100 µs per record, i.e. minutes for a million-record log, so
+    each branch is also compiled into plain Python predicates (`_compile`) that accept a
+    valid record in a few µs; a record they reject goes to the `Draft202012Validator`, which
+    decides and explains. A branch using a keyword `_compile` does not know is left to
+    jsonschema alone.
     """
     schema = load_audit_schema()
     defs = schema["$defs"]
-    out: dict[str, Draft202012Validator] = {}
+    out: dict[str, _TypeChecker] = {}
     for branch in schema["oneOf"]:
         name = branch["$ref"].rsplit("/", 1)[-1]
         type_name = defs[name]["properties"]["type"]["const"]
-        out[type_name] = Draft202012Validator(
-            {"$schema": schema["$schema"], "$defs": defs, "$ref": f"#/$defs/{name}"}
-        )
+        inlined = _inline_refs(defs[name], defs, frozenset())
+        validator = Draft202012Validator({"$schema": schema["$schema"], **inlined})
+        try:
+            fast: Callable[[Any], bool] | None = _compile(inlined)
+        except _Unsupported:
+            fast = None
+        out[type_name] = _TypeChecker(validator, fast)
     return out
+
+
+def _inline_refs(node: Any, defs: Mapping[str, Any], seen: frozenset[str]) -> Any:
+    """`node` with every local ``{"$ref": "#/$defs/<name>"}`` replaced by that definition."""
+    if isinstance(node, list):
+        return [_inline_refs(item, defs, seen) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.removeprefix("#/$defs/")
+        if name == ref or name not in defs or len(node) != 1:
+            raise ValueError(f"audit schema: unsupported $ref {ref!r} (only bare #/$defs/<name> refs)")
+        if name in seen:
+            raise ValueError(f"audit schema: recursive $ref {ref!r}")
+        return _inline_refs(defs[name], defs, seen | {name})
+    return {key: _inline_refs(value, defs, seen) for key, value in node.items()}
 
 
 def _schema_problem(record: Mapping[str, Any]) -> str | None:
     rtype = record.get("type")
-    validator = _validators().get(rtype) if isinstance(rtype, str) else None
-    if validator is None:
-        return f"unknown record type {record.get('type')!r}"
-    if validator.is_valid(record):
-        return None
-    error = best_match(validator.iter_errors(record))
-    where = error.json_path
-    return f"{error.message}" + (f" (at {where})" if where != "$" else "")
+    checker = _checkers().get(rtype) if isinstance(rtype, str) else None
+    if checker is None:
+        return f"unknown record type {rtype!r}"
+    return checker.problem(record)
+
+
+# -- a small JSON Schema compiler for the keywords the audit schema uses ------------------------
+
+
+class _Unsupported(Exception):
+    """The schema uses a keyword `_compile` does not implement."""
+
+
+_Check = Callable[[Any], bool]
+
+_ANNOTATIONS = frozenset(
+    {"$schema", "$id", "$defs", "$comment", "title", "description", "default", "examples"}
+)
+
+
+def _always(value: Any) -> bool:
+    return True
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# The JSON types as jsonschema's Draft 2020-12 type checker defines them (1.0 is an integer).
+_TYPES: dict[str, _Check] = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "number": _is_number,
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+    ),
+}
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality as JSON Schema means it: true is not 1, 1 is 1.0, containers compare deeply."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (
+            isinstance(a, dict)
+            and isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_json_equal(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, list) or isinstance(b, list):
+        return (
+            isinstance(a, list)
+            and isinstance(b, list)
+            and len(a) == len(b)
+            and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return bool(a == b)
+
+
+def _compile(schema: Any) -> _Check:
+    """A predicate equivalent to validating against `schema` (no ``$ref``: inline first)."""
+    if schema is True:
+        return _always
+    if schema is False:
+        return lambda v: False
+    if not isinstance(schema, dict):
+        raise _Unsupported(repr(schema))
+    checks: list[_Check] = []
+    for key, arg in schema.items():
+        if key in _ANNOTATIONS or key in ("then", "else"):  # then/else are compiled with "if"
+            continue
+        checks.append(_compile_keyword(key, arg, schema))
+    if not checks:
+        return _always
+    if len(checks) == 1:
+        return checks[0]
+    return lambda v: all(check(v) for check in checks)
+
+
+def _compile_keyword(key: str, arg: Any, schema: Mapping[str, Any]) -> _Check:
+    if key == "type":
+        names = [arg] if isinstance(arg, str) else list(arg)
+        type_checks = [_TYPES[name] for name in names]
+        return lambda v: any(check(v) for check in type_checks)
+    if key == "const":
+        return lambda v: _json_equal(v, arg)
+    if key == "enum":
+        options = list(arg)
+        return lambda v: any(_json_equal(v, option) for option in options)
+    if key == "pattern":
+        regex = re.compile(arg)
+        return lambda v: not isinstance(v, str) or regex.search(v) is not None
+    if key == "minLength":
+        return lambda v: not isinstance(v, str) or len(v) >= arg
+    if key == "maxLength":
+        return lambda v: not isinstance(v, str) or len(v) <= arg
+    if key == "minimum":
+        return lambda v: not _is_number(v) or v >= arg
+    if key == "maximum":
+        return lambda v: not _is_number(v) or v <= arg
+    if key == "required":
+        required = tuple(arg)
+        return lambda v: not isinstance(v, dict) or all(name in v for name in required)
+    if key == "properties":
+        props = {name: _compile(sub) for name, sub in arg.items()}
+        return lambda v: (
+            not isinstance(v, dict) or all(check(v[name]) for name, check in props.items() if name in v)
+        )
+    if key == "additionalProperties":
+        if "patternProperties" in schema:
+            raise _Unsupported("patternProperties")
+        known = frozenset(schema.get("properties", {}))
+        extra = _compile(arg)
+        if arg is False:
+            return lambda v: not isinstance(v, dict) or known.issuperset(v)
+        return lambda v: not isinstance(v, dict) or all(extra(v[k]) for k in v if k not in known)
+    if key == "items":
+        if "prefixItems" in schema:
+            raise _Unsupported("prefixItems")
+        item = _compile(arg)
+        return lambda v: not isinstance(v, list) or all(item(x) for x in v)
+    if key == "anyOf":
+        subs = [_compile(sub) for sub in arg]
+        return lambda v: any(sub(v) for sub in subs)
+    if key == "allOf":
+        subs = [_compile(sub) for sub in arg]
+        return lambda v: all(sub(v) for sub in subs)
+    if key == "oneOf":
+        subs = [_compile(sub) for sub in arg]
+        return lambda v: sum(1 for sub in subs if sub(v)) == 1
+    if key == "not":
+        sub = _compile(arg)
+        return lambda v: not sub(v)
+    if key == "if":
+        cond = _compile(arg)
+        then = _compile(schema.get("then", True))
+        otherwise = _compile(schema.get("else", True))
+        return lambda v: then(v) if cond(v) else otherwise(v)
+    raise _Unsupported(key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -823,9 +1031,12 @@ def verify(path: str | os.PathLike[str], *, check_schema: bool = True) -> Verify
     one, a run's records are contiguous, and nothing of a run follows its ``run_finished``.
 
     Stops at the first problem. An empty file is intact but not complete. A run that never
-    finished counts as complete when a later run in the file resumes it (``resumes``).
+    finished counts as complete when a later run in the file resumes it (its ``run_started``
+    names it in ``resumes``); resuming under the same run_id simply continues the run. Memory
+    grows with the number of runs, not of records. A missing or unreadable file raises
+    OSError.
     """
-    validators = _validators() if check_schema else None
+    checkers = _checkers() if check_schema else None
     expected_prev = GENESIS_HASH
     count = 0
     current_run: str | None = None
@@ -877,13 +1088,13 @@ def verify(path: str | os.PathLike[str], *, check_schema: bool = True) -> Verify
                 return broken(
                     number, seq, "prev is not the previous record's hash (records removed or reordered)"
                 )
-            if validators is not None:
-                rtype = record["type"]
-                validator = validators.get(rtype)
-                if validator is None:
-                    return broken(number, seq, f"schema: unknown record type {rtype!r}")
-                if not validator.is_valid(record):
-                    return broken(number, seq, f"schema: {_schema_problem(record)}")
+            if checkers is not None:
+                checker = checkers.get(record["type"])
+                if checker is None:
+                    return broken(number, seq, f"schema: unknown record type {record['type']!r}")
+                problem = checker.problem(record)
+                if problem is not None:
+                    return broken(number, seq, f"schema: {problem}")
             run_id = record["run_id"]
             rtype = record["type"]
             if run_id != current_run:
@@ -981,6 +1192,8 @@ def _summary(record: Mapping[str, Any]) -> str:
         if get("request") is not None:
             parts.append(f"request={_short(get('request'))}")
         return " ".join(parts)
+    if kind == "run_resumed":
+        return f"resumed after {get('after_records')} re-driven record(s)"
     if kind == "llm_call":
         head = f"{get('role')} {get('model')} attempts={get('attempts')} {_ms(get('duration_ms'))}"
         if get("error") is not None:

@@ -339,7 +339,11 @@ class Engine:
         if not self.config.llm_answer or self.llm is None:
             return render_result(run.result.result)
         messages = prompts.finalizer_messages(request, run.result.result, self._completed_view(run))
-        return self._call_llm(run, "finalizer", messages, None).text
+        response = self._call_llm(run, "finalizer", messages, None)
+        if response.finish_reason == "length":
+            # A cut-off answer could state a truncated figure; the results stay available.
+            raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
+        return response.text
 
     def _finish(self, run: _Run, status: RunStatus, stop: FailedClosed | None = None) -> RunResult:
         result = run.result

@@ -12,6 +12,7 @@ This module must never import an LLM client; tests/test_executor_isolation.py en
 
 from __future__ import annotations
 
+import copy
 import queue
 import threading
 import time
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pte.audit import AuditLog
-from pte.errors import ToolError
+from pte.errors import AuditWriteError, ToolError
 from pte.plan import Plan, PlanStep
 from pte.tools import Registry, ToolSpec
 
@@ -170,7 +171,16 @@ class Executor:
         for step_id in plan.order:
             if step_id in outputs:
                 continue
-            result = self._run_step(plan, plan.step(step_id), outputs, audit)
+            try:
+                result = self._run_step(plan, plan.step(step_id), outputs, audit)
+            except AuditWriteError as exc:
+                # The tool may already have run: it still counts as called.
+                ran: StepResult | None = getattr(exc, "step_result", None)
+                if ran is not None:
+                    execution.results.append(ran)
+                    if on_step is not None:
+                        on_step(ran)
+                raise
             execution.results.append(result)
             if on_step is not None:
                 on_step(result)
@@ -199,21 +209,29 @@ class Executor:
                 audit.sync()  # write-ahead: the intent is durable before the side effect
         try:
             spec.validate_args(args)
-            output = self.invoker(spec, args, step)
+            # The tool gets its own deep copy: resolved references share objects with earlier
+            # steps' outputs, and a tool that mutates its arguments must not rewrite what those
+            # steps returned (and the log recorded) nor the args kept in this step's result.
+            output = self.invoker(spec, copy.deepcopy(args), step)
             spec.validate_output(output)
         except ToolError as error:
             return self._record_failure(step, args, error, started, audit, spec, plan, started_logged=True)
         duration_ms = (time.perf_counter() - started) * 1000
+        result = StepResult(step.id, spec.name, "ok", args, output=output, duration_ms=duration_ms)
         if audit is not None:
-            audit.append(
-                "step_finished",
-                step_id=step.id,
-                tool=spec.name,
-                status="ok",
-                output=output,
-                duration_ms=round(duration_ms, 3),
-            )
-        return StepResult(step.id, spec.name, "ok", args, output=output, duration_ms=duration_ms)
+            try:
+                audit.append(
+                    "step_finished",
+                    step_id=step.id,
+                    tool=spec.name,
+                    status="ok",
+                    output=output,
+                    duration_ms=round(duration_ms, 3),
+                )
+            except AuditWriteError as exc:
+                exc.step_result = result  # type: ignore[attr-defined]
+                raise
+        return result
 
     def _record_failure(
         self,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import decimal
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -301,7 +302,9 @@ def _quantize(value: Decimal, places: int, rounding: str) -> Decimal:
     try:
         return value.quantize(Decimal(1).scaleb(-places), rounding=rounding)
     except decimal.InvalidOperation:
-        raise ValueError(f"cannot round {_plain(value)} to {places} places within {PRECISION} digits") from None
+        raise ValueError(
+            f"cannot round {_plain(value)} to {places} places within {PRECISION} digits"
+        ) from None
 
 
 def _make_round(rounding: str) -> Callable[..., Decimal]:
@@ -429,14 +432,18 @@ class _DecimalEvaluator(SimpleEval):  # type: ignore[misc]
 
 def _evaluate(expression: str, variables: Mapping[str, _Value], rounding: str) -> Decimal:
     if len(expression) > MAX_EXPRESSION_LENGTH:
-        raise ValueError(f"expression is too long ({len(expression)} characters; the limit is {MAX_EXPRESSION_LENGTH})")
+        raise ValueError(
+            f"expression is too long ({len(expression)} characters; the limit is {MAX_EXPRESSION_LENGTH})"
+        )
     text = expression.strip()
     if not text:
         raise ValueError("expression is empty")
     names: dict[str, _Value] = {}
     for name, value in variables.items():
         if not _VARIABLE_NAME_RE.fullmatch(name):
-            raise ValueError(f"invalid variable name {name!r}: use letters, digits and _, starting with a letter")
+            raise ValueError(
+                f"invalid variable name {name!r}: use letters, digits and _, starting with a letter"
+            )
         if isinstance(value, list):
             if len(value) > MAX_LIST_LENGTH:
                 raise ValueError(f"variable {name!r} has more than {MAX_LIST_LENGTH} items")
@@ -444,9 +451,12 @@ def _evaluate(expression: str, variables: Mapping[str, _Value], rounding: str) -
         else:
             names[name] = +value
     try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise ValueError(f"invalid expression: {exc.msg}") from None
+        with warnings.catch_warnings():
+            # Ambiguous source such as "1if x else 2" warns; refuse it instead of printing to stderr.
+            warnings.simplefilter("error", SyntaxWarning)
+            tree = ast.parse(text, mode="eval")
+    except (SyntaxError, SyntaxWarning) as exc:
+        raise ValueError(f"invalid expression: {getattr(exc, 'msg', exc)}") from None
     evaluator = _DecimalEvaluator(text, names, rounding)
     try:
         result = evaluator._eval(tree.body)
@@ -462,11 +472,13 @@ def _evaluate(expression: str, variables: Mapping[str, _Value], rounding: str) -
         raise ValueError("invalid arithmetic operation (e.g. a result that is not a number)") from None
     if isinstance(result, list):
         raise ValueError("the expression gives a list, not a number; aggregate it, e.g. sum(xs) or len(xs)")
-    value: Decimal = +result
-    return value
+    number: Decimal = +result
+    return number
 
 
-@tool
+# provenance="derived": a result computed from an untrusted amount is still untrusted, so the
+# calculator cannot launder a value out of an e-mail into a payment sink.
+@tool(provenance="derived")
 def calculator(
     expression: str,
     variables: dict[str, Decimal | list[Decimal]] | None = None,
@@ -498,7 +510,7 @@ def calculator(
     return CalcResult(value=value, expression=expression)
 
 
-@tool
+@tool(provenance="derived")
 def percentage(
     part: Decimal,
     whole: Decimal,

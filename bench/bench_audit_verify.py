@@ -1,0 +1,180 @@
+"""Benchmark: verify() throughput on a large audit log, against a parse-only baseline.
+
+Writes a log of --records records (default 1,000,000) with AuditLog (durability "none"), in
+runs of --run-size records shaped like real ones (run_started, llm_call, plan_accepted, pairs
+of step_started/step_finished, run_finished). Then times, over the same file:
+
+- the baseline: ``json.loads`` of every line, nothing else (parse-only);
+- ``verify(path)``: canonical form, hash chain, run structure and schema of every record;
+- ``verify(path, check_schema=False)``: the same without the schema.
+
+and prints records/s and each throughput as a ratio of the baseline's. Usage:
+
+    PYTHONPATH=. python bench/bench_audit_verify.py [--records N] [--run-size N] [--path FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pte.audit import AuditLog, VerifyReport, verify
+from pte.canonical import hash_json
+
+PLAN = {
+    "pte_plan": "1",
+    "steps": [
+        {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
+        {
+            "id": "total",
+            "tool": "calculator",
+            "args": {"expression": "sum(a)", "variables": {"a": {"$ref": "inv"}}},
+        },
+    ],
+    "result": {"$ref": "total/value"},
+}
+TOOLS = [
+    {"name": "list_overdue_invoices", "effect": "read", "idempotent": True, "timeout_s": 10},
+    {"name": "calculator", "effect": "read", "idempotent": True, "timeout_s": 1},
+]
+FINISH: dict[str, Any] = {
+    "status": "succeeded",
+    "reason": None,
+    "message": None,
+    "answer": "Total overdue: 205.49",
+    "result": "205.49",
+    "llm_calls": 1,
+}
+
+
+def write_log(path: Path, records: int, run_size: int) -> None:
+    """Append `records` records to `path`, in runs of about `run_size` records."""
+    plan_hash = hash_json(PLAN)
+    written = 0
+    run = 0
+    while written < records:
+        # A run needs at least run_started and run_finished; the last run takes what is left.
+        size = min(run_size, records - written)
+        with AuditLog(path, run_id=f"run{run:08d}", durability="none") as log:
+            log.append("run_started", mode="run", request="remind overdue invoices", tools=TOOLS, config={})
+            body = size - 2
+            if body >= 2:
+                log.append(
+                    "llm_call",
+                    role="planner",
+                    model="bench",
+                    messages=[{"role": "user", "content": "remind overdue invoices"}],
+                    response_format="json_schema",
+                    response=json.dumps(PLAN),
+                    finish_reason="stop",
+                    usage={"prompt_tokens": 800, "completion_tokens": 120, "total_tokens": 920},
+                    error=None,
+                    attempts=1,
+                    duration_ms=900.0,
+                )
+                log.append(
+                    "plan_accepted", origin="planner", plan_hash=plan_hash, plan=PLAN, order=["inv", "total"]
+                )
+                body -= 2
+            steps = 0
+            while body >= 2:
+                log.append(
+                    "step_started",
+                    step_id="inv",
+                    tool="list_overdue_invoices",
+                    effect="read",
+                    args={"days": 30, "n": steps},
+                    plan_hash=plan_hash,
+                )
+                log.append(
+                    "step_finished",
+                    step_id="inv",
+                    tool="list_overdue_invoices",
+                    status="ok",
+                    output={"ids": [101, 102, 107], "amounts": ["120.00", "75.50", "9.99"]},
+                    duration_ms=3.2,
+                )
+                body -= 2
+                steps += 1
+            if body == 1:
+                log.append(
+                    "approval", plan_hash=plan_hash, by="bench", at="2026-11-22T02:30:31Z", signed=False
+                )
+            if size >= 2:
+                log.append("run_finished", steps_run=steps, **FINISH)
+            written += size
+            run += 1
+
+
+def parse_only(path: Path) -> int:
+    """The baseline: parse every line, check nothing."""
+    count = 0
+    loads = json.loads
+    with open(path, "rb") as fh:
+        for line in fh:
+            loads(line)
+            count += 1
+    return count
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records to write (default 1,000,000)")
+    parser.add_argument("--run-size", type=int, default=1000, help="records per run (default 1000)")
+    parser.add_argument(
+        "--path", type=Path, help="write the log here and keep it (default: a temporary file)"
+    )
+    args = parser.parse_args(argv)
+    if args.records < 2 or args.run_size < 2:
+        parser.error("--records and --run-size must be at least 2")
+
+    tmp = None
+    if args.path is None:
+        tmp = tempfile.TemporaryDirectory(prefix="pte-bench-")
+        path = Path(tmp.name) / "audit.jsonl"
+    else:
+        path = args.path
+        if path.exists():
+            parser.error(f"{path} exists; give a new file")
+    try:
+        write_s, _ = timed(lambda: write_log(path, args.records, args.run_size))
+        size_mb = os.path.getsize(path) / 1e6
+        base_s, count = timed(lambda: parse_only(path))
+        assert count == args.records, (count, args.records)
+        rows: list[tuple[str, float]] = [("write (AuditLog, durability none)", write_s)]
+        rows.append(("baseline: json.loads per line", base_s))
+        for label, check_schema in (("verify()", True), ("verify(check_schema=False)", False)):
+            seconds, report = timed(lambda c=check_schema: verify(path, check_schema=c))  # type: ignore[misc]
+            assert isinstance(report, VerifyReport)
+            if not report.ok or report.records != args.records:
+                print(f"verify failed: {report.to_dict()}", file=sys.stderr)
+                return 1
+            rows.append((label, seconds))
+
+        base_rate = count / base_s
+        print(f"audit log: {count:,} records, {size_mb:,.1f} MB, runs of {args.run_size}")
+        print(f"{'phase':<36} {'seconds':>9} {'records/s':>12} {'vs parse-only':>14}")
+        for label, seconds in rows:
+            rate = count / seconds
+            print(f"{label:<36} {seconds:>9.2f} {rate:>12,.0f} {rate / base_rate:>13.3f}x")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,634 @@
+"""Data-flow (provenance) policies, checked statically when a plan is compiled.
+
+A fixed plan stops injected text from adding actions, but not from steering arguments: an
+IBAN copied out of an untrusted e-mail into a payment. Every data flow in a plan is an
+explicit reference, so PTE can label every value before anything runs:
+
+- a label set says where a value may have come from: ``request`` (a literal the planner
+  wrote, standing for the user's request), ``trusted`` (a trusted tool's output) and/or
+  ``untrusted`` (third-party text);
+- a step's whole output carries one label set: ``{"trusted"}`` or ``{"untrusted"}`` for
+  those tools, and for ``derived`` (deterministic shaping) tools the union of the label
+  sets of *all* their arguments, literals included;
+- a literal counts as ``request``, except in a replan whose prompt showed untrusted data:
+  there the replanner may have copied that data into a literal, so it counts as
+  ``untrusted`` (`Policy.check(literal="untrusted")`);
+- a *sink* parameter accepts a value only if the value's label set is a subset of what the
+  sink allows. Otherwise the plan is rejected with ``policy_violation`` and the whole flow,
+  e.g. ``send_payment.iban ← s3/text ← format_text ← s2/iban ← read_document (untrusted)``.
+
+Tools declare their output provenance and sinks in code (`pte.tool`); a policy file owned
+by compliance (schemas/policy.schema.json) overrides or extends those declarations.
+
+What counts as a literal: every string, number, boolean or null written in the plan, every
+empty array or object, and every object key below the argument names (keys are data too:
+a shaping tool may emit them). A derived tool called with no arguments counts as a literal.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, cast
+
+import jsonschema
+
+from pte._resources import load_schema
+from pte.canonical import canonical_json
+from pte.compiler import CompileContext, json_path
+from pte.errors import PlanRejected, PTEError, ReasonCode
+from pte.plan import Plan, Reference, is_reference
+from pte.tools import OutputProvenance, Registry
+
+__all__ = [
+    "LABELS",
+    "POLICY_FORMAT_VERSION",
+    "Label",
+    "Policy",
+    "PolicyCheck",
+    "PolicyError",
+    "ToolPolicy",
+    "load_policy",
+    "plan_literals",
+]
+
+POLICY_FORMAT_VERSION = "1"
+_SCHEMA_FILE = "policy.schema.json"
+
+Label = Literal["request", "trusted", "untrusted"]
+#: Every provenance label, from the most to the least trusted.
+LABELS: tuple[str, ...] = ("request", "trusted", "untrusted")
+_ALL = frozenset(LABELS)
+_REQUEST = frozenset({"request"})
+#: Which offending label a violation message traces first: the most alarming one.
+_EXPLAIN_ORDER: tuple[str, ...] = ("untrusted", "trusted", "request")
+_OUTPUTS: tuple[str, ...] = ("trusted", "untrusted", "derived")
+_LITERAL_SHOWN = 40
+
+
+class PolicyError(PTEError):
+    """A policy file (or document) cannot be used: unreadable, invalid, or naming unknown tools."""
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """What the policy says about one tool: its output provenance and its sink parameters."""
+
+    output: OutputProvenance
+    #: Sink parameters: parameter name -> the labels it accepts.
+    sinks: Mapping[str, frozenset[str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy-file form of this entry."""
+        out: dict[str, Any] = {"output": self.output}
+        if self.sinks:
+            out["sinks"] = {param: sorted(allowed) for param, allowed in sorted(self.sinks.items())}
+        return out
+
+
+def _frozen_sinks(sinks: Mapping[str, frozenset[str]]) -> Mapping[str, frozenset[str]]:
+    return MappingProxyType({param: frozenset(allowed) for param, allowed in sinks.items()})
+
+
+# --- the policy --------------------------------------------------------------------------------
+
+
+class Policy:
+    """Output provenance and sink parameters per tool: the tools' own declarations, then files.
+
+    Immutable: `with_file` and `with_document` return new policies. A tool this policy does
+    not know (not in the registry it was built from) falls back to its own declarations in
+    whatever registry a plan is compiled against.
+    """
+
+    def __init__(
+        self,
+        tools: Mapping[str, ToolPolicy] | None = None,
+        *,
+        registry: Registry | None = None,
+        sources: Sequence[str] = (),
+    ) -> None:
+        self._tools: Mapping[str, ToolPolicy] = MappingProxyType(dict(tools or {}))
+        self._registry = registry
+        #: The policy files applied, in order (for audit records and error messages).
+        self.sources: tuple[str, ...] = tuple(sources)
+
+    @classmethod
+    def from_registry(cls, registry: Registry) -> Policy:
+        """The policy the tools declare themselves (`provenance`, `sinks` in `pte.tool`)."""
+        tools = {spec.name: ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks)) for spec in registry}
+        return cls(tools, registry=registry)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def tools(self) -> Mapping[str, ToolPolicy]:
+        """Tool name -> `ToolPolicy`, for every tool this policy knows."""
+        return self._tools
+
+    def tool_policy(self, tool: str) -> ToolPolicy:
+        """The entry for `tool` (KeyError if this policy does not know it)."""
+        return self._tools[tool]
+
+    def output_label(self, tool: str) -> str:
+        """``trusted``, ``untrusted`` or ``derived``: what `tool`'s output counts as."""
+        return self._tools[tool].output
+
+    def sinks(self, tool: str) -> Mapping[str, frozenset[str]]:
+        """Sink parameters of `tool`: parameter -> the labels it accepts (empty if none)."""
+        return self._tools[tool].sinks
+
+    def to_document(self) -> dict[str, Any]:
+        """This policy as a policy-file document (valid against schemas/policy.schema.json)."""
+        return {
+            "pte_policy": POLICY_FORMAT_VERSION,
+            "tools": {name: entry.to_dict() for name, entry in sorted(self._tools.items())},
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON summary for audit records: the files applied and the effective policy."""
+        return {"sources": list(self.sources), **self.to_document()}
+
+    # -- applying files ----------------------------------------------------------------------
+
+    def with_file(self, path: str | os.PathLike[str], *, ignore_unknown: bool = False) -> Policy:
+        """A new policy with the policy file at `path` applied on top of this one.
+
+        Raises `PolicyError` when the file cannot be read, is not strict JSON (duplicate keys
+        included: a second entry for a tool must not silently win), breaks the schema, names a
+        tool this policy's registry does not have (unless `ignore_unknown`), or names a sink
+        parameter the tool does not take.
+        """
+        source = os.fspath(path)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyError(f"cannot read policy file {source!r}: {exc}") from None
+        return self.with_document(_parse_json(text, source), source=source, ignore_unknown=ignore_unknown)
+
+    def with_document(
+        self, document: Any, *, source: str = "<policy document>", ignore_unknown: bool = False
+    ) -> Policy:
+        """A new policy with a parsed policy document applied (see `with_file`).
+
+        Entries override or extend the tools' own declarations: `output` replaces the
+        tool's output provenance, and each parameter under `sinks` replaces (or adds) what
+        that parameter accepts; sinks the file does not mention stay as they were.
+
+        A tool name the registry does not have is an error, so that a typo cannot silently
+        leave a payment unguarded. A deployment that narrows its registry (``--allow``, a
+        manifest) while sharing one policy file across deployments passes
+        `ignore_unknown=True`: entries for tools that cannot be called are then skipped.
+        A policy built without a registry accepts any tool name.
+        """
+        _validate_document(document, source)
+        tools = dict(self._tools)
+        for name, entry in document["tools"].items():
+            if self._registry is not None and name not in self._registry:
+                if ignore_unknown:
+                    continue
+                raise PolicyError(_unknown_tool_message(source, name, self._registry.names))
+            current = tools.get(name)
+            if current is None:  # no registry: an entry for a tool not declared anywhere yet
+                current = ToolPolicy("trusted", _frozen_sinks({}))
+            sinks = dict(current.sinks)
+            for param, allowed in entry.get("sinks", {}).items():
+                _check_sink_param(source, name, param, self._registry)
+                sinks[param] = frozenset(allowed)
+            output = cast(OutputProvenance, entry.get("output", current.output))
+            tools[name] = ToolPolicy(output, _frozen_sinks(sinks))
+        return Policy(tools, registry=self._registry, sources=(*self.sources, source))
+
+    # -- checking plans -----------------------------------------------------------------------
+
+    def check(
+        self,
+        *,
+        literal: str = "request",
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] = (),
+    ) -> PolicyCheck:
+        """A compile check enforcing this policy; pass it to `compile_plan(checks=...)`.
+
+        `literal`: what the plan's literals count as (``request``; ``untrusted`` for a replan
+        whose prompt showed untrusted data). `prior`: label sets of steps completed before
+        this plan (a replan may reference them); a prior step missing from it gets its tool's
+        declared output label, or every label when that tool is derived (its inputs are
+        unknown here, so assume the worst). `request_literals`: canonical JSON of literal values
+        known to come from the request (see `plan_literals`); they stay ``request`` in a replan.
+        """
+        return PolicyCheck(self, literal=literal, prior=prior, request_literals=request_literals)
+
+    def label_plan(
+        self,
+        plan: Plan | CompileContext,
+        *,
+        literal: str = "request",
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] = (),
+    ) -> dict[str, frozenset[str]]:
+        """The label set of every step of a compiled plan (or of a context past `check_acyclic`).
+
+        Nothing is enforced: this explains a plan (tests, ``pte plan --explain``) and gives an
+        engine the labels of the steps it ran, to carry into a replan as `prior`.
+        """
+        return _flow_graph(self, plan, literal, prior, frozenset(request_literals)).label_all()
+
+    def _entry(self, tool: str, registry: Registry | None) -> ToolPolicy:
+        entry = self._tools.get(tool)
+        if entry is not None:
+            return entry
+        # A tool outside this policy's registry: its own declarations are all we know.
+        if registry is not None and tool in registry:
+            spec = registry[tool]
+            return ToolPolicy(spec.provenance, spec.sinks)
+        raise KeyError(tool)
+
+
+class PolicyCheck:
+    """A compile check (a callable taking a `CompileContext`) that enforces a `Policy`.
+
+    It labels every step in topological order, stores the label sets in
+    ``ctx.extras["provenance"]`` (step id -> frozenset of labels, this plan's steps only) and
+    in `labels`, then checks every sink parameter in plan order and raises
+    `PlanRejected(policy_violation)` on the first violation.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        literal: str = "request",
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] = (),
+    ) -> None:
+        if literal not in LABELS:
+            raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
+        self.policy = policy
+        self.literal = literal
+        self.prior: Mapping[str, frozenset[str]] = MappingProxyType(_checked_prior(prior))
+        self.request_literals = frozenset(request_literals)
+        #: Label sets of the last plan this check labelled (also in ctx.extras["provenance"]).
+        self.labels: dict[str, frozenset[str]] = {}
+
+    def configured(
+        self,
+        *,
+        literal: str | None = None,
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] | None = None,
+    ) -> PolicyCheck:
+        """The same check for another compile: a replan's literal rule and completed steps."""
+        return PolicyCheck(
+            self.policy,
+            literal=self.literal if literal is None else literal,
+            prior=self.prior if prior is None else prior,
+            request_literals=self.request_literals if request_literals is None else request_literals,
+        )
+
+    def __call__(self, ctx: CompileContext) -> None:
+        graph = _flow_graph(self.policy, ctx, self.literal, self.prior, self.request_literals)
+        labels = graph.label_all()
+        self.labels = labels
+        ctx.extras["provenance"] = dict(labels)
+        violation = graph.first_violation()
+        if violation is not None:
+            raise violation
+
+    def __repr__(self) -> str:
+        return f"PolicyCheck(literal={self.literal!r}, prior={len(self.prior)} step(s))"
+
+
+def load_policy(
+    registry: Registry, path: str | os.PathLike[str] | None, *, ignore_unknown: bool = False
+) -> Policy:
+    """The policy for `registry`: the tools' own declarations, with the file at `path` applied (if any)."""
+    policy = Policy.from_registry(registry)
+    if path is None:
+        return policy
+    return policy.with_file(path, ignore_unknown=ignore_unknown)
+
+
+# --- the policy file ---------------------------------------------------------------------------
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise PolicyError(
+            f"policy file {source!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise PolicyError(f"policy file {source!r} is not valid JSON: {exc}") from None
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(load_schema(_SCHEMA_FILE))
+
+
+def _validate_document(document: Any, source: str) -> None:
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    if error is not None:
+        where = json_path(error.absolute_path)
+        raise PolicyError(f"policy {source!r} is invalid at {where}: {error.message}")
+
+
+def _unknown_tool_message(source: str, name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (
+        f"policy {source!r} names tool {name!r}, which is not in the registry "
+        f"({', '.join(known) or 'none'}){hint} "
+        "(load it with ignore_unknown=True to skip tools this deployment does not allow)"
+    )
+
+
+def _check_sink_param(source: str, tool: str, param: str, registry: Registry | None) -> None:
+    if registry is None or tool not in registry:
+        return
+    params = registry[tool].input_schema.get("properties", {})
+    if param not in params:
+        raise PolicyError(
+            f"policy {source!r}: tool {tool!r} has no parameter {param!r} to guard "
+            f"(its parameters: {', '.join(params) or 'none'})"
+        )
+
+
+def _checked_prior(prior: Mapping[str, frozenset[str]] | None) -> dict[str, frozenset[str]]:
+    out: dict[str, frozenset[str]] = {}
+    for step_id, labels in (prior or {}).items():
+        frozen = frozenset(labels)
+        if not frozen <= _ALL:
+            raise ValueError(f"prior labels of {step_id!r} name unknown labels {sorted(frozen - _ALL)}")
+        out[step_id] = frozen
+    return out
+
+
+# --- labelling -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Literal:
+    """A literal in a plan: its canonical JSON (to match request literals) and how messages show it."""
+
+    canon: str
+    shown: str
+
+
+@dataclass(frozen=True, slots=True)
+class _StepView:
+    id: str
+    tool: str
+    args: Mapping[str, Any]
+    #: Where the step sits in the plan (for JSON paths).
+    position: int
+
+
+def _literal(value: Any, *, key: bool = False) -> _Literal:
+    text = json.dumps(value, ensure_ascii=True)
+    if len(text) > _LITERAL_SHOWN:
+        text = text[: _LITERAL_SHOWN - 1] + "…"
+    return _Literal(canonical_json(value), f"literal key {text}" if key else f"literal {text}")
+
+
+def _components(value: Any) -> Iterator[Reference | _Literal]:
+    """The data components of a value in document order: its references and its literals.
+
+    Iterative: a compiled plan's depth is bounded, but labelling must not depend on it.
+    """
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Literal):
+            yield item
+        elif is_reference(item):
+            yield Reference.parse(item["$ref"])
+        elif isinstance(item, dict):
+            if not item:
+                yield _literal(item)
+            pending: list[Any] = []
+            for key, sub in item.items():
+                pending.append(_literal(key, key=True))
+                pending.append(sub)
+            stack.extend(reversed(pending))
+        elif isinstance(item, list):
+            if not item:
+                yield _literal(item)
+            stack.extend(reversed(item))
+        else:
+            yield _literal(item)
+
+
+def _arg_components(args: Mapping[str, Any]) -> Iterator[Reference | _Literal]:
+    # The argument names are the tool's parameters, not data: only their values count.
+    for value in args.values():
+        yield from _components(value)
+
+
+def _output_labels(output: str) -> frozenset[str] | None:
+    """The fixed label set of a tool kind; None for derived (it depends on the arguments)."""
+    if output == "trusted":
+        return frozenset({"trusted"})
+    if output == "untrusted":
+        return frozenset({"untrusted"})
+    return None
+
+
+class _FlowGraph:
+    """One plan's data flows: labels every step, finds and explains sink violations."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        registry: Registry | None,
+        steps: Sequence[_StepView],
+        order: Sequence[str],
+        prior_tools: Mapping[str, str],
+        prior_labels: Mapping[str, frozenset[str]],
+        literal: str,
+        request_literals: frozenset[str],
+    ) -> None:
+        self.policy = policy
+        self.registry = registry
+        self.steps = steps
+        self.index = {s.id: s for s in steps}
+        self.order = order
+        self.prior_tools = prior_tools
+        self.prior_labels = prior_labels
+        self.literal = literal
+        self.request_literals = request_literals
+        self.labels: dict[str, frozenset[str]] = {}
+
+    def entry(self, tool: str) -> ToolPolicy:
+        return self.policy._entry(tool, self.registry)
+
+    # -- labels ----------------------------------------------------------------------------
+
+    def label_all(self) -> dict[str, frozenset[str]]:
+        # Topological order: every reference points at a step already labelled (or a prior one).
+        for step_id in self.order:
+            self.labels[step_id] = self.step_labels(self.index[step_id])
+        return {s.id: self.labels[s.id] for s in self.steps}
+
+    def step_labels(self, step: _StepView) -> frozenset[str]:
+        output = self.entry(step.tool).output
+        fixed = _output_labels(output)
+        if fixed is not None:
+            return fixed
+        if not step.args:
+            return frozenset({self.literal})
+        return self.value_labels(_arg_components(step.args))
+
+    def value_labels(self, components: Iterator[Reference | _Literal]) -> frozenset[str]:
+        out: set[str] = set()
+        for component in components:
+            out |= self.component_labels(component)
+        return frozenset(out)
+
+    def component_labels(self, component: Reference | _Literal) -> frozenset[str]:
+        if isinstance(component, _Literal):
+            if component.canon in self.request_literals:
+                return _REQUEST  # the same value the request-time plan wrote: nothing new
+            return frozenset({self.literal})
+        return self.step_id_labels(component.step)
+
+    def step_id_labels(self, step_id: str) -> frozenset[str]:
+        if step_id in self.labels:
+            return self.labels[step_id]
+        if step_id in self.prior_labels:
+            return self.prior_labels[step_id]
+        tool = self.prior_tools.get(step_id)
+        fixed = None if tool is None else self.fixed_output(tool)
+        if fixed is not None:
+            return fixed
+        # A derived or unknown earlier step whose inputs are not known here: assume the worst.
+        return _ALL
+
+    # -- sinks -----------------------------------------------------------------------------
+
+    def first_violation(self) -> PlanRejected | None:
+        for step in self.steps:  # plan order, so the first violation is the first one a reader meets
+            sinks = self.entry(step.tool).sinks
+            for param, allowed in sinks.items():
+                if param not in step.args:
+                    continue  # the tool's own default: nothing from the plan reaches it
+                labels = self.value_labels(_components(step.args[param]))
+                offending = labels - allowed
+                if offending:
+                    return self.violation(step, param, allowed, offending)
+        return None
+
+    def violation(
+        self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]
+    ) -> PlanRejected:
+        label = next(lab for lab in _EXPLAIN_ORDER if lab in offending)
+        flow = " ← ".join(self.trace(step, param, label))
+        accepts = " or ".join(lab for lab in LABELS if lab in allowed)
+        accepts = f"accepts only {accepts} data" if accepts else "accepts no data from a plan"
+        message = f"step {step.id!r}: {step.tool}.{param} {accepts}, but would receive {label} data: {flow}"
+        return PlanRejected(
+            ReasonCode.POLICY_VIOLATION, message, json_path(("steps", step.position, "args", param))
+        )
+
+    def trace(self, step: _StepView, param: str, label: str) -> list[str]:
+        """The flow that brings `label` into ``step.tool.param``, hop by hop back to its source."""
+        parts = [f"{step.tool}.{param}"]
+        components: Iterator[Reference | _Literal] = _components(step.args[param])
+        while True:
+            component = next(c for c in components if label in self.component_labels(c))
+            if isinstance(component, _Literal):
+                parts.append(f"{component.shown} ({self.literal_note(label)})")
+                return parts
+            parts.append(str(component))
+            producer = self.index.get(component.step)
+            if producer is None:
+                parts.append(self.prior_note(component.step, label))
+                return parts
+            output = self.entry(producer.tool).output
+            if output != "derived":
+                parts.append(f"{producer.tool} ({output})")
+                return parts
+            parts.append(producer.tool)
+            if not producer.args:
+                parts.append(f"no arguments ({self.literal_note(label)})")
+                return parts
+            components = _arg_components(producer.args)
+
+    @staticmethod
+    def literal_note(label: str) -> str:
+        if label == "untrusted":
+            return "untrusted: written by a replanner that was shown untrusted data"
+        return label
+
+    def prior_note(self, step_id: str, label: str) -> str:
+        tool = self.prior_tools.get(step_id)
+        if step_id in self.prior_labels or (tool is not None and self.fixed_output(tool) is not None):
+            return f"{tool or 'an earlier step'} ({label}, completed earlier)"
+        return f"{tool or 'an earlier step'} (labels unknown: completed earlier, assumed {label})"
+
+    def fixed_output(self, tool: str) -> frozenset[str] | None:
+        """The fixed labels of a source tool; None for derived tools and tools nobody declares."""
+        try:
+            return _output_labels(self.entry(tool).output)
+        except KeyError:
+            return None
+
+
+def _flow_graph(
+    policy: Policy,
+    plan: Plan | CompileContext,
+    literal: str,
+    prior: Mapping[str, frozenset[str]] | None,
+    request_literals: frozenset[str],
+) -> _FlowGraph:
+    if literal not in LABELS:
+        raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
+    prior_labels = _checked_prior(prior)
+    registry: Registry | None
+    prior_tools: Mapping[str, str]
+    if isinstance(plan, CompileContext):
+        steps = [_StepView(s["id"], s["tool"], s["args"], i) for i, s in enumerate(plan.steps)]
+        registry, prior_tools = plan.registry, plan.prior
+    else:
+        steps = [_StepView(s.id, s.tool, s.args, i) for i, s in enumerate(plan.steps)]
+        registry, prior_tools = policy._registry, {}
+    order = plan.order
+    return _FlowGraph(policy, registry, steps, order, prior_tools, prior_labels, literal, request_literals)
+
+
+def plan_literals(plan: Plan | CompileContext) -> frozenset[str]:
+    """The canonical JSON of every literal in a plan's step arguments.
+
+    An engine passes the literals of the plans written *before* any untrusted data was shown
+    (the first plan) as `request_literals` to the checks of later replans: a replanner that
+    copies one of those values verbatim adds nothing an attacker chose.
+    """
+    args = (
+        [s["args"] for s in plan.steps] if isinstance(plan, CompileContext) else [s.args for s in plan.steps]
+    )
+    return frozenset(c.canon for a in args for c in _arg_components(a) if isinstance(c, _Literal))
