@@ -104,15 +104,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
+def _policy(registry: Registry, args: argparse.Namespace) -> Any:
+    from pte.policy import load_policy
+
     try:
-        from pte.policy import load_policy
-    except ImportError:  # pragma: no cover - the policy module ships with PTE
-        return []
-    try:
-        return [load_policy(registry, getattr(args, "policy", None)).check()]
+        return load_policy(registry, getattr(args, "policy", None))
     except PTEError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
+    return [_policy(registry, args).check()]
 
 
 def _open_audit(path: str, **kwargs: Any) -> Any:
@@ -153,7 +155,7 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
     )
-    return Engine(registry, llm, config=config, checks=_policy_checks(registry, args), before_execute=hooks)
+    return Engine(registry, llm, config=config, policy=_policy(registry, args), before_execute=hooks)
 
 
 def cmd_execute(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from pte.executor import Executor, StepResult, ToolInvoker, resolve_result
 from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
 from pte.plan import Plan, plan_schema
+from pte.policy import Policy, PolicyCheck
 from pte.tools import Registry
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
@@ -117,6 +118,8 @@ class _Run:
     result: RunResult
     #: Tool name of every completed step, across plans (what a replan may reference).
     prior: dict[str, str] = field(default_factory=dict)
+    #: Provenance label set of every step of every accepted plan (with a policy).
+    labels: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 class Engine:
@@ -124,7 +127,9 @@ class Engine:
 
     - `registry`: the allow-list; `llm`: any `LLMClient` (None: only `execute` works).
     - `invoker`: how tools are called (live by default; replay passes recorded outputs).
-    - `checks`: extra compile checks (data-flow policies), run on every plan.
+    - `policy`: the data-flow policy every plan must satisfy (`pte.policy`); recorded in
+      `run_started` so that replay checks plans against the same policy.
+    - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
     """
@@ -138,6 +143,7 @@ class Engine:
         invoker: ToolInvoker | None = None,
         checks: Sequence[CompileCheck] = (),
         before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
+        policy: Policy | None = None,
     ) -> None:
         self.registry = registry
         self.llm = llm
@@ -145,6 +151,7 @@ class Engine:
         self.executor = Executor(registry, invoker=invoker)
         self.checks = tuple(checks)
         self.before_execute = tuple(before_execute)
+        self.policy = policy
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -226,6 +233,8 @@ class Engine:
         config: dict[str, Any] = self.config.to_dict()
         if self.llm is not None:
             config["model"] = self.llm.model
+        if self.policy is not None:
+            config["policy"] = self.policy.to_document()
         config.update(extra or {})
         run.audit.append("run_started", mode=mode, request=request, tools=self.registry.describe(), config=config)
 
@@ -279,12 +288,24 @@ class Engine:
             raise rejection
         return self._accept(run, role, response.text)
 
+    def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck | None:
+        if self.policy is None:
+            return None
+        prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
+        # A replanner that was shown untrusted output may have copied it into literals.
+        saw_untrusted = origin == "replanner" and any("untrusted" in labels for labels in prior.values())
+        return self.policy.check(literal="untrusted" if saw_untrusted else "request", prior=prior)
+
     def _accept(self, run: _Run, origin: PlanOrigin, text: str) -> Plan:
+        policy_check = self._policy_check(run, origin)
+        checks = self.checks if policy_check is None else (policy_check, *self.checks)
         try:
-            plan = compile_plan(text, self.registry, self.config.limits, checks=self.checks, prior=run.prior)
+            plan = compile_plan(text, self.registry, self.config.limits, checks=checks, prior=run.prior)
         except PlanRejected as rejection:
             self._record_rejection(run, origin, text, rejection)
             raise
+        if policy_check is not None:
+            run.labels.update(policy_check.labels)
         run.audit.append(
             "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
         )

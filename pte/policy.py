@@ -394,10 +394,23 @@ def _checked_prior(prior: Mapping[str, frozenset[str]] | None) -> dict[str, froz
 
 @dataclass(frozen=True, slots=True)
 class _Literal:
-    """A literal in a plan: its canonical JSON (to match request literals) and how messages show it."""
+    """A literal in a plan (a value, or an object key written by the planner)."""
 
-    canon: str
-    shown: str
+    value: Any
+    key: bool = False
+
+    @property
+    def canon(self) -> str:
+        """Canonical JSON, to match request literals (computed only when there are some)."""
+        return canonical_json(self.value)
+
+    @property
+    def shown(self) -> str:
+        """How flow messages show it: JSON, shortened."""
+        text = json.dumps(self.value, ensure_ascii=True)
+        if len(text) > _LITERAL_SHOWN:
+            text = text[: _LITERAL_SHOWN - 1] + "…"
+        return f"literal key {text}" if self.key else f"literal {text}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,13 +420,6 @@ class _StepView:
     args: Mapping[str, Any]
     #: Where the step sits in the plan (for JSON paths).
     position: int
-
-
-def _literal(value: Any, *, key: bool = False) -> _Literal:
-    text = json.dumps(value, ensure_ascii=True)
-    if len(text) > _LITERAL_SHOWN:
-        text = text[: _LITERAL_SHOWN - 1] + "…"
-    return _Literal(canonical_json(value), f"literal key {text}" if key else f"literal {text}")
 
 
 def _components(value: Any) -> Iterator[Reference | _Literal]:
@@ -430,18 +436,18 @@ def _components(value: Any) -> Iterator[Reference | _Literal]:
             yield Reference.parse(item["$ref"])
         elif isinstance(item, dict):
             if not item:
-                yield _literal(item)
+                yield _Literal(item)
             pending: list[Any] = []
             for key, sub in item.items():
-                pending.append(_literal(key, key=True))
+                pending.append(_Literal(key, key=True))
                 pending.append(sub)
             stack.extend(reversed(pending))
         elif isinstance(item, list):
             if not item:
-                yield _literal(item)
+                yield _Literal(item)
             stack.extend(reversed(item))
         else:
-            yield _literal(item)
+            yield _Literal(item)
 
 
 def _arg_components(args: Mapping[str, Any]) -> Iterator[Reference | _Literal]:
@@ -508,11 +514,13 @@ class _FlowGraph:
         out: set[str] = set()
         for component in components:
             out |= self.component_labels(component)
+            if len(out) == len(_ALL):
+                break  # nothing more to learn from the rest of a large value
         return frozenset(out)
 
     def component_labels(self, component: Reference | _Literal) -> frozenset[str]:
         if isinstance(component, _Literal):
-            if component.canon in self.request_literals:
+            if self.request_literals and component.canon in self.request_literals:
                 return _REQUEST  # the same value the request-time plan wrote: nothing new
             return frozenset({self.literal})
         return self.step_id_labels(component.step)

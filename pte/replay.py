@@ -32,6 +32,7 @@ from pte.errors import ApprovalMissing, FailedClosed, LLMError, PTEError, Reason
 from pte.executor import LiveInvoker, ToolInvoker
 from pte.llm import LLMClient, LLMResponse, ReplayClient
 from pte.plan import Plan, PlanStep
+from pte.policy import Policy
 from pte.tools import Registry, ToolSpec
 
 __all__ = [
@@ -210,8 +211,8 @@ class RecordedInvoker:
             self.diffs.append(OutputDiff(step.id, spec.name, recorded_view, live_view))
 
     def _unrecorded(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
-        if not self._resume or self._live is None:
-            raise _LogEnded(f"no recorded output for step {step.id!r}")
+        # Resume's decision for an interrupted non-idempotent write; replay of a resumed log
+        # must reach the same one.
         if step.id in self._started and spec.effect == "write" and not spec.idempotent:
             raise FailedClosed(
                 ReasonCode.NEEDS_REVIEW,
@@ -220,6 +221,8 @@ class RecordedInvoker:
                 "finish the work with a new plan.",
                 f"$.steps[?(@.id=={step.id!r})]",
             )
+        if not self._resume or self._live is None:
+            raise _LogEnded(f"no recorded output for step {step.id!r}")
         self.live_calls.append(step.id)
         return self._live(spec, args, step)
 
@@ -281,8 +284,15 @@ def _engine_for(
     config = EngineConfig.from_dict(started.get("config") or {})
     approvals = _recorded_approvals(run_records)
     approvals.registry_holder["r"] = registry  # type: ignore[attr-defined]
-    checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
-    return Engine(registry, llm, config=config, invoker=invoker, checks=checks, before_execute=[approvals])
+    recorded = started.get("config") or {}
+    checks = checks_factory(registry, recorded) if checks_factory else ()
+    policy = None
+    if recorded.get("policy") is not None:
+        # The policy in force when the run was made, not whatever the files say today.
+        policy = Policy.from_registry(registry).with_document(recorded["policy"], source="<recorded policy>")
+    return Engine(
+        registry, llm, config=config, invoker=invoker, checks=checks, before_execute=[approvals], policy=policy
+    )
 
 
 def _drive(engine: Engine, started: Mapping[str, Any], audit: AuditLog) -> RunResult:

@@ -155,7 +155,7 @@ class ToolSpec:
             timeout_s=float(entry.get("timeout_s", 30.0)),
             idempotent=bool(entry.get("idempotent", True)),
             provenance=entry.get("provenance", "trusted"),
-            sinks=MappingProxyType({k: frozenset(v) for k, v in (entry.get("sinks") or {}).items()}),
+            sinks=MappingProxyType({k: frozenset(v) for k, v in sorted((entry.get("sinks") or {}).items())}),
             requires_approval=bool(entry.get("requires_approval", False)),
             _input_validator=jsonschema.Draft202012Validator(input_schema),
             _output_validator=jsonschema.Draft202012Validator(output_schema),
@@ -270,8 +270,11 @@ def _build_spec(
         jsonschema.Draft202012Validator.check_schema(schema)
 
     doc = description if description is not None else inspect.getdoc(func) or ""
+    # Sorted by parameter name: checks walk sinks in this order, and it must not depend on how
+    # the declaration (or a recorded copy of it, canonical JSON) happened to order them.
     sink_map = {
-        param: frozenset([allowed] if isinstance(allowed, str) else allowed) for param, allowed in (sinks or {}).items()
+        param: frozenset([allowed] if isinstance(allowed, str) else allowed)
+        for param, allowed in sorted((sinks or {}).items())
     }
     for param, allowed in sink_map.items():
         unknown = allowed - {"request", "trusted", "untrusted"}

@@ -1,0 +1,122 @@
+"""Regenerate the audit samples: real logs of each kind of run.
+
+    python audit_samples/generate.py            # rewrites audit_samples/*.jsonl
+
+Every sample is produced by the real engine on a fresh sample ledger, with the demo's
+recorded LLM answers (`pte.demo`), except `crashed_mid_run`, which is a `pte execute` run
+in a child process that is killed with SIGKILL part-way through (after its 7th record).
+The tests replay and verify every sample (tests/test_audit_samples.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from pte.demo import SCENARIOS, demo_registry, run_scenario  # noqa: E402
+from pte.tools import load_pack  # noqa: E402
+
+#: sample file -> demo scenario
+SAMPLES = {
+    "success": "three_figures_share",
+    "success_with_write": "overdue_reminders",
+    "replan": "replan_after_failure",
+    "invalid_json": "invalid_json",
+    "disallowed_tool": "tool_not_allowed",
+    "bad_args": "bad_args",
+    "replans_exhausted": "replans_exhausted",
+    "policy_violation": "injected_iban_blocked",
+    "approval_missing": "payment_unapproved",
+    "approved_payment": "payment_approved",
+}
+
+#: The plan the crashed run executes: reads, then two idempotent writes.
+CRASH_PLAN = """{
+ "pte_plan": "1",
+ "steps": [
+  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
+  {"id": "first", "tool": "queue_reminder", "args": {"invoice_id": "INV-1006", "channel": "letter"}},
+  {"id": "all", "tool": "send_reminders", "args": {"invoice_ids": {"$ref": "inv/ids"}}},
+  {"id": "total", "tool": "calculator", "args": {"expression": "n * 1", "variables": {"n": {"$ref": "all/queued"}}}}
+ ],
+ "result": {"$ref": "total/value"}
+}
+"""
+
+_CRASH_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {repo!r})
+    from pte.audit import AuditLog
+    from pte.engine import Engine
+    from pte.tools import load_registry
+
+    kill_after = int(os.environ["PTE_SAMPLE_KILL_AFTER"])
+    original = AuditLog.append
+
+    def append(self, type, /, **fields):
+        record = original(self, type, **fields)
+        if record["seq"] + 1 >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash right after this record reached the OS
+        return record
+
+    AuditLog.append = append
+    registry = load_registry(["backoffice", "calculator", "shaping"])
+    with AuditLog(sys.argv[1]) as audit:
+        Engine(registry).execute(open(sys.argv[2]).read(), audit)
+    """
+)
+
+
+def _create_ledger(path: Path) -> None:
+    module = sys.modules[load_pack("backoffice")["list_overdue_invoices"].func.__module__]
+    module.create_sample_ledger(path, overwrite=True)
+
+
+def crash_sample(log: Path, ledger: Path, *, kill_after: int = 7) -> int:
+    """Run CRASH_PLAN in a child process killed by SIGKILL after `kill_after` records; return its code."""
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = Path(tmp) / "plan.json"
+        plan.write_text(CRASH_PLAN, encoding="utf-8")
+        env = {**os.environ, "PTE_LEDGER": str(ledger), "PTE_SAMPLE_KILL_AFTER": str(kill_after)}
+        child = subprocess.run(
+            [sys.executable, "-c", _CRASH_CHILD.format(repo=str(REPO)), str(log), str(plan)],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+    return child.returncode
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="pte-samples-") as tmp:
+        workdir = Path(tmp)
+        ledger = workdir / "ledger.sqlite"
+        _create_ledger(ledger)
+        os.environ["PTE_LEDGER"] = str(ledger)
+        registry = demo_registry()
+        by_name = {s.name: s for s in SCENARIOS}
+        for sample, scenario in SAMPLES.items():
+            target = HERE / f"{sample}.jsonl"
+            target.unlink(missing_ok=True)
+            outcome = run_scenario(by_name[scenario], registry, workdir, audit_path=target)
+            status = "ok" if outcome.as_expected else "UNEXPECTED"
+            print(f"{target.name:28} {outcome.result.status:14} {outcome.result.reason or '-'}  {status}")
+        crashed = HERE / "crashed_mid_run.jsonl"
+        crashed.unlink(missing_ok=True)
+        code = crash_sample(crashed, ledger)
+        print(f"{crashed.name:28} killed (exit {code}, SIGKILL is {-signal.SIGKILL})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
