@@ -11,7 +11,7 @@ so someone who can write to the store but does not hold the key cannot approve a
 Without a key, any recorded approval of the hash counts (the store's own access control is
 then the only protection).
 
-`approval_hook` plugs the check into `Engine(before_execute=[...])`: an accepted plan that
+`approval_hook` plugs the check into `Engine(approval=...)`: an accepted plan that
 calls a tool with ``requires_approval=True`` runs only if its hash is approved; otherwise
 the run fails closed with ``approval_missing`` before any of its steps runs.
 """
@@ -251,7 +251,7 @@ def _why_invalid(found: list[Approval]) -> str:
 def approval_hook(
     store: ApprovalStore, *, key: bytes | None = None, registry: Registry | None = None
 ) -> Callable[[Plan, AuditLog], None]:
-    """A `before_execute` hook for `Engine`: approved plans get an ``approval`` audit record.
+    """The approval gate for `Engine(approval=...)`: approved plans get an ``approval`` audit record.
 
     For each accepted plan that calls a tool requiring approval, the hook runs the approval
     check and appends ``approval`` (plan_hash, by, at, signed) to the audit log; otherwise it

@@ -146,16 +146,19 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
     from pte.engine import Engine, EngineConfig
 
-    hooks: list[Any] = []
-    approvals = getattr(args, "approvals", None)
-    if approvals is not None or any(t.requires_approval for t in registry):
-        from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
+    from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
 
-        hooks.append(approval_hook(ApprovalStore(approvals or "pte_approvals.jsonl"), key=approval_key_from_env()))
+    store = ApprovalStore(getattr(args, "approvals", None) or "pte_approvals.jsonl")
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
     )
-    return Engine(registry, llm, config=config, policy=_policy(registry, args), before_execute=hooks)
+    return Engine(
+        registry,
+        llm,
+        config=config,
+        policy=_policy(registry, args),
+        approval=approval_hook(store, key=approval_key_from_env(), registry=registry),
+    )
 
 
 def cmd_execute(args: argparse.Namespace) -> int:

@@ -184,12 +184,17 @@ def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
 
 def check_schema(ctx: CompileContext) -> None:
     """schema_violation: the document does not match schemas/plan.schema.json."""
-    if _fast_plan_validator().is_valid(ctx.document):
-        return
-    error = jsonschema.exceptions.best_match(_plan_validator().iter_errors(ctx.document))
-    if error is None:  # the two validators disagree: trust the stricter one
-        fast_error = next(iter(_fast_plan_validator().iter_errors(ctx.document)))
-        raise _reject(ReasonCode.SCHEMA_VIOLATION, fast_error.message, *fast_error.instance_path)
+    too_deep = _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep to validate")
+    try:
+        if _fast_plan_validator().is_valid(ctx.document):
+            return
+        error = jsonschema.exceptions.best_match(_plan_validator().iter_errors(ctx.document))
+        if error is None:  # no explanation from the pure-Python validator: report the compiled one's
+            fast_error = next(iter(_fast_plan_validator().iter_errors(ctx.document)))
+            raise _reject(ReasonCode.SCHEMA_VIOLATION, fast_error.message, *fast_error.instance_path)
+    except (RecursionError, ValueError):
+        # Both validators recurse; a document deep enough to exhaust them is far beyond any depth limit.
+        raise too_deep from None
     detail = _deepest(error)
     path = list(detail.absolute_path) if len(detail.absolute_path) >= len(error.absolute_path) else list(error.absolute_path)
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
@@ -503,6 +508,17 @@ def compile_plan(
         except UnicodeDecodeError as exc:
             raise _reject(ReasonCode.INVALID_JSON, f"plan is not UTF-8 text: {exc}") from None
     ctx = CompileContext(text=text, registry=registry, limits=limits or DEFAULT_LIMITS, prior=dict(prior or {}))
-    for check in (*PIPELINE, *checks):
+    for check in PIPELINE:
         check(ctx)
+    for check in checks:
+        try:
+            check(ctx)
+        except PlanRejected:
+            raise
+        except Exception as exc:
+            # An extra check (a policy) that cannot decide must not let the plan through.
+            name = getattr(check, "__name__", type(check).__name__)
+            raise _reject(
+                ReasonCode.POLICY_VIOLATION, f"check {name} failed: {type(exc).__name__}: {exc}"
+            ) from exc
     return build_plan(ctx.document, ctx.order, sha256_hex(ctx.canonical), ctx.canonical, ctx.references)

@@ -261,7 +261,7 @@ def run_scenario(
         ReplayClient(scenario.responses, model="recorded-demo-responses"),
         config=EngineConfig(max_replans=scenario.max_replans),
         policy=policy,
-        before_execute=[approval_hook(store)],
+        approval=approval_hook(store, registry=registry),
     )
     audit = audit_factory(path) if audit_factory else AuditLog(path)
     with audit:

@@ -19,12 +19,12 @@ from typing import Any, Literal
 from pte import prompts
 from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
-from pte.errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
+from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte.executor import Executor, StepResult, ToolInvoker, resolve_result
 from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
 from pte.plan import Plan, plan_schema
-from pte.policy import Policy, PolicyCheck
+from pte.policy import Policy, PolicyCheck, plan_literals
 from pte.tools import Registry
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
@@ -118,8 +118,13 @@ class _Run:
     result: RunResult
     #: Tool name of every completed step, across plans (what a replan may reference).
     prior: dict[str, str] = field(default_factory=dict)
-    #: Provenance label set of every step of every accepted plan (with a policy).
+    #: Provenance label set of every step of every accepted plan.
     labels: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Whether an LLM prompt of this run has shown untrusted data (sticky): later replans'
+    #: literals then count as untrusted, except values the first plan already had.
+    shown_untrusted: bool = False
+    #: Canonical JSON of the literals of plans written before any untrusted data was shown.
+    request_literals: frozenset[str] = frozenset()
 
 
 class Engine:
@@ -127,8 +132,12 @@ class Engine:
 
     - `registry`: the allow-list; `llm`: any `LLMClient` (None: only `execute` works).
     - `invoker`: how tools are called (live by default; replay passes recorded outputs).
-    - `policy`: the data-flow policy every plan must satisfy (`pte.policy`); recorded in
-      `run_started` so that replay checks plans against the same policy.
+    - `policy`: the data-flow policy every plan must satisfy (`pte.policy`); by default the
+      tools' own declarations (`provenance`, `sinks`), so declared sinks are always
+      enforced. Recorded in `run_started`, so that replay checks against the same policy.
+    - `approval`: the gate for plans that call a tool with `requires_approval`
+      (`pte.approval.approval_hook`). Without one, such a plan fails closed
+      (`approval_missing`): nothing that needs a person's approval runs by default.
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
@@ -144,6 +153,7 @@ class Engine:
         checks: Sequence[CompileCheck] = (),
         before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
         policy: Policy | None = None,
+        approval: Callable[[Plan, AuditLog], None] | None = None,
     ) -> None:
         self.registry = registry
         self.llm = llm
@@ -151,7 +161,8 @@ class Engine:
         self.executor = Executor(registry, invoker=invoker)
         self.checks = tuple(checks)
         self.before_execute = tuple(before_execute)
-        self.policy = policy
+        self.policy = policy if policy is not None else Policy.from_registry(registry)
+        self.approval = approval if approval is not None else self._no_approvals
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -191,6 +202,8 @@ class Engine:
                     failure.step_id,
                     failure.tool,
                     failure.error.to_dict(),
+                    # A tool's error can quote its (possibly untrusted) input.
+                    error_provenance="untrusted" if run.shown_untrusted else "trusted",
                 )
                 plan = self._plan(run, "replanner", messages)
             run.result.result = self._result_value(plan, run)
@@ -233,8 +246,7 @@ class Engine:
         config: dict[str, Any] = self.config.to_dict()
         if self.llm is not None:
             config["model"] = self.llm.model
-        if self.policy is not None:
-            config["policy"] = self.policy.to_document()
+        config["policy"] = self.policy.to_document()
         config.update(extra or {})
         run.audit.append("run_started", mode=mode, request=request, tools=self.registry.describe(), config=config)
 
@@ -288,31 +300,44 @@ class Engine:
             raise rejection
         return self._accept(run, role, response.text)
 
-    def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck | None:
-        if self.policy is None:
-            return None
+    def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
         # A replanner that was shown untrusted output may have copied it into literals.
-        saw_untrusted = origin == "replanner" and any("untrusted" in labels for labels in prior.values())
-        return self.policy.check(literal="untrusted" if saw_untrusted else "request", prior=prior)
+        tainted = origin == "replanner" and run.shown_untrusted
+        return self.policy.check(
+            literal="untrusted" if tainted else "request",
+            prior=prior,
+            request_literals=run.request_literals if tainted else (),
+        )
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str) -> Plan:
         policy_check = self._policy_check(run, origin)
-        checks = self.checks if policy_check is None else (policy_check, *self.checks)
         try:
-            plan = compile_plan(text, self.registry, self.config.limits, checks=checks, prior=run.prior)
+            plan = compile_plan(
+                text, self.registry, self.config.limits, checks=(policy_check, *self.checks), prior=run.prior
+            )
         except PlanRejected as rejection:
             self._record_rejection(run, origin, text, rejection)
             raise
-        if policy_check is not None:
-            run.labels.update(policy_check.labels)
+        run.labels.update(policy_check.labels)
+        if not run.shown_untrusted:
+            run.request_literals |= plan_literals(plan)
         run.audit.append(
             "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
         )
         run.result.plans.append(plan)
+        self.approval(plan, run.audit)
         for hook in self.before_execute:
             hook(plan, run.audit)
         return plan
+
+    def _no_approvals(self, plan: Plan, audit: AuditLog) -> None:
+        needing = sorted({s.tool for s in plan.steps if self.registry[s.tool].requires_approval})
+        if needing:
+            raise ApprovalMissing(
+                f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
+                "store is configured (pte approve PLAN_FILE --by NAME; then --approvals FILE)"
+            )
 
     def _record_rejection(self, run: _Run, origin: str, text: str, rejection: FailedClosed) -> None:
         run.audit.append(
@@ -345,10 +370,20 @@ class Engine:
         run.result.outputs = execution.outputs
         return execution.failure
 
+    def _label(self, run: _Run, labels: frozenset[str] | None) -> str:
+        """How data is labelled in an LLM prompt: untrusted if any of it is."""
+        if labels is None or "untrusted" in labels:
+            return "untrusted"
+        return "trusted"
+
     def _completed_view(self, run: _Run) -> list[tuple[str, str, Any, str]]:
-        return [
-            (sid, tool, run.result.outputs[sid], self.registry[tool].provenance) for sid, tool in run.prior.items()
+        view = [
+            (sid, tool, run.result.outputs[sid], self._label(run, run.labels.get(sid)))
+            for sid, tool in run.prior.items()
         ]
+        if any(label == "untrusted" for *_, label in view):
+            run.shown_untrusted = True
+        return view
 
     def _result_value(self, plan: Plan, run: _Run) -> Any:
         try:
@@ -359,7 +394,15 @@ class Engine:
     def _finalize(self, run: _Run, request: str) -> str:
         if not self.config.llm_answer or self.llm is None:
             return render_result(run.result.result)
-        messages = prompts.finalizer_messages(request, run.result.result, self._completed_view(run))
+        plan = run.result.plans[-1]
+        sources = {ref.step for ref in plan.result_references()}
+        result_labels = frozenset().union(*(run.labels.get(sid, frozenset({"untrusted"})) for sid in sources))
+        messages = prompts.finalizer_messages(
+            request,
+            run.result.result,
+            self._completed_view(run),
+            result_provenance=self._label(run, result_labels),
+        )
         response = self._call_llm(run, "finalizer", messages, None)
         if response.finish_reason == "length":
             # A cut-off answer could state a truncated figure; the results stay available.

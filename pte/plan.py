@@ -250,6 +250,10 @@ class Plan:
     def has_result(self) -> bool:
         return self.result_json is not None
 
+    def result_references(self) -> list[Reference]:
+        """The references inside the plan's `result`."""
+        return [ref for _, ref in _reference_sites(self.result)] if self.has_result else []
+
     def to_dict(self) -> dict[str, Any]:
         """The plan document (a fresh copy)."""
         value: dict[str, Any] = json.loads(self.canonical)

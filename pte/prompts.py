@@ -99,6 +99,8 @@ def replanner_messages(
     failed_step: str,
     failed_tool: str,
     error: Mapping[str, Any],
+    *,
+    error_provenance: str = "trusted",
 ) -> list[dict[str, str]]:
     """The replanner's messages. `completed` holds (step id, tool, output, provenance) tuples.
 
@@ -119,14 +121,14 @@ def replanner_messages(
             f"The plan that was running:\n{json.dumps(plan_document, ensure_ascii=False)}",
             "Completed steps and their outputs:\n" + ("\n".join(blocks) if blocks else "(none)"),
             f"The failed step: {failed_step} (tool {failed_tool})\n"
-            + data_block("error", dict(error), provenance="trusted"),
+            + data_block("error", dict(error), provenance=error_provenance),
         ]
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def finalizer_messages(
-    request: str, result: Any, steps: Sequence[tuple[str, str, Any, str]]
+    request: str, result: Any, steps: Sequence[tuple[str, str, Any, str]], *, result_provenance: str = "trusted"
 ) -> list[dict[str, str]]:
     """The finalizer's messages: phrase an answer from the result and the step outputs only."""
     system = (
@@ -139,7 +141,7 @@ def finalizer_messages(
     user = "\n\n".join(
         [
             f"The request:\n{request}",
-            "The run's result:\n" + data_block("result", result),
+            "The run's result:\n" + data_block("result", result, provenance=result_provenance),
             "Step outputs:\n" + ("\n".join(blocks) if blocks else "(none)"),
         ]
     )

@@ -290,9 +290,7 @@ def _engine_for(
     if recorded.get("policy") is not None:
         # The policy in force when the run was made, not whatever the files say today.
         policy = Policy.from_registry(registry).with_document(recorded["policy"], source="<recorded policy>")
-    return Engine(
-        registry, llm, config=config, invoker=invoker, checks=checks, before_execute=[approvals], policy=policy
-    )
+    return Engine(registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals)
 
 
 def _drive(engine: Engine, started: Mapping[str, Any], audit: AuditLog) -> RunResult:

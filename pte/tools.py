@@ -23,9 +23,10 @@ import jsonschema
 import jsonschema_rs
 import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from pte._resources import data_dir
+from pte.canonical import canonical_json
 from pte.errors import ToolError, ToolPackError, ToolRegistrationError
 
 __all__ = [
@@ -109,9 +110,13 @@ class ToolSpec:
         kwargs = {name: getattr(model, name) for name in type(model).model_fields}
         result = self.func(**kwargs)
         try:
-            return to_jsonable_python(result)
-        except pydantic.PydanticSerializationError as exc:
+            output = to_jsonable_python(result)
+            # What cannot be written to the audit log (NaN, a lone surrogate) fails the step,
+            # not the log.
+            canonical_json(output).encode("utf-8")
+        except (PydanticSerializationError, ValueError, TypeError, RecursionError, UnicodeEncodeError) as exc:
             raise ToolError("invalid_output", f"output is not JSON-serialisable: {exc}") from None
+        return output
 
     def describe(self) -> dict[str, Any]:
         """Everything about the tool except its code, for `run_started.tools`.
@@ -127,7 +132,7 @@ class ToolSpec:
             "timeout_s": self.timeout_s,
             "provenance": self.provenance,
             "requires_approval": self.requires_approval,
-            "sinks": {param: sorted(allowed) for param, allowed in self.sinks.items()},
+            "sinks": [[param, sorted(allowed)] for param, allowed in self.sinks.items()],
             "input_schema": dict(self.input_schema),
             "output_schema": dict(self.output_schema),
         }
@@ -155,7 +160,7 @@ class ToolSpec:
             timeout_s=float(entry.get("timeout_s", 30.0)),
             idempotent=bool(entry.get("idempotent", True)),
             provenance=entry.get("provenance", "trusted"),
-            sinks=MappingProxyType({k: frozenset(v) for k, v in sorted((entry.get("sinks") or {}).items())}),
+            sinks=MappingProxyType({param: frozenset(allowed) for param, allowed in entry.get("sinks") or ()}),
             requires_approval=bool(entry.get("requires_approval", False)),
             _input_validator=jsonschema.Draft202012Validator(input_schema),
             _output_validator=jsonschema.Draft202012Validator(output_schema),
@@ -270,11 +275,10 @@ def _build_spec(
         jsonschema.Draft202012Validator.check_schema(schema)
 
     doc = description if description is not None else inspect.getdoc(func) or ""
-    # Sorted by parameter name: checks walk sinks in this order, and it must not depend on how
-    # the declaration (or a recorded copy of it, canonical JSON) happened to order them.
+    # In declaration order: policy checks walk sinks in this order (and the first violation is
+    # the one reported), so `describe` records it as a list, which canonical JSON keeps in order.
     sink_map = {
-        param: frozenset([allowed] if isinstance(allowed, str) else allowed)
-        for param, allowed in sorted((sinks or {}).items())
+        param: frozenset([allowed] if isinstance(allowed, str) else allowed) for param, allowed in (sinks or {}).items()
     }
     for param, allowed in sink_map.items():
         unknown = allowed - {"request", "trusted", "untrusted"}

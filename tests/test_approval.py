@@ -271,7 +271,7 @@ def records_of(path: Path, kind: str) -> list[dict[str, Any]]:
 
 def test_unapproved_plan_fails_closed_before_any_step(tmp_path: Path, store: ApprovalStore) -> None:
     log = tmp_path / "audit.jsonl"
-    engine = Engine(REGISTRY, None, before_execute=[approval_hook(store)])
+    engine = Engine(REGISTRY, None, approval=approval_hook(store))
     result = engine.execute(plan_text(), AuditLog(log))
     assert (result.status, result.reason) == ("failed_closed", ReasonCode.APPROVAL_MISSING)
     assert result.steps == [] and CALLS == []
@@ -290,7 +290,7 @@ def test_approved_plan_runs_and_the_approval_is_in_the_audit_log(
     plan = compiled()
     approve(plan, "alice", store, key=key, at=AT)
     log = tmp_path / "audit.jsonl"
-    engine = Engine(REGISTRY, None, before_execute=[approval_hook(store, key=key)])
+    engine = Engine(REGISTRY, None, approval=approval_hook(store, key=key))
     result = engine.execute(plan_text(), AuditLog(log))
     assert result.ok, result.message
     assert CALLS == ["get_supplier", "send_payment"]
@@ -312,7 +312,7 @@ def test_engine_refuses_an_unsigned_approval_when_a_key_is_configured(
 ) -> None:
     approve(compiled(), "mallory", store)
     log = tmp_path / "audit.jsonl"
-    engine = Engine(REGISTRY, None, before_execute=[approval_hook(store, key=KEY)])
+    engine = Engine(REGISTRY, None, approval=approval_hook(store, key=KEY))
     result = engine.execute(plan_text(), AuditLog(log))
     assert result.reason is ReasonCode.APPROVAL_MISSING and CALLS == []
     assert "unsigned" in (result.message or "")
@@ -321,7 +321,7 @@ def test_engine_refuses_an_unsigned_approval_when_a_key_is_configured(
 
 def test_plans_without_guarded_tools_run_without_approval(tmp_path: Path, store: ApprovalStore) -> None:
     log = tmp_path / "audit.jsonl"
-    result = Engine(REGISTRY, None, before_execute=[approval_hook(store, key=KEY)]).execute(
+    result = Engine(REGISTRY, None, approval=approval_hook(store, key=KEY)).execute(
         LOOKUP_ONLY, AuditLog(log)
     )
     assert result.ok and CALLS == ["get_supplier"]
@@ -349,7 +349,7 @@ def test_a_replanned_plan_needs_its_own_approval(tmp_path: Path, store: Approval
     first = plan_text(supplier="missing")  # its first step fails at run time
     approve(compiled(first), "alice", store, key=KEY)
     llm = ReplayClient([first, plan_text(supplier="S2")])
-    engine = Engine(REGISTRY, llm, before_execute=[approval_hook(store, key=KEY)])
+    engine = Engine(REGISTRY, llm, approval=approval_hook(store, key=KEY))
     log = tmp_path / "audit.jsonl"
     result = engine.run("pay supplier S1", AuditLog(log))
     assert (result.status, result.reason) == ("failed_closed", ReasonCode.APPROVAL_MISSING)

@@ -367,7 +367,7 @@ def run(
         REGISTRY,
         llm,
         checks=[POLICY.check()],
-        before_execute=[approval_hook(store, key=KEY, registry=REGISTRY)],
+        approval=approval_hook(store, key=KEY, registry=REGISTRY),
     )
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
@@ -608,7 +608,7 @@ def test_pathologically_deep_output_fails_the_step_not_the_engine(
         REGISTRY,
         llm,
         checks=[POLICY.check()],
-        before_execute=[approval_hook(store, key=KEY, registry=REGISTRY)],
+        approval=approval_hook(store, key=KEY, registry=REGISTRY),
     )
     log = tmp_path / "deep.jsonl"
     with AuditLog(log) as audit:
@@ -658,9 +658,6 @@ def test_replan_reference_to_untrusted_prior_output_is_rejected_with_carried_lab
 # --- known gaps, reported to the lead (strict: they fail loudly once fixed) ---------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="replanner view labels derived outputs 'derived', not by their policy labels"
-)
 def test_derived_outputs_over_untrusted_data_are_labelled_untrusted_for_the_replanner(
     tmp_path: Path, store: ApprovalStore
 ) -> None:
@@ -682,9 +679,6 @@ def test_derived_outputs_over_untrusted_data_are_labelled_untrusted_for_the_repl
     check_delimited(llm.calls[1]["messages"][1]["content"], untrusted_only=True)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the replanner's error block is labelled trusted but may quote untrusted input"
-)
 def test_an_error_quoting_untrusted_input_is_labelled_untrusted(tmp_path: Path, store: ApprovalStore) -> None:
     first = plan(MAIL, {"id": "chk", "tool": "check_iban", "args": {"iban": ref("mail/iban")}})
     STATE.update(payload=PAYLOADS["ignore_previous"], attachment={}, fx_failures=0)
@@ -694,7 +688,6 @@ def test_an_error_quoting_untrusted_input_is_labelled_untrusted(tmp_path: Path, 
     check_delimited(llm.calls[1]["messages"][1]["content"], untrusted_only=True)
 
 
-@pytest.mark.xfail(strict=True, reason="the finalizer's result block carries no provenance label")
 def test_the_finalizer_sees_an_untrusted_result_labelled_untrusted(
     tmp_path: Path, store: ApprovalStore
 ) -> None:
@@ -705,9 +698,6 @@ def test_the_finalizer_sees_an_untrusted_result_labelled_untrusted(
     check_delimited(llm.calls[1]["messages"][1]["content"], untrusted_only=True)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="ToolSpec.invoke catches pydantic.PydanticSerializationError, which does not exist"
-)
 def test_unserialisable_depth_is_reported_as_invalid_output(tmp_path: Path) -> None:
     STATE.update(payload="", attachment=nested(5000, "x"), fx_failures=0)
     with AuditLog(tmp_path / "a.jsonl") as audit:
@@ -716,28 +706,14 @@ def test_unserialisable_depth_is_reported_as_invalid_output(tmp_path: Path) -> N
     assert result.steps[0].error.kind == "invalid_output"
 
 
-def test_an_unencodable_output_fails_closed_with_an_intact_log(tmp_path: Path) -> None:
-    """A lone surrogate cannot be written as UTF-8: the run fails closed; the log stays intact."""
-    STATE.update(payload="\ud800 lone surrogate", attachment={}, fx_failures=0)
-    log = tmp_path / "a.jsonl"
-    with AuditLog(log) as audit:
-        result = Engine(REGISTRY, None, checks=[POLICY.check()]).execute(
-            plan(MAIL, {"id": "pay", "tool": "send_payment", "args": PAY_TRUSTED | {"iban": GOOD_IBAN}}),
-            audit,
-        )
-    assert (result.status, result.reason) == ("failed_closed", ReasonCode.AUDIT_WRITE_FAILED)
-    assert [t for t, _ in CALLS] == ["read_email"]
-    assert verify(log).intact
-
-
-@pytest.mark.xfail(
-    strict=True, reason="an unencodable tool output breaks the audit log instead of failing the step"
-)
 def test_an_unencodable_output_fails_the_step_and_the_log_completes(tmp_path: Path) -> None:
+    """A lone surrogate cannot be written as UTF-8: the step fails, the log stays whole."""
     STATE.update(payload="\ud800 lone surrogate", attachment={}, fx_failures=0)
     log = tmp_path / "a.jsonl"
     with AuditLog(log) as audit:
-        Engine(REGISTRY, None).execute(plan(MAIL), audit)
+        result = Engine(REGISTRY, None).execute(plan(MAIL), audit)
+    assert (result.status, result.reason) == ("failed_closed", ReasonCode.STEP_FAILED)
+    assert result.steps[0].error is not None and result.steps[0].error.kind == "invalid_output"
     assert verify(log).ok
 
 

@@ -222,12 +222,6 @@ def test_invoke_rejects_bad_arguments() -> None:
         spec.invoke({"amount": 1, "extra": True})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="tools.py bug: ToolSpec.invoke catches pydantic.PydanticSerializationError, which does not "
-    "exist (it is pydantic_core.PydanticSerializationError), so AttributeError escapes",
-)
 def test_invoke_rejects_unserialisable_output() -> None:
     @tool
     def leaky(a: int) -> Any:

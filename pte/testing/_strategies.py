@@ -308,10 +308,10 @@ _NO_SUCH_TOKENS: list[Tokens] = [
 ]
 
 
-def _missing_pointers(schema: Mapping[str, Any]) -> list[Tokens]:
+def _missing_pointers(schema: Mapping[str, Any], pointers: list[tuple[Tokens, types.Schema]]) -> list[Tokens]:
     """Pointers into a tool's output that `select` proves cannot exist."""
     out: dict[Tokens, None] = {}
-    for tokens, _ in _output_pointers(schema)[:16]:
+    for tokens, _ in pointers[:8]:
         for extra in _NO_SUCH_TOKENS:
             if types.select(schema, schema, tokens + extra) is None:
                 out[tokens + extra] = None
@@ -350,13 +350,14 @@ class _Catalogue:
                 usable = isinstance(schema, Mapping) and "object" in types.types_of(schema, spec.input_schema)
             except _Unsupported:
                 usable = False
+            pointers = _output_pointers(spec.output_schema)
             self.tools[spec.name] = _Tool(
                 spec=spec,
                 root=spec.input_schema,
-                pointers=_output_pointers(spec.output_schema),
+                pointers=pointers,
                 usable=usable,
                 validator=jsonschema.Draft202012Validator(_thaw(spec.input_schema)),
-                bad_pointers=_missing_pointers(spec.output_schema),
+                bad_pointers=_missing_pointers(spec.output_schema, pointers),
             )
 
     @property
@@ -1536,6 +1537,7 @@ _FRAGMENTS = [
 ]
 
 
+@functools.cache
 def json_values() -> SearchStrategy[Any]:
     """Arbitrary JSON documents: scalars (huge integers, floats, any text), lists and objects.
 
@@ -1563,6 +1565,7 @@ def json_values() -> SearchStrategy[Any]:
     )
 
 
+@functools.cache
 def _plan_shaped() -> SearchStrategy[Doc]:
     """Documents shaped like plans over no particular catalogue (random tools, refs, after)."""
     ids = st.sampled_from(["a", "b", "c", "inv", "total"])
@@ -1623,6 +1626,7 @@ def _deep(draw: DrawFn) -> str:
     )
 
 
+@functools.cache
 def planner_text() -> SearchStrategy[str]:
     """Arbitrary planner output: what a confused, truncated or adversarial LLM might return.
 
