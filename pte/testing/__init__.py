@@ -1,12 +1,36 @@
 """Public test doubles and hypothesis strategies for PTE users' own tool catalogues.
 
 Like httpx's MockTransport and structlog.testing, these are product, not test scaffolding:
-`FakeOpenAIServer` is an OpenAI-compatible server on loopback with scripted answers, and
-the strategies generate valid plans, invalid plans of each kind, and arbitrary planner text.
+
+- `FakeOpenAIServer` / `Reply`: an OpenAI-compatible server on loopback with scripted answers.
+- `valid_plans(registry)`: plan documents that compile against a registry, with well-typed
+  references; `invalid_plans(registry, reason)`: plan text rejected with exactly `reason`;
+  `invalid_plan_cases(registry)`: (reason, text) pairs over every compile-time reason;
+  `planner_text()`, `json_values()`: arbitrary planner output and JSON.
+- `example_registry()`: a small typed example catalogue.
 """
 
 from __future__ import annotations
 
+from pte.testing._catalogue import example_registry
 from pte.testing._openai_server import FakeOpenAIServer, Reply
+from pte.testing._strategies import (
+    COMPILE_REASONS,
+    invalid_plan_cases,
+    invalid_plans,
+    json_values,
+    planner_text,
+    valid_plans,
+)
 
-__all__ = ["FakeOpenAIServer", "Reply"]
+__all__ = [
+    "COMPILE_REASONS",
+    "FakeOpenAIServer",
+    "Reply",
+    "example_registry",
+    "invalid_plan_cases",
+    "invalid_plans",
+    "json_values",
+    "planner_text",
+    "valid_plans",
+]
