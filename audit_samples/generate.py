@@ -46,7 +46,8 @@ CRASH_PLAN = """{
   {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
   {"id": "first", "tool": "queue_reminder", "args": {"invoice_id": "INV-1006", "channel": "letter"}},
   {"id": "all", "tool": "send_reminders", "args": {"invoice_ids": {"$ref": "inv/ids"}}},
-  {"id": "total", "tool": "calculator", "args": {"expression": "n * 1", "variables": {"n": {"$ref": "all/queued"}}}}
+  {"id": "total", "tool": "calculator",
+   "args": {"expression": "n * 1", "variables": {"n": {"$ref": "all/queued"}}}}
  ],
  "result": {"$ref": "total/value"}
 }

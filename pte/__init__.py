@@ -27,7 +27,7 @@ from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
 __version__ = "0.1.0"
 
 #: `pte.compile` reads as the docs say; `compile_plan` avoids shadowing the builtin in user code.
-compile = compile_plan  # noqa: A001
+compile = compile_plan
 
 __all__ = [
     "DEFAULT_LIMITS",

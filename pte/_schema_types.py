@@ -190,7 +190,11 @@ def assignable(
 
 
 def _object_assignable(
-    src: Mapping[str, Any], src_root: Mapping[str, Any], dst: Mapping[str, Any], dst_root: Mapping[str, Any], depth: int
+    src: Mapping[str, Any],
+    src_root: Mapping[str, Any],
+    dst: Mapping[str, Any],
+    dst_root: Mapping[str, Any],
+    depth: int,
 ) -> bool:
     src_props: Mapping[str, Any] = src.get("properties", {})
     dst_props: Mapping[str, Any] = dst.get("properties", {})

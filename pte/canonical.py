@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["canonical_json", "sha256_hex", "hash_json"]
+__all__ = ["canonical_json", "hash_json", "sha256_hex"]
 
 
 def canonical_json(value: Any) -> str:

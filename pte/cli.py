@@ -45,7 +45,9 @@ def _read_text(path: str, what: str) -> str:
 def _registry(args: argparse.Namespace) -> Registry:
     packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
     if not packs:
-        raise UsageError("--tools is required: a stock pack name (backoffice, calculator, shaping), a .py file or a module")
+        raise UsageError(
+            "--tools is required: a stock pack name (backoffice, calculator, shaping), a .py file or a module"
+        )
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
         return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
@@ -59,9 +61,12 @@ def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> Non
         action="append",
         metavar="PACK",
         required=required,
-        help="tool pack: a stock pack (backoffice, calculator, shaping), a .py file or a module; repeat or comma-separate",
+        help="tool pack: a stock pack (backoffice, calculator, shaping), a .py file or a module; "
+        "repeat or comma-separate",
     )
-    parser.add_argument("--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools")
+    parser.add_argument(
+        "--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools"
+    )
     parser.add_argument("--manifest", metavar="FILE", help="a tool manifest narrowing the allow-list")
     parser.add_argument("--policy", metavar="FILE", help="a data-flow policy file (compliance-owned)")
 
@@ -76,7 +81,11 @@ def _add_json(parser: argparse.ArgumentParser) -> None:
 def cmd_schema(args: argparse.Namespace) -> int:
     from pte._resources import load_schema
 
-    names = {"plan": "plan.schema.json", "audit": "audit-record.schema.json", "manifest": "tool-manifest.schema.json"}
+    names = {
+        "plan": "plan.schema.json",
+        "audit": "audit-record.schema.json",
+        "manifest": "tool-manifest.schema.json",
+    }
     names["policy"] = "policy.schema.json"
     print(json.dumps(load_schema(names[args.which]), indent=2, ensure_ascii=False))
     return EXIT_OK
@@ -97,7 +106,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"rejected: {rejection.reason.value} at {rejection.path}: {rejection.message}")
         return EXIT_FAILED
     if args.json:
-        _print_json({"status": "accepted", "plan_hash": plan.hash, "steps": len(plan), "order": list(plan.order)})
+        _print_json(
+            {"status": "accepted", "plan_hash": plan.hash, "steps": len(plan), "order": list(plan.order)}
+        )
     else:
         print(f"accepted: {len(plan)} step(s), plan hash {plan.hash}")
         print("order: " + " → ".join(plan.order))
@@ -135,7 +146,10 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
     else:
         if result.ok:
             print(result.answer or "")
-            print(f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); audit log {audit_path}")
+            print(
+                f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); "
+                f"audit log {audit_path}"
+            )
         else:
             print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
             if result.result is not None:
@@ -144,9 +158,8 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
 
 
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
-    from pte.engine import Engine, EngineConfig
-
     from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
+    from pte.engine import Engine, EngineConfig
 
     store = ApprovalStore(getattr(args, "approvals", None) or "pte_approvals.jsonl")
     config = EngineConfig(
@@ -189,9 +202,13 @@ def _add_llm(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request (default 60)")
-    parser.add_argument("--max-retries", type=int, default=2, help="transport retries per LLM call (default 2)")
     parser.add_argument(
-        "--replay-responses", metavar="FILE", help="serve recorded LLM answers from a JSON file instead of an endpoint"
+        "--max-retries", type=int, default=2, help="transport retries per LLM call (default 2)"
+    )
+    parser.add_argument(
+        "--replay-responses",
+        metavar="FILE",
+        help="serve recorded LLM answers from a JSON file instead of an endpoint",
     )
 
 
@@ -220,7 +237,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json({"status": "accepted", "plan_hash": plan.hash, "output": args.output, "steps": len(plan)})
     else:
         print(f"plan written to {args.output}: {len(plan)} step(s), hash {plan.hash}")
-        print(f"review it, then: pte approve {args.output} --by NAME (if needed); pte execute {args.output} ...")
+        print(
+            f"review it, then: pte approve {args.output} --by NAME (if needed); pte execute {args.output} ..."
+        )
     return EXIT_OK
 
 
@@ -231,9 +250,16 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"audit log {args.log!r} does not exist")
     report = verify(args.log)
     if args.json:
-        _print_json({"status": "ok" if report.ok else ("incomplete" if report.intact else "tampered"), **report.to_dict()})
+        _print_json(
+            {
+                "status": "ok" if report.ok else ("incomplete" if report.intact else "tampered"),
+                **report.to_dict(),
+            }
+        )
     elif report.ok:
-        print(f"ok: {report.records} record(s), {report.runs} run(s), chain and schema intact, every run sealed")
+        print(
+            f"ok: {report.records} record(s), {report.runs} run(s), chain and schema intact, every run sealed"
+        )
     elif report.intact:
         print(f"incomplete: {report.issue}")
     else:
@@ -326,7 +352,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pte", description="PTE: a strict plan-then-execute engine.")
     parser.add_argument("--version", action="version", version=f"pte {__version__}")
-    parser.add_argument("--log-format", choices=["auto", "json", "console"], default="auto", help="engine logs on stderr")
+    parser.add_argument(
+        "--log-format", choices=["auto", "json", "console"], default="auto", help="engine logs on stderr"
+    )
     parser.add_argument("--quiet", action="store_true", help="no engine logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -355,7 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--audit", required=True, metavar="LOG")
     _add_llm(p)
     p.add_argument("--max-replans", type=int, default=2)
-    p.add_argument("--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer")
+    p.add_argument(
+        "--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer"
+    )
     p.add_argument("--approvals", metavar="FILE")
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
     _add_json(p)
@@ -390,7 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="re-drive the engine from a log and check it makes the same decisions")
     p.add_argument("log")
-    p.add_argument("--tools", action="append", metavar="PACK", help="use these packs instead of the recorded schemas")
+    p.add_argument(
+        "--tools", action="append", metavar="PACK", help="use these packs instead of the recorded schemas"
+    )
     p.add_argument("--live", action="store_true", help="re-run read tools for real and diff their outputs")
     p.add_argument("--allow-writes", action="store_true", help="with --live: re-run write tools too")
     _add_json(p)

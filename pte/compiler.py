@@ -9,9 +9,7 @@ before every check has passed.
 from __future__ import annotations
 
 import heapq
-import itertools
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,7 +24,15 @@ from pte.errors import PlanRejected, ReasonCode
 from pte.plan import Plan, Reference, build_plan, is_reference, plan_schema
 from pte.tools import Registry, ToolSpec
 
-__all__ = ["DEFAULT_LIMITS", "PIPELINE", "CompileCheck", "CompileContext", "Limits", "compile_plan", "json_path"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "PIPELINE",
+    "CompileCheck",
+    "CompileContext",
+    "Limits",
+    "compile_plan",
+    "json_path",
+]
 
 
 @dataclass(frozen=True)
@@ -133,11 +139,15 @@ def parse_json(ctx: CompileContext) -> None:
     except RecursionError:
         raise _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep to parse") from None
     except json.JSONDecodeError as exc:
-        raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise _reject(
+            ReasonCode.INVALID_JSON, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except ValueError as exc:
         raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise _reject(ReasonCode.INVALID_JSON, f"a plan must be one JSON object, not a JSON {st.json_type(value)}")
+        raise _reject(
+            ReasonCode.INVALID_JSON, f"a plan must be one JSON object, not a JSON {st.json_type(value)}"
+        )
     try:
         ctx.canonical = canonical_json(value)
         ctx.canonical.encode("utf-8")
@@ -153,7 +163,9 @@ def check_step_count(ctx: CompileContext) -> None:
     steps = ctx.document.get("steps")
     if isinstance(steps, list) and len(steps) > ctx.limits.max_steps:
         raise _reject(
-            ReasonCode.PLAN_TOO_LARGE, f"plan has {len(steps)} steps; the limit is {ctx.limits.max_steps}", "steps"
+            ReasonCode.PLAN_TOO_LARGE,
+            f"plan has {len(steps)} steps; the limit is {ctx.limits.max_steps}",
+            "steps",
         )
 
 
@@ -196,7 +208,11 @@ def check_schema(ctx: CompileContext) -> None:
         # Both validators recurse; a document deep enough to exhaust them is far beyond any depth limit.
         raise too_deep from None
     detail = _deepest(error)
-    path = list(detail.absolute_path) if len(detail.absolute_path) >= len(error.absolute_path) else list(error.absolute_path)
+    path = (
+        list(detail.absolute_path)
+        if len(detail.absolute_path) >= len(error.absolute_path)
+        else list(error.absolute_path)
+    )
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
     if detail is not error:
         message = f"{message} ({detail.message[:200]})"
@@ -220,7 +236,11 @@ def check_unique_ids(ctx: CompileContext) -> None:
         if step["id"] in ctx.index:
             first = ctx.index[step["id"]]
             raise _reject(
-                ReasonCode.DUPLICATE_STEP_ID, f"step id {step['id']!r} is used by steps {first} and {i}", "steps", i, "id"
+                ReasonCode.DUPLICATE_STEP_ID,
+                f"step id {step['id']!r} is used by steps {first} and {i}",
+                "steps",
+                i,
+                "id",
             )
         ctx.index[step["id"]] = i
 
@@ -268,7 +288,9 @@ def _collect_checked(value: Any, ctx: CompileContext, start_depth: int, *where: 
         _collect(value, (), sites, ctx.limits.max_depth - start_depth + 1)
     except _TooDeep:
         raise _reject(
-            ReasonCode.PLAN_TOO_LARGE, f"plan nesting depth exceeds the limit of {ctx.limits.max_depth}", *where
+            ReasonCode.PLAN_TOO_LARGE,
+            f"plan nesting depth exceeds the limit of {ctx.limits.max_depth}",
+            *where,
         ) from None
     return sites
 
@@ -282,13 +304,17 @@ def _select(ctx: CompileContext, producer: ToolSpec, ref: Reference) -> st.Schem
     return cache[key]
 
 
-def _check_ref_target(ctx: CompileContext, ref: Reference, where: tuple[str | int, ...], owner: str | None) -> None:
+def _check_ref_target(
+    ctx: CompileContext, ref: Reference, where: tuple[str | int, ...], owner: str | None
+) -> None:
     if ref.step not in ctx.index and ref.step not in ctx.prior:
         raise _reject(ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r} names no step of this plan", *where)
     if ref.step == owner:
         raise _reject(ReasonCode.PLAN_CYCLE, f"step {owner!r} refers to its own output", *where)
     if ref.step not in ctx.index and ctx.prior[ref.step] not in ctx.registry:
-        raise _reject(ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r}: that step's tool is not available", *where)
+        raise _reject(
+            ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r}: that step's tool is not available", *where
+        )
     producer = ctx.producer(ref.step)
     if ref.tokens and _select(ctx, producer, ref) is None:
         raise _reject(
@@ -311,7 +337,9 @@ def check_references(ctx: CompileContext) -> None:
             _check_ref_target(ctx, ref, ("steps", i, "args", *path), step["id"])
         for j, dep in enumerate(step.get("after", ())):
             if dep not in ctx.index and dep not in ctx.prior:
-                raise _reject(ReasonCode.BAD_REFERENCE, f"'after' names no step {dep!r}", "steps", i, "after", j)
+                raise _reject(
+                    ReasonCode.BAD_REFERENCE, f"'after' names no step {dep!r}", "steps", i, "after", j
+                )
             if dep == step["id"]:
                 raise _reject(ReasonCode.PLAN_CYCLE, f"step {dep!r} waits for itself", "steps", i, "after", j)
         ctx.references.append(sites)
@@ -393,9 +421,9 @@ def _type_check(
     schema = st.deref(schema, root)
     if not isinstance(schema, Mapping):
         return None if schema else "no value is allowed here"
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            reasons = [_type_check(ctx, value, b, tool, path, ref_prefixes) for b in schema[key]]
+    for keyword in ("anyOf", "oneOf"):
+        if keyword in schema:
+            reasons = [_type_check(ctx, value, b, tool, path, ref_prefixes) for b in schema[keyword]]
             if all(r is not None for r in reasons):
                 return f"matches none of the allowed forms ({'; '.join(r for r in reasons if r)})"
             return None
@@ -468,7 +496,9 @@ def check_args(ctx: CompileContext) -> None:
         prefixes = frozenset(path[:n] for path, _ in ctx.references[i] for n in range(len(path) + 1))
         reason = _type_check(ctx, args, tool.input_schema, tool, (), prefixes)
         if reason is not None:
-            raise _reject(ReasonCode.INVALID_ARGS, f"step {step['id']!r} ({tool.name}): {reason}", "steps", i, "args")
+            raise _reject(
+                ReasonCode.INVALID_ARGS, f"step {step['id']!r} ({tool.name}): {reason}", "steps", i, "args"
+            )
 
 
 #: The checks `compile_plan` runs, in order. Each raises `PlanRejected` with its own reason code.
@@ -507,7 +537,9 @@ def compile_plan(
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _reject(ReasonCode.INVALID_JSON, f"plan is not UTF-8 text: {exc}") from None
-    ctx = CompileContext(text=text, registry=registry, limits=limits or DEFAULT_LIMITS, prior=dict(prior or {}))
+    ctx = CompileContext(
+        text=text, registry=registry, limits=limits or DEFAULT_LIMITS, prior=dict(prior or {})
+    )
     for check in PIPELINE:
         check(ctx)
     for check in checks:

@@ -83,7 +83,8 @@ _THREE_FIGURES = _plan(
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="overdue_reminders",
-        request="Which invoices are more than 30 days overdue, what is outstanding in EUR, and queue email reminders.",
+        request="Which invoices are more than 30 days overdue, what is outstanding in EUR, "
+        "and queue email reminders.",
         responses=[
             _plan(
                 _step("inv", "list_overdue_invoices", days=30),
@@ -192,7 +193,12 @@ SCENARIOS: tuple[Scenario, ...] = (
             _plan(
                 _step("sup", "get_supplier", supplier_id="S003"),
                 _step(
-                    "pay", "send_payment", iban=_ref("sup/iban"), amount="1240.00", currency="EUR", reference="DPM-7781"
+                    "pay",
+                    "send_payment",
+                    iban=_ref("sup/iban"),
+                    amount="1240.00",
+                    currency="EUR",
+                    reference="DPM-7781",
                 ),
                 result=_ref("pay/payment_id"),
             )
@@ -208,7 +214,12 @@ SCENARIOS: tuple[Scenario, ...] = (
             _plan(
                 _step("sup", "get_supplier", supplier_id="S003"),
                 _step(
-                    "pay", "send_payment", iban=_ref("sup/iban"), amount="1240.00", currency="EUR", reference="DPM-7781"
+                    "pay",
+                    "send_payment",
+                    iban=_ref("sup/iban"),
+                    amount="1240.00",
+                    currency="EUR",
+                    reference="DPM-7781",
                 ),
                 result=_ref("pay/payment_id"),
             ),
@@ -255,7 +266,9 @@ def run_scenario(
     policy = Policy.from_registry(registry)
     if scenario.approve_by:
         # The person reviewed the plan file (`pte plan`) and approved its exact hash (`pte approve`).
-        approve(compile_plan(scenario.responses[0], registry, checks=[policy.check()]), scenario.approve_by, store)
+        approve(
+            compile_plan(scenario.responses[0], registry, checks=[policy.check()]), scenario.approve_by, store
+        )
     engine = Engine(
         registry,
         ReplayClient(scenario.responses, model="recorded-demo-responses"),
@@ -287,7 +300,7 @@ def _table(outcomes: Sequence[DemoOutcome]) -> str:
         for o in outcomes
     ]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [line.format(*header), line.format(*("-" * w for w in widths))]
     out += [line.format(*r) for r in rows]
     return "\n".join(out)
@@ -340,7 +353,10 @@ def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
                 )
             )
         else:
-            print("PTE demo: recorded LLM responses (no model, no network); real engine, tools and audit logs.\n")
+            print(
+                "PTE demo: recorded LLM responses (no model, no network); "
+                "real engine, tools and audit logs.\n"
+            )
             print(_table(outcomes))
             three = next(o for o in outcomes if o.scenario.name == "three_figures_share")
             if three.result.ok:

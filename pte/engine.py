@@ -43,7 +43,11 @@ class EngineConfig:
     llm_answer: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"max_replans": self.max_replans, "limits": self.limits.to_dict(), "llm_answer": self.llm_answer}
+        return {
+            "max_replans": self.max_replans,
+            "limits": self.limits.to_dict(),
+            "llm_answer": self.llm_answer,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
@@ -222,7 +226,8 @@ class Engine:
             failure = self._execute(run, plan, log)
             if failure is not None:
                 raise FailedClosed(
-                    ReasonCode.STEP_FAILED, f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}"
+                    ReasonCode.STEP_FAILED,
+                    f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}",
                 )
             run.result.result = self._result_value(plan, run)
             run.result.answer = render_result(run.result.result)
@@ -242,13 +247,17 @@ class Engine:
 
     # -- the nodes ------------------------------------------------------------------------------
 
-    def _start(self, run: _Run, *, mode: str, request: str | None, extra: Mapping[str, Any] | None = None) -> None:
+    def _start(
+        self, run: _Run, *, mode: str, request: str | None, extra: Mapping[str, Any] | None = None
+    ) -> None:
         config: dict[str, Any] = self.config.to_dict()
         if self.llm is not None:
             config["model"] = self.llm.model
         config["policy"] = self.policy.to_document()
         config.update(extra or {})
-        run.audit.append("run_started", mode=mode, request=request, tools=self.registry.describe(), config=config)
+        run.audit.append(
+            "run_started", mode=mode, request=request, tools=self.registry.describe(), config=config
+        )
 
     def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
         if self.llm is None:
@@ -389,7 +398,9 @@ class Engine:
         try:
             return resolve_result(plan, run.result.outputs)
         except (KeyError, IndexError, TypeError) as exc:
-            raise FailedClosed(ReasonCode.STEP_FAILED, f"the plan's result selects nothing at run time: {exc}") from None
+            raise FailedClosed(
+                ReasonCode.STEP_FAILED, f"the plan's result selects nothing at run time: {exc}"
+            ) from None
 
     def _finalize(self, run: _Run, request: str) -> str:
         if not self.config.llm_answer or self.llm is None:

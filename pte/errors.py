@@ -6,11 +6,11 @@ every way a run can fail closed has exactly one name here.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class ReasonCode(str, Enum):
+class ReasonCode(StrEnum):
     """Why a plan was rejected or a run failed closed."""
 
     INVALID_JSON = "invalid_json"
@@ -28,9 +28,6 @@ class ReasonCode(str, Enum):
     AUDIT_WRITE_FAILED = "audit_write_failed"
     APPROVAL_MISSING = "approval_missing"
     NEEDS_REVIEW = "needs_review"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.

@@ -29,12 +29,16 @@ class _Silent:
     debug = info = warning = error = exception = _nothing
 
 
-def configure_logging(*, json_lines: bool | None = None, level: int = logging.INFO, file: IO[str] | None = None) -> None:
+def configure_logging(
+    *, json_lines: bool | None = None, level: int = logging.INFO, file: IO[str] | None = None
+) -> None:
     """Turn the engine's logs on. `json_lines` None picks JSON unless `file` is a terminal."""
     stream = file if file is not None else sys.stderr
     if json_lines is None:
         json_lines = not stream.isatty()
-    renderer: Any = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
+    )
     _state["processors"] = [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -266,7 +266,9 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, sort_keys=False)
 
 
-def _reference_sites(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], Reference]]:
+def _reference_sites(
+    value: Any, path: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], Reference]]:
     """Yield (path, Reference) for every reference inside a JSON value."""
     if isinstance(value, dict):
         if is_reference(value):

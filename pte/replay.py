@@ -67,7 +67,9 @@ class ReplayDivergence(PTEError):
     """The engine made a different decision than the one recorded."""
 
     def __init__(self, line: int, record_type: str, field_name: str, recorded: Any, replayed: Any) -> None:
-        super().__init__(f"line {line}: {record_type}.{field_name} differs: recorded {recorded!r}, replayed {replayed!r}")
+        super().__init__(
+            f"line {line}: {record_type}.{field_name} differs: recorded {recorded!r}, replayed {replayed!r}"
+        )
         self.line = line
         self.record_type = record_type
         self.field = field_name
@@ -90,7 +92,9 @@ class _LogEnded(PTEError):
 
 def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> None:
     if recorded.get("type") != replayed.get("type"):
-        raise ReplayDivergence(line, str(recorded.get("type")), "type", recorded.get("type"), replayed.get("type"))
+        raise ReplayDivergence(
+            line, str(recorded.get("type")), "type", recorded.get("type"), replayed.get("type")
+        )
     for name in DECISION_FIELDS.get(str(recorded["type"]), ()):
         if recorded.get(name) != replayed.get(name):
             raise ReplayDivergence(line, str(recorded["type"]), name, recorded.get(name), replayed.get(name))
@@ -193,7 +197,9 @@ class RecordedInvoker:
         error = recorded.get("error") or {}
         raise ToolError(str(error.get("kind", "tool_error")), str(error.get("message", "")))
 
-    def _diff(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, recorded: Mapping[str, Any]) -> None:
+    def _diff(
+        self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, recorded: Mapping[str, Any]
+    ) -> None:
         assert self._live is not None
         self.live_calls.append(step.id)
         try:
@@ -236,12 +242,18 @@ class _ResumingLLM:
         self.model = live.model if live is not None else recorded.model
 
     def complete(
-        self, messages: Sequence[Mapping[str, str]], *, schema: Mapping[str, Any] | None = None, schema_name: str = "pte_plan"
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None = None,
+        schema_name: str = "pte_plan",
     ) -> LLMResponse:
         if self._recorded.remaining:
             return self._recorded.complete(messages, schema=schema, schema_name=schema_name)
         if self._live is None:
-            raise LLMError("the run needs another LLM call to go on; give a model/endpoint (or --replay-responses)")
+            raise LLMError(
+                "the run needs another LLM call to go on; give a model/endpoint (or --replay-responses)"
+            )
         return self._live.complete(messages, schema=schema, schema_name=schema_name)
 
 
@@ -256,11 +268,19 @@ def _recorded_approvals(records: Sequence[Mapping[str, Any]]) -> Callable[[Plan,
     def hook(plan: Plan, audit: AuditLog) -> None:
         approval = by_hash.get(plan.hash)
         if approval is not None:
-            audit.append("approval", plan_hash=plan.hash, by=approval["by"], at=approval["at"], signed=approval["signed"])
+            audit.append(
+                "approval",
+                plan_hash=plan.hash,
+                by=approval["by"],
+                at=approval["at"],
+                signed=approval["signed"],
+            )
             return
         needing = sorted({s.tool for s in plan.steps if _requires_approval(audit, s.tool)})
         if needing:
-            raise ApprovalMissing(f"plan {plan.hash} was not approved (recorded run); {needing} require approval")
+            raise ApprovalMissing(
+                f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
+            )
 
     registry_holder: dict[str, Registry] = {}
 
@@ -290,7 +310,9 @@ def _engine_for(
     if recorded.get("policy") is not None:
         # The policy in force when the run was made, not whatever the files say today.
         policy = Policy.from_registry(registry).with_document(recorded["policy"], source="<recorded policy>")
-    return Engine(registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals)
+    return Engine(
+        registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals
+    )
 
 
 def _drive(engine: Engine, started: Mapping[str, Any], audit: AuditLog) -> RunResult:
@@ -349,7 +371,9 @@ def replay_run(
     run_id = str(started["run_id"])
     if started.get("type") != "run_started":
         return RunReplay(run_id, len(records), "diverged", note="the run does not begin with run_started")
-    invoker = RecordedInvoker(records, live=LiveInvoker() if live else None, live_reads=live, allow_writes=allow_writes)
+    invoker = RecordedInvoker(
+        records, live=LiveInvoker() if live else None, live_reads=live, allow_writes=allow_writes
+    )
     engine = _engine_for(records, registry, ReplayClient.from_audit(records), invoker, checks_factory)
     audit = CheckingAuditLog(run_records, run_id=run_id)
     try:
@@ -362,8 +386,10 @@ def replay_run(
         return RunReplay(run_id, len(records), outcome, diffs=invoker.diffs, note=str(ended))
     if audit.pending:
         line, recorded = audit._expected[0]
-        divergence = ReplayDivergence(line, str(recorded.get("type")), "type", recorded.get("type"), "(run ended)")
-        return RunReplay(run_id, len(records), "diverged", divergence=divergence, diffs=invoker.diffs)
+        missing = ReplayDivergence(
+            line, str(recorded.get("type")), "type", recorded.get("type"), "(run ended)"
+        )
+        return RunReplay(run_id, len(records), "diverged", divergence=missing, diffs=invoker.diffs)
     return RunReplay(
         run_id,
         len(records),
@@ -386,7 +412,11 @@ class ReplayReport:
         return bool(self.runs) and all(r.ok for r in self.runs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": "ok" if self.ok else "diverged", "log": self.path, "runs": [r.to_dict() for r in self.runs]}
+        return {
+            "status": "ok" if self.ok else "diverged",
+            "log": self.path,
+            "runs": [r.to_dict() for r in self.runs],
+        }
 
     def render(self) -> str:
         lines = []
@@ -436,7 +466,9 @@ def replay_file(
 ) -> ReplayReport:
     """Replay every run in an audit log. Without `registry`, the recorded tool schemas are used."""
     runs = [
-        replay_run(run, registry=registry, live=live, allow_writes=allow_writes, checks_factory=checks_factory)
+        replay_run(
+            run, registry=registry, live=live, allow_writes=allow_writes, checks_factory=checks_factory
+        )
         for run in _runs(_numbered(path))
     ]
     return ReplayReport(str(path), runs)
@@ -461,10 +493,14 @@ def resume_file(
     run = runs[-1]
     records = [r for _, r in run]
     if any(r.get("type") == "run_finished" for r in records):
-        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"the last run in {path} is already finished; nothing to resume")
+        raise FailedClosed(
+            ReasonCode.NEEDS_REVIEW, f"the last run in {path} is already finished; nothing to resume"
+        )
     run_id = str(records[0]["run_id"])
     invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
-    engine = _engine_for(records, registry, _ResumingLLM(ReplayClient.from_audit(records), llm), invoker, checks_factory)
+    engine = _engine_for(
+        records, registry, _ResumingLLM(ReplayClient.from_audit(records), llm), invoker, checks_factory
+    )
     with AuditLog(path, run_id=run_id, repair_partial_tail=True) as forward:
         audit = CheckingAuditLog(run, run_id=run_id, forward=forward)
         return _drive(engine, records[0], audit)

@@ -44,7 +44,8 @@ Effect = Literal["read", "write"]
 #: What a tool's output counts as: its own data (`trusted`), third-party text (`untrusted`),
 #: or the least trusted of its inputs (`derived`, for deterministic shaping tools).
 OutputProvenance = Literal["trusted", "untrusted", "derived"]
-#: Provenances a sink parameter may accept: the request itself (planner literals), trusted tools, untrusted tools.
+#: Provenances a sink parameter may accept: the request itself (planner literals), trusted tools,
+#: untrusted tools.
 SinkProvenance = Literal["request", "trusted", "untrusted"]
 
 #: Stock tool packs shipped with PTE, by short name.
@@ -146,7 +147,9 @@ class ToolSpec:
         name = str(entry["name"])
 
         def unavailable(**_: Any) -> Any:
-            raise ToolError("not_recorded", f"{name} has no code in replay; only recorded outputs can be served")
+            raise ToolError(
+                "not_recorded", f"{name} has no code in replay; only recorded outputs can be served"
+            )
 
         input_schema = dict(entry.get("input_schema") or {"type": "object"})
         output_schema = dict(entry.get("output_schema") or {})
@@ -160,7 +163,9 @@ class ToolSpec:
             timeout_s=float(entry.get("timeout_s", 30.0)),
             idempotent=bool(entry.get("idempotent", True)),
             provenance=entry.get("provenance", "trusted"),
-            sinks=MappingProxyType({param: frozenset(allowed) for param, allowed in entry.get("sinks") or ()}),
+            sinks=MappingProxyType(
+                {param: frozenset(allowed) for param, allowed in entry.get("sinks") or ()}
+            ),
             requires_approval=bool(entry.get("requires_approval", False)),
             _input_validator=jsonschema.Draft202012Validator(input_schema),
             _output_validator=jsonschema.Draft202012Validator(output_schema),
@@ -187,7 +192,7 @@ class ToolSpec:
 
 
 def _explain(slow: Any, fast: Any, instance: Any) -> jsonschema.ValidationError:
-    error = jsonschema.exceptions.best_match(slow.iter_errors(instance))
+    error: jsonschema.ValidationError | None = jsonschema.exceptions.best_match(slow.iter_errors(instance))
     if error is None:  # the validators disagree; report the compiled one's finding
         first = next(iter(fast.iter_errors(instance)))
         return jsonschema.ValidationError(first.message, path=list(first.instance_path))
@@ -242,7 +247,9 @@ def _build_spec(
     fields: dict[str, Any] = {}
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolRegistrationError(f"tool {tool_name!r}: *args/**kwargs are not allowed; name every parameter")
+            raise ToolRegistrationError(
+                f"tool {tool_name!r}: *args/**kwargs are not allowed; name every parameter"
+            )
         if param.kind is param.POSITIONAL_ONLY:
             raise ToolRegistrationError(f"tool {tool_name!r}: positional-only parameter {param.name!r}")
         if param.name not in hints:
@@ -254,16 +261,15 @@ def _build_spec(
         fields[param.name] = (hints[param.name], default)
     if "return" not in hints:
         raise ToolRegistrationError(
-            f"tool {tool_name!r}: no return type hint; PTE derives the output schema from it (use -> None if nothing)"
+            f"tool {tool_name!r}: no return type hint; PTE derives the output schema from it "
+            "(use -> None if nothing)"
         )
     for param_name in sinks or {}:
         if param_name not in fields:
             raise ToolRegistrationError(f"tool {tool_name!r}: sink {param_name!r} is not a parameter")
 
     try:
-        input_model = create_model(  # type: ignore[call-overload]
-            f"{tool_name}_input", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        input_model = create_model(f"{tool_name}_input", __config__=ConfigDict(extra="forbid"), **fields)
         input_schema = input_model.model_json_schema(mode="validation")
         output_schema = TypeAdapter(hints["return"]).json_schema(mode="serialization")
     except pydantic.PydanticUserError as exc:
@@ -278,12 +284,15 @@ def _build_spec(
     # In declaration order: policy checks walk sinks in this order (and the first violation is
     # the one reported), so `describe` records it as a list, which canonical JSON keeps in order.
     sink_map = {
-        param: frozenset([allowed] if isinstance(allowed, str) else allowed) for param, allowed in (sinks or {}).items()
+        param: frozenset([allowed] if isinstance(allowed, str) else allowed)
+        for param, allowed in (sinks or {}).items()
     }
-    for param, allowed in sink_map.items():
+    for sink, allowed in sink_map.items():
         unknown = allowed - {"request", "trusted", "untrusted"}
         if unknown:
-            raise ToolRegistrationError(f"tool {tool_name!r}: sink {param!r} names unknown provenance {sorted(unknown)}")
+            raise ToolRegistrationError(
+                f"tool {tool_name!r}: sink {sink!r} names unknown provenance {sorted(unknown)}"
+            )
     return ToolSpec(
         name=tool_name,
         description=doc.strip(),

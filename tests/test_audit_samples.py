@@ -206,7 +206,9 @@ def test_live_replay_reports_read_outputs_that_changed(
     # The ledger changes after the run: C004 pays an invoice. The read tool now says otherwise.
     balance = load_pack("backoffice")["customer_balance"].invoke({"customer_id": "C004"})
     invoice = balance["open_invoice_ids"][0]
-    load_pack("backoffice")["record_payment"].invoke({"invoice_id": invoice, "amount": "100.00", "currency": "EUR"})
+    load_pack("backoffice")["record_payment"].invoke(
+        {"invoice_id": invoice, "amount": "100.00", "currency": "EUR"}
+    )
     assert main(["--quiet", "replay", str(log), "--live", "--json", *tools]) == 1
     report = json.loads(capsys.readouterr().out)
     diffs = report["runs"][0]["output_diffs"]
@@ -214,7 +216,9 @@ def test_live_replay_reports_read_outputs_that_changed(
     assert diffs[0]["tool"] == "customer_balance"
 
 
-def test_live_replay_never_reruns_write_tools_unless_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_live_replay_never_reruns_write_tools_unless_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pte.tools import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]

@@ -28,7 +28,8 @@ IDEMPOTENT_PLAN = """{"pte_plan": "1", "steps": [
  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
  {"id": "one", "tool": "queue_reminder", "args": {"invoice_id": "INV-1006", "channel": "letter"}},
  {"id": "all", "tool": "send_reminders", "args": {"invoice_ids": {"$ref": "inv/ids"}}},
- {"id": "n", "tool": "calculator", "args": {"expression": "q + 0", "variables": {"q": {"$ref": "all/queued"}}}}
+ {"id": "n", "tool": "calculator",
+  "args": {"expression": "q + 0", "variables": {"q": {"$ref": "all/queued"}}}}
 ], "result": {"$ref": "n/value"}}"""
 
 PAYMENT_PLAN = """{"pte_plan": "1", "steps": [
@@ -174,7 +175,9 @@ def test_resume_refuses_a_finished_run(tmp_path: Path, registry: Registry) -> No
         resume_file(log, registry)
 
 
-def test_cli_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pte.cli import main
 
     ledger = tmp_path / "ledger.sqlite"
