@@ -176,7 +176,7 @@ class Engine:
         log = get_logger(run_id=audit.run_id)
         try:
             self._start(run, mode="run", request=request)
-            plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry))
+            plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
             replans = 0
             while True:
                 failure = self._execute(run, plan, log)
@@ -208,6 +208,7 @@ class Engine:
                     failure.error.to_dict(),
                     # A tool's error can quote its (possibly untrusted) input.
                     error_provenance="untrusted" if run.shown_untrusted else "trusted",
+                    policy=self.policy,
                 )
                 plan = self._plan(run, "replanner", messages)
             run.result.result = self._result_value(plan, run)
@@ -240,7 +241,7 @@ class Engine:
         run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
         try:
             self._start(run, mode="plan", request=request)
-            self._plan(run, "planner", prompts.planner_messages(request, self.registry))
+            self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
             return self._finish(run, "succeeded")
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
@@ -253,6 +254,9 @@ class Engine:
         config: dict[str, Any] = self.config.to_dict()
         if self.llm is not None:
             config["model"] = self.llm.model
+            describe = getattr(self.llm, "describe", None)
+            if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
+                config["llm"] = describe
         config["policy"] = self.policy.to_document()
         config.update(extra or {})
         run.audit.append(
