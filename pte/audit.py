@@ -189,6 +189,8 @@ class Redactor:
         self._patterns: tuple[re.Pattern[str], ...] = tuple(
             p if isinstance(p, re.Pattern) else re.compile(p) for p in (*patterns, *extra_patterns)
         )
+        # No pattern can match a text shorter than this (most ids, names and statuses).
+        self._min_match = min((_min_width(p) for p in self._patterns), default=0)
         self._secrets: list[str] = []
         # Short strings (tool names, step ids, statuses) and keys repeat in almost every
         # record; memoising them takes most of the regex work off the write path.
@@ -226,9 +228,10 @@ class Redactor:
         for secret in self._secrets:
             if secret in out:
                 out = out.replace(secret, REDACTED)
-        for pattern in self._patterns:
-            if pattern.search(out) is not None:
-                out = pattern.sub(_replace_match, out)
+        if len(out) >= self._min_match:
+            for pattern in self._patterns:
+                if pattern.search(out) is not None:
+                    out = pattern.sub(_replace_match, out)
         if len(text) <= _CACHED_TEXT_CHARS and len(self._text_cache) < _CACHE_ENTRIES:
             self._text_cache[text] = out
         return out
@@ -285,9 +288,21 @@ class Redactor:
         return str(key) if isinstance(key, str) else key
 
     def _redact_item(self, key: Any, item: Any) -> Any:
-        if isinstance(key, str) and self.is_secret_key(key) and item is not None and not isinstance(item, bool):
+        secret = isinstance(key, str) and self.is_secret_key(key)
+        if secret and item is not None and not isinstance(item, bool):
             return REDACTED
         return self.redact(item)
+
+
+def _min_width(pattern: re.Pattern[str]) -> int:
+    """The length of the shortest text `pattern` can match (0 when it cannot be worked out)."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        low = _parser.parse(pattern.pattern, pattern.flags).getwidth()[0]
+    except Exception:  # a private module: if it changes, simply do without the shortcut
+        return 0
+    return low if isinstance(low, int) and low >= 0 else 0
 
 
 def _replace_match(match: re.Match[str]) -> str:
@@ -529,7 +544,8 @@ class AuditLog:
                 # line is <fields before "hash"> "hash" <the rest>: encode those two parts once
                 # and splice them, for the hashed body and for the line alike.
                 low: dict[str, Any] = {}
-                high: dict[str, Any] = {"prev": prev, "run_id": self.run_id, "seq": seq, "ts": ts, "type": type}
+                high: dict[str, Any] = {"prev": prev, "run_id": self.run_id, "seq": seq, "ts": ts}
+                high["type"] = type
                 for key, value in fields.items():
                     if key < "hash":
                         low[key] = value

@@ -7,6 +7,28 @@ durable first for `write` tools: the write-ahead rule), calls the tool with its 
 validates the output against the output schema, and records `step_finished`. The first
 failed step stops the run. It calls nothing the plan does not name.
 
+Timeouts (`LiveInvoker`). Every tool call is bounded by the tool's ``timeout_s``:
+
+- On the main thread of a POSIX process (the usual case: a CLI, a worker process), the
+  tool runs right there under a one-shot ``ITIMER_REAL`` timer. When it expires, a SIGALRM
+  handler raises a private `BaseException` inside the tool, so the tool is *stopped*, not
+  left running: its ``finally`` blocks and context managers run (a ``with conn:`` SQLite
+  transaction rolls back) and the step fails with ``ToolError("timeout")``. Being a
+  `BaseException`, it passes through ``except Exception`` in the tool. The previous SIGALRM
+  handler is put back after every call; a SIGALRM that is not this timer's goes to it.
+  Limits: a tool blocked inside C code that neither returns nor checks for signals (or
+  one that swallows the exception with a bare ``except:``) only stops when that code
+  returns; its step still fails with ``timeout``. A tool must not use SIGALRM or
+  ``ITIMER_REAL`` itself.
+- Anywhere else (another thread, a platform without SIGALRM, or while some other code has
+  an ``ITIMER_REAL`` timer running, which is left untouched), the call runs on a daemon
+  worker thread, one per calling thread, and is *abandoned* on timeout: Python cannot kill
+  a thread, so the hung call may still finish (and have its effect) later, but it never
+  blocks the run, later calls (they get a fresh worker) or interpreter exit.
+
+Either way a call that did not finish within ``timeout_s`` fails its step with
+``ToolError("timeout")``, and its result, if any, is discarded.
+
 This module must never import an LLM client; tests/test_executor_isolation.py enforces it.
 """
 
@@ -14,8 +36,10 @@ from __future__ import annotations
 
 import copy
 import queue
+import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -84,10 +108,130 @@ def resolve_result(plan: Plan, outputs: Mapping[str, Any]) -> Any:
     return walk(plan.result) if plan.has_result else None
 
 
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
+
+def _fresh_copy(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars); anything else goes to `copy.deepcopy`.
+
+    Same isolation as `copy.deepcopy` (no container is shared with `value`) at a fraction
+    of the cost for the small argument objects tools take.
+    """
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        return {key: item if type(item) in _IMMUTABLE else _fresh_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _IMMUTABLE else _fresh_copy(item) for item in value]
+    return copy.deepcopy(value)
+
+
 class ToolInvoker(Protocol):
     """Calls a tool. The live invoker runs the function; replay serves recorded outputs."""
 
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any: ...
+
+
+#: What a timed call gives back: (True, value) or (False, exception); None when it timed out.
+_Outcome = tuple[bool, Any] | None
+
+
+class _ToolTimeout(BaseException):
+    """Raised inside a tool by the SIGALRM handler when its timeout expires (never escapes)."""
+
+
+class _Alarm:
+    """Runs calls on the main thread under a one-shot ITIMER_REAL timer (see the module doc).
+
+    One instance per process; it is only ever used from the main thread, where Python runs
+    signal handlers, so its state needs no lock.
+    """
+
+    #: A SIGALRM this long before the deadline is someone else's (clock granularity slack).
+    _SLACK_S = 0.001
+
+    def __init__(self) -> None:
+        self._busy = False  # a timed call is in progress (a tool that runs a plan itself)
+        self._armed = False  # our timer may be pending
+        self._inside = False  # the tool is running: the handler may raise into it
+        self._deadline = 0.0
+        self._previous: Any = signal.SIG_DFL
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self._armed and time.monotonic() >= self._deadline - self._SLACK_S:
+            if self._inside:
+                self._inside = False  # one shot: the tool's cleanup runs undisturbed
+                raise _ToolTimeout
+            return  # our timer, expiring just as the call returned: nothing to stop
+        previous = self._previous  # not our timer: behave as if we were not installed
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:  # the default action ends the process
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGALRM)
+
+    def call(self, fn: Callable[[], Any], timeout_s: float) -> _Outcome | bool:
+        """The outcome of `fn()`, or False when the timer is not available for this call."""
+        if self._busy:
+            return False
+        try:
+            previous = _set_handler(signal.SIGALRM, self._handler)
+        except (ValueError, OSError):  # not the main interpreter, or the signal is not ours
+            return False
+        deadline = time.monotonic() + timeout_s
+        self._previous = previous
+        self._deadline = deadline
+        self._armed = True
+        self._busy = True
+        try:
+            delay, interval = signal.setitimer(signal.ITIMER_REAL, timeout_s)
+            if delay:  # someone else's timer was running: give it back untouched
+                self._armed = False
+                signal.setitimer(signal.ITIMER_REAL, delay, interval)
+                return False
+            self._inside = True
+            try:
+                return True, fn()
+            except _ToolTimeout:
+                return None
+            except BaseException as exc:  # handed back to the invoker, which decides
+                return False, exc
+            finally:
+                self._inside = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            self._busy = False
+            _set_handler(signal.SIGALRM, previous)  # first runs any handler still pending
+            self._armed = False
+            self._previous = signal.SIG_DFL
+
+
+try:  # the C function: signal.signal's wrapper converts handlers to and from enums (~2 µs a call)
+    from _signal import signal as _set_handler
+except ImportError:  # pragma: no cover - not CPython
+    _set_handler = signal.signal
+
+_ALARM: _Alarm | None = _Alarm() if hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer") else None
+_MAIN_THREAD_ID = threading.main_thread().ident
+
+
+#: A job for a worker: the call, the box its outcome goes in, the event set when it is there.
+_Job = tuple[Callable[[], Any], list[Any], threading.Event]
+
+
+def _worker_loop(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    while True:
+        job = jobs.get()
+        if job is None:  # its _Worker was dropped: end the thread
+            return
+        fn, box, done = job
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed back to the invoker, which decides
+            box.append((False, exc))
+        done.set()
+        del job, fn, box, done
 
 
 class _Worker:
@@ -95,23 +239,17 @@ class _Worker:
 
     Python cannot kill a thread; a timed-out call is abandoned (its daemon thread never
     blocks interpreter exit) and later calls get a fresh worker, so the process never hangs.
+    The thread ends once its `_Worker` is dropped (after its current call, if any).
     """
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name="pte-tool-worker", daemon=True)
-        self._thread.start()
+        jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs = jobs
+        thread = threading.Thread(target=_worker_loop, args=(jobs,), name="pte-tool-worker", daemon=True)
+        thread.start()
+        weakref.finalize(self, jobs.put, None)
 
-    def _loop(self) -> None:
-        while True:
-            fn, box, done = self._jobs.get()
-            try:
-                box.append((True, fn()))
-            except BaseException as exc:  # handed back to the executor, which decides
-                box.append((False, exc))
-            done.set()
-
-    def run(self, fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any] | None:
+    def run(self, fn: Callable[[], Any], timeout_s: float) -> _Outcome:
         """(True, value) or (False, exception); None when the call did not finish in time."""
         box: list[Any] = []
         done = threading.Event()
@@ -123,18 +261,33 @@ class _Worker:
 
 
 class LiveInvoker:
-    """Runs tool functions for real, each under its `timeout_s`."""
+    """Runs tool functions for real, each under its `timeout_s` (see the module docstring).
+
+    Safe to share between threads: each calling thread gets its own worker thread when it
+    needs one, so a call hung in one thread never delays a call made in another.
+    """
 
     def __init__(self) -> None:
-        self._worker: _Worker | None = None
+        self._local = threading.local()
 
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
-        if self._worker is None:
-            self._worker = _Worker()
-        outcome = self._worker.run(lambda: spec.invoke(args), spec.timeout_s)
+        timeout_s = spec.timeout_s
+        outcome: _Outcome | bool = False
+        if _ALARM is not None and threading.get_ident() == _MAIN_THREAD_ID:
+            outcome = _ALARM.call(lambda: spec.invoke(args), timeout_s)
+        if outcome is False:
+            worker: _Worker | None = getattr(self._local, "worker", None)
+            if worker is None:
+                worker = self._local.worker = _Worker()
+            outcome = worker.run(lambda: spec.invoke(args), timeout_s)
+            if outcome is None:
+                self._local.worker = None  # abandoned: it may still be running the hung call
+                raise ToolError(
+                    "timeout", f"{spec.name} did not finish within {timeout_s:g}s and was abandoned"
+                )
         if outcome is None:
-            self._worker = None  # abandoned: it may still be running the hung call
-            raise ToolError("timeout", f"{spec.name} did not finish within {spec.timeout_s:g}s and was abandoned")
+            raise ToolError("timeout", f"{spec.name} did not finish within {timeout_s:g}s and was stopped")
+        assert outcome is not True
         ok, value = outcome
         if ok:
             return value
@@ -199,11 +352,18 @@ class Executor:
             args = step.resolve_args(outputs)
         except (KeyError, IndexError, TypeError) as exc:
             # A pointer through an optional part of an output that was absent at run time.
-            error = ToolError("unresolved_reference", f"a reference of step {step.id!r} selects nothing: {exc}")
+            error = ToolError(
+                "unresolved_reference", f"a reference of step {step.id!r} selects nothing: {exc}"
+            )
             return self._record_failure(step, None, error, started, audit, spec, plan)
         if audit is not None:
             audit.append(
-                "step_started", step_id=step.id, tool=spec.name, effect=spec.effect, args=args, plan_hash=plan.hash
+                "step_started",
+                step_id=step.id,
+                tool=spec.name,
+                effect=spec.effect,
+                args=args,
+                plan_hash=plan.hash,
             )
             if spec.effect == "write":
                 audit.sync()  # write-ahead: the intent is durable before the side effect
@@ -212,7 +372,7 @@ class Executor:
             # The tool gets its own deep copy: resolved references share objects with earlier
             # steps' outputs, and a tool that mutates its arguments must not rewrite what those
             # steps returned (and the log recorded) nor the args kept in this step's result.
-            output = self.invoker(spec, copy.deepcopy(args), step)
+            output = self.invoker(spec, _fresh_copy(args), step)
             spec.validate_output(output)
         except ToolError as error:
             return self._record_failure(step, args, error, started, audit, spec, plan, started_logged=True)
@@ -249,7 +409,12 @@ class Executor:
         if audit is not None:
             if not started_logged:  # the arguments could not be resolved: record them unresolved
                 audit.append(
-                    "step_started", step_id=step.id, tool=spec.name, effect=spec.effect, args=step.args, plan_hash=plan.hash
+                    "step_started",
+                    step_id=step.id,
+                    tool=spec.name,
+                    effect=spec.effect,
+                    args=step.args,
+                    plan_hash=plan.hash,
                 )
             audit.append(
                 "step_finished",

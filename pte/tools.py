@@ -23,7 +23,8 @@ import jsonschema
 import jsonschema_rs
 import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_python
 
 from pte._resources import data_dir
 from pte.canonical import canonical_json
@@ -199,6 +200,25 @@ def _explain(slow: Any, fast: Any, instance: Any) -> jsonschema.ValidationError:
     return error
 
 
+#: A decimal number written as a string (no exponent), as pydantic 2.13 and earlier declared it.
+DECIMAL_STRING_PATTERN = r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"
+
+
+class _JsonSchema(GenerateJsonSchema):
+    """pydantic's JSON Schema generator, with a stable schema for `Decimal` across versions.
+
+    pydantic 2.14 dropped the pattern on decimal strings; without it a literal like "abc"
+    for a `Decimal` parameter would pass compile and fail only at run time.
+    """
+
+    def decimal_schema(self, schema: core_schema.DecimalSchema) -> JsonSchemaValue:
+        json_schema = super().decimal_schema(schema)
+        for branch in json_schema.get("anyOf", [json_schema]):
+            if branch.get("type") == "string" and "pattern" not in branch:
+                branch["pattern"] = DECIMAL_STRING_PATTERN
+        return json_schema
+
+
 def _format_error(error: jsonschema.ValidationError) -> str:
     where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     return f"{where.lstrip('.') or '(root)'}: {error.message}"
@@ -270,8 +290,10 @@ def _build_spec(
 
     try:
         input_model = create_model(f"{tool_name}_input", __config__=ConfigDict(extra="forbid"), **fields)
-        input_schema = input_model.model_json_schema(mode="validation")
-        output_schema = TypeAdapter(hints["return"]).json_schema(mode="serialization")
+        input_schema = input_model.model_json_schema(mode="validation", schema_generator=_JsonSchema)
+        output_schema = TypeAdapter(hints["return"]).json_schema(
+            mode="serialization", schema_generator=_JsonSchema
+        )
     except pydantic.PydanticUserError as exc:
         first_line = str(exc).splitlines()[0]
         raise ToolRegistrationError(
