@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cache
+from hashlib import sha256 as _sha256
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -554,10 +555,10 @@ class AuditLog:
                 high_text = _encode(high)
                 if low:
                     head = _encode(low)[:-1] + ","
-                    digest = sha256_hex(prev + head + high_text[1:])
+                    digest = _sha256((prev + head + high_text[1:]).encode("utf-8")).hexdigest()
                 else:
                     head = "{"
-                    digest = sha256_hex(prev + high_text)
+                    digest = _sha256((prev + high_text).encode("utf-8")).hexdigest()
                 data = (head + '"hash":"' + digest + '",' + high_text[1:] + "\n").encode("utf-8")
             except (TypeError, ValueError, RecursionError) as exc:
                 raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
@@ -567,8 +568,9 @@ class AuditLog:
                 problem = _schema_problem(record)
                 if problem is not None:
                     raise self._fail(f"{type}: record violates the audit schema: {problem}")
-            if self._fd is not None:
-                self._write(data)
+            fd = self._fd
+            if fd is not None:
+                self._write(fd, data)
             self.last_hash = digest
             self.next_seq += 1
             if self._keep:
@@ -580,17 +582,16 @@ class AuditLog:
                     self._fsync()
             return record
 
-    def _write(self, data: bytes) -> None:
-        assert self._fd is not None
+    def _write(self, fd: int, data: bytes) -> None:
         try:
             # Another writer (or a truncation) would fork the chain; refuse rather than interleave.
-            size = os.fstat(self._fd).st_size
+            size = os.fstat(fd).st_size
             if size != self._size:
                 raise self._fail(
                     f"audit log {self.path} changed underneath this writer "
                     f"(size {size}, expected {self._size}): is another process appending?"
                 )
-            _write_all(self._fd, data)
+            _write_all(fd, data)
             self._size += len(data)
             if self.durability is Durability.ALWAYS:
                 self._fsync()
@@ -663,7 +664,12 @@ class AuditLog:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    written = os.write(fd, data)
+    if written == len(data):  # the usual case: one call
+        return
+    if written <= 0:
+        raise OSError("write returned 0 bytes")
+    view = memoryview(data)[written:]
     while view:
         written = os.write(fd, view)
         if written <= 0:

@@ -42,12 +42,18 @@ def _read_text(path: str, what: str) -> str:
         raise UsageError(f"cannot read {what} {path!r}: {exc}") from None
 
 
-def _registry(args: argparse.Namespace) -> Registry:
+def _packs(args: argparse.Namespace) -> list[str]:
     packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
     if not packs:
         raise UsageError(
             "--tools is required: a stock pack name (backoffice, calculator, shaping), a .py file or a module"
         )
+    return packs
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
+    packs = _packs(args)
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
         return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
@@ -116,10 +122,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _policy(registry: Registry, args: argparse.Namespace) -> Any:
-    from pte.policy import load_policy
+    from pte.policy import Policy
 
+    path = getattr(args, "policy", None)
     try:
-        return load_policy(registry, getattr(args, "policy", None))
+        if path is None:
+            return Policy.from_registry(registry)
+        # Tool names in the file are checked against the whole packs (a typo is an error), so
+        # one compliance-owned file serves deployments that narrow the allow-list differently.
+        policy = Policy.from_registry(load_registry(_packs(args))).with_file(path)
+        narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
+        return Policy(narrowed, registry=registry, sources=policy.sources)
     except PTEError as exc:
         raise UsageError(str(exc)) from None
 
@@ -185,9 +198,12 @@ def cmd_execute(args: argparse.Namespace) -> int:
 
 def _llm(args: argparse.Namespace) -> Any:
     if getattr(args, "replay_responses", None):
-        from pte.llm import ReplayClient
+        from pte.llm import ReplayClient, ReplayDataError
 
-        return ReplayClient.from_file(args.replay_responses)
+        try:
+            return ReplayClient.from_file(args.replay_responses)
+        except (OSError, ReplayDataError, ValueError) as exc:
+            raise UsageError(f"cannot use --replay-responses {args.replay_responses!r}: {exc}") from None
     from pte.llm import OpenAIClient
 
     try:
@@ -317,6 +333,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from pte.audit import AuditFormatError
     from pte.replay import replay_file
 
     if not Path(args.log).is_file():
@@ -324,7 +341,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     registry = _registry(args) if args.tools else None
     if args.live and registry is None:
         raise UsageError("--live needs --tools to run the read tools for real")
-    report = replay_file(args.log, registry=registry, live=args.live, allow_writes=args.allow_writes)
+    try:
+        report = replay_file(args.log, registry=registry, live=args.live, allow_writes=args.allow_writes)
+    except AuditFormatError as exc:
+        print(f"cannot replay {args.log}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -333,16 +354,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from pte.audit import AuditFormatError
     from pte.replay import resume_file
 
     if not Path(args.log).is_file():
         raise UsageError(f"audit log {args.log!r} does not exist")
+    if args.policy is not None:
+        raise UsageError(
+            "resume checks plans against the policy recorded in the log; --policy does not apply"
+        )
     registry = _registry(args)
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
         result = resume_file(args.log, registry, llm=llm)
     except FailedClosed as exc:
         raise UsageError(exc.message) from None
+    except AuditFormatError as exc:
+        print(f"cannot resume {args.log}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     return _report_run(result, args, args.log)
 
 

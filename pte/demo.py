@@ -323,8 +323,9 @@ def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
         os.environ["PTE_LEDGER"] = str(ledger)
         try:
             registry = demo_registry()
-            for stale in workdir.glob("*.jsonl"):
-                stale.unlink()
+            # Only this demo's own files: --out may point at a directory holding other logs.
+            for stale in [workdir / f"{s.name}.jsonl" for s in SCENARIOS] + [workdir / "approvals.jsonl"]:
+                stale.unlink(missing_ok=True)
             outcomes = [run_scenario(s, registry, workdir) for s in SCENARIOS]
         finally:
             if previous is None:

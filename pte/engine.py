@@ -241,7 +241,10 @@ class Engine:
         run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
         try:
             self._start(run, mode="plan", request=request)
-            self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
+            # Compile only: approval is checked when the plan is executed (after `pte approve`).
+            self._plan(
+                run, "planner", prompts.planner_messages(request, self.registry, self.policy), gate=False
+            )
             return self._finish(run, "succeeded")
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
@@ -302,7 +305,9 @@ class Engine:
             run.result.usage[key] = run.result.usage.get(key, 0) + int(value)
         return response
 
-    def _plan(self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]]) -> Plan:
+    def _plan(
+        self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]], *, gate: bool = True
+    ) -> Plan:
         response = self._call_llm(run, role, messages, plan_schema())
         if response.finish_reason == "length":
             # A cut-off answer is never completed or repaired into a plan.
@@ -311,7 +316,7 @@ class Engine:
             )
             self._record_rejection(run, role, response.text, rejection)
             raise rejection
-        return self._accept(run, role, response.text)
+        return self._accept(run, role, response.text, gate=gate)
 
     def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
@@ -323,7 +328,7 @@ class Engine:
             request_literals=run.request_literals if tainted else (),
         )
 
-    def _accept(self, run: _Run, origin: PlanOrigin, text: str) -> Plan:
+    def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
         policy_check = self._policy_check(run, origin)
         try:
             plan = compile_plan(
@@ -339,9 +344,10 @@ class Engine:
             "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
         )
         run.result.plans.append(plan)
-        self.approval(plan, run.audit)
-        for hook in self.before_execute:
-            hook(plan, run.audit)
+        if gate:
+            self.approval(plan, run.audit)
+            for hook in self.before_execute:
+                hook(plan, run.audit)
         return plan
 
     def _no_approvals(self, plan: Plan, audit: AuditLog) -> None:

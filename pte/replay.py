@@ -177,8 +177,16 @@ class RecordedInvoker:
         resume: bool = False,
     ) -> None:
         records = list(records)
-        self._finished = {r["step_id"]: r for r in records if r.get("type") == "step_finished"}
-        self._started = {r["step_id"] for r in records if r.get("type") == "step_started"}
+        # Queues, not maps: a replan may reuse the id of a step that failed, so one id can have
+        # several recorded calls; the engine makes them in the same order.
+        self._finished: dict[str, deque[Mapping[str, Any]]] = {}
+        self._started: dict[str, int] = {}
+        for record in records:
+            if record.get("type") == "step_finished":
+                self._finished.setdefault(record["step_id"], deque()).append(record)
+            elif record.get("type") == "step_started":
+                self._started[record["step_id"]] = self._started.get(record["step_id"], 0) + 1
+        self._calls: dict[str, int] = {}
         self._live = live
         self._live_reads = live_reads
         self._allow_writes = allow_writes
@@ -187,9 +195,11 @@ class RecordedInvoker:
         self.live_calls: list[str] = []
 
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
-        recorded = self._finished.get(step.id)
-        if recorded is None:
+        self._calls[step.id] = self._calls.get(step.id, 0) + 1
+        queue = self._finished.get(step.id)
+        if not queue:
             return self._unrecorded(spec, args, step)
+        recorded = queue.popleft()
         if self._live is not None and self._live_reads and (spec.effect == "read" or self._allow_writes):
             self._diff(spec, args, step, recorded)
         if recorded.get("status") == "ok":
@@ -219,7 +229,8 @@ class RecordedInvoker:
     def _unrecorded(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
         # Resume's decision for an interrupted non-idempotent write; replay of a resumed log
         # must reach the same one.
-        if step.id in self._started and spec.effect == "write" and not spec.idempotent:
+        in_flight = self._started.get(step.id, 0) >= self._calls[step.id]
+        if in_flight and spec.effect == "write" and not spec.idempotent:
             raise FailedClosed(
                 ReasonCode.NEEDS_REVIEW,
                 f"step {step.id!r} ({spec.name}) was started before the interruption and may or may not have "
@@ -309,7 +320,9 @@ def _engine_for(
     policy = None
     if recorded.get("policy") is not None:
         # The policy in force when the run was made, not whatever the files say today.
-        policy = Policy.from_registry(registry).with_document(recorded["policy"], source="<recorded policy>")
+        policy = Policy.from_registry(registry).with_document(
+            recorded["policy"], source="<recorded policy>", ignore_unknown=True
+        )
     return Engine(
         registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals
     )

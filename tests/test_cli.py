@@ -781,12 +781,6 @@ def test_run_fails_closed_on_prose(tmp_path: Path, ledger: Path, capsys: pytest.
     assert verify(log).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(OSError, ValueError),
-    reason="BUG: cli._llm does not catch ReplayDataError/OSError from ReplayClient.from_file, so a missing "
-    "or malformed --replay-responses file ends in a traceback (exit 1, like failed closed), not exit 2",
-)
 @pytest.mark.parametrize(
     "content", [None, {"not": "a list"}, "{broken"], ids=["missing", "not-a-list", "not-json"]
 )
@@ -966,12 +960,6 @@ def test_plan_rejected_writes_no_file(
     assert not out_file.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: Engine.plan runs the approval gate, so `pte plan` refuses to write a plan that needs "
-    "approval (approval_missing) although its own hint says to `pte approve` the written file next",
-)
 def test_plan_of_a_payment_can_be_written_for_review(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1060,12 +1048,6 @@ def test_replay_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert code == 2 and "--tools" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AuditFormatError,
-    reason="BUG: cmd_replay and cmd_resume do not catch AuditFormatError, so a log that is not JSON Lines "
-    "ends in a traceback (`pte audit show` of the same file exits 1 with a message)",
-)
 @pytest.mark.parametrize("command", ["replay", "resume"])
 def test_replay_and_resume_of_an_unparsable_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
@@ -1077,12 +1059,6 @@ def test_replay_and_resume_of_an_unparsable_log(
     assert "junk.jsonl" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: RecordedInvoker keys recorded outputs by step id, so a replan that reuses the failed "
-    "step's id makes replay of a genuine log diverge (step_finished.status recorded failed, replayed ok)",
-)
 def test_replay_of_a_replan_reusing_the_failed_step_id(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1215,3 +1191,29 @@ def test_json_logs_on_stderr_and_json_result_on_stdout(tmp_path: Path) -> None:
     assert quiet.returncode == 0
     assert quiet.stderr == ""
     assert verify(log).ok
+
+
+def test_a_policy_file_serves_a_narrowed_allow_list_but_typos_are_still_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            {"pte_plan": "1", "steps": [{"id": "c", "tool": "calculator", "args": {"expression": "1 + 1"}}]}
+        ),
+        encoding="utf-8",
+    )
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        json.dumps({"pte_policy": "1", "tools": {"get_supplier": {"output": "trusted"}}}), encoding="utf-8"
+    )
+    tools = ["--tools", "backoffice,calculator,shaping", "--allow", "calculator"]
+    assert main(["--quiet", "validate", str(plan_file), *tools, "--policy", str(policy)]) == 0
+    capsys.readouterr()
+    policy.write_text(
+        json.dumps({"pte_policy": "1", "tools": {"get_suplier": {"output": "trusted"}}}), encoding="utf-8"
+    )
+    with pytest.raises(SystemExit) as exc:
+        main(["--quiet", "validate", str(plan_file), *tools, "--policy", str(policy)])
+    assert exc.value.code == 2
+    assert "get_suplier" in capsys.readouterr().err

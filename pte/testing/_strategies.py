@@ -396,7 +396,8 @@ class _Wiring:
 _MAX_DEPTH = 8
 
 
-def _bounds(schema: Mapping[str, Any], integer: bool) -> tuple[float | None, float | None, bool, bool]:
+def _bounds(schema: Mapping[str, Any]) -> tuple[float | None, float | None, bool, bool]:
+    """(low, high, low is exclusive, high is exclusive) from the numeric keywords."""
     low, high = schema.get("minimum"), schema.get("maximum")
     low_open = high_open = False
     if "exclusiveMinimum" in schema and (low is None or schema["exclusiveMinimum"] >= low):
@@ -406,10 +407,15 @@ def _bounds(schema: Mapping[str, Any], integer: bool) -> tuple[float | None, flo
     return low, high, low_open, high_open
 
 
-def _draw_integer(draw: DrawFn, schema: Mapping[str, Any]) -> int:
-    low, high, low_open, high_open = _bounds(schema, True)
+def _integer_range(schema: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    low, high, low_open, high_open = _bounds(schema)
     lo = None if low is None else (math.floor(low) + 1 if low_open else math.ceil(low))
     hi = None if high is None else (math.ceil(high) - 1 if high_open else math.floor(high))
+    return lo, hi
+
+
+def _draw_integer(draw: DrawFn, schema: Mapping[str, Any]) -> int:
+    lo, hi = _integer_range(schema)
     if lo is None and hi is None:
         lo, hi = -(2**53), 2**53
     step = int(schema.get("multipleOf", 1))
@@ -417,17 +423,19 @@ def _draw_integer(draw: DrawFn, schema: Mapping[str, Any]) -> int:
         k_lo = None if lo is None else -(-lo // step)
         k_hi = None if hi is None else hi // step
         if k_lo is not None and k_hi is not None and k_lo > k_hi:
-            reject()
+            reject()  # no multiple of `step` in range: an unsatisfiable schema
         return int(draw(st.integers(k_lo, k_hi))) * step
     if lo is not None and hi is not None and lo > hi:
-        reject()
+        reject()  # an empty range: an unsatisfiable schema
     return draw(st.integers(lo, hi))
 
 
 def _draw_number(draw: DrawFn, schema: Mapping[str, Any]) -> float | int:
-    if "multipleOf" in schema or _percent(draw, 30):
+    lo, hi = _integer_range(schema)
+    has_integers = lo is None or hi is None or lo <= hi
+    if "multipleOf" in schema or (has_integers and _percent(draw, 30)):
         return _draw_integer(draw, schema)
-    low, high, low_open, high_open = _bounds(schema, False)
+    low, high, low_open, high_open = _bounds(schema)
     return draw(
         st.floats(
             min_value=low,
