@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -67,6 +68,8 @@ class CompileContext:
     #: Steps completed before this plan (a replan or a resume): step id -> tool name.
     #: The plan may reference their outputs; they are never run again.
     prior: Mapping[str, str] = field(default_factory=dict)
+    #: (tool, wiring) of argument objects already type-checked successfully in this compile.
+    wiring_ok: set[tuple[str, str]] = field(default_factory=set)
     #: Extra information checks may attach (e.g. provenance labels from a policy check).
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -475,6 +478,15 @@ def _literal_validator(ctx: CompileContext, tool: ToolSpec, schema: st.Schema) -
     return validator
 
 
+# A reference as canonical JSON writes it: {"$ref":"step_id/pointer"} (the pointer cannot hold '"').
+_REF_IN_TEXT = re.compile(r'\{"\$ref":"([a-z][a-z0-9_]*)((?:/[^"\\]*)?)"\}')
+
+
+def _wiring(ctx: CompileContext, match: re.Match[str]) -> str:
+    # A reference's type is that of its producer tool's output at the pointer: the step id is noise.
+    return f'{{"$ref":"{ctx.producer(match[1]).name}#{match[2]}"}}'
+
+
 def check_args(ctx: CompileContext) -> None:
     """invalid_args: a step's args do not fit its tool's input schema, references standing for their types."""
     for i, step in enumerate(ctx.steps):
@@ -492,10 +504,17 @@ def check_args(ctx: CompileContext) -> None:
                     *error.absolute_path,
                 )
             continue
+        # Steps wired the same way (same tool, same literals, references to the same producer
+        # tools and pointers) type-check the same: plans repeat patterns, so remember successes.
+        key = (tool.name, _REF_IN_TEXT.sub(lambda m: _wiring(ctx, m), canonical_json(args)))
+        if key in ctx.wiring_ok:
+            continue
         # Every path that leads to a reference: the rest of args are plain literals.
         prefixes = frozenset(path[:n] for path, _ in ctx.references[i] for n in range(len(path) + 1))
         reason = _type_check(ctx, args, tool.input_schema, tool, (), prefixes)
-        if reason is not None:
+        if reason is None:
+            ctx.wiring_ok.add(key)
+        else:
             raise _reject(
                 ReasonCode.INVALID_ARGS, f"step {step['id']!r} ({tool.name}): {reason}", "steps", i, "args"
             )
