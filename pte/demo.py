@@ -80,6 +80,14 @@ _THREE_FIGURES = _plan(
     },
 )
 
+_SUPPLIER_PAYMENT = _plan(
+    _step("sup", "get_supplier", supplier_id="S003"),
+    _step(
+        "pay", "send_payment", iban=_ref("sup/iban"), amount="1240.00", currency="EUR", reference="DPM-7781"
+    ),
+    result=_ref("pay/payment_id"),
+)
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="overdue_reminders",
@@ -189,20 +197,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="payment_unapproved",
         request="Pay Dutch Paper Mills (S003) EUR 1240.00 for invoice DPM-7781.",
-        responses=[
-            _plan(
-                _step("sup", "get_supplier", supplier_id="S003"),
-                _step(
-                    "pay",
-                    "send_payment",
-                    iban=_ref("sup/iban"),
-                    amount="1240.00",
-                    currency="EUR",
-                    reference="DPM-7781",
-                ),
-                result=_ref("pay/payment_id"),
-            )
-        ],
+        responses=[_SUPPLIER_PAYMENT],
         expect_status="failed_closed",
         expect_reason="approval_missing",
         note="a clean payment plan, but nobody approved its hash",
@@ -211,18 +206,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         name="payment_approved",
         request="Pay Dutch Paper Mills (S003) EUR 1240.00 for invoice DPM-7781.",
         responses=[
-            _plan(
-                _step("sup", "get_supplier", supplier_id="S003"),
-                _step(
-                    "pay",
-                    "send_payment",
-                    iban=_ref("sup/iban"),
-                    amount="1240.00",
-                    currency="EUR",
-                    reference="DPM-7781",
-                ),
-                result=_ref("pay/payment_id"),
-            ),
+            _SUPPLIER_PAYMENT,
             "Payment PO-0001 of EUR 1240.00 to Dutch Paper Mills B.V. (the IBAN on file) was submitted.",
         ],
         expect_status="succeeded",
