@@ -129,15 +129,14 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
 
     print(f"compile_plan over the example catalogue, median of {args.repeat} runs")
-    print(f"{'steps':>7} {'bytes':>10} {'refs':>7} {'median ms':>10} {'µs/step':>9} {'× 10-step':>10}")
+    print(f"{'steps':>7} {'bytes':>10} {'refs':>7} {'median ms':>10} {'µs/step':>9} {'x 10-step':>10}")
     base: float | None = None
     for size in sizes:
         seconds, size_bytes, refs = measure(size, args.repeat, args.seed)
         per_step = seconds / size * 1e6
         base = per_step if base is None else base
-        print(
-            f"{size:>7} {size_bytes:>10,} {refs:>7} {seconds * 1e3:>10.2f} {per_step:>9.1f} {per_step / base:>10.2f}"
-        )
+        ratio = per_step / base
+        print(f"{size:>7} {size_bytes:>10,} {refs:>7} {seconds * 1e3:>10.2f} {per_step:>9.1f} {ratio:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pte import _schema_types as types
 from pte.compiler import DEFAULT_LIMITS, Limits
 from pte.errors import PLAN_REASONS, ReasonCode
 from pte.plan import PLAN_FORMAT_VERSION, STEP_ID_RE, TOOL_NAME_RE, Reference
-from pte.tools import Registry, ToolSpec
+from pte.tools import DECIMAL_STRING_PATTERN, Registry, ToolSpec
 
 __all__ = [
     "COMPILE_REASONS",
@@ -449,7 +449,7 @@ def _draw_number(draw: DrawFn, schema: Mapping[str, Any]) -> float | int:
 
 
 #: The pattern pydantic gives `Decimal` inputs; drawn as decimal numerals directly.
-_DECIMAL_PATTERN = r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"
+_DECIMAL_PATTERN = DECIMAL_STRING_PATTERN
 _ESCAPES = {"d": string.digits, "w": string.ascii_letters + string.digits + "_", "s": " \t\n\r\f\v"}
 _PRINTABLE = "".join(chr(c) for c in range(32, 127)) + "\t\n"
 
@@ -623,11 +623,17 @@ def _draw_value(
             branches = list(resolved[key])
             if depth > _MAX_DEPTH:  # prefer a branch that ends the recursion
                 simple = [
-                    b for b in branches if "$ref" not in b and types.types_of(b, root) <= {"null", "string"}
+                    b
+                    for b in branches
+                    if isinstance(b, Mapping)
+                    and "$ref" not in b
+                    and types.types_of(b, root) <= {"null", "string"}
                 ]
                 branches = simple or branches
-            branch = _choice(draw, branches)
-            return _draw_value(draw, branch, root, wiring, depth)
+            value = _draw_value(draw, _choice(draw, branches), root, wiring, depth)
+            if key == "oneOf" and not _references_in(value) and _matching(value, branches, root) != 1:
+                reject()  # valid under several branches: not valid under oneOf
+            return value
     declared = resolved.get("type")
     if declared is None:
         return _draw_plain(draw, 2)
@@ -647,6 +653,31 @@ def _draw_value(
     if kind == "object":
         return _draw_object(draw, resolved, root, wiring, depth)
     raise _Unsupported(f"type {kind!r}")
+
+
+def _references_in(value: Json) -> bool:
+    if isinstance(value, dict):
+        return set(value) == {"$ref"} or any(_references_in(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_references_in(v) for v in value)
+    return False
+
+
+_BRANCH_VALIDATORS: dict[int, tuple[Any, jsonschema.Draft202012Validator]] = {}
+
+
+def _matching(value: Json, branches: list[Any], root: Mapping[str, Any]) -> int:
+    """How many of `branches` (sub-schemas of `root`) accept `value`."""
+    count = 0
+    for branch in branches:
+        hit = _BRANCH_VALIDATORS.get(id(branch))
+        if hit is None or hit[0] is not branch:
+            sub = _thaw(branch)
+            if isinstance(sub, dict):
+                sub = {**sub, "$defs": _thaw(root.get("$defs", {}))}
+            hit = _BRANCH_VALIDATORS[id(branch)] = (branch, jsonschema.Draft202012Validator(sub))
+        count += hit[1].is_valid(value)
+    return count
 
 
 def _draw_array(
@@ -1433,10 +1464,12 @@ _MUTATIONS: dict[ReasonCode, _Mutation] = {
 
 def _invalid_plan_strategy(catalogue: _Catalogue, reason: ReasonCode, limits: Limits) -> SearchStrategy[str]:
     mutate = _MUTATIONS[reason]
+    # Base plans within the step limit (plan_too_large grows them past it itself).
+    most = max(1, min(6, limits.max_steps - 1))
 
     @st.composite
     def plans(draw: DrawFn) -> str:
-        drawn = _draw_plan(draw, catalogue, 1, 6)
+        drawn = _draw_plan(draw, catalogue, 1, most)
         drawn.doc = _copy(drawn.doc)
         outcome = mutate(draw, catalogue, drawn, limits)
         if outcome is None:
