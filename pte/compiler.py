@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 import jsonschema_rs
@@ -389,6 +389,27 @@ def check_acyclic(ctx: CompileContext) -> None:
     ctx.order = tuple(order)
 
 
+class _Mismatch(NamedTuple):
+    """Why a value does not fit, and where inside the step's args."""
+
+    message: str
+    path: tuple[str | int, ...]
+
+
+def _shape(schema: st.Schema, root: Mapping[str, Any]) -> str:
+    """A description that tells apart schemas of the same JSON type (enums, object shapes)."""
+    text = st.describe(schema, root)
+    resolved = st.deref(schema, root)
+    if isinstance(resolved, Mapping):
+        if "enum" in resolved:
+            text += f" (one of {list(resolved['enum'])})"
+        elif "const" in resolved:
+            text += f" (exactly {resolved['const']!r})"
+        elif resolved.get("required"):
+            text += f" (with required {list(resolved['required'])})"
+    return text
+
+
 def _type_check(
     ctx: CompileContext,
     value: Any,
@@ -396,7 +417,7 @@ def _type_check(
     tool: ToolSpec,
     path: tuple[str | int, ...],
     ref_prefixes: frozenset[tuple[str | int, ...]],
-) -> str | None:
+) -> _Mismatch | None:
     """Why `value` (literals and references) does not fit `schema`, or None if it does."""
     root = tool.input_schema
     if is_reference(value):
@@ -411,56 +432,66 @@ def _type_check(
         if fits is None:
             fits = cache[key] = st.assignable(src, producer.output_schema, schema, root)
         if not fits:
-            return (
-                f"reference {str(ref)!r} gives {st.describe(src, producer.output_schema)}"
-                f" ({producer.name} output) but {tool.name} expects {st.describe(schema, root)}"
+            given, expected = st.describe(src, producer.output_schema), st.describe(schema, root)
+            if given == expected:  # same JSON type: say what else differs
+                given, expected = _shape(src, producer.output_schema), _shape(schema, root)
+            return _Mismatch(
+                f"reference {str(ref)!r} gives {given} ({producer.name} output) "
+                f"but {tool.name} expects {expected}",
+                path,
             )
         return None
     if path not in ref_prefixes:
         if _literal_validator(ctx, tool, schema).is_valid(value):
             return None
         error = jsonschema.exceptions.best_match(tool._input_validator.descend(value, schema))
-        return "not valid" if error is None else error.message
+        if error is None:
+            return _Mismatch("not valid", path)
+        return _Mismatch(error.message, (*path, *error.relative_path))
     schema = st.deref(schema, root)
     if not isinstance(schema, Mapping):
-        return None if schema else "no value is allowed here"
+        return None if schema else _Mismatch("no value is allowed here", path)
     for keyword in ("anyOf", "oneOf"):
         if keyword in schema:
             reasons = [_type_check(ctx, value, b, tool, path, ref_prefixes) for b in schema[keyword]]
-            if all(r is not None for r in reasons):
-                return f"matches none of the allowed forms ({'; '.join(r for r in reasons if r)})"
+            failures = [r for r in reasons if r is not None]
+            if len(failures) == len(reasons):
+                if len(failures) == 1:
+                    return failures[0]
+                joined = "; ".join(r.message for r in failures)
+                return _Mismatch(f"matches none of the allowed forms ({joined})", path)
             return None
     for branch in schema.get("allOf", ()):
-        reason = _type_check(ctx, value, branch, tool, path, ref_prefixes)
-        if reason is not None:
-            return reason
+        mismatch = _type_check(ctx, value, branch, tool, path, ref_prefixes)
+        if mismatch is not None:
+            return mismatch
     types = st.types_of(schema, root)
     if isinstance(value, dict):
         if "object" not in types:
-            return f"an object is given but {st.describe(schema, root)} is expected"
+            return _Mismatch(f"an object is given but {st.describe(schema, root)} is expected", path)
         missing = [k for k in schema.get("required", ()) if k not in value]
         if missing:
-            return f"missing required {missing}"
+            return _Mismatch(f"missing required {missing}", path)
         props = schema.get("properties", {})
         extra = schema.get("additionalProperties", True)
         for key, item in value.items():
             sub = props.get(key, extra)
             if sub is False:
-                return f"unexpected property {key!r}"
-            reason = _type_check(ctx, item, sub, tool, (*path, key), ref_prefixes)
-            if reason is not None:
-                return f"{key}: {reason}"
+                return _Mismatch(f"unexpected property {key!r}", (*path, key))
+            mismatch = _type_check(ctx, item, sub, tool, (*path, key), ref_prefixes)
+            if mismatch is not None:
+                return mismatch
         return None
     if isinstance(value, list):
         if "array" not in types:
-            return f"an array is given but {st.describe(schema, root)} is expected"
+            return _Mismatch(f"an array is given but {st.describe(schema, root)} is expected", path)
         prefix = schema.get("prefixItems", [])
         items = schema.get("items", True)
         for index, item in enumerate(value):
             sub = prefix[index] if index < len(prefix) else items
-            reason = _type_check(ctx, item, sub, tool, (*path, index), ref_prefixes)
-            if reason is not None:
-                return f"[{index}]: {reason}"
+            mismatch = _type_check(ctx, item, sub, tool, (*path, index), ref_prefixes)
+            if mismatch is not None:
+                return mismatch
         return None
     return None
 
@@ -511,12 +542,18 @@ def check_args(ctx: CompileContext) -> None:
             continue
         # Every path that leads to a reference: the rest of args are plain literals.
         prefixes = frozenset(path[:n] for path, _ in ctx.references[i] for n in range(len(path) + 1))
-        reason = _type_check(ctx, args, tool.input_schema, tool, (), prefixes)
-        if reason is None:
+        mismatch = _type_check(ctx, args, tool.input_schema, tool, (), prefixes)
+        if mismatch is None:
             ctx.wiring_ok.add(key)
         else:
+            where = json_path(mismatch.path)[2:] or "args"
             raise _reject(
-                ReasonCode.INVALID_ARGS, f"step {step['id']!r} ({tool.name}): {reason}", "steps", i, "args"
+                ReasonCode.INVALID_ARGS,
+                f"step {step['id']!r} ({tool.name}): {where}: {mismatch.message}",
+                "steps",
+                i,
+                "args",
+                *mismatch.path,
             )
 
 

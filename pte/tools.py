@@ -453,8 +453,11 @@ class Registry:
         return Registry(self._tools[n] for n in wanted)
 
     def deny(self, names: Iterable[str]) -> Registry:
-        """A narrower registry without `names`."""
+        """A narrower registry without `names` (each must exist here: a typo must not go unnoticed)."""
         banned = set(names)
+        unknown = sorted(banned - set(self._tools))
+        if unknown:
+            raise ToolPackError(f"cannot deny unknown tool(s) {unknown}; the packs define {self.names}")
         return Registry(t for t in self._tools.values() if t.name not in banned)
 
     def merged(self, other: Registry) -> Registry:

@@ -554,6 +554,26 @@ def test_ill_typed_reference_message_names_both_types() -> None:
     assert "null" in error.message  # says why an Optional output does not fit
 
 
+def test_a_bad_literal_next_to_a_reference_is_reported_at_its_own_path() -> None:
+    error = rejected(
+        plan(INV, step("x", "send_reminder", invoice_ids=ref("inv/ids"), channel="fax")),
+        ReasonCode.INVALID_ARGS,
+        "$.steps[1].args.channel",
+    )
+    assert "channel" in error.message and "fax" in error.message
+
+
+def test_a_reference_of_the_right_json_type_but_another_enum_says_what_differs() -> None:
+    risk = step("risk", "score_risk", customer=ref("cust"), overdue_days=30)
+    error = rejected(
+        plan(CUST, risk, step("x", "send_reminder", invoice_ids=["INV-1001"], channel=ref("risk/level"))),
+        ReasonCode.INVALID_ARGS,
+        "$.steps[2].args.channel",
+    )
+    assert "one of ['low', 'medium', 'high']" in error.message
+    assert "one of ['email', 'letter']" in error.message
+
+
 @pytest.mark.parametrize(
     ("producers", "tool", "args"),
     [

@@ -531,3 +531,10 @@ def test_invalid_manifest(pack: Path, tmp_path: Path, content: Any, words: str) 
 def test_missing_manifest(pack: Path, tmp_path: Path) -> None:
     with pytest.raises(ToolPackError, match="cannot read tool manifest"):
         load_registry([pack], manifest=tmp_path / "missing.json")
+
+
+def test_deny_of_an_unknown_tool_is_an_error_like_allow() -> None:
+    registry = pte.load_pack("calculator")
+    with pytest.raises(pte.ToolPackError, match="calculater"):
+        registry.deny(["calculater"])
+    assert "calculator" not in registry.deny(["calculator"])
