@@ -3,7 +3,10 @@
 PTE: `Executor.run` over a compiled 1,000-step plan of a no-op tool, with the audit log on
 (a temp file, durability "none", so the figure is the executor's cost and not the disk's)
 and off. Each step still resolves its references, validates its arguments and output
-against the tool's schemas, and runs the tool on the worker thread that enforces timeouts.
+against the tool's schemas, and runs the tool under its timeout (a SIGALRM timer, since the
+bench runs on the main thread; see pte/executor.py). With the audit log on, each step also
+writes two hash-chained, redacted, canonical records (step_started before the call,
+step_finished after), each checked against another writer and handed to the OS at once.
 
 Baseline: the common LangGraph plan-and-execute design (LangGraph's plan-and-execute
 tutorial): a `StateGraph` whose `execute` node runs ONE step of the plan per invocation,
@@ -65,7 +68,7 @@ def plan_text(steps: int, shape: str) -> str:
 def pte_runner(plan: Plan, audit_dir: Path | None) -> Callable[[], float]:
     """A function that runs the whole plan once and returns the seconds it took."""
     executor = Executor(REGISTRY)
-    executor.run(plan)  # warm-up: starts the worker thread
+    executor.run(plan)  # warm-up
     runs = iter(range(1_000_000))
 
     def run() -> float:

@@ -33,8 +33,9 @@ from functools import cache
 from hashlib import sha256 as _sha256
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
@@ -197,6 +198,8 @@ class Redactor:
         # record; memoising them takes most of the regex work off the write path.
         self._text_cache: dict[str, str] = {}
         self._key_cache: dict[str, bool] = {}
+        # text -> (redacted text, its JSON string literal), for `AuditLog.append`.
+        self._json_cache: dict[str, tuple[str, str]] = {}
 
     def add_secret(self, value: str) -> None:
         """Scrub every occurrence of the exact string `value` (e.g. the configured API key).
@@ -210,6 +213,7 @@ class Redactor:
             # Longest first, so a secret that contains another is replaced whole.
             self._secrets.sort(key=len, reverse=True)
             self._text_cache = {}
+            self._json_cache = {}
 
     def is_secret_key(self, key: str) -> bool:
         """Whether values under `key` are redacted."""
@@ -237,6 +241,16 @@ class Redactor:
             self._text_cache[text] = out
         return out
 
+    def _redact_json_text(self, text: str) -> tuple[str, str]:
+        """``(redact_text(text), its JSON string literal)``, memoised like `redact_text`."""
+        hit = self._json_cache.get(text)
+        if hit is None:
+            redacted = self.redact_text(text)
+            hit = (redacted, _encode_str(redacted))
+            if len(text) <= _CACHED_TEXT_CHARS and len(self._json_cache) < _CACHE_ENTRIES:
+                self._json_cache[text] = hit
+        return hit
+
     def redact(self, value: Any) -> Any:
         """A redacted copy of `value` (see the class docstring); `value` itself is untouched."""
         # Exact JSON types first (what every record is made of): a type() test is several
@@ -248,6 +262,7 @@ class Redactor:
         if kind is dict:
             out: dict[Any, Any] = {}
             key_cache = self._key_cache
+            text_cache = self._text_cache
             for key, item in value.items():
                 if type(key) is str:
                     secret = key_cache.get(key)
@@ -256,7 +271,15 @@ class Redactor:
                     if secret and item is not None and item is not True and item is not False:
                         out[key] = REDACTED
                         continue
-                    out[key] = self.redact(item)
+                    # Inline the commonest cases: a known text and a number (no call each).
+                    item_kind = type(item)
+                    if item_kind is str:
+                        cached = text_cache.get(item)
+                        out[key] = cached if cached is not None else self.redact_text(item)
+                    elif item_kind is int or item_kind is float:
+                        out[key] = item
+                    else:
+                        out[key] = self.redact(item)
                 else:
                     out[self._plain_key(key)] = self._redact_item(key, item)
             return out
@@ -340,16 +363,16 @@ def _utc_now() -> str:
     are formatted once per second.
     """
     global _ts_second
-    now = time.time_ns()
-    second, nanos = divmod(now, 1_000_000_000)
+    second, micros = divmod(_time_ns() // 1000, 1_000_000)
     cached = _ts_second
     if cached[0] != second:
         cached = _ts_second = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S."))
-    return f"{cached[1]}{nanos // 1000:06d}Z"
+    return cached[1] + str(micros + 1_000_000)[1:] + "Z"
 
 
 #: (epoch second, its "YYYY-MM-DDTHH:MM:SS." prefix); replaced as one tuple, so thread-safe.
 _ts_second: tuple[int, str] = (-1, "")
+_time_ns = time.time_ns
 
 
 def _json_default(value: Any) -> Any:
@@ -365,10 +388,11 @@ def _make_encoder() -> Callable[[Any], str]:
     """
     from json import encoder as json_encoder
 
-    make = json_encoder.c_make_encoder
-    if make is None or json_encoder.c_encode_basestring is None:  # pragma: no cover - PyPy etc.
+    make = getattr(json_encoder, "c_make_encoder", None)
+    encode_str = getattr(json_encoder, "c_encode_basestring", None)
+    if make is None or encode_str is None:  # pragma: no cover - PyPy etc.
         return canonical_json
-    encode = make(None, _json_default, json_encoder.c_encode_basestring, None, ":", ",", True, False, False)
+    encode = make(None, _json_default, encode_str, None, ":", ",", True, False, False)
     join = "".join
 
     def encode_canonical(value: Any) -> str:
@@ -378,6 +402,35 @@ def _make_encoder() -> Callable[[Any], str]:
 
 
 _encode = _make_encoder()
+
+#: The JSON string literal of a str, exactly as `_encode` writes it.
+_encode_str: Callable[[str], str] = (
+    getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
+)
+
+_NOT_CACHED = object()
+_INFINITY = float("inf")
+
+
+class _Layout(NamedTuple):
+    """How a record's line is assembled (see `AuditLog._layout`).
+
+    `pieces` alternates the constant text before each entry (``{"args":``, ``,"effect":``,
+    ...) with a slot for its value (None), and ends with ``}``: the keys in sorted order,
+    "hash" left out. The line puts ``hash_before + digest + hash_after`` at `hash_at`
+    instead (the "hash" entry and the separator of the entry that follows it).
+    """
+
+    pieces: list[str | None]
+    hash_at: int
+    hash_before: str
+    hash_after: str
+    prev: int
+    run_id: int
+    seq: int
+    ts: int
+    type: int
+    slots: tuple[tuple[str, int], ...]  # (field name, its value's index in pieces), in call order
 
 
 class AuditLog:
@@ -438,6 +491,14 @@ class AuditLog:
         self._dir_synced = True
         self._closed = False
         self._broken: str | None = None
+        # Stands in for the hash while a record is serialised (see `append`): random per log,
+        # so no data can be made to contain it on purpose.
+        self._placeholder = uuid.uuid4().hex + uuid.uuid4().hex
+        self._placeholder_entry = f'"hash":"{self._placeholder}",'
+        # Field names (in call order) -> where each goes in the sorted line (see `_layout`).
+        self._layouts: dict[tuple[str, ...], _Layout | None] = {}
+        self._layouts_redactor: Redactor | None = None
+        self._run_id_entry = (self.run_id, _encode_str(self.run_id))
         # Set when this run's run_finished is written (or found at the end of the file).
         self._sealed = False
         if self.path is not None:
@@ -525,52 +586,50 @@ class AuditLog:
         log) and on every call after such a failure.
         """
         with self._lock:
-            if self._broken is not None:
-                raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
-            if self._closed:
-                raise self._fail("audit log is closed")
-            if self._sealed:
-                raise self._fail(f"run {self.run_id} is sealed by run_finished; nothing may follow it")
-            if not isinstance(type, str) or not type:
-                raise self._fail(f"record type must be a non-empty string, not {type!r}")
-            clash = _COMMON_FIELDS.intersection(fields)
-            if clash:
-                raise self._fail(f"{type}: fields {sorted(clash)} are set by the audit log itself")
+            if (
+                self._broken is not None
+                or self._closed
+                or self._sealed
+                or not isinstance(type, str)
+                or not type
+                or not _COMMON_FIELDS.isdisjoint(fields)
+            ):
+                self._refuse(type, fields)
             try:
-                fields = self.redactor.redact(fields)
-                seq = self.next_seq
-                prev = self.last_hash
                 ts = self._clock()
-                # canonical_json sorts keys and every common field sorts after "hash", so the
-                # line is <fields before "hash"> "hash" <the rest>: encode those two parts once
-                # and splice them, for the hashed body and for the line alike.
-                low: dict[str, Any] = {}
-                high: dict[str, Any] = {"prev": prev, "run_id": self.run_id, "seq": seq, "ts": ts}
-                high["type"] = type
-                for key, value in fields.items():
-                    if key < "hash":
-                        low[key] = value
-                    else:
-                        high[key] = value
-                high_text = _encode(high)
-                if low:
-                    head = _encode(low)[:-1] + ","
-                    digest = _sha256((prev + head + high_text[1:]).encode("utf-8")).hexdigest()
+                layout = None
+                if self.redactor.__class__ is Redactor and ts.__class__ is str and type.__class__ is str:
+                    names = tuple(fields)
+                    layout = self._layouts.get(names) if self._layouts_redactor is self.redactor else None
+                    if layout is None:
+                        layout = self._layout(names)
+                if layout is not None:
+                    record, digest, data = self._serialise(layout, type, ts, fields)
                 else:
-                    head = "{"
-                    digest = _sha256((prev + high_text).encode("utf-8")).hexdigest()
-                data = (head + '"hash":"' + digest + '",' + high_text[1:] + "\n").encode("utf-8")
+                    record, digest, data = self._serialise_slowly(type, ts, fields)
             except (TypeError, ValueError, RecursionError) as exc:
                 raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
-            record = {"seq": seq, "run_id": self.run_id, "ts": ts, "type": type, "prev": prev, **fields}
-            record["hash"] = digest
             if self._validate:
                 problem = _schema_problem(record)
                 if problem is not None:
                     raise self._fail(f"{type}: record violates the audit schema: {problem}")
             fd = self._fd
             if fd is not None:
-                self._write(fd, data)
+                try:
+                    # Another writer (or a truncation) would fork the chain: refuse rather than
+                    # interleave. lseek(SEEK_END) gives the size for half the cost of fstat.
+                    size = os.lseek(fd, 0, os.SEEK_END)
+                    if size != self._size:
+                        raise self._fail(
+                            f"audit log {self.path} changed underneath this writer "
+                            f"(size {size}, expected {self._size}): is another process appending?"
+                        )
+                    _write_all(fd, data)
+                    self._size += len(data)
+                    if self.durability is Durability.ALWAYS:
+                        self._fsync()
+                except OSError as exc:
+                    raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
             self.last_hash = digest
             self.next_seq += 1
             if self._keep:
@@ -582,21 +641,140 @@ class AuditLog:
                     self._fsync()
             return record
 
-    def _write(self, fd: int, data: bytes) -> None:
-        try:
-            # Another writer (or a truncation) would fork the chain; refuse rather than interleave.
-            size = os.fstat(fd).st_size
-            if size != self._size:
-                raise self._fail(
-                    f"audit log {self.path} changed underneath this writer "
-                    f"(size {size}, expected {self._size}): is another process appending?"
-                )
-            _write_all(fd, data)
-            self._size += len(data)
-            if self.durability is Durability.ALWAYS:
-                self._fsync()
-        except OSError as exc:
-            raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
+    def _layout(self, names: tuple[str, ...]) -> _Layout | None:
+        """Where the fields named `names` and the common fields go in the sorted line.
+
+        None when a field name is a secret key (its value is then redacted whole): such
+        records take the general path. Built once per set of names (per redactor).
+        """
+        if self._layouts_redactor is not self.redactor:
+            self._layouts = {}
+            self._layouts_redactor = self.redactor
+        layout = self._layouts.get(names, _NOT_CACHED)
+        if layout is _NOT_CACHED:
+            layout = None
+            if not any(self.redactor.is_secret_key(name) for name in names):
+                order = sorted({*names, "hash", "prev", "run_id", "seq", "ts", "type"})
+                if len(order) == len(names) + 6:
+                    hash_at = order.index("hash")
+                    del order[hash_at]
+                    pieces: list[str | None] = []
+                    for index, name in enumerate(order):
+                        pieces += ["{" if index == 0 else ",", None]
+                        pieces[-2] += _encode_str(name) + ":"  # type: ignore[operator]
+                    pieces.append("}")
+                    value_at = {name: 2 * index + 1 for index, name in enumerate(order)}
+                    layout = _Layout(
+                        pieces,
+                        2 * hash_at,
+                        "{" + '"hash":"' if hash_at == 0 else ',"hash":"',
+                        '",' + pieces[2 * hash_at][1:],  # type: ignore[index]
+                        value_at["prev"],
+                        value_at["run_id"],
+                        value_at["seq"],
+                        value_at["ts"],
+                        value_at["type"],
+                        tuple((name, value_at[name]) for name in names),
+                    )
+            if len(self._layouts) < 256:
+                self._layouts[names] = layout
+        return layout  # type: ignore[return-value]
+
+    def _serialise(
+        self, layout: _Layout, type: str, ts: str, fields: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], str, bytes]:
+        """The record, its hash and its line, for plain field values (the usual case).
+
+        Each top-level value is redacted and encoded once, straight into its place in the
+        sorted line (a text through the redactor's memo, a number as ``repr``, a container
+        by the C encoder); the hashed body is the same parts without the "hash" entry.
+        Byte for byte what ``canonical_json`` gives (tests/test_executor_timeouts.py checks).
+        """
+        prev = self.last_hash
+        seq = self.next_seq
+        run_id = self.run_id
+        if run_id is not self._run_id_entry[0]:
+            self._run_id_entry = (run_id, _encode_str(run_id))
+        pieces = layout.pieces.copy()
+        pieces[layout.prev] = '"' + prev + '"'  # a hash: nothing to escape
+        pieces[layout.run_id] = self._run_id_entry[1]
+        pieces[layout.seq] = str(seq)
+        pieces[layout.ts] = _encode_str(ts)
+        pieces[layout.type] = _encode_str(type)
+        record: dict[str, Any] = {"seq": seq, "run_id": run_id, "ts": ts, "type": type, "prev": prev}
+        redactor = self.redactor
+        json_cache = redactor._json_cache
+        for name, index in layout.slots:
+            value = fields[name]
+            kind = value.__class__
+            if kind is str:
+                hit = json_cache.get(value)
+                value, text = hit if hit is not None else redactor._redact_json_text(value)
+            elif kind is int:
+                text = int.__repr__(value)
+            elif kind is float and value == value and value != _INFINITY and value != -_INFINITY:
+                text = float.__repr__(value)
+            elif value is None:
+                text = "null"
+            elif value is True or value is False:
+                text = "true" if value else "false"
+            else:  # containers, subclasses, NaN: the general rules and the C encoder
+                value = redactor.redact(value)
+                text = _encode(value)
+            record[name] = value
+            pieces[index] = text
+        body = "".join(pieces)  # type: ignore[arg-type]
+        digest = _sha256((prev + body).encode("utf-8")).hexdigest()
+        at = layout.hash_at
+        pieces[at] = layout.hash_before + digest + layout.hash_after
+        pieces.append("\n")
+        record["hash"] = digest
+        return record, digest, "".join(pieces).encode("utf-8")  # type: ignore[arg-type]
+
+    def _serialise_slowly(
+        self, type: str, ts: Any, fields: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], str, bytes]:
+        """`_serialise` for any record: redact everything, then encode the whole record once."""
+        prev = self.last_hash
+        placeholder = self._placeholder
+        record = {
+            "seq": self.next_seq,
+            "run_id": self.run_id,
+            "ts": ts,
+            "type": type,
+            "prev": prev,
+            **self.redactor.redact(fields),
+            "hash": placeholder,
+        }
+        # One serialisation gives both texts: the line, with a placeholder for the hash,
+        # and the hashed body, which is that line without its "hash" entry (keys are
+        # sorted and "prev" follows "hash", so the entry is always followed by a comma).
+        text = _encode(record)
+        at = text.find(placeholder) - 8  # len('"hash":"')
+        end = at + 74  # len('"hash":"') + 64 + len('",')
+        if at >= 0 and text[at:end] == self._placeholder_entry and text.find(placeholder, end) < 0:
+            digest = _sha256((prev + text[:at] + text[end:]).encode("utf-8")).hexdigest()
+            record["hash"] = digest
+            data = text.replace(placeholder, digest, 1).encode("utf-8") + b"\n"
+        else:  # the data holds this log's placeholder too: serialise the plain way
+            del record["hash"]
+            digest = _sha256((prev + _encode(record)).encode("utf-8")).hexdigest()
+            record["hash"] = digest
+            data = (_encode(record) + "\n").encode("utf-8")
+        return record, digest, data
+
+    def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
+        """Raise the reason `append` cannot write (the caller holds the lock)."""
+        if self._broken is not None:
+            raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+        if self._closed:
+            raise self._fail("audit log is closed")
+        if self._sealed:
+            raise self._fail(f"run {self.run_id} is sealed by run_finished; nothing may follow it")
+        if not isinstance(type, str) or not type:
+            raise self._fail(f"record type must be a non-empty string, not {type!r}")
+        clash = sorted(_COMMON_FIELDS.intersection(fields))
+        raise self._fail(f"{type}: fields {clash} are set by the audit log itself")
 
     def _fsync(self) -> None:
         """fsync the file (and once, for a new file, its directory); caller holds the lock."""
@@ -814,19 +992,36 @@ def load_audit_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _TypeChecker:
-    """The schema of one record type: a fast check, and the jsonschema validator behind it."""
+    """The schema of one record type: a compiled (jsonschema-rs) check, and jsonschema to explain.
+
+    `fast` decides; the pure-Python `validator` only runs on a record `fast` rejects, to word
+    the message (its best match names the real problem), and decides alone for the rare
+    record jsonschema-rs cannot take in (a dict with non-string keys cannot come from JSON).
+    jsonschema-rs follows ECMA-262 regex semantics as JSON Schema requires: ``$`` does not
+    match before a trailing newline, as Python's `re` would.
+    """
 
     validator: Draft202012Validator
-    fast: Callable[[Any], bool] | None
+    fast: Any
 
     def problem(self, record: Mapping[str, Any]) -> str | None:
-        """None when `record` is valid, else the validator's best error message."""
-        if self.fast is not None and self.fast(record):
-            return None
-        # jsonschema has the last word on invalid records (and writes the message).
-        if self.validator.is_valid(record):
-            return None
+        """None when `record` is valid, else the best error message."""
+        try:
+            if self.fast.is_valid(record):
+                return None
+            first = next(iter(self.fast.iter_errors(record)), None)
+        except (ValueError, TypeError, OverflowError):
+            if self.validator.is_valid(record):
+                return None
+            first = None
         error = best_match(self.validator.iter_errors(record))
+        if error is None:  # jsonschema-rs is stricter here: report its finding
+            if first is None:
+                return "invalid"
+            where = "$" + "".join(
+                f"[{part}]" if isinstance(part, int) else f".{part}" for part in first.instance_path
+            )
+            return str(first.message) + (f" (at {where})" if where != "$" else "")
         where = error.json_path
         return f"{error.message}" + (f" (at {where})" if where != "$" else "")
 
@@ -840,11 +1035,8 @@ def _checkers() -> dict[str, _TypeChecker]:
     instead of "not valid under any of the given schemas". Each branch is used in
     dereferenced form (resolving ``$ref`` through the registry for every record cost 7x).
 
-    jsonschema still needs ~100 µs per record, i.e. minutes for a million-record log, so
-    each branch is also compiled into plain Python predicates (`_compile`) that accept a
-    valid record in a few µs; a record they reject goes to the `Draft202012Validator`, which
-    decides and explains. A branch using a keyword `_compile` does not know is left to
-    jsonschema alone.
+    jsonschema needs ~20-100 µs per record, i.e. minutes for a million-record log, so each
+    branch is also compiled by jsonschema-rs (~2 µs per record), which decides.
     """
     schema = load_audit_schema()
     defs = schema["$defs"]
@@ -852,13 +1044,8 @@ def _checkers() -> dict[str, _TypeChecker]:
     for branch in schema["oneOf"]:
         name = branch["$ref"].rsplit("/", 1)[-1]
         type_name = defs[name]["properties"]["type"]["const"]
-        inlined = _inline_refs(defs[name], defs, frozenset())
-        validator = Draft202012Validator({"$schema": schema["$schema"], **inlined})
-        try:
-            fast: Callable[[Any], bool] | None = _compile(inlined)
-        except _Unsupported:
-            fast = None
-        out[type_name] = _TypeChecker(validator, fast)
+        inlined = {"$schema": schema["$schema"], **_inline_refs(defs[name], defs, frozenset())}
+        out[type_name] = _TypeChecker(Draft202012Validator(inlined), jsonschema_rs.validator_for(inlined))
     return out
 
 
@@ -885,145 +1072,6 @@ def _schema_problem(record: Mapping[str, Any]) -> str | None:
     if checker is None:
         return f"unknown record type {rtype!r}"
     return checker.problem(record)
-
-
-# -- a small JSON Schema compiler for the keywords the audit schema uses ------------------------
-
-
-class _Unsupported(Exception):
-    """The schema uses a keyword `_compile` does not implement."""
-
-
-_Check = Callable[[Any], bool]
-
-_ANNOTATIONS = frozenset(
-    {"$schema", "$id", "$defs", "$comment", "title", "description", "default", "examples"}
-)
-
-
-def _always(value: Any) -> bool:
-    return True
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-# The JSON types as jsonschema's Draft 2020-12 type checker defines them (1.0 is an integer).
-_TYPES: dict[str, _Check] = {
-    "null": lambda v: v is None,
-    "boolean": lambda v: isinstance(v, bool),
-    "string": lambda v: isinstance(v, str),
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "number": _is_number,
-    "integer": lambda v: (
-        (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
-    ),
-}
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """JSON equality as JSON Schema means it: true is not 1, 1 is 1.0, containers compare deeply."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, dict) or isinstance(b, dict):
-        return (
-            isinstance(a, dict)
-            and isinstance(b, dict)
-            and a.keys() == b.keys()
-            and all(_json_equal(a[k], b[k]) for k in a)
-        )
-    if isinstance(a, list) or isinstance(b, list):
-        return (
-            isinstance(a, list)
-            and isinstance(b, list)
-            and len(a) == len(b)
-            and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-        )
-    return bool(a == b)
-
-
-def _compile(schema: Any) -> _Check:
-    """A predicate equivalent to validating against `schema` (no ``$ref``: inline first)."""
-    if schema is True:
-        return _always
-    if schema is False:
-        return lambda v: False
-    if not isinstance(schema, dict):
-        raise _Unsupported(repr(schema))
-    checks: list[_Check] = []
-    for key, arg in schema.items():
-        if key in _ANNOTATIONS or key in ("then", "else"):  # then/else are compiled with "if"
-            continue
-        checks.append(_compile_keyword(key, arg, schema))
-    if not checks:
-        return _always
-    if len(checks) == 1:
-        return checks[0]
-    return lambda v: all(check(v) for check in checks)
-
-
-def _compile_keyword(key: str, arg: Any, schema: Mapping[str, Any]) -> _Check:
-    if key == "type":
-        names = [arg] if isinstance(arg, str) else list(arg)
-        type_checks = [_TYPES[name] for name in names]
-        return lambda v: any(check(v) for check in type_checks)
-    if key == "const":
-        return lambda v: _json_equal(v, arg)
-    if key == "enum":
-        options = list(arg)
-        return lambda v: any(_json_equal(v, option) for option in options)
-    if key == "pattern":
-        regex = re.compile(arg)
-        return lambda v: not isinstance(v, str) or regex.search(v) is not None
-    if key == "minLength":
-        return lambda v: not isinstance(v, str) or len(v) >= arg
-    if key == "maxLength":
-        return lambda v: not isinstance(v, str) or len(v) <= arg
-    if key == "minimum":
-        return lambda v: not _is_number(v) or v >= arg
-    if key == "maximum":
-        return lambda v: not _is_number(v) or v <= arg
-    if key == "required":
-        required = tuple(arg)
-        return lambda v: not isinstance(v, dict) or all(name in v for name in required)
-    if key == "properties":
-        props = {name: _compile(sub) for name, sub in arg.items()}
-        return lambda v: (
-            not isinstance(v, dict) or all(check(v[name]) for name, check in props.items() if name in v)
-        )
-    if key == "additionalProperties":
-        if "patternProperties" in schema:
-            raise _Unsupported("patternProperties")
-        known = frozenset(schema.get("properties", {}))
-        extra = _compile(arg)
-        if arg is False:
-            return lambda v: not isinstance(v, dict) or known.issuperset(v)
-        return lambda v: not isinstance(v, dict) or all(extra(v[k]) for k in v if k not in known)
-    if key == "items":
-        if "prefixItems" in schema:
-            raise _Unsupported("prefixItems")
-        item = _compile(arg)
-        return lambda v: not isinstance(v, list) or all(item(x) for x in v)
-    if key == "anyOf":
-        subs = [_compile(sub) for sub in arg]
-        return lambda v: any(sub(v) for sub in subs)
-    if key == "allOf":
-        subs = [_compile(sub) for sub in arg]
-        return lambda v: all(sub(v) for sub in subs)
-    if key == "oneOf":
-        subs = [_compile(sub) for sub in arg]
-        return lambda v: sum(1 for sub in subs if sub(v)) == 1
-    if key == "not":
-        sub = _compile(arg)
-        return lambda v: not sub(v)
-    if key == "if":
-        cond = _compile(arg)
-        then = _compile(schema.get("then", True))
-        otherwise = _compile(schema.get("else", True))
-        return lambda v: then(v) if cond(v) else otherwise(v)
-    raise _Unsupported(key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1162,47 +1210,82 @@ def verify(path: str | os.PathLike[str], *, check_schema: bool = True) -> Verify
             last_hash=expected_prev if count else None,
         )
 
+    # The C scanner behind json.loads, without its wrappers: a canonical line is one object
+    # from its first character to its newline. Anything else goes through json.loads.
+    scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.endswith(b"\n"):
                 return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
             try:
                 line = raw.decode("utf-8")
-                record = json.loads(line)
             except ValueError as exc:
                 return broken(number, None, f"not valid JSON: {exc}")
+            try:
+                record, end = scan(line, 0)
+                if end != len(line) - 1:
+                    raise ValueError
+            except (ValueError, StopIteration):
+                try:
+                    record = json.loads(line)
+                except ValueError as exc:
+                    return broken(number, None, f"not valid JSON: {exc}")
             if not isinstance(record, dict):
                 return broken(number, None, "not a JSON object")
-            seq_value = record.get("seq")
-            seq = seq_value if isinstance(seq_value, int) and not isinstance(seq_value, bool) else None
-            text = canonical_json(record)
-            if len(text) + 1 != len(line) or not line.startswith(text):
-                return broken(number, seq, "not in canonical form (the line was edited)")
-            problem = _common_fields_problem(record)
-            if problem is not None:
-                return broken(number, seq, problem)
-            digest = record["hash"]
-            body = _body_text(text, digest)
-            if body is None or sha256_hex(record["prev"] + body) != digest:
-                problem = _record_hash_problem(record)
+            try:
+                text = _encode(record)
+            except ValueError:  # NaN or Infinity, which canonical JSON cannot hold
+                text = ""
+            seq = record.get("seq")
+            # Any: once the checks below pass, each holds a non-empty str.
+            digest: Any = record.get("hash")
+            run_id: Any = record.get("run_id")
+            rtype: Any = record.get("type")
+            ts = record.get("ts")
+            # The usual case first, in a few comparisons: a well-formed record that links up
+            # (prev equal to a verified hash and a hash equal to a computed one are both hex).
+            if not (
+                len(text) + 1 == len(line)
+                and line.startswith(text)
+                and seq == count
+                and type(seq) is int
+                and record.get("prev") == expected_prev
+                and type(digest) is str
+                and type(run_id) is str
+                and run_id
+                and type(rtype) is str
+                and rtype
+                and type(ts) is str
+                and ts
+                and (body := _body_text(text, digest)) is not None
+                and _sha256((expected_prev + body).encode("utf-8")).hexdigest() == digest
+            ):
+                # Otherwise every check in turn, so that the first problem is the one named.
+                seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+                if len(text) + 1 != len(line) or not line.startswith(text):
+                    return broken(number, seq, "not in canonical form (the line was edited)")
+                problem = _common_fields_problem(record)
                 if problem is not None:
                     return broken(number, seq, problem)
-            if seq != count:
-                hint = " (a record is missing)" if seq is not None and seq > count else ""
-                return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
-            if record["prev"] != expected_prev:
-                return broken(
-                    number, seq, "prev is not the previous record's hash (records removed or reordered)"
-                )
+                body = _body_text(text, digest)
+                if body is None or _sha256((record["prev"] + body).encode("utf-8")).hexdigest() != digest:
+                    problem = _record_hash_problem(record)
+                    if problem is not None:
+                        return broken(number, seq, problem)
+                if seq != count:
+                    hint = " (a record is missing)" if seq is not None and seq > count else ""
+                    return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
+                if record["prev"] != expected_prev:
+                    return broken(
+                        number, seq, "prev is not the previous record's hash (records removed or reordered)"
+                    )
             if checkers is not None:
-                checker = checkers.get(record["type"])
+                checker = checkers.get(rtype)
                 if checker is None:
-                    return broken(number, seq, f"schema: unknown record type {record['type']!r}")
+                    return broken(number, seq, f"schema: unknown record type {rtype!r}")
                 problem = checker.problem(record)
                 if problem is not None:
                     return broken(number, seq, f"schema: {problem}")
-            run_id = record["run_id"]
-            rtype = record["type"]
             if run_id != current_run:
                 if run_id in seen_runs:
                     return broken(number, seq, f"record of run {run_id} after run {current_run} began")

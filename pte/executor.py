@@ -15,7 +15,10 @@ Timeouts (`LiveInvoker`). Every tool call is bounded by the tool's ``timeout_s``
   left running: its ``finally`` blocks and context managers run (a ``with conn:`` SQLite
   transaction rolls back) and the step fails with ``ToolError("timeout")``. Being a
   `BaseException`, it passes through ``except Exception`` in the tool. The previous SIGALRM
-  handler is put back after every call; a SIGALRM that is not this timer's goes to it.
+  handler is put back after every call (after the whole run, inside `Executor.run`, which
+  also leaves the timer armed between calls to save a system call: if it expires there,
+  it is ignored, and an interrupted system call is retried as Python always does); a
+  SIGALRM that is not this timer's goes to the previous handler meanwhile.
   Limits: a tool blocked inside C code that neither returns nor checks for signals (or
   one that swallows the exception with a bare ``except:``) only stops when that code
   returns; its step still fails with ``timeout``. A tool must not use SIGALRM or
@@ -35,12 +38,14 @@ This module must never import an LLM client; tests/test_executor_isolation.py en
 from __future__ import annotations
 
 import copy
+import importlib
 import queue
 import signal
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -69,6 +74,21 @@ class StepResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def _ok_result(
+    step_id: str, tool: str, args: Mapping[str, Any], output: Any, duration_ms: float
+) -> StepResult:
+    """``StepResult(step_id, tool, "ok", args, output=output, duration_ms=duration_ms)``, faster.
+
+    A frozen dataclass sets each field through ``object.__setattr__``; filling the instance
+    dict directly gives the same object in half the time (this runs once per step).
+    """
+    result: StepResult = object.__new__(StepResult)
+    result.__dict__.update(
+        step_id=step_id, tool=tool, status="ok", args=args, output=output, error=None, duration_ms=duration_ms
+    )
+    return result
 
 
 @dataclass
@@ -108,6 +128,9 @@ def resolve_result(plan: Plan, outputs: Mapping[str, Any]) -> Any:
     return walk(plan.result) if plan.has_result else None
 
 
+#: Steps whose argument templates an executor keeps (the cache is emptied when full).
+_TEMPLATE_CACHE = 4096
+
 _IMMUTABLE = frozenset({str, int, float, bool, type(None)})
 
 
@@ -145,71 +168,157 @@ class _Alarm:
     """Runs calls on the main thread under a one-shot ITIMER_REAL timer (see the module doc).
 
     One instance per process; it is only ever used from the main thread, where Python runs
-    signal handlers, so its state needs no lock.
+    signal handlers, so its state needs no lock. Outside a scope (`hold`) each call installs
+    the SIGALRM handler and puts the previous one back; inside one (`Executor.run` opens one
+    for its whole loop) the handler stays installed between calls, and a SIGALRM that is not
+    this timer's still goes to the previous handler.
     """
 
     #: A SIGALRM this long before the deadline is someone else's (clock granularity slack).
     _SLACK_S = 0.001
+    #: After our timer fired, a SIGALRM this soon is that one, delivered late: ignored.
+    _STALE_S = 0.5
 
     def __init__(self) -> None:
+        self._handler_ref = self._handler  # one bound method: installed and compared by identity
+        self._installed = False
+        self._previous: Any = signal.SIG_DFL
+        self._scopes = 0
         self._busy = False  # a timed call is in progress (a tool that runs a plan itself)
-        self._armed = False  # our timer may be pending
         self._inside = False  # the tool is running: the handler may raise into it
         self._deadline = 0.0
-        self._previous: Any = signal.SIG_DFL
+        self._stale_until = 0.0
+        # Inside a scope the timer is not disarmed after a call (the next call re-arms it, the
+        # end of the scope disarms it): one system call less per call. This is its deadline.
+        self._left_armed: float | None = None
+        self._foreign: BaseException | None = None
+        self._fired = False  # the timer went off in the current call (and was handled)
 
     def _handler(self, signum: int, frame: Any) -> None:
-        if self._armed and time.monotonic() >= self._deadline - self._SLACK_S:
-            if self._inside:
-                self._inside = False  # one shot: the tool's cleanup runs undisturbed
-                raise _ToolTimeout
-            return  # our timer, expiring just as the call returned: nothing to stop
+        now = time.monotonic()
+        if self._inside and now >= self._deadline - self._SLACK_S:
+            self._inside = False  # one shot: the tool's cleanup runs undisturbed
+            self._fired = True
+            raise _ToolTimeout
+        left_armed = self._left_armed
+        if left_armed is not None and now >= left_armed - self._SLACK_S:
+            self._left_armed = None  # the timer left armed after a call expired: it is spent
+            return
+        if now <= self._stale_until or (self._busy and now >= self._deadline - self._SLACK_S):
+            return  # our timer, firing just as the call returned: nothing to stop
         previous = self._previous  # not our timer: behave as if we were not installed
         if callable(previous):
-            previous(signum, frame)
+            try:
+                previous(signum, frame)
+            except BaseException as exc:  # theirs: it must reach the caller, not fail the step
+                self._foreign = exc
+                raise
         elif previous == signal.SIG_DFL:  # the default action ends the process
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            _set_handler(signal.SIGALRM, signal.SIG_DFL)
             signal.raise_signal(signal.SIGALRM)
+
+    def _install(self) -> bool:
+        current = _get_handler(signal.SIGALRM)
+        if self._installed and current is self._handler_ref:
+            return True
+        if current is None:  # installed outside Python: it could not be put back
+            return False
+        try:
+            _set_handler(signal.SIGALRM, self._handler_ref)
+        except (ValueError, OSError):  # not the main interpreter
+            return False
+        # Whatever was installed (even one a tool or a callback put in our place) is restored.
+        self._previous = current
+        self._installed = True
+        return True
+
+    def _is_ours(self, delay: float, interval: float, now: float) -> bool:
+        """Whether a running ITIMER_REAL timer is the one a call left armed."""
+        left_armed = self._left_armed
+        return left_armed is not None and not interval and abs(delay - (left_armed - now)) < 0.01
+
+    def _release(self) -> None:
+        if self._left_armed is not None:
+            now = time.monotonic()
+            delay, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+            if delay and not self._is_ours(delay, interval, now):  # someone else's: leave it running
+                signal.setitimer(signal.ITIMER_REAL, delay, interval)
+            self._left_armed = None
+        if not self._installed:
+            return
+        self._installed = False
+        previous, self._previous = self._previous, signal.SIG_DFL
+        if _get_handler(signal.SIGALRM) is self._handler_ref:  # else someone replaced it: theirs now
+            _set_handler(signal.SIGALRM, previous)  # first runs any handler still pending
+
+    def hold(self) -> _AlarmScope:
+        """A context in which the handler, once installed, stays installed (main thread only)."""
+        return _AlarmScope(self)
 
     def call(self, fn: Callable[[], Any], timeout_s: float) -> _Outcome | bool:
         """The outcome of `fn()`, or False when the timer is not available for this call."""
-        if self._busy:
+        if self._busy or not self._install():
             return False
-        try:
-            previous = _set_handler(signal.SIGALRM, self._handler)
-        except (ValueError, OSError):  # not the main interpreter, or the signal is not ours
-            return False
-        deadline = time.monotonic() + timeout_s
-        self._previous = previous
-        self._deadline = deadline
-        self._armed = True
         self._busy = True
         try:
+            now = time.monotonic()
+            self._deadline = now + timeout_s
             delay, interval = signal.setitimer(signal.ITIMER_REAL, timeout_s)
-            if delay:  # someone else's timer was running: give it back untouched
-                self._armed = False
+            if delay and not self._is_ours(delay, interval, now):
+                # Someone else's timer was running: give it back untouched.
                 signal.setitimer(signal.ITIMER_REAL, delay, interval)
+                self._left_armed = None
                 return False
+            self._left_armed = None
+            self._foreign = None
+            self._fired = False
             self._inside = True
             try:
-                return True, fn()
+                value = fn()
             except _ToolTimeout:
                 return None
             except BaseException as exc:  # handed back to the invoker, which decides
-                return False, exc
+                if exc is self._foreign:
+                    raise
+                return None if self._fired else (False, exc)
+            else:  # a tool that swallowed the timeout still timed out
+                return None if self._fired else (True, value)
             finally:
                 self._inside = False
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._foreign = None
+                if self._fired:  # spent, and its signal handled
+                    self._fired = False
+                elif self._scopes:
+                    self._left_armed = self._deadline
+                elif not signal.setitimer(signal.ITIMER_REAL, 0)[0]:  # it went off as the call returned
+                    self._stale_until = time.monotonic() + self._STALE_S
         finally:
             self._busy = False
-            _set_handler(signal.SIGALRM, previous)  # first runs any handler still pending
-            self._armed = False
-            self._previous = signal.SIG_DFL
+            if not self._scopes:
+                self._release()
 
 
-try:  # the C function: signal.signal's wrapper converts handlers to and from enums (~2 µs a call)
-    from _signal import signal as _set_handler
-except ImportError:  # pragma: no cover - not CPython
+class _AlarmScope:
+    def __init__(self, alarm: _Alarm) -> None:
+        self._alarm = alarm
+
+    def __enter__(self) -> None:
+        self._alarm._scopes += 1
+
+    def __exit__(self, *exc: object) -> None:
+        alarm = self._alarm
+        alarm._scopes -= 1
+        if not alarm._scopes and not alarm._busy:
+            alarm._release()
+
+
+# The C functions: signal.signal's wrapper converts handlers to and from enums (~2 µs a call).
+try:
+    _c_signal: Any = importlib.import_module("_signal")
+    _get_handler: Callable[[int], Any] = _c_signal.getsignal
+    _set_handler: Callable[[int, Any], Any] = _c_signal.signal
+except (ImportError, AttributeError):  # pragma: no cover - not CPython
+    _get_handler = signal.getsignal
     _set_handler = signal.signal
 
 _ALARM: _Alarm | None = _Alarm() if hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer") else None
@@ -270,6 +379,16 @@ class LiveInvoker:
     def __init__(self) -> None:
         self._local = threading.local()
 
+    def scope(self) -> AbstractContextManager[None]:
+        """A context for a series of calls (`Executor.run` opens one for its loop).
+
+        On the main thread the SIGALRM handler then stays installed from the first call to
+        the end of the scope instead of being installed and removed around every call.
+        """
+        if _ALARM is not None and threading.get_ident() == _MAIN_THREAD_ID:
+            return _ALARM.hold()
+        return nullcontext()
+
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
         timeout_s = spec.timeout_s
         outcome: _Outcome | bool = False
@@ -279,7 +398,11 @@ class LiveInvoker:
             worker: _Worker | None = getattr(self._local, "worker", None)
             if worker is None:
                 worker = self._local.worker = _Worker()
-            outcome = worker.run(lambda: spec.invoke(args), timeout_s)
+            try:
+                outcome = worker.run(lambda: spec.invoke(args), timeout_s)
+            except BaseException:  # e.g. KeyboardInterrupt while waiting: the call may still run
+                self._local.worker = None
+                raise
             if outcome is None:
                 self._local.worker = None  # abandoned: it may still be running the hung call
                 raise ToolError(
@@ -304,6 +427,8 @@ class Executor:
     def __init__(self, registry: Registry, *, invoker: ToolInvoker | None = None) -> None:
         self.registry = registry
         self.invoker: ToolInvoker = invoker or LiveInvoker()
+        # id(step) -> (step, its literal arguments): see `_resolve_args`.
+        self._templates: dict[int, tuple[PlanStep, dict[str, Any], bool]] = {}
 
     def run(
         self,
@@ -321,6 +446,19 @@ class Executor:
         """
         outputs: dict[str, Any] = dict(completed or {})
         execution = ExecutionResult(plan=plan, outputs=outputs)
+        invoker = self.invoker
+        with invoker.scope() if isinstance(invoker, LiveInvoker) else nullcontext():
+            self._run_steps(plan, audit, outputs, execution, on_step)
+        return execution
+
+    def _run_steps(
+        self,
+        plan: Plan,
+        audit: AuditLog | None,
+        outputs: dict[str, Any],
+        execution: ExecutionResult,
+        on_step: Callable[[StepResult], None] | None,
+    ) -> None:
         for step_id in plan.order:
             if step_id in outputs:
                 continue
@@ -341,7 +479,31 @@ class Executor:
                 execution.failure = result
                 break
             outputs[step_id] = result.output
-        return execution
+
+    def _resolve_args(self, step: PlanStep, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """`step.resolve_args(outputs)`, from a per-step template instead of a JSON round trip.
+
+        The template is the step's literal arguments (a private copy, never handed out);
+        each call copies it and puts in the values its references select, which stay shared
+        with the producing steps' outputs exactly as with `PlanStep.resolve_args`.
+        """
+        cached = self._templates.get(id(step))
+        if cached is None or cached[0] is not step:
+            if len(self._templates) >= _TEMPLATE_CACHE:
+                self._templates.clear()
+            template = step.args
+            # Flat: a shallow copy is a deep one, once top-level references are put in.
+            top_refs = {path[0] for path, _ in step.references if len(path) == 1}
+            flat = all(type(v) in _IMMUTABLE or k in top_refs for k, v in template.items())
+            # The step is kept in the entry, so that its id cannot be reused while cached.
+            cached = self._templates[id(step)] = (step, template, flat)
+        args: dict[str, Any] = dict(cached[1]) if cached[2] else _fresh_copy(cached[1])
+        for path, ref in step.references:
+            target: Any = args
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = ref.resolve(outputs)
+        return args
 
     def _run_step(
         self, plan: Plan, step: PlanStep, outputs: Mapping[str, Any], audit: AuditLog | None
@@ -349,7 +511,7 @@ class Executor:
         spec = self.registry[step.tool]
         started = time.perf_counter()
         try:
-            args = step.resolve_args(outputs)
+            args = self._resolve_args(step, outputs)
         except (KeyError, IndexError, TypeError) as exc:
             # A pointer through an optional part of an output that was absent at run time.
             error = ToolError(
@@ -377,7 +539,7 @@ class Executor:
         except ToolError as error:
             return self._record_failure(step, args, error, started, audit, spec, plan, started_logged=True)
         duration_ms = (time.perf_counter() - started) * 1000
-        result = StepResult(step.id, spec.name, "ok", args, output=output, duration_ms=duration_ms)
+        result = _ok_result(step.id, spec.name, args, output, duration_ms)
         if audit is not None:
             try:
                 audit.append(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from pte import __version__
-from pte.audit import AuditFormatError, read_records, verify
+from pte.audit import read_records, verify
 from pte.canonical import canonical_json
 from pte.cli import main
 from pte.demo import SCENARIOS
