@@ -50,15 +50,9 @@ __all__ = [
 ]
 
 #: The reason codes `invalid_plans` can generate (every compile-time code but policy_violation).
-COMPILE_REASONS: tuple[ReasonCode, ...] = (
-    ReasonCode.INVALID_JSON,
-    ReasonCode.SCHEMA_VIOLATION,
-    ReasonCode.DUPLICATE_STEP_ID,
-    ReasonCode.TOOL_NOT_ALLOWED,
-    ReasonCode.INVALID_ARGS,
-    ReasonCode.BAD_REFERENCE,
-    ReasonCode.PLAN_CYCLE,
-    ReasonCode.PLAN_TOO_LARGE,
+#: A policy violation needs a policy with sinks, which a bare registry may not have.
+COMPILE_REASONS: tuple[ReasonCode, ...] = tuple(
+    reason for reason in ReasonCode if reason in PLAN_REASONS and reason is not ReasonCode.POLICY_VIOLATION
 )
 
 Json = Any
