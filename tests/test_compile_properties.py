@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pte import Limits, Plan, PlanRejected, ReasonCode, Registry, compile_plan, load_pack
 from pte._resources import data_dir
 from pte.canonical import canonical_json
+from pte.policy import Policy
 from pte.testing._catalogue import example_registry
 from pte.testing._strategies import invalid_plan_cases, invalid_plans, json_values, planner_text, valid_plans
 from pte.tools import STOCK_PACKS
@@ -133,10 +134,34 @@ def test_invalid_plans_are_rejected_with_their_reason(
     pytest.fail(f"expected {reason.value}, but the plan compiled ({compiled.hash})\n{text[:3000]}")
 
 
-@pytest.mark.parametrize("reason", [ReasonCode.POLICY_VIOLATION, ReasonCode.STEP_FAILED, "llm_error"])
+@pytest.mark.parametrize("reason", [ReasonCode.STEP_FAILED, "llm_error"])
 def test_reasons_without_a_generator(reason: Any) -> None:
     with pytest.raises(ValueError):
         invalid_plans(EXAMPLE, reason)
+
+
+def test_policy_violation_needs_an_untrusted_flow_into_a_guarded_sink() -> None:
+    with pytest.raises(ValueError, match="guarded sink"):
+        invalid_plans(load_pack("calculator"), ReasonCode.POLICY_VIOLATION)
+
+
+_STOCK = Registry([spec for pack in STOCK_PACKS for spec in load_pack(pack)])
+
+
+@given(
+    st.sampled_from([EXAMPLE, _STOCK]).flatmap(
+        lambda registry: st.tuples(st.just(registry), invalid_plans(registry, ReasonCode.POLICY_VIOLATION))
+    )
+)
+def test_untrusted_flows_into_guarded_sinks_are_rejected_with_policy_violation(
+    case: tuple[Registry, str],
+) -> None:
+    registry, text = case
+    with pytest.raises(PlanRejected) as caught:
+        # The tools' own declarations: the policy every engine enforces by default.
+        compile_plan(text, registry, checks=[Policy.from_registry(registry).check()])
+    assert caught.value.reason is ReasonCode.POLICY_VIOLATION, caught.value
+    assert "untrusted" in caught.value.message
 
 
 def test_a_registry_without_generatable_tools() -> None:

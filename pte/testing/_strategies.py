@@ -1444,7 +1444,52 @@ def _mutate_plan_too_large(
     return doc
 
 
+def _sink_flows(catalogue: _Catalogue) -> list[tuple[_Tool, str, _Tool, Tokens, bool]]:
+    """(sink tool, parameter, untrusted producer, pointer, wrap in a list) for every way an
+    untrusted output can be wired, type-correctly, into a parameter that refuses untrusted data."""
+    flows: list[tuple[_Tool, str, _Tool, Tokens, bool]] = []
+    sources = [t for t in catalogue.tools.values() if t.spec.provenance == "untrusted" and t.usable]
+    for sink in catalogue.usable:
+        properties = types.deref(sink.root, sink.root)
+        if not isinstance(properties, Mapping):
+            continue
+        for param, allowed in sink.spec.sinks.items():
+            if "untrusted" in allowed or param not in properties.get("properties", {}):
+                continue
+            location = types.deref(properties["properties"][param], sink.root)
+            spots: list[tuple[types.Schema, bool]] = [(location, False)]
+            if isinstance(location, Mapping) and isinstance(location.get("items"), Mapping):
+                spots.append((location["items"], True))  # [untrusted value] also reaches the sink
+            for source in sources:
+                for spot, wrap in spots:
+                    for tokens in catalogue.wiring(source, spot, sink.root)[0]:
+                        flows.append((sink, param, source, tokens, wrap))
+    return flows
+
+
+def _mutate_policy_violation(draw: DrawFn, catalogue: _Catalogue, drawn: _Drawn, limits: Limits) -> Json:
+    flows = _sink_flows(catalogue)
+    if not flows:
+        return None
+    sink, param, source, tokens, wrap = _choice(draw, flows)
+    doc = drawn.doc
+    taken = {step["id"] for step in doc["steps"]}
+    source_id = _fresh("untrusted_src", taken)
+    sink_id = _fresh("guarded_sink", taken | {source_id})
+    no_wiring = _Wiring(catalogue, [])
+    source_args = _draw_value(draw, source.root, source.root, no_wiring, 0)
+    sink_args = _draw_value(draw, sink.root, sink.root, no_wiring, 0)
+    value: Json = _ref(source_id, tokens)
+    sink_args[param] = [value] if wrap else value
+    doc["steps"] += [
+        {"id": source_id, "tool": source.name, "args": source_args},
+        {"id": sink_id, "tool": sink.name, "args": sink_args},
+    ]
+    return doc
+
+
 _MUTATIONS: dict[ReasonCode, _Mutation] = {
+    ReasonCode.POLICY_VIOLATION: _mutate_policy_violation,
     ReasonCode.INVALID_JSON: _mutate_invalid_json,
     ReasonCode.SCHEMA_VIOLATION: _mutate_schema_violation,
     ReasonCode.DUPLICATE_STEP_ID: _mutate_duplicate_step_id,
@@ -1480,10 +1525,6 @@ def _invalid_plan_strategy(catalogue: _Catalogue, reason: ReasonCode, limits: Li
 
 def _reason(reason: ReasonCode | str) -> ReasonCode:
     code = ReasonCode(reason)
-    if code is ReasonCode.POLICY_VIOLATION:
-        raise ValueError(
-            "needs a policy: policy_violation plans depend on the data-flow policy they are checked against"
-        )
     if code not in PLAN_REASONS:
         raise ValueError(f"{code.value!r} is not a reason `compile_plan` gives (it ends runs, not plans)")
     return code
@@ -1502,12 +1543,19 @@ def invalid_plans(
     self-reference or a 2..n cycle through references and ``after``; for
     ``plan_too_large`` too many steps, bytes or nesting levels for `limits`.
 
+    For ``policy_violation``, an untrusted tool's output is wired (type-correctly) into a
+    parameter whose declared sink refuses untrusted data: such text is rejected when compiled
+    with the tools' own policy, ``checks=[Policy.from_registry(registry).check()]`` (what the
+    engine always enforces). It raises `ValueError` when the registry has no such flow.
+
     `limits` are the limits the text will be compiled with (default: `DEFAULT_LIMITS`);
-    plans for other reasons stay within them. ``policy_violation`` needs a policy and
-    raises `ValueError`, as do reason codes that only end runs.
+    plans for other reasons stay within them. Reason codes that only end runs raise `ValueError`.
     """
     code = _reason(reason)
-    return _invalid_plan_strategy(_catalogue_for(registry), code, limits or DEFAULT_LIMITS)
+    catalogue = _catalogue_for(registry)
+    if code is ReasonCode.POLICY_VIOLATION and not _sink_flows(catalogue):
+        raise ValueError("the registry has no untrusted output that fits a guarded sink parameter")
+    return _invalid_plan_strategy(catalogue, code, limits or DEFAULT_LIMITS)
 
 
 def invalid_plan_cases(
