@@ -182,6 +182,7 @@ class Engine:
                 failure = self._execute(run, plan, log)
                 if failure is None:
                     break
+                self._stop_if_effect_unknown(failure)
                 if replans >= self.config.max_replans:
                     raise FailedClosed(
                         ReasonCode.REPLANS_EXHAUSTED,
@@ -394,6 +395,22 @@ class Engine:
         if labels is None or "untrusted" in labels:
             return "untrusted"
         return "trusted"
+
+    def _stop_if_effect_unknown(self, failure: StepResult) -> None:
+        """A non-idempotent write that timed out may or may not have taken effect: a replan could
+        repeat it, so a person must look first."""
+        spec = self.registry[failure.tool]
+        if (
+            spec.effect == "write"
+            and not spec.idempotent
+            and failure.error
+            and failure.error.kind == "timeout"
+        ):
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW,
+                f"step {failure.step_id!r} ({failure.tool}) timed out; it is not idempotent and may or may "
+                "not have taken effect, so the run is not replanned. Check its effect before going on.",
+            )
 
     def _completed_view(self, run: _Run) -> list[tuple[str, str, Any, str]]:
         view = [

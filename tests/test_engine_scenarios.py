@@ -605,3 +605,29 @@ def test_tools_called_includes_a_tool_whose_finish_record_failed(tmp_path: Path)
     assert [name for name, _ in CALLS] == ["foreign_writer"]
     # RunResult.tools_called promises "the tools called, in order (failed calls included)".
     assert sc.result.tools_called == ["foreign_writer"]
+
+
+def test_a_timed_out_non_idempotent_write_is_not_replanned(tmp_path: Path) -> None:
+    """Its effect is unknown: a replan could repeat it, so the run ends needs_review."""
+    import time as _time
+
+    from pte.llm import ReplayClient
+
+    calls: list[str] = []
+
+    @tool(effect="write", idempotent=False, timeout_s=0.2)
+    def slow_transfer(amount: int) -> Figure:
+        calls.append("slow_transfer")
+        _time.sleep(1.0)
+        return Figure(value=Decimal(amount))
+
+    registry = Registry([slow_transfer])
+    first = json.dumps({"pte_plan": "1", "steps": [{"id": "t", "tool": "slow_transfer", "args": {"amount": 5}}]})
+    second = first.replace('"id": "t"', '"id": "t2"')
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as audit:
+        result = Engine(registry, ReplayClient([first, second, "done"])).run("transfer 5", audit)
+    assert (result.status, result.reason) == ("failed_closed", ReasonCode.NEEDS_REVIEW)
+    assert calls == ["slow_transfer"]  # never repeated
+    assert result.llm_calls == 1
+    assert verify(path).ok
