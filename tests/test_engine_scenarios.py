@@ -622,7 +622,9 @@ def test_a_timed_out_non_idempotent_write_is_not_replanned(tmp_path: Path) -> No
         return Figure(value=Decimal(amount))
 
     registry = Registry([slow_transfer])
-    first = json.dumps({"pte_plan": "1", "steps": [{"id": "t", "tool": "slow_transfer", "args": {"amount": 5}}]})
+    first = json.dumps(
+        {"pte_plan": "1", "steps": [{"id": "t", "tool": "slow_transfer", "args": {"amount": 5}}]}
+    )
     second = first.replace('"id": "t"', '"id": "t2"')
     path = tmp_path / "audit.jsonl"
     with AuditLog(path) as audit:
