@@ -272,7 +272,9 @@ def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
     return Registry(ToolSpec.from_record(entry) for entry in run_started.get("tools", ()))
 
 
-def _recorded_approvals(records: Sequence[Mapping[str, Any]]) -> Callable[[Plan, AuditLog], None]:
+def _recorded_approvals(
+    records: Sequence[Mapping[str, Any]], registry: Registry
+) -> Callable[[Plan, AuditLog], None]:
     """Approvals as recorded: a plan approved in the run is approved again in its replay."""
     by_hash = {r["plan_hash"]: r for r in records if r.get("type") == "approval"}
 
@@ -287,19 +289,14 @@ def _recorded_approvals(records: Sequence[Mapping[str, Any]]) -> Callable[[Plan,
                 signed=approval["signed"],
             )
             return
-        needing = sorted({s.tool for s in plan.steps if _requires_approval(audit, s.tool)})
+        needing = sorted(
+            {s.tool for s in plan.steps if s.tool in registry and registry[s.tool].requires_approval}
+        )
         if needing:
             raise ApprovalMissing(
                 f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
             )
 
-    registry_holder: dict[str, Registry] = {}
-
-    def _requires_approval(audit: AuditLog, tool: str) -> bool:
-        registry = registry_holder.get("r")
-        return bool(registry and tool in registry and registry[tool].requires_approval)
-
-    hook.registry_holder = registry_holder  # type: ignore[attr-defined]
     return hook
 
 
@@ -313,8 +310,7 @@ def _engine_for(
     started = run_records[0]
     registry = registry if registry is not None else _recorded_registry(started)
     config = EngineConfig.from_dict(started.get("config") or {})
-    approvals = _recorded_approvals(run_records)
-    approvals.registry_holder["r"] = registry  # type: ignore[attr-defined]
+    approvals = _recorded_approvals(run_records, registry)
     recorded = started.get("config") or {}
     checks = checks_factory(registry, recorded) if checks_factory else ()
     policy = None
