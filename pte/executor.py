@@ -51,7 +51,7 @@ from typing import Any, Literal, Protocol
 
 from pte.audit import AuditLog
 from pte.errors import AuditWriteError, ToolError
-from pte.plan import Plan, PlanStep
+from pte.plan import Plan, PlanStep, Reference, is_reference
 from pte.tools import Registry, ToolSpec
 
 __all__ = ["ExecutionResult", "Executor", "LiveInvoker", "StepResult", "ToolInvoker"]
@@ -114,7 +114,6 @@ class ExecutionResult:
 
 def resolve_result(plan: Plan, outputs: Mapping[str, Any]) -> Any:
     """Resolve the references in a plan's `result` against step outputs."""
-    from pte.plan import Reference, is_reference
 
     def walk(value: Any) -> Any:
         if is_reference(value):

@@ -492,9 +492,9 @@ def resume_file(
 ) -> RunResult:
     """Finish the last run of a log that has no `run_finished`, appending to the same log.
 
-    Completed steps are not re-run (their recorded outputs are used); see the module docs
-    for in-flight `write` steps. Raises `FailedClosed(needs_review)`... no: the run ends
-    with that reason. A log whose last run is sealed raises `PTEError`.
+    Completed steps are not re-run (their recorded outputs are used); an in-flight `write`
+    step of a non-idempotent tool ends the run `failed_closed(needs_review)` (see the module
+    docs). Raises `FailedClosed` when the log holds no run or its last run is already sealed.
     """
     runs = _runs(_numbered(path))
     if not runs:
