@@ -232,3 +232,29 @@ def test_live_replay_never_reruns_write_tools_unless_allowed(
 
     with sqlite3.connect(ledger) as conn:
         assert conn.execute("select count(*) from payments_out").fetchone()[0] == 0
+
+
+def test_every_record_of_every_kind_of_run_is_valid_against_the_audit_schema() -> None:
+    """Checked with the reference jsonschema validator, independently of `verify`'s own checks."""
+    import jsonschema
+
+    from pte.audit import load_audit_schema
+
+    validator = jsonschema.Draft202012Validator(load_audit_schema())
+    types: set[str] = set()
+    for path in SAMPLE_FILES:
+        for record in read_records(path, skip_partial_tail=True):
+            errors = sorted(validator.iter_errors(record), key=str)
+            assert not errors, f"{path.name} seq {record['seq']}: {errors[0].message}"
+            types.add(record["type"])
+    assert types >= {
+        "run_started",
+        "llm_call",
+        "plan_accepted",
+        "plan_rejected",
+        "approval",
+        "step_started",
+        "step_finished",
+        "replan",
+        "run_finished",
+    }
