@@ -7,10 +7,19 @@ Replay is not a second implementation. It runs the same `Engine` with
 - a `CheckingAuditLog` that, instead of writing, compares every record the engine
   produces with the next recorded one and stops at the first divergence,
 
-so the engine must reach the same decisions from the same inputs: the same plans accepted
-or rejected (same reasons, same hashes), the same steps in the same order with the same
-resolved arguments, the same statuses and the same end. Timestamps and durations are not
-compared.
+so the engine must reach the same records from the same inputs. *Every* field of every
+record is compared (plans and their hashes, approvals, config, catalogue, policy, LLM
+requests and answers, arguments, outputs, errors, ends), except the clocks (``ts``,
+``duration_ms``) and the chain fields (``seq``, ``prev``, ``hash``), which `verify` checks.
+
+A log never grants authority. Before anything is re-driven, the whole log is verified
+(chain, canonical bytes, schema, structure): a log that is not intact is refused. The tool
+catalogue and the policy are the *deployment's* when given (always for resume and
+``--live``): a recorded catalogue or policy that differs is a divergence, never a grant.
+Recorded ``approval`` records are evidence: replay re-checks them (signature, catalogue
+fingerprint, expiry) and never lets a plan run on their word; resume and
+``replay --live --allow-writes`` take approvals from the approval store exactly as
+``execute`` does (`pte.approval.ApprovalGate`), consumption included.
 
 Resume is replay that goes live where the log ends: the recorded prefix is re-driven and
 checked, then new records are appended to the same log. A `write` step that was started but
@@ -21,22 +30,28 @@ never finished is re-run only if its tool is idempotent; otherwise the run ends
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pte.audit import AuditLog, read_records
+from pte.approval import Approval, ApprovalGate, catalogue_fingerprint, requires_approval
+from pte.audit import AuditFormatError, AuditLog, VerifyReport, iter_records, verify
+from pte.canonical import canonical_json
 from pte.engine import Engine, EngineConfig, RunResult
-from pte.errors import ApprovalMissing, FailedClosed, LLMError, PTEError, ReasonCode, ToolError
+from pte.errors import ApprovalConsumed, ApprovalMissing, FailedClosed, LLMError, PTEError, ReasonCode, ToolError
 from pte.executor import LiveInvoker, ToolInvoker
 from pte.llm import LLMClient, LLMResponse, ReplayClient
 from pte.plan import Plan, PlanStep
 from pte.policy import Policy
+from pte.signing import TrustedKeys
 from pte.tools import Registry, ToolSpec
 
 __all__ = [
     "CheckingAuditLog",
+    "Deployment",
+    "LogNotIntact",
     "RecordedInvoker",
     "ReplayDivergence",
     "ReplayReport",
@@ -46,19 +61,8 @@ __all__ = [
     "resume_file",
 ]
 
-#: Per record type, the fields that carry decisions. Everything else (time, hashes,
-#: durations, token counts, the prompts) is context, not a decision.
-DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "run_started": ("mode", "request"),
-    "llm_call": ("role", "error"),
-    "plan_accepted": ("origin", "plan_hash", "order"),
-    "plan_rejected": ("origin", "reason", "message", "path"),
-    "approval": ("plan_hash", "by"),
-    "step_started": ("step_id", "tool", "effect", "args"),
-    "step_finished": ("step_id", "tool", "status", "output", "error"),
-    "replan": ("attempt", "failed_step", "error", "completed"),
-    "run_finished": ("status", "reason", "result", "answer", "steps_run", "llm_calls"),
-}
+#: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
+IGNORED_FIELDS: frozenset[str] = frozenset({"ts", "duration_ms", "seq", "prev", "hash"})
 #: Annotations written by resume; the engine itself never produces them.
 _ANNOTATIONS = frozenset({"run_resumed"})
 
@@ -95,9 +99,35 @@ def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]
         raise ReplayDivergence(
             line, str(recorded.get("type")), "type", recorded.get("type"), replayed.get("type")
         )
-    for name in DECISION_FIELDS.get(str(recorded["type"]), ()):
-        if recorded.get(name) != replayed.get(name):
-            raise ReplayDivergence(line, str(recorded["type"]), name, recorded.get(name), replayed.get(name))
+    names = dict.fromkeys([*recorded, *replayed])
+    for name in names:
+        if name in IGNORED_FIELDS:
+            continue
+        if name not in recorded or name not in replayed or not _same(recorded[name], replayed[name]):
+            raise ReplayDivergence(
+                line,
+                str(recorded["type"]),
+                name,
+                recorded.get(name, "(absent)"),
+                replayed.get(name, "(absent)"),
+            )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: ``1 == 1.0 == True`` in Python, but not in a log."""
+    if type(a) is not type(b):
+        return (
+            isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and not (isinstance(a, bool) or isinstance(b, bool))
+            and a == b
+            and canonical_json(a) == canonical_json(b)
+        )
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 class CheckingAuditLog(AuditLog):
@@ -244,13 +274,142 @@ class RecordedInvoker:
         return self._live(spec, args, step)
 
 
-class _ResumingLLM:
-    """Recorded LLM answers first, then a live client (resume)."""
+def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
+    return Registry(ToolSpec.from_record(entry) for entry in run_started.get("tools", ()))
 
-    def __init__(self, recorded: ReplayClient, live: LLMClient | None) -> None:
+
+def _recorded_policy(registry: Registry, recorded: Any) -> Policy:
+    # A log written before policy modes existed recorded an open policy.
+    base = Policy.from_registry(registry, default="open")
+    if recorded is None:
+        return base
+    return base.with_document(recorded, source="<recorded policy>", ignore_unknown=True)
+
+
+@dataclass
+class Deployment:
+    """What the deployment says, as opposed to what a log says: the only source of authority.
+
+    - `registry`: the tool catalogue (None: replay the recorded one; resume needs one).
+    - `policy`: the data-flow policy (None: the registry's own declarations, guarded; with no
+      registry either, the recorded policy, for a replay that runs nothing).
+    - `config`: the engine config (None: the recorded one).
+    - `approvals`: the approval gate over the deployment's store (resume, ``--allow-writes``).
+    - `keys`: trusted approval public keys, to re-check recorded approvals' signatures.
+    """
+
+    registry: Registry | None = None
+    policy: Policy | None = None
+    config: EngineConfig | None = None
+    approvals: ApprovalGate | None = None
+    keys: TrustedKeys | None = None
+
+    def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
+        recorded = started.get("config") or {}
+        registry = self.registry if self.registry is not None else _recorded_registry(started)
+        if self.policy is not None:
+            policy = self.policy
+        elif self.registry is not None:
+            policy = Policy.from_registry(registry)
+        else:
+            policy = _recorded_policy(registry, recorded.get("policy"))
+        config = self.config if self.config is not None else EngineConfig.from_dict(recorded)
+        return registry, policy, config
+
+
+_APPROVAL_REASONS = frozenset({ReasonCode.APPROVAL_MISSING.value, ReasonCode.APPROVAL_CONSUMED.value})
+
+
+class _RecordedApprovals:
+    """Replay's approval gate: recorded approvals are evidence, re-checked, never trusted.
+
+    For each plan that needs approval (by the replay's catalogue), the next recorded
+    ``approval`` record of that plan hash is rebuilt into an `Approval` and must bind this
+    plan and this catalogue's fingerprint, carry a signature that verifies (under `keys`
+    when given, else under its own public key; unsigned only when no keys are given) and
+    not be expired when it was recorded. The record the engine then writes is rebuilt from
+    the checked approval, so every recorded field (by, at, signed, ...) is compared.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        registry: Registry,
+        policy: Policy,
+        keys: TrustedKeys | None,
+    ) -> None:
+        self._recorded: dict[str, deque[Mapping[str, Any]]] = {}
+        for record in records:
+            if record.get("type") == "approval":
+                self._recorded.setdefault(str(record.get("plan_hash")), deque()).append(record)
+        self._registry = registry
+        self._policy = policy
+        self._keys = keys if keys else None
+        # How the run ended, when it ended for want of an approval: replay reproduces that
+        # refusal word for word (repeating a refusal grants nothing).
+        self._refusal: Mapping[str, Any] | None = None
+        for record in records:
+            if record.get("type") == "run_finished" and record.get("reason") in _APPROVAL_REASONS:
+                self._refusal = record
+
+    def __call__(self, plan: Plan, audit: AuditLog) -> None:
+        needing = requires_approval(plan, self._registry)
+        if not needing:
+            return
+        queue = self._recorded.get(plan.hash)
+        if not queue:
+            if self._refusal is not None:
+                message = str(self._refusal.get("message") or "")
+                if self._refusal.get("reason") == ReasonCode.APPROVAL_CONSUMED.value:
+                    raise ApprovalConsumed(message)
+                raise ApprovalMissing(message)
+            raise ApprovalMissing(
+                f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
+            )
+        record = queue.popleft()
+        fields = {
+            k: record.get(k)
+            for k in ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
+        }
+        try:
+            approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+        except (TypeError, ValueError) as exc:
+            raise ApprovalMissing(f"the recorded approval of plan {plan.hash} is malformed: {exc}") from None
+        fingerprint = catalogue_fingerprint(self._registry, plan, self._policy)
+        if approval.catalogue != fingerprint:
+            raise ApprovalMissing(
+                f"the recorded approval of plan {plan.hash} binds catalogue {approval.catalogue}, "
+                f"but the replayed tools and policy fingerprint to {fingerprint}"
+            )
+        if self._keys is not None:
+            if not approval.verify(self._keys):
+                raise ApprovalMissing(
+                    f"the recorded approval of plan {plan.hash} by {approval.by} does not verify under "
+                    "any trusted approval key"
+                )
+        elif approval.signed and not approval.self_consistent():
+            raise ApprovalMissing(f"the recorded approval of plan {plan.hash} has a bad signature")
+        when = record.get("ts")
+        if isinstance(when, str):
+            try:
+                expired = approval.expired(datetime.fromisoformat(when.replace("Z", "+00:00")))
+            except ValueError:
+                expired = True
+            if expired:
+                raise ApprovalMissing(
+                    f"the recorded approval of plan {plan.hash} had expired when it was used"
+                )
+        audit.append("approval", **approval.evidence(signed=self._keys is not None))
+
+
+class _ReplayLLM:
+    """The recorded LLM answers, presenting the model the run was started with."""
+
+    def __init__(self, recorded: ReplayClient, live: LLMClient | None, model: str | None) -> None:
         self._recorded = recorded
         self._live = live
-        self.model = live.model if live is not None else recorded.model
+        self.model = model if model is not None else (live.model if live is not None else recorded.model)
+        self.describe: dict[str, Any] | None = None
 
     def complete(
         self,
@@ -268,57 +427,33 @@ class _ResumingLLM:
         return self._live.complete(messages, schema=schema, schema_name=schema_name)
 
 
-def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
-    return Registry(ToolSpec.from_record(entry) for entry in run_started.get("tools", ()))
-
-
-def _recorded_approvals(
-    records: Sequence[Mapping[str, Any]], registry: Registry
-) -> Callable[[Plan, AuditLog], None]:
-    """Approvals as recorded: a plan approved in the run is approved again in its replay."""
-    by_hash = {r["plan_hash"]: r for r in records if r.get("type") == "approval"}
-
-    def hook(plan: Plan, audit: AuditLog) -> None:
-        approval = by_hash.get(plan.hash)
-        if approval is not None:
-            audit.append(
-                "approval",
-                plan_hash=plan.hash,
-                by=approval["by"],
-                at=approval["at"],
-                signed=approval["signed"],
-            )
-            return
-        needing = sorted(
-            {s.tool for s in plan.steps if s.tool in registry and registry[s.tool].requires_approval}
-        )
-        if needing:
-            raise ApprovalMissing(
-                f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
-            )
-
-    return hook
+def _llm_for(records: Sequence[Mapping[str, Any]], live: LLMClient | None) -> _ReplayLLM | None:
+    started = records[0]
+    config = started.get("config") or {}
+    if "model" not in config and live is None:
+        return None  # the run had no LLM (execute): neither has its replay
+    model = config.get("model")
+    llm = _ReplayLLM(ReplayClient.from_audit(records), live, model if isinstance(model, str) else None)
+    if isinstance(config.get("llm"), dict):
+        llm.describe = dict(config["llm"])  # the endpoint the run was started with (no secrets)
+    return llm
 
 
 def _engine_for(
     run_records: Sequence[Mapping[str, Any]],
-    registry: Registry | None,
-    llm: LLMClient,
+    deployment: Deployment,
+    llm: LLMClient | None,
     invoker: ToolInvoker,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
+    *,
+    gate: Callable[[Plan, AuditLog], None] | None = None,
 ) -> Engine:
     started = run_records[0]
-    registry = registry if registry is not None else _recorded_registry(started)
-    config = EngineConfig.from_dict(started.get("config") or {})
-    approvals = _recorded_approvals(run_records, registry)
-    recorded = started.get("config") or {}
-    checks = checks_factory(registry, recorded) if checks_factory else ()
-    policy = None
-    if recorded.get("policy") is not None:
-        # The policy in force when the run was made, not whatever the files say today.
-        policy = Policy.from_registry(registry).with_document(
-            recorded["policy"], source="<recorded policy>", ignore_unknown=True
-        )
+    registry, policy, config = deployment.resolved(started)
+    approvals = (
+        gate if gate is not None else _RecordedApprovals(run_records, registry, policy, deployment.keys)
+    )
+    checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
     return Engine(
         registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals
     )
@@ -373,17 +508,36 @@ def replay_run(
     live: bool = False,
     allow_writes: bool = False,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
+    deployment: Deployment | None = None,
 ) -> RunReplay:
-    """Replay one run (its records with their line numbers) through the engine."""
+    """Replay one run (its records with their line numbers) through the engine.
+
+    The run must come from a log `verify` found intact (`replay_file` checks that first).
+    """
+    deployment = deployment if deployment is not None else Deployment(registry=registry)
+    if registry is not None and deployment.registry is None:
+        deployment = replace(deployment, registry=registry)
     records = [r for _, r in run_records]
     started = records[0]
     run_id = str(started["run_id"])
     if started.get("type") != "run_started":
         return RunReplay(run_id, len(records), "diverged", note="the run does not begin with run_started")
-    invoker = RecordedInvoker(
-        records, live=LiveInvoker() if live else None, live_reads=live, allow_writes=allow_writes
-    )
-    engine = _engine_for(records, registry, ReplayClient.from_audit(records), invoker, checks_factory)
+    if allow_writes and deployment.approvals is None and any(r.get("type") == "approval" for r in records):
+        return RunReplay(
+            run_id,
+            len(records),
+            "diverged",
+            note="re-running writes of an approved plan needs the deployment's approval store",
+        )
+    gate = deployment.approvals if (live and allow_writes) else None
+    live_invoker: ToolInvoker | None = None
+    if live:
+        live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
+    invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
+    try:
+        engine = _engine_for(records, deployment, _llm_for(records, None), invoker, checks_factory, gate=gate)
+    except (PTEError, ValueError, TypeError, KeyError) as exc:
+        return RunReplay(run_id, len(records), "diverged", note=f"cannot rebuild the run's engine: {exc}")
     audit = CheckingAuditLog(run_records, run_id=run_id)
     try:
         result = _drive(engine, started, audit)
@@ -453,16 +607,38 @@ class ReplayReport:
         return "\n".join(lines) if lines else f"{self.path}: no runs"
 
 
-def _numbered(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    records = read_records(path, skip_partial_tail=True)
-    return [(i + 1, r) for i, r in enumerate(records)]
+class LogNotIntact(PTEError):
+    """The log fails verification (chain, canonical bytes, schema or structure): nothing is re-driven."""
+
+    def __init__(self, path: str | Path, report: VerifyReport) -> None:
+        super().__init__(f"{path} is not intact, so it is not acted on: {report.issue}")
+        self.report = report
 
 
-def _runs(numbered: Sequence[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:
-    grouped: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for line, record in numbered:
-        grouped.setdefault(str(record.get("run_id")), []).append((line, record))
-    return list(grouped.values())
+def _verified(path: str | Path) -> VerifyReport:
+    """Verify before act: the whole log, from its first record, or `LogNotIntact`."""
+    try:
+        report = verify(path)
+    except OSError as exc:
+        raise AuditFormatError(path, 0, f"cannot read: {exc}") from None
+    torn_tail = report.issue is not None and report.issue.message.startswith("partial last line")
+    if not report.intact and not torn_tail:
+        # A torn last line is what a crash leaves (every record before it verified);
+        # anything else is damage or tampering.
+        raise LogNotIntact(path, report)
+    return report
+
+
+def _iter_runs(path: str | Path) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """The runs of a verified log, one at a time (a verified log keeps each run contiguous)."""
+    current: list[tuple[int, dict[str, Any]]] = []
+    for line, record in iter_records(path, skip_partial_tail=True):
+        if current and record.get("run_id") != current[0][1].get("run_id"):
+            yield current
+            current = []
+        current.append((line, record))
+    if current:
+        yield current
 
 
 def replay_file(
@@ -472,13 +648,24 @@ def replay_file(
     live: bool = False,
     allow_writes: bool = False,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
+    deployment: Deployment | None = None,
 ) -> ReplayReport:
-    """Replay every run in an audit log. Without `registry`, the recorded tool schemas are used."""
+    """Replay every run in an audit log, one run at a time.
+
+    The log is verified first; a log that is not intact raises `LogNotIntact`. Without a
+    registry (here or in `deployment`), the recorded tool schemas are used.
+    """
+    _verified(path)
     runs = [
         replay_run(
-            run, registry=registry, live=live, allow_writes=allow_writes, checks_factory=checks_factory
+            run,
+            registry=registry,
+            live=live,
+            allow_writes=allow_writes,
+            checks_factory=checks_factory,
+            deployment=deployment,
         )
-        for run in _runs(_numbered(path))
+        for run in _iter_runs(path)
     ]
     return ReplayReport(str(path), runs)
 
@@ -489,27 +676,52 @@ def resume_file(
     *,
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
+    deployment: Deployment | None = None,
 ) -> RunResult:
     """Finish the last run of a log that has no `run_finished`, appending to the same log.
 
-    Completed steps are not re-run (their recorded outputs are used); an in-flight `write`
-    step of a non-idempotent tool ends the run `failed_closed(needs_review)` (see the module
-    docs). Raises `FailedClosed` when the log holds no run or its last run is already sealed.
+    The log is verified first (`LogNotIntact`). Catalogue, policy, config and approvals are
+    the deployment's (`deployment`; by default `registry` with its own guarded policy, the
+    recorded engine config and no approval store, so a plan needing approval fails closed):
+    the recorded prefix must be what this deployment decides, else `ReplayDivergence` and
+    nothing is appended. Completed steps are not re-run; an in-flight `write` step of a
+    non-idempotent tool ends the run `failed_closed(needs_review)`. Raises `FailedClosed`
+    when the log holds no run or its last run is already sealed.
     """
-    runs = _runs(_numbered(path))
-    if not runs:
+    _verified(path)
+    run: list[tuple[int, dict[str, Any]]] = []
+    for each in _iter_runs(path):
+        run = each  # the last run: only it can be unfinished
+    if not run:
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{path} holds no run to resume")
-    run = runs[-1]
     records = [r for _, r in run]
     if any(r.get("type") == "run_finished" for r in records):
         raise FailedClosed(
             ReasonCode.NEEDS_REVIEW, f"the last run in {path} is already finished; nothing to resume"
         )
+    deployment = deployment if deployment is not None else Deployment()
+    deployment = replace(deployment, registry=registry)
+    gate = deployment.approvals
     run_id = str(records[0]["run_id"])
-    invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
+    live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
+    invoker = RecordedInvoker(records, live=live_invoker, resume=True)
     engine = _engine_for(
-        records, registry, _ResumingLLM(ReplayClient.from_audit(records), llm), invoker, checks_factory
+        records, deployment, _llm_for(records, llm), invoker, checks_factory, gate=gate or _no_gate(registry)
     )
     with AuditLog(path, run_id=run_id, repair_partial_tail=True) as forward:
         audit = CheckingAuditLog(run, run_id=run_id, forward=forward)
         return _drive(engine, records[0], audit)
+
+
+def _no_gate(registry: Registry) -> Callable[[Plan, AuditLog], None]:
+    """No approval store: a plan that needs approval fails closed, whatever the log says."""
+
+    def hook(plan: Plan, audit: AuditLog) -> None:
+        needing = requires_approval(plan, registry)
+        if needing:
+            raise ApprovalMissing(
+                f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
+                "store is configured"
+            )
+
+    return hook
