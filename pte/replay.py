@@ -40,7 +40,15 @@ from pte.approval import Approval, ApprovalGate, catalogue_fingerprint, requires
 from pte.audit import AuditFormatError, AuditLog, VerifyReport, iter_records, verify
 from pte.canonical import canonical_json
 from pte.engine import Engine, EngineConfig, RunResult
-from pte.errors import ApprovalConsumed, ApprovalMissing, FailedClosed, LLMError, PTEError, ReasonCode, ToolError
+from pte.errors import (
+    ApprovalConsumed,
+    ApprovalMissing,
+    FailedClosed,
+    LLMError,
+    PTEError,
+    ReasonCode,
+    ToolError,
+)
 from pte.executor import LiveInvoker, ToolInvoker
 from pte.llm import LLMClient, LLMResponse, ReplayClient
 from pte.plan import Plan, PlanStep
@@ -96,9 +104,8 @@ class _LogEnded(PTEError):
 
 def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> None:
     if recorded.get("type") != replayed.get("type"):
-        raise ReplayDivergence(
-            line, str(recorded.get("type")), "type", recorded.get("type"), replayed.get("type")
-        )
+        # A different record altogether: show both whole (a refusal's reason and message too).
+        raise ReplayDivergence(line, str(recorded.get("type")), "type", _shown(recorded), _shown(replayed))
     names = dict.fromkeys([*recorded, *replayed])
     for name in names:
         if name in IGNORED_FIELDS:
@@ -111,6 +118,10 @@ def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]
                 recorded.get(name, "(absent)"),
                 replayed.get(name, "(absent)"),
             )
+
+
+def _shown(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in IGNORED_FIELDS and k != "run_id"}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -303,6 +314,10 @@ class Deployment:
     config: EngineConfig | None = None
     approvals: ApprovalGate | None = None
     keys: TrustedKeys | None = None
+    #: The LLM the deployment runs with: its model name and its endpoint description (the
+    #: ``model`` and ``llm`` entries of ``run_started.config``); None: the recorded ones.
+    model: str | None = None
+    llm: Mapping[str, Any] | None = None
 
     def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
         recorded = started.get("config") or {}
@@ -427,15 +442,18 @@ class _ReplayLLM:
         return self._live.complete(messages, schema=schema, schema_name=schema_name)
 
 
-def _llm_for(records: Sequence[Mapping[str, Any]], live: LLMClient | None) -> _ReplayLLM | None:
+def _llm_for(
+    records: Sequence[Mapping[str, Any]], live: LLMClient | None, deployment: Deployment
+) -> _ReplayLLM | None:
     started = records[0]
     config = started.get("config") or {}
-    if "model" not in config and live is None:
+    if "model" not in config and live is None and deployment.model is None:
         return None  # the run had no LLM (execute): neither has its replay
-    model = config.get("model")
+    model = deployment.model if deployment.model is not None else config.get("model")
     llm = _ReplayLLM(ReplayClient.from_audit(records), live, model if isinstance(model, str) else None)
-    if isinstance(config.get("llm"), dict):
-        llm.describe = dict(config["llm"])  # the endpoint the run was started with (no secrets)
+    described = deployment.llm if deployment.llm is not None else config.get("llm")
+    if isinstance(described, Mapping):
+        llm.describe = dict(described)  # the endpoint the run was started with (no secrets)
     return llm
 
 
@@ -535,7 +553,9 @@ def replay_run(
         live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
     invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
     try:
-        engine = _engine_for(records, deployment, _llm_for(records, None), invoker, checks_factory, gate=gate)
+        engine = _engine_for(
+            records, deployment, _llm_for(records, None, deployment), invoker, checks_factory, gate=gate
+        )
     except (PTEError, ValueError, TypeError, KeyError) as exc:
         return RunReplay(run_id, len(records), "diverged", note=f"cannot rebuild the run's engine: {exc}")
     audit = CheckingAuditLog(run_records, run_id=run_id)
@@ -706,7 +726,12 @@ def resume_file(
     live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
     invoker = RecordedInvoker(records, live=live_invoker, resume=True)
     engine = _engine_for(
-        records, deployment, _llm_for(records, llm), invoker, checks_factory, gate=gate or _no_gate(registry)
+        records,
+        deployment,
+        _llm_for(records, llm, deployment),
+        invoker,
+        checks_factory,
+        gate=gate or _no_gate(registry),
     )
     with AuditLog(path, run_id=run_id, repair_partial_tail=True) as forward:
         audit = CheckingAuditLog(run, run_id=run_id, forward=forward)

@@ -293,7 +293,7 @@ def test_an_old_hmac_approval_is_named_and_refused(store: ApprovalStore) -> None
     plan = compiled()
     old = {"plan_hash": plan.hash, "by": "alice", "at": "2026-11-01T00:00:00Z", "signature": "ab" * 32}
     store.path.write_text(json.dumps(old) + "\n", encoding="utf-8")
-    with pytest.raises(ApprovalMissing, match="old HMAC approval.*by alice.*approve the plan again"):
+    with pytest.raises(ApprovalMissing, match=r"old HMAC approval.*by alice.*approve the plan again"):
         check(plan, store)
 
 
@@ -325,7 +325,7 @@ def test_keys_from_files_and_environment(tmp_path: Path) -> None:
     assert "PRIVATE" not in repr(loaded)
     with pytest.raises(KeyFileError, match="no PEM public key"):
         public_keys_from_env(private, environ={})
-    with pytest.raises(KeyFileError, match="HMAC key.*no longer supported"):
+    with pytest.raises(KeyFileError, match=r"HMAC key.*no longer supported"):
         public_keys_from_env(environ={"PTE_APPROVAL_KEY": "old-secret"})
 
 

@@ -239,8 +239,8 @@ def test_trusted_and_request_values_reach_the_sink() -> None:
     opened = Policy.from_registry(REGISTRY, default="open")
     plan = compile_with(plan_text(EMAIL, SUPPLIER, pay), opened)
     assert [s.id for s in plan.steps] == ["s1", "sup", "pay"]
-    pay["args"]["reference"] = "Invoice 7"
-    assert [s.id for s in compile_with(plan_text(EMAIL, SUPPLIER, pay)).steps] == ["s1", "sup", "pay"]
+    literal = {**pay, "args": {"iban": ref("sup/iban"), "amount": "120.00", "reference": "Invoice 7"}}
+    assert [s.id for s in compile_with(plan_text(EMAIL, SUPPLIER, literal)).steps] == ["s1", "sup", "pay"]
 
 
 def test_untrusted_value_in_a_sink_is_rejected_with_the_flow_and_path() -> None:
