@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import re
 import threading
@@ -46,6 +45,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
+from pte import _json as strict_json
 from pte.audit import AuditLog
 from pte.canonical import canonical_json
 from pte.errors import ApprovalConsumed, ApprovalMissing, PTEError
@@ -286,7 +286,7 @@ class ApprovalStore:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
+                data = strict_json.loads(line)
                 if isinstance(data, dict) and "consumed" in data:
                     if set(data) != _CONSUMED_KEYS or not all(isinstance(v, str) for v in data.values()):
                         raise ValueError(f"a consumption has exactly the keys {sorted(_CONSUMED_KEYS)}")
