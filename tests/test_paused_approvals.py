@@ -118,7 +118,7 @@ def test_no_decision_by_the_deadline_ends_approval_missing(store: Store, ledger:
     _start(store, "p4", ttl=timedelta(minutes=5), clock=lambda: start)
     info = store.run("p4")
     assert info is not None and info.expires_at == "2026-11-01T09:05:00.000000Z"
-    with pytest.raises(StoreError, match="deadline .* has passed"):
+    with pytest.raises(StoreError, match=r"deadline .* has passed"):
         decide(store, "p4", by="late", approve=True, now=start + timedelta(minutes=6))
     late = pausing_gate(store, REGISTRY, clock=lambda: start + timedelta(minutes=6))
     result = resume_run(store, "p4", REGISTRY, gate=late)
@@ -163,7 +163,8 @@ def test_with_a_key_an_approval_written_into_the_database_does_not_count(
     assert isinstance(store, SQLiteStore)
     with sqlite3.connect(store.path) as conn:
         conn.execute(
-            "INSERT INTO pte_approvals (run_id, plan_hash, decision, by_name, at, note, data) VALUES (?,?,?,?,?,?,?)",
+            "INSERT INTO pte_approvals (run_id, plan_hash, decision, by_name, at, note, data) "
+            "VALUES (?,?,?,?,?,?,?)",
             ("p7", paused.plan_hash, "approved", "mallory", "2026-11-23T00:00:00.000000Z", None,
              json.dumps({"plan_hash": paused.plan_hash, "by": "mallory", "at": "2026-11-23T00:00:00.000000Z",
                          "signature": "0" * 64})),
