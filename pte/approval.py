@@ -70,6 +70,7 @@ __all__ = [
     "approve",
     "catalogue_fingerprint",
     "check_approval",
+    "make_approval",
     "public_keys_from_env",
     "requires_approval",
     "signing_key_from_env",
@@ -420,12 +421,29 @@ def approve(
 
     Signed with `signing_key` when given. Valid from `at` (default now) for `valid_for`.
     """
+    approval = make_approval(
+        plan.hash, by, catalogue=catalogue, signing_key=signing_key, at=at, valid_for=valid_for
+    )
+    store.add(approval)
+    return approval
+
+
+def make_approval(
+    plan_hash: str,
+    by: str,
+    *,
+    catalogue: str,
+    signing_key: SigningKey | None = None,
+    at: datetime | None = None,
+    valid_for: timedelta = DEFAULT_VALIDITY,
+) -> Approval:
+    """An approval of `plan_hash` against `catalogue` (signed with `signing_key` when given), not stored."""
     _check_by(by)
     if valid_for <= timedelta(0):
         raise ValueError("valid_for must be positive")
     when = at if at is not None else _utc_now()
     fields: dict[str, Any] = {
-        "plan_hash": plan.hash,
+        "plan_hash": plan_hash,
         "catalogue": catalogue,
         "by": by,
         "at": _format_time(when),
@@ -438,7 +456,6 @@ def approve(
         unsigned = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
         signature = signing_key.sign(unsigned.message()).hex()
         approval = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
-    store.add(approval)
     return approval
 
 
@@ -556,6 +573,12 @@ class ApprovalGate:
             contents.consumed[(first.id, sid)] for sid in steps if (first.id, sid) in contents.consumed
         )
         raise ApprovalConsumed(_consumed_message(first, earlier))
+
+    def refusal(self, approval: Approval, plan: Plan) -> str | None:
+        """Why `approval` does not let `plan` run here (None: it does, consumption aside)."""
+        if approval.plan_hash != plan.hash:
+            return f"it approves plan {approval.plan_hash}, not {plan.hash}"
+        return self._why_not(approval, catalogue_fingerprint(self.registry, plan, self.policy), self.clock())
 
     def _why_not(self, approval: Approval, fingerprint: str, now: datetime) -> str | None:
         if approval.catalogue != fingerprint:

@@ -29,6 +29,7 @@ class ReasonCode(StrEnum):
     APPROVAL_MISSING = "approval_missing"
     APPROVAL_CONSUMED = "approval_consumed"
     NEEDS_REVIEW = "needs_review"
+    APPROVAL_REJECTED = "approval_rejected"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.
@@ -81,6 +82,13 @@ class ApprovalConsumed(FailedClosed):
 
     def __init__(self, message: str, path: str = "$") -> None:
         super().__init__(ReasonCode.APPROVAL_CONSUMED, message, path)
+
+
+class ApprovalRejected(FailedClosed):
+    """A person rejected the plan a paused run waited with."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_REJECTED, message, path)
 
 
 class ToolRegistrationError(PTEError, TypeError):

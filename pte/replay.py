@@ -43,6 +43,7 @@ from pte.engine import Engine, EngineConfig, RunResult
 from pte.errors import (
     ApprovalConsumed,
     ApprovalMissing,
+    ApprovalRejected,
     FailedClosed,
     LLMError,
     PTEError,
@@ -72,7 +73,7 @@ __all__ = [
 #: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
 IGNORED_FIELDS: frozenset[str] = frozenset({"ts", "duration_ms", "seq", "prev", "hash"})
 #: Annotations written by resume; the engine itself never produces them.
-_ANNOTATIONS = frozenset({"run_resumed"})
+_ANNOTATIONS = frozenset({"run_resumed", "run_paused"})
 
 
 class ReplayDivergence(PTEError):
@@ -354,9 +355,12 @@ class _RecordedApprovals:
         keys: TrustedKeys | None,
     ) -> None:
         self._recorded: dict[str, deque[Mapping[str, Any]]] = {}
+        self._rejected: dict[str, Mapping[str, Any]] = {}
         for record in records:
             if record.get("type") == "approval":
                 self._recorded.setdefault(str(record.get("plan_hash")), deque()).append(record)
+            elif record.get("type") == "approval_rejected":
+                self._rejected[str(record.get("plan_hash"))] = record
         self._registry = registry
         self._policy = policy
         self._keys = keys if keys else None
@@ -368,6 +372,16 @@ class _RecordedApprovals:
                 self._refusal = record
 
     def __call__(self, plan: Plan, audit: AuditLog) -> None:
+        rejection = self._rejected.get(plan.hash)
+        if rejection is not None:  # a paused run a person rejected (pte.runs): refusing grants nothing
+            audit.append(
+                "approval_rejected",
+                plan_hash=plan.hash,
+                by=rejection.get("by"),
+                at=rejection.get("at"),
+                note=rejection.get("note"),
+            )
+            raise ApprovalRejected(f"plan {plan.hash} was rejected by {rejection.get('by')} (recorded run)")
         needing = requires_approval(plan, self._registry)
         if not needing:
             return
