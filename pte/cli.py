@@ -682,9 +682,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", metavar="LOG|RUN_ID", help="an audit log, or with --store a run id")
     _add_tools(p)
     cli_store.add_store(p)
-    p.add_argument(
-        "--approvals", metavar="FILE", help="with --store: plans approved ahead in this file count"
-    )
     _add_llm(p)
     _add_approvals(p)
     _add_json(p)

@@ -333,7 +333,13 @@ class Deployment:
         return registry, policy, config
 
 
-_APPROVAL_REASONS = frozenset({ReasonCode.APPROVAL_MISSING.value, ReasonCode.APPROVAL_CONSUMED.value})
+_APPROVAL_REASONS = frozenset(
+    {
+        ReasonCode.APPROVAL_MISSING.value,
+        ReasonCode.APPROVAL_CONSUMED.value,
+        ReasonCode.APPROVAL_REJECTED.value,
+    }
+)
 
 
 class _RecordedApprovals:
@@ -381,6 +387,9 @@ class _RecordedApprovals:
                 at=rejection.get("at"),
                 note=rejection.get("note"),
             )
+            ended = self._refusal
+            if ended is not None and ended.get("reason") == ReasonCode.APPROVAL_REJECTED.value:
+                raise ApprovalRejected(str(ended.get("message") or ""))
             raise ApprovalRejected(f"plan {plan.hash} was rejected by {rejection.get('by')} (recorded run)")
         needing = requires_approval(plan, self._registry)
         if not needing:
