@@ -491,3 +491,40 @@ def test_guarded_default_protects_every_write_parameter(tmp_path: Path, deployme
             result = Engine(registry, None, policy=policy).execute(json.dumps(plan), audit)
         assert result.reason is ReasonCode.POLICY_VIOLATION  # the pack's own sinks, and the default
     assert count(deployment["ledger"], "payments") == payments
+
+
+def test_a_paid_run_cut_back_to_its_approval_is_not_paid_again_on_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], deployment: dict[str, Any]
+) -> None:
+    """Attack: truncate a real, paid run's log to just after its approval and resume it."""
+    plan = tmp_path / "pay.json"
+    plan.write_text(json.dumps(PAYMENT), encoding="utf-8")
+    flags = ["--tools", "backoffice", *deployment["flags"]]
+    signing = ["--signing-key", str(deployment["private"])]
+    assert (
+        cli(
+            capsys,
+            "approve",
+            str(plan),
+            "--by",
+            "controller",
+            *signing,
+            *flags[:2],
+            "--approvals",
+            str(deployment["store"]),
+        )[0]
+        == 0
+    )
+    log = tmp_path / "paid.jsonl"
+    assert cli(capsys, "execute", str(plan), *flags, "--audit", str(log))[0] == 0
+    assert count(deployment["ledger"], "payments_out") == 1
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "approval")
+    log.write_text("".join(lines[: cut + 1]), encoding="utf-8")  # a valid prefix of the same run
+
+    code, out, _ = cli(capsys, "resume", str(log), *flags, "--json")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["reason"] == "approval_consumed" and "already used to run step 'pay'" in doc["message"]
+    assert count(deployment["ledger"], "payments_out") == 1
+    assert verify(log).ok  # the refusal is recorded, sealed
