@@ -188,6 +188,15 @@ def inline(schema: st.Schema, root: Mapping[str, Any]) -> st.Schema:
     return result
 
 
+def thaw(schema: Any) -> Any:
+    """Plain dicts and lists all the way down (tool schemas are read-only mapping proxies)."""
+    if isinstance(schema, Mapping):
+        return {k: thaw(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [thaw(v) for v in schema]
+    return schema
+
+
 def strip(schema: Mapping[str, Any]) -> st.Schema:
     """A marker node without its markers: the variable's bound (``{}`` for an unbounded one)."""
     return {k: v for k, v in schema.items() if k not in _ALL_MARKERS}

@@ -560,9 +560,9 @@ def _infer(ctx: CompileContext, i: int, step: dict[str, Any], tool: ToolSpec) ->
             "args",
             param,
         )
-    output = _generics.substitute(tool.output_schema, env, args)
+    output = _generics.thaw(_generics.substitute(tool.output_schema, env, args))
     ctx.inferred[step["id"]] = (output, output if isinstance(output, Mapping) else {})
-    concrete = _generics.substitute(tool.input_schema, env, args)
+    concrete = _generics.thaw(_generics.substitute(tool.input_schema, env, args))
     assert isinstance(concrete, Mapping)
     return _StepTypes(tool, concrete, jsonschema.Draft202012Validator(concrete))
 
