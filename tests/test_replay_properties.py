@@ -1,11 +1,12 @@
 """Property: any re-hashed edit of any non-clock field of a real run's log is a replay divergence.
 
-The logs are real runs (audit_samples/, made by the engine with the demo's recorded LLM
-answers). An edit changes one leaf of one record — a string, number, boolean, null or empty
-container anywhere, the catalogue, policy and config in ``run_started`` included — then the
-chain is re-hashed, as a forger would, so that ``verify`` passes. Replay against the
-deployment (its catalogue, policy, engine config and model) must report a divergence for
-every such edit.
+The logs are real runs, made here by the engine on a fresh sample ledger with the demo's
+recorded LLM answers (the scenarios behind audit_samples/). An edit changes one leaf of one
+record (a string, number, boolean, null or empty container anywhere, the catalogue, policy
+and config in ``run_started`` included), then the chain is re-hashed, as a forger would, so
+that ``verify`` still passes. Replay against the deployment (its catalogue, policy, engine
+config and model) must report every such edit: as a divergence, or by refusing a log whose
+edited record breaks the audit schema.
 
 Not generated: the clocks and chain fields (``ts``, ``duration_ms``, ``seq``, ``prev``,
 ``hash``), and the LLM provider's own metadata in ``llm_call`` (``model`` as answered,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,14 +29,14 @@ from hypothesis import strategies as st
 
 from pte.audit import read_records, verify
 from pte.canonical import canonical_json
-from pte.demo import SCENARIOS, demo_registry
+from pte.demo import SCENARIOS, demo_registry, run_scenario
 from pte.engine import EngineConfig
 from pte.llm import ReplayClient
 from pte.policy import Policy
 from pte.replay import IGNORED_FIELDS, Deployment, LogNotIntact, replay_file
+from pte.tools import load_pack
 
-SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
-#: sample -> the demo scenario that made it (audit_samples/generate.py).
+#: log name -> the demo scenario that makes it (as audit_samples/generate.py does).
 MADE_BY = {
     "success": "three_figures_share",
     "success_with_write": "overdue_reminders",
@@ -71,15 +73,32 @@ def _leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]
         yield path
 
 
-def edit_points(sample: str) -> list[tuple[str, int, tuple[Any, ...]]]:
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """One real run per scenario, on a fresh sample ledger."""
+    workdir = tmp_path_factory.mktemp("runs")
+    module = sys.modules[load_pack("backoffice")["get_supplier"].func.__module__]
+    ledger = module.create_sample_ledger(workdir / "ledger.sqlite", overwrite=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PTE_LEDGER", str(ledger))
+        out = {}
+        for name, scenario_name in MADE_BY.items():
+            scenario = next(s for s in SCENARIOS if s.name == scenario_name)
+            outcome = run_scenario(scenario, REGISTRY, workdir, audit_path=workdir / f"{name}.jsonl")
+            assert outcome.as_expected, name
+            out[name] = read_records(outcome.audit_path)
+    return out
+
+
+def edit_points(name: str, records: list[dict[str, Any]]) -> list[tuple[str, int, tuple[Any, ...]]]:
     points = []
-    for index, record in enumerate(read_records(SAMPLES / f"{sample}.jsonl")):
-        for name, value in record.items():
-            if name in IGNORED_FIELDS or name == "run_id":
+    for index, record in enumerate(records):
+        for field_name, value in record.items():
+            if field_name in IGNORED_FIELDS or field_name == "run_id":
                 continue
-            if record["type"] == "llm_call" and name in PROVIDER_METADATA:
+            if record["type"] == "llm_call" and field_name in PROVIDER_METADATA:
                 continue
-            points.extend((sample, index, (name, *leaf)) for leaf in _leaves(value))
+            points.extend((name, index, (field_name, *leaf)) for leaf in _leaves(value))
     return points
 
 
@@ -124,12 +143,13 @@ def reported(forged: Path, sample: str) -> bool:
     return not replay_file(forged, deployment=deployment(sample)).ok
 
 
-POINTS = [point for sample in MADE_BY for point in edit_points(sample)]
-
-
-@pytest.mark.parametrize("sample", sorted(MADE_BY))
-def test_the_unedited_samples_replay_the_same_against_the_deployment(sample: str) -> None:
-    report = replay_file(SAMPLES / f"{sample}.jsonl", deployment=deployment(sample))
+@pytest.mark.parametrize("name", sorted(MADE_BY))
+def test_the_unedited_logs_replay_the_same_against_the_deployment(
+    name: str, logs: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(canonical_json(r) + "\n" for r in logs[name]), encoding="utf-8")
+    report = replay_file(path, deployment=deployment(name))
     assert report.ok, report.render()
 
 
@@ -139,27 +159,29 @@ def test_the_unedited_samples_replay_the_same_against_the_deployment(sample: str
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(point=st.sampled_from(POINTS))
+@given(data=st.data())
 def test_every_rehashed_edit_of_a_non_clock_field_is_a_divergence(
-    point: tuple[str, int, tuple[Any, ...]], tmp_path: Path
+    data: st.DataObject, logs: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
-    sample, index, path = point
-    records = read_records(SAMPLES / f"{sample}.jsonl")
+    name = data.draw(st.sampled_from(sorted(MADE_BY)), label="log")
+    _, index, path = data.draw(st.sampled_from(edit_points(name, logs[name])), label="edit")
     forged = tmp_path / "forged.jsonl"
-    forge(records, index, path, forged)
-    assert reported(forged, sample), (sample, index, path)
+    forge(logs[name], index, path, forged)
+    assert reported(forged, name), (name, index, path)
 
 
-def test_every_rehashed_edit_outside_run_started_of_one_run_is_a_divergence(tmp_path: Path) -> None:
+def test_every_rehashed_edit_outside_run_started_of_one_run_is_a_divergence(
+    logs: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
     """Exhaustively, for one run with an approval: every leaf of every later record."""
-    sample = "approved_payment"
-    records = read_records(SAMPLES / f"{sample}.jsonl")
+    name = "approved_payment"
+    records = logs[name]
     escaped = []
-    points = [p for p in edit_points(sample) if records[p[1]]["type"] != "run_started"]
+    points = [p for p in edit_points(name, records) if records[p[1]]["type"] != "run_started"]
     assert len(points) > 50
     for _, index, path in points:
         forged = tmp_path / "forged.jsonl"
         forge(records, index, path, forged)
-        if not reported(forged, sample):
+        if not reported(forged, name):
             escaped.append((records[index]["type"], path))
     assert escaped == []
