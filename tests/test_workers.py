@@ -28,7 +28,7 @@ from _services import postgres_url, redis_url  # noqa: F401 - the session fixtur
 from pte.runs import decide
 from pte.stores import Store, open_store
 from pte.tools import load_pack
-from pte.workers import enqueue, make_app, process_run
+from pte.workers import enqueue, make_app, process_run, submit_job
 
 REPO = Path(__file__).resolve().parents[1]
 PACK = str(Path(__file__).with_name("worker_pack.py"))
@@ -113,13 +113,13 @@ def _worker(name: str, store_url: str, broker: str, env: dict[str, str]) -> subp
     )  # fmt: skip
 
 
-def _wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+def _wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 0.02) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
@@ -153,16 +153,22 @@ def test_200_runs_two_workers_one_killed_mid_run(workers_env: dict[str, Any], tm
     store = open_store(store_url)
 
     # Submit (before the workers start): the slow runs first, so the workers begin with them.
+    # One kind through the CLI, the rest through the same Python API (a process start each is slow).
     kinds: dict[str, str] = {}
-    for kind in ("slow", "read", "idempotent", "payment_in", "approval"):
-        plan = tmp_path / f"{kind}.json"
-        plan.write_text(PLANS[kind], encoding="utf-8")
-        done = _pte(
-            "submit", str(plan), "--tools", TOOLS, "--store", store_url, "--broker", broker,
-            "--count", str(COUNTS[kind]), "--json", env=env,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        kinds.update(dict.fromkeys(json.loads(done.stdout)["submitted"], kind))
+    plan = tmp_path / "slow.json"
+    plan.write_text(PLANS["slow"], encoding="utf-8")
+    done = _pte(
+        "submit", str(plan), "--tools", TOOLS, "--store", store_url, "--broker", broker,
+        "--count", str(COUNTS["slow"]), "--json", env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kinds.update(dict.fromkeys(json.loads(done.stdout)["submitted"], "slow"))
+    app = make_app(broker)
+    for kind in ("read", "idempotent", "payment_in", "approval"):
+        job = {"mode": "execute", "plan_text": PLANS[kind], "tools": TOOLS.split(","), "policy": None}
+        run_ids = [submit_job(store, job) for _ in range(COUNTS[kind])]
+        enqueue(app, run_ids)
+        kinds.update(dict.fromkeys(run_ids, kind))
     assert len(kinds) == 200
     assert Counter(info.status for info in store.runs()) == {"queued": 200}
     worker_a = _worker("a", store_url, broker, env)
@@ -178,7 +184,7 @@ def test_200_runs_two_workers_one_killed_mid_run(workers_env: dict[str, Any], tm
         states = Counter(info.status for info in store.runs())
         return states["queued"] == 0 and states["running"] == 0 and sum(states.values()) == 200
 
-    _wait_for(settled, 240, "every run to end or wait for approval")
+    _wait_for(settled, 240, "every run to end or wait for approval", every=0.5)
     waiting = [info.run_id for info in store.runs("awaiting_approval")]
     assert sorted(waiting) == sorted(r for r, k in kinds.items() if k == "approval")
 
@@ -188,8 +194,13 @@ def test_200_runs_two_workers_one_killed_mid_run(workers_env: dict[str, Any], tm
     assert done.returncode == 0, done.stderr
     for run_id in rest:
         decide(store, run_id, by="alice", approve=True)
-    enqueue(make_app(broker), rest)
-    _wait_for(lambda: not store.runs("awaiting_approval") and settled(), 240, "the approved runs to finish")
+    enqueue(app, rest)
+    _wait_for(
+        lambda: not store.runs("awaiting_approval") and settled(),
+        240,
+        "the approved runs to finish",
+        every=0.5,
+    )
 
     # Every run ended, and as expected.
     runs = {info.run_id: info for info in store.runs()}
