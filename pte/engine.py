@@ -398,7 +398,14 @@ class Engine:
 
     def _stop_if_effect_unknown(self, failure: StepResult) -> None:
         """A non-idempotent write that timed out may or may not have taken effect: a replan could
-        repeat it, so a person must look first."""
+        repeat it, so a person must look first. A tool that raised SystemExit, KeyboardInterrupt
+        or another BaseException (`ToolError.fatal`) ends the run: it is not replanned around."""
+        if failure.error is not None and failure.error.fatal:
+            raise FailedClosed(
+                ReasonCode.STEP_FAILED,
+                f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error.message}; "
+                "the run is stopped",
+            )
         spec = self.registry[failure.tool]
         if (
             spec.effect == "write"
