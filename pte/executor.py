@@ -257,10 +257,14 @@ class _Run:
                         break
                     self._complete(i, outcome)
                 self._flush()
-        except BaseException:
+        except Exception:
+            self._stop_running(wait=True)
+            raise
+        except BaseException:  # Ctrl-C and the like: do not wait for anything
             self._stop_running(wait=False)
             raise
-        # No tool of this run is left running when it returns (except timed-out thread calls).
+        # No tool of this run is left running when it returns or raises an error (except
+        # timed-out thread calls, which cannot be stopped).
         self._stop_running(wait=True)
         return self.execution
 
