@@ -357,6 +357,10 @@ class _Run:
         if error is None:
             try:
                 spec.validate_output(output)
+                # A generic tool's output must also fit the type compile inferred for it.
+                mistyped = self.plan.output_error(step.id, output)
+                if mistyped is not None:
+                    raise ToolError("invalid_output", mistyped)
             except ToolError as exc:
                 error = exc
         duration_ms = (time.perf_counter() - self.began[i]) * 1000
