@@ -49,6 +49,7 @@ from pte import _json as strict_json
 from pte.audit import AuditLog
 from pte.canonical import canonical_json
 from pte.errors import ApprovalConsumed, ApprovalMissing, PTEError
+from pte.executor import LiveInvoker
 from pte.plan import Plan, PlanStep
 from pte.signing import KeyFileError, PublicKey, SigningKey, TrustedKeys
 from pte.tools import Registry, ToolSpec
@@ -600,7 +601,14 @@ class ApprovalGate:
         return None
 
     def guard(self, invoker: Any) -> Any:
-        """`invoker`, consuming the approval before each non-idempotent write step it runs."""
+        """`invoker`, consuming the approval before each non-idempotent write step it runs.
+
+        A `LiveInvoker` stays one (the executor keeps running independent steps at once);
+        the consumption is recorded before the call starts, and `ApprovalConsumed` stops the
+        run instead of starting it.
+        """
+        if isinstance(invoker, LiveInvoker):
+            return _ConsumingLiveInvoker(self, invoker)
         return _ConsumingInvoker(self, invoker)
 
     def consume_for(self, spec: ToolSpec, step: PlanStep) -> None:
@@ -624,12 +632,20 @@ class _ConsumingInvoker:
         self._gate = gate
         self._inner = inner
 
-    def scope(self) -> Any:
-        return self._inner.scope()
-
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
         self._gate.consume_for(spec, step)
         return self._inner(spec, args, step)
+
+
+class _ConsumingLiveInvoker(LiveInvoker):
+    def __init__(self, gate: ApprovalGate, inner: LiveInvoker) -> None:
+        super().__init__()
+        self._gate = gate
+        self._inner = inner
+
+    def start(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[Any], None]) -> Any:
+        self._gate.consume_for(spec, step)  # before the call starts; raises if already used
+        return self._inner.start(spec, args, step, done)
 
 
 def approval_hook(
