@@ -32,32 +32,30 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pte.approval import Approval, ApprovalGate, catalogue_fingerprint, requires_approval
 from pte.audit import AuditFormatError, AuditLog, VerifyReport, iter_records, verify
 from pte.canonical import canonical_json
-from pte.engine import Engine, EngineConfig, RunResult
+from pte.engine import Engine, RunResult
 from pte.errors import (
-    ApprovalConsumed,
-    ApprovalMissing,
-    ApprovalRejected,
     FailedClosed,
-    LLMError,
     PTEError,
     ReasonCode,
     ToolError,
 )
 from pte.executor import LiveInvoker, ToolInvoker
-from pte.llm import LLMClient, LLMResponse, ReplayClient
-from pte.plan import Plan, PlanStep
-from pte.policy import Policy
-from pte.signing import TrustedKeys
+from pte.plan import PlanStep
+from pte.replay_authority import (
+    Deployment,
+    _engine_for,
+    _llm_for,
+)
 from pte.tools import Registry, ToolSpec
 
 __all__ = [
+    "DECISION_FIELDS",
+    "IGNORED_FIELDS",
     "CheckingAuditLog",
     "Deployment",
     "LogNotIntact",
@@ -72,6 +70,21 @@ __all__ = [
 
 #: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
 IGNORED_FIELDS: frozenset[str] = frozenset({"ts", "duration_ms", "seq", "prev", "hash"})
+#: Per record type, the fields that carry the run's decisions, for comparing two *different*
+#: runs of the same plan (e.g. with steps finishing in another order). Replay compares more:
+#: every field except `IGNORED_FIELDS`.
+DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "run_started": ("mode", "request"),
+    "llm_call": ("role", "error"),
+    "plan_accepted": ("origin", "plan_hash", "order"),
+    "plan_rejected": ("origin", "reason", "message", "path"),
+    "approval": ("plan_hash", "by"),
+    "approval_rejected": ("plan_hash", "by", "note"),
+    "step_started": ("step_id", "tool", "effect", "args"),
+    "step_finished": ("step_id", "tool", "status", "output", "error"),
+    "replan": ("attempt", "failed_step", "error", "completed"),
+    "run_finished": ("status", "reason", "result", "answer", "steps_run", "llm_calls"),
+}
 #: Annotations written by resume; the engine itself never produces them.
 _ANNOTATIONS = frozenset({"run_resumed", "run_paused"})
 
@@ -284,220 +297,6 @@ class RecordedInvoker:
             raise _LogEnded(f"no recorded output for step {step.id!r}")
         self.live_calls.append(step.id)
         return self._live(spec, args, step)
-
-
-def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
-    return Registry(ToolSpec.from_record(entry) for entry in run_started.get("tools", ()))
-
-
-def _recorded_policy(registry: Registry, recorded: Any) -> Policy:
-    # A log written before policy modes existed recorded an open policy.
-    base = Policy.from_registry(registry, default="open")
-    if recorded is None:
-        return base
-    return base.with_document(recorded, source="<recorded policy>", ignore_unknown=True)
-
-
-@dataclass
-class Deployment:
-    """What the deployment says, as opposed to what a log says: the only source of authority.
-
-    - `registry`: the tool catalogue (None: replay the recorded one; resume needs one).
-    - `policy`: the data-flow policy (None: the registry's own declarations, guarded; with no
-      registry either, the recorded policy, for a replay that runs nothing).
-    - `config`: the engine config (None: the recorded one).
-    - `approvals`: the approval gate over the deployment's store (resume, ``--allow-writes``).
-    - `keys`: trusted approval public keys, to re-check recorded approvals' signatures.
-    """
-
-    registry: Registry | None = None
-    policy: Policy | None = None
-    config: EngineConfig | None = None
-    approvals: ApprovalGate | None = None
-    keys: TrustedKeys | None = None
-    #: The LLM the deployment runs with: its model name and its endpoint description (the
-    #: ``model`` and ``llm`` entries of ``run_started.config``); None: the recorded ones.
-    model: str | None = None
-    llm: Mapping[str, Any] | None = None
-
-    def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
-        recorded = started.get("config") or {}
-        registry = self.registry if self.registry is not None else _recorded_registry(started)
-        if self.policy is not None:
-            policy = self.policy
-        elif self.registry is not None:
-            policy = Policy.from_registry(registry)
-        else:
-            policy = _recorded_policy(registry, recorded.get("policy"))
-        config = self.config if self.config is not None else EngineConfig.from_dict(recorded)
-        return registry, policy, config
-
-
-_APPROVAL_REASONS = frozenset(
-    {
-        ReasonCode.APPROVAL_MISSING.value,
-        ReasonCode.APPROVAL_CONSUMED.value,
-        ReasonCode.APPROVAL_REJECTED.value,
-    }
-)
-
-
-class _RecordedApprovals:
-    """Replay's approval gate: recorded approvals are evidence, re-checked, never trusted.
-
-    For each plan that needs approval (by the replay's catalogue), the next recorded
-    ``approval`` record of that plan hash is rebuilt into an `Approval` and must bind this
-    plan and this catalogue's fingerprint, carry a signature that verifies (under `keys`
-    when given, else under its own public key; unsigned only when no keys are given) and
-    not be expired when it was recorded. The record the engine then writes is rebuilt from
-    the checked approval, so every recorded field (by, at, signed, ...) is compared.
-    """
-
-    def __init__(
-        self,
-        records: Sequence[Mapping[str, Any]],
-        registry: Registry,
-        policy: Policy,
-        keys: TrustedKeys | None,
-    ) -> None:
-        self._recorded: dict[str, deque[Mapping[str, Any]]] = {}
-        self._rejected: dict[str, Mapping[str, Any]] = {}
-        for record in records:
-            if record.get("type") == "approval":
-                self._recorded.setdefault(str(record.get("plan_hash")), deque()).append(record)
-            elif record.get("type") == "approval_rejected":
-                self._rejected[str(record.get("plan_hash"))] = record
-        self._registry = registry
-        self._policy = policy
-        self._keys = keys if keys else None
-        # How the run ended, when it ended for want of an approval: replay reproduces that
-        # refusal word for word (repeating a refusal grants nothing).
-        self._refusal: Mapping[str, Any] | None = None
-        for record in records:
-            if record.get("type") == "run_finished" and record.get("reason") in _APPROVAL_REASONS:
-                self._refusal = record
-
-    def __call__(self, plan: Plan, audit: AuditLog) -> None:
-        rejection = self._rejected.get(plan.hash)
-        if rejection is not None:  # a paused run a person rejected (pte.runs): refusing grants nothing
-            audit.append(
-                "approval_rejected",
-                plan_hash=plan.hash,
-                by=rejection.get("by"),
-                at=rejection.get("at"),
-                note=rejection.get("note"),
-            )
-            ended = self._refusal
-            if ended is not None and ended.get("reason") == ReasonCode.APPROVAL_REJECTED.value:
-                raise ApprovalRejected(str(ended.get("message") or ""))
-            raise ApprovalRejected(f"plan {plan.hash} was rejected by {rejection.get('by')} (recorded run)")
-        needing = requires_approval(plan, self._registry)
-        if not needing:
-            return
-        queue = self._recorded.get(plan.hash)
-        if not queue:
-            if self._refusal is not None:
-                message = str(self._refusal.get("message") or "")
-                if self._refusal.get("reason") == ReasonCode.APPROVAL_CONSUMED.value:
-                    raise ApprovalConsumed(message)
-                raise ApprovalMissing(message)
-            raise ApprovalMissing(
-                f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
-            )
-        record = queue.popleft()
-        fields = {
-            k: record.get(k)
-            for k in ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
-        }
-        try:
-            approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
-        except (TypeError, ValueError) as exc:
-            raise ApprovalMissing(f"the recorded approval of plan {plan.hash} is malformed: {exc}") from None
-        fingerprint = catalogue_fingerprint(self._registry, plan, self._policy)
-        if approval.catalogue != fingerprint:
-            raise ApprovalMissing(
-                f"the recorded approval of plan {plan.hash} binds catalogue {approval.catalogue}, "
-                f"but the replayed tools and policy fingerprint to {fingerprint}"
-            )
-        if self._keys is not None:
-            if not approval.verify(self._keys):
-                raise ApprovalMissing(
-                    f"the recorded approval of plan {plan.hash} by {approval.by} does not verify under "
-                    "any trusted approval key"
-                )
-        elif approval.signed and not approval.self_consistent():
-            raise ApprovalMissing(f"the recorded approval of plan {plan.hash} has a bad signature")
-        when = record.get("ts")
-        if isinstance(when, str):
-            try:
-                expired = approval.expired(datetime.fromisoformat(when.replace("Z", "+00:00")))
-            except ValueError:
-                expired = True
-            if expired:
-                raise ApprovalMissing(
-                    f"the recorded approval of plan {plan.hash} had expired when it was used"
-                )
-        audit.append("approval", **approval.evidence(signed=self._keys is not None))
-
-
-class _ReplayLLM:
-    """The recorded LLM answers, presenting the model the run was started with."""
-
-    def __init__(self, recorded: ReplayClient, live: LLMClient | None, model: str | None) -> None:
-        self._recorded = recorded
-        self._live = live
-        self.model = model if model is not None else (live.model if live is not None else recorded.model)
-        self.describe: dict[str, Any] | None = None
-
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None = None,
-        schema_name: str = "pte_plan",
-    ) -> LLMResponse:
-        if self._recorded.remaining:
-            return self._recorded.complete(messages, schema=schema, schema_name=schema_name)
-        if self._live is None:
-            raise LLMError(
-                "the run needs another LLM call to go on; give a model/endpoint (or --replay-responses)"
-            )
-        return self._live.complete(messages, schema=schema, schema_name=schema_name)
-
-
-def _llm_for(
-    records: Sequence[Mapping[str, Any]], live: LLMClient | None, deployment: Deployment
-) -> _ReplayLLM | None:
-    started = records[0]
-    config = started.get("config") or {}
-    if "model" not in config and live is None and deployment.model is None:
-        return None  # the run had no LLM (execute): neither has its replay
-    model = deployment.model if deployment.model is not None else config.get("model")
-    llm = _ReplayLLM(ReplayClient.from_audit(records), live, model if isinstance(model, str) else None)
-    described = deployment.llm if deployment.llm is not None else config.get("llm")
-    if isinstance(described, Mapping):
-        llm.describe = dict(described)  # the endpoint the run was started with (no secrets)
-    return llm
-
-
-def _engine_for(
-    run_records: Sequence[Mapping[str, Any]],
-    deployment: Deployment,
-    llm: LLMClient | None,
-    invoker: ToolInvoker,
-    checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
-    *,
-    gate: Callable[[Plan, AuditLog], None] | None = None,
-) -> Engine:
-    started = run_records[0]
-    registry, policy, config = deployment.resolved(started)
-    approvals = (
-        gate if gate is not None else _RecordedApprovals(run_records, registry, policy, deployment.keys)
-    )
-    checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
-    return Engine(
-        registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals
-    )
 
 
 def _drive(engine: Engine, started: Mapping[str, Any], audit: AuditLog) -> RunResult:
@@ -713,63 +512,5 @@ def replay_file(
     return ReplayReport(str(path), runs)
 
 
-def resume_file(
-    path: str | Path,
-    registry: Registry,
-    *,
-    llm: LLMClient | None = None,
-    checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
-    deployment: Deployment | None = None,
-) -> RunResult:
-    """Finish the last run of a log that has no `run_finished`, appending to the same log.
-
-    The log is verified first (`LogNotIntact`). Catalogue, policy, config and approvals are
-    the deployment's (`deployment`; by default `registry` with its own guarded policy, the
-    recorded engine config and no approval store, so a plan needing approval fails closed):
-    the recorded prefix must be what this deployment decides, else `ReplayDivergence` and
-    nothing is appended. Completed steps are not re-run; an in-flight `write` step of a
-    non-idempotent tool ends the run `failed_closed(needs_review)`. Raises `FailedClosed`
-    when the log holds no run or its last run is already sealed.
-    """
-    _verified(path)
-    run: list[tuple[int, dict[str, Any]]] = []
-    for each in _iter_runs(path):
-        run = each  # the last run: only it can be unfinished
-    if not run:
-        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{path} holds no run to resume")
-    records = [r for _, r in run]
-    if any(r.get("type") == "run_finished" for r in records):
-        raise FailedClosed(
-            ReasonCode.NEEDS_REVIEW, f"the last run in {path} is already finished; nothing to resume"
-        )
-    deployment = deployment if deployment is not None else Deployment()
-    deployment = replace(deployment, registry=registry)
-    gate = deployment.approvals
-    run_id = str(records[0]["run_id"])
-    live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
-    invoker = RecordedInvoker(records, live=live_invoker, resume=True)
-    engine = _engine_for(
-        records,
-        deployment,
-        _llm_for(records, llm, deployment),
-        invoker,
-        checks_factory,
-        gate=gate or _no_gate(registry),
-    )
-    with AuditLog(path, run_id=run_id, repair_partial_tail=True) as forward:
-        audit = CheckingAuditLog(run, run_id=run_id, forward=forward)
-        return _drive(engine, records[0], audit)
-
-
-def _no_gate(registry: Registry) -> Callable[[Plan, AuditLog], None]:
-    """No approval store: a plan that needs approval fails closed, whatever the log says."""
-
-    def hook(plan: Plan, audit: AuditLog) -> None:
-        needing = requires_approval(plan, registry)
-        if needing:
-            raise ApprovalMissing(
-                f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
-                "store is configured"
-            )
-
-    return hook
+# Resume lives in its own module (it goes live); it stays importable from here.
+from pte.resume import resume_file  # noqa: E402

@@ -43,11 +43,9 @@ from pte.errors import ApprovalMissing, ApprovalRejected, FailedClosed, PTEError
 from pte.executor import LiveInvoker
 from pte.llm import LLMClient
 from pte.plan import Plan
-from pte.replay import (
-    CheckingAuditLog,
+from pte.replay import CheckingAuditLog, RecordedInvoker, _drive
+from pte.replay_authority import (
     Deployment,
-    RecordedInvoker,
-    _drive,
     _engine_for,
     _llm_for,
     _recorded_policy,
