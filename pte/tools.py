@@ -248,6 +248,8 @@ class ToolSpec:
             retries=int(entry.get("retries", 0)),
             backoff_s=float(entry.get("backoff_s", 0.1)),
             isolation=entry.get("isolation", "thread"),
+            # Recorded so that the catalogue replays identically (no code runs in replay).
+            is_async=entry.get("is_async") is True,
             _input_validator=jsonschema.Draft202012Validator(input_schema),
             _output_validator=jsonschema.Draft202012Validator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),
