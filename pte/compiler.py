@@ -72,6 +72,8 @@ class CompileContext:
     wiring_ok: set[tuple[str, str]] = field(default_factory=set)
     #: Extra information checks may attach (e.g. provenance labels from a policy check).
     extras: dict[str, Any] = field(default_factory=dict)
+    #: Prior steps that were per-item (`for_each`) steps: their output is a list (pte.control).
+    prior_lists: frozenset[str] = frozenset()
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -86,6 +88,23 @@ class CompileContext:
         if step_id in self.index:
             return self.tool(self.index[step_id])
         return self.registry[self.prior[step_id]]
+
+    def is_list_step(self, step_id: str) -> bool:
+        """Whether `step_id` is a for_each step, whose output is the list of its calls' outputs."""
+        if step_id in self.index:
+            return "for_each" in self.steps[self.index[step_id]]
+        return step_id in self.prior_lists
+
+
+def output_schema_of(ctx: CompileContext, step_id: str) -> st.Schema:
+    """The schema of a step's output: its tool's output schema, as a list for a for_each step.
+
+    The tool's output schema stays the root for its ``$defs``.
+    """
+    schema = ctx.producer(step_id).output_schema
+    if ctx.is_list_step(step_id):
+        return {"type": "array", "items": schema, "$defs": schema.get("$defs", {})}
+    return schema
 
 
 CompileCheck = Callable[[CompileContext], None]
@@ -251,6 +270,8 @@ def check_unique_ids(ctx: CompileContext) -> None:
 def check_tools_allowed(ctx: CompileContext) -> None:
     """tool_not_allowed: a step names a tool that is not registered and allowed."""
     for i, step in enumerate(ctx.steps):
+        if "require" in step:  # pte.control: a require step calls no tool
+            continue
         if step["tool"] not in ctx.registry:
             allowed = ", ".join(ctx.registry.names) or "(none)"
             raise _reject(
@@ -301,9 +322,10 @@ def _collect_checked(value: Any, ctx: CompileContext, start_depth: int, *where: 
 def _select(ctx: CompileContext, producer: ToolSpec, ref: Reference) -> st.Schema | None:
     """The output schema part a reference selects (cached per compile: plans repeat wiring)."""
     cache: dict[Any, st.Schema | None] = ctx.extras.setdefault("_select_cache", {})
-    key = (producer.name, ref.tokens)
+    listed = ctx.is_list_step(ref.step)
+    key = (producer.name, ref.tokens, listed)
     if key not in cache:
-        cache[key] = st.select(producer.output_schema, producer.output_schema, ref.tokens)
+        cache[key] = st.select(output_schema_of(ctx, ref.step), producer.output_schema, ref.tokens)
     return cache[key]
 
 
@@ -314,6 +336,12 @@ def _check_ref_target(
         raise _reject(ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r} names no step of this plan", *where)
     if ref.step == owner:
         raise _reject(ReasonCode.PLAN_CYCLE, f"step {owner!r} refers to its own output", *where)
+    if ref.step in ctx.index and "require" in ctx.steps[ctx.index[ref.step]]:  # pte.control
+        raise _reject(
+            ReasonCode.BAD_REFERENCE,
+            f"reference {str(ref)!r}: a require step has no output (use 'after' to wait for it)",
+            *where,
+        )
     if ref.step not in ctx.index and ctx.prior[ref.step] not in ctx.registry:
         raise _reject(
             ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r}: that step's tool is not available", *where
@@ -335,7 +363,7 @@ def check_references(ctx: CompileContext) -> None:
     ctx.references = []
     for i, step in enumerate(ctx.steps):
         # Depth: the document (1) > steps (2) > step (3) > args (4).
-        sites = _collect_checked(step["args"], ctx, 4, "steps", i, "args")
+        sites = _collect_checked(step.get("args", {}), ctx, 4, "steps", i, "args")
         for path, ref in sites:
             _check_ref_target(ctx, ref, ("steps", i, "args", *path), step["id"])
         for j, dep in enumerate(step.get("after", ())):
@@ -358,12 +386,16 @@ def check_acyclic(ctx: CompileContext) -> None:
     Also fixes the execution order: topological, ties broken by plan order.
     """
     steps = ctx.steps
+    control_deps: Mapping[str, list[str]] = ctx.extras.get("control_deps", {})
     dependents: list[list[int]] = [[] for _ in steps]
     pending = [0] * len(steps)
     for i, step in enumerate(steps):
         # Prior (completed) steps are already satisfied: only this plan's steps order it.
         deps = {ctx.index[ref.step] for _, ref in ctx.references[i] if ref.step in ctx.index}
         deps.update(ctx.index[d] for d in step.get("after", ()) if d in ctx.index)
+        # pte.control: conditions, for_each lists and require steps add dependencies.
+        deps.update(ctx.index[d] for d in control_deps.get(step["id"], ()) if d in ctx.index)
+        deps.discard(i)
         pending[i] = len(deps)
         for d in deps:
             dependents[d].append(i)
@@ -424,7 +456,7 @@ def _type_check(
         ref = Reference.parse(value["$ref"])
         producer = ctx.producer(ref.step)
         # Plans repeat the same wiring many times; the answer depends only on these four.
-        key = (producer.name, ref.tokens, tool.name, id(schema))
+        key = (producer.name, ref.tokens, ctx.is_list_step(ref.step), tool.name, id(schema))
         cache: dict[Any, bool] = ctx.extras.setdefault("_assignable_cache", {})
         src = _select(ctx, producer, ref)
         assert src is not None  # check_references proved the pointer exists
@@ -515,12 +547,15 @@ _REF_IN_TEXT = re.compile(r'\{"\$ref":"([a-z][a-z0-9_]*)((?:/[^"\\]*)?)"\}')
 
 def _wiring(ctx: CompileContext, match: re.Match[str]) -> str:
     # A reference's type is that of its producer tool's output at the pointer: the step id is noise.
-    return f'{{"$ref":"{ctx.producer(match[1]).name}#{match[2]}"}}'
+    listed = "[]" if ctx.is_list_step(match[1]) else ""
+    return f'{{"$ref":"{ctx.producer(match[1]).name}{listed}#{match[2]}"}}'
 
 
 def check_args(ctx: CompileContext) -> None:
     """invalid_args: a step's args do not fit its tool's input schema, references standing for their types."""
     for i, step in enumerate(ctx.steps):
+        if "require" in step:  # pte.control: no tool, no args
+            continue
         tool = ctx.tool(i)
         args = step["args"]
         if not ctx.references[i]:
@@ -557,6 +592,8 @@ def check_args(ctx: CompileContext) -> None:
             )
 
 
+from pte.control import check_control  # noqa: E402  (pte.control reads this module's helpers)
+
 #: The checks `compile_plan` runs, in order. Each raises `PlanRejected` with its own reason code.
 PIPELINE: tuple[CompileCheck, ...] = (
     check_size,
@@ -566,6 +603,7 @@ PIPELINE: tuple[CompileCheck, ...] = (
     check_unique_ids,
     check_tools_allowed,
     check_references,
+    check_control,
     check_acyclic,
     check_args,
 )
@@ -578,6 +616,7 @@ def compile_plan(
     *,
     checks: Sequence[CompileCheck] = (),
     prior: Mapping[str, str] | None = None,
+    prior_lists: Iterable[str] = (),
 ) -> Plan:
     """Compile planner output into a frozen, hashed `Plan`, or raise `PlanRejected`.
 
@@ -587,6 +626,7 @@ def compile_plan(
 
     `prior` names steps completed earlier in the run (step id -> tool name): a replanned
     plan may reference their outputs, must not reuse their ids, and never re-runs them.
+    `prior_lists` names those of them that were for_each steps (their output is a list).
     """
     if isinstance(text, bytes):
         try:
@@ -594,7 +634,11 @@ def compile_plan(
         except UnicodeDecodeError as exc:
             raise _reject(ReasonCode.INVALID_JSON, f"plan is not UTF-8 text: {exc}") from None
     ctx = CompileContext(
-        text=text, registry=registry, limits=limits or DEFAULT_LIMITS, prior=dict(prior or {})
+        text=text,
+        registry=registry,
+        limits=limits or DEFAULT_LIMITS,
+        prior=dict(prior or {}),
+        prior_lists=frozenset(prior_lists),
     )
     for check in PIPELINE:
         check(ctx)
@@ -609,4 +653,12 @@ def compile_plan(
             raise _reject(
                 ReasonCode.POLICY_VIOLATION, f"check {name} failed: {type(exc).__name__}: {exc}"
             ) from exc
-    return build_plan(ctx.document, ctx.order, sha256_hex(ctx.canonical), ctx.canonical, ctx.references)
+    return build_plan(
+        ctx.document,
+        ctx.order,
+        sha256_hex(ctx.canonical),
+        ctx.canonical,
+        ctx.references,
+        control_deps=ctx.extras.get("control_deps"),
+        condition_modes=ctx.extras.get("condition_modes"),
+    )

@@ -352,7 +352,7 @@ class Engine:
         return plan
 
     def _no_approvals(self, plan: Plan, audit: AuditLog) -> None:
-        needing = sorted({s.tool for s in plan.steps if self.registry[s.tool].requires_approval})
+        needing = sorted({s.tool for s in plan.tool_steps() if self.registry[s.tool].requires_approval})
         if needing:
             raise ApprovalMissing(
                 f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "

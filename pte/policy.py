@@ -620,12 +620,14 @@ def _flow_graph(
     registry: Registry | None
     prior_tools: Mapping[str, str]
     if isinstance(plan, CompileContext):
-        steps = [_StepView(s["id"], s["tool"], s["args"], i) for i, s in enumerate(plan.steps)]
+        # pte.control: require steps call no tool (their conditions are implicit flows).
+        steps = [_StepView(s["id"], s["tool"], s["args"], i) for i, s in enumerate(plan.steps) if "tool" in s]
         registry, prior_tools = plan.registry, plan.prior
     else:
-        steps = [_StepView(s.id, s.tool, s.args, i) for i, s in enumerate(plan.steps)]
+        steps = [_StepView(s.id, s.tool, s.args, i) for i, s in enumerate(plan.steps) if not s.is_require]
         registry, prior_tools = policy._registry, {}
-    order = plan.order
+    tool_ids = {s.id for s in steps}
+    order = [sid for sid in plan.order if sid in tool_ids]
     return _FlowGraph(policy, registry, steps, order, prior_tools, prior_labels, literal, request_literals)
 
 
