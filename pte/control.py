@@ -19,8 +19,7 @@ before anything runs:
   false: not a failure, no replan. Every later step of the plan waits for it.
 - **continue** hands named values to the next planning stage (see `pte.stages`).
 
-The run-time half (`evaluate`, `element_step`) is used by the executor; it never calls a
-model.
+The run-time half is `pte.control_run`, used by the executor; it never calls a model.
 """
 
 from __future__ import annotations
@@ -28,26 +27,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import jsonschema_rs
 
 from pte import _schema_types as st
 from pte.canonical import canonical_json
-from pte.errors import PlanRejected, ReasonCode, ToolError
-from pte.plan import ELEMENT, PlanStep, Reference, is_reference
+from pte.errors import PlanRejected, ReasonCode
+from pte.plan import ELEMENT, Reference, is_reference
 from pte.tools import DECIMAL_STRING_PATTERN
 
 __all__ = [
     "COMPARISONS",
-    "Evaluation",
     "check_control",
     "condition_references",
-    "element_step",
-    "evaluate",
 ]
 
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
@@ -409,128 +404,3 @@ def _check_reads(ctx: Any, reads: list[_Site]) -> None:
             "same 'when'",
             *site.path,
         )
-
-
-# --- run time -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """A condition evaluated at run time: whether it holds, and the operand values it compared."""
-
-    holds: bool
-    values: list[Any]
-
-
-def evaluate(step: PlanStep, outputs: Mapping[str, Any], modes: tuple[str, ...] = ()) -> Evaluation:
-    """Evaluate a step's condition against step outputs.
-
-    Raises ToolError ``unresolved_reference`` when an operand selects nothing and
-    ``condition_error`` when values cannot be compared (e.g. a null in an ordering).
-    """
-    cond = step.condition
-    values: list[Any] = []
-    counter = iter(modes)
-
-    def operand(value: Any) -> Any:
-        if is_reference(value):
-            ref = Reference.parse(value["$ref"])
-            try:
-                return ref.resolve(outputs)
-            except (KeyError, IndexError, TypeError) as exc:
-                raise ToolError(
-                    "unresolved_reference", f"the condition of step {step.id!r} selects nothing: {exc}"
-                ) from None
-        return value
-
-    def walk(node: Any) -> bool:
-        ((op, arg),) = node.items()
-        if op in COMPARISONS:
-            left, right = operand(arg[0]), operand(arg[1])
-            values.append([left, right])
-            return _compare(op, left, right, next(counter, "json"), step.id)
-        if op == "and":
-            return all([walk(c) for c in arg])  # every member evaluated: the record shows all
-        if op == "or":
-            return any([walk(c) for c in arg])
-        if op == "not":
-            return not walk(arg)
-        value = operand(arg)
-        size = len(value) if isinstance(value, (list, str, dict)) else 0
-        values.append({"size": size})
-        return bool((size == 0) == (op == "empty"))
-
-    return Evaluation(walk(cond), values)
-
-
-def _as_number(value: Any) -> Decimal | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    if isinstance(value, str) and _DECIMAL.match(value):
-        try:
-            return Decimal(value)
-        except InvalidOperation:
-            return None
-    return None
-
-
-def _compare(op: str, left: Any, right: Any, mode: str, step_id: str) -> bool:
-    a: Any
-    b: Any
-    if mode == "number":
-        a, b = _as_number(left), _as_number(right)
-    elif mode == "instant":
-        a, b = _instant(left), _instant(right)
-    else:
-        a, b = canonical_json(left), canonical_json(right)
-        if op in _ORDERING:  # compile never lets this through
-            raise ToolError("condition_error", f"step {step_id!r}: {op} on values that have no order")
-    if a is None or b is None:
-        if op in ("eq", "ne"):
-            same = left is None and right is None
-            return same if op == "eq" else not same
-        raise ToolError(
-            "condition_error", f"step {step_id!r}: cannot order {json.dumps(left)} and {json.dumps(right)}"
-        )
-    try:
-        if op == "eq":
-            return bool(a == b)
-        if op == "ne":
-            return bool(a != b)
-        if op == "lt":
-            return bool(a < b)
-        if op == "le":
-            return bool(a <= b)
-        if op == "gt":
-            return bool(a > b)
-        return bool(a >= b)
-    except TypeError as exc:  # e.g. a naive and an aware date-time
-        raise ToolError("condition_error", f"step {step_id!r}: {exc}") from None
-
-
-def element_step(step: PlanStep, index: int) -> PlanStep:
-    """The sub-step ``id[i]`` of a for_each step: its '*' references pointed at element `index`."""
-    assert step.for_each is not None
-    n = len(step.for_each.tokens)
-    refs = tuple(
-        (path, _at(ref, n, index) if _binds(step.for_each, ref) else ref) for path, ref in step.references
-    )
-    return replace(
-        step, id=f"{step.id}[{index}]", references=refs, for_each=None, condition_json=None, default_json=None
-    )
-
-
-def _binds(lst: Reference, ref: Reference) -> bool:
-    n = len(lst.tokens)
-    return (
-        ref.step == lst.step
-        and ref.tokens[:n] == lst.tokens
-        and len(ref.tokens) > n
-        and ref.tokens[n] == ELEMENT
-    )
-
-
-def _at(ref: Reference, n: int, index: int) -> Reference:
-    return Reference(ref.step, (*ref.tokens[:n], str(index), *ref.tokens[n + 1 :]))

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pte import prompts
 from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
+from pte.control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
 from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte.executor import Executor, StepResult, ToolInvoker, resolve_result
 from pte.llm import LLMClient, LLMResponse
@@ -29,8 +30,9 @@ from pte.tools import Registry
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
 
-RunStatus = Literal["succeeded", "failed_closed"]
-PlanOrigin = Literal["planner", "replanner", "file"]
+#: condition_not_met: a `require` step's condition was false (pte.control): not a failure.
+RunStatus = Literal["succeeded", "failed_closed", "condition_not_met"]
+PlanOrigin = Literal["planner", "replanner", "file", "stage"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ class _Run:
     shown_untrusted: bool = False
     #: Canonical JSON of the literals of plans written before any untrusted data was shown.
     request_literals: frozenset[str] = frozenset()
+    #: Completed for_each steps (their output is a list): pte.control.
+    prior_lists: set[str] = field(default_factory=set)
 
 
 class Engine:
@@ -215,6 +219,8 @@ class Engine:
             run.result.result = self._result_value(plan, run)
             run.result.answer = self._finalize(run, request)
             return self._finish(run, "succeeded")
+        except ConditionNotMet as stop:  # pte.control: a require step's condition was false
+            return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
 
@@ -234,6 +240,8 @@ class Engine:
             run.result.result = self._result_value(plan, run)
             run.result.answer = render_result(run.result.result)
             return self._finish(run, "succeeded")
+        except ConditionNotMet as stop:  # pte.control: a require step's condition was false
+            return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
 
@@ -333,7 +341,12 @@ class Engine:
         policy_check = self._policy_check(run, origin)
         try:
             plan = compile_plan(
-                text, self.registry, self.config.limits, checks=(policy_check, *self.checks), prior=run.prior
+                text,
+                self.registry,
+                self.config.limits,
+                checks=(policy_check, *self.checks),
+                prior=run.prior,
+                prior_lists=run.prior_lists,
             )
         except PlanRejected as rejection:
             self._record_rejection(run, origin, text, rejection)
@@ -375,7 +388,7 @@ class Engine:
 
         def on_step(step: StepResult) -> None:
             run.result.steps.append(step)
-            if step.ok:
+            if step.ok and not is_element(step.step_id):  # pte.control: elements are not plan steps
                 run.prior[step.step_id] = step.tool
             log.info(
                 "step_finished",
@@ -386,8 +399,12 @@ class Engine:
                 **({"progress": f"{len(run.result.steps)}/{total}"} if progress else {}),
             )
 
-        execution = self.executor.run(plan, run.audit, completed=run.result.outputs, on_step=on_step)
+        try:
+            execution = self.executor.run(plan, run.audit, completed=run.result.outputs, on_step=on_step)
+        finally:
+            note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         run.result.outputs = execution.outputs
+        note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         return execution.failure
 
     def _label(self, run: _Run, labels: frozenset[str] | None) -> str:
@@ -399,6 +416,7 @@ class Engine:
     def _stop_if_effect_unknown(self, failure: StepResult) -> None:
         """A non-idempotent write that timed out may or may not have taken effect: a replan could
         repeat it, so a person must look first."""
+        stop_if_partial(failure, self.registry)  # pte.control: a write for_each half applied
         spec = self.registry[failure.tool]
         if (
             spec.effect == "write"
@@ -447,12 +465,16 @@ class Engine:
             raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
         return response.text
 
-    def _finish(self, run: _Run, status: RunStatus, stop: FailedClosed | None = None) -> RunResult:
+    def _finish(
+        self, run: _Run, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None
+    ) -> RunResult:
         result = run.result
         result.status = status
         if stop is not None:
             result.reason = stop.reason
             result.message = stop.message
+        if message is not None:
+            result.message = message
         if not run.audit.broken and not isinstance(stop, AuditWriteError):
             try:
                 run.audit.append(
