@@ -105,7 +105,9 @@ class AuditWriteError(FailedClosed):
 class LLMError(PTEError):
     """The LLM endpoint failed: transport error, timeout, refusal or an unusable answer."""
 
-    def __init__(self, message: str, *, reason: ReasonCode = ReasonCode.LLM_ERROR) -> None:
+    def __init__(self, message: str, *, reason: ReasonCode = ReasonCode.LLM_ERROR, attempts: int = 1) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        #: HTTP requests made before giving up (transport retries included): what the audit log records.
+        self.attempts = attempts
