@@ -53,6 +53,37 @@ CRASH_PLAN = """{
 }
 """
 
+#: pte.control: a require that holds, a for_each over an idempotent write, a step run by its
+#: `when` and one skipped (with a default).
+CONTROL_PLAN = """{
+ "pte_plan": "1",
+ "steps": [
+  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 60}},
+  {"id": "need", "require": {"nonempty": {"$ref": "inv/ids"}}, "message": "nothing is 60 days overdue"},
+  {"id": "remind", "tool": "queue_reminder", "for_each": {"$ref": "inv/ids"}, "max_items": 20,
+   "args": {"invoice_id": {"$ref": "inv/ids/*"}, "channel": "letter"}},
+  {"id": "big", "tool": "calculator", "when": {"gt": [{"$ref": "inv/total"}, "1000"]},
+   "args": {"expression": "t / n", "variables": {"t": {"$ref": "inv/total"}, "n": {"$ref": "inv/count"}}},
+   "default": {"value": "0", "expression": "skipped"}},
+  {"id": "none", "tool": "calculator", "when": {"empty": {"$ref": "inv/ids"}},
+   "args": {"expression": "0"}, "default": {"value": "0", "expression": "skipped"}}
+ ],
+ "result": {"reminders": {"$ref": "remind"}, "average": {"$ref": "big/value"}, "none": {"$ref": "none/value"}}
+}
+"""
+
+
+def control_sample(log: Path) -> str:
+    """Run CONTROL_PLAN with `pte execute` semantics (no LLM); return the run's status."""
+    from pte.audit import AuditLog
+    from pte.engine import Engine
+    from pte.tools import load_registry
+
+    registry = load_registry(["backoffice", "calculator", "shaping"])
+    with AuditLog(log) as audit:
+        return Engine(registry).execute(CONTROL_PLAN, audit).status
+
+
 _CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
@@ -112,6 +143,9 @@ def main() -> int:
             outcome = run_scenario(by_name[scenario], registry, workdir, audit_path=target)
             status = "ok" if outcome.as_expected else "UNEXPECTED"
             print(f"{target.name:28} {outcome.result.status:14} {outcome.result.reason or '-'}  {status}")
+        control = HERE / "control.jsonl"
+        control.unlink(missing_ok=True)
+        print(f"{control.name:28} {control_sample(control)}")
         crashed = HERE / "crashed_mid_run.jsonl"
         crashed.unlink(missing_ok=True)
         code = crash_sample(crashed, ledger)
