@@ -22,6 +22,7 @@ from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte.control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
 from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte.executor import Executor, StepResult, ToolInvoker, resolve_result
+from pte.labels import LabelTree
 from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
 from pte.plan import Plan, plan_schema
@@ -133,6 +134,8 @@ class _Run:
     request_literals: frozenset[str] = frozenset()
     #: Completed for_each steps (their output is a list): pte.control.
     prior_lists: set[str] = field(default_factory=set)
+    #: Field-level labels of every step of every accepted plan (pte.labels).
+    label_trees: dict[str, LabelTree] = field(default_factory=dict)
 
 
 class Engine:
@@ -330,11 +333,12 @@ class Engine:
     def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
         # A replanner that was shown untrusted output may have copied it into literals.
-        tainted = origin == "replanner" and run.shown_untrusted
+        tainted = origin in ("replanner", "stage") and run.shown_untrusted
         return self.policy.check(
             literal="untrusted" if tainted else "request",
             prior=prior,
             request_literals=run.request_literals if tainted else (),
+            prior_trees={sid: run.label_trees[sid] for sid in run.prior if sid in run.label_trees},
         )
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
@@ -352,6 +356,7 @@ class Engine:
             self._record_rejection(run, origin, text, rejection)
             raise
         run.labels.update(policy_check.labels)
+        run.label_trees.update(policy_check.trees)
         if not run.shown_untrusted:
             run.request_literals |= plan_literals(plan)
         run.audit.append(

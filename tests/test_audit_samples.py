@@ -27,6 +27,7 @@ EXPECTED_END = {
     "policy_violation": ("failed_closed", "policy_violation"),
     "approval_missing": ("failed_closed", "approval_missing"),
     "approved_payment": ("succeeded", None),
+    "control": ("succeeded", None),
 }
 
 
