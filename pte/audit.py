@@ -19,12 +19,13 @@ hashes ever depend on a secret. A failed write breaks the log for good and every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from hashlib import sha256 as _sha256
@@ -34,6 +35,11 @@ from typing import Any, NamedTuple
 
 from pte.canonical import canonical_json
 from pte.errors import AuditWriteError
+
+try:  # POSIX; elsewhere appends are serialised within one process only
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - Windows
+    _fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
@@ -243,9 +249,11 @@ class AuditLog:
         except OSError as exc:
             raise AuditWriteError(f"cannot open audit log {path}: {exc}") from exc
         try:
-            self._size = os.fstat(fd).st_size
-            if self._size:
-                self._resume_chain(path, fd, repair)
+            # Under the append lock: another process must not write (or we truncate) mid-read.
+            with _append_lock(fd):
+                self._size = os.fstat(fd).st_size
+                if self._size:
+                    self._resume_chain(path, fd, repair)
         except AuditWriteError:
             os.close(fd)
             raise
@@ -347,14 +355,17 @@ class AuditLog:
             if fd is not None:
                 try:
                     # Another writer (or a truncation) would fork the chain: refuse rather than
-                    # interleave. lseek(SEEK_END) gives the size for half the cost of fstat.
-                    size = os.lseek(fd, 0, os.SEEK_END)
-                    if size != self._size:
-                        raise self._fail(
-                            f"audit log {self.path} changed underneath this writer "
-                            f"(size {size}, expected {self._size}): is another process appending?"
-                        )
-                    _write_all(fd, data)
+                    # interleave. The advisory lock makes check-and-write one step across
+                    # processes (two writers that both saw the old size cannot both write).
+                    # lseek(SEEK_END) gives the size for half the cost of fstat.
+                    with _append_lock(fd):
+                        size = os.lseek(fd, 0, os.SEEK_END)
+                        if size != self._size:
+                            raise self._fail(
+                                f"audit log {self.path} changed underneath this writer "
+                                f"(size {size}, expected {self._size}): is another process appending?"
+                            )
+                        _write_all(fd, data)
                     self._size += len(data)
                     if self.durability is Durability.ALWAYS:
                         self._fsync()
@@ -571,6 +582,20 @@ class AuditLog:
         return f"AuditLog({where!r}, run_id={self.run_id!r}, next_seq={self.next_seq}, {state})"
 
 
+@contextlib.contextmanager
+def _append_lock(fd: int) -> Iterator[None]:
+    """An exclusive advisory lock on the open file `fd` (flock: per open file, so two logs
+    in one process exclude each other too); a no-op where there is no fcntl."""
+    if _fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    _fcntl.flock(fd, _fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        _fcntl.flock(fd, _fcntl.LOCK_UN)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     written = os.write(fd, data)
     if written == len(data):  # the usual case: one call
@@ -623,7 +648,7 @@ def _parse_complete_record(raw: bytes, prev: str, seq: int) -> dict[str, Any] | 
     """`raw` parsed when it is a canonical, self-consistent record `seq` chained to `prev`."""
     try:
         record = json.loads(raw.decode("utf-8"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or (canonical_json(record) + "\n").encode("utf-8") != raw:
         return None
@@ -638,8 +663,8 @@ def _checked_last(path: Path, raw: bytes) -> tuple[str, dict[str, Any]]:
     """Hash and record of the file's last line, refusing to chain onto a damaged record."""
     try:
         record = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:
-        raise AuditWriteError(f"last record of audit log {path} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise AuditWriteError(f"last record of audit log {path} is not JSON: {exc!s:.200}") from None
     problem: str | None
     if not isinstance(record, dict):
         problem = "not a JSON object"

@@ -63,6 +63,8 @@ def iter_records(
                 record = json.loads(raw.decode("utf-8"))
             except ValueError as exc:
                 raise AuditFormatError(path, number, f"not JSON: {exc}") from None
+            except RecursionError:  # nesting no writer produces: refuse it, do not crash
+                raise AuditFormatError(path, number, "nested too deeply to read") from None
             if not isinstance(record, dict):
                 raise AuditFormatError(path, number, "not a JSON object")
             yield number, record
@@ -343,16 +345,18 @@ def verify(path: str | os.PathLike[str], *, check_schema: bool = True) -> Verify
                 record, end = scan(line, 0)
                 if end != len(line) - 1:
                     raise ValueError
-            except (ValueError, StopIteration):
+            except (ValueError, StopIteration, RecursionError):
                 try:
                     record = json.loads(line)
                 except ValueError as exc:
                     return broken(number, None, f"not valid JSON: {exc}")
+                except RecursionError:
+                    return broken(number, None, "not valid JSON for this reader: nested too deeply")
             if not isinstance(record, dict):
                 return broken(number, None, "not a JSON object")
             try:
                 text = canonical_json(record)
-            except ValueError:  # NaN or Infinity, which canonical JSON cannot hold
+            except (ValueError, RecursionError):  # NaN or Infinity, which canonical JSON cannot hold
                 text = ""
             seq = record.get("seq")
             # Any: once the checks below pass, each holds a non-empty str.

@@ -286,16 +286,23 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_show(args: argparse.Namespace) -> int:
-    from pte.audit import AuditFormatError, read_records, render_timeline
+    from pte.audit import AuditFormatError, iter_records
+    from pte.audit_show import render_record
 
     if not Path(args.log).is_file():
         raise UsageError(f"audit log {args.log!r} does not exist")
+    # Streamed: one record in memory at a time, whatever the size of the log.
+    shown = 0
     try:
-        records = read_records(args.log, skip_partial_tail=True)
+        for _, record in iter_records(args.log, skip_partial_tail=True):
+            print(render_record(record))
+            shown += 1
     except AuditFormatError as exc:
         print(f"cannot read {args.log}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(render_timeline(records))
+    if not shown:
+        print(f"nothing to show: {args.log} holds no complete record", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 
