@@ -27,6 +27,7 @@ from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
 from pte.plan import Plan, plan_schema
 from pte.policy import Policy, PolicyCheck, plan_literals
+from pte.stages import continue_literals, next_stage
 from pte.tools import Registry
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
@@ -44,12 +45,15 @@ class EngineConfig:
     limits: Limits = DEFAULT_LIMITS
     #: Phrase the answer with one LLM call (True) or render the plan's result deterministically.
     llm_answer: bool = True
+    #: Plans a run may chain with `continue` (pte.stages): the first plan is stage 1.
+    max_stages: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_replans": self.max_replans,
             "limits": self.limits.to_dict(),
             "llm_answer": self.llm_answer,
+            "max_stages": self.max_stages,
         }
 
     @classmethod
@@ -59,6 +63,7 @@ class EngineConfig:
             max_replans=int(data.get("max_replans", 2)),
             limits=Limits(**{k: int(v) for k, v in limits.items()}),
             llm_answer=bool(data.get("llm_answer", True)),
+            max_stages=int(data.get("max_stages", 3)),
         )
 
 
@@ -185,10 +190,15 @@ class Engine:
             self._start(run, mode="run", request=request)
             plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
             replans = 0
+            stage = 1
             while True:
                 failure = self._execute(run, plan, log)
                 if failure is None:
-                    break
+                    if not plan.continues:
+                        break
+                    stage += 1  # pte.stages: the plan hands values to a next planning stage
+                    plan = next_stage(self, run, request, plan, stage)
+                    continue
                 self._stop_if_effect_unknown(failure)
                 if replans >= self.config.max_replans:
                     raise FailedClosed(
@@ -234,6 +244,12 @@ class Engine:
         try:
             self._start(run, mode="execute", request=None, extra={"plan_text": plan_text})
             plan = self._accept(run, "file", plan_text)
+            if plan.continues:  # pte.stages: a next stage needs a planner; execute has none
+                raise FailedClosed(
+                    ReasonCode.LLM_ERROR,
+                    "the plan hands values to a next planning stage ('continue'), which needs a planner: "
+                    "use pte run",
+                )
             failure = self._execute(run, plan, log)
             if failure is not None:
                 raise FailedClosed(
@@ -358,7 +374,7 @@ class Engine:
         run.labels.update(policy_check.labels)
         run.label_trees.update(policy_check.trees)
         if not run.shown_untrusted:
-            run.request_literals |= plan_literals(plan)
+            run.request_literals |= plan_literals(plan) | continue_literals(plan)
         run.audit.append(
             "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
         )

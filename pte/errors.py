@@ -28,6 +28,8 @@ class ReasonCode(StrEnum):
     AUDIT_WRITE_FAILED = "audit_write_failed"
     APPROVAL_MISSING = "approval_missing"
     NEEDS_REVIEW = "needs_review"
+    #: A plan handed values to more planning stages than `max_stages` allows (pte.stages).
+    STAGES_EXHAUSTED = "stages_exhausted"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.

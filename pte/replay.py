@@ -61,6 +61,7 @@ DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
     # pte.control
     "condition": ("step_id", "kind", "outcome", "values", "error", "plan_hash"),
     "for_each": ("step_id", "tool", "items", "error", "plan_hash"),
+    "stage": ("stage", "plan_hash", "values", "labels"),
 }
 #: Annotations written by resume; the engine itself never produces them.
 _ANNOTATIONS = frozenset({"run_resumed"})
