@@ -84,6 +84,31 @@ def control_sample(log: Path) -> str:
         return Engine(registry).execute(CONTROL_PLAN, audit).status
 
 
+#: pte.stages: the first plan reads the overdue invoices and hands their ids to a second
+#: planning stage, which queues the reminders by reference (recorded planner answers).
+STAGED_REQUEST = "Look at what is more than 60 days overdue, then queue letter reminders for those invoices."
+STAGED_ANSWERS = [
+    """{"pte_plan": "1", "steps": [{"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 60}}],
+ "continue": {"overdue": {"$ref": "inv/ids"}, "total": {"$ref": "inv/total"}}}""",
+    """{"pte_plan": "1", "steps": [{"id": "remind", "tool": "send_reminders",
+ "args": {"invoice_ids": {"$ref": "inv/ids"}, "channel": "letter"}}], "result": {"$ref": "remind/queued"}}""",
+]
+
+
+def staged_sample(log: Path) -> str:
+    """A two-stage `pte run` with recorded planner answers; return the run's status."""
+    from pte.audit import AuditLog
+    from pte.engine import Engine, EngineConfig
+    from pte.llm import ReplayClient
+    from pte.tools import load_registry
+
+    registry = load_registry(["backoffice", "calculator", "shaping"])
+    llm = ReplayClient(STAGED_ANSWERS, model="recorded-demo-responses")
+    with AuditLog(log) as audit:
+        engine = Engine(registry, llm, config=EngineConfig(llm_answer=False))
+        return engine.run(STAGED_REQUEST, audit).status
+
+
 _CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
@@ -146,6 +171,9 @@ def main() -> int:
         control = HERE / "control.jsonl"
         control.unlink(missing_ok=True)
         print(f"{control.name:28} {control_sample(control)}")
+        staged = HERE / "staged.jsonl"
+        staged.unlink(missing_ok=True)
+        print(f"{staged.name:28} {staged_sample(staged)}")
         crashed = HERE / "crashed_mid_run.jsonl"
         crashed.unlink(missing_ok=True)
         code = crash_sample(crashed, ledger)

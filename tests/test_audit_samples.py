@@ -28,6 +28,7 @@ EXPECTED_END = {
     "approval_missing": ("failed_closed", "approval_missing"),
     "approved_payment": ("succeeded", None),
     "control": ("succeeded", None),
+    "staged": ("succeeded", None),
 }
 
 
