@@ -67,6 +67,13 @@ def channel_members(channel: str) -> Members:
 
 
 @pte.tool
+def channels() -> list[str]:
+    """The names of the workspace's chat channels, in name order."""
+    with _db() as db:
+        return [r[0] for r in db.execute("SELECT DISTINCT channel FROM users ORDER BY channel")]
+
+
+@pte.tool
 def find_user(name: str) -> Member:
     """A user of the workspace by name."""
     with _db() as db:
