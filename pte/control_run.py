@@ -83,8 +83,8 @@ def stop_if_partial(failure: StepResult, registry: Registry) -> None:
     replanned: a new plan could not tell which effects happened, so a person must look."""
     if not is_element(failure.step_id) or failure.step_id.endswith("[0]"):
         return
-    spec = registry[failure.tool]
-    if spec.effect == "write" and not spec.idempotent:
+    spec = registry.get(failure.tool)
+    if spec is not None and spec.effect == "write" and not spec.idempotent:
         base = failure.step_id.rsplit("[", 1)[0]
         raise FailedClosed(
             ReasonCode.NEEDS_REVIEW,

@@ -438,9 +438,10 @@ class Engine:
         """A non-idempotent write that timed out may or may not have taken effect: a replan could
         repeat it, so a person must look first."""
         stop_if_partial(failure, self.registry)  # pte.control: a write for_each half applied
-        spec = self.registry[failure.tool]
+        spec = self.registry.get(failure.tool)
         if (
-            spec.effect == "write"
+            spec is not None  # a require step's condition names no tool (pte.control)
+            and spec.effect == "write"
             and not spec.idempotent
             and failure.error
             and failure.error.kind == "timeout"

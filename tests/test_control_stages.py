@@ -153,3 +153,39 @@ def test_prior_steps_keep_field_labels_across_stages(registry: Registry, tmp_pat
     stage = next(r for r in read_records(log) if r["type"] == "stage")
     assert stage["labels"] == {"last": ["trusted", "untrusted"]}
     assert replay_file(log).ok
+
+
+def test_llm_budget_is_two_plus_stages_plus_replans(registry: Registry, tmp_path: Path) -> None:
+    # Stage 1 hands a name over; stage 2's first plan fails (no such user) and is replanned;
+    # the finalizer phrases the answer: 1 planner + 1 stage + 1 replan + 1 finalizer.
+    stage1 = plan(BOB, **{"continue": {"who": {"$ref": "bob/name"}}})
+    failing = plan(
+        {"id": "nobody", "tool": "find_user", "args": {"name": "zed"}}, result={"$ref": "nobody/email"}
+    )
+    fixed = plan(
+        {"id": "again", "tool": "find_user", "args": {"name": "bob"}}, result={"$ref": "again/email"}
+    )
+    log = tmp_path / "budget.jsonl"
+    llm = ReplayClient(
+        [json.dumps(stage1), json.dumps(failing), json.dumps(fixed), "Bob is bob@corp.example."]
+    )
+    with AuditLog(log) as audit:
+        result = Engine(registry, llm).run("Find Bob's address.", audit)
+    assert result.status == "succeeded", result.message
+    assert result.llm_calls == 4 == 2 + 1 + 1
+    roles = [r["role"] for r in read_records(log) if r["type"] == "llm_call"]
+    assert roles == ["planner", "stage", "replanner", "finalizer"]
+    assert replay_file(log).ok
+
+
+def test_a_require_that_cannot_be_evaluated_is_replanned_not_crashed(
+    registry: Registry, tmp_path: Path
+) -> None:
+    broken = plan(
+        {"id": "ch", "tool": "channel_members", "args": {"channel": "nobody"}},
+        {"id": "need", "require": {"eq": [{"$ref": "ch/members/0/name"}, "alice"]}, "message": "no alice"},
+    )
+    again = plan({"id": "need2", "require": broken["steps"][1]["require"], "message": "no alice"})
+    result, log, _ = run(registry, "Is alice first?", [broken, again], tmp_path, max_replans=1)
+    assert result.reason is not None and result.reason.value == "replans_exhausted"
+    assert [r["outcome"] for r in read_records(log) if r["type"] == "condition"] == ["error", "error"]
