@@ -19,8 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, Literal
 
-__all__ = ["ANY", "LabelTree", "parse_field_pointer"]
+from pydantic import Field
+
+__all__ = ["ANY", "PROVENANCE_KEY", "LabelTree", "parse_field_pointer", "provenance", "schema_fields"]
+
+#: The JSON Schema keyword by which a tool labels a part of its output (see `provenance`).
+PROVENANCE_KEY = "x-pte-provenance"
 
 #: The pointer token that stands for every array element or object key.
 ANY = "*"
@@ -114,3 +120,43 @@ class LabelTree:
         if extra <= self.own:
             return self
         return LabelTree(self.own | extra, self.children)
+
+
+def provenance(label: Literal["trusted", "untrusted"]) -> Any:
+    """Label a field of a tool's output model: ``subject: Annotated[str, provenance("untrusted")]``.
+
+    The label is written into the output JSON Schema (``x-pte-provenance``), so it is part
+    of the catalogue the run records; the policy reads it as if a policy file said
+    ``{"fields": {"/transactions/*/subject": "untrusted"}}`` (a policy file can still override it).
+    """
+    if label not in ("trusted", "untrusted"):
+        raise ValueError(f"a field's provenance is trusted or untrusted, not {label!r}")
+    return Field(json_schema_extra={PROVENANCE_KEY: label})
+
+
+def schema_fields(schema: Mapping[str, Any]) -> dict[str, str]:
+    """JSON Pointer -> label for every part of an output schema marked with `provenance`."""
+    out: dict[str, str] = {}
+
+    def pointer(tokens: tuple[str, ...]) -> str:
+        return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
+
+    def walk(node: Any, tokens: tuple[str, ...], seen: frozenset[str]) -> None:
+        if not isinstance(node, Mapping) or len(tokens) > 16:
+            return
+        label = node.get(PROVENANCE_KEY)
+        if label in ("trusted", "untrusted") and tokens:
+            out[pointer(tokens)] = label
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref not in seen:
+            walk(schema.get("$defs", {}).get(ref[len("#/$defs/") :]), tokens, seen | {ref})
+        for key in ("anyOf", "oneOf", "allOf"):
+            for branch in node.get(key, ()):
+                walk(branch, tokens, seen)
+        for name, sub in node.get("properties", {}).items():
+            walk(sub, (*tokens, name), seen)
+        for key in ("items", "additionalProperties"):
+            walk(node.get(key), (*tokens, ANY), seen)
+
+    walk(schema, (), frozenset())
+    return out

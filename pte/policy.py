@@ -44,9 +44,9 @@ from pte._resources import load_schema
 from pte.canonical import canonical_json
 from pte.compiler import CompileContext, json_path
 from pte.errors import PlanRejected, PTEError, ReasonCode
-from pte.labels import LabelTree, parse_field_pointer
+from pte.labels import LabelTree, parse_field_pointer, schema_fields
 from pte.plan import Plan, Reference, is_reference
-from pte.tools import OutputProvenance, Registry
+from pte.tools import OutputProvenance, Registry, ToolSpec
 
 __all__ = [
     "LABELS",
@@ -105,6 +105,12 @@ class ToolPolicy:
         return LabelTree.from_fields(fixed, self.fields) if self.fields else LabelTree(fixed)
 
 
+def _declared(spec: ToolSpec) -> ToolPolicy:
+    """What a tool declares itself: output provenance, sinks, and labelled output fields."""
+    fields = schema_fields(spec.output_schema) if spec.provenance != "derived" else {}
+    return ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks), MappingProxyType(fields))
+
+
 def _frozen_sinks(sinks: Mapping[str, frozenset[str]]) -> Mapping[str, frozenset[str]]:
     return MappingProxyType({param: frozenset(allowed) for param, allowed in sinks.items()})
 
@@ -135,7 +141,7 @@ class Policy:
     @classmethod
     def from_registry(cls, registry: Registry) -> Policy:
         """The policy the tools declare themselves (`provenance`, `sinks` in `pte.tool`)."""
-        tools = {spec.name: ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks)) for spec in registry}
+        tools = {spec.name: _declared(spec) for spec in registry}
         return cls(tools, registry=registry)
 
     # -- reading ------------------------------------------------------------------------------
@@ -274,8 +280,7 @@ class Policy:
             return entry
         # A tool outside this policy's registry: its own declarations are all we know.
         if registry is not None and tool in registry:
-            spec = registry[tool]
-            return ToolPolicy(spec.provenance, spec.sinks)
+            return _declared(registry[tool])
         raise KeyError(tool)
 
 

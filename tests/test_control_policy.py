@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import BaseModel
 
+import pte
 from pte.compiler import compile_plan
 from pte.errors import PlanRejected, ReasonCode
-from pte.labels import LabelTree, parse_field_pointer
+from pte.labels import LabelTree, parse_field_pointer, provenance, schema_fields
 from pte.policy import Policy, PolicyError
 from pte.tools import Registry, load_registry
 from tests.packs import world
@@ -231,3 +234,66 @@ def test_a_skipped_steps_default_carries_the_condition(registry: Registry, polic
     }
     err = refused(registry, policy, doc)
     assert "send_dm.recipient" in err.message
+
+
+# --- a tool labels its own output fields -----------------------------------------------------------
+
+
+class Line(BaseModel):
+    amount: Decimal
+    iban: str
+    memo: Annotated[str, provenance("untrusted")]
+
+
+class Statement(BaseModel):
+    lines: list[Line]
+    notes: dict[str, Annotated[str, provenance("untrusted")]]
+
+
+@pte.tool
+def statement() -> Statement:
+    """The account statement."""
+    return Statement(lines=[], notes={})
+
+
+@pte.tool(effect="write", sinks={"iban": ["request", "trusted"]})
+def transfer(iban: str, amount: Decimal) -> str:
+    """Move money."""
+    return "ok"
+
+
+def test_a_tool_can_label_parts_of_its_output_in_its_own_model() -> None:
+    registry = Registry([statement, transfer])
+    assert schema_fields(registry["statement"].output_schema) == {
+        "/lines/*/memo": "untrusted",
+        "/notes/*": "untrusted",
+    }
+    policy = Policy.from_registry(registry)
+    assert policy.to_document()["tools"]["statement"]["fields"] == {
+        "/lines/*/memo": "untrusted",
+        "/notes/*": "untrusted",
+    }
+
+    def doc(iban: str) -> dict[str, Any]:
+        return {
+            "pte_plan": "1",
+            "steps": [
+                {"id": "st", "tool": "statement", "args": {}},
+                {
+                    "id": "pay",
+                    "tool": "transfer",
+                    "args": {"iban": {"$ref": iban}, "amount": {"$ref": "st/lines/0/amount"}},
+                },
+            ],
+        }
+
+    check(registry, policy, doc("st/lines/0/iban"))
+    assert "untrusted" in refused(registry, policy, doc("st/lines/0/memo")).message
+    refused(registry, policy, doc("st/notes/x"))
+    # A policy file overrides the tool's own label.
+    relaxed = policy.with_document(
+        {"pte_policy": "1", "tools": {"statement": {"fields": {"/lines/*/memo": "trusted"}}}}
+    )
+    check(registry, relaxed, doc("st/lines/0/memo"))
+    with pytest.raises(ValueError):
+        provenance("request")  # type: ignore[arg-type]
