@@ -43,6 +43,7 @@ __all__ = [
     "COMPARISONS",
     "CONTROL_RULES",
     "check_control",
+    "check_control_types",
     "condition_references",
 ]
 
@@ -202,7 +203,6 @@ def check_control(ctx: Any) -> None:
 
     steps: list[dict[str, Any]] = ctx.steps
     deps: dict[str, list[str]] = {}
-    modes: dict[str, tuple[str, ...]] = {}
     reads: list[_Site] = []
     requires: list[str] = []
     for i, step in enumerate(steps):
@@ -220,7 +220,6 @@ def check_control(ctx: Any) -> None:
                 _check_ref_target(ctx, ref, full, sid)
                 extra.append(ref.step)
                 reads.append(_Site(i, ref, full))
-            modes[sid] = _check_condition_types(ctx, cond, ("steps", i, where))
         if "for_each" in step:
             ref = Reference.parse(step["for_each"]["$ref"])
             full = ("steps", i, "for_each")
@@ -228,12 +227,17 @@ def check_control(ctx: Any) -> None:
             _check_ref_target(ctx, ref, full, sid)
             extra.append(ref.step)
             reads.append(_Site(i, ref, full))
-            _check_list(ctx, ref, full)
         for path, ref in ctx.references[i]:
             if ELEMENT in ref.tokens:
                 _check_element(step, ref, ("steps", i, "args", *path))
-        if "default" in step:
-            _check_default(ctx, i, step)
+        if "default" in step and _has_reference(step["default"]):
+            raise _reject(
+                ReasonCode.BAD_REFERENCE,
+                "a default is a literal value, not a reference",
+                "steps",
+                i,
+                "default",
+            )
         if "require" in step:
             requires.append(sid)
     for name in ("result", "continue"):
@@ -245,6 +249,38 @@ def check_control(ctx: Any) -> None:
                 reads.append(_Site(None, ref, full))
     _check_reads(ctx, reads)
     ctx.extras["control_deps"] = {k: v for k, v in deps.items() if v}
+
+
+def check_control_types(ctx: Any) -> None:
+    """The types of the control constructs: conditions, for_each lists and defaults.
+
+    Runs after `check_args`, when the output type of every step (generic ones inferred from
+    their arguments) is known. Records how each comparison compares
+    (``ctx.extras["condition_modes"]``: step id -> modes).
+    """
+    from pte.compiler import _check_pointer, _collect_checked  # the compiler imports this module
+
+    def pointer(ref: Reference, where: tuple[str | int, ...]) -> None:
+        if ref.step in ctx.inferred:  # a generic producer: its pointers are checkable only now
+            _check_pointer(ctx, ref, where)
+
+    modes: dict[str, tuple[str, ...]] = {}
+    for i, step in enumerate(ctx.steps):
+        where = "require" if "require" in step else "when"
+        cond = step.get(where)
+        if cond is not None:
+            for path, ref in condition_references(cond):
+                pointer(ref, ("steps", i, where, *path))
+            modes[step["id"]] = _check_condition_types(ctx, cond, ("steps", i, where))
+        if "for_each" in step:
+            ref = Reference.parse(step["for_each"]["$ref"])
+            pointer(ref, ("steps", i, "for_each"))
+            _check_list(ctx, ref, ("steps", i, "for_each"))
+        if "default" in step:
+            _check_default(ctx, i, step)
+    if "continue" in ctx.document:
+        for path, ref in _collect_checked(ctx.document["continue"], ctx, 2, "continue"):
+            pointer(ref, ("continue", *path))
     ctx.extras["condition_modes"] = modes
 
 
@@ -283,10 +319,9 @@ def _check_element(step: Mapping[str, Any], ref: Reference, where: tuple[str | i
 def _ref_schema(ctx: Any, ref: Reference) -> tuple[st.Schema, Mapping[str, Any]]:
     from pte.compiler import _select
 
-    producer = ctx.producer(ref.step)
-    schema = _select(ctx, producer, ref)
+    schema = _select(ctx, ref)
     assert schema is not None  # check_references / _check_ref_target proved it exists
-    return schema, producer.output_schema
+    return schema, ctx.output_type(ref.step)[1]
 
 
 def _check_list(ctx: Any, ref: Reference, where: tuple[str | int, ...]) -> None:
@@ -301,13 +336,9 @@ def _check_list(ctx: Any, ref: Reference, where: tuple[str | int, ...]) -> None:
 
 
 def _check_default(ctx: Any, i: int, step: Mapping[str, Any]) -> None:
-    from pte.compiler import output_schema_of
-
     default = step["default"]
     where = ("steps", i, "default")
-    if _has_reference(default):
-        raise _reject(ReasonCode.BAD_REFERENCE, "a default is a literal value, not a reference", *where)
-    schema = json.loads(json.dumps(output_schema_of(ctx, step["id"]), default=dict))
+    schema = json.loads(json.dumps(ctx.output_type(step["id"])[0], default=dict))
     validator = jsonschema_rs.validator_for(schema)
     if not validator.is_valid(default):
         error = next(iter(validator.iter_errors(default)))

@@ -115,7 +115,7 @@ def test_star_in_result_continue_or_condition_is_refused(where: str) -> None:
 
 
 def test_for_each_over_a_non_list_is_refused() -> None:
-    bad = lookup_each(**{"for_each": {"$ref": "inv/invoices/0"}})
+    bad = lookup_each(**{"for_each": {"$ref": "inv/invoices/0"}, "args": {"customer_id": "C100"}})
     err = rejected(plan(bad), ReasonCode.INVALID_ARGS, "$.steps[1].for_each")
     assert "needs a list" in err.message
 
