@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pte.canonical import canonical_json
 from pte.control import COMPARISONS, _instant
-from pte.errors import AuditWriteError, FailedClosed, PTEError, ReasonCode, ToolError
+from pte.errors import FailedClosed, PTEError, ReasonCode, ToolError
 from pte.plan import ELEMENT, Plan, PlanStep, Reference, is_reference
 from pte.tools import DECIMAL_STRING_PATTERN
 
@@ -43,6 +43,7 @@ __all__ = [
     "is_element",
     "note_completed",
     "run_controlled",
+    "run_with_control",
     "stop_if_partial",
 ]
 
@@ -275,12 +276,12 @@ def run_controlled(
             return True
         _condition_record(audit, plan, step, "run" if ev.holds else "skipped", ev.values, None)
         if not ev.holds:
-            execution.skipped.append(step.id)
             if step.default_json is not None:
                 outputs[step.id] = step.default
             return True
-    if step.for_each is None:
-        return _run_one(executor, plan, step, outputs, audit, execution, on_step)
+    if step.for_each is None:  # its condition held: now it is a plain step
+        plain = replace(step, condition_json=None, default_json=None, condition_modes=())
+        return _run_one(executor, plan, plain, outputs, audit, execution, on_step)
     return _run_each(executor, plan, step, outputs, audit, execution, on_step)
 
 
@@ -293,23 +294,14 @@ def _run_one(
     execution: ExecutionResult,
     on_step: Callable[[StepResult], None] | None,
 ) -> bool:
-    try:
-        result = executor._run_step(plan, step, outputs, audit)
-    except AuditWriteError as exc:
-        ran: StepResult | None = getattr(exc, "step_result", None)
-        if ran is not None:
-            execution.results.append(ran)
-            if on_step is not None:
-                on_step(ran)
-        raise
-    execution.results.append(result)
-    if on_step is not None:
-        on_step(result)
-    if not result.ok:
-        execution.failure = result
+    """Run one plain step (a controlled step past its condition, or one element) through the
+    executor itself, so that its records, write-ahead and timeouts are exactly a step's."""
+    part = executor.run(_sub_plan(plan, [step]), audit, completed=outputs, on_step=on_step)
+    execution.results.extend(part.results)
+    if part.failure is not None:
+        execution.failure = part.failure
         return False
-    if step.for_each is None:
-        outputs[step.id] = result.output
+    outputs[step.id] = part.outputs[step.id]
     return True
 
 
@@ -362,6 +354,58 @@ def _run_each(
         sub = element_step(step, index)
         if not _run_one(executor, plan, sub, outputs, audit, execution, on_step):
             return False
-        collected.append(execution.results[-1].output)
+        collected.append(outputs.pop(sub.id))  # an element is not a plan step
     outputs[step.id] = collected
     return True
+
+
+def _sub_plan(plan: Plan, steps: list[PlanStep]) -> Plan:
+    """The same plan (same hash, so records name it) restricted to `steps`, in this order."""
+    return Plan(
+        steps=tuple(steps),
+        order=tuple(s.id for s in steps),
+        hash=plan.hash,
+        canonical=plan.canonical,
+        _index={s.id: s for s in steps},
+    )
+
+
+def run_with_control(
+    executor: Executor,
+    plan: Plan,
+    audit: AuditLog | None,
+    completed: Mapping[str, Any] | None,
+    on_step: Callable[[StepResult], None] | None,
+) -> ExecutionResult:
+    """Run a plan that has controlled steps: the plain steps between them go to the executor
+    as sub-plans (concurrently where it can), each controlled step runs at its turn in plan order.
+
+    Records come in plan order either way, so replay and resume see the same log.
+    """
+    from pte.executor import ExecutionResult
+
+    outputs: dict[str, Any] = dict(completed or {})
+    execution = ExecutionResult(plan=plan, outputs=outputs)
+    segment: list[PlanStep] = []
+
+    def flush() -> bool:
+        if not segment:
+            return True
+        part = executor.run(_sub_plan(plan, segment), audit, completed=outputs, on_step=on_step)
+        segment.clear()
+        execution.results.extend(part.results)
+        outputs.update(part.outputs)
+        execution.failure = part.failure
+        return part.failure is None
+
+    for step_id in plan.order:
+        if step_id in outputs:
+            continue
+        step = plan.step(step_id)
+        if not is_controlled(step):
+            segment.append(step)
+            continue
+        if not flush() or not run_controlled(executor, plan, step, outputs, audit, execution, on_step):
+            return execution
+    flush()
+    return execution

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pte.audit import AuditLog
-from pte.control_run import is_controlled, run_controlled
+from pte.control_run import is_controlled, run_with_control
 from pte.errors import AuditWriteError, ToolError
 from pte.plan import Plan, PlanStep, Reference, is_reference
 from pte.tools import Registry, ToolSpec
@@ -103,8 +103,6 @@ class ExecutionResult:
     results: list[StepResult] = field(default_factory=list)
     #: The failed step, if one failed (execution stopped there).
     failure: StepResult | None = None
-    #: Steps whose `when` was false (pte.control), in the order they were skipped.
-    skipped: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -446,6 +444,8 @@ class Executor:
 
         Raises `AuditWriteError` if a record cannot be written: no further tool is called.
         """
+        if any(is_controlled(step) for step in plan.steps):  # pte.control: when, require, for_each
+            return run_with_control(self, plan, audit, completed, on_step)
         outputs: dict[str, Any] = dict(completed or {})
         execution = ExecutionResult(plan=plan, outputs=outputs)
         invoker = self.invoker
@@ -463,11 +463,6 @@ class Executor:
     ) -> None:
         for step_id in plan.order:
             if step_id in outputs:
-                continue
-            step = plan.step(step_id)
-            if is_controlled(step):  # pte.control: when / require / for_each
-                if not run_controlled(self, plan, step, outputs, audit, execution, on_step):
-                    break
                 continue
             try:
                 result = self._run_step(plan, plan.step(step_id), outputs, audit)

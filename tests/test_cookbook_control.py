@@ -408,3 +408,35 @@ def test_tell_bob_which_slot_was_booked(registry: Registry, tmp_path: Path) -> N
     assert task.status == "succeeded"
     assert rows("SELECT recipient, body FROM dms") == [("bob@corp.example", "2026-11-02T16:00")]
     assert task.labels(doc, "late/slot") == {"trusted", "request"}
+
+
+# 15 ------------------------------------------------------------------------------------------
+def test_dm_everyone_in_a_channel_but_one_through_generic_shaping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # filter_records is generic: the for_each list's element type (a Member) is inferred from
+    # ch/members, so the element's email reaches send_dm.recipient typed and labelled.
+    db = tmp_path / "world.sqlite"
+    world.reset(str(db))
+    monkeypatch.setenv("PTE_WORLD", str(db))
+    registry = load_registry([str(Path(world.__file__)), "shaping"])
+    doc = plan(
+        GENERAL,
+        {
+            "id": "others",
+            "tool": "filter_records",
+            "args": {"records": {"$ref": "ch/members"}, "field": "name", "op": "ne", "value": "bob"},
+        },
+        {
+            "id": "dm",
+            "tool": "send_dm",
+            "for_each": {"$ref": "others/records"},
+            "max_items": 20,
+            "args": {"recipient": {"$ref": "others/records/*/email"}, "body": "Cake in the kitchen."},
+        },
+        result={"$ref": "dm"},
+    )
+    task = Task(registry, tmp_path, "DM everyone in #general except Bob: cake in the kitchen.", doc)
+    assert task.status == "succeeded", task.result.message
+    assert rows("SELECT recipient FROM dms ORDER BY id") == [("alice@corp.example",), ("dave@corp.example",)]
+    assert task.labels(doc, "others/records") == {"trusted", "request"}
