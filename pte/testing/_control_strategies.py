@@ -269,8 +269,9 @@ def _break(draw: DrawFn, doc: Doc, reason: ReasonCode) -> bool:
         step = _choice(draw, each)
         if any(step["id"] in _refs(s) for s in steps if s is not step) or "result" in doc:
             return False
-        step["when"] = {"eq": [step["for_each"], 1.5]}
-        step.pop("default", None)
+        bad = {"eq": [step["for_each"], 1.5]}
+        # Keep any condition it had: readers of a conditional step must stay under it.
+        step["when"] = {"and": [step["when"], bad]} if "when" in step else bad
         return True
     raise ValueError(f"no control generator for {reason.value}")
 
