@@ -189,3 +189,28 @@ def test_a_condition_that_cannot_be_evaluated_fails_the_step(registry: Registry,
     assert result.status == "failed_closed"
     record = next(r for r in read_records(log) if r["type"] == "condition")
     assert record["outcome"] == "error" and record["error"]["kind"] == "unresolved_reference"
+
+
+def test_cli_execute_reports_condition_not_met_with_exit_code_0(
+    registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pte.cli import main
+
+    doc = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "at10", "tool": "is_free", "args": {"slot": "2026-11-02T10:00"}},
+            {"id": "need", "require": {"eq": [{"$ref": "at10/free"}, True]}, "message": "busy at 10:00"},
+            {"id": "book", "tool": "create_event", "args": {"title": "Retro", "slot": "2026-11-02T10:00"}},
+        ],
+    }
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(doc), encoding="utf-8")
+    log = tmp_path / "cli.jsonl"
+    code = main(["--quiet", "execute", str(plan_file), "--tools", PACK, "--audit", str(log)])
+    out = capsys.readouterr().out
+    assert code == 0 and "condition not met: busy at 10:00" in out
+    assert rows("SELECT count(*) FROM events") == [(0,)]
+    code = main(["--quiet", "execute", str(plan_file), "--tools", PACK, "--audit", str(log), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["status"] == "condition_not_met" and report["reason"] is None
