@@ -92,7 +92,7 @@ def workers_rate(server: str, broker: str, env: dict[str, str], processes: int, 
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         for n in range(processes)
     ]
     app = make_app(broker)
