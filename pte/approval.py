@@ -394,7 +394,7 @@ def catalogue_fingerprint(registry: Registry, tools: Iterable[str] | Plan, polic
     hash of its code, and, with a `pte.policy.Policy`, the policy's entry for it (output
     provenance and effective sinks, guarded defaults included).
     """
-    names = sorted({s.tool for s in tools.steps} if isinstance(tools, Plan) else set(tools))
+    names = sorted({s.tool for s in tools.tool_steps()} if isinstance(tools, Plan) else set(tools))
     entries = []
     for name in names:
         spec = registry[name]
@@ -459,7 +459,7 @@ def make_approval(
 
 def requires_approval(plan: Plan, registry: Registry) -> list[str]:
     """The tools of `plan` that run only in an approved plan, in plan order, each once."""
-    names = dict.fromkeys(step.tool for step in plan.steps)
+    names = dict.fromkeys(step.tool for step in plan.tool_steps())
     return [name for name in names if registry[name].requires_approval]
 
 
@@ -467,7 +467,7 @@ def consumable_steps(plan: Plan, registry: Registry) -> list[str]:
     """Ids of the steps of `plan` an approval is consumed by: its non-idempotent writes."""
     return [
         s.id
-        for s in plan.steps
+        for s in plan.tool_steps()
         if s.tool in registry and registry[s.tool].effect == "write" and not registry[s.tool].idempotent
     ]
 

@@ -91,8 +91,12 @@ class ApprovalGate:
         audit.append("approval", **approval.evidence(signed=self.keys is not None))
         with self._lock:
             for step in plan.steps:
-                self._steps[id(step)] = (step, approval, plan.hash, audit.run_id)
-            while len(self._steps) > 4096:
+                entry = (step, approval, plan.hash, audit.run_id)
+                self._steps[id(step)] = entry
+                # A for_each step runs as element sub-steps ``id[i]`` (pte.control_run): copies
+                # of the step that share its `args` object. Each element consumes on its own.
+                self._steps[id(step.args)] = entry
+            while len(self._steps) > 8192:
                 self._steps.popitem(last=False)
 
     def check(self, plan: Plan, *, run_id: str | None = None) -> Approval | None:
@@ -128,21 +132,20 @@ class ApprovalGate:
                 reasons.append(f"{approval.by} ({approval.at}): {why}")
         if not valid:
             raise ApprovalMissing(f"{needs}; no approval of plan {plan.hash} counts: {'; '.join(reasons)}")
+        wanted = set(steps)
         for approval in valid:
             used = [
-                contents.consumed[(approval.id, sid)]
-                for sid in steps
-                if (approval.id, sid) in contents.consumed
+                c
+                for (approval_id, step_id), c in contents.consumed.items()
+                if approval_id == approval.id
+                and step_id.split("[", 1)[0] in wanted  # a step, or an element ``id[i]`` of it
                 # Resume of the run that used it: the guard decides step by step.
-                and contents.consumed[(approval.id, sid)].run_id != run_id
+                and c.run_id != run_id
             ]
             if not used:
                 return approval
-        first = valid[0]
-        earlier = next(
-            contents.consumed[(first.id, sid)] for sid in steps if (first.id, sid) in contents.consumed
-        )
-        raise ApprovalConsumed(_consumed_message(first, earlier))
+            earlier = used[0]
+        raise ApprovalConsumed(_consumed_message(valid[-1], earlier))
 
     def refusal(self, approval: Approval, plan: Plan) -> str | None:
         """Why `approval` does not let `plan` run here (None: it does, consumption aside)."""
@@ -185,7 +188,9 @@ class ApprovalGate:
             return
         with self._lock:
             entry = self._steps.get(id(step))
-        if entry is None or entry[0] is not step:
+            if entry is None or entry[0] is not step:
+                entry = self._steps.get(id(step.args))
+        if entry is None or (entry[0] is not step and entry[0].args is not step.args):
             return  # a plan that needed no approval: nothing to consume
         _, approval, plan_hash, run_id = entry
         try:

@@ -173,11 +173,13 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
                 f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); "
                 f"audit log {audit_path}"
             )
+        elif result.status == "condition_not_met":  # pte.control: a require was false; not a failure
+            print(f"{result.message}\n\ncondition_not_met: nothing after the require step ran")
         else:
             print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
             if result.result is not None:
                 print(json.dumps(result.result, indent=2, ensure_ascii=False))
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return EXIT_OK if result.ok or result.status == "condition_not_met" else EXIT_FAILED
 
 
 def _approval_keys(args: argparse.Namespace) -> Any:
@@ -502,7 +504,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if args.store is not None:  # pte resume RUN_ID --store URL
         from pte import cli_store
 
-        return cli_store.resume(args, _registry(args))
+        llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
+        return cli_store.resume(args, _registry(args), llm)
     if not Path(args.log).is_file():
         raise UsageError(f"audit log {args.log!r} does not exist")
     registry = _registry(args)
@@ -546,6 +549,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pte import cli_store
 
     _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    if args.replay_responses or args.model or args.base_url:
+        _llm(args)  # a bad LLM setting is a usage error here, not in every task
     return cli_store.worker(args, _packs(args))
 
 
@@ -687,7 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_resume)
 
-    cli_store.add_commands(sub, _add_tools, _add_json)
+    cli_store.add_commands(sub, _add_tools, _add_json, _add_llm)
 
     p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
     p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")

@@ -23,6 +23,11 @@ are cancelled, process-isolated ones killed, thread ones abandoned.
 
 How each call runs, is timed out and retried: `pte._invoke`. This module must never import
 an LLM client; tests/test_executor_isolation.py enforces it.
+
+Extending (new step kinds): one step is `_Run._start` (resolve and check its arguments,
+write its intent when it is its turn, start the call) and `_Run._complete` (check the
+outcome, make the `StepResult`, release the steps waiting for it); the scheduler (`_launch`)
+and the sequencer (`_flush`) do not look inside a step.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any, Literal, Protocol
 
 from pte._invoke import CallOutcome, start_call
 from pte.audit import AuditLog
+from pte.control_run import is_controlled, run_with_control
 from pte.errors import AuditWriteError, ToolError
 from pte.plan import Plan, PlanStep, Reference, is_reference
 from pte.tools import Registry, ToolSpec
@@ -185,6 +191,8 @@ class Executor:
 
         Raises `AuditWriteError` if a record cannot be written: no further tool is started.
         """
+        if any(is_controlled(step) for step in plan.steps):  # pte.control: when, require, for_each
+            return run_with_control(self, plan, audit, completed, on_step)
         return _Run(self, plan, audit, completed, on_step).execute()
 
 
