@@ -94,8 +94,8 @@ class ApprovalGate:
                 entry = (step, approval, plan.hash, audit.run_id)
                 self._steps[id(step)] = entry
                 # A for_each step runs as element sub-steps ``id[i]`` (pte.control_run): copies
-                # of the step that share its `args` object. Each element consumes on its own.
-                self._steps[id(step.args)] = entry
+                # of the step sharing its private `_args` mapping. Each element consumes on its own.
+                self._steps[id(step._args)] = entry
             while len(self._steps) > 8192:
                 self._steps.popitem(last=False)
 
@@ -189,8 +189,8 @@ class ApprovalGate:
         with self._lock:
             entry = self._steps.get(id(step))
             if entry is None or entry[0] is not step:
-                entry = self._steps.get(id(step.args))
-        if entry is None or (entry[0] is not step and entry[0].args is not step.args):
+                entry = self._steps.get(id(step._args))
+        if entry is None or (entry[0] is not step and entry[0]._args is not step._args):
             return  # a plan that needed no approval: nothing to consume
         _, approval, plan_hash, run_id = entry
         try:

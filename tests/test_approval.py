@@ -429,3 +429,50 @@ def test_a_replanned_plan_needs_its_own_approval(tmp_path: Path, store: Approval
     assert CALLS == ["get_supplier"]  # the failed lookup; the replanned payment never ran
     assert len(records_of(log, "approval")) == 1
     assert verify(log).ok
+
+
+class Payee(BaseModel):
+    iban: str
+
+
+class Payees(BaseModel):
+    items: list[Payee]
+
+
+@tool
+def list_payees() -> Payees:
+    """Trusted payee list."""
+    CALLS.append("list_payees")
+    return Payees(items=[Payee(iban="DE89370400440532013000"), Payee(iban="FR1420041010050500013M02606")])
+
+
+def test_a_for_each_payment_consumes_the_approval_per_element(tmp_path: Path, store: ApprovalStore) -> None:
+    """A for_each write runs as element steps ``pay[i]``: each consumes, and the plan pays once."""
+    registry = Registry([list_payees, send_payment])
+    text = json.dumps(
+        {
+            "pte_plan": "1",
+            "steps": [
+                {"id": "who", "tool": "list_payees", "args": {}},
+                {
+                    "id": "pay",
+                    "tool": "send_payment",
+                    "for_each": {"$ref": "who/items"},
+                    "max_items": 5,
+                    "args": {"iban": {"$ref": "who/items/*/iban"}, "amount": "10.00"},
+                },
+            ],
+        }
+    )
+    policy = Policy.from_registry(registry)
+    plan = compile_plan(text, registry, checks=[policy.check()])
+    approve(plan, "alice", store, catalogue=catalogue_fingerprint(registry, plan, policy), signing_key=SIGNER)
+    hook = approval_hook(store, registry=registry, keys=KEYS, policy=policy)
+    first = Engine(registry, None, policy=policy, approval=hook).execute(text, AuditLog(tmp_path / "1.jsonl"))
+    assert first.ok, first.message
+    assert CALLS.count("send_payment") == 2
+    consumed = [json.loads(line) for line in store.path.read_text().splitlines() if '"consumed"' in line]
+    assert sorted(c["step_id"] for c in consumed) == ["pay[0]", "pay[1]"]
+    again = Engine(registry, None, policy=policy, approval=hook).execute(text, AuditLog(tmp_path / "2.jsonl"))
+    assert again.reason is ReasonCode.APPROVAL_CONSUMED
+    assert CALLS.count("send_payment") == 2
