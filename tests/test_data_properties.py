@@ -23,7 +23,7 @@ _FAILURES_ALLOWED = (
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data_plans())
 def test_inferred_output_types_agree_with_the_runtime(case: DataCase) -> None:
     plan = compile_plan(json.dumps(case.document), case.registry)

@@ -211,3 +211,27 @@ def test_inferred_types_come_from_the_deployment_tools_not_the_plan() -> None:
 
 def _first_output(reg: Registry) -> dict[str, Any]:
     return json.loads(json.dumps(dict(reg["first"].output_schema), default=dict))
+
+
+def test_a_run_through_generic_ops_replays_from_the_log_alone(tmp_path: Path) -> None:
+    # The type-variable markers live in the recorded schemas: replay re-infers the same types.
+    from pte.replay import replay_file
+
+    reg = registry()
+    doc = json.dumps(
+        {
+            "pte_plan": "1",
+            "steps": [
+                step("mail", "read_mail"),
+                step("e", "entries", object=ref("mail/by_sender")),
+                step("f", "first", records=ref("e/records")),
+                step("x", "extract", text=ref("f/record/value"), kind="iban"),
+            ],
+            "result": ref("x/values/0"),
+        }
+    )
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path, durability="none") as log:
+        result = Engine(reg).execute(doc, log)
+    assert result.status == "succeeded" and result.outputs["x"]["values"] == ["DE89370400440532013000"]
+    assert replay_file(path).ok

@@ -157,19 +157,20 @@ def extract_into(
     keep_unmatched: bool = False,
 ) -> ExtendedRecords[R]:
     """For each record, search text `field` with an RE2 pattern and add its named groups as
-    fields; returns {records, count}. Records whose field does not match are dropped
-    (keep_unmatched: kept, with the groups as ""). e.g. records [{key, value: "Rating: 4.2"}],
-    field "value", pattern "Rating: (?P<rating>[0-9.]+)" add "rating": "4.2" to each, ready
-    for sort_records/filter_records (decimal strings compare as numbers).
+    fields; returns {records, count}. Records whose field does not match (or is missing or
+    null) are dropped (keep_unmatched: kept, with the groups as ""). e.g. records
+    [{key, value: "Rating: 4.2"}], field "value", pattern "Rating: (?P<rating>[0-9.]+)" add
+    "rating": "4.2" to each, ready for sort_records/filter_records (decimal strings compare
+    as numbers).
     """
     regex = compile_regex(pattern, ignore_case)
     names = regex_group_names(pattern)
     out: list[dict[str, Any]] = []
     for index, record in enumerate(records):
         value = record.get(field)
-        if not isinstance(value, str):
+        if value is not None and not isinstance(value, str):
             raise ValueError(f"record {index} field {field!r} is not text: it cannot be searched")
-        found = regex.search(value)
+        found = None if value is None else regex.search(value)
         if found is None and not keep_unmatched:
             continue
         if found is None:
