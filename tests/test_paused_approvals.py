@@ -221,7 +221,8 @@ def test_the_cli_cycle(tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixtu
     assert json.loads(capsys.readouterr().out)["runs"] == 2
     assert main([*base, "replay", url]) == 0
     assert main([*base, "audit", "show", url, "--run", "c1"]) == 0
-    assert "run_paused" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "run_paused" in out and "awaiting approval of plan" in out
     assert _payments(ledger) == 1
     # Bad input: usage errors (exit 2), never a traceback.
     for argv in (
