@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import PydanticUserError, TypeAdapter
 
 from pte._tool_schema import SchemaFunction
-from pte.errors import PTEError
+from pte.errors import ImportRefused, ImportSourceError
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 from pte.tools import Registry
 
@@ -78,11 +78,13 @@ def import_langchain_tools(
     try:
         from langchain_core.tools import BaseTool
     except ImportError:
-        raise PTEError("the LangChain importer needs langchain-core: pip install 'pte[langchain]'") from None
+        raise ImportSourceError(
+            "the LangChain importer needs langchain-core: pip install 'pte[langchain]'"
+        ) from None
     by_name: dict[str, Any] = {}
     for tool in tools:
         if not isinstance(tool, BaseTool):
-            raise PTEError(f"{tool!r} is not a LangChain tool (langchain_core.tools.BaseTool)")
+            raise ImportRefused(f"{tool!r} is not a LangChain tool (langchain_core.tools.BaseTool)")
         by_name[str(tool.name)] = tool
 
     def make_func(source: SourceTool, output_schema: Mapping[str, Any]) -> SchemaFunction:

@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from pte import _json as strict_json
 from pte._tool_schema import SchemaFunction
-from pte.errors import PTEError, ToolError
+from pte.errors import MCPError, ToolError
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 from pte.tools import Registry
 
@@ -43,10 +43,6 @@ __all__ = ["MCPConnection", "MCPError", "import_mcp_tools"]
 
 #: Longest error text from a server kept in a step's error (it reaches the audit log and replans).
 _MAX_ERROR_CHARS = 2000
-
-
-class MCPError(PTEError):
-    """The MCP server could not be started, reached or listed."""
 
 
 def _require_sdk() -> Any:

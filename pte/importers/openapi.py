@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from pte import _json as strict_json
 from pte._tool_schema import SchemaFunction
-from pte.errors import PTEError, ToolError
+from pte.errors import OpenAPIError, ToolError
 from pte.importers._common import ImportManifest, ImportRefused, SourceTool, build_registry
 from pte.tools import Registry
 
@@ -42,10 +42,6 @@ _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _READ_METHODS = frozenset({"get", "head"})
 _PARAM_LOCATIONS = ("path", "query", "header")
 _MAX_ERROR_CHARS = 1000
-
-
-class OpenAPIError(PTEError):
-    """An OpenAPI document could not be fetched or read."""
 
 
 def _httpx() -> Any:
