@@ -5,12 +5,15 @@ anything runs; a deterministic executor runs only allow-listed tools and records
 step in a tamper-evident audit log.
 
 Everything an application needs is importable from here (``pte.Engine``, ``pte.AuditLog``,
-``pte.verify``, ``pte.replay``, ...), including every exception PTE raises on purpose. The
+``pte.verify``, ``pte.replay_file``, ...), including every exception PTE raises on purpose. The
 importers (`pte.importers.mcp`, `.openapi`, `.langchain`) and test doubles (`pte.testing`)
 are separate modules because they pull in optional dependencies.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -20,7 +23,6 @@ from pte.audit import AuditLog, Durability
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
-from pte.engine import Engine, EngineConfig, RunResult, render_result
 from pte.errors import (
     ApprovalMissing,
     ApprovalRejected,
@@ -39,20 +41,49 @@ from pte.errors import (
     ToolRegistrationError,
 )
 from pte.executor import ExecutionResult, Executor, StepResult
-from pte.llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient, ReplayDataError
 from pte.logs import configure_logging
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.policy import Policy, PolicyError, load_policy
 from pte.redaction import Redactor
-from pte.replay import ReplayDivergence, ReplayReport, replay_file, resume_file
-from pte.runs import RunPaused
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
 
+# What needs the LLM client (the engine, replay, runs) is imported on first use, so that a
+# process that only imports the executor never loads an LLM SDK (tests/test_executor_isolation.py).
+# Type checkers read the same names, eagerly, from __init__.pyi (the lazy-loader convention).
+_LAZY: dict[str, tuple[str, str]] = {
+    "Engine": ("pte.engine", "Engine"),
+    "EngineConfig": ("pte.engine", "EngineConfig"),
+    "RunResult": ("pte.engine", "RunResult"),
+    "render_result": ("pte.engine", "render_result"),
+    "LLMClient": ("pte.llm", "LLMClient"),
+    "LLMResponse": ("pte.llm", "LLMResponse"),
+    "OpenAIClient": ("pte.llm", "OpenAIClient"),
+    "ReplayClient": ("pte.llm", "ReplayClient"),
+    "ReplayDataError": ("pte.llm", "ReplayDataError"),
+    "ReplayDivergence": ("pte.replay", "ReplayDivergence"),
+    "ReplayReport": ("pte.replay", "ReplayReport"),
+    "replay_file": ("pte.replay", "replay_file"),
+    "resume_file": ("pte.replay", "resume_file"),
+    "RunPaused": ("pte.runs", "RunPaused"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'pte' has no attribute {name!r}")
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 #: `pte.compile` reads as the docs say; `compile_plan` avoids shadowing the builtin in user code.
 compile = compile_plan
-#: `pte.replay(path)`: every run of an audit log re-driven and compared (`replay_file`).
-replay = replay_file
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -125,7 +156,6 @@ __all__ = [
     "plan_schema",
     "read_records",
     "render_result",
-    "replay",
     "replay_file",
     "resume_file",
     "tool",

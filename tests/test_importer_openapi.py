@@ -9,9 +9,6 @@ name; a changed service is refused by the pin, fails output validation, and dive
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +17,8 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: pip install 'pte[test]'")
 import httpx
-import uvicorn
 from integration_apps.billing_app import make_app
+from integration_apps.loopback import LoopbackServer
 
 from pte import PlanRejected, ReasonCode, compile_plan
 from pte.audit import AuditLog, read_records
@@ -30,33 +27,6 @@ from pte.importers import ImportRefused, fingerprint
 from pte.importers.openapi import OpenAPIError, _operations, import_openapi, load_openapi
 from pte.replay import replay_file
 from pte.testing import FunctionCall, FunctionClient
-
-
-class LoopbackServer:
-    """An ASGI app served by uvicorn on 127.0.0.1 (a free port), on a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
-        )
-
-    def __enter__(self) -> LoopbackServer:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the test app did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._socket.close()
 
 
 @pytest.fixture(scope="module")

@@ -116,3 +116,31 @@ def test_tool_packs_are_discovered_through_entry_points(
         load_pack("broken")
     for name in ("acme_pte_tools", "acme_pte_registry"):
         sys.modules.pop(name, None)
+
+
+def test_the_type_stub_lists_the_same_names() -> None:
+    import ast
+
+    stub = ast.parse((Path(pte.__file__).parent / "__init__.pyi").read_text(encoding="utf-8"))
+    declared = next(
+        node.value
+        for node in stub.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+    )
+    assert isinstance(declared, ast.List)
+    assert [ast.literal_eval(e) for e in declared.elts] == pte.__all__
+    imported = {
+        alias.asname or alias.name
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert set(pte.__all__) - {"__version__", "compile"} <= imported
+
+
+def test_lazy_names_resolve_and_unknown_names_raise() -> None:
+    assert pte.Engine.__name__ == "Engine"
+    assert pte.replay_file.__module__ == "pte.replay"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pte.nope  # noqa: B018
+    assert "Engine" in dir(pte)
