@@ -39,6 +39,7 @@ from pte.errors import (
     ToolError,
     ToolPackError,
     ToolRegistrationError,
+    TransientError,
 )
 from pte.executor import ExecutionResult, Executor, StepResult
 from pte.logs import configure_logging
@@ -139,6 +140,7 @@ __all__ = [
     "ToolPackError",
     "ToolRegistrationError",
     "ToolSpec",
+    "TransientError",
     "VerifyReport",
     "__version__",
     "approval_hook",
