@@ -26,6 +26,7 @@ from pte.errors import (
     ToolError,
     ToolPackError,
     ToolRegistrationError,
+    TransientError,
 )
 from pte.executor import ExecutionResult, Executor, StepResult
 from pte.llm import LLMClient as LLMClient
@@ -102,6 +103,7 @@ __all__ = [
     "ToolPackError",
     "ToolRegistrationError",
     "ToolSpec",
+    "TransientError",
     "VerifyReport",
     "__version__",
     "approval_hook",

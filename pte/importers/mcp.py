@@ -57,12 +57,17 @@ class MCPConnection:
     """One open MCP client session, usable from any thread. Close it (or use ``with``) when done.
 
     Make one with `stdio` (a server process PTE starts) or `http` (Streamable HTTP).
-    `timeout_s` bounds connecting and listing; each tool call is bounded by its tool's timeout.
+    `timeout_s` bounds connecting and listing. A tool call is bounded by its tool's `timeout_s`
+    (the executor stops waiting then) and, as a backstop for callers without one, by
+    `call_timeout_s` here.
     """
 
-    def __init__(self, open_transport: Any, *, label: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, open_transport: Any, *, label: str, timeout_s: float = 30.0, call_timeout_s: float = 3600.0
+    ) -> None:
         self.label = label
         self.timeout_s = timeout_s
+        self.call_timeout_s = call_timeout_s
         self._open_transport = open_transport
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -195,7 +200,7 @@ class MCPConnection:
             return dumped
 
         try:
-            answer: dict[str, Any] = self._run(call(), timeout_s or self.timeout_s)
+            answer: dict[str, Any] = self._run(call(), timeout_s or self.call_timeout_s)
         except concurrent.futures.TimeoutError:
             raise ToolError("timeout", f"MCP server {self.label} did not answer {name!r} in time") from None
         except MCPError as exc:
