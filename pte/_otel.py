@@ -8,7 +8,10 @@ is current when the run starts), with one child span per LLM call and one per st
   ``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.response.model``,
   ``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.finish_reasons``.
 - Steps are ``execute_tool {tool}`` spans with ``gen_ai.tool.name``, ``pte.step.id``,
-  ``pte.tool.effect``, ``pte.step.status`` and ``pte.step.duration_ms``.
+  ``pte.tool.effect``, ``pte.step.status`` and ``pte.step.duration_ms``. They start when the
+  step's ``step_started`` record is written: before the call for a ``write`` step (write-ahead),
+  after it for a ``read`` step (the executor writes records in plan order), whose span then
+  lasts the recorded duration.
 
 The ``run_started``, ``llm_call``, ``step_started`` and ``step_finished`` records of a traced
 run carry ``trace_id`` and ``span_id`` (W3C hex), so a trace links to its audit records and
@@ -20,6 +23,7 @@ nothing is added to any record and every hook costs one attribute check.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -175,9 +179,23 @@ class RunTracer:
                 kind = error.get("kind") if isinstance(error, Mapping) else None
                 span.set_attribute("error.type", str(kind or "step_failed"))
                 span.set_status(Status(StatusCode.ERROR, str(kind or status)))
-            span.end()
+            span.end(end_time=self._step_end(span, duration))
             return ids
         return {}
+
+    @staticmethod
+    def _step_end(span: Any, duration_ms: Any) -> int | None:
+        """When a step span ends: its start plus the step's recorded duration, if that is earlier.
+
+        The executor writes a read step's two records together once the step and every earlier
+        one finished (its sequencer keeps the log in plan order), so such a span starts at record
+        time; ending it after the recorded duration keeps the span's length the step's own.
+        """
+        start = getattr(span, "start_time", None)
+        if not isinstance(start, int) or not isinstance(duration_ms, int | float):
+            return None
+        end = start + int(duration_ms * 1_000_000)
+        return end if end < time.time_ns() else None
 
 
 class TracedAudit:

@@ -203,3 +203,46 @@ print("untraced")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "untraced"
+
+
+@tool
+def slow_read(value: int) -> int:
+    """Sleeps 60 ms."""
+    import time
+
+    time.sleep(0.06)
+    return value
+
+
+@tool(effect="write", idempotent=True)
+def slow_write(value: int) -> int:
+    """Sleeps 60 ms (a write: recorded before it runs)."""
+    import time
+
+    time.sleep(0.06)
+    return value
+
+
+def test_step_spans_last_as_long_as_the_steps(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    plan = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "r", "tool": "slow_read", "args": {"value": 1}},
+            {"id": "w", "tool": "slow_write", "args": {"value": {"$ref": "r"}}},
+        ],
+    }
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        engine = Engine(
+            Registry([slow_read, slow_write]), tracer_provider=provider, config=EngineConfig(llm_answer=False)
+        )
+        assert engine.execute(json.dumps(plan), audit).ok
+    named = _by_name(exporter.get_finished_spans())
+    for name in ("execute_tool slow_read", "execute_tool slow_write"):
+        (span,) = named[name]
+        assert span.start_time is not None and span.end_time is not None
+        length_ms = (span.end_time - span.start_time) / 1e6
+        recorded = (span.attributes or {})["pte.step.duration_ms"]
+        assert isinstance(recorded, float) and recorded >= 55
+        assert length_ms >= 55, (name, length_ms, recorded)
