@@ -23,6 +23,7 @@ from pte.audit import AuditLog, Durability
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
+from pte.control_run import ConditionNotMet
 from pte.errors import (
     ApprovalMissing,
     ApprovalRejected,
@@ -96,6 +97,7 @@ __all__ = [
     "AuditFormatError",
     "AuditLog",
     "AuditWriteError",
+    "ConditionNotMet",
     "Durability",
     "Engine",
     "EngineConfig",

@@ -6,6 +6,7 @@ from pte.audit import AuditLog, Durability
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
+from pte.control_run import ConditionNotMet
 from pte.engine import Engine as Engine
 from pte.engine import EngineConfig as EngineConfig
 from pte.engine import RunResult as RunResult
@@ -59,6 +60,7 @@ __all__ = [
     "AuditFormatError",
     "AuditLog",
     "AuditWriteError",
+    "ConditionNotMet",
     "Durability",
     "Engine",
     "EngineConfig",
