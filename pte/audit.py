@@ -43,7 +43,6 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
-    "DEFAULT_REDACT_PATTERNS",
     "GENESIS_HASH",
     "REDACTED",
     "AuditFormatError",
@@ -72,7 +71,7 @@ from pte.audit_verify import (
 from pte.audit_verify import (
     AuditFormatError as AuditFormatError,
 )
-from pte.redaction import REDACTED
+from pte.redaction import REDACTED, STRUCTURE_FIELDS
 
 # ---------------------------------------------------------------------------------------------
 # Writing
@@ -336,7 +335,12 @@ class AuditLog:
             try:
                 ts = self._clock()
                 layout = None
-                if self.redactor.__class__ is Redactor and ts.__class__ is str and type.__class__ is str:
+                if (
+                    self.redactor.__class__ is Redactor
+                    and ts.__class__ is str
+                    and type.__class__ is str
+                    and type not in STRUCTURE_FIELDS  # structure is redacted its own way
+                ):
                     names = tuple(fields)
                     layout = self._layouts.get(names) if self._layouts_redactor is self.redactor else None
                     if layout is None:
@@ -484,7 +488,7 @@ class AuditLog:
             "ts": ts,
             "type": type,
             "prev": prev,
-            **self.redactor.redact(fields),
+            **self.redactor.redact_fields(type, fields),
             "hash": placeholder,
         }
         # One serialisation gives both texts: the line, with a placeholder for the hash,
@@ -688,4 +692,4 @@ from pte.audit_verify import (  # noqa: E402
     records_by_run,
     verify,
 )
-from pte.redaction import DEFAULT_REDACT_KEYS, DEFAULT_REDACT_PATTERNS, Redactor  # noqa: E402
+from pte.redaction import DEFAULT_REDACT_KEYS, Redactor  # noqa: E402

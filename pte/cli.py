@@ -7,6 +7,7 @@ file, a bad flag, a tool pack that cannot be loaded).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -15,7 +16,19 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pte import __version__
+from pte.cli_support import (
+    InputFileError,
+    RedactingWriter,
+    guarded,
+    non_empty_text,
+    non_negative_int,
+    positive_float,
+    print_json,
+    read_bounded,
+    require_regular_file,
+)
 from pte.errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
+from pte.redaction import Redactor
 from pte.tools import Registry, load_registry
 
 __all__ = ["main"]
@@ -29,17 +42,45 @@ class UsageError(Exception):
     """A problem with how the command was called (exit code 2)."""
 
 
+#: The redactor of the running command (set by `main`): the audit log's and the output's.
+_redactor: Redactor | None = None
+
+
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str))
+    print_json(value, _redactor)
 
 
 def _read_text(path: str, what: str) -> str:
+    """A plan file: a regular file, read up to the plan byte limit plus one (the compiler
+    rejects a longer text as plan_too_large without the rest ever being read)."""
+    from pte.compiler import DEFAULT_LIMITS
+
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{what} {path!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {what} {path!r}: {exc}") from None
+        text, _ = read_bounded(path, what, DEFAULT_LIMITS.max_bytes)
+    except InputFileError as exc:
+        raise UsageError(str(exc)) from None
+    return text
+
+
+def _input_file(path: str | None, what: str) -> None:
+    """Refuse a missing or non-regular input file before any library opens it."""
+    if path is not None:
+        try:
+            require_regular_file(path, what)
+        except InputFileError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def _output_file(path: str, what: str) -> Path:
+    """A file PTE is about to create or replace: not a directory, in an existing directory."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{what} {path!r} is a directory; give a file name")
+    if target.exists() and not target.is_file():
+        raise UsageError(f"{what} {path!r} is not a regular file")
+    if not target.resolve().parent.is_dir():
+        raise UsageError(f"the directory of {what} {path!r} does not exist")
+    return target
 
 
 def _packs(args: argparse.Namespace) -> list[str]:
@@ -54,6 +95,8 @@ def _packs(args: argparse.Namespace) -> list[str]:
 def _registry(args: argparse.Namespace) -> Registry:
     """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
     packs = _packs(args)
+    _input_file(getattr(args, "manifest", None), "manifest")
+    _input_file(getattr(args, "policy", None), "policy file")
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
         return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
@@ -144,11 +187,9 @@ def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
 def _open_audit(path: str, **kwargs: Any) -> Any:
     from pte.audit import AuditLog
 
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise UsageError(f"the directory of audit log {path!r} does not exist")
+    target = _output_file(path, "audit log")
     try:
-        return AuditLog(target, **kwargs)
+        return AuditLog(target, redactor=_redactor, **kwargs)
     except FailedClosed as exc:
         raise UsageError(f"cannot open audit log {path!r}: {exc.message}") from None
 
@@ -170,11 +211,17 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
+def _approvals_path(args: argparse.Namespace) -> str:
+    path = getattr(args, "approvals", None) or "pte_approvals.jsonl"
+    _output_file(path, "approval store")
+    return str(path)
+
+
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
     from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
     from pte.engine import Engine, EngineConfig
 
-    store = ApprovalStore(getattr(args, "approvals", None) or "pte_approvals.jsonl")
+    store = ApprovalStore(_approvals_path(args))
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
     )
@@ -190,6 +237,7 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
 def cmd_execute(args: argparse.Namespace) -> int:
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
+    _approvals_path(args)  # checked before the log is created
     audit = _open_audit(args.audit, durability=args.durability)
     with audit:
         result = _engine(registry, None, args).execute(text, audit)
@@ -200,6 +248,7 @@ def _llm(args: argparse.Namespace) -> Any:
     if getattr(args, "replay_responses", None):
         from pte.llm import ReplayClient, ReplayDataError
 
+        _input_file(args.replay_responses, "--replay-responses file")
         try:
             return ReplayClient.from_file(args.replay_responses)
         except (OSError, ReplayDataError, ValueError) as exc:
@@ -217,9 +266,11 @@ def _llm(args: argparse.Namespace) -> Any:
 def _add_llm(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request (default 60)")
     parser.add_argument(
-        "--max-retries", type=int, default=2, help="transport retries per LLM call (default 2)"
+        "--timeout", type=positive_float, default=60.0, help="seconds per LLM request (default 60)"
+    )
+    parser.add_argument(
+        "--max-retries", type=non_negative_int, default=2, help="transport retries per LLM call (default 2)"
     )
     parser.add_argument(
         "--replay-responses",
@@ -231,6 +282,7 @@ def _add_llm(parser: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     registry = _registry(args)
     llm = _llm(args)
+    _approvals_path(args)  # checked before the log is created
     audit = _open_audit(args.audit, durability=args.durability)
     with audit:
         result = _engine(registry, llm, args).run(args.request, audit)
@@ -241,14 +293,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from pte.audit import AuditLog
 
     registry = _registry(args)
+    output = _output_file(args.output, "plan file")
     llm = _llm(args)
-    audit = _open_audit(args.audit) if args.audit else AuditLog(None)
+    audit = _open_audit(args.audit) if args.audit else AuditLog(None, redactor=_redactor)
     with audit:
         result = _engine(registry, llm, args).plan(args.request, audit)
     if not result.ok:
         return _report_run(result, args, args.audit)
     plan = result.plans[-1]
-    Path(args.output).write_text(plan.to_json() + "\n", encoding="utf-8")
+    try:
+        output.write_text(plan.to_json() + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write plan file {args.output!r}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     if args.json:
         _print_json({"status": "accepted", "plan_hash": plan.hash, "output": args.output, "steps": len(plan)})
     else:
@@ -262,8 +319,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from pte.audit import verify
 
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
+    _input_file(args.log, "audit log")
     report = verify(args.log)
     if args.json:
         _print_json(
@@ -287,8 +343,7 @@ def cmd_audit_show(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError, iter_records
     from pte.audit_show import render_record
 
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
+    _input_file(args.log, "audit log")
     # Streamed: one record in memory at a time, whatever the size of the log.
     shown = 0
     try:
@@ -315,7 +370,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     except PlanRejected as rejection:
         print(f"not approved: the plan is rejected: {rejection}", file=sys.stderr)
         return EXIT_FAILED
-    approval = approve(plan, args.by, ApprovalStore(args.approvals), key=approval_key_from_env())
+    approval = approve(plan, args.by, ApprovalStore(_approvals_path(args)), key=approval_key_from_env())
     signed = "HMAC-signed" if approval.signature else "unsigned (set PTE_APPROVAL_KEY to sign)"
     print(f"approved plan {plan.hash} by {args.by} at {approval.at}, {signed}; recorded in {args.approvals}")
     return EXIT_OK
@@ -336,6 +391,8 @@ def cmd_ledger_init(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pte.demo import run_demo
 
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out!r} exists and is not a directory")
     return run_demo(out_dir=args.out, as_json=args.json)
 
 
@@ -343,8 +400,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import replay_file
 
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
+    _input_file(args.log, "audit log")
     registry = _registry(args) if args.tools else None
     if args.live and registry is None:
         raise UsageError("--live needs --tools to run the read tools for real")
@@ -364,8 +420,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import resume_file
 
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
+    _input_file(args.log, "audit log")
     if args.policy is not None:
         raise UsageError(
             "resume checks plans against the policy recorded in the log; --policy does not apply"
@@ -374,8 +429,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
         result = resume_file(args.log, registry, llm=llm)
-    except FailedClosed as exc:
-        raise UsageError(exc.message) from None
+    except FailedClosed as exc:  # nothing to resume (no run, or the last one is sealed)
+        print(f"cannot resume {args.log}: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
     except AuditFormatError as exc:
         print(f"cannot resume {args.log}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -418,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools(p)
     p.add_argument("--audit", required=True, metavar="LOG")
     _add_llm(p)
-    p.add_argument("--max-replans", type=int, default=2)
+    p.add_argument("--max-replans", type=non_negative_int, default=2)
     p.add_argument(
         "--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer"
     )
@@ -438,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash")
     p.add_argument("plan_file")
-    p.add_argument("--by", required=True, metavar="NAME")
+    p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
     p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
     _add_tools(p)
     p.set_defaults(func=cmd_approve)
@@ -493,8 +549,34 @@ def _fail_usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `pte` console script."""
+    """Entry point of the `pte` console script.
+
+    Everything printed goes through the audit log's redaction (`RedactingWriter`); Ctrl-C
+    exits 130 after the run is sealed as ``interrupted``; no input ends in a traceback.
+    """
+    global _redactor
+    from pte.redaction import Redactor
+
     parser = build_parser()
+    try:
+        redactor = Redactor.from_env()
+    except ValueError as exc:
+        _fail_usage(parser, f"cannot load the secret rules: {exc}")
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingWriter(out, redactor), RedactingWriter(err, redactor)
+    _redactor = redactor
+    try:
+        return guarded(lambda: _main(parser, argv), debug=bool(os.environ.get("PTE_DEBUG")))
+    finally:
+        wrapped_out, wrapped_err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = out, err
+        _redactor = None
+        for stream in (wrapped_out, wrapped_err):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+
+
+def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if not args.quiet:
         from pte.logs import configure_logging
@@ -506,6 +588,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except UsageError as exc:
         _fail_usage(parser, str(exc))
+    except SystemExit as exc:
+        # Raised by code the command ran (a tool calling sys.exit), not by PTE, whose own
+        # usage exits leave from the handler above: never let it pass for a success.
+        print(f"pte: error: ended by SystemExit({exc.code!r}) raised inside the command", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

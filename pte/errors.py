@@ -28,6 +28,7 @@ class ReasonCode(StrEnum):
     AUDIT_WRITE_FAILED = "audit_write_failed"
     APPROVAL_MISSING = "approval_missing"
     NEEDS_REVIEW = "needs_review"
+    INTERRUPTED = "interrupted"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.
