@@ -7,6 +7,7 @@ step in a tamper-evident audit log.
 
 from __future__ import annotations
 
+from pte._tool_schema import SchemaTool, tool_from_schema
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.errors import (
@@ -44,6 +45,7 @@ __all__ = [
     "ReasonCode",
     "Reference",
     "Registry",
+    "SchemaTool",
     "StepModel",
     "ToolError",
     "ToolPackError",
@@ -58,4 +60,5 @@ __all__ = [
     "load_registry",
     "plan_schema",
     "tool",
+    "tool_from_schema",
 ]
