@@ -19,15 +19,19 @@ from pte import __version__
 from pte.cli_support import (
     InputFileError,
     RedactingWriter,
+    UsageError,
     guarded,
+    input_file,
     non_empty_text,
     non_negative_int,
+    output_file,
     positive_float,
+    positive_int,
     print_json,
     read_bounded,
-    require_regular_file,
 )
 from pte.errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
+from pte.llm import DEFAULT_MAX_TOKENS
 from pte.redaction import Redactor
 from pte.tools import Registry, load_registry
 
@@ -36,10 +40,6 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """A problem with how the command was called (exit code 2)."""
 
 
 #: The redactor of the running command (set by `main`): the audit log's and the output's.
@@ -62,27 +62,6 @@ def _read_text(path: str, what: str) -> str:
     return text
 
 
-def _input_file(path: str | None, what: str) -> None:
-    """Refuse a missing or non-regular input file before any library opens it."""
-    if path is not None:
-        try:
-            require_regular_file(path, what)
-        except InputFileError as exc:
-            raise UsageError(str(exc)) from None
-
-
-def _output_file(path: str, what: str) -> Path:
-    """A file PTE is about to create or replace: not a directory, in an existing directory."""
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{what} {path!r} is a directory; give a file name")
-    if target.exists() and not target.is_file():
-        raise UsageError(f"{what} {path!r} is not a regular file")
-    if not target.resolve().parent.is_dir():
-        raise UsageError(f"the directory of {what} {path!r} does not exist")
-    return target
-
-
 def _packs(args: argparse.Namespace) -> list[str]:
     packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
     if not packs:
@@ -95,8 +74,8 @@ def _packs(args: argparse.Namespace) -> list[str]:
 def _registry(args: argparse.Namespace) -> Registry:
     """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
     packs = _packs(args)
-    _input_file(getattr(args, "manifest", None), "manifest")
-    _input_file(getattr(args, "policy", None), "policy file")
+    input_file(getattr(args, "manifest", None), "manifest")
+    input_file(getattr(args, "policy", None), "policy file")
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
         return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
@@ -187,7 +166,7 @@ def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
 def _open_audit(path: str, **kwargs: Any) -> Any:
     from pte.audit import AuditLog
 
-    target = _output_file(path, "audit log")
+    target = output_file(path, "audit log")
     try:
         return AuditLog(target, redactor=_redactor, **kwargs)
     except FailedClosed as exc:
@@ -213,7 +192,7 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
 
 def _approvals_path(args: argparse.Namespace) -> str:
     path = getattr(args, "approvals", None) or "pte_approvals.jsonl"
-    _output_file(path, "approval store")
+    output_file(path, "approval store")
     return str(path)
 
 
@@ -248,7 +227,7 @@ def _llm(args: argparse.Namespace) -> Any:
     if getattr(args, "replay_responses", None):
         from pte.llm import ReplayClient, ReplayDataError
 
-        _input_file(args.replay_responses, "--replay-responses file")
+        input_file(args.replay_responses, "--replay-responses file")
         try:
             return ReplayClient.from_file(args.replay_responses)
         except (OSError, ReplayDataError, ValueError) as exc:
@@ -257,7 +236,11 @@ def _llm(args: argparse.Namespace) -> Any:
 
     try:
         return OpenAIClient(
-            args.model, base_url=args.base_url, timeout_s=args.timeout, max_retries=args.max_retries
+            args.model,
+            base_url=args.base_url,
+            timeout_s=args.timeout,
+            max_retries=args.max_retries,
+            max_tokens=args.max_output_tokens,
         )
     except LLMError as exc:
         raise UsageError(exc.message) from None
@@ -271,6 +254,13 @@ def _add_llm(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-retries", type=non_negative_int, default=2, help="transport retries per LLM call (default 2)"
+    )
+    parser.add_argument(
+        "--max-output-tokens",
+        type=positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help=f"bound on every LLM answer (default {DEFAULT_MAX_TOKENS})",
     )
     parser.add_argument(
         "--replay-responses",
@@ -293,7 +283,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from pte.audit import AuditLog
 
     registry = _registry(args)
-    output = _output_file(args.output, "plan file")
+    output = output_file(args.output, "plan file")
     llm = _llm(args)
     audit = _open_audit(args.audit) if args.audit else AuditLog(None, redactor=_redactor)
     with audit:
@@ -319,7 +309,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from pte.audit import verify
 
-    _input_file(args.log, "audit log")
+    input_file(args.log, "audit log")
     report = verify(args.log)
     if args.json:
         _print_json(
@@ -343,7 +333,7 @@ def cmd_audit_show(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError, iter_records
     from pte.audit_show import render_record
 
-    _input_file(args.log, "audit log")
+    input_file(args.log, "audit log")
     # Streamed: one record in memory at a time, whatever the size of the log.
     shown = 0
     try:
@@ -400,7 +390,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import replay_file
 
-    _input_file(args.log, "audit log")
+    input_file(args.log, "audit log")
     registry = _registry(args) if args.tools else None
     if args.live and registry is None:
         raise UsageError("--live needs --tools to run the read tools for real")
@@ -420,7 +410,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import resume_file
 
-    _input_file(args.log, "audit log")
+    input_file(args.log, "audit log")
     if args.policy is not None:
         raise UsageError(
             "resume checks plans against the policy recorded in the log; --policy does not apply"

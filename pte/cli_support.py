@@ -21,6 +21,7 @@ import signal
 import stat
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from pte.redaction import Redactor
@@ -28,10 +29,14 @@ from pte.redaction import Redactor
 __all__ = [
     "EXIT_INTERRUPTED",
     "RedactingWriter",
+    "UsageError",
     "guarded",
+    "input_file",
     "non_empty_text",
     "non_negative_int",
+    "output_file",
     "positive_float",
+    "positive_int",
     "read_bounded",
     "require_regular_file",
 ]
@@ -42,6 +47,10 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 class InputFileError(Exception):
     """An input file that cannot be used: missing, not a regular file, unreadable."""
+
+
+class UsageError(Exception):
+    """A problem with how the command was called (exit code 2)."""
 
 
 # --- output --------------------------------------------------------------------------------
@@ -164,6 +173,27 @@ def read_bounded(path: str, what: str, max_bytes: int) -> tuple[str, bool]:
         raise InputFileError(f"{what} {path!r} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
 
 
+def input_file(path: str | None, what: str) -> None:
+    """Refuse a missing or non-regular input file before any library opens it."""
+    if path is not None:
+        try:
+            require_regular_file(path, what)
+        except InputFileError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def output_file(path: str, what: str) -> Path:
+    """A file PTE is about to create or replace: not a directory, in an existing directory."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{what} {path!r} is a directory; give a file name")
+    if target.exists() and not target.is_file():
+        raise UsageError(f"{what} {path!r} is not a regular file")
+    if not target.resolve().parent.is_dir():
+        raise UsageError(f"the directory of {what} {path!r} does not exist")
+    return target
+
+
 # --- argument validators ------------------------------------------------------------------
 
 
@@ -186,6 +216,14 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
 
 
