@@ -25,7 +25,7 @@ LIMIT = DEFAULT_LIMITS.max_bytes
 
 
 def _step(args: str) -> str:
-    return '{"pte_plan":"1","steps":[{"id":"a","tool":"calculator","args":%s}]}' % args
+    return '{"pte_plan":"1","steps":[{"id":"a","tool":"calculator","args":' + args + "}]}"
 
 
 def _fill(unit: str, head: str = "", tail: str = "") -> str:
@@ -60,10 +60,10 @@ def texts() -> Iterator[tuple[str, str]]:
             + "]}}"
         ),
     )
-    bad_step = '{"id":"s%d","tool":"calculator","args":{"expression":1}},'
+    bad_step = '{{"id":"s{}","tool":"calculator","args":{{"expression":1}}}},'
     yield (
         "1,000 invalid steps",
-        '{"pte_plan":"1","steps":[' + "".join(bad_step % i for i in range(1000))[:-1] + "]}",
+        '{"pte_plan":"1","steps":[' + "".join(bad_step.format(i) for i in range(1000))[:-1] + "]}",
     )
     yield "escaped quotes string", _step('{"expression":"' + _fill('\\"', tail="")[: LIMIT - 100] + '"}')
     yield "long string", _step('{"expression":"' + "1+" * (LIMIT // 2 - 100) + '1"}')
@@ -73,8 +73,9 @@ def texts() -> Iterator[tuple[str, str]]:
     rng = random.Random(7)
     yield "random printable", "".join(rng.choice('{}[]":,0123456789abc\\ ') for _ in range(LIMIT))
     steps = ",".join(
-        '{"id":"s%d","tool":"calculator","args":{"expression":"x+1","variables":{"x":%s}}}'
-        % (i, '{"$ref":"s%d/value"}' % (i - 1) if i else "1")
+        f'{{"id":"s{i}","tool":"calculator","args":{{"expression":"x+1","variables":{{"x":'
+        + (f'{{"$ref":"s{i - 1}/value"}}' if i else "1")
+        + "}}}"
         for i in range(1000)
     )
     yield "valid 1,000-step chain", '{"pte_plan":"1","steps":[' + steps + '],"result":{"$ref":"s999/value"}}'
