@@ -105,7 +105,9 @@ def _allow(entry: Mapping[str, Any], where: str, *, eager: bool = True) -> _Allo
     require_all = str(entry.get("condition", "OR")).upper() == "AND"
     if require_all and (entry.get("paths") or entry.get("commits")):
         return None  # needs a file path or a commit: never satisfied on a text
-    regexes = tuple(_Lazy(str(r), where, eager=eager) for r in entry.get("regexes") or ())
+    # One RE2 alternation instead of a search per regex (flags stay scoped to each group).
+    sources = [str(r) for r in entry.get("regexes") or ()]
+    regexes = (_Lazy("|".join(f"(?:{r})" for r in sources), where, eager=eager),) if sources else ()
     stopwords = tuple(str(w).lower() for w in entry.get("stopwords") or ())
     if not regexes and not stopwords:
         return None
@@ -254,17 +256,22 @@ class SecretRules:
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Sorted, merged ``(start, end)`` spans of `text` that hold secrets."""
         found: list[tuple[int, int]] = []
+        seen: set[tuple[int, int]] = set()
+        # ASCII text is searched as bytes: the same offsets, without the per-match work of
+        # mapping UTF-8 offsets back to characters.
+        subject: str | bytes = text.encode("ascii") if text.isascii() else text
         for rule in self.candidates(text):
-            for match in rule.regex.finditer(text):
+            for match in rule.regex.finditer(subject):
                 start, end = rule.secret_span(match)
-                if end <= start:
-                    continue
+                if end <= start or (start, end) in seen:
+                    continue  # nothing, or already found by another rule
                 secret = text[start:end]
                 if rule.entropy and shannon_entropy(secret) <= rule.entropy:
                     continue
                 if self._allowed(rule, text, secret, match):
                     continue
                 found.append((start, end))
+                seen.add((start, end))
         if not found:
             return found
         found.sort()
@@ -281,10 +288,10 @@ class SecretRules:
         allowlists = rule.allowlists
         if not allowlists:
             return False
-        whole = match.group()
+        m_start, m_end = match.span()
+        whole = text[m_start:m_end]
         line = ""
         if any(a.target == "line" for a in allowlists):
-            m_start, m_end = match.span()
             low = max(0, m_start - _LINE_WINDOW)
             high = min(len(text), m_end + _LINE_WINDOW)
             cut = text.rfind("\n", low, m_start)
