@@ -31,10 +31,13 @@ from enum import StrEnum
 from hashlib import sha256 as _sha256
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pte.canonical import canonical_json
-from pte.errors import AuditWriteError
+from pte.errors import AuditWriteError, PTEError
+
+if TYPE_CHECKING:
+    from pte.stores import RecordWriter
 
 try:  # POSIX; elsewhere appends are serialised within one process only
     import fcntl as _fcntl
@@ -206,15 +209,18 @@ class AuditLog:
         keep: bool = False,
         repair_partial_tail: bool = False,
         validate: bool = False,
+        writer: RecordWriter | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
+        # A store's writer (pte.stores) takes the records instead of a file.
+        self._writer = writer if path is None else None
         self.run_id = run_id if run_id is not None else uuid.uuid4().hex
         if not isinstance(self.run_id, str) or not self.run_id:
             raise ValueError("run_id must be a non-empty string")
         self.durability = Durability(durability)
         self.redactor = redactor if redactor is not None else Redactor()
         self._clock = clock if clock is not None else _utc_now
-        self._keep = keep or self.path is None
+        self._keep = keep or (self.path is None and writer is None)
         self._validate = validate
         self.records = []
         self.last_hash = GENESIS_HASH
@@ -238,6 +244,11 @@ class AuditLog:
         self._sealed = False
         if self.path is not None:
             self._open(self.path, repair_partial_tail)
+        elif self._writer is not None:
+            try:
+                self.next_seq, self.last_hash, self._sealed = self._writer.head()
+            except (OSError, PTEError) as exc:
+                raise AuditWriteError(f"cannot open the run's store: {exc}") from exc
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -375,6 +386,11 @@ class AuditLog:
                         self._fsync()
                 except OSError as exc:
                     raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
+            elif self._writer is not None:
+                try:
+                    self._writer.write(record, data)
+                except (OSError, PTEError) as exc:
+                    raise self._fail(f"cannot write to the run's store: {exc}", exc) from exc
             self.last_hash = digest
             self.next_seq += 1
             if self._keep:
@@ -545,6 +561,11 @@ class AuditLog:
         with self._lock:
             if self._broken is not None:
                 raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+            if self._writer is not None:
+                try:
+                    self._writer.sync()
+                except (OSError, PTEError) as exc:
+                    raise self._fail(f"cannot sync the run's store: {exc}", exc) from exc
             if self._fd is None or self.durability is Durability.NONE:
                 return
             self._fsync()
@@ -555,6 +576,8 @@ class AuditLog:
             if self._closed:
                 return
             self._closed = True
+            if self._writer is not None:
+                self._writer.close()
             if self._fd is None:
                 return
             try:

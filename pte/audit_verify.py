@@ -6,6 +6,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache
 from hashlib import sha256 as _sha256
@@ -293,7 +294,7 @@ def _body_text(line: str, digest: str) -> str | None:
     return line[: at - 1] + line[end:]  # last key: drop the preceding comma
 
 
-def verify(path: str | os.PathLike[str], *, check_schema: bool = True) -> VerifyReport:
+def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool = True) -> VerifyReport:
     """Check a whole audit log, streaming (constant memory in the number of records).
 
     For each line, in order: it ends with a newline (else: partial last line), it is UTF-8
@@ -333,7 +334,9 @@ def verify(path: str | os.PathLike[str], *, check_schema: bool = True) -> Verify
     # The C scanner behind json.loads, without its wrappers: a canonical line is one object
     # from its first character to its newline. Anything else goes through json.loads.
     scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-    with open(path, "rb") as fh:
+    # A store (pte.stores) passes a run's lines instead of a file path.
+    source = open(path, "rb") if isinstance(path, str | os.PathLike) else nullcontext(path)  # noqa: SIM115
+    with source as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.endswith(b"\n"):
                 return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")

@@ -7,19 +7,16 @@ file, a bad flag, a tool pack that cannot be loaded).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from pte import __version__
 from pte.cli_support import (
     InputFileError,
-    RedactingWriter,
-    UsageError,
     guarded,
     input_file,
     non_empty_text,
@@ -29,7 +26,10 @@ from pte.cli_support import (
     positive_int,
     print_json,
     read_bounded,
+    redacted_output,
+    run_command,
 )
+from pte.cli_support import UsageError as UsageError  # re-exported: pte.cli_store raises it
 from pte.errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
 from pte.llm import DEFAULT_MAX_TOKENS
 from pte.redaction import Redactor
@@ -196,7 +196,7 @@ def _approvals_path(args: argparse.Namespace) -> str:
     return str(path)
 
 
-def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
+def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
     from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
     from pte.engine import Engine, EngineConfig
 
@@ -209,7 +209,23 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
         llm,
         config=config,
         policy=_policy(registry, args),
-        approval=approval_hook(store, key=approval_key_from_env(), registry=registry),
+        approval=approval or approval_hook(store, key=approval_key_from_env(), registry=registry),
+    )
+
+
+def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
+    """With --store, run in the store (the run may pause for approval); None: use --audit."""
+    from pte import cli_store
+
+    if args.store is None and (args.audit is not None or not os.environ.get("PTE_STORE")):
+        if args.audit is None:
+            raise UsageError("--audit LOG or --store URL is required")
+        return None
+    return cli_store.run_or_execute(
+        args,
+        lambda gate: _engine(registry, llm, args, gate(registry)),
+        plan_text=what.get("plan_text"),
+        request=what.get("request"),
     )
 
 
@@ -217,6 +233,9 @@ def cmd_execute(args: argparse.Namespace) -> int:
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
     _approvals_path(args)  # checked before the log is created
+    stored = _in_store(registry, None, args, plan_text=text)
+    if stored is not None:
+        return stored
     audit = _open_audit(args.audit, durability=args.durability)
     with audit:
         result = _engine(registry, None, args).execute(text, audit)
@@ -273,6 +292,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     registry = _registry(args)
     llm = _llm(args)
     _approvals_path(args)  # checked before the log is created
+    stored = _in_store(registry, llm, args, request=args.request)
+    if stored is not None:
+        return stored
     audit = _open_audit(args.audit, durability=args.durability)
     with audit:
         result = _engine(registry, llm, args).run(args.request, audit)
@@ -308,7 +330,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from pte.audit import verify
+    from pte.stores import is_store_url
 
+    if is_store_url(args.log):
+        from pte import cli_store
+
+        return cli_store.audit_verify(args)
     input_file(args.log, "audit log")
     report = verify(args.log)
     if args.json:
@@ -332,7 +359,12 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 def cmd_audit_show(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError, iter_records
     from pte.audit_show import render_record
+    from pte.stores import is_store_url
 
+    if is_store_url(args.log):
+        from pte import cli_store
+
+        return cli_store.audit_show(args)
     input_file(args.log, "audit log")
     # Streamed: one record in memory at a time, whatever the size of the log.
     shown = 0
@@ -353,6 +385,11 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from pte.approval import ApprovalStore, approval_key_from_env, approve
     from pte.compiler import compile_plan
 
+    if args.store is not None:  # pte approve RUN_ID --store URL: a paused run's plan
+        from pte import cli_store
+
+        args.target = args.plan_file
+        return cli_store.decide(args, approve=True)
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
     try:
@@ -389,7 +426,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import replay_file
+    from pte.stores import is_store_url
 
+    if is_store_url(args.log):
+        from pte import cli_store
+
+        return cli_store.replay(args, _registry(args) if args.tools else None)
     input_file(args.log, "audit log")
     registry = _registry(args) if args.tools else None
     if args.live and registry is None:
@@ -410,6 +452,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import resume_file
 
+    if args.store is not None:  # pte resume RUN_ID --store URL
+        from pte import cli_store
+
+        return cli_store.resume(args, _registry(args))
     input_file(args.log, "audit log")
     if args.policy is not None:
         raise UsageError(
@@ -428,10 +474,49 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _report_run(result, args, args.log)
 
 
+def cmd_approvals_list(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    return cli_store.approvals_list(args)
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    return cli_store.decide(args, approve=False)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    return cli_store.worker(args, _packs(args))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    registry = _registry(args)
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return cli_store.submit(args, _packs(args), policy)
+
+
 # --- the parser -------------------------------------------------------------------------------
 
 
+def _add_run_store(parser: argparse.ArgumentParser) -> None:
+    from pte import cli_store
+
+    cli_store.add_store(parser)
+    parser.add_argument("--run-id", help="with --store: the run id (default: a new one)")
+    parser.add_argument(
+        "--approval-ttl", type=float, metavar="SECONDS", help="with --store: how long a paused run waits"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from pte import cli_store
+
     parser = argparse.ArgumentParser(prog="pte", description="PTE: a strict plan-then-execute engine.")
     parser.add_argument("--version", action="version", version=f"pte {__version__}")
     parser.add_argument(
@@ -453,7 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("execute", help="compile and execute a plan file (no LLM involved)")
     p.add_argument("plan_file")
     _add_tools(p)
-    p.add_argument("--audit", required=True, metavar="LOG", help="audit log (JSON Lines) to append to")
+    p.add_argument("--audit", metavar="LOG", help="audit log (JSON Lines) to append to")
+    _add_run_store(p)
     p.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
     _add_json(p)
@@ -462,7 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="plan a request with an LLM, execute it, and answer")
     p.add_argument("request")
     _add_tools(p)
-    p.add_argument("--audit", required=True, metavar="LOG")
+    p.add_argument("--audit", metavar="LOG")
+    _add_run_store(p)
     _add_llm(p)
     p.add_argument("--max-replans", type=non_negative_int, default=2)
     p.add_argument(
@@ -483,25 +570,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash")
-    p.add_argument("plan_file")
+    p.add_argument("plan_file", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run")
     p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
     p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
-    _add_tools(p)
+    _add_tools(p, required=False)
+    cli_store.add_store(p)
+    p.add_argument("--plan-hash", help="with --store: the plan hash you reviewed")
+    p.add_argument("--broker", help="with --store: also queue the run so a worker continues it")
     p.set_defaults(func=cmd_approve)
 
     audit = sub.add_parser("audit", help="verify or show an audit log").add_subparsers(
         dest="audit_command", metavar="ACTION", required=True
     )
     p = audit.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
-    p.add_argument("log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
     _add_json(p)
     p.set_defaults(func=cmd_audit_verify)
     p = audit.add_parser("show", help="a readable timeline of the runs in a log")
-    p.add_argument("log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: the run to show")
     p.set_defaults(func=cmd_audit_show)
 
     p = sub.add_parser("replay", help="re-drive the engine from a log and check it makes the same decisions")
-    p.add_argument("log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
     p.add_argument(
         "--tools", action="append", metavar="PACK", help="use these packs instead of the recorded schemas"
     )
@@ -510,12 +603,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_replay, allow=None, manifest=None, policy=None)
 
-    p = sub.add_parser("resume", help="finish a run whose log has no run_finished")
-    p.add_argument("log")
+    p = sub.add_parser("resume", help="finish a run whose log has no run_finished (or a stored run)")
+    p.add_argument("log", metavar="LOG|RUN_ID", help="an audit log, or with --store a run id")
     _add_tools(p)
+    cli_store.add_store(p)
+    p.add_argument(
+        "--approvals", metavar="FILE", help="with --store: plans approved ahead in this file count"
+    )
     _add_llm(p)
     _add_json(p)
     p.set_defaults(func=cmd_resume)
+
+    cli_store.add_commands(sub, _add_tools, _add_json)
 
     p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
     p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")
@@ -545,25 +644,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     exits 130 after the run is sealed as ``interrupted``; no input ends in a traceback.
     """
     global _redactor
-    from pte.redaction import Redactor
-
     parser = build_parser()
     try:
-        redactor = Redactor.from_env()
+        _redactor = Redactor.from_env()
     except ValueError as exc:
         _fail_usage(parser, f"cannot load the secret rules: {exc}")
-    out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = RedactingWriter(out, redactor), RedactingWriter(err, redactor)
-    _redactor = redactor
     try:
-        return guarded(lambda: _main(parser, argv), debug=bool(os.environ.get("PTE_DEBUG")))
+        with redacted_output(_redactor):
+            return guarded(lambda: _main(parser, argv), debug=bool(os.environ.get("PTE_DEBUG")))
     finally:
-        wrapped_out, wrapped_err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = out, err
         _redactor = None
-        for stream in (wrapped_out, wrapped_err):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
 
 
 def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
@@ -573,16 +663,7 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
 
         json_lines = {"auto": None, "json": True, "console": False}[args.log_format]
         configure_logging(json_lines=json_lines)
-    func: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return func(args)
-    except UsageError as exc:
-        _fail_usage(parser, str(exc))
-    except SystemExit as exc:
-        # Raised by code the command ran (a tool calling sys.exit), not by PTE, whose own
-        # usage exits leave from the handler above: never let it pass for a success.
-        print(f"pte: error: ended by SystemExit({exc.code!r}) raised inside the command", file=sys.stderr)
-        return EXIT_FAILED
+    return run_command(args.func, args, lambda message: _fail_usage(parser, message))
 
 
 if __name__ == "__main__":  # pragma: no cover

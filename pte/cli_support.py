@@ -20,9 +20,9 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from pte.redaction import Redactor
 
@@ -38,7 +38,9 @@ __all__ = [
     "positive_float",
     "positive_int",
     "read_bounded",
+    "redacted_output",
     "require_regular_file",
+    "run_command",
 ]
 
 #: Exit code after Ctrl-C (128 + SIGINT), as shells report it.
@@ -237,6 +239,35 @@ def non_empty_text(text: str) -> str:
 
 
 # --- running a command --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redacted_output(redactor: Redactor) -> Iterator[None]:
+    """Route sys.stdout and sys.stderr through `RedactingWriter` for the block."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingWriter(out, redactor), RedactingWriter(err, redactor)
+    try:
+        yield
+    finally:
+        wrapped = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = out, err
+        for stream in wrapped:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+
+
+def run_command(
+    func: Callable[[argparse.Namespace], int], args: argparse.Namespace, usage: Callable[[str], NoReturn]
+) -> int:
+    """``func(args)``, with `UsageError` handed to `usage` (exit 2) and a `SystemExit` raised
+    by code the command ran (a tool calling sys.exit) turned into exit 1: never a success."""
+    try:
+        return func(args)
+    except UsageError as exc:
+        usage(str(exc))
+    except SystemExit as exc:
+        print(f"pte: error: ended by SystemExit({exc.code!r}) raised inside the command", file=sys.stderr)
+        return 1
 
 
 def guarded(run: Callable[[], int], *, debug: bool = False) -> int:

@@ -28,6 +28,7 @@ class ReasonCode(StrEnum):
     AUDIT_WRITE_FAILED = "audit_write_failed"
     APPROVAL_MISSING = "approval_missing"
     NEEDS_REVIEW = "needs_review"
+    APPROVAL_REJECTED = "approval_rejected"
     INTERRUPTED = "interrupted"
 
 
@@ -74,6 +75,13 @@ class ApprovalMissing(FailedClosed):
 
     def __init__(self, message: str, path: str = "$") -> None:
         super().__init__(ReasonCode.APPROVAL_MISSING, message, path)
+
+
+class ApprovalRejected(FailedClosed):
+    """A person rejected the plan a paused run waited with."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_REJECTED, message, path)
 
 
 class ToolRegistrationError(PTEError, TypeError):
