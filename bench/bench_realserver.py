@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pte.audit import AuditLog  # noqa: E402
-from pte.engine import Engine  # noqa: E402
-from pte.llm import OpenAIClient  # noqa: E402
-from pte.testing import example_registry  # noqa: E402
-from tests.realserver import llama_server  # noqa: E402
+from pte.audit import AuditLog
+from pte.engine import Engine
+from pte.llm import OpenAIClient
+from pte.testing import example_registry
+from tests.realserver import llama_server
 
 REQUESTS = [
     "What is 2 + 2? Use the calculator.",

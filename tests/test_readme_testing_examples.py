@@ -8,6 +8,7 @@ this repository's (which has no deadline).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -29,7 +30,5 @@ def test_my_catalogue_admits_valid_plans(doc: dict[str, Any]) -> None:
 @settings(DEFAULTS)
 @given(planner_text())
 def test_any_planner_text_compiles_or_is_rejected(text: str) -> None:
-    try:
+    with contextlib.suppress(pte.PlanRejected):  # a rejection is a fine answer; nothing else is
         pte.compile(text, registry)
-    except pte.PlanRejected:
-        pass
