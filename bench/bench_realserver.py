@@ -54,9 +54,7 @@ def main() -> None:
             calls = [r for r in log.records if r["type"] == "llm_call"]
             tokens = [c["usage"]["completion_tokens"] for c in calls]
             reasons = [c["finish_reason"] for c in calls]
-            print(
-                f"  {seconds:6.1f} s  {len(calls)} call(s)  tokens {tokens}  finish {reasons}  {outcome}"
-            )
+            print(f"  {seconds:6.1f} s  {len(calls)} call(s)  tokens {tokens}  finish {reasons}  {outcome}")
         tiny = OpenAIClient("gemma-3-270m", base_url=base_url, timeout_s=60, max_retries=0, max_tokens=8)
         seconds, log, outcome = _run(tiny, "List every overdue invoice of all 1000 customers, one step each.")
         print(f"runaway (bound 8): ended {outcome} after {seconds:.1f} s")

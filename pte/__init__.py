@@ -21,6 +21,7 @@ from pte.errors import (
     ToolError,
     ToolPackError,
     ToolRegistrationError,
+    TransientError,
 )
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
@@ -51,6 +52,7 @@ __all__ = [
     "ToolPackError",
     "ToolRegistrationError",
     "ToolSpec",
+    "TransientError",
     "__version__",
     "canonical_json",
     "compile",
