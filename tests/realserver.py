@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -64,7 +65,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def llama_server(*, n_ctx: int = 4096, ready_timeout_s: float = 300.0) -> Iterator[str]:
+def llama_server(*, n_ctx: int = 16384, ready_timeout_s: float = 300.0) -> Iterator[str]:
     """Start llama-cpp-python's OpenAI-compatible server on loopback; yield its base URL."""
     python = llama_python()
     model = model_path()
@@ -84,28 +85,31 @@ def llama_server(*, n_ctx: int = 4096, ready_timeout_s: float = 300.0) -> Iterat
         "--n_threads",
         "2",
     ]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read() if proc.stderr else ""
-                raise RealServerUnavailable(f"llama server exited with {proc.returncode}: {err[-2000:]}")
-            try:
-                with urllib.request.urlopen(base_url + "/models", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RealServerUnavailable(f"llama server not ready after {ready_timeout_s:g}s")
-            time.sleep(0.5)
-        yield base_url
-    finally:
-        proc.terminate()
+    # The server logs a lot: to a file, not a pipe nobody drains (a full pipe blocks it).
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+        base_url = f"http://127.0.0.1:{port}/v1"
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
+            deadline = time.monotonic() + ready_timeout_s
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    tail = log.read()[-2000:]
+                    raise RealServerUnavailable(f"llama server exited with {proc.returncode}: {tail}")
+                try:
+                    with urllib.request.urlopen(base_url + "/models", timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RealServerUnavailable(f"llama server not ready after {ready_timeout_s:g}s")
+                time.sleep(0.5)
+            yield base_url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=20)
