@@ -386,7 +386,10 @@ class _Run:
         # steps returned (and the log recorded) nor the args kept in this step's result.
         private = copy.deepcopy(args)
         self.called.add(i)
-        if self.live and len(self.running) == 1 and not self.ready and _runs_inline(spec):
+        # Only the plain LiveInvoker runs inline: a subclass (an approval gate's consuming
+        # invoker) must see every call through its `start`.
+        inline_ok = type(self.executor.invoker) is LiveInvoker
+        if self.live and inline_ok and len(self.running) == 1 and not self.ready and _runs_inline(spec):
             self._run_inline(i, spec, private)
         elif self.live:
             invoker = self.executor.invoker
