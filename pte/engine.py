@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pte import prompts
+from pte._otel import RunTracer, TracedAudit
 from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte.control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
@@ -139,6 +140,8 @@ class _Run:
     shown_untrusted: bool = False
     #: Canonical JSON of the literals of plans written before any untrusted data was shown.
     request_literals: frozenset[str] = frozenset()
+    #: OpenTelemetry spans of this run (inactive without a tracer provider).
+    tracer: RunTracer = field(default_factory=RunTracer.disabled)
     #: Completed for_each steps (their output is a list): pte.control.
     prior_lists: set[str] = field(default_factory=set)
     #: Field-level labels of every step of every accepted plan (pte.labels).
@@ -161,6 +164,8 @@ class Engine:
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
+    - `tracer_provider`: the OpenTelemetry tracer provider for run, LLM-call and step spans
+      (`pte._otel`); None uses the global one. Without opentelemetry installed, no spans.
     - `max_concurrency`, `serial_writes`: how many steps may run at once, and whether a
       write runs alone (`Executor`). The records do not depend on either.
     """
@@ -176,6 +181,7 @@ class Engine:
         before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
         policy: Policy | None = None,
         approval: Callable[[Plan, AuditLog], None] | None = None,
+        tracer_provider: Any = None,
         max_concurrency: int = DEFAULT_CONCURRENCY,
         serial_writes: bool = False,
     ) -> None:
@@ -195,6 +201,7 @@ class Engine:
         self.before_execute = tuple(before_execute)
         self.policy = policy if policy is not None else Policy.from_registry(registry)
         self.approval = approval if approval is not None else self._no_approvals
+        self.tracer_provider = tracer_provider
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -305,8 +312,14 @@ class Engine:
                 config["llm"] = describe
         config["policy"] = self.policy.to_document()
         config.update(extra or {})
+        run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider)
         run.audit.append(
-            "run_started", mode=mode, request=request, tools=self.registry.describe(), config=config
+            "run_started",
+            mode=mode,
+            request=request,
+            tools=self.registry.describe(),
+            config=config,
+            **run.tracer.run_ids(),
         )
 
     def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
@@ -314,9 +327,11 @@ class Engine:
             raise FailedClosed(ReasonCode.LLM_ERROR, f"no LLM client is configured for the {role}")
         started = time.perf_counter()
         run.result.llm_calls += 1
+        span = run.tracer.llm_start(role, self.llm.model)
         try:
             response = self.llm.complete(messages, schema=schema)
         except LLMError as exc:
+            trace_ids = run.tracer.llm_end(span, attempts=exc.attempts, error=exc.message)
             run.audit.append(
                 "llm_call",
                 role=role,
@@ -329,8 +344,16 @@ class Engine:
                 error=exc.message,
                 attempts=exc.attempts,
                 duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                **trace_ids,
             )
             raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None
+        trace_ids = run.tracer.llm_end(
+            span,
+            model=response.model,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            attempts=response.attempts,
+        )
         run.audit.append(
             "llm_call",
             role=role,
@@ -343,6 +366,7 @@ class Engine:
             error=None,
             attempts=response.attempts,
             duration_ms=round(response.duration_ms, 3),
+            **trace_ids,
         )
         for key, value in response.usage.items():
             run.result.usage[key] = run.result.usage.get(key, 0) + int(value)
@@ -436,8 +460,10 @@ class Engine:
                 **({"progress": f"{len(run.result.steps)}/{total}"} if progress else {}),
             )
 
+        # Step spans start and end where the step records are written (ids go into them).
+        audit: Any = TracedAudit(run.audit, run.tracer) if run.tracer.active else run.audit
         try:
-            execution = self.executor.run(plan, run.audit, completed=run.result.outputs, on_step=on_step)
+            execution = self.executor.run(plan, audit, completed=run.result.outputs, on_step=on_step)
         finally:
             note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         run.result.outputs = execution.outputs
@@ -554,6 +580,7 @@ class Engine:
                 run.audit.sync()
             except AuditWriteError as exc:
                 result.status, result.reason, result.message = "failed_closed", exc.reason, exc.message
+        run.tracer.finish(result.status, result.reason.value if result.reason else None)
         get_logger(run_id=result.run_id).info(
             "run_finished", status=result.status, reason=result.reason.value if result.reason else None
         )

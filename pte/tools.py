@@ -784,7 +784,8 @@ def _import_path(path: Path) -> ModuleType:
 
 
 def load_pack(ref: str | Path | ModuleType) -> Registry:
-    """Load one tool pack: a stock pack name, a ``.py`` file path, or an importable module name."""
+    """Load one tool pack: a stock pack name, a ``.py`` file path, an installed pack (entry point
+    group ``pte.tool_packs``, see `pte._packs`), or an importable module name."""
     if isinstance(ref, ModuleType):
         module = ref
     else:
@@ -797,6 +798,11 @@ def load_pack(ref: str | Path | ModuleType) -> Registry:
                 raise ToolPackError(f"tool pack file {text!r} does not exist")
             module = _import_path(path)
         else:
+            from pte._packs import entry_point_pack  # local: _packs imports this module
+
+            installed = entry_point_pack(text)
+            if installed is not None:
+                return installed
             try:
                 module = importlib.import_module(text)
             except ImportError as exc:
