@@ -539,6 +539,12 @@ def cmd_approvals_list(args: argparse.Namespace) -> int:
     return cli_store.approvals_list(args)
 
 
+def cmd_approvals_expire(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    return cli_store.approvals_expire(args, _registry(args))
+
+
 def cmd_reject(args: argparse.Namespace) -> int:
     from pte import cli_store
 
