@@ -217,8 +217,11 @@ class _ConsumingLiveInvoker(LiveInvoker):
         self._gate = gate
         self._inner = inner
 
-    def start(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[Any], None]) -> Any:
+    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
+        self._inner.before_call(spec, args, step)
         self._gate.consume_for(spec, step)  # before the call starts; raises if already used
+
+    def start(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[Any], None]) -> Any:
         return self._inner.start(spec, args, step, done)
 
 
