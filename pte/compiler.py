@@ -555,7 +555,7 @@ def _infer(ctx: CompileContext, i: int, step: dict[str, Any], tool: ToolSpec) ->
             "args",
             *exc.path,
         ) from None
-    bad_field = _generics.field_errors(tool.input_schema, env, args)
+    bad_field = _generics.literal_errors(tool.input_schema, env, args)
     if bad_field is not None:
         param, message = bad_field
         raise _reject(

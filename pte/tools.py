@@ -31,7 +31,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_python
 
 from pte import _generics
-from pte._generics import FieldName, FieldOf, PickOf
+from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._resources import data_dir
 from pte.canonical import canonical_json
 from pte.errors import ToolError, ToolPackError, ToolRegistrationError
@@ -39,11 +39,14 @@ from pte.errors import ToolError, ToolPackError, ToolRegistrationError
 __all__ = [
     "STOCK_PACKS",
     "Effect",
+    "ExtendedBy",
     "FieldName",
     "FieldOf",
     "Isolation",
     "OutputProvenance",
     "PickOf",
+    "RegexGroups",
+    "RegexPattern",
     "Registry",
     "ToolSpec",
     "load_pack",
@@ -63,7 +66,7 @@ OutputProvenance = Literal["trusted", "untrusted", "derived"]
 SinkProvenance = Literal["request", "trusted", "untrusted"]
 
 #: Stock tool packs shipped with PTE, by short name.
-STOCK_PACKS = ("backoffice", "calculator", "shaping")
+STOCK_PACKS = ("backoffice", "calculator", "shaping", "text", "extract", "dates", "containers")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _TOOL_ATTR = "__pte_tool__"
@@ -259,13 +262,13 @@ class ToolSpec:
         )
 
     def catalogue_entry(self) -> dict[str, Any]:
-        """What a planner is shown about this tool."""
+        """What a planner is shown about this tool (schemas without pydantic's generated titles)."""
         entry: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "effect": self.effect,
-            "input_schema": dict(self.input_schema),
-            "output_schema": dict(self.output_schema),
+            "input_schema": _generics.without_titles(self.input_schema),
+            "output_schema": _generics.without_titles(self.output_schema),
         }
         if self.provenance == "untrusted":
             entry["output_provenance"] = "untrusted"
@@ -372,7 +375,7 @@ def _var_names(schema: Any, key: str) -> set[str]:
 
 def _unbound_output_vars(input_schema: dict[str, Any], output_schema: dict[str, Any]) -> list[str]:
     wanted = set()
-    for key in (_generics.VAR, _generics.FIELD_OF, _generics.PICK):
+    for key in (_generics.VAR, _generics.FIELD_OF, _generics.PICK, _generics.EXTEND):
         wanted |= _var_names(output_schema, key)
     return sorted(wanted - _var_names(input_schema, _generics.VAR))
 
