@@ -44,7 +44,6 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
-    "DEFAULT_REDACT_PATTERNS",
     "GENESIS_HASH",
     "REDACTED",
     "AuditFormatError",
@@ -318,7 +317,7 @@ class AuditLog:
             "ts": self._clock(),
             "type": type,
             "prev": prev,
-            **self.redactor.redact(fields),
+            **self.redactor.redact_fields(type, fields),
         }
         digest = sha256_hex(prev + canonical_json(record))
         record["hash"] = digest
@@ -515,4 +514,4 @@ from pte.audit_verify import (  # noqa: E402
     records_by_run,
     verify,
 )
-from pte.redaction import DEFAULT_REDACT_KEYS, DEFAULT_REDACT_PATTERNS, Redactor  # noqa: E402
+from pte.redaction import DEFAULT_REDACT_KEYS, Redactor  # noqa: E402

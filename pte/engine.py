@@ -258,6 +258,9 @@ class Engine:
             return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
 
     def execute(self, plan_text: str, audit: AuditLog) -> RunResult:
         """Compile and execute a ready-made plan (a person's, or one from `pte plan`): no LLM at all."""
@@ -285,6 +288,9 @@ class Engine:
             return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
 
     def plan(self, request: str, audit: AuditLog) -> RunResult:
         """Compile a request into a plan without executing it (for review, then `execute`)."""
@@ -298,6 +304,9 @@ class Engine:
             return self._finish(run, "succeeded")
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
 
     # -- the nodes ------------------------------------------------------------------------------
 
@@ -554,6 +563,11 @@ class Engine:
             # A cut-off answer could state a truncated figure; the results stay available.
             raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
         return response.text
+
+    def _interrupted(self, run: _Run) -> None:
+        """Seal the run as failed_closed(interrupted): the operator's Ctrl-C, on its way out."""
+        stop = FailedClosed(ReasonCode.INTERRUPTED, "interrupted by the operator (SIGINT)")
+        self._finish(run, "failed_closed", stop)
 
     def _finish(
         self, run: _Run, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None

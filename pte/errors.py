@@ -32,6 +32,7 @@ class ReasonCode(StrEnum):
     APPROVAL_REJECTED = "approval_rejected"
     #: A plan handed values to more planning stages than `max_stages` allows (pte.stages).
     STAGES_EXHAUSTED = "stages_exhausted"
+    INTERRUPTED = "interrupted"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.

@@ -46,6 +46,7 @@ from pte.errors import (
 )
 from pte.executor import LiveInvoker, ToolInvoker
 from pte.plan import PlanStep
+from pte.redaction import REDACTED
 from pte.replay_authority import (
     Deployment,
     _engine_for,
@@ -159,6 +160,37 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+class _RedactedPlanHashes:
+    """Plan hashes that cannot be re-derived because the recorded plan holds redacted values.
+
+    A secret written into a plan (a `password` argument) is recorded as ``[REDACTED]``, so
+    the replayed plan, compiled from the recorded text, hashes differently from the original.
+    When the two plans are the same record for record (both redacted) and the recorded one
+    holds a redaction, the replayed hash stands for the recorded one from then on; any other
+    difference is still a divergence.
+    """
+
+    def __init__(self) -> None:
+        self._aliases: dict[str, str] = {}
+
+    def translate(self, recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
+        if (
+            replayed.get("type") == "plan_accepted"
+            and recorded.get("type") == "plan_accepted"
+            and isinstance(recorded.get("plan_hash"), str)
+            and isinstance(replayed.get("plan_hash"), str)
+            and recorded.get("plan") == replayed.get("plan")
+            and REDACTED in canonical_json(recorded.get("plan"))
+        ):
+            self._aliases[replayed["plan_hash"]] = recorded["plan_hash"]
+        if not self._aliases:
+            return replayed
+        return {
+            k: self._aliases.get(v, v) if isinstance(v, str) and k != "hash" else v
+            for k, v in replayed.items()
+        }
+
+
 class CheckingAuditLog(AuditLog):
     """An in-memory audit log that checks each record against the recorded one.
 
@@ -176,6 +208,7 @@ class CheckingAuditLog(AuditLog):
         super().__init__(None, run_id=run_id, keep=True)
         self._expected = deque((line, rec) for line, rec in expected if rec.get("type") not in _ANNOTATIONS)
         self._forward = forward
+        self._redacted_hashes = _RedactedPlanHashes()
         self.checked = 0
         self.resumed_at: int | None = None
 
@@ -183,7 +216,7 @@ class CheckingAuditLog(AuditLog):
         record = super().append(type, **fields)
         if self._expected:
             line, recorded = self._expected.popleft()
-            _compare(line, recorded, record)
+            _compare(line, recorded, self._redacted_hashes.translate(recorded, record))
             self.checked += 1
             return record
         if self._forward is None:

@@ -252,7 +252,8 @@ def test_approvals_expire_ends_overdue_runs(
     start = datetime.now(UTC) - timedelta(hours=2)
     _start(store, "old", ttl=timedelta(hours=1), clock=lambda: start)  # deadline an hour ago
     _start(store, "new")  # deadline tomorrow
-    assert main(["--quiet", "approvals", "expire", "--store", url, "--tools", "backoffice", "--json"]) == 0
+    packs = "backoffice,calculator,shaping"  # the catalogue the runs were started with
+    assert main(["--quiet", "approvals", "expire", "--store", url, "--tools", packs, "--json"]) == 0
     ended = json.loads(capsys.readouterr().out)
     assert ended == [{"run_id": "old", "status": "failed_closed", "reason": "approval_missing"}]
     assert store.run("old").status == "failed_closed"  # type: ignore[union-attr]

@@ -88,10 +88,10 @@ class Sent(BaseModel):
     recipient: str
 
 
+# Free-text parameters are opened explicitly: the policy's guarded default would refuse them.
 @pte.tool(
     effect="write",
     idempotent=False,
-    # Guarded by default; the message body is opened on purpose (a DM may quote anything).
     sinks={"recipient": ["request", "trusted"], "body": ["request", "trusted", "untrusted"]},
 )
 def send_dm(recipient: str, body: str) -> Sent:
@@ -123,7 +123,6 @@ class Event(BaseModel):
 @pte.tool(
     effect="write",
     idempotent=False,
-    # Guarded by default; an event title is free text, opened on purpose.
     sinks={"slot": ["request", "trusted"], "title": ["request", "trusted", "untrusted"]},
 )
 def create_event(title: str, slot: str) -> Event:
@@ -174,8 +173,8 @@ class Mail(BaseModel):
     idempotent=False,
     sinks={
         "recipient": ["request", "trusted"],
-        "subject": ["request", "trusted", "untrusted"],
         "body": ["request", "trusted", "untrusted"],
+        "subject": ["request", "trusted", "untrusted"],
     },
 )
 def send_email(recipient: str, subject: str, body: str) -> Mail:
@@ -224,7 +223,7 @@ class Payment(BaseModel):
     sinks={
         "iban": ["request", "trusted"],
         "amount": ["request", "trusted"],
-        "subject": ["request", "trusted", "untrusted"],  # free text, opened on purpose
+        "subject": ["request", "trusted", "untrusted"],
     },
 )
 def send_money(iban: str, amount: Annotated[Decimal, Field(gt=0)], subject: str) -> Payment:
