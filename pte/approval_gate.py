@@ -217,9 +217,16 @@ class _ConsumingLiveInvoker(LiveInvoker):
         self._gate = gate
         self._inner = inner
 
+    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
+        # The executor calls this before every call, inline or not; raising stops the run.
+        self._gate.consume_for(spec, step)
+
     def start(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[Any], None]) -> Any:
-        self._gate.consume_for(spec, step)  # before the call starts; raises if already used
         return self._inner.start(spec, args, step, done)
+
+    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
+        self.before_call(spec, args, step)  # a direct call (replay's live part) consumes too
+        return super().__call__(spec, args, step)
 
 
 def approval_hook(
