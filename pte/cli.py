@@ -600,10 +600,11 @@ def cmd_reject(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from pte import cli_store
 
-    _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    registry = _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
     if args.replay_responses or args.model or args.base_url:
         _llm(args)  # a bad LLM setting is a usage error here, not in every task
-    return cli_store.worker(args, _packs(args))
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return cli_store.worker(args, _packs(args), policy)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -323,7 +323,7 @@ def _enqueue(args: argparse.Namespace, run_ids: list[str]) -> None:
     enqueue(make_app(_broker(args)), run_ids)
 
 
-def worker(args: argparse.Namespace, packs: list[str]) -> int:
+def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = None) -> int:
     from pte.workers import QUEUE, WorkerConfig, make_app
 
     broker = _broker(args)
@@ -338,7 +338,11 @@ def worker(args: argparse.Namespace, packs: list[str]) -> int:
         if value is not None
     } if (args.model or args.base_url or args.replay_responses) else {}  # fmt: skip
     config = WorkerConfig(
-        args.store or os.environ["PTE_STORE"], tuple(packs), args.approval_ttl or 86400.0, json.dumps(llm)
+        args.store or os.environ["PTE_STORE"],
+        tuple(packs),
+        args.approval_ttl or 86400.0,
+        json.dumps(llm),
+        json.dumps(policy_document),
     )
     os.environ.update(config.to_env())
     app = make_app(broker, visibility_timeout=args.visibility_timeout)

@@ -347,15 +347,17 @@ def job_engine(
     registry: Registry,
     gate: Callable[[Plan, AuditLog], None],
     llm: LLMClient | None = None,
+    policy_document: Any = None,
 ) -> Engine:
-    """The engine for a submitted job: its policy document (if any) over `registry`.
+    """The engine for a submitted job, under the *worker's* policy document (if any) over `registry`.
 
-    The answer is the plan's result rendered deterministically (no finalizer call)."""
+    A job's own ``policy`` is never applied (workers refuse a job whose policy differs from
+    theirs). The answer is the plan's result rendered deterministically (no finalizer call)."""
     from pte.engine import EngineConfig
     from pte.policy import Policy
 
     policy = Policy.from_registry(registry)
-    if job.get("policy") is not None:
-        policy = policy.with_document(job["policy"], source="<submitted policy>", ignore_unknown=True)
+    if policy_document is not None:
+        policy = policy.with_document(policy_document, source="<worker policy>", ignore_unknown=True)
     config = EngineConfig(llm_answer=False)
     return Engine(registry, llm, config=config, policy=policy, approval=gate)

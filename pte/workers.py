@@ -57,6 +57,9 @@ class WorkerConfig:
     #: The worker's LLM endpoint for request jobs, as JSON (``pte worker --model/--base-url``;
     #: the key comes from the worker's environment, never from here). "{}": none.
     llm: str = "{}"
+    #: The worker's own policy document (``pte worker --policy``), as JSON; "null": the
+    #: packs' defaults. Policy is the deployment's authority: a job never brings its own.
+    policy: str = "null"
 
     def to_env(self) -> dict[str, str]:
         return {
@@ -64,6 +67,7 @@ class WorkerConfig:
             "PTE_WORKER_TOOLS": ",".join(self.tools),
             "PTE_WORKER_APPROVAL_TTL": str(self.approval_ttl_s),
             "PTE_WORKER_LLM": self.llm,
+            "PTE_WORKER_POLICY": self.policy,
         }
 
     @classmethod
@@ -74,6 +78,7 @@ class WorkerConfig:
                 tuple(t for t in os.environ["PTE_WORKER_TOOLS"].split(",") if t),
                 float(os.environ.get("PTE_WORKER_APPROVAL_TTL", DEFAULT_APPROVAL_TTL.total_seconds())),
                 os.environ.get("PTE_WORKER_LLM", "{}"),
+                os.environ.get("PTE_WORKER_POLICY", "null"),
             )
         except KeyError as exc:
             raise PTEError(f"worker configuration missing: {exc}") from None
@@ -92,6 +97,7 @@ class _Context:
         self.registry = load_registry(list(config.tools))
         self.keys = public_keys_from_env()
         self.llm = worker_llm(json.loads(config.llm))
+        self.policy: Any = json.loads(config.policy)
 
 
 def worker_llm(settings: Mapping[str, Any]) -> LLMClient | None:
@@ -134,6 +140,22 @@ def _job_registry(job: Mapping[str, Any], served: Sequence[str], registry: Regis
     return registry.allow(list(allow)) if allow else registry
 
 
+def _check_job_policy(job: Mapping[str, Any], policy: Any) -> None:
+    """Refuse a job whose policy differs from the worker's: policy is never taken from a job.
+
+    Whoever can submit a job (or write the store) could otherwise open a guarded sink.
+    """
+    from pte.canonical import canonical_json
+
+    carried = job.get("policy")
+    if carried is not None and canonical_json(carried) != canonical_json(policy):
+        raise FailedClosed(
+            ReasonCode.POLICY_VIOLATION,
+            "the job carries a policy that differs from this worker's (pte worker --policy); "
+            "policy comes from the deployment, never from a job",
+        )
+
+
 def process_run(
     store: Store,
     run_id: str,
@@ -144,6 +166,7 @@ def process_run(
     keys: Any = None,
     ttl: timedelta = DEFAULT_APPROVAL_TTL,
     llm: LLMClient | None = None,
+    policy: Any = None,
 ) -> str:
     """Take run `run_id` one step further; returns what happened.
 
@@ -169,11 +192,12 @@ def process_run(
         job = info.job or {}
         try:
             job_registry = _job_registry(job, served, registry)
+            _check_job_policy(job, policy)
         except FailedClosed as refused:
             return _refuse(store, run_id, refused)
         gate = pausing_gate(store, job_registry, keys=keys, ttl=ttl)
         if info.records == 0:
-            engine = job_engine(job, job_registry, gate, llm)
+            engine = job_engine(job, job_registry, gate, llm, policy)
             if job.get("plan_text") is not None:
                 result = run_in_store(engine, store, run_id=run_id, plan_text=str(job["plan_text"]))
             elif llm is not None and isinstance(job.get("request"), str):
@@ -261,6 +285,7 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                 keys=context.keys,
                 ttl=timedelta(seconds=context.config.approval_ttl_s),
                 llm=context.llm,
+                policy=context.policy,
             )
         except StoreError:
             # The store is unreachable or refused a write: leave the run to a retry.

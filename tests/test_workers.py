@@ -327,3 +327,33 @@ def test_request_jobs_are_planned_with_the_workers_own_llm(
     assert records[0]["request"] == "Total of the overdue invoices" and store.verify("q1").ok
     assert process_run(store, "q2", registry, ["backoffice", "calculator"], owner="w") == "failed_closed"
     assert store.run("q2").reason == "llm_error"  # type: ignore[union-attr]
+
+
+def test_a_job_never_brings_its_own_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack: a submitted job carries a policy that opens every sink; the worker refuses it.
+
+    Policy is the deployment's authority (``pte worker --policy``): whoever can submit a job
+    or write the store must not be able to weaken it. A job carrying exactly the worker's own
+    policy runs.
+    """
+    from pte.policy import Policy
+    from pte.tools import load_registry
+
+    monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
+    store = open_store(f"sqlite://{tmp_path / 'runs.db'}")
+    registry = load_registry(["backoffice", "calculator"])
+    deployment = Policy.from_registry(registry).to_document()
+    weakened = Policy.from_registry(registry, default="open").to_document()
+    assert weakened != deployment
+    packs = ["backoffice", "calculator"]
+    store.submit("evil", {"mode": "execute", "plan_text": PLANS["read"], "tools": packs, "policy": weakened})
+    outcome = process_run(store, "evil", registry, packs, owner="w", policy=deployment)
+    assert outcome == "failed_closed"
+    info = store.run("evil")
+    assert info is not None and (info.status, info.reason) == ("failed_closed", "policy_violation")
+    assert "step_started" not in [r["type"] for r in store.records("evil")]
+    assert store.verify("evil").ok
+    store.submit(
+        "same", {"mode": "execute", "plan_text": PLANS["read"], "tools": packs, "policy": deployment}
+    )
+    assert process_run(store, "same", registry, packs, owner="w", policy=deployment) == "succeeded"
