@@ -7,6 +7,7 @@ step in a tamper-evident audit log.
 
 from __future__ import annotations
 
+from pte._version import __version__
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.errors import (
@@ -23,8 +24,6 @@ from pte.errors import (
 )
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
-
-__version__ = "0.1.0"
 
 #: `pte.compile` reads as the docs say; `compile_plan` avoids shadowing the builtin in user code.
 compile = compile_plan

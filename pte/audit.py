@@ -36,6 +36,7 @@ from pte.canonical import canonical_json
 from pte.errors import AuditWriteError
 
 __all__ = [
+    "AUDIT_FORMAT",
     "DEFAULT_REDACT_KEYS",
     "DEFAULT_REDACT_PATTERNS",
     "GENESIS_HASH",
@@ -54,8 +55,10 @@ __all__ = [
     "verify",
 ]
 
+from pte._version import __version__
 from pte.audit_verify import (
     _COMMON_FIELDS,
+    AUDIT_FORMAT,
     _common_fields_problem,
     _record_hash_problem,
     _schema_problem,
@@ -105,41 +108,19 @@ _ts_second: tuple[int, str] = (-1, "")
 _time_ns = time.time_ns
 
 
-def _json_default(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+#: One encoder for every record: RFC 8785 (JCS), as for every other hash (pte/canonical.py).
+_encode: Callable[[Any], str] = canonical_json
 
-
-def _make_encoder() -> Callable[[Any], str]:
-    """``canonical_json`` as one reusable C encoder: the very same bytes, less set-up per call.
-
-    ``json.dumps(..., sort_keys=True, ...)`` builds a `JSONEncoder` and a C encoder object on
-    every call; this builds the C encoder once. Without circular-reference markers a cyclic
-    value raises RecursionError instead of ValueError: either way the append fails closed.
-    """
-    from json import encoder as json_encoder
-
-    make = getattr(json_encoder, "c_make_encoder", None)
-    encode_str = getattr(json_encoder, "c_encode_basestring", None)
-    if make is None or encode_str is None:  # pragma: no cover - PyPy etc.
-        return canonical_json
-    encode = make(None, _json_default, encode_str, None, ":", ",", True, False, False)
-    join = "".join
-
-    def encode_canonical(value: Any) -> str:
-        return join(encode(value, 0))
-
-    return encode_canonical
-
-
-_encode = _make_encoder()
-
-#: The JSON string literal of a str, exactly as `_encode` writes it.
+#: The JSON string literal of a str, exactly as JCS writes it (same escapes as the json module
+#: with ensure_ascii=False; a lone surrogate fails later, when the line is encoded to UTF-8).
 _encode_str: Callable[[str], str] = (
     getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
 )
 
+#: Integers JCS can hold: those a double represents exactly (RFC 8785 section 3.2.2.3, I-JSON).
+_MAX_SAFE_INT = 2**53 - 1
+
 _NOT_CACHED = object()
-_INFINITY = float("inf")
 
 
 class _Layout(NamedTuple):
@@ -258,6 +239,7 @@ class AuditLog:
 
     def _resume_chain(self, path: Path, fd: int, repair: bool) -> None:
         with open(path, "rb") as fh:
+            _check_format(path, fh.readline())
             last, tail = _read_tail(fh, self._size)
         if tail:
             if not repair:
@@ -315,6 +297,8 @@ class AuditLog:
         not JSON such as NaN, a field that clashes with a common field, a closed or sealed
         log) and on every call after such a failure.
         """
+        if type == "run_started":
+            fields = self._run_started_fields(fields)
         with self._lock:
             if (
                 self._broken is not None
@@ -371,6 +355,18 @@ class AuditLog:
                     self._fsync()
             return record
 
+    def _run_started_fields(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """`fields` with what the writer itself records in every ``run_started``.
+
+        The format version (the first line of a log is a ``run_started``, so every log
+        starts with it) and the version of PTE that wrote the run.
+        """
+        clash = sorted({"format", "pte_version"}.intersection(fields))
+        if clash:
+            with self._lock:
+                raise self._fail(f"run_started: fields {clash} are set by the audit log itself")
+        return {"format": AUDIT_FORMAT, "pte_version": __version__, **fields}
+
     def _layout(self, names: tuple[str, ...]) -> _Layout | None:
         """Where the fields named `names` and the common fields go in the sorted line.
 
@@ -383,7 +379,10 @@ class AuditLog:
         layout = self._layouts.get(names, _NOT_CACHED)
         if layout is _NOT_CACHED:
             layout = None
-            if not any(self.redactor.is_secret_key(name) for name in names):
+            # Non-ASCII names take the general path: JCS orders keys by UTF-16 code unit.
+            if all(name.isascii() for name in names) and not any(
+                self.redactor.is_secret_key(name) for name in names
+            ):
                 order = sorted({*names, "hash", "prev", "run_id", "seq", "ts", "type"})
                 if len(order) == len(names) + 6:
                     hash_at = order.index("hash")
@@ -440,15 +439,13 @@ class AuditLog:
             if kind is str:
                 hit = json_cache.get(value)
                 value, text = hit if hit is not None else redactor._redact_json_text(value)
-            elif kind is int:
+            elif kind is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
                 text = int.__repr__(value)
-            elif kind is float and value == value and value != _INFINITY and value != -_INFINITY:
-                text = float.__repr__(value)
             elif value is None:
                 text = "null"
             elif value is True or value is False:
                 text = "true" if value else "false"
-            else:  # containers, subclasses, NaN: the general rules and the C encoder
+            else:  # floats, big integers, containers, subclasses: the JCS encoder
                 value = redactor.redact(value)
                 text = _encode(value)
             record[name] = value
@@ -617,6 +614,23 @@ def _read_tail(fh: Any, size: int, block: int = 65536) -> tuple[bytes | None, by
     tail = lines[-1]
     last = lines[-2] + b"\n" if len(lines) >= 2 else None
     return last, tail
+
+
+def _check_format(path: Path, first: bytes) -> None:
+    """Refuse to append to a log that is not in this writer's format (its first line says)."""
+    if not first.endswith(b"\n"):
+        return  # a partial first line: the partial-tail handling decides
+    try:
+        record = json.loads(first.decode("utf-8"))
+    except ValueError:
+        record = None
+    found = record.get("format") if isinstance(record, dict) else None
+    if found != AUDIT_FORMAT:
+        what = "format 1 (written by an older PTE)" if found is None else f"format {found!r}"
+        raise AuditWriteError(
+            f"audit log {path} is in {what}; this PTE writes {AUDIT_FORMAT}, and one file holds one "
+            "format: start a new log file (the old one still verifies with `pte audit verify`)"
+        )
 
 
 def _parse_complete_record(raw: bytes, prev: str, seq: int) -> dict[str, Any] | None:

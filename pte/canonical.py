@@ -1,17 +1,162 @@
-"""Canonical JSON and hashing: the byte form that plan hashes and audit hashes are taken over."""
+"""Canonical JSON (RFC 8785, the JSON Canonicalization Scheme) and hashing.
+
+Every hash PTE takes over JSON (plan hashes, audit record hashes, content hashes of the
+catalogue and policy, checkpoint payloads) is SHA-256 over the bytes `canonical_bytes`
+returns: the JCS form of the value. JCS is a published standard with implementations in
+many languages, so anyone can re-derive a hash without PTE (docs/audit-format.md).
+
+`rfc8785` (Trail of Bits' implementation) is the definition used here. It is pure Python
+and walks every value, so the common case goes through `orjson` instead, which writes the
+very same bytes for most JSON: compact separators, UTF-8, and the same string escapes
+(``\\b \\t \\n \\f \\r``, other controls as lower-case ``\\u00xx``, nothing else escaped).
+The two differ only in
+
+- NaN and infinities, which orjson writes as ``null`` and JCS refuses (an output holding
+  ``null`` is checked for them);
+
+- numbers: a float with an integral value (orjson ``1.0``, ``1e+16``; JCS ``1``,
+  ``10000000000000000``), ``-0.0``, small numbers (orjson ``1e-6``, JCS ``0.000001``), and
+  integers beyond ±(2**53 - 1), which JCS refuses (I-JSON: not exactly representable);
+- key order when a key holds a character outside the Basic Multilingual Plane (orjson
+  sorts by code point, JCS by UTF-16 code unit).
+
+`_NEEDS_JCS` spots every output where one of these may occur (a number token with an
+exponent or a ``.0`` fraction, 16 or more integer digits, or any 4-byte UTF-8 sequence),
+with false alarms but no misses, and those values are serialised by `rfc8785` itself.
+tests/test_canonical.py checks the RFC's test vectors, the equality of both paths on
+generated JSON, and every code point's escape.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
-__all__ = ["canonical_json", "hash_json", "sha256_hex"]
+import orjson
+import rfc8785
+
+__all__ = [
+    "CanonicalizationError",
+    "canonical_bytes",
+    "canonical_json",
+    "hash_json",
+    "is_canonical",
+    "sha256_hex",
+]
+
+#: Raised for a value JCS cannot represent (NaN, an infinity, an integer beyond 2**53 - 1,
+#: a lone surrogate, a non-string key, a type that is not JSON). A `ValueError`.
+CanonicalizationError = rfc8785.CanonicalizationError
+
+# Candidates for a difference between orjson and JCS in orjson's compact output. Number
+# tokens follow ":" "," or "[" (a top-level scalar never takes this path); inside strings
+# the same text only causes a false alarm.
+_NEEDS_JCS = re.compile(
+    rb"[:,\[]-?[0-9]+(?:\.[0-9]+)?[eE]"  # an exponent
+    rb"|[:,\[]-?[0-9]+\.0[,\]}]"  # an integral float (1.0, -0.0)
+    rb"|[:,\[]-?[0-9]{16}"  # an integer at or beyond 2**53 (16 digits or more)
+    rb"|[\xf0-\xf4]"  # a character outside the BMP (key order by UTF-16)
+)
+_MAX_SAFE_INT = 2**53 - 1
+_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The RFC 8785 (JCS) serialisation of `value`, as UTF-8 bytes.
+
+    `value` must be JSON data: dicts with str keys, lists/tuples, str, int, float, bool,
+    None (subclasses such as a `StrEnum` count as their base type). JSON numbers are
+    doubles: an integer beyond ±(2**53 - 1) is written as the double equal to it, and
+    refused when there is none. Raises `CanonicalizationError` (a `ValueError`) for
+    anything JCS cannot represent (NaN, infinities, lone surrogates, non-JSON types).
+    """
+    kind = value.__class__
+    if kind is dict or kind is list or kind is str:
+        try:
+            data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+        except TypeError:  # orjson refuses (a big integer, a lone surrogate, a dataclass...)
+            pass
+        else:
+            # A lone string has no numbers and no keys: orjson's form is JCS's.
+            if kind is str or (_NEEDS_JCS.search(data) is None and (b"null" not in data or _finite(value))):
+                return data
+    return _jcs(value)
+
+
+def _finite(value: Any) -> bool:
+    """False when `value` holds a NaN or an infinity, which orjson writes as ``null``.
+
+    Only asked when the output holds ``null``; the json module's C encoder refuses both
+    (this is a check, its text is thrown away).
+    """
+    try:
+        json.dumps(value, allow_nan=False, check_circular=False)
+    except ValueError:
+        return False
+    except (TypeError, RecursionError):
+        return True  # not a NaN problem; orjson accepted the value
+    return True
+
+
+def _jcs(value: Any, *, exact: bool = True) -> bytes:
+    """`rfc8785.dumps`, with JSON's number model: an integer is a double.
+
+    JCS serialises IEEE doubles (RFC 8785 section 3.2.2.3); `rfc8785` refuses every integer
+    beyond ±(2**53 - 1). Writing (`exact`), an integer a double holds exactly (2**60) is
+    written as that double and one it cannot hold is refused rather than silently rounded.
+    Reading (`exact` False), an integer parsed from JSON text stands for the double nearest
+    to it, as in every JSON parser that reads numbers as doubles: the line
+    ``46688420511843570`` is how JCS writes the float 4.668842051184357e16.
+    """
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        return rfc8785.dumps(_as_doubles(value, exact))
+
+
+def _as_doubles(value: Any, exact: bool) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return value
+        try:
+            double = float(value)
+        except OverflowError:
+            raise rfc8785.IntegerDomainError(value) from None
+        if exact and double != value:  # exact comparison: the double is not this integer
+            raise rfc8785.IntegerDomainError(value)
+        return double
+    if isinstance(value, dict):
+        return {key: _as_doubles(item, exact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_doubles(item, exact) for item in value]
+    return value
 
 
 def canonical_json(value: Any) -> str:
-    """Serialise `value` deterministically: sorted keys, no whitespace, UTF-8, no NaN/Infinity."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """`canonical_bytes` as text (the JCS form of `value`)."""
+    return canonical_bytes(value).decode("utf-8")
+
+
+def is_canonical(data: bytes, value: Any) -> bool:
+    """True when `data` is exactly the JCS form of `value` (which was parsed from `data`).
+
+    The check `verify` makes per audit line: orjson's form settles it unless it contains a
+    candidate difference, then `rfc8785` decides.
+    """
+    try:
+        mine = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:
+        mine = b""
+    if mine == data and _NEEDS_JCS.search(data) is None and value.__class__ in (dict, list):
+        return True
+    try:
+        return _jcs(value, exact=False) == data
+    except (ValueError, TypeError, RecursionError):
+        return False
 
 
 def sha256_hex(data: str | bytes) -> str:
@@ -22,5 +167,5 @@ def sha256_hex(data: str | bytes) -> str:
 
 
 def hash_json(value: Any) -> str:
-    """Hex SHA-256 of the canonical JSON of `value`."""
-    return sha256_hex(canonical_json(value))
+    """Hex SHA-256 of the canonical (JCS) form of `value`."""
+    return hashlib.sha256(canonical_bytes(value)).hexdigest()
