@@ -259,44 +259,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from pte.audit import verify
-
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
-    report = verify(args.log)
-    if args.json:
-        _print_json(
-            {
-                "status": "ok" if report.ok else ("incomplete" if report.intact else "tampered"),
-                **report.to_dict(),
-            }
-        )
-    elif report.ok:
-        print(
-            f"ok: {report.records} record(s), {report.runs} run(s), chain and schema intact, every run sealed"
-        )
-    elif report.intact:
-        print(f"incomplete: {report.issue}")
-    else:
-        print(f"FAILED: {report.issue}")
-    return EXIT_OK if report.ok else EXIT_FAILED
-
-
-def cmd_audit_show(args: argparse.Namespace) -> int:
-    from pte.audit import AuditFormatError, read_records, render_timeline
-
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
-    try:
-        records = read_records(args.log, skip_partial_tail=True)
-    except AuditFormatError as exc:
-        print(f"cannot read {args.log}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    print(render_timeline(records))
-    return EXIT_OK
-
-
 def cmd_approve(args: argparse.Namespace) -> int:
     from pte.approval import ApprovalStore, approval_key_from_env, approve
     from pte.compiler import compile_plan
@@ -436,16 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools(p)
     p.set_defaults(func=cmd_approve)
 
-    audit = sub.add_parser("audit", help="verify or show an audit log").add_subparsers(
+    audit = sub.add_parser("audit", help="verify, checkpoint, show or report an audit log").add_subparsers(
         dest="audit_command", metavar="ACTION", required=True
     )
-    p = audit.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
-    p.add_argument("log")
-    _add_json(p)
-    p.set_defaults(func=cmd_audit_verify)
-    p = audit.add_parser("show", help="a readable timeline of the runs in a log")
-    p.add_argument("log")
-    p.set_defaults(func=cmd_audit_show)
+    from pte.cli_audit import add_audit_commands
+
+    add_audit_commands(audit)
 
     p = sub.add_parser("replay", help="re-drive the engine from a log and check it makes the same decisions")
     p.add_argument("log")

@@ -375,7 +375,8 @@ function main(argv) {
   } else if (ok) {
     process.stdout.write(`ok: ${report.records} record(s), ${report.runs} run(s)` + (checkpoint ? `, checkpoint of ${checkpoint.records} record(s) holds` : "") + "\n");
   } else {
-    process.stdout.write(`FAILED: ${report.issue ?? checkpoint?.problem}\n`);
+    const problem = checkpoint !== null && !checkpoint.ok ? checkpoint.problem : report.issue;
+    process.stdout.write(`FAILED: ${problem}\n`);
   }
   return ok ? 0 : 1;
 }
