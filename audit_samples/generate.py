@@ -98,6 +98,41 @@ def crash_sample(log: Path, ledger: Path, *, kill_after: int = 7) -> int:
     return child.returncode
 
 
+#: A payment plan that needs approval: the paused samples wait with it.
+PAUSED_PLAN = """{"pte_plan": "1", "steps": [
+ {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
+ {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
+  "currency": "EUR", "reference": "Invoice 7"}}
+], "result": {"$ref": "pay/payment_id"}}"""
+
+
+def paused_sample(target: Path, workdir: Path, *, approve: bool) -> str:
+    """A run that paused for approval in a SQLite store, was decided, and was resumed.
+
+    A store keeps one chain per run, so the run's lines on their own are a valid log file.
+    """
+    from pte.engine import Engine
+    from pte.runs import decide, pausing_gate, resume_run, run_in_store
+    from pte.stores import open_store
+    from pte.tools import load_registry
+
+    registry = load_registry(["backoffice", "calculator", "shaping"])
+    name = target.stem
+    with open_store(f"sqlite://{workdir / (name + '.db')}") as store:
+        gate = pausing_gate(store, registry)
+        run_in_store(Engine(registry, approval=gate), store, run_id=name, plan_text=PAUSED_PLAN)
+        decide(
+            store,
+            name,
+            by="alice" if approve else "bob",
+            approve=approve,
+            note=None if approve else "not this supplier",
+        )
+        result = resume_run(store, name, registry, gate=gate)
+        target.write_bytes(b"".join(store.lines(name)))
+    return f"{result.status} {getattr(result, 'reason', None) or '-'}"
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="pte-samples-") as tmp:
         workdir = Path(tmp)
@@ -112,6 +147,9 @@ def main() -> int:
             outcome = run_scenario(by_name[scenario], registry, workdir, audit_path=target)
             status = "ok" if outcome.as_expected else "UNEXPECTED"
             print(f"{target.name:28} {outcome.result.status:14} {outcome.result.reason or '-'}  {status}")
+        for sample, approve in (("paused_then_approved", True), ("paused_then_rejected", False)):
+            target = HERE / f"{sample}.jsonl"
+            print(f"{target.name:28} {paused_sample(target, workdir, approve=approve)}")
         crashed = HERE / "crashed_mid_run.jsonl"
         crashed.unlink(missing_ok=True)
         code = crash_sample(crashed, ledger)

@@ -8,6 +8,7 @@ step in a tamper-evident audit log.
 from __future__ import annotations
 
 from pte._version import __version__
+from pte._tool_schema import SchemaTool, tool_from_schema
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.errors import (
@@ -43,6 +44,7 @@ __all__ = [
     "ReasonCode",
     "Reference",
     "Registry",
+    "SchemaTool",
     "StepModel",
     "ToolError",
     "ToolPackError",
@@ -57,4 +59,5 @@ __all__ = [
     "load_registry",
     "plan_schema",
     "tool",
+    "tool_from_schema",
 ]

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pte import _json as strict_json
 from pte.audit import AuditFormatError, AuditLog, iter_records
 from pte.errors import ApprovalMissing, PTEError
 from pte.plan import Plan
@@ -170,7 +171,7 @@ class ApprovalStore:
             if not line.strip():
                 continue
             try:
-                yield Approval.from_dict(json.loads(line))
+                yield Approval.from_dict(strict_json.loads(line))
             except ValueError as exc:
                 raise ApprovalStoreError(f"approval store {str(self.path)!r} line {number}: {exc}") from None
 

@@ -19,21 +19,30 @@ hashes ever depend on a secret. A failed write breaks the log for good and every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from hashlib import sha256 as _sha256
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pte.canonical import canonical_json
-from pte.errors import AuditWriteError
+from pte.errors import AuditWriteError, PTEError
+
+if TYPE_CHECKING:
+    from pte.stores import RecordWriter
+
+try:  # POSIX; elsewhere appends are serialised within one process only
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - Windows
+    _fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "AUDIT_FORMAT",
@@ -182,15 +191,18 @@ class AuditLog:
         keep: bool = False,
         repair_partial_tail: bool = False,
         validate: bool = False,
+        writer: RecordWriter | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
+        # A store's writer (pte.stores) takes the records instead of a file.
+        self._writer = writer if path is None else None
         self.run_id = run_id if run_id is not None else uuid.uuid4().hex
         if not isinstance(self.run_id, str) or not self.run_id:
             raise ValueError("run_id must be a non-empty string")
         self.durability = Durability(durability)
         self.redactor = redactor if redactor is not None else Redactor()
         self._clock = clock if clock is not None else _utc_now
-        self._keep = keep or self.path is None
+        self._keep = keep or (self.path is None and writer is None)
         self._validate = validate
         self.records = []
         self.last_hash = GENESIS_HASH
@@ -214,6 +226,11 @@ class AuditLog:
         self._sealed = False
         if self.path is not None:
             self._open(self.path, repair_partial_tail)
+        elif self._writer is not None:
+            try:
+                self.next_seq, self.last_hash, self._sealed = self._writer.head()
+            except (OSError, PTEError) as exc:
+                raise AuditWriteError(f"cannot open the run's store: {exc}") from exc
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -224,9 +241,11 @@ class AuditLog:
         except OSError as exc:
             raise AuditWriteError(f"cannot open audit log {path}: {exc}") from exc
         try:
-            self._size = os.fstat(fd).st_size
-            if self._size:
-                self._resume_chain(path, fd, repair)
+            # Under the append lock: another process must not write (or we truncate) mid-read.
+            with _append_lock(fd):
+                self._size = os.fstat(fd).st_size
+                if self._size:
+                    self._resume_chain(path, fd, repair)
         except AuditWriteError:
             os.close(fd)
             raise
@@ -331,19 +350,27 @@ class AuditLog:
             if fd is not None:
                 try:
                     # Another writer (or a truncation) would fork the chain: refuse rather than
-                    # interleave. lseek(SEEK_END) gives the size for half the cost of fstat.
-                    size = os.lseek(fd, 0, os.SEEK_END)
-                    if size != self._size:
-                        raise self._fail(
-                            f"audit log {self.path} changed underneath this writer "
-                            f"(size {size}, expected {self._size}): is another process appending?"
-                        )
-                    _write_all(fd, data)
+                    # interleave. The advisory lock makes check-and-write one step across
+                    # processes (two writers that both saw the old size cannot both write).
+                    # lseek(SEEK_END) gives the size for half the cost of fstat.
+                    with _append_lock(fd):
+                        size = os.lseek(fd, 0, os.SEEK_END)
+                        if size != self._size:
+                            raise self._fail(
+                                f"audit log {self.path} changed underneath this writer "
+                                f"(size {size}, expected {self._size}): is another process appending?"
+                            )
+                        _write_all(fd, data)
                     self._size += len(data)
                     if self.durability is Durability.ALWAYS:
                         self._fsync()
                 except OSError as exc:
                     raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
+            elif self._writer is not None:
+                try:
+                    self._writer.write(record, data)
+                except (OSError, PTEError) as exc:
+                    raise self._fail(f"cannot write to the run's store: {exc}", exc) from exc
             self.last_hash = digest
             self.next_seq += 1
             if self._keep:
@@ -527,6 +554,11 @@ class AuditLog:
         with self._lock:
             if self._broken is not None:
                 raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+            if self._writer is not None:
+                try:
+                    self._writer.sync()
+                except (OSError, PTEError) as exc:
+                    raise self._fail(f"cannot sync the run's store: {exc}", exc) from exc
             if self._fd is None or self.durability is Durability.NONE:
                 return
             self._fsync()
@@ -537,6 +569,8 @@ class AuditLog:
             if self._closed:
                 return
             self._closed = True
+            if self._writer is not None:
+                self._writer.close()
             if self._fd is None:
                 return
             try:
@@ -566,6 +600,20 @@ class AuditLog:
         where = str(self.path) if self.path is not None else "memory"
         state = "broken" if self.broken else "closed" if self._closed else "open"
         return f"AuditLog({where!r}, run_id={self.run_id!r}, next_seq={self.next_seq}, {state})"
+
+
+@contextlib.contextmanager
+def _append_lock(fd: int) -> Iterator[None]:
+    """An exclusive advisory lock on the open file `fd` (flock: per open file, so two logs
+    in one process exclude each other too); a no-op where there is no fcntl."""
+    if _fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    _fcntl.flock(fd, _fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        _fcntl.flock(fd, _fcntl.LOCK_UN)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -637,7 +685,7 @@ def _parse_complete_record(raw: bytes, prev: str, seq: int) -> dict[str, Any] | 
     """`raw` parsed when it is a canonical, self-consistent record `seq` chained to `prev`."""
     try:
         record = json.loads(raw.decode("utf-8"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or (canonical_json(record) + "\n").encode("utf-8") != raw:
         return None
@@ -652,8 +700,8 @@ def _checked_last(path: Path, raw: bytes) -> tuple[str, dict[str, Any]]:
     """Hash and record of the file's last line, refusing to chain onto a damaged record."""
     try:
         record = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:
-        raise AuditWriteError(f"last record of audit log {path} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise AuditWriteError(f"last record of audit log {path} is not JSON: {exc!s:.200}") from None
     problem: str | None
     if not isinstance(record, dict):
         problem = "not a JSON object"

@@ -1,8 +1,16 @@
-"""Human-readable rendering of audit records (`pte audit show`)."""
+"""Human-readable rendering of audit records (`pte audit show`).
+
+Everything in a record may come from untrusted text (a tool's output, a model's answer), so
+every rendered line goes through `visible`: control characters (C0, DEL, C1, which carry
+ESC/CSI/OSC sequences that move the cursor, retitle or recolour the terminal, or hide text),
+bidirectional overrides and isolates (which reorder what the reader sees) and invisible
+format characters are shown as escapes (``\\x1b``, ``\\u202e``) instead of being obeyed.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pte.audit_verify import _COMMON_FIELDS
@@ -14,11 +22,32 @@ from pte.canonical import canonical_json
 
 _ELIDE = 60
 
+# C0 controls, DEL and C1 controls; ALM, LRM/RLM; bidi embeddings/overrides (LRE..RLO) and
+# isolates (LRI..PDI); zero-width and other invisible format characters, line/paragraph
+# separators, the BOM and interlinear annotation characters.
+_INVISIBLE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with every control, bidi and invisible format character shown as an escape."""
+    return _INVISIBLE.sub(_escape, text)
+
 
 def _short(value: Any, limit: int = _ELIDE) -> str:
     """One-line, length-limited text of a value (strings unquoted)."""
-    text = value if isinstance(value, str) else _json_text(value)
-    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
+    text = visible(value if isinstance(value, str) else _json_text(value))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -104,17 +133,26 @@ def _summary(record: Mapping[str, Any]) -> str:
     return _short(extra)
 
 
+def render_record(record: Mapping[str, Any]) -> str:
+    """One timeline line for `record` (see `render_timeline`); safe to print to a terminal."""
+    ts = record.get("ts")
+    when = ts[11:23] if isinstance(ts, str) and len(ts) >= 23 and ts[10] == "T" else str(ts)
+    seq = record.get("seq")
+    return visible(f"{seq!s:>6}  {when:<12}  {record.get('type')!s:<14} {_summary(record)}")
+
+
+def iter_timeline(records: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """`render_record` for each record, lazily: memory stays bounded by the largest record."""
+    for record in records:
+        yield render_record(record)
+
+
 def render_timeline(records: Iterable[Mapping[str, Any]]) -> str:
     """A human-readable timeline (``pte audit show``): one line per record.
 
     ``seq  time  type  summary``, e.g. ``3  02:30:31.123  step_finished  inv
     list_overdue_invoices ok 3.2 ms -> {...}``; long values are elided with "…". Never
-    fails on malformed records: missing fields show as None.
+    fails on malformed records: missing fields show as None. Control characters and bidi
+    overrides from the records are shown escaped (see `visible`), never sent raw.
     """
-    lines = []
-    for record in records:
-        ts = record.get("ts")
-        when = ts[11:23] if isinstance(ts, str) and len(ts) >= 23 and ts[10] == "T" else str(ts)
-        seq = record.get("seq")
-        lines.append(f"{seq!s:>6}  {when:<12}  {record.get('type')!s:<14} {_summary(record)}")
-    return "\n".join(lines)
+    return "\n".join(iter_timeline(records))

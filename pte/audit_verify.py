@@ -6,6 +6,7 @@ import json
 import os
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from hashlib import sha256 as _sha256
@@ -67,6 +68,8 @@ def iter_records(
                 record = json.loads(raw.decode("utf-8"))
             except ValueError as exc:
                 raise AuditFormatError(path, number, f"not JSON: {exc}") from None
+            except RecursionError:  # nesting no writer produces: refuse it, do not crash
+                raise AuditFormatError(path, number, "nested too deeply to read") from None
             if not isinstance(record, dict):
                 raise AuditFormatError(path, number, "not a JSON object")
             yield number, record
@@ -333,7 +336,10 @@ def _record_hash(record: Mapping[str, Any], version: int) -> str:
 
 
 def verify(
-    path: str | os.PathLike[str], *, check_schema: bool = True, anchors: Collection[int] = ()
+    path: str | os.PathLike[str] | Iterable[bytes],
+    *,
+    check_schema: bool = True,
+    anchors: Collection[int] = (),
 ) -> VerifyReport:
     """Check a whole audit log, streaming (constant memory in the number of records).
 
@@ -383,7 +389,9 @@ def verify(
         )
 
     loads = orjson.loads
-    with open(path, "rb") as fh:
+    # A store (pte.stores) passes a run's lines instead of a file path.
+    source = open(path, "rb") if isinstance(path, str | os.PathLike) else nullcontext(path)  # noqa: SIM115
+    with source as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.endswith(b"\n"):
                 return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
@@ -396,11 +404,16 @@ def verify(
                     record, canonical = _v1_line_problem(body)
             except ValueError as exc:  # orjson.JSONDecodeError and UnicodeDecodeError are ValueErrors
                 return broken(number, None, f"not valid JSON: {exc}")
+            except RecursionError:
+                return broken(number, None, "not valid JSON for this reader: nested too deeply")
             if type(record) is not dict:
                 return broken(number, None, "not a JSON object")
             if number == 1 and record.get("format") is None and record.get("type") == "run_started":
                 version = 1  # a log written before format 2: its own rules, read-only
-                record, canonical = _v1_line_problem(body)
+                try:
+                    record, canonical = _v1_line_problem(body)
+                except (ValueError, RecursionError) as exc:
+                    return broken(number, None, f"not valid JSON: {exc}")
             seq = record.get("seq")
             # Any: once the checks below pass, each holds a non-empty str.
             digest: Any = record.get("hash")

@@ -170,7 +170,7 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
+def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
     from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
     from pte.engine import Engine, EngineConfig
 
@@ -183,13 +183,32 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace) -> Any:
         llm,
         config=config,
         policy=_policy(registry, args),
-        approval=approval_hook(store, key=approval_key_from_env(), registry=registry),
+        approval=approval or approval_hook(store, key=approval_key_from_env(), registry=registry),
+    )
+
+
+def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
+    """With --store, run in the store (the run may pause for approval); None: use --audit."""
+    from pte import cli_store
+
+    if args.store is None and (args.audit is not None or not os.environ.get("PTE_STORE")):
+        if args.audit is None:
+            raise UsageError("--audit LOG or --store URL is required")
+        return None
+    return cli_store.run_or_execute(
+        args,
+        lambda gate: _engine(registry, llm, args, gate(registry)),
+        plan_text=what.get("plan_text"),
+        request=what.get("request"),
     )
 
 
 def cmd_execute(args: argparse.Namespace) -> int:
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
+    stored = _in_store(registry, None, args, plan_text=text)
+    if stored is not None:
+        return stored
     audit = _open_audit(args.audit, durability=args.durability)
     with audit:
         result = _engine(registry, None, args).execute(text, audit)
@@ -231,6 +250,9 @@ def _add_llm(parser: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     registry = _registry(args)
     llm = _llm(args)
+    stored = _in_store(registry, llm, args, request=args.request)
+    if stored is not None:
+        return stored
     audit = _open_audit(args.audit, durability=args.durability)
     with audit:
         result = _engine(registry, llm, args).run(args.request, audit)
@@ -263,6 +285,11 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from pte.approval import ApprovalStore, approval_key_from_env, approve
     from pte.compiler import compile_plan
 
+    if args.store is not None:  # pte approve RUN_ID --store URL: a paused run's plan
+        from pte import cli_store
+
+        args.target = args.plan_file
+        return cli_store.decide(args, approve=True)
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
     try:
@@ -297,7 +324,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import replay_file
+    from pte.stores import is_store_url
 
+    if is_store_url(args.log):
+        from pte import cli_store
+
+        return cli_store.replay(args, _registry(args) if args.tools else None)
     if not Path(args.log).is_file():
         raise UsageError(f"audit log {args.log!r} does not exist")
     registry = _registry(args) if args.tools else None
@@ -319,6 +351,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
     from pte.replay import resume_file
 
+    if args.store is not None:  # pte resume RUN_ID --store URL
+        from pte import cli_store
+
+        return cli_store.resume(args, _registry(args))
     if not Path(args.log).is_file():
         raise UsageError(f"audit log {args.log!r} does not exist")
     if args.policy is not None:
@@ -337,10 +373,49 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _report_run(result, args, args.log)
 
 
+def cmd_approvals_list(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    return cli_store.approvals_list(args)
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    return cli_store.decide(args, approve=False)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    return cli_store.worker(args, _packs(args))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    registry = _registry(args)
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return cli_store.submit(args, _packs(args), policy)
+
+
 # --- the parser -------------------------------------------------------------------------------
 
 
+def _add_run_store(parser: argparse.ArgumentParser) -> None:
+    from pte import cli_store
+
+    cli_store.add_store(parser)
+    parser.add_argument("--run-id", help="with --store: the run id (default: a new one)")
+    parser.add_argument(
+        "--approval-ttl", type=float, metavar="SECONDS", help="with --store: how long a paused run waits"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from pte import cli_store
+
     parser = argparse.ArgumentParser(prog="pte", description="PTE: a strict plan-then-execute engine.")
     parser.add_argument("--version", action="version", version=f"pte {__version__}")
     parser.add_argument(
@@ -362,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("execute", help="compile and execute a plan file (no LLM involved)")
     p.add_argument("plan_file")
     _add_tools(p)
-    p.add_argument("--audit", required=True, metavar="LOG", help="audit log (JSON Lines) to append to")
+    p.add_argument("--audit", metavar="LOG", help="audit log (JSON Lines) to append to")
+    _add_run_store(p)
     p.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
     _add_json(p)
@@ -371,7 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="plan a request with an LLM, execute it, and answer")
     p.add_argument("request")
     _add_tools(p)
-    p.add_argument("--audit", required=True, metavar="LOG")
+    p.add_argument("--audit", metavar="LOG")
+    _add_run_store(p)
     _add_llm(p)
     p.add_argument("--max-replans", type=int, default=2)
     p.add_argument(
@@ -392,10 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash")
-    p.add_argument("plan_file")
+    p.add_argument("plan_file", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run")
     p.add_argument("--by", required=True, metavar="NAME")
     p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
-    _add_tools(p)
+    _add_tools(p, required=False)
+    cli_store.add_store(p)
+    p.add_argument("--plan-hash", help="with --store: the plan hash you reviewed")
+    p.add_argument("--broker", help="with --store: also queue the run so a worker continues it")
     p.set_defaults(func=cmd_approve)
 
     audit = sub.add_parser("audit", help="verify, checkpoint, show or report an audit log").add_subparsers(
@@ -406,7 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_commands(audit)
 
     p = sub.add_parser("replay", help="re-drive the engine from a log and check it makes the same decisions")
-    p.add_argument("log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
     p.add_argument(
         "--tools", action="append", metavar="PACK", help="use these packs instead of the recorded schemas"
     )
@@ -415,12 +496,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_replay, allow=None, manifest=None, policy=None)
 
-    p = sub.add_parser("resume", help="finish a run whose log has no run_finished")
-    p.add_argument("log")
+    p = sub.add_parser("resume", help="finish a run whose log has no run_finished (or a stored run)")
+    p.add_argument("log", metavar="LOG|RUN_ID", help="an audit log, or with --store a run id")
     _add_tools(p)
+    cli_store.add_store(p)
+    p.add_argument(
+        "--approvals", metavar="FILE", help="with --store: plans approved ahead in this file count"
+    )
     _add_llm(p)
     _add_json(p)
     p.set_defaults(func=cmd_resume)
+
+    cli_store.add_commands(sub, _add_tools, _add_json)
 
     p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
     p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")

@@ -24,7 +24,14 @@ def _existing_log(path: str) -> str:
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from pte.audit import verify
     from pte.checkpoint import CheckpointError, load_public_key, verify_checkpoints
+    from pte.stores import is_store_url
 
+    if is_store_url(args.log):
+        if args.checkpoint is not None:
+            raise UsageError("--checkpoint works on an audit log file, not a store URL")
+        from pte import cli_store
+
+        return cli_store.audit_verify(args)
     log = _existing_log(args.log)
     if (args.checkpoint is None) != (args.public_key is None):
         raise UsageError("--checkpoint and --public-key go together")
@@ -72,15 +79,27 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_show(args: argparse.Namespace) -> int:
-    from pte.audit import AuditFormatError, read_records, render_timeline
+    from pte.audit import AuditFormatError, iter_records
+    from pte.audit_show import render_record
+    from pte.stores import is_store_url
 
+    if is_store_url(args.log):
+        from pte import cli_store
+
+        return cli_store.audit_show(args)
     log = _existing_log(args.log)
+    # Streamed: one record in memory at a time, whatever the size of the log.
+    shown = 0
     try:
-        records = read_records(log, skip_partial_tail=True)
+        for _, record in iter_records(log, skip_partial_tail=True):
+            print(render_record(record))
+            shown += 1
     except AuditFormatError as exc:
         print(f"cannot read {log}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(render_timeline(records))
+    if not shown:
+        print(f"nothing to show: {log} holds no complete record", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -126,7 +145,8 @@ def cmd_audit_keygen(args: argparse.Namespace) -> int:
 def add_audit_commands(sub: Any) -> None:
     """Register the ``pte audit`` sub-commands on `sub` (an argparse sub-parsers action)."""
     p = sub.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
-    p.add_argument("log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
     p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
     p.add_argument(
         "--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints (PEM file or env:NAME)"
@@ -135,7 +155,8 @@ def add_audit_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_audit_verify)
 
     p = sub.add_parser("show", help="a readable timeline of the runs in a log")
-    p.add_argument("log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: the run to show")
     p.set_defaults(func=cmd_audit_show)
 
     p = sub.add_parser("checkpoint", help="append a signed checkpoint (log id, records, head hash, time)")

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import jsonschema
 import jsonschema_rs
 
+from pte import _json as strict_json
 from pte import _schema_types as st
 from pte.canonical import canonical_json, sha256_hex
 from pte.errors import PlanRejected, ReasonCode
@@ -118,35 +119,15 @@ def check_size(ctx: CompileContext) -> None:
         raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan is {size} bytes; the limit is {ctx.limits.max_bytes}")
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise _DuplicateKey(f"duplicate key {duplicate!r} in an object")
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_json(ctx: CompileContext) -> None:
     """invalid_json: not exactly one JSON object (NaN/Infinity, duplicate keys, trailing text, ...)."""
     try:
-        value = json.loads(ctx.text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
-    except RecursionError:
-        raise _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep to parse") from None
-    except json.JSONDecodeError as exc:
-        raise _reject(
-            ReasonCode.INVALID_JSON, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except ValueError as exc:
-        raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON: {exc}") from None
+        # Room above the plan's own depth limit, which the checks below report precisely.
+        value = strict_json.loads(ctx.text, max_depth=ctx.limits.max_depth + 16)
+    except strict_json.StrictJSONError as exc:
+        if exc.kind == "too_deep":
+            raise _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep to parse") from None
+        raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON: {exc.message}") from None
     if not isinstance(value, dict):
         raise _reject(
             ReasonCode.INVALID_JSON, f"a plan must be one JSON object, not a JSON {st.json_type(value)}"

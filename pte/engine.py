@@ -285,7 +285,7 @@ class Engine:
                 finish_reason=None,
                 usage={},
                 error=exc.message,
-                attempts=1,
+                attempts=exc.attempts,
                 duration_ms=round((time.perf_counter() - started) * 1000, 3),
             )
             raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None

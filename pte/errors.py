@@ -28,6 +28,7 @@ class ReasonCode(StrEnum):
     AUDIT_WRITE_FAILED = "audit_write_failed"
     APPROVAL_MISSING = "approval_missing"
     NEEDS_REVIEW = "needs_review"
+    APPROVAL_REJECTED = "approval_rejected"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.
@@ -75,6 +76,13 @@ class ApprovalMissing(FailedClosed):
         super().__init__(ReasonCode.APPROVAL_MISSING, message, path)
 
 
+class ApprovalRejected(FailedClosed):
+    """A person rejected the plan a paused run waited with."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_REJECTED, message, path)
+
+
 class ToolRegistrationError(PTEError, TypeError):
     """A function cannot be registered as a tool (missing or unusable type hints, bad options)."""
 
@@ -105,7 +113,9 @@ class AuditWriteError(FailedClosed):
 class LLMError(PTEError):
     """The LLM endpoint failed: transport error, timeout, refusal or an unusable answer."""
 
-    def __init__(self, message: str, *, reason: ReasonCode = ReasonCode.LLM_ERROR) -> None:
+    def __init__(self, message: str, *, reason: ReasonCode = ReasonCode.LLM_ERROR, attempts: int = 1) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        #: HTTP requests made before giving up (transport retries included): what the audit log records.
+        self.attempts = attempts

@@ -23,13 +23,16 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from openai.types.chat import ChatCompletion
 
 from pte.errors import LLMError, PTEError
+
+if TYPE_CHECKING:
+    import httpx2  # the HTTP library of the openai SDK (it calls it httpx in its docs)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -125,6 +128,10 @@ class OpenAIClient:
     * `api_key`: ``OPENAI_API_KEY``. Without one, a client with a base URL (local servers need
       no key) sends a placeholder; a client without a base URL raises `LLMError`.
 
+    `http_client`: an HTTP client of your own (the ``httpx2.Client`` the openai SDK takes), for
+    proxies, a corporate CA bundle, mTLS client certificates or a test transport
+    (``httpx2.MockTransport``); PTE never closes it.
+
     `timeout_s` bounds each HTTP attempt; up to `max_retries` more attempts are made on
     transport failures only (connection errors, timeouts, HTTP 408/409/429/5xx) — an answer
     that arrived is never retried into a different one. The key never appears in messages,
@@ -143,6 +150,7 @@ class OpenAIClient:
         temperature: float | None = 0.0,
         seed: int | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        http_client: httpx2.Client | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
@@ -170,6 +178,7 @@ class OpenAIClient:
         self.temperature = temperature
         self.seed = seed
         self._structured_outputs_supported: bool | None = None
+        self._owns_http_client = http_client is None
         try:
             # SDK retries are off: this class retries itself so that `attempts` is exact and a
             # json_schema refusal answered with HTTP 500 (llama.cpp) is not retried as an outage.
@@ -179,6 +188,7 @@ class OpenAIClient:
                 timeout=self.timeout_s,
                 max_retries=0,
                 default_headers=dict(extra_headers) if extra_headers else None,
+                http_client=http_client,
             )
         except openai.OpenAIError as exc:
             raise LLMError(f"cannot configure the OpenAI client: {self._redact(str(exc))}") from None
@@ -205,8 +215,9 @@ class OpenAIClient:
         return f"OpenAIClient(model={self.model!r}, base_url={self._endpoint()!r})"
 
     def close(self) -> None:
-        """Close the underlying HTTP connection pool."""
-        self._sdk.close()
+        """Close the HTTP connection pool, unless it is the caller's `http_client` (theirs to close)."""
+        if self._owns_http_client:
+            self._sdk.close()
 
     def __enter__(self) -> OpenAIClient:
         return self
@@ -249,13 +260,14 @@ class OpenAIClient:
                     continue
                 delay = self._retry_delay(exc, retries_left)
                 if delay is None:
-                    raise LLMError(self._status_message(exc, attempts)) from None
+                    raise LLMError(self._status_message(exc, attempts), attempts=attempts) from None
             except openai.APITimeoutError:
                 delay = self._retry_delay(None, retries_left)
                 if delay is None:
                     raise LLMError(
                         f"timed out after {self.timeout_s:g}s waiting for {self._where()}"
-                        f"{_attempts_note(attempts)}"
+                        f"{_attempts_note(attempts)}",
+                        attempts=attempts,
                     ) from None
             except openai.APIConnectionError as exc:
                 delay = self._retry_delay(None, retries_left)
@@ -263,16 +275,23 @@ class OpenAIClient:
                     cause = f" ({exc.__cause__})" if exc.__cause__ else ""
                     raise LLMError(
                         self._redact(f"cannot reach {self._where()}: {exc.message}{cause}")
-                        + _attempts_note(attempts)
+                        + _attempts_note(attempts),
+                        attempts=attempts,
                     ) from None
             except (openai.OpenAIError, ValueError) as exc:
                 # e.g. a 200 whose body is not a chat completion (or not JSON at all): the server
                 # answered, so this is not a transport failure and is never retried.
-                raise LLMError(self._redact(f"unusable response from {self._where()}: {exc}")) from None
+                raise LLMError(
+                    self._redact(f"unusable response from {self._where()}: {exc}"), attempts=attempts
+                ) from None
             else:
                 if form == "json_schema":
                     self._structured_outputs_supported = True
-                return self._response(completion, form, attempts, started)
+                try:
+                    return self._response(completion, form, attempts, started)
+                except LLMError as exc:
+                    exc.attempts = attempts
+                    raise
             retries_left -= 1
             time.sleep(delay)
 
@@ -609,13 +628,14 @@ class ReplayClient:
             recorded_model = _optional_str(record.get("model"), f"{where}: model")
             first_model = first_model or recorded_model
             error = record.get("error")
+            attempts = record.get("attempts", 1)
+            attempts = attempts if isinstance(attempts, int) and attempts >= 1 else 1
             if error is not None:
-                items.append(LLMError(_require_str(error, f"{where}: error")))
+                items.append(LLMError(_require_str(error, f"{where}: error"), attempts=attempts))
                 continue
             text = record.get("response")
             if not isinstance(text, str):
                 raise ReplayDataError(f"{where}: has neither a response text nor an error")
-            attempts = record.get("attempts", 1)
             duration_ms = record.get("duration_ms", 0.0)
             items.append(
                 _Recorded(
@@ -624,7 +644,7 @@ class ReplayClient:
                     usage=_usage(record.get("usage")),
                     model=recorded_model,
                     response_format=_response_format(record.get("response_format"), where),
-                    attempts=attempts if isinstance(attempts, int) and attempts >= 1 else 1,
+                    attempts=attempts,
                     duration_ms=float(duration_ms) if isinstance(duration_ms, int | float) else 0.0,
                 )
             )

@@ -1,66 +1,81 @@
-"""The engine's own logs, through structlog: JSON lines when not on a terminal, readable otherwise.
+"""The engine's own logs, through structlog, as a library should log.
 
-Logging is off until `configure_logging` is called (the CLI does), so the library never
-prints on its own. Logs go to stderr: stdout belongs to command output such as ``--json``.
+PTE never configures structlog on import or when used as a library: its events go to
+``structlog.get_logger("pte")`` and so through whatever the application configured
+(``structlog.testing.capture_logs()`` sees them too). While structlog is not configured at
+all, they go to the standard library logger ``pte`` instead of structlog's default of
+printing to stdout, so an application that configures neither hears nothing from PTE
+(and one that configures `logging` gets PTE's events there).
+
+Only the CLI calls `configure_logging`: JSON lines when stderr is not a terminal, readable
+lines otherwise, always on stderr (stdout belongs to command output such as ``--json``).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
 import structlog
 
 __all__ = ["configure_logging", "get_logger"]
 
-_state: dict[str, Any] = {"level": None, "processors": None, "file": None}
-
-
-class _Silent:
-    """The logger handed out while logging is off: every call does nothing."""
-
-    def bind(self, **_: Any) -> _Silent:
-        return self
-
-    def _nothing(self, *_: Any, **__: Any) -> None:
-        return None
-
-    debug = info = warning = error = exception = _nothing
+#: Whether the CLI sent logs to a terminal (progress lines are shown only then). Set only by
+#: `configure_logging`, which only the CLI calls.
+_to_terminal = False
 
 
 def configure_logging(
     *, json_lines: bool | None = None, level: int = logging.INFO, file: IO[str] | None = None
 ) -> None:
-    """Turn the engine's logs on. `json_lines` None picks JSON unless `file` is a terminal."""
+    """Configure structlog for the `pte` command line. Applications configure structlog themselves.
+
+    `json_lines` None picks JSON unless the stream is a terminal. Without `file`, each
+    logger writes to the ``sys.stderr`` of the moment it is made (so a replaced stderr is used).
+    """
+    global _to_terminal
     stream = file if file is not None else sys.stderr
     if json_lines is None:
         json_lines = not stream.isatty()
     renderer: Any = (
         structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     )
-    _state["processors"] = [
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        renderer,
-    ]
-    _state["file"] = stream
-    _state["level"] = level
+
+    def factory(*_: Any) -> structlog.PrintLogger:
+        return structlog.PrintLogger(file=cast(TextIO, file) if file is not None else sys.stderr)
+
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        context_class=dict,
+        logger_factory=factory,
+        cache_logger_on_first_use=False,
+    )
+    _to_terminal = stream.isatty()
 
 
 def is_terminal() -> bool:
-    """Whether logs go to a terminal (progress lines are shown only then)."""
-    stream = _state["file"]
-    return bool(stream is not None and stream.isatty())
+    """Whether the CLI's logs go to a terminal (progress lines are shown only then)."""
+    return _to_terminal and structlog.is_configured()
 
 
 def get_logger(**context: Any) -> Any:
-    """A structlog bound logger; a no-op until `configure_logging` ran."""
-    if _state["level"] is None:
-        return _Silent()
+    """PTE's logger, bound to `context`: structlog's configuration if there is one, else stdlib ``pte``."""
+    if structlog.is_configured():
+        return structlog.get_logger("pte").bind(**context)
     return structlog.wrap_logger(
-        structlog.PrintLogger(file=_state["file"] or sys.stderr),
-        processors=_state["processors"] or [structlog.processors.JSONRenderer()],
-        wrapper_class=structlog.make_filtering_bound_logger(_state["level"]),
+        logging.getLogger("pte"),
+        # filter_by_level first: nothing is rendered for a level the `pte` logger would drop.
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.processors.KeyValueRenderer(key_order=["event"]),
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
         context_class=dict,
     ).bind(**context)

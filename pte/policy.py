@@ -39,6 +39,7 @@ from typing import Any, Literal, cast
 
 import jsonschema
 
+from pte import _json as strict_json
 from pte._resources import load_schema
 from pte.canonical import canonical_json
 from pte.compiler import CompileContext, json_path
@@ -318,32 +319,11 @@ def load_policy(
 # --- the policy file ---------------------------------------------------------------------------
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _parse_json(text: str, source: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
-    except json.JSONDecodeError as exc:
-        raise PolicyError(
-            f"policy file {source!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise PolicyError(f"policy file {source!r} is not valid JSON: {exc}") from None
+        return strict_json.loads(text)
+    except strict_json.StrictJSONError as exc:
+        raise PolicyError(f"policy file {source!r} is not valid JSON: {exc.message}") from None
 
 
 @cache

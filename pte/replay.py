@@ -28,7 +28,15 @@ from typing import Any
 
 from pte.audit import AuditLog, read_records
 from pte.engine import Engine, EngineConfig, RunResult
-from pte.errors import ApprovalMissing, FailedClosed, LLMError, PTEError, ReasonCode, ToolError
+from pte.errors import (
+    ApprovalMissing,
+    ApprovalRejected,
+    FailedClosed,
+    LLMError,
+    PTEError,
+    ReasonCode,
+    ToolError,
+)
 from pte.executor import LiveInvoker, ToolInvoker
 from pte.llm import LLMClient, LLMResponse, ReplayClient
 from pte.plan import Plan, PlanStep
@@ -54,13 +62,14 @@ DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
     "plan_accepted": ("origin", "plan_hash", "order"),
     "plan_rejected": ("origin", "reason", "message", "path"),
     "approval": ("plan_hash", "by"),
+    "approval_rejected": ("plan_hash", "by", "note"),
     "step_started": ("step_id", "tool", "effect", "args"),
     "step_finished": ("step_id", "tool", "status", "output", "error"),
     "replan": ("attempt", "failed_step", "error", "completed"),
     "run_finished": ("status", "reason", "result", "answer", "steps_run", "llm_calls"),
 }
 #: Annotations written by resume; the engine itself never produces them.
-_ANNOTATIONS = frozenset({"run_resumed"})
+_ANNOTATIONS = frozenset({"run_resumed", "run_paused"})
 
 
 class ReplayDivergence(PTEError):
@@ -277,8 +286,19 @@ def _recorded_approvals(
 ) -> Callable[[Plan, AuditLog], None]:
     """Approvals as recorded: a plan approved in the run is approved again in its replay."""
     by_hash = {r["plan_hash"]: r for r in records if r.get("type") == "approval"}
+    rejected = {r["plan_hash"]: r for r in records if r.get("type") == "approval_rejected"}
 
     def hook(plan: Plan, audit: AuditLog) -> None:
+        rejection = rejected.get(plan.hash)
+        if rejection is not None:  # a paused run a person rejected (pte.runs)
+            audit.append(
+                "approval_rejected",
+                plan_hash=plan.hash,
+                by=rejection["by"],
+                at=rejection["at"],
+                note=rejection["note"],
+            )
+            raise ApprovalRejected(f"plan {plan.hash} was rejected by {rejection['by']} (recorded run)")
         approval = by_hash.get(plan.hash)
         if approval is not None:
             audit.append(
@@ -306,11 +326,14 @@ def _engine_for(
     llm: LLMClient,
     invoker: ToolInvoker,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
+    *,
+    approval: Callable[[Plan, AuditLog], None] | None = None,
 ) -> Engine:
     started = run_records[0]
     registry = registry if registry is not None else _recorded_registry(started)
     config = EngineConfig.from_dict(started.get("config") or {})
-    approvals = _recorded_approvals(run_records, registry)
+    # Resuming a paused run takes the deployment's gate (pte.runs); replay the recorded one.
+    approvals = approval if approval is not None else _recorded_approvals(run_records, registry)
     recorded = started.get("config") or {}
     checks = checks_factory(registry, recorded) if checks_factory else ()
     policy = None

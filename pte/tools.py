@@ -552,10 +552,11 @@ def load_registry(
 
 
 def _apply_manifest(registry: Registry, path: Path) -> Registry:
+    from pte import _json as strict_json
     from pte._resources import load_schema
 
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = strict_json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ToolPackError(f"cannot read tool manifest {str(path)!r}: {exc}") from None
     error = jsonschema.exceptions.best_match(

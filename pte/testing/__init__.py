@@ -3,6 +3,8 @@
 Like httpx's MockTransport and structlog.testing, these are product, not test scaffolding:
 
 - `FakeOpenAIServer` / `Reply`: an OpenAI-compatible server on loopback with scripted answers.
+- `FunctionClient`: an LLM client answering from a Python function of the messages (like
+  Pydantic AI's ``FunctionModel``); `ReplayClient`: one serving recorded answers in order.
 - `valid_plans(registry)`: plan documents that compile against a registry, with well-typed
   references; `invalid_plans(registry, reason)`: plan text rejected with exactly `reason`;
   `invalid_plan_cases(registry)`: (reason, text) pairs over every compile-time reason;
@@ -12,7 +14,9 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
 
 from __future__ import annotations
 
+from pte.llm import ReplayClient
 from pte.testing._catalogue import example_registry
+from pte.testing._function_client import FunctionCall, FunctionClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 from pte.testing._strategies import (
     COMPILE_REASONS,
@@ -26,6 +30,9 @@ from pte.testing._strategies import (
 __all__ = [
     "COMPILE_REASONS",
     "FakeOpenAIServer",
+    "FunctionCall",
+    "FunctionClient",
+    "ReplayClient",
     "Reply",
     "example_registry",
     "invalid_plan_cases",

@@ -1,0 +1,186 @@
+"""What every importer shares: source tool definitions, the import manifest, and the refusals.
+
+An importer turns an outside catalogue into `SourceTool` definitions and a callable per
+tool; `build_registry` applies the deployment's import manifest and makes PTE tools with
+`tool_from_schema`. The source is a third party: what it says about a tool (descriptions,
+"read-only" hints) is never taken as authority. Effect, provenance, sinks and approval
+come from the manifest, else from conservative defaults (``write``, not idempotent,
+``untrusted`` output), except where the importer itself decides how the tool is called
+(an OpenAPI GET is sent as a GET).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from pte import _json as strict_json
+from pte._resources import load_schema
+from pte._tool_schema import SchemaFunction, tool_from_schema
+from pte.canonical import canonical_json, sha256_hex
+from pte.errors import ToolRegistrationError
+from pte.plan import TOOL_NAME_RE
+from pte.tools import Effect, Registry
+
+__all__ = ["ImportManifest", "ImportRefused", "SourceTool", "build_registry", "fingerprint"]
+
+#: The planner reads descriptions; a source cannot flood the prompt through one.
+MAX_DESCRIPTION_CHARS = 2000
+
+
+class ImportRefused(ToolRegistrationError):
+    """An importer cannot make typed PTE tools of what the source offers; the message says what to declare."""
+
+
+@dataclass(frozen=True)
+class SourceTool:
+    """One tool as the source describes it, before the manifest is applied."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any] | None
+    output_schema: Mapping[str, Any] | None
+    #: The effect when the manifest declares none (the importer's own knowledge, else "write").
+    default_effect: Effect = "write"
+
+    def definition(self) -> dict[str, Any]:
+        """The parts a manifest pin covers."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "output_schema": self.output_schema,
+        }
+
+
+def fingerprint(tool: SourceTool) -> str:
+    """SHA-256 of a source tool's definition (canonical JSON): the ``sha256`` pin of a manifest."""
+    return sha256_hex(canonical_json(tool.definition()))
+
+
+@dataclass(frozen=True)
+class ImportManifest:
+    """A deployment's declarations about imported tools (schemas/import-manifest.schema.json)."""
+
+    tools: Mapping[str, Mapping[str, Any]]
+    source: str = "<manifest>"
+
+    @classmethod
+    def load(cls, manifest: ImportManifest | Mapping[str, Any] | str | os.PathLike[str]) -> ImportManifest:
+        """From a file path (strict JSON), a parsed document, or an `ImportManifest`."""
+        if isinstance(manifest, ImportManifest):
+            return manifest
+        if isinstance(manifest, Mapping):
+            document: Any = dict(manifest)
+            source = "<manifest>"
+        else:
+            source = str(manifest)
+            try:
+                document = strict_json.loads(Path(manifest).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ImportRefused(f"cannot read import manifest {source!r}: {exc}") from None
+        validator = jsonschema.Draft202012Validator(load_schema("import-manifest.schema.json"))
+        error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise ImportRefused(f"import manifest {source!r} is invalid at {where}: {error.message}")
+        return cls(tools=document["tools"], source=source)
+
+
+def _how_to_declare(kind: str, name: str) -> str:
+    return (
+        f'declare it in the import manifest: {{"pte_import": "1", "tools": {{"{name}": '
+        f'{{"output_schema": {{...}}}}}}}} (a JSON Schema of what the {kind} tool returns; '
+        '{"type": "string"} takes its text as is)'
+    )
+
+
+def build_registry(
+    kind: str,
+    sources: Iterable[SourceTool],
+    make_func: Callable[[SourceTool, Mapping[str, Any]], SchemaFunction],
+    *,
+    manifest: ImportManifest | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    prefix: str = "",
+    only: Iterable[str] | None = None,
+) -> Registry:
+    """PTE tools for `sources`, as the manifest declares them; refuses what cannot be typed.
+
+    With a manifest, exactly the tools it lists are imported (each must exist in the source);
+    without one, every source tool (or those named in `only`). Every problem is collected
+    and raised together as one `ImportRefused`, so nothing is half imported.
+    """
+    by_name = {tool.name: tool for tool in sources}
+    declared = ImportManifest.load(manifest) if manifest is not None else None
+    if only is not None:
+        wanted = list(dict.fromkeys(only))
+    elif declared is not None:
+        wanted = list(declared.tools)
+    else:
+        wanted = list(by_name)
+    problems: list[str] = []
+    specs = []
+    for name in wanted:
+        source = by_name.get(name)
+        if source is None:
+            problems.append(
+                f"{kind} tool {name!r} is not offered by the source (it offers {sorted(by_name)})"
+            )
+            continue
+        declaration = declared.tools.get(name) if declared is not None else None
+        if declared is not None and declaration is None:
+            problems.append(f"{kind} tool {name!r} is not in the import manifest; add it to import it")
+            continue
+        declaration = declaration or {}
+        pin = declaration.get("sha256")
+        if pin is not None and pin != fingerprint(source):
+            problems.append(
+                f"{kind} tool {name!r} changed since the manifest pinned it (sha256 {pin[:12]}..., now "
+                f"{fingerprint(source)[:12]}...): review the new definition, then update the pin"
+            )
+            continue
+        output_schema = declaration.get("output_schema", source.output_schema)
+        if not output_schema:
+            problems.append(f"{kind} tool {name!r} declares no output schema; {_how_to_declare(kind, name)}")
+            continue
+        input_schema = source.input_schema
+        if not input_schema or input_schema.get("type") != "object":
+            problems.append(
+                f"{kind} tool {name!r} has no object input schema; PTE passes one arguments object "
+                "checked against it (fix the source, or wrap the tool with pte.tool_from_schema)"
+            )
+            continue
+        tool_name = declaration.get("name", prefix + name)
+        if not TOOL_NAME_RE.fullmatch(tool_name):
+            problems.append(
+                f"{kind} tool {name!r}: {tool_name!r} is not a PTE tool name "
+                f'(^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$); rename it: {{"tools": {{"{name}": {{"name": "..."}}}}}}'
+            )
+            continue
+        description = declaration.get("description", source.description) or ""
+        try:
+            specs.append(
+                tool_from_schema(
+                    tool_name,
+                    description=description[:MAX_DESCRIPTION_CHARS],
+                    input_schema=input_schema,
+                    output_schema=output_schema,
+                    func=make_func(source, output_schema),
+                    effect=declaration.get("effect", source.default_effect),
+                    idempotent=declaration.get("idempotent"),
+                    provenance=declaration.get("provenance", "untrusted"),
+                    sinks=declaration.get("sinks"),
+                    requires_approval=declaration.get("requires_approval", False),
+                    timeout_s=declaration.get("timeout_s", 30.0),
+                )
+            )
+        except ToolRegistrationError as exc:
+            problems.append(f"{kind} tool {name!r}: {exc}")
+    if problems:
+        raise ImportRefused(f"cannot import {len(problems)} {kind} tool(s):\n- " + "\n- ".join(problems))
+    return Registry(specs)

@@ -1,0 +1,299 @@
+"""Runs in a store: approvals that pause a run, decisions, and resuming the same run by id.
+
+A run whose accepted plan calls a tool that requires approval, and that no approval
+counts for yet, is not failed: the approval gate appends ``run_paused`` (the plan hash, the
+tools needing approval, until when an approval counts), makes it durable and stops. The
+store then lists the run as ``awaiting_approval`` with its compiled plan and hash
+(``pte approvals list``). A person decides (``pte approve RUN_ID --by NAME`` or
+``--reject``); the decision goes to the store, bound to the run and the exact plan hash.
+``pte resume RUN_ID`` continues *the same run*: its recorded part is verified and re-driven
+(nothing already done runs again), ``run_resumed`` marks the hand-over, and
+
+- approved (before the deadline): ``approval`` is recorded and the plan runs;
+- rejected: ``approval_rejected`` is recorded and the run ends
+  ``failed_closed(approval_rejected)``;
+- no decision by the deadline: the run ends ``failed_closed(approval_missing)``.
+
+Authority comes from the deployment: decisions are read from the store (and signatures
+checked with the deployment's key), never from the run's own records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pte.approval import Approval, ApprovalStore, approval_hook, requires_approval, sign
+from pte.audit import AuditLog
+from pte.engine import Engine, RunResult
+from pte.errors import ApprovalMissing, ApprovalRejected, FailedClosed, PTEError, ReasonCode
+from pte.executor import LiveInvoker
+from pte.llm import LLMClient, ReplayClient
+from pte.plan import Plan
+from pte.replay import CheckingAuditLog, RecordedInvoker, _drive, _engine_for, _ResumingLLM
+from pte.stores import Decision, Store, StoreError, check_run_id
+from pte.tools import Registry
+
+__all__ = [
+    "DEFAULT_APPROVAL_TTL",
+    "PausedRun",
+    "RunPaused",
+    "decide",
+    "pausing_gate",
+    "resume_run",
+    "run_in_store",
+]
+
+#: How long a paused run waits for a decision by default.
+DEFAULT_APPROVAL_TTL = timedelta(hours=24)
+
+
+class RunPaused(PTEError):
+    """Raised by the pausing gate after ``run_paused`` is recorded: the run waits for a person."""
+
+    def __init__(self, run_id: str, plan: Plan, tools: list[str], expires_at: str) -> None:
+        super().__init__(f"run {run_id} awaits approval of plan {plan.hash} ({', '.join(tools)})")
+        self.run_id = run_id
+        self.plan = plan
+        self.tools = tools
+        self.expires_at = expires_at
+
+
+@dataclass
+class PausedRun:
+    """The result of a run that stopped to wait for a person (`RunResult`'s counterpart)."""
+
+    run_id: str
+    plan_hash: str
+    tools: list[str]
+    expires_at: str
+    status: str = "awaiting_approval"
+
+    ok = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "plan_hash": self.plan_hash,
+            "tools": self.tools,
+            "expires_at": self.expires_at,
+        }
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def _format_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def pausing_gate(
+    store: Store,
+    registry: Registry,
+    *,
+    key: bytes | None = None,
+    ttl: timedelta = DEFAULT_APPROVAL_TTL,
+    approvals: ApprovalStore | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> Callable[[Plan, AuditLog], None]:
+    """The approval gate for `Engine(approval=...)` of runs kept in `store`.
+
+    A plan that needs no approval passes. Otherwise the decisions the store holds for this
+    run and this exact plan hash decide: a rejection ends the run `approval_rejected`; an
+    approval given before the deadline (signed under `key` when one is configured) is
+    recorded and the plan runs. A plan approved ahead of time in the file `approvals` (the
+    ``pte approve PLAN_FILE`` way) also counts. With none of these the run pauses (see the
+    module docs); once the deadline has passed it ends `approval_missing` instead.
+    """
+    plan_approvals = approval_hook(approvals, key=key, registry=registry) if approvals is not None else None
+
+    def gate(plan: Plan, audit: AuditLog) -> None:
+        tools = requires_approval(plan, registry)
+        if not tools:
+            return
+        run_id = audit.run_id
+        info = store.run(run_id)
+        paused_for_this_plan = (
+            info is not None and info.status == "awaiting_approval" and info.plan_hash == plan.hash
+        )
+        deadline = info.expires_at if paused_for_this_plan and info is not None else None
+        for decision in store.decisions(run_id):
+            if decision.plan_hash != plan.hash:
+                continue
+            if decision.decision == "rejected":
+                audit.append(
+                    "approval_rejected",
+                    plan_hash=plan.hash,
+                    by=decision.by,
+                    at=decision.at,
+                    note=decision.note,
+                )
+                raise ApprovalRejected(
+                    f"plan {plan.hash} ({', '.join(tools)}) was rejected by {decision.by} at {decision.at}"
+                    + (f": {decision.note}" if decision.note else "")
+                )
+        for decision in store.decisions(run_id):
+            if decision.plan_hash != plan.hash or decision.decision != "approved":
+                continue
+            if deadline is not None and decision.at > deadline:
+                continue  # given after the deadline: does not count
+            if key is not None and not _signature_ok(store, decision, key):
+                continue
+            audit.append(
+                "approval", plan_hash=plan.hash, by=decision.by, at=decision.at, signed=key is not None
+            )
+            return
+        if plan_approvals is not None:
+            try:
+                plan_approvals(plan, audit)
+                return
+            except ApprovalMissing:
+                pass
+        now = clock()
+        if deadline is not None and now > _parse_time(deadline):
+            raise ApprovalMissing(
+                f"plan {plan.hash} ({', '.join(tools)}) was not approved before its deadline {deadline}"
+            )
+        expires_at = deadline or _format_time(now + ttl)
+        audit.append(
+            "run_paused",
+            reason="awaiting_approval",
+            plan_hash=plan.hash,
+            tools=tools,
+            expires_at=expires_at,
+            message=f"{', '.join(tools)} require an approved plan; waiting for a person "
+            f"(pte approve {run_id} --by NAME) until {expires_at}",
+        )
+        audit.sync()
+        raise RunPaused(run_id, plan, tools, expires_at)
+
+    return gate
+
+
+def _signature_ok(store: Store, decision: Decision, key: bytes) -> bool:
+    for data in getattr(store, "approvals_data", lambda _h: [])(decision.plan_hash):
+        try:
+            approval = Approval.from_dict(data)
+        except ValueError:
+            continue
+        if approval.by == decision.by and approval.at == decision.at and approval.verify(key):
+            return True
+    return False
+
+
+def decide(
+    store: Store,
+    run_id: str,
+    *,
+    by: str,
+    approve: bool,
+    note: str | None = None,
+    key: bytes | None = None,
+    plan_hash: str | None = None,
+    now: datetime | None = None,
+) -> Decision:
+    """Record a person's decision on the plan `run_id` waits with. Raises `StoreError` when the
+    run is not awaiting approval, `plan_hash` (what the person reviewed) is not the plan that
+    waits, or the deadline has passed."""
+    check_run_id(run_id)
+    info = store.run(run_id)
+    if info is None:
+        raise StoreError(f"no run {run_id} in {store.describe()}")
+    if info.status != "awaiting_approval" or info.plan_hash is None:
+        raise StoreError(f"run {run_id} is {info.status}, not awaiting approval")
+    if plan_hash is not None and plan_hash != info.plan_hash:
+        raise StoreError(
+            f"run {run_id} waits with plan {info.plan_hash}, not {plan_hash}: review the plan it waits with"
+        )
+    moment = now if now is not None else datetime.now(UTC)
+    if info.expires_at is not None and moment > _parse_time(info.expires_at):
+        raise StoreError(
+            f"run {run_id}'s approval deadline {info.expires_at} has passed; resume it to end it"
+        )
+    at = _format_time(moment)
+    Approval(info.plan_hash, by, at)  # the same checks on `by` as any approval
+    decision = Decision(run_id, info.plan_hash, "approved" if approve else "rejected", by, at, note)
+    data = None
+    if approve:
+        signature = sign(info.plan_hash, by, at, key) if key is not None else None
+        data = Approval(info.plan_hash, by, at, signature).to_dict()
+    store.decide(decision, data)
+    return decision
+
+
+def run_in_store(
+    engine: Engine,
+    store: Store,
+    *,
+    run_id: str | None = None,
+    plan_text: str | None = None,
+    request: str | None = None,
+) -> RunResult | PausedRun:
+    """Start a run in `store`: `engine.execute(plan_text)` or `engine.run(request)`."""
+    with store.audit_log(run_id) as audit:
+        try:
+            if plan_text is not None:
+                return engine.execute(plan_text, audit)
+            return engine.run(request or "", audit)
+        except RunPaused as pause:
+            return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at)
+
+
+def resume_run(
+    store: Store,
+    run_id: str,
+    registry: Registry,
+    *,
+    gate: Callable[[Plan, AuditLog], None] | None = None,
+    llm: LLMClient | None = None,
+    checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
+) -> RunResult | PausedRun:
+    """Continue run `run_id` of `store`: verify it, re-drive its records, go on live.
+
+    The run's stored chain must verify first (a tampered run is never acted on). Completed
+    steps are not re-run; an interrupted non-idempotent write ends it `needs_review` (as
+    `pte.replay.resume_file`). `gate` is the deployment's approval gate (`pausing_gate`).
+    """
+    check_run_id(run_id)
+    report = store.verify(run_id)
+    if not report.intact:
+        raise FailedClosed(
+            ReasonCode.NEEDS_REVIEW, f"run {run_id} does not verify in {store.describe()}: {report.issue}"
+        )
+    records = store.records(run_id)
+    if not records:
+        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} has no records to resume")
+    if any(r.get("type") == "run_finished" for r in records):
+        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} is already finished; nothing to resume")
+    numbered = list(enumerate(records, start=1))
+    invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
+    engine = _engine_for(
+        records,
+        registry,
+        _ResumingLLM(ReplayClient.from_audit(records), llm),
+        invoker,
+        checks_factory,
+        approval=gate,
+    )
+    with store.audit_log(run_id) as forward:
+        audit = CheckingAuditLog(numbered, run_id=run_id, forward=forward)
+        try:
+            return _drive(engine, records[0], audit)
+        except RunPaused as pause:
+            return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at)
+
+
+def job_engine(job: Mapping[str, Any], registry: Registry, gate: Callable[[Plan, AuditLog], None]) -> Engine:
+    """The engine for a submitted job: its policy document (if any) over `registry`."""
+    from pte.engine import EngineConfig
+    from pte.policy import Policy
+
+    policy = Policy.from_registry(registry)
+    if job.get("policy") is not None:
+        policy = policy.with_document(job["policy"], source="<submitted policy>", ignore_unknown=True)
+    config = EngineConfig(llm_answer=False)
+    return Engine(registry, None, config=config, policy=policy, approval=gate)

@@ -1,0 +1,57 @@
+"""Appends are serialised across processes: two writers racing on one log never fork its chain."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pte.audit import AuditLog, verify
+from pte.errors import AuditWriteError
+
+ROUNDS = 1_000
+
+
+def _writer(path: str, name: str, barrier: Any, results: Any) -> None:
+    written = 0
+    refused = 0
+    for round_no in range(ROUNDS):
+        # Both writers open the log (and read its last hash) before either appends: each
+        # round, both hold the same view of the chain and race to extend it.
+        log = AuditLog(path, run_id=f"{name}-{round_no}", durability="none")
+        barrier.wait()
+        try:
+            log.append("run_started", mode="execute", request=None, tools=[], config={"round": round_no})
+            written += 1
+        except AuditWriteError:
+            refused += 1
+        log.close()
+        barrier.wait()
+    results.put((name, written, refused))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="advisory locks are POSIX here")
+def test_two_processes_appending_never_fork_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    workers = [ctx.Process(target=_writer, args=(str(path), name, barrier, results)) for name in "ab"]
+    for worker in workers:
+        worker.start()
+    outcome = [results.get(timeout=300) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    written = sum(w for _, w, _ in outcome)
+    refused = sum(r for _, _, r in outcome)
+    # Each round exactly one writer extends the chain and the other is refused (its view is
+    # stale): never both, which would leave two records claiming the same predecessor.
+    assert written == ROUNDS
+    assert refused == ROUNDS
+    report = verify(path, check_schema=False)
+    assert report.intact, report.issue
+    assert report.records == ROUNDS

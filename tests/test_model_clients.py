@@ -1,0 +1,207 @@
+"""Model clients: `OpenAIClient(http_client=...)`, `FunctionClient`, real attempt counts, library logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import structlog
+from pydantic import BaseModel
+
+from pte.audit import AuditLog, read_records
+from pte.engine import Engine, EngineConfig
+from pte.errors import LLMError, ReasonCode
+from pte.llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient
+from pte.logs import configure_logging
+from pte.testing import FakeOpenAIServer, FunctionCall, FunctionClient, Reply
+from pte.tools import Registry, tool
+
+PLAN = {
+    "pte_plan": "1",
+    "steps": [{"id": "a", "tool": "add_one", "args": {"value": 41}}],
+    "result": {"$ref": "a/value"},
+}
+
+
+class Value(BaseModel):
+    value: int
+
+
+@tool
+def add_one(value: int) -> Value:
+    """value + 1."""
+    return Value(value=value + 1)
+
+
+REGISTRY = Registry([add_one])
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PTE_MODEL", "OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
+def _chat(content: str) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "transport-model",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+
+
+# -- OpenAIClient(http_client=...) ------------------------------------------------------------
+
+
+def test_openai_client_uses_the_callers_http_client() -> None:
+    seen: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, json=_chat(json.dumps(PLAN)))
+
+    http = httpx2.Client(transport=httpx2.MockTransport(handler), headers={"x-corp-proxy": "yes"})
+    client = OpenAIClient("m", base_url="http://llm.internal.test/v1", http_client=http)
+    response = client.complete([{"role": "user", "content": "hi"}], schema={"type": "object"})
+    assert response.text == json.dumps(PLAN)
+    assert response.model == "transport-model"
+    assert [r.url.path for r in seen] == ["/v1/chat/completions"]
+    assert seen[0].headers["x-corp-proxy"] == "yes"  # the caller's client settings are in force
+    client.close()
+    assert not http.is_closed  # the caller's client is the caller's to close
+    http.close()
+
+
+def test_openai_client_over_a_real_loopback_server_with_an_http_client() -> None:
+    with FakeOpenAIServer([json.dumps(PLAN)]) as server, httpx2.Client(timeout=5.0) as http:
+        client = OpenAIClient("m", base_url=server.base_url, http_client=http)
+        assert client.complete([{"role": "user", "content": "x"}]).text == json.dumps(PLAN)
+        assert len(server.requests) == 1
+
+
+# -- real attempt counts -----------------------------------------------------------------------
+
+
+def test_a_failed_llm_call_records_its_real_attempt_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pte.llm.time.sleep", lambda _s: None)  # no backoff waits in the test
+    with FakeOpenAIServer([Reply("", status=503)] * 3) as server:
+        client = OpenAIClient("m", base_url=server.base_url, max_retries=2, timeout_s=5.0)
+        with AuditLog(tmp_path / "a.jsonl") as audit:
+            result = Engine(REGISTRY, client).run("add one to 41", audit)
+        assert len(server.requests) == 3
+    assert result.reason is ReasonCode.LLM_ERROR
+    (call,) = [r for r in read_records(tmp_path / "a.jsonl") if r["type"] == "llm_call"]
+    assert call["attempts"] == 3
+    assert "after 3 attempts" in call["error"]
+    # Replay serves the recorded failure with the same attempt count.
+    replayed = ReplayClient.from_audit([call])
+    with pytest.raises(LLMError) as caught:
+        replayed.complete([{"role": "user", "content": "x"}])
+    assert caught.value.attempts == 3
+
+
+# -- FunctionClient ----------------------------------------------------------------------------
+
+
+def test_function_client_plans_from_the_prompt_and_phrases_the_answer(tmp_path: Path) -> None:
+    def model(messages: list[dict[str, str]], call: FunctionCall) -> str:
+        prompt = "\n".join(m["content"] for m in messages)
+        if call.wants_json:
+            assert "add_one" in prompt  # the catalogue was shown
+            return json.dumps(PLAN)
+        return "The answer is 42." if "42" in prompt else "no result shown"
+
+    client = FunctionClient(model, model="fn-planner")
+    assert isinstance(client, LLMClient)
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        result = Engine(REGISTRY, client).run("add one to 41", audit)
+    assert result.ok, result.message
+    assert result.result == 42
+    assert result.answer == "The answer is 42."
+    assert [c["schema"] is not None for c in client.calls] == [True, False]
+    calls = [r for r in read_records(tmp_path / "a.jsonl") if r["type"] == "llm_call"]
+    assert [c["model"] for c in calls] == ["fn-planner", "fn-planner"]
+
+
+def test_function_client_errors() -> None:
+    def failing(messages: list[dict[str, str]], call: FunctionCall) -> str:
+        raise LLMError("the model is down", attempts=2)
+
+    with pytest.raises(LLMError, match="down"):
+        FunctionClient(failing).complete([{"role": "user", "content": "x"}])
+    with pytest.raises(LLMError, match="empty answer"):
+        FunctionClient(lambda m, c: "  ").complete([{"role": "user", "content": "x"}])
+    with pytest.raises(TypeError, match="str or LLMResponse"):
+        FunctionClient(lambda m, c: 42).complete([])  # type: ignore[arg-type,return-value]
+    full = LLMResponse("t", "m", "length", {"total_tokens": 1}, "text")
+    assert FunctionClient(lambda m, c: full).complete([]) is full
+
+
+def test_function_client_failure_fails_the_run_closed(tmp_path: Path) -> None:
+    def failing(messages: list[dict[str, str]], call: FunctionCall) -> str:
+        raise LLMError("quota exhausted", attempts=4)
+
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        result = Engine(REGISTRY, FunctionClient(failing)).run("x", audit)
+    assert result.reason is ReasonCode.LLM_ERROR
+    (call,) = [r for r in read_records(tmp_path / "a.jsonl") if r["type"] == "llm_call"]
+    assert call["attempts"] == 4
+
+
+# -- logging as a library ----------------------------------------------------------------------
+
+
+def _run(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        result = Engine(REGISTRY, config=EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+    assert result.ok
+
+
+def test_capture_logs_sees_the_engines_events(tmp_path: Path) -> None:
+    with structlog.testing.capture_logs() as logs:
+        _run(tmp_path)
+    events = [(e["event"], e.get("tool")) for e in logs]
+    assert ("step_finished", "add_one") in events
+    assert events[-1] == ("run_finished", None)
+    assert all(e["run_id"] for e in logs)
+
+
+def test_unconfigured_structlog_prints_nothing_and_stdlib_logging_gets_the_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    assert not structlog.is_configured()
+    with caplog.at_level(logging.WARNING, logger="pte"):
+        _run(tmp_path)
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "")  # a library prints nothing on its own
+    assert caplog.records == []
+    with caplog.at_level(logging.INFO, logger="pte"):
+        _run(tmp_path)
+    assert any("step_finished" in r.getMessage() for r in caplog.records)
+    assert not structlog.is_configured()  # PTE configured nothing
+
+
+def test_the_cli_configuration_writes_json_lines_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging(json_lines=True)
+    _run(tmp_path)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert {line["event"] for line in lines} >= {"step_finished", "run_finished"}

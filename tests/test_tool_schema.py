@@ -1,0 +1,173 @@
+"""`pte.tool_from_schema`: tools from JSON Schemas and a callable (sync or async)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pte import PlanRejected, ReasonCode, Registry, ToolRegistrationError, compile_plan, tool_from_schema
+from pte.audit import AuditLog, read_records
+from pte.engine import Engine, EngineConfig
+from pte.replay import replay_file
+
+INVOICE_OUT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "amount_cents": {"type": "integer"},
+        "customer": {"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]},
+    },
+    "required": ["id", "amount_cents", "customer"],
+}
+
+
+def _get_invoice(args: dict[str, Any]) -> dict[str, Any]:
+    return {"id": args["id"], "amount_cents": 1250, "customer": {"email": "ap@example.test"}}
+
+
+async def _double(args: dict[str, Any]) -> dict[str, Any]:
+    return {"value": args["x"] * 2}
+
+
+def _registry() -> Registry:
+    return Registry(
+        [
+            tool_from_schema(
+                "get-invoice",
+                description="One invoice by id.",
+                input_schema={"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+                output_schema=INVOICE_OUT,
+                func=_get_invoice,
+            ),
+            tool_from_schema(
+                "double",
+                description="x * 2 (async).",
+                input_schema={
+                    "type": "object",
+                    "properties": {"x": {"type": "integer"}},
+                    "required": ["x"],
+                    "additionalProperties": False,
+                },
+                output_schema={
+                    "type": "object",
+                    "properties": {"value": {"type": "integer"}},
+                    "required": ["value"],
+                },
+                func=_double,
+            ),
+        ]
+    )
+
+
+PLAN = {
+    "pte_plan": "1",
+    "steps": [
+        {"id": "inv", "tool": "get-invoice", "args": {"id": "INV-1"}},
+        {"id": "twice", "tool": "double", "args": {"x": {"$ref": "inv/amount_cents"}}},
+    ],
+    "result": {"$ref": "twice/value"},
+}
+
+
+def test_schema_tools_compile_with_typed_references_run_and_replay(tmp_path: Path) -> None:
+    registry = _registry()
+    plan = compile_plan(json.dumps(PLAN), registry)
+    assert plan.order == ("inv", "twice") or list(plan.order) == ["inv", "twice"]
+    log = tmp_path / "run.jsonl"
+    with AuditLog(log) as audit:
+        result = Engine(registry, config=EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+    assert result.ok, result.message
+    assert result.result == 2500
+    started = next(r for r in read_records(log) if r["type"] == "run_started")
+    assert {t["name"] for t in started["tools"]} == {"get-invoice", "double"}
+    assert replay_file(log).ok
+
+
+def test_references_into_schema_tools_are_type_checked() -> None:
+    registry = _registry()
+    bad = json.loads(json.dumps(PLAN))
+    bad["steps"][1]["args"]["x"] = {"$ref": "inv/customer/email"}  # a string where an integer is wanted
+    with pytest.raises(PlanRejected) as caught:
+        compile_plan(json.dumps(bad), registry)
+    assert caught.value.reason is ReasonCode.INVALID_ARGS
+    missing = json.loads(json.dumps(PLAN))
+    missing["steps"][1]["args"]["x"] = {"$ref": "inv/no_such_field"}
+    with pytest.raises(PlanRejected) as caught:
+        compile_plan(json.dumps(missing), registry)
+    assert caught.value.reason is ReasonCode.BAD_REFERENCE
+
+
+def test_output_that_breaks_its_schema_fails_the_step(tmp_path: Path) -> None:
+    lying = tool_from_schema(
+        "lying",
+        description="Claims an integer, returns a string.",
+        input_schema={"type": "object"},
+        output_schema={"type": "integer"},
+        func=lambda args: "not a number",
+    )
+    plan = {"pte_plan": "1", "steps": [{"id": "a", "tool": "lying", "args": {}}]}
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        result = Engine(Registry([lying]), config=EngineConfig(llm_answer=False)).execute(
+            json.dumps(plan), audit
+        )
+    assert result.reason is ReasonCode.STEP_FAILED
+    assert result.steps[0].error is not None and result.steps[0].error.kind == "invalid_output"
+
+
+def test_the_function_gets_a_private_copy_of_the_arguments() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def mutate(args: dict[str, Any]) -> int:
+        seen.append(args)
+        args["items"].append("injected")
+        return 1
+
+    spec = tool_from_schema(
+        "mutate",
+        description="",
+        input_schema={"type": "object"},
+        output_schema={"type": "integer"},
+        func=mutate,
+    )
+    args = {"items": ["a"]}
+    assert spec.invoke(args) == 1
+    assert args == {"items": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"name": "bad name"}, "must match"),
+        ({"input_schema": {"type": "string"}}, '"type": "object"'),
+        (
+            {"input_schema": {"type": "object", "properties": {"a": {"type": "nope"}}}},
+            "not a valid JSON Schema",
+        ),
+        ({"output_schema": {"$ref": "https://schemas.example.test/x.json"}}, "refers outside itself"),
+        (
+            {"output_schema": {"type": "object", "properties": {"a": {"$ref": "other.json#/a"}}}},
+            "refers outside",
+        ),
+        ({"output_schema": True}, "JSON Schema object"),
+        ({"effect": "delete"}, "effect"),
+        ({"provenance": "maybe"}, "provenance"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"sinks": {"missing": "request"}}, "not a property"),
+        ({"sinks": {"to": "somewhere"}}, "unknown provenance"),
+        ({"func": "not callable"}, "callable"),
+    ],
+)
+def test_refusals(kwargs: dict[str, Any], words: str) -> None:
+    base: dict[str, Any] = {
+        "name": "ok",
+        "description": "",
+        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}}},
+        "output_schema": {"type": "object"},
+        "func": lambda args: {},
+    }
+    base.update(kwargs)
+    with pytest.raises(ToolRegistrationError, match=words):
+        tool_from_schema(**base)
