@@ -7,8 +7,8 @@ step in a tamper-evident audit log.
 
 from __future__ import annotations
 
-from pte._version import __version__
 from pte._tool_schema import SchemaTool, tool_from_schema
+from pte._version import __version__
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.errors import (

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import orjson
+
 from pte.canonical import canonical_json
 from pte.errors import AuditWriteError, PTEError
 
@@ -224,6 +226,9 @@ class AuditLog:
         self._run_id_entry = (self.run_id, _encode_str(self.run_id))
         # Set when this run's run_finished is written (or found at the end of the file).
         self._sealed = False
+        # Hashes of the contents (catalogue, policy) the file already holds in some
+        # run_started's "stored": a run_started stores only the others.
+        self._stored: set[str] = set()
         if self.path is not None:
             self._open(self.path, repair_partial_tail)
         elif self._writer is not None:
@@ -258,7 +263,9 @@ class AuditLog:
 
     def _resume_chain(self, path: Path, fd: int, repair: bool) -> None:
         with open(path, "rb") as fh:
-            _check_format(path, fh.readline())
+            first = fh.readline()
+            _check_format(path, first)
+            self._stored = _stored_hashes(fh, fd, self._size, first)
             last, tail = _read_tail(fh, self._size)
         if tail:
             if not repair:
@@ -375,6 +382,8 @@ class AuditLog:
             self.next_seq += 1
             if self._keep:
                 self.records.append(record)
+            if type == "run_started" and isinstance(record.get("stored"), Mapping):
+                self._stored.update(record["stored"])
             if type == "run_finished":
                 self._sealed = True
                 if self._fd is not None and self.durability is not Durability.NONE:
@@ -392,7 +401,12 @@ class AuditLog:
         if clash:
             with self._lock:
                 raise self._fail(f"run_started: fields {clash} are set by the audit log itself")
-        return {"format": AUDIT_FORMAT, "pte_version": __version__, **fields}
+        out = {"format": AUDIT_FORMAT, "pte_version": __version__, **fields}
+        stored = fields.get("stored")
+        if isinstance(stored, Mapping):
+            # Content is stored once per log (docs/audit-format.md): drop what the file holds.
+            out["stored"] = {key: value for key, value in stored.items() if key not in self._stored}
+        return out
 
     def _layout(self, names: tuple[str, ...]) -> _Layout | None:
         """Where the fields named `names` and the common fields go in the sorted line.
@@ -662,6 +676,42 @@ def _read_tail(fh: Any, size: int, block: int = 65536) -> tuple[bytes | None, by
     tail = lines[-1]
     last = lines[-2] + b"\n" if len(lines) >= 2 else None
     return last, tail
+
+
+#: (device, inode, first line) of a log -> (bytes scanned, content hashes found): a process
+#: that opens the same log run after run scans only what was appended since.
+_STORED_SCANS: dict[tuple[int, int, bytes], tuple[int, frozenset[str]]] = {}
+
+
+def _stored_hashes(fh: Any, fd: int, size: int, first: bytes) -> set[str]:
+    """Hashes of the contents stored in the log's ``run_started`` records (first `size` bytes).
+
+    Best effort: a content stored twice (two processes starting runs at once) only costs
+    space; verify accepts it, since a stored value must hash to its key either way.
+    """
+    stat = os.fstat(fd)
+    key = (stat.st_dev, stat.st_ino, first)
+    start, found = _STORED_SCANS.get(key, (0, frozenset()))
+    if start > size:  # the file shrank (a repaired tail, a new file on a reused inode)
+        start, found = 0, frozenset()
+    hashes = set(found)
+    if start < size:
+        fh.seek(start)
+        scanned = start
+        for raw in fh:
+            if scanned + len(raw) > size or not raw.endswith(b"\n"):
+                break
+            scanned += len(raw)
+            if b'"stored":{"' in raw and b'"type":"run_started"' in raw:
+                try:
+                    stored = orjson.loads(raw).get("stored")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(stored, dict):
+                    hashes.update(stored)
+        _STORED_SCANS[key] = (scanned, frozenset(hashes))
+        fh.seek(0)
+    return hashes
 
 
 def _check_format(path: Path, first: bytes) -> None:

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from pte.canonical import canonical_bytes, is_canonical, sha256_hex
+from pte.canonical import loads as canonical_loads
 from pte.errors import PTEError
 
 #: ``prev`` of the first record of a file.
@@ -65,7 +66,7 @@ def iter_records(
                     return
                 raise AuditFormatError(path, number, "partial last line (the log ends mid-record)")
             try:
-                record = json.loads(raw.decode("utf-8"))
+                record = canonical_loads(raw.decode("utf-8"))
             except ValueError as exc:
                 raise AuditFormatError(path, number, f"not JSON: {exc}") from None
             except RecursionError:  # nesting no writer produces: refuse it, do not crash
@@ -335,6 +336,48 @@ def _record_hash(record: Mapping[str, Any], version: int) -> str:
     return _sha256(str(record["prev"]).encode("utf-8") + text).hexdigest()
 
 
+#: Fingerprint members that must equal the catalogue entry's (docs/audit-format.md).
+_FINGERPRINT_FIELDS = ("effect", "idempotent", "timeout_s", "provenance", "requires_approval", "sinks")
+
+
+def _content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | None:
+    """Format 2 ``run_started``: stored content, the references to it, the tool fingerprints.
+
+    `stored` (content hash -> value, for the whole log so far) gains this record's contents.
+    """
+    fresh = record.get("stored") or {}
+    for key, value in fresh.items():
+        try:
+            actual = _sha256(canonical_bytes(value)).hexdigest()
+        except (ValueError, TypeError, RecursionError):
+            actual = None
+        if actual != key:
+            return f"stored content {key[:12]}… does not hash to its key"
+        stored[key] = value
+    for name in ("catalogue", "policy"):
+        ref = record.get(name)
+        if ref is not None and ref not in stored:
+            return f"{name} {ref[:12]}… is not stored in the log"
+    if "catalogue" not in record:
+        return None
+    catalogue = stored[record["catalogue"]]
+    if not isinstance(catalogue, list) or not all(isinstance(e, dict) for e in catalogue):
+        return "the stored catalogue is not a list of tools"
+    by_name = {entry.get("name"): entry for entry in catalogue}
+    tools = record.get("tools") or []
+    if len(tools) != len(catalogue) or {t.get("name") for t in tools} != set(by_name):
+        return "tools and the stored catalogue name different tools"
+    for tool in tools:
+        entry = by_name[tool.get("name")]
+        schemas = {"input_schema": entry.get("input_schema"), "output_schema": entry.get("output_schema")}
+        if tool.get("schema_hash") != _sha256(canonical_bytes(schemas)).hexdigest():
+            return f"tool {tool.get('name')}: schema_hash does not match the stored catalogue"
+        for name in _FINGERPRINT_FIELDS:
+            if name in tool and canonical_bytes(tool[name]) != canonical_bytes(entry.get(name)):
+                return f"tool {tool.get('name')}: {name} differs from the stored catalogue"
+    return None
+
+
 def verify(
     path: str | os.PathLike[str] | Iterable[bytes],
     *,
@@ -364,6 +407,7 @@ def verify(
     checkers = _checkers() if check_schema else None
     wanted = frozenset(anchors)
     found_anchors: dict[int, str] = {}
+    stored: dict[str, Any] = {}
     expected_prev = GENESIS_HASH
     count = 0
     version = 2
@@ -472,6 +516,10 @@ def verify(
                     return broken(number, seq, f"run_started of format {found!r} in a {AUDIT_FORMAT} log")
                 if version == 1 and found is not None:
                     return broken(number, seq, f"run_started of format {found!r} in a format 1 log")
+                if version == 2:
+                    problem = _content_problem(record, stored)
+                    if problem is not None:
+                        return broken(number, seq, problem)
             if run_id != current_run:
                 if run_id in seen_runs:
                     return broken(number, seq, f"record of run {run_id} after run {current_run} began")

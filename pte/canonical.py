@@ -43,6 +43,7 @@ __all__ = [
     "canonical_json",
     "hash_json",
     "is_canonical",
+    "loads",
     "sha256_hex",
 ]
 
@@ -68,9 +69,11 @@ def canonical_bytes(value: Any) -> bytes:
 
     `value` must be JSON data: dicts with str keys, lists/tuples, str, int, float, bool,
     None (subclasses such as a `StrEnum` count as their base type). JSON numbers are
-    doubles: an integer beyond ±(2**53 - 1) is written as the double equal to it, and
-    refused when there is none. Raises `CanonicalizationError` (a `ValueError`) for
-    anything JCS cannot represent (NaN, infinities, lone surrogates, non-JSON types).
+    doubles: an integer beyond ±(2**53 - 1) is accepted only when JCS writes it with all
+    its digits (a double equal to it whose shortest form is the integer itself), else
+    refused (pass such identifiers as strings); `loads` reads such numbers back as floats.
+    Raises `CanonicalizationError` (a `ValueError`) for anything JCS cannot represent
+    (NaN, infinities, lone surrogates, non-JSON types).
     """
     kind = value.__class__
     if kind is dict or kind is list or kind is str:
@@ -126,7 +129,10 @@ def _as_doubles(value: Any, exact: bool) -> Any:
             double = float(value)
         except OverflowError:
             raise rfc8785.IntegerDomainError(value) from None
-        if exact and double != value:  # exact comparison: the double is not this integer
+        # Writing, the integer must survive the trip through JSON text: be a double, and be
+        # written with all its digits (2**53 is "9007199254740992"; 2**60 would read back as
+        # 1152921504606847000, so it is refused).
+        if exact and (double != value or rfc8785.dumps(double) != str(value).encode()):
             raise rfc8785.IntegerDomainError(value)
         return double
     if isinstance(value, dict):
@@ -157,6 +163,20 @@ def is_canonical(data: bytes, value: Any) -> bool:
         return _jcs(value, exact=False) == data
     except (ValueError, TypeError, RecursionError):
         return False
+
+
+def _parse_int(text: str) -> int | float:
+    value = int(text)
+    return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else float(text)
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON with JCS's number model: an integer beyond ±(2**53 - 1) is the double it names.
+
+    JCS writes the float 4.668842051184357e16 as ``46688420511843570``; read back with
+    `json.loads` that is an int not equal to the float. Read with `loads` it is the float.
+    """
+    return json.loads(text, parse_int=_parse_int)
 
 
 def sha256_hex(data: str | bytes) -> str:

@@ -21,6 +21,7 @@ from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte.executor import Executor, StepResult, ToolInvoker, resolve_result
+from pte.fingerprint import run_started_fields
 from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
 from pte.plan import Plan, plan_schema
@@ -261,11 +262,10 @@ class Engine:
             describe = getattr(self.llm, "describe", None)
             if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
                 config["llm"] = describe
-        config["policy"] = self.policy.to_document()
         config.update(extra or {})
-        run.audit.append(
-            "run_started", mode=mode, request=request, tools=self.registry.describe(), config=config
-        )
+        # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
+        fields = run_started_fields(self.registry, self.policy.to_document())
+        run.audit.append("run_started", mode=mode, request=request, config=config, **fields)
 
     def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
         if self.llm is None:

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from pte._resources import load_schema
 from pte.canonical import canonical_json
+from pte.canonical import loads as canonical_loads
 
 __all__ = [
     "PLAN_FORMAT_VERSION",
@@ -188,7 +189,7 @@ class PlanStep:
     @property
     def args(self) -> dict[str, Any]:
         """A fresh copy of the step's arguments, references left in place."""
-        value: dict[str, Any] = json.loads(self.args_json)
+        value: dict[str, Any] = canonical_loads(self.args_json)
         return value
 
     @property
@@ -244,7 +245,7 @@ class Plan:
     @property
     def result(self) -> Any:
         """The plan's `result` expression (references unresolved), or None."""
-        return None if self.result_json is None else json.loads(self.result_json)
+        return None if self.result_json is None else canonical_loads(self.result_json)
 
     @property
     def has_result(self) -> bool:
@@ -256,7 +257,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan document (a fresh copy)."""
-        value: dict[str, Any] = json.loads(self.canonical)
+        value: dict[str, Any] = canonical_loads(self.canonical)
         return value
 
     def to_json(self, indent: int | None = 2) -> str:

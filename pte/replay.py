@@ -38,6 +38,7 @@ from pte.errors import (
     ToolError,
 )
 from pte.executor import LiveInvoker, ToolInvoker
+from pte.fingerprint import expand_run_started, stored_contents
 from pte.llm import LLMClient, LLMResponse, ReplayClient
 from pte.plan import Plan, PlanStep
 from pte.policy import Policy
@@ -329,7 +330,7 @@ def _engine_for(
     *,
     approval: Callable[[Plan, AuditLog], None] | None = None,
 ) -> Engine:
-    started = run_records[0]
+    started = expand_run_started(run_records[0], stored_contents(run_records))
     registry = registry if registry is not None else _recorded_registry(started)
     config = EngineConfig.from_dict(started.get("config") or {})
     # Resuming a paused run takes the deployment's gate (pte.runs); replay the recorded one.
@@ -478,7 +479,12 @@ class ReplayReport:
 
 def _numbered(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     records = read_records(path, skip_partial_tail=True)
-    return [(i + 1, r) for i, r in enumerate(records)]
+    # Format 2 stores the catalogue and policy once per log: give each run_started its own.
+    contents = stored_contents(records)
+    return [
+        (i + 1, expand_run_started(r, contents) if r.get("type") == "run_started" else r)
+        for i, r in enumerate(records)
+    ]
 
 
 def _runs(numbered: Sequence[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:

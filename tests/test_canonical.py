@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pte.canonical import CanonicalizationError, canonical_bytes, canonical_json, hash_json, is_canonical
+from pte.canonical import loads as canonical_loads
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_VERIFIER = REPO / "verifier" / "verify.mjs"
@@ -106,7 +107,11 @@ def test_rfc8785_nan_and_infinities_are_refused(bits: str) -> None:
 
 def test_the_issues_probe_values() -> None:
     # The values on which PTE's former "canonical JSON" (json.dumps) was not RFC 8785.
-    assert canonical_json([1.0, 1e-07, -0.0, 2**60]) == "[1,1e-7,0,1152921504606847000]"
+    assert canonical_json([1.0, 1e-07, -0.0, 2.0**60]) == "[1,1e-7,0,1152921504606847000]"
+    # The integer 2**60 would read back as 1152921504606847000 everywhere: refused, not altered.
+    with pytest.raises(CanonicalizationError):
+        canonical_bytes([2**60])
+    assert canonical_json([2**53, -(2**53)]) == "[9007199254740992,-9007199254740992]"
     assert canonical_json({"\ue000": 1, "\U0001f600": 2}) == '{"\U0001f600":2,"\ue000":1}'
 
 
@@ -119,6 +124,7 @@ def test_integers_beyond_doubles_are_refused_not_rounded() -> None:
     line = canonical_bytes({"n": 4.668842051184357e16})
     assert line == b'{"n":46688420511843570}'
     assert is_canonical(line, json.loads(line))
+    assert canonical_loads(line) == {"n": 4.668842051184357e16}
 
 
 @pytest.mark.parametrize(
@@ -191,7 +197,7 @@ def test_hashing_equals_an_independent_implementation_in_javascript(tmp_path: Pa
         values.append(value)
 
     collect()
-    values += [[1.0, 1e-07, -0.0, 2**60, 1e21, 1e-6, 5e-324], {"\ue000": 1, "\U0001f600": 2}]
+    values += [[1.0, 1e-07, -0.0, 2.0**60, 2**53, 1e21, 1e-6, 5e-324], {"\ue000": 1, "\U0001f600": 2}]
     path = tmp_path / "values.jsonl"
     # Input in Python's own JSON (not canonical): the JavaScript side must canonicalise it.
     path.write_text("".join(json.dumps(v) + "\n" for v in values), encoding="utf-8")

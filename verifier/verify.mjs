@@ -225,8 +225,8 @@ function checkRunStarted(n, record, stored) {
   const fresh = record.stored ?? {};
   if (typeof fresh !== "object" || fresh === null || Array.isArray(fresh)) throw new Issue(n, "stored is not an object");
   for (const [h, value] of Object.entries(fresh)) {
+    // Stored twice (two writers at once) is allowed: the value must hash to its key either way.
     if (sha256Hex(jcs(value)) !== h) throw new Issue(n, `stored content ${h.slice(0, 12)}… does not hash to its key`);
-    if (stored.has(h)) throw new Issue(n, `content ${h.slice(0, 12)}… stored twice`);
     stored.set(h, value);
   }
   for (const name of ["catalogue", "policy"]) {
@@ -239,14 +239,16 @@ function checkRunStarted(n, record, stored) {
     if (!Array.isArray(catalogue)) throw new Issue(n, "the stored catalogue is not a list");
     const byName = new Map(catalogue.map((t) => [t.name, t]));
     const tools = record.tools ?? [];
-    if (tools.length !== catalogue.length) throw new Issue(n, "tools and catalogue differ in length");
+    if (tools.length !== catalogue.length || tools.some((t) => !byName.has(t.name))) {
+      throw new Issue(n, "tools and the stored catalogue name different tools");
+    }
     for (const tool of tools) {
       const entry = byName.get(tool.name);
       if (entry === undefined) throw new Issue(n, `tool ${tool.name} is not in the catalogue`);
       const schemas = { input_schema: entry.input_schema, output_schema: entry.output_schema };
       if (sha256Hex(jcs(schemas)) !== tool.schema_hash) throw new Issue(n, `tool ${tool.name}: schema_hash does not match the catalogue`);
       for (const field of ["effect", "sinks", "requires_approval", "provenance", "idempotent", "timeout_s"]) {
-        if (field in tool && jcs(tool[field]) !== jcs(entry[field])) throw new Issue(n, `tool ${tool.name}: ${field} differs from the catalogue`);
+        if (field in tool && jcs(tool[field]) !== jcs(entry[field] ?? null)) throw new Issue(n, `tool ${tool.name}: ${field} differs from the catalogue`);
       }
     }
   }
