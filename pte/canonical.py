@@ -64,7 +64,7 @@ _MAX_SAFE_INT = 2**53 - 1
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def canonical_bytes(value: Any) -> bytes:
+def canonical_bytes(value: Any, *, from_text: bool = False) -> bytes:
     """The RFC 8785 (JCS) serialisation of `value`, as UTF-8 bytes.
 
     `value` must be JSON data: dicts with str keys, lists/tuples, str, int, float, bool,
@@ -74,6 +74,9 @@ def canonical_bytes(value: Any) -> bytes:
     refused (pass such identifiers as strings); `loads` reads such numbers back as floats.
     Raises `CanonicalizationError` (a `ValueError`) for anything JCS cannot represent
     (NaN, infinities, lone surrogates, non-JSON types).
+
+    `from_text`: `value` was parsed from JSON text (a plan), where every number is a double:
+    an integer beyond ±(2**53 - 1) stands for the double nearest to it, as in JavaScript.
     """
     kind = value.__class__
     if kind is dict or kind is list or kind is str:
@@ -85,7 +88,7 @@ def canonical_bytes(value: Any) -> bytes:
             # A lone string has no numbers and no keys: orjson's form is JCS's.
             if kind is str or (_NEEDS_JCS.search(data) is None and (b"null" not in data or _finite(value))):
                 return data
-    return _jcs(value)
+    return _jcs(value, exact=not from_text)
 
 
 def _finite(value: Any) -> bool:
@@ -142,9 +145,9 @@ def _as_doubles(value: Any, exact: bool) -> Any:
     return value
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: Any, *, from_text: bool = False) -> str:
     """`canonical_bytes` as text (the JCS form of `value`)."""
-    return canonical_bytes(value).decode("utf-8")
+    return canonical_bytes(value, from_text=from_text).decode("utf-8")
 
 
 def is_canonical(data: bytes, value: Any) -> bool:
