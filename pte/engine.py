@@ -264,7 +264,7 @@ class Engine:
                 config["llm"] = describe
         config.update(extra or {})
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
-        fields = run_started_fields(self.registry, self.policy.to_document())
+        fields = run_started_fields(self.registry, self.policy.to_document(), run.audit.redactor.redact)
         run.audit.append("run_started", mode=mode, request=request, config=config, **fields)
 
     def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:

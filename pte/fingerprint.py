@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -72,12 +72,22 @@ def prompts_hash() -> str:
     return hashlib.sha256(inspect.getsource(prompts).encode("utf-8")).hexdigest()
 
 
-def run_started_fields(registry: Registry, policy_document: Mapping[str, Any] | None) -> dict[str, Any]:
+def run_started_fields(
+    registry: Registry,
+    policy_document: Mapping[str, Any] | None,
+    redact: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
     """``tools``, ``catalogue``, ``policy``, ``prompts`` and ``stored`` for a ``run_started``.
 
     ``stored`` offers every content; `AuditLog` drops the ones its file already holds.
+    `redact` (the audit log's `Redactor.redact`) is applied to the contents *before* they
+    are hashed, so that hashes and fingerprints describe what the log holds (a schema
+    property named ``password`` is stored redacted, as every record field is).
     """
     catalogue = registry.describe()
+    if redact is not None:
+        catalogue = redact(catalogue)
+        policy_document = redact(policy_document) if policy_document is not None else None
     catalogue_hash = hash_json(catalogue)
     stored: dict[str, Any] = {catalogue_hash: catalogue}
     policy_hash = None
