@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,6 +18,7 @@ from typing import Any, NamedTuple
 import jsonschema
 import jsonschema_rs
 
+from pte import _generics
 from pte import _json as strict_json
 from pte import _schema_types as st
 from pte.canonical import canonical_json, sha256_hex
@@ -69,8 +69,8 @@ class CompileContext:
     #: Steps completed before this plan (a replan or a resume): step id -> tool name.
     #: The plan may reference their outputs; they are never run again.
     prior: Mapping[str, str] = field(default_factory=dict)
-    #: (tool, wiring) of argument objects already type-checked successfully in this compile.
-    wiring_ok: set[tuple[str, str]] = field(default_factory=set)
+    #: step id -> (output schema, its root) of steps whose tool is generic: inferred by check_args.
+    inferred: dict[str, tuple[st.Schema, Mapping[str, Any]]] = field(default_factory=dict)
     #: Extra information checks may attach (e.g. provenance labels from a policy check).
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -87,6 +87,17 @@ class CompileContext:
         if step_id in self.index:
             return self.tool(self.index[step_id])
         return self.registry[self.prior[step_id]]
+
+    def output_type(self, step_id: str) -> tuple[st.Schema, Mapping[str, Any]]:
+        """The output schema of a step (and the root its ``$ref``s resolve against).
+
+        For a generic tool it is the schema inferred for this step from its arguments; a
+        completed step of an earlier plan (a replan) has its tool's declared schema.
+        """
+        if step_id in self.inferred:
+            return self.inferred[step_id]
+        producer = self.producer(step_id)
+        return producer.output_schema, producer.output_schema
 
 
 CompileCheck = Callable[[CompileContext], None]
@@ -280,13 +291,10 @@ def _collect_checked(value: Any, ctx: CompileContext, start_depth: int, *where: 
     return sites
 
 
-def _select(ctx: CompileContext, producer: ToolSpec, ref: Reference) -> st.Schema | None:
-    """The output schema part a reference selects (cached per compile: plans repeat wiring)."""
-    cache: dict[Any, st.Schema | None] = ctx.extras.setdefault("_select_cache", {})
-    key = (producer.name, ref.tokens)
-    if key not in cache:
-        cache[key] = st.select(producer.output_schema, producer.output_schema, ref.tokens)
-    return cache[key]
+def _select(ctx: CompileContext, ref: Reference) -> st.Schema | None:
+    """The schema of the value a reference selects: its pointer into the producer's output type."""
+    schema, root = ctx.output_type(ref.step)
+    return st.select(schema, root, ref.tokens)
 
 
 def _check_ref_target(
@@ -300,11 +308,16 @@ def _check_ref_target(
         raise _reject(
             ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r}: that step's tool is not available", *where
         )
-    producer = ctx.producer(ref.step)
-    if ref.tokens and _select(ctx, producer, ref) is None:
+    if ref.step in ctx.index and ctx.producer(ref.step).generic:
+        return  # its output type is known once its own arguments are typed (check_args)
+    _check_pointer(ctx, ref, where)
+
+
+def _check_pointer(ctx: CompileContext, ref: Reference, where: tuple[str | int, ...]) -> None:
+    if ref.tokens and _select(ctx, ref) is None:
         raise _reject(
             ReasonCode.BAD_REFERENCE,
-            f"reference {str(ref)!r}: the output of {producer.name!r} has no {ref.pointer!r}",
+            f"reference {str(ref)!r}: the output of {ctx.producer(ref.step).name!r} has no {ref.pointer!r}",
             *where,
         )
 
@@ -392,31 +405,35 @@ def _shape(schema: st.Schema, root: Mapping[str, Any]) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class _StepTypes:
+    """The input schema a step's arguments are checked against, with the root and validator for it."""
+
+    tool: ToolSpec
+    schema: Mapping[str, Any]
+    validator: jsonschema.Draft202012Validator
+
+
 def _type_check(
     ctx: CompileContext,
     value: Any,
     schema: st.Schema,
-    tool: ToolSpec,
+    types: _StepTypes,
     path: tuple[str | int, ...],
     ref_prefixes: frozenset[tuple[str | int, ...]],
 ) -> _Mismatch | None:
     """Why `value` (literals and references) does not fit `schema`, or None if it does."""
-    root = tool.input_schema
+    root, tool = types.schema, types.tool
     if is_reference(value):
         ref = Reference.parse(value["$ref"])
         producer = ctx.producer(ref.step)
-        # Plans repeat the same wiring many times; the answer depends only on these four.
-        key = (producer.name, ref.tokens, tool.name, id(schema))
-        cache: dict[Any, bool] = ctx.extras.setdefault("_assignable_cache", {})
-        src = _select(ctx, producer, ref)
-        assert src is not None  # check_references proved the pointer exists
-        fits = cache.get(key)
-        if fits is None:
-            fits = cache[key] = st.assignable(src, producer.output_schema, schema, root)
-        if not fits:
-            given, expected = st.describe(src, producer.output_schema), st.describe(schema, root)
+        src_root = ctx.output_type(ref.step)[1]
+        src = _select(ctx, ref)
+        assert src is not None  # the pointer was proven to exist before type checks
+        if not st.assignable(src, src_root, schema, root):
+            given, expected = st.describe(src, src_root), st.describe(schema, root)
             if given == expected:  # same JSON type: say what else differs
-                given, expected = _shape(src, producer.output_schema), _shape(schema, root)
+                given, expected = _shape(src, src_root), _shape(schema, root)
             return _Mismatch(
                 f"reference {str(ref)!r} gives {given} ({producer.name} output) "
                 f"but {tool.name} expects {expected}",
@@ -424,18 +441,20 @@ def _type_check(
             )
         return None
     if path not in ref_prefixes:
-        if _literal_validator(ctx, tool, schema).is_valid(value):
+        # A plain literal. A whole parameter of a declared schema has a compiled validator;
+        # otherwise (or to explain a failure) the reference validator walks only this value.
+        if len(path) == 1 and root is tool.input_schema and tool.param_is_valid(str(path[0]), value):
             return None
-        error = jsonschema.exceptions.best_match(tool._input_validator.descend(value, schema))
+        error = jsonschema.exceptions.best_match(types.validator.descend(value, schema))
         if error is None:
-            return _Mismatch("not valid", path)
+            return None
         return _Mismatch(error.message, (*path, *error.relative_path))
     schema = st.deref(schema, root)
     if not isinstance(schema, Mapping):
         return None if schema else _Mismatch("no value is allowed here", path)
     for keyword in ("anyOf", "oneOf"):
         if keyword in schema:
-            reasons = [_type_check(ctx, value, b, tool, path, ref_prefixes) for b in schema[keyword]]
+            reasons = [_type_check(ctx, value, b, types, path, ref_prefixes) for b in schema[keyword]]
             failures = [r for r in reasons if r is not None]
             if len(failures) == len(reasons):
                 if len(failures) == 1:
@@ -444,12 +463,12 @@ def _type_check(
                 return _Mismatch(f"matches none of the allowed forms ({joined})", path)
             return None
     for branch in schema.get("allOf", ()):
-        mismatch = _type_check(ctx, value, branch, tool, path, ref_prefixes)
+        mismatch = _type_check(ctx, value, branch, types, path, ref_prefixes)
         if mismatch is not None:
             return mismatch
-    types = st.types_of(schema, root)
+    types_here = st.types_of(schema, root)
     if isinstance(value, dict):
-        if "object" not in types:
+        if "object" not in types_here:
             return _Mismatch(f"an object is given but {st.describe(schema, root)} is expected", path)
         missing = [k for k in schema.get("required", ()) if k not in value]
         if missing:
@@ -460,74 +479,111 @@ def _type_check(
             sub = props.get(key, extra)
             if sub is False:
                 return _Mismatch(f"unexpected property {key!r}", (*path, key))
-            mismatch = _type_check(ctx, item, sub, tool, (*path, key), ref_prefixes)
+            mismatch = _type_check(ctx, item, sub, types, (*path, key), ref_prefixes)
             if mismatch is not None:
                 return mismatch
         return None
     if isinstance(value, list):
-        if "array" not in types:
+        if "array" not in types_here:
             return _Mismatch(f"an array is given but {st.describe(schema, root)} is expected", path)
         prefix = schema.get("prefixItems", [])
         items = schema.get("items", True)
         for index, item in enumerate(value):
             sub = prefix[index] if index < len(prefix) else items
-            mismatch = _type_check(ctx, item, sub, tool, (*path, index), ref_prefixes)
+            mismatch = _type_check(ctx, item, sub, types, (*path, index), ref_prefixes)
             if mismatch is not None:
                 return mismatch
         return None
     return None
 
 
-def _literal_validator(ctx: CompileContext, tool: ToolSpec, schema: st.Schema) -> Any:
-    """A compiled validator for one sub-schema of a tool's input schema (cached per compile)."""
-    cache: dict[Any, Any] = ctx.extras.setdefault("_literal_validators", {})
-    key = (tool.name, id(schema))
-    validator = cache.get(key)
-    if validator is None:
-        sub: Any = schema
-        if isinstance(schema, Mapping):
-            sub = {**schema, "$defs": tool.input_schema.get("$defs", {})}
-        validator = cache[key] = jsonschema_rs.validator_for(sub)
-    return validator
+def _value_schema(ctx: CompileContext, value: Any) -> st.Schema:
+    """The (self-contained) schema of an argument value: references stand for their selected types."""
+    if is_reference(value):
+        ref = Reference.parse(value["$ref"])
+        selected = _select(ctx, ref)
+        return True if selected is None else _generics.inline(selected, ctx.output_type(ref.step)[1])
+    if isinstance(value, dict):
+        return {
+            "type": "object",
+            "properties": {k: _value_schema(ctx, v) for k, v in value.items()},
+            "required": list(value),
+            "additionalProperties": False,
+        }
+    if isinstance(value, list):
+        return {"type": "array", "items": _generics.union([_value_schema(ctx, v) for v in value]) or True}
+    return _generics.literal_schema(value)
 
 
-# A reference as canonical JSON writes it: {"$ref":"step_id/pointer"} (the pointer cannot hold '"').
-_REF_IN_TEXT = re.compile(r'\{"\$ref":"([a-z][a-z0-9_]*)((?:/[^"\\]*)?)"\}')
-
-
-def _wiring(ctx: CompileContext, match: re.Match[str]) -> str:
-    # A reference's type is that of its producer tool's output at the pointer: the step id is noise.
-    return f'{{"$ref":"{ctx.producer(match[1]).name}#{match[2]}"}}'
+def _infer(ctx: CompileContext, i: int, step: dict[str, Any], tool: ToolSpec) -> _StepTypes:
+    """Bind a generic tool's type variables from this step's arguments; record its output type."""
+    args = step["args"]
+    env: dict[str, st.Schema] = {}
+    try:
+        _generics.bind(tool.input_schema, _value_schema(ctx, args), env)
+    except _generics.BindError as exc:
+        where = json_path(exc.path)[2:] or "args"
+        raise _reject(
+            ReasonCode.INVALID_ARGS,
+            f"step {step['id']!r} ({tool.name}): {where}: {exc.message}",
+            "steps",
+            i,
+            "args",
+            *exc.path,
+        ) from None
+    bad_field = _generics.field_errors(tool.input_schema, env, args)
+    if bad_field is not None:
+        param, message = bad_field
+        raise _reject(
+            ReasonCode.INVALID_ARGS,
+            f"step {step['id']!r} ({tool.name}): {param}: {message}",
+            "steps",
+            i,
+            "args",
+            param,
+        )
+    output = _generics.thaw(_generics.substitute(tool.output_schema, env, args))
+    ctx.inferred[step["id"]] = (output, output if isinstance(output, Mapping) else {})
+    concrete = _generics.thaw(_generics.substitute(tool.input_schema, env, args))
+    assert isinstance(concrete, Mapping)
+    return _StepTypes(tool, concrete, jsonschema.Draft202012Validator(concrete))
 
 
 def check_args(ctx: CompileContext) -> None:
-    """invalid_args: a step's args do not fit its tool's input schema, references standing for their types."""
-    for i, step in enumerate(ctx.steps):
+    """invalid_args: a step's args do not fit its tool's input schema, references standing for their types.
+
+    Steps are checked in execution order, so the output type of every step a reference
+    reads is known: declared by its tool, or inferred for a generic tool from the step's
+    own arguments (then references into it are checked here too: bad_reference).
+    """
+    for step_id in ctx.order:
+        i = ctx.index[step_id]
+        step = ctx.steps[i]
         tool = ctx.tool(i)
         args = step["args"]
-        if not ctx.references[i]:
-            error = tool.args_error(args)
-            if error is not None:
-                raise _reject(
-                    ReasonCode.INVALID_ARGS,
-                    f"step {step['id']!r} ({tool.name}): {error.message}",
-                    "steps",
-                    i,
-                    "args",
-                    *error.absolute_path,
-                )
-            continue
-        # Steps wired the same way (same tool, same literals, references to the same producer
-        # tools and pointers) type-check the same: plans repeat patterns, so remember successes.
-        key = (tool.name, _REF_IN_TEXT.sub(lambda m: _wiring(ctx, m), canonical_json(args)))
-        if key in ctx.wiring_ok:
-            continue
+        for path, ref in ctx.references[i]:
+            if ref.step in ctx.inferred:
+                _check_pointer(ctx, ref, ("steps", i, "args", *path))
+        if tool.generic:
+            types = _infer(ctx, i, step, tool)
+        else:
+            types = _StepTypes(tool, tool.input_schema, tool._input_validator)
+            if not ctx.references[i]:
+                error = tool.args_error(args)
+                if error is not None:
+                    raise _reject(
+                        ReasonCode.INVALID_ARGS,
+                        f"step {step['id']!r} ({tool.name}): {error.message}",
+                        "steps",
+                        i,
+                        "args",
+                        *error.absolute_path,
+                    )
+                continue
         # Every path that leads to a reference: the rest of args are plain literals.
         prefixes = frozenset(path[:n] for path, _ in ctx.references[i] for n in range(len(path) + 1))
-        mismatch = _type_check(ctx, args, tool.input_schema, tool, (), prefixes)
-        if mismatch is None:
-            ctx.wiring_ok.add(key)
-        else:
+        mismatch = _type_check(ctx, args, types.schema, types, (), prefixes)
+        if mismatch is not None:
             where = json_path(mismatch.path)[2:] or "args"
             raise _reject(
                 ReasonCode.INVALID_ARGS,
@@ -537,6 +593,10 @@ def check_args(ctx: CompileContext) -> None:
                 "args",
                 *mismatch.path,
             )
+    if "result" in ctx.document:
+        for path, ref in _collect_checked(ctx.document["result"], ctx, 2, "result"):
+            if ref.step in ctx.inferred:
+                _check_pointer(ctx, ref, ("result", *path))
 
 
 #: The checks `compile_plan` runs, in order. Each raises `PlanRejected` with its own reason code.
@@ -591,4 +651,11 @@ def compile_plan(
             raise _reject(
                 ReasonCode.POLICY_VIOLATION, f"check {name} failed: {type(exc).__name__}: {exc}"
             ) from exc
-    return build_plan(ctx.document, ctx.order, sha256_hex(ctx.canonical), ctx.canonical, ctx.references)
+    return build_plan(
+        ctx.document,
+        ctx.order,
+        sha256_hex(ctx.canonical),
+        ctx.canonical,
+        ctx.references,
+        output_types={step_id: schema for step_id, (schema, _) in ctx.inferred.items()},
+    )

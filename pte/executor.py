@@ -535,6 +535,9 @@ class Executor:
             # steps returned (and the log recorded) nor the args kept in this step's result.
             output = self.invoker(spec, _fresh_copy(args), step)
             spec.validate_output(output)
+            mistyped = plan.output_error(step.id, output)
+            if mistyped is not None:
+                raise ToolError("invalid_output", mistyped)
         except ToolError as error:
             return self._record_failure(step, args, error, started, audit, spec, plan, started_logged=True)
         duration_ms = (time.perf_counter() - started) * 1000

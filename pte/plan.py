@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+import jsonschema_rs
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from pte._resources import load_schema
@@ -227,6 +228,8 @@ class Plan:
     canonical: str = field(repr=False)
     result_json: str | None = field(default=None, repr=False)
     _index: Mapping[str, PlanStep] = field(default_factory=dict, repr=False, compare=False)
+    #: step id -> canonical JSON of the output schema compile inferred (steps of generic tools).
+    _output_types: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -237,6 +240,27 @@ class Plan:
     def step(self, step_id: str) -> PlanStep:
         """The step with this id (KeyError if none)."""
         return self._index[step_id]
+
+    def output_schema(self, step_id: str) -> dict[str, Any] | None:
+        """The output type compile inferred for a step of a generic tool (a fresh copy), else None."""
+        text = self._output_types.get(step_id)
+        return None if text is None else json.loads(text)
+
+    def output_error(self, step_id: str, output: Any) -> str | None:
+        """Why `output` breaks the type compile inferred for this step, or None if it fits.
+
+        A generic tool's own schema says little (``list[T]`` is any list); the inferred one
+        is what later steps were type-checked against, so the executor holds outputs to it.
+        """
+        text = self._output_types.get(step_id)
+        if text is None:
+            return None
+        validator = jsonschema_rs.validator_for(json.loads(text))
+        if validator.is_valid(output):
+            return None
+        first = next(iter(validator.iter_errors(output)))
+        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
+        return f"{where.lstrip('.') or '(root)'}: {first.message} (the type compile inferred for this step)"
 
     def steps_in_order(self) -> Iterator[PlanStep]:
         """Steps in execution order."""
@@ -288,6 +312,7 @@ def build_plan(
     plan_hash: str,
     canonical: str,
     references: list[list[tuple[tuple[str | int, ...], Reference]]] | None = None,
+    output_types: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Assemble a `Plan` from a document that `compile` has fully validated."""
     steps = []
@@ -318,4 +343,5 @@ def build_plan(
         canonical=canonical,
         result_json=result_json,
         _index={s.id: s for s in steps},
+        _output_types={k: canonical_json(v) for k, v in (output_types or {}).items()},
     )

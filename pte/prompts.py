@@ -68,7 +68,13 @@ reference it. "after" only orders steps (for side effects), it passes no data. S
 must not depend on each other in a cycle. Use only the tools listed below; any other tool \
 name rejects the whole plan. Use deterministic tools (calculator, shaping tools) to \
 combine results; never ask for an LLM to do arithmetic or to consolidate data. \
-"result" is what the run returns, usually a reference to the final figure or text."""
+"result" is what the run returns, usually a reference to the final figure or text.
+
+Generic tools: {"x-pte-var": "T"} in a schema is a type variable. The step's output has \
+the type of the value you pass where T is (sort_records then first still gives records \
+with their fields: reference "<id>/record/<field>"). {"x-pte-field-of": ["T", "field"]} is \
+the type of that field of T; {"x-pte-pick": ["T", "fields"]} is T with only those fields; \
+"x-pte-field": "T" means the text must be a field name of T's records."""
 
 
 def _catalogue_text(registry: Registry, policy: Policy | None = None) -> str:

@@ -7,11 +7,13 @@ really accepts. A registry holds the tools a run may call; nothing else can be c
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
 import json
 import sys
+import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_python
 
+from pte import _generics
+from pte._generics import FieldName, FieldOf, PickOf
 from pte._resources import data_dir
 from pte.canonical import canonical_json
 from pte.errors import ToolError, ToolPackError, ToolRegistrationError
@@ -33,7 +37,10 @@ from pte.errors import ToolError, ToolPackError, ToolRegistrationError
 __all__ = [
     "STOCK_PACKS",
     "Effect",
+    "FieldName",
+    "FieldOf",
     "OutputProvenance",
+    "PickOf",
     "Registry",
     "ToolSpec",
     "load_pack",
@@ -79,6 +86,27 @@ class ToolSpec:
     # ones only run to explain a failure with a precise message.
     _fast_input: Any = field(repr=False, default=None)
     _fast_output: Any = field(repr=False, default=None)
+
+    @functools.cached_property
+    def generic(self) -> bool:
+        """True when the schemas hold type variables: each step's output type is inferred."""
+        return _generics.has_markers(self.input_schema) or _generics.has_markers(self.output_schema)
+
+    @functools.cached_property
+    def _param_validators(self) -> dict[str, Any]:
+        # One compiled validator per parameter: compile checks the literal arguments of a step
+        # that also holds references one parameter at a time.
+        defs = self.input_schema.get("$defs")
+        out: dict[str, Any] = {}
+        for name, schema in (self.input_schema.get("properties") or {}).items():
+            whole = {**schema, "$defs": defs} if defs and isinstance(schema, Mapping) else schema
+            out[name] = jsonschema_rs.validator_for(whole)
+        return out
+
+    def param_is_valid(self, name: str, value: Any) -> bool:
+        """True if `value` is valid for parameter `name` (False for an unknown parameter)."""
+        validator = self._param_validators.get(name)
+        return validator is not None and bool(validator.is_valid(value))
 
     def args_error(self, args: Any) -> jsonschema.ValidationError | None:
         """The most relevant reason `args` is invalid against the input schema, or None."""
@@ -219,6 +247,80 @@ class _JsonSchema(GenerateJsonSchema):
         return json_schema
 
 
+def _mark_type_vars(hint: Any) -> Any:
+    """`hint` with each TypeVar replaced by its bound, marked so the JSON Schema names the variable.
+
+    pydantic itself would read an unbound TypeVar as `Any`; the marker (``x-pte-var``) is
+    what lets compile infer each step's concrete types (see `pte._generics`).
+    """
+    if isinstance(hint, TypeVar):
+        if hint.__constraints__:
+            bound: Any = typing.Union[hint.__constraints__]  # noqa: UP007 - built from a tuple
+        else:
+            bound = hint.__bound__ if hint.__bound__ is not None else Any
+        return typing.Annotated[bound, _generics.TypeVarMarker(hint.__name__)]
+    metadata = getattr(hint, "__pydantic_generic_metadata__", None)
+    if metadata and metadata.get("origin") is not None and metadata.get("args"):
+        return metadata["origin"][tuple(_mark_type_vars(a) for a in metadata["args"])]
+    if metadata and metadata.get("parameters"):  # a generic model used without arguments
+        return hint[tuple(_mark_type_vars(p) for p in metadata["parameters"])]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if not args:
+        return hint
+    if origin is typing.Annotated:
+        return typing.Annotated[(_mark_type_vars(args[0]), *hint.__metadata__)]
+    marked = tuple(_mark_type_vars(a) for a in args)
+    if marked == args:
+        return hint
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[marked]  # noqa: UP007 - built from a tuple
+    if origin is Literal:
+        return hint
+    return origin[marked[0] if len(marked) == 1 else marked]
+
+
+def _generic_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    inlined = _generics.inline(schema, schema)
+    assert isinstance(inlined, dict)
+
+    def tidy(node: Any) -> Any:
+        # Parametrised generic models are titled like "Records[Annotated[Any, ...]]".
+        if isinstance(node, dict):
+            out = {k: tidy(v) for k, v in node.items()}
+            title = out.get("title")
+            if isinstance(title, str) and "[" in title:
+                out["title"] = title.split("[", 1)[0]
+            return out
+        if isinstance(node, list):
+            return [tidy(v) for v in node]
+        return node
+
+    tidied: dict[str, Any] = tidy(inlined)
+    return tidied
+
+
+def _var_names(schema: Any, key: str) -> set[str]:
+    if isinstance(schema, dict):
+        found = {str(schema[key])} if key in schema and isinstance(schema[key], str) else set()
+        if key != _generics.VAR:
+            marker = schema.get(key)
+            if isinstance(marker, list) and marker:
+                found = {str(marker[0])}
+        for value in schema.values():
+            found |= _var_names(value, key)
+        return found
+    if isinstance(schema, list):
+        return set().union(*(_var_names(v, key) for v in schema)) if schema else set()
+    return set()
+
+
+def _unbound_output_vars(input_schema: dict[str, Any], output_schema: dict[str, Any]) -> list[str]:
+    wanted = set()
+    for key in (_generics.VAR, _generics.FIELD_OF, _generics.PICK):
+        wanted |= _var_names(output_schema, key)
+    return sorted(wanted - _var_names(input_schema, _generics.VAR))
+
+
 def _format_error(error: jsonschema.ValidationError) -> str:
     where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     return f"{where.lstrip('.') or '(root)'}: {error.message}"
@@ -278,7 +380,7 @@ def _build_spec(
                 "every parameter needs one so that PTE can derive the input schema"
             )
         default = ... if param.default is param.empty else param.default
-        fields[param.name] = (hints[param.name], default)
+        fields[param.name] = (_mark_type_vars(hints[param.name]), default)
     if "return" not in hints:
         raise ToolRegistrationError(
             f"tool {tool_name!r}: no return type hint; PTE derives the output schema from it "
@@ -291,7 +393,7 @@ def _build_spec(
     try:
         input_model = create_model(f"{tool_name}_input", __config__=ConfigDict(extra="forbid"), **fields)
         input_schema = input_model.model_json_schema(mode="validation", schema_generator=_JsonSchema)
-        output_schema = TypeAdapter(hints["return"]).json_schema(
+        output_schema = TypeAdapter(_mark_type_vars(hints["return"])).json_schema(
             mode="serialization", schema_generator=_JsonSchema
         )
     except pydantic.PydanticUserError as exc:
@@ -299,6 +401,16 @@ def _build_spec(
         raise ToolRegistrationError(
             f"tool {tool_name!r}: its type hints do not give a JSON Schema: {first_line}"
         ) from None
+    if _generics.has_markers(input_schema) or _generics.has_markers(output_schema):
+        # Self-contained schemas (no $defs) for generic tools: inference substitutes into them.
+        input_schema = _generic_schema(input_schema)
+        output_schema = _generic_schema(output_schema)
+        unbound = _unbound_output_vars(input_schema, output_schema)
+        if unbound:
+            raise ToolRegistrationError(
+                f"tool {tool_name!r}: type variable(s) {unbound} appear in the return type but in no "
+                "parameter, so no step could ever bind them"
+            )
     for schema in (input_schema, output_schema):
         jsonschema.Draft202012Validator.check_schema(schema)
 

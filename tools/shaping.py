@@ -3,7 +3,13 @@
 Records are JSON objects (``list[dict]``), typically the lists that read tools return
 (e.g. ``{"$ref": "inv/invoices"}``). Every tool here is pure, deterministic and labelled
 ``provenance="derived"``: its output is as trusted as the least trusted of its inputs.
-Numbers and decimal strings ("120.50") compare and add exactly, as `decimal.Decimal`.
+Numbers and decimal strings ("120.50") compare and add exactly, as `decimal.Decimal`;
+ISO 8601 timestamps compare as instants.
+
+The tools are generic (``records: list[R]``): compile infers each step's output type from
+the records wired in, so ``sort_records`` then ``first`` still gives a typed record whose
+fields later steps can reference, and a field name the records cannot have is a compile
+error.
 
 This module is loaded by file path (``pte.tools.load_pack("shaping")``), so it must not
 import anything from the ``tools`` directory.
@@ -11,18 +17,19 @@ import anything from the ``tools`` directory.
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 import json
 import math
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
-from pte.tools import tool
+from pte.tools import FieldName, FieldOf, PickOf, tool
 
 __all__ = [
     "count",
@@ -63,15 +70,19 @@ PlainDecimal = Annotated[
 ]
 
 Record = dict[str, Any]
+#: Records of whatever type the step is given (the output keeps that type).
+R = TypeVar("R", bound=Record)
+#: Items of any type.
+T = TypeVar("T")
 
 
-class RecordsResult(BaseModel):
-    records: list[Record] = Field(description="The resulting records (JSON objects).")
+class RecordsResult(BaseModel, Generic[T]):
+    records: list[T] = Field(description="The resulting records, of the input's type.")
     count: int = Field(description="Number of records in `records`.")
 
 
-class ValuesResult(BaseModel):
-    values: list[Any] = Field(description="One value per input record, in input order.")
+class ValuesResult(BaseModel, Generic[T]):
+    values: list[T] = Field(description="One value per input record, in input order.")
     count: int = Field(description="Number of values.")
 
 
@@ -111,8 +122,8 @@ class CountResult(BaseModel):
     count: int = Field(description="Number of items.")
 
 
-class RecordResult(BaseModel):
-    record: Record = Field(description="The record (a JSON object).")
+class RecordResult(BaseModel, Generic[T]):
+    record: T = Field(description="The record, of the input's type.")
 
 
 def _context() -> decimal.Context:
@@ -142,14 +153,14 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _check_field(records: list[Record], field: str) -> None:
+def _check_field(records: Sequence[Record], field: str) -> None:
     # A field that no record has is a typo in the plan, not an empty result.
     if records and not any(field in record for record in records):
         known = sorted({key for record in records for key in record})
         raise ValueError(f"unknown field {field!r}; the records have fields: {', '.join(known) or 'none'}")
 
 
-def _required(records: list[Record], field: str) -> list[Any]:
+def _required(records: Sequence[Record], field: str) -> list[Any]:
     _check_field(records, field)
     values = []
     for index, record in enumerate(records):
@@ -175,10 +186,48 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number" if isinstance(value, (int, float, Decimal)) else "text"
+
+
+# An ISO 8601 date with a time ("2024-05-15T10:00:00", "2024-05-15 13:00", "...Z", "...+02:00").
+_TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?")
+
+
+def _instant(value: Any) -> dt.datetime | None:
+    """An ISO 8601 date or timestamp as a datetime (a date is its midnight), else None."""
+    if not isinstance(value, str) or not _TIMESTAMP_RE.fullmatch(value.strip()):
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+
+
+def _instants(a: Any, b: Any) -> tuple[dt.datetime, dt.datetime] | None:
+    ta, tb = _instant(a), _instant(b)
+    if ta is None or tb is None:
+        return None
+    if (ta.tzinfo is None) != (tb.tzinfo is None):
+        raise ValueError(
+            f"cannot compare {_describe(a)} with {_describe(b)}: one has a time zone and the other not"
+        )
+    return ta, tb
+
+
 def _ordering_key(a: Any, b: Any) -> tuple[Any, Any] | None:
     na, nb = _numeric(a), _numeric(b)
     if na is not None and nb is not None:
         return na, nb
+    instants = _instants(a, b)
+    if instants is not None:
+        return instants
     if isinstance(a, str) and isinstance(b, str):
         return a, b
     return None
@@ -192,7 +241,30 @@ _ORDERINGS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _matcher(op: str, value: Any) -> Callable[[Any], bool]:
+_TEXT_OPS = ("contains", "starts_with", "ends_with", "has_word")
+
+
+def _text_test(op: str, needle: str, ignore_case: bool) -> Callable[[str], bool]:
+    if ignore_case:
+        needle = needle.casefold()
+    if op == "has_word":
+        # Whole words: not preceded or followed by a letter, digit or underscore.
+        word = re.compile(rf"(?<!\w){re.escape(needle)}(?!\w)")
+        return lambda text: word.search(text.casefold() if ignore_case else text) is not None
+    tests: dict[str, Callable[[str, str], bool]] = {
+        "contains": lambda text, n: n in text,
+        "starts_with": str.startswith,
+        "ends_with": str.endswith,
+    }
+    test = tests[op]
+    return lambda text: test(text.casefold() if ignore_case else text, needle)
+
+
+def _matcher(op: str, value: Any, ignore_case: bool = False) -> Callable[[Any], bool]:
+    if ignore_case and isinstance(value, str) and op in ("eq", "ne"):
+        folded = value.casefold()
+        same: Callable[[Any], bool] = lambda v: isinstance(v, str) and v.casefold() == folded  # noqa: E731
+        return same if op == "eq" else lambda v: not same(v)
     if op == "eq":
         return lambda v: _equal(v, value)
     if op == "ne":
@@ -200,19 +272,29 @@ def _matcher(op: str, value: Any) -> Callable[[Any], bool]:
     if op == "in":
         if not isinstance(value, list):
             raise ValueError(f"op 'in' needs a list value, got {_describe(value)}")
+        if ignore_case:
+            folded_items = {item.casefold() for item in value if isinstance(item, str)}
+            return lambda v: isinstance(v, str) and v.casefold() in folded_items
         return lambda v: any(_equal(v, item) for item in value)
-    if op == "contains":
+    if op in _TEXT_OPS:
+        test = _text_test(op, value, ignore_case) if isinstance(value, str) else None
 
-        def contains(v: Any) -> bool:
-            if isinstance(v, str):
-                if not isinstance(value, str):
-                    raise ValueError(f"op 'contains' on text needs a text value, got {_describe(value)}")
-                return value in v
-            if isinstance(v, list):
+        def text_op(v: Any) -> bool:
+            if v is None:
+                return False
+            if isinstance(v, list) and op == "contains":
                 return any(_equal(item, value) for item in v)
-            return False
+            if not isinstance(v, str):
+                # Never a silent empty result: a number or an object cannot contain text.
+                raise ValueError(
+                    f"op {op!r} needs a text field{' or a list' if op == 'contains' else ''}, "
+                    f"but the field holds {_kind(v)} {_describe(v)}"
+                )
+            if test is None:
+                raise ValueError(f"op {op!r} on text needs a text value, got {_describe(value)}")
+            return test(v)
 
-        return contains
+        return text_op
 
     compare = _ORDERINGS[op]
 
@@ -254,8 +336,14 @@ def _render(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
+#: A field name of the records given to the same step (compile checks it against their type).
+FieldOfR = Annotated[str, FieldName(R)]
+
+
 @tool(provenance="derived")
-def pick(records: list[Record], fields: list[str]) -> RecordsResult:
+def pick(
+    records: list[R], fields: Annotated[list[str], FieldName(R)]
+) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
     """Keep only `fields` in each record (a projection); returns {records, count}.
 
     A field a record lacks is left out of that record; a field that no record has is an
@@ -270,19 +358,18 @@ def pick(records: list[Record], fields: list[str]) -> RecordsResult:
 
 
 @tool(provenance="derived")
-def pluck(records: list[Record], field: str) -> ValuesResult:
+def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, FieldOf(R, "field")]]:
     """Return {values, count}: the value of `field` from every record, in order (a column).
 
-    Every record must have the field. `values` is untyped (any JSON); to pass a column
-    to a typed parameter use pluck_numbers (e.g. amounts for the calculator) or
-    pluck_text (e.g. invoice ids).
+    Every record must have the field. `values` has the field's type (e.g. a list of
+    strings for an e-mail field), so it can feed a typed parameter.
     """
     values = _required(records, field)
     return ValuesResult(values=values, count=len(values))
 
 
 @tool(provenance="derived")
-def pluck_numbers(records: list[Record], field: str) -> NumbersResult:
+def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
     """Return {values, count}: `field` from every record as decimal strings, in order (a typed column).
 
     Like pluck, but every value must be a number or decimal string, and `values` is typed
@@ -295,12 +382,11 @@ def pluck_numbers(records: list[Record], field: str) -> NumbersResult:
 
 
 @tool(provenance="derived")
-def pluck_text(records: list[Record], field: str) -> TextValuesResult:
+def pluck_text(records: list[R], field: FieldOfR) -> TextValuesResult:
     """Return {values, count}: `field` from every record as text, in order (a typed column).
 
     Like pluck, but every value must be a string (e.g. invoice ids), and `values` is
-    typed as a list of strings, so it can feed a parameter such as send_reminders'
-    invoice_ids. Every record must have the field.
+    typed as a list of strings. Every record must have the field.
     """
     values = _required(records, field)
     for index, value in enumerate(values):
@@ -311,59 +397,72 @@ def pluck_text(records: list[Record], field: str) -> TextValuesResult:
 
 @tool(provenance="derived")
 def filter_records(
-    records: list[Record],
-    field: str,
-    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "contains", "in"],
+    records: list[R],
+    field: FieldOfR,
+    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "contains", "starts_with", "ends_with", "has_word"],
     value: Any,
-) -> RecordsResult:
+    ignore_case: bool = False,
+) -> RecordsResult[R]:
     """Keep the records whose `field` satisfies `op` `value`; returns {records, count}, order kept.
 
     eq/ne: equality; numbers and decimal strings compare by value ("120.50" eq 120.5).
-    lt/le/gt/ge: numeric when both sides are numbers or decimal strings, else text order
-    (ISO dates "2026-10-01" compare correctly as text); mixing a number and text is an error.
-    contains: `value` is a substring of a text field, or an element of a list field.
+    lt/le/gt/ge: numbers (or decimal strings) by value, ISO 8601 dates/timestamps as
+    instants ("2024-05-15 13:00" vs "2024-05-15T10:00:00"), other text in text order;
+    mixing a number and text is an error.
+    contains/starts_with/ends_with/has_word (a whole word): on a text field; contains also
+    tests membership in a list field. A field holding another type is an error, not "no match".
     in: the field's value is one of `value` (a list).
-    Records without the field never match (not even for ne); a field no record has is an error.
+    ignore_case: text comparisons (eq, ne, in and the text ops) ignore letter case.
+    Records without the field (or with null) never match; a field no record has is an error.
     """
     _check_field(records, field)
-    matches = _matcher(op, value)
+    matches = _matcher(op, value, ignore_case)
     out = [record for record in records if field in record and matches(record[field])]
     return RecordsResult(records=out, count=len(out))
 
 
 @tool(provenance="derived")
-def sort_records(records: list[Record], by: str, descending: bool = False) -> RecordsResult:
+def sort_records(records: list[R], by: FieldOfR, descending: bool = False) -> RecordsResult[R]:
     """Sort records by the field `by`; returns {records, count}.
 
     The sort is stable (ties keep their input order). Values compare numerically when all
-    are numbers or decimal strings, else as text (all must then be text). Records where
-    the field is missing or null come last, in either direction.
+    are numbers or decimal strings, as instants when all are ISO 8601 dates/timestamps,
+    else as text (all must then be text). Records where the field is missing or null come
+    last, in either direction.
     """
     _check_field(records, by)
     present = [record for record in records if record.get(by) is not None]
     missing = [record for record in records if record.get(by) is None]
-    numbers = [_numeric(record[by]) for record in present]
-    keys: list[Any]
-    if all(number is not None for number in numbers):
-        keys = [number for number in numbers if number is not None]
-    elif all(isinstance(record[by], str) for record in present):
-        keys = [record[by] for record in present]
-    else:
-        raise ValueError(f"field {by!r} mixes numbers and text (or holds lists/objects); cannot sort")
+    keys = _sort_keys([record[by] for record in present], by)
     # sorted() is stable, also with reverse=True: ties keep their input order either way.
     order = sorted(range(len(present)), key=lambda i: keys[i], reverse=descending)
     return RecordsResult(records=[present[i] for i in order] + missing, count=len(records))
 
 
+def _sort_keys(values: list[Any], by: str) -> list[Any]:
+    numbers = [_numeric(value) for value in values]
+    if all(number is not None for number in numbers):
+        return numbers
+    instants = [_instant(value) for value in values]
+    if values and all(instant is not None for instant in instants):
+        aware = {instant.tzinfo is not None for instant in instants if instant is not None}
+        if len(aware) > 1:
+            raise ValueError(f"field {by!r} mixes timestamps with and without a time zone; cannot sort")
+        return instants
+    if all(isinstance(value, str) for value in values):
+        return values
+    raise ValueError(f"field {by!r} mixes numbers and text (or holds lists/objects); cannot sort")
+
+
 @tool(provenance="derived")
-def take(records: list[Record], n: Annotated[int, Field(ge=0)]) -> RecordsResult:
-    """Return {records, count}: the first `n` records (all if fewer), e.g. the top n after sort_records."""
+def take(records: list[T], n: Annotated[int, Field(ge=0)]) -> RecordsResult[T]:
+    """Return {records, count}: the first `n` items (all if fewer), e.g. the top n after sort_records."""
     out = records[:n]
     return RecordsResult(records=out, count=len(out))
 
 
 @tool(provenance="derived")
-def sum_field(records: list[Record], field: str) -> SumResult:
+def sum_field(records: list[R], field: FieldOfR) -> SumResult:
     """Return {total, count}: the exact decimal sum of `field` over all records.
 
     Values must be numbers or decimal strings ("120.50"); `total` is a decimal string.
@@ -379,7 +478,7 @@ def sum_field(records: list[Record], field: str) -> SumResult:
 
 
 @tool(provenance="derived")
-def group_sum(records: list[Record], key: str, field: str) -> GroupSumResult:
+def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResult:
     """Group records by the value of `key` and sum `field` exactly in each group; returns {groups, count}.
 
     `groups` is a list of {key, total, count} sorted by key (key as text, total as a
@@ -445,8 +544,8 @@ def count(records: list[Any]) -> CountResult:
 
 
 @tool(provenance="derived")
-def first(records: list[Record]) -> RecordResult:
-    """Return {record}: the first record of a non-empty list (e.g. the top one after sort_records).
+def first(records: list[T]) -> RecordResult[T]:
+    """Return {record}: the first item of a non-empty list (e.g. the top one after sort_records).
 
     An empty list is an error.
     """

@@ -342,6 +342,8 @@ class _Catalogue:
                 _check_supported(spec.input_schema, spec.input_schema, set())
                 schema = types.deref(spec.input_schema, spec.input_schema)
                 usable = isinstance(schema, Mapping) and "object" in types.types_of(schema, spec.input_schema)
+                # A generic tool's argument types depend on its inputs: `data_plans` generates those.
+                usable = usable and not spec.generic
             except _Unsupported:
                 usable = False
             pointers = _output_pointers(spec.output_schema)
