@@ -22,6 +22,7 @@ from pte.errors import (
     ToolError,
     ToolPackError,
     ToolRegistrationError,
+    TransientError,
 )
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
@@ -50,6 +51,7 @@ __all__ = [
     "ToolPackError",
     "ToolRegistrationError",
     "ToolSpec",
+    "TransientError",
     "__version__",
     "canonical_json",
     "compile",

@@ -23,19 +23,17 @@ import contextlib
 import json
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from hashlib import sha256 as _sha256
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pte.canonical import canonical_json
+from pte.canonical import canonical_json, sha256_hex
 from pte.errors import AuditWriteError, PTEError
 
 if TYPE_CHECKING:
@@ -100,59 +98,8 @@ class Durability(StrEnum):
 
 
 def _utc_now() -> str:
-    """ISO-8601 UTC with microseconds, e.g. ``2026-11-22T02:30:31.123456Z``.
-
-    Same text as ``datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` (both floor the
-    system clock to the microsecond) at a fraction of the cost: the date and time of day
-    are formatted once per second.
-    """
-    global _ts_second
-    second, micros = divmod(_time_ns() // 1000, 1_000_000)
-    cached = _ts_second
-    if cached[0] != second:
-        cached = _ts_second = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S."))
-    return cached[1] + str(micros + 1_000_000)[1:] + "Z"
-
-
-#: (epoch second, its "YYYY-MM-DDTHH:MM:SS." prefix); replaced as one tuple, so thread-safe.
-_ts_second: tuple[int, str] = (-1, "")
-_time_ns = time.time_ns
-
-
-#: One encoder for every record: RFC 8785 (JCS), as for every other hash (pte/canonical.py).
-_encode: Callable[[Any], str] = canonical_json
-
-#: The JSON string literal of a str, exactly as JCS writes it (same escapes as the json module
-#: with ensure_ascii=False; a lone surrogate fails later, when the line is encoded to UTF-8).
-_encode_str: Callable[[str], str] = (
-    getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
-)
-
-#: Integers JCS can hold: those a double represents exactly (RFC 8785 section 3.2.2.3, I-JSON).
-_MAX_SAFE_INT = 2**53 - 1
-
-_NOT_CACHED = object()
-
-
-class _Layout(NamedTuple):
-    """How a record's line is assembled (see `AuditLog._layout`).
-
-    `pieces` alternates the constant text before each entry (``{"args":``, ``,"effect":``,
-    ...) with a slot for its value (None), and ends with ``}``: the keys in sorted order,
-    "hash" left out. The line puts ``hash_before + digest + hash_after`` at `hash_at`
-    instead (the "hash" entry and the separator of the entry that follows it).
-    """
-
-    pieces: list[str | None]
-    hash_at: int
-    hash_before: str
-    hash_after: str
-    prev: int
-    run_id: int
-    seq: int
-    ts: int
-    type: int
-    slots: tuple[tuple[str, int], ...]  # (field name, its value's index in pieces), in call order
+    """ISO-8601 UTC with microseconds, e.g. ``2026-11-22T02:30:31.123456Z``."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class AuditLog:
@@ -216,14 +163,6 @@ class AuditLog:
         self._dir_synced = True
         self._closed = False
         self._broken: str | None = None
-        # Stands in for the hash while a record is serialised (see `append`): random per log,
-        # so no data can be made to contain it on purpose.
-        self._placeholder = uuid.uuid4().hex + uuid.uuid4().hex
-        self._placeholder_entry = f'"hash":"{self._placeholder}",'
-        # Field names (in call order) -> where each goes in the sorted line (see `_layout`).
-        self._layouts: dict[tuple[str, ...], _Layout | None] = {}
-        self._layouts_redactor: Redactor | None = None
-        self._run_id_entry = (self.run_id, _encode_str(self.run_id))
         # Set when this run's run_finished is written (or found at the end of the file).
         self._sealed = False
         # Hashes of the contents (catalogue, policy) the file already holds in some
@@ -336,18 +275,8 @@ class AuditLog:
             ):
                 self._refuse(type, fields)
             try:
-                ts = self._clock()
-                layout = None
-                if self.redactor.__class__ is Redactor and ts.__class__ is str and type.__class__ is str:
-                    names = tuple(fields)
-                    layout = self._layouts.get(names) if self._layouts_redactor is self.redactor else None
-                    if layout is None:
-                        layout = self._layout(names)
-                if layout is not None:
-                    record, digest, data = self._serialise(layout, type, ts, fields)
-                else:
-                    record, digest, data = self._serialise_slowly(type, ts, fields)
-            except (TypeError, ValueError, RecursionError) as exc:
+                record, digest, data = self._serialise(type, fields)
+            except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
                 raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
             if self._validate:
                 problem = _schema_problem(record)
@@ -359,7 +288,6 @@ class AuditLog:
                     # Another writer (or a truncation) would fork the chain: refuse rather than
                     # interleave. The advisory lock makes check-and-write one step across
                     # processes (two writers that both saw the old size cannot both write).
-                    # lseek(SEEK_END) gives the size for half the cost of fstat.
                     with _append_lock(fd):
                         size = os.lseek(fd, 0, os.SEEK_END)
                         if size != self._size:
@@ -408,128 +336,25 @@ class AuditLog:
             out["stored"] = {key: value for key, value in stored.items() if key not in self._stored}
         return out
 
-    def _layout(self, names: tuple[str, ...]) -> _Layout | None:
-        """Where the fields named `names` and the common fields go in the sorted line.
+    def _serialise(self, type: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], str, bytes]:
+        """The record, its hash and its line: the one place hashed JSON is produced.
 
-        None when a field name is a secret key (its value is then redacted whole): such
-        records take the general path. Built once per set of names (per redactor).
-        """
-        if self._layouts_redactor is not self.redactor:
-            self._layouts = {}
-            self._layouts_redactor = self.redactor
-        layout = self._layouts.get(names, _NOT_CACHED)
-        if layout is _NOT_CACHED:
-            layout = None
-            # Non-ASCII names take the general path: JCS orders keys by UTF-16 code unit.
-            if all(name.isascii() for name in names) and not any(
-                self.redactor.is_secret_key(name) for name in names
-            ):
-                order = sorted({*names, "hash", "prev", "run_id", "seq", "ts", "type"})
-                if len(order) == len(names) + 6:
-                    hash_at = order.index("hash")
-                    del order[hash_at]
-                    pieces: list[str | None] = []
-                    for index, name in enumerate(order):
-                        pieces += ["{" if index == 0 else ",", None]
-                        pieces[-2] += _encode_str(name) + ":"  # type: ignore[operator]
-                    pieces.append("}")
-                    value_at = {name: 2 * index + 1 for index, name in enumerate(order)}
-                    layout = _Layout(
-                        pieces,
-                        2 * hash_at,
-                        "{" + '"hash":"' if hash_at == 0 else ',"hash":"',
-                        '",' + pieces[2 * hash_at][1:],  # type: ignore[index]
-                        value_at["prev"],
-                        value_at["run_id"],
-                        value_at["seq"],
-                        value_at["ts"],
-                        value_at["type"],
-                        tuple((name, value_at[name]) for name in names),
-                    )
-            if len(self._layouts) < 256:
-                self._layouts[names] = layout
-        return layout  # type: ignore[return-value]
-
-    def _serialise(
-        self, layout: _Layout, type: str, ts: str, fields: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], str, bytes]:
-        """The record, its hash and its line, for plain field values (the usual case).
-
-        Each top-level value is redacted and encoded once, straight into its place in the
-        sorted line (a text through the redactor's memo, a number as ``repr``, a container
-        by the C encoder); the hashed body is the same parts without the "hash" entry.
-        Byte for byte what ``canonical_json`` gives (tests/test_executor_timeouts.py checks).
+        The hash covers ``prev`` + the canonical JSON of the record without "hash"; the line
+        is the canonical JSON of the record with it (so verify needs nothing but
+        `canonical_json` to check a line).
         """
         prev = self.last_hash
-        seq = self.next_seq
-        run_id = self.run_id
-        if run_id is not self._run_id_entry[0]:
-            self._run_id_entry = (run_id, _encode_str(run_id))
-        pieces = layout.pieces.copy()
-        pieces[layout.prev] = '"' + prev + '"'  # a hash: nothing to escape
-        pieces[layout.run_id] = self._run_id_entry[1]
-        pieces[layout.seq] = str(seq)
-        pieces[layout.ts] = _encode_str(ts)
-        pieces[layout.type] = _encode_str(type)
-        record: dict[str, Any] = {"seq": seq, "run_id": run_id, "ts": ts, "type": type, "prev": prev}
-        redactor = self.redactor
-        json_cache = redactor._json_cache
-        for name, index in layout.slots:
-            value = fields[name]
-            kind = value.__class__
-            if kind is str:
-                hit = json_cache.get(value)
-                value, text = hit if hit is not None else redactor._redact_json_text(value)
-            elif kind is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
-                text = int.__repr__(value)
-            elif value is None:
-                text = "null"
-            elif value is True or value is False:
-                text = "true" if value else "false"
-            else:  # floats, big integers, containers, subclasses: the JCS encoder
-                value = redactor.redact(value)
-                text = _encode(value)
-            record[name] = value
-            pieces[index] = text
-        body = "".join(pieces)  # type: ignore[arg-type]
-        digest = _sha256((prev + body).encode("utf-8")).hexdigest()
-        at = layout.hash_at
-        pieces[at] = layout.hash_before + digest + layout.hash_after
-        pieces.append("\n")
-        record["hash"] = digest
-        return record, digest, "".join(pieces).encode("utf-8")  # type: ignore[arg-type]
-
-    def _serialise_slowly(
-        self, type: str, ts: Any, fields: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], str, bytes]:
-        """`_serialise` for any record: redact everything, then encode the whole record once."""
-        prev = self.last_hash
-        placeholder = self._placeholder
-        record = {
+        record: dict[str, Any] = {
             "seq": self.next_seq,
             "run_id": self.run_id,
-            "ts": ts,
+            "ts": self._clock(),
             "type": type,
             "prev": prev,
             **self.redactor.redact(fields),
-            "hash": placeholder,
         }
-        # One serialisation gives both texts: the line, with a placeholder for the hash,
-        # and the hashed body, which is that line without its "hash" entry (keys are
-        # sorted and "prev" follows "hash", so the entry is always followed by a comma).
-        text = _encode(record)
-        at = text.find(placeholder) - 8  # len('"hash":"')
-        end = at + 74  # len('"hash":"') + 64 + len('",')
-        if at >= 0 and text[at:end] == self._placeholder_entry and text.find(placeholder, end) < 0:
-            digest = _sha256((prev + text[:at] + text[end:]).encode("utf-8")).hexdigest()
-            record["hash"] = digest
-            data = text.replace(placeholder, digest, 1).encode("utf-8") + b"\n"
-        else:  # the data holds this log's placeholder too: serialise the plain way
-            del record["hash"]
-            digest = _sha256((prev + _encode(record)).encode("utf-8")).hexdigest()
-            record["hash"] = digest
-            data = (_encode(record) + "\n").encode("utf-8")
-        return record, digest, data
+        digest = sha256_hex(prev + canonical_json(record))
+        record["hash"] = digest
+        return record, digest, (canonical_json(record) + "\n").encode("utf-8")
 
     def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
         """Raise the reason `append` cannot write (the caller holds the lock)."""

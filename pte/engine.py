@@ -20,7 +20,7 @@ from pte import prompts
 from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
-from pte.executor import Executor, StepResult, ToolInvoker, resolve_result
+from pte.executor import DEFAULT_CONCURRENCY, Executor, StepResult, ToolInvoker, resolve_result
 from pte.fingerprint import run_started_fields
 from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
@@ -146,6 +146,8 @@ class Engine:
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
+    - `max_concurrency`, `serial_writes`: how many steps may run at once, and whether a
+      write runs alone (`Executor`). The records do not depend on either.
     """
 
     def __init__(
@@ -159,11 +161,15 @@ class Engine:
         before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
         policy: Policy | None = None,
         approval: Callable[[Plan, AuditLog], None] | None = None,
+        max_concurrency: int = DEFAULT_CONCURRENCY,
+        serial_writes: bool = False,
     ) -> None:
         self.registry = registry
         self.llm = llm
         self.config = config or EngineConfig()
-        self.executor = Executor(registry, invoker=invoker)
+        self.executor = Executor(
+            registry, invoker=invoker, max_concurrency=max_concurrency, serial_writes=serial_writes
+        )
         self.checks = tuple(checks)
         self.before_execute = tuple(before_execute)
         self.policy = policy if policy is not None else Policy.from_registry(registry)
@@ -398,7 +404,14 @@ class Engine:
 
     def _stop_if_effect_unknown(self, failure: StepResult) -> None:
         """A non-idempotent write that timed out may or may not have taken effect: a replan could
-        repeat it, so a person must look first."""
+        repeat it, so a person must look first. A tool that raised SystemExit, KeyboardInterrupt
+        or another BaseException (`ToolError.fatal`) ends the run: it is not replanned around."""
+        if failure.error is not None and failure.error.fatal:
+            raise FailedClosed(
+                ReasonCode.STEP_FAILED,
+                f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error.message}; "
+                "the run is stopped",
+            )
         spec = self.registry[failure.tool]
         if (
             spec.effect == "write"

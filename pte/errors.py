@@ -92,15 +92,45 @@ class ToolPackError(PTEError):
 
 
 class ToolError(PTEError):
-    """A tool call failed: bad arguments, an exception in the tool, a timeout or bad output."""
+    """A tool call failed: bad arguments, an exception in the tool, a timeout or bad output.
 
-    def __init__(self, kind: str, message: str) -> None:
+    `fatal` marks a tool that raised a `BaseException` that is not an `Exception`
+    (`SystemExit`, `KeyboardInterrupt`, ...): its step fails and the run ends there instead
+    of being replanned. It is recorded (``"fatal": true``), so replay reaches the same end.
+    """
+
+    def __init__(self, kind: str, message: str, *, fatal: bool = False) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+        self.fatal = fatal
 
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "message": self.message}
+    def to_dict(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"kind": self.kind, "message": self.message}
+        if self.fatal:
+            error["fatal"] = True
+        return error
+
+    @classmethod
+    def from_dict(cls, error: Any) -> ToolError:
+        """The error recorded by `to_dict` (replay and resume rebuild failures from the log)."""
+        error = error if isinstance(error, dict) else {}
+        return cls(
+            str(error.get("kind", "tool_error")),
+            str(error.get("message", "")),
+            fatal=error.get("fatal") is True,
+        )
+
+
+class TransientError(ToolError):
+    """Raised by a tool for a failure worth retrying (a 503, a dropped connection).
+
+    Retried when the tool declares ``retries`` (idempotent tools only); once the retries
+    are used up, the step fails with kind ``transient``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("transient", message)
 
 
 class AuditWriteError(FailedClosed):

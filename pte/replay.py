@@ -215,7 +215,7 @@ class RecordedInvoker:
         if recorded.get("status") == "ok":
             return recorded.get("output")
         error = recorded.get("error") or {}
-        raise ToolError(str(error.get("kind", "tool_error")), str(error.get("message", "")))
+        raise ToolError.from_dict(error)
 
     def _diff(
         self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, recorded: Mapping[str, Any]

@@ -39,6 +39,7 @@ __all__ = [
     "Effect",
     "FieldName",
     "FieldOf",
+    "Isolation",
     "OutputProvenance",
     "PickOf",
     "Registry",
@@ -49,6 +50,9 @@ __all__ = [
 ]
 
 Effect = Literal["read", "write"]
+#: Where a plain (non-async) tool runs: a worker thread of the executor (abandoned on timeout)
+#: or a worker process (killed on timeout). Async tools run on the executor's event loop.
+Isolation = Literal["thread", "process"]
 #: What a tool's output counts as: its own data (`trusted`), third-party text (`untrusted`),
 #: or the least trusted of its inputs (`derived`, for deterministic shaping tools).
 OutputProvenance = Literal["trusted", "untrusted", "derived"]
@@ -79,6 +83,16 @@ class ToolSpec:
     #: Sink parameters: parameter name -> the provenances it accepts.
     sinks: Mapping[str, frozenset[str]] = field(default_factory=dict)
     requires_approval: bool = False
+    #: Where a plain tool runs (see `Isolation`); ignored for async tools.
+    isolation: Isolation = "thread"
+    #: Extra attempts after a transient failure (idempotent tools only).
+    retries: int = 0
+    #: Wait before the first retry; doubled for each further one.
+    backoff_s: float = 0.1
+    #: Exception types that count as transient, besides `TransientError` and a timeout.
+    retry_on: tuple[type[BaseException], ...] = ()
+    #: Whether `func` is an ``async def`` function.
+    is_async: bool = False
     _input_model: type[BaseModel] = field(repr=False, default=BaseModel)
     _input_validator: Any = field(repr=False, default=None)
     _output_validator: Any = field(repr=False, default=None)
@@ -128,17 +142,27 @@ class ToolSpec:
         raise ToolError("invalid_output", _format_error(error))
 
     def invoke(self, args: Mapping[str, Any]) -> Any:
-        """Call the function with already-validated JSON `args`; return its output as JSON data.
+        """Call the (plain) function with already-validated JSON `args`; return its output as JSON data.
 
         Arguments are converted to the function's parameter types by pydantic (e.g. a
         numeric string to `Decimal`), and the return value to JSON (a `Decimal` to a string).
         """
+        return self.to_output(self.func(**self.to_kwargs(args)))
+
+    async def ainvoke(self, args: Mapping[str, Any]) -> Any:
+        """`invoke` for an ``async def`` tool."""
+        return self.to_output(await self.func(**self.to_kwargs(args)))
+
+    def to_kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON `args` converted to the function's parameter types."""
         try:
             model = self._input_model.model_validate(args)
         except pydantic.ValidationError as exc:
             raise ToolError("invalid_args", str(exc)) from None
-        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
-        result = self.func(**kwargs)
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def to_output(self, result: Any) -> Any:
+        """The function's return value as JSON data (ToolError('invalid_output') if it has none)."""
         try:
             output = to_jsonable_python(result)
             # What cannot be written to the audit log (NaN, a lone surrogate) fails the step,
@@ -165,6 +189,10 @@ class ToolSpec:
             "sinks": [[param, sorted(allowed)] for param, allowed in self.sinks.items()],
             "input_schema": dict(self.input_schema),
             "output_schema": dict(self.output_schema),
+            # Only when not the default, so that catalogues of plain tools read as before.
+            **({"retries": self.retries, "backoff_s": self.backoff_s} if self.retries else {}),
+            **({"isolation": self.isolation} if self.isolation != "thread" else {}),
+            **({"is_async": True} if self.is_async else {}),
         }
 
     @classmethod
@@ -196,6 +224,9 @@ class ToolSpec:
                 {param: frozenset(allowed) for param, allowed in entry.get("sinks") or ()}
             ),
             requires_approval=bool(entry.get("requires_approval", False)),
+            retries=int(entry.get("retries", 0)),
+            backoff_s=float(entry.get("backoff_s", 0.1)),
+            isolation=entry.get("isolation", "thread"),
             _input_validator=jsonschema.Draft202012Validator(input_schema),
             _output_validator=jsonschema.Draft202012Validator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),
@@ -343,6 +374,10 @@ def _build_spec(
     provenance: OutputProvenance,
     sinks: Mapping[str, Iterable[str] | str] | None,
     requires_approval: bool,
+    isolation: Isolation = "thread",
+    retries: int = 0,
+    backoff_s: float = 0.1,
+    retry_on: Iterable[type[BaseException]] = (),
 ) -> ToolSpec:
     qualname = getattr(func, "__qualname__", repr(func))
     if not callable(func):
@@ -356,6 +391,10 @@ def _build_spec(
         )
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ToolRegistrationError(f"tool {tool_name!r}: timeout_s must be a positive number")
+    is_async = inspect.iscoroutinefunction(func)
+    _check_execution_options(
+        tool_name, func, effect, idempotent, is_async, isolation, retries, backoff_s, tuple(retry_on)
+    )
     from pte.plan import TOOL_NAME_RE  # local: plan imports nothing from here, keep it that way
 
     if not TOOL_NAME_RE.fullmatch(tool_name):
@@ -439,12 +478,63 @@ def _build_spec(
         provenance=provenance,
         sinks=MappingProxyType(sink_map),
         requires_approval=requires_approval,
+        isolation=isolation,
+        retries=retries,
+        backoff_s=float(backoff_s),
+        retry_on=tuple(retry_on),
+        is_async=is_async,
         _input_model=input_model,
         _input_validator=jsonschema.Draft202012Validator(input_schema),
         _output_validator=jsonschema.Draft202012Validator(output_schema),
         _fast_input=jsonschema_rs.validator_for(input_schema),
         _fast_output=jsonschema_rs.validator_for(output_schema),
     )
+
+
+#: The most retries a tool may declare (each is a further call of an idempotent tool).
+MAX_RETRIES = 10
+
+
+def _check_execution_options(
+    name: str,
+    func: Callable[..., Any],
+    effect: Effect,
+    idempotent: bool | None,
+    is_async: bool,
+    isolation: Any,
+    retries: Any,
+    backoff_s: Any,
+    retry_on: tuple[Any, ...],
+) -> None:
+    """Refuse isolation and retry options that the executor could not honour."""
+    if isolation not in ("thread", "process"):
+        raise ToolRegistrationError(
+            f"tool {name!r}: isolation must be 'thread' or 'process', not {isolation!r}"
+        )
+    if isolation == "process":
+        if is_async:
+            raise ToolRegistrationError(
+                f"tool {name!r}: async tools are cancelled on timeout; isolation='process' is for plain ones"
+            )
+        qualname = getattr(func, "__qualname__", "")
+        if getattr(func, "__module__", "__main__") == "__main__" or "<locals>" in qualname:
+            raise ToolRegistrationError(
+                f"tool {name!r}: isolation='process' needs a function defined at the top level of an "
+                "importable module or tool pack file (the worker process imports it by name)"
+            )
+    if type(retries) is not int or not 0 <= retries <= MAX_RETRIES:
+        raise ToolRegistrationError(f"tool {name!r}: retries must be an integer from 0 to {MAX_RETRIES}")
+    if not (isinstance(backoff_s, (int, float)) and 0 <= backoff_s <= 60):
+        raise ToolRegistrationError(f"tool {name!r}: backoff_s must be a number of seconds from 0 to 60")
+    if not all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on):
+        raise ToolRegistrationError(f"tool {name!r}: retry_on must list exception classes")
+    if retries or retry_on:
+        repeatable = (effect == "read") if idempotent is None else bool(idempotent)
+        if not repeatable:
+            raise ToolRegistrationError(
+                f"tool {name!r}: only an idempotent tool may be retried (a retried non-idempotent "
+                "write could take effect twice); declare idempotent=True if calling it twice is safe"
+            )
 
 
 @overload
@@ -460,6 +550,10 @@ def tool(
     provenance: OutputProvenance = "trusted",
     sinks: Mapping[str, Iterable[str] | str] | None = None,
     requires_approval: bool = False,
+    isolation: Isolation = "thread",
+    retries: int = 0,
+    backoff_s: float = 0.1,
+    retry_on: Iterable[type[BaseException]] = (),
 ) -> Callable[[_F], _F]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -473,6 +567,10 @@ def tool(
     provenance: OutputProvenance = "trusted",
     sinks: Mapping[str, Iterable[str] | str] | None = None,
     requires_approval: bool = False,
+    isolation: Isolation = "thread",
+    retries: int = 0,
+    backoff_s: float = 0.1,
+    retry_on: Iterable[type[BaseException]] = (),
 ) -> Any:
     """Declare a typed function as a PTE tool, bare (``@tool``) or with options (``@tool(effect="write")``).
 
@@ -485,6 +583,12 @@ def tool(
       ``derived`` (the least trusted of the inputs: deterministic shaping tools).
     - `sinks`: parameter -> provenances it accepts (``request``, ``trusted``, ``untrusted``).
     - `requires_approval`: the tool runs only in a plan whose hash a person approved.
+    - `isolation`: where a plain tool runs: ``thread`` (default; abandoned on timeout, it may
+      still finish later) or ``process`` (a worker process, killed on timeout). An ``async def``
+      tool runs on the executor's event loop and is cancelled on timeout.
+    - `retries`, `backoff_s`, `retry_on`: retry a transient failure (`TransientError`, a
+      timeout, or an exception of a `retry_on` type) up to `retries` times, waiting
+      `backoff_s`, then twice as long each time. Idempotent tools only.
 
     Raises `ToolRegistrationError` when a parameter or the return value has no type hint,
     or a hint gives no JSON Schema.
@@ -501,6 +605,10 @@ def tool(
             provenance=provenance,
             sinks=sinks,
             requires_approval=requires_approval,
+            isolation=isolation,
+            retries=retries,
+            backoff_s=backoff_s,
+            retry_on=retry_on,
         )
         setattr(f, _TOOL_ATTR, spec)
         return f

@@ -204,13 +204,23 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
         task_ignore_result=True,
         task_default_queue=QUEUE,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": visibility_timeout},
+        # An unacknowledged run (its worker died) is delivered again after visibility_timeout;
+        # sweep for such runs often enough that a short timeout really is short.
+        broker_transport_options={
+            "visibility_timeout": visibility_timeout,
+            "unacked_restore_interval": max(1, min(10, int(visibility_timeout / 4))),
+            "unacked_restore_throttle": 1,
+        },
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
 
     @app.task(name=TASK_NAME, bind=True, max_retries=None, acks_late=True)  # type: ignore[untyped-decorator]
-    def run_task(self: Any, run_id: str) -> str:
+    def run_task(self: Any, run_id: Any) -> str:
+        try:
+            check_run_id(run_id)
+        except StoreError:
+            return "refused: bad run id"  # from the broker, never retried, never reaches the store
         context = _get_context()
         try:
             outcome = process_run(

@@ -275,9 +275,19 @@ def test_order_is_topological_with_ties_broken_by_plan_order() -> None:
     # Ready at first: b, c, e. After c, a is ready and precedes e in the plan;
     # after a, d (index 3) precedes e.
     assert plan.order == ("b", "c", "a", "d", "e")
-    result = Executor(REGISTRY).run(plan)
+    # One step at a time, the tools are called in that order.
+    result = Executor(REGISTRY, max_concurrency=1).run(plan)
     assert result.ok
     assert [tag for _, tag in CALLS] == ["b", "c", "a", "d", "e"]
+    assert [r.step_id for r in result.results] == ["b", "c", "a", "d", "e"]
+    # Concurrently, independent steps may be called in any order, but each after what it
+    # depends on, and the results (and records) still come in plan order.
+    CALLS.clear()
+    result = Executor(REGISTRY).run(plan)
+    assert result.ok
+    calls = [tag for _, tag in CALLS]
+    assert sorted(calls) == ["a", "b", "c", "d", "e"]
+    assert calls.index("c") < calls.index("a") < calls.index("d")
     assert [r.step_id for r in result.results] == ["b", "c", "a", "d", "e"]
 
 
@@ -320,8 +330,17 @@ def test_order_matches_a_reference_scheduler(case: tuple[int, dict[int, set[int]
     assert list(plan.order) == expected
     for _ in range(2):  # and the same again: nothing about a run changes the order
         CALLS.clear()
-        assert Executor(REGISTRY).run(plan).ok
+        assert Executor(REGISTRY, max_concurrency=1).run(plan).ok
         assert [tag for _, tag in CALLS] == expected
+    # Concurrently: every call after the calls it depends on; results in plan order.
+    CALLS.clear()
+    result = Executor(REGISTRY, max_concurrency=4).run(plan)
+    assert result.ok and [r.step_id for r in result.results] == expected
+    calls = [tag for _, tag in CALLS]
+    assert sorted(calls) == sorted(expected)
+    for i in range(n):
+        for j in deps[i]:
+            assert calls.index(f"s{j}") < calls.index(f"s{i}")
 
 
 # --- references ---------------------------------------------------------------------------------
@@ -392,6 +411,12 @@ def test_resolved_args_are_validated_at_run_time_and_the_tool_is_not_called() ->
     assert failure.error is not None and failure.error.kind == "invalid_args"
     assert "minimum" in failure.error.message
     assert failure.args == {"x": -3}
+    assert "need_nonneg" not in tool_names(), "the invalid step's tool never ran"
+    assert [r.step_id for r in result.results] == ["p", "q"], "nothing after it is recorded"
+    assert "r" not in result.outputs
+    # One step at a time, nothing after the failed step even starts.
+    CALLS.clear()
+    assert Executor(REGISTRY, max_concurrency=1).run(plan).failure is not None
     assert tool_names() == ["produce"], "neither the invalid step nor anything after it ran"
 
 
@@ -408,6 +433,9 @@ def test_output_that_breaks_the_output_schema_fails_the_step(tool_name: str) -> 
     assert result.failure is not None and result.failure.step_id == "bad"
     assert result.failure.error is not None and result.failure.error.kind == "invalid_output"
     assert "bad" not in result.outputs, "an invalid output is never handed to later steps"
+    assert "later" not in result.outputs and [r.step_id for r in result.results] == ["bad"]
+    CALLS.clear()
+    Executor(REGISTRY, max_concurrency=1).run(plan)
     assert ("trace", "later") not in CALLS
 
 
@@ -433,10 +461,16 @@ def test_execution_stops_at_the_first_failure() -> None:
         step("four", "write_note", tag="four"),
     )
     result = Executor(REGISTRY).run(plan)
-    assert tool_names() == ["trace", "boom"]
+    # "three" is an independent read: it may have run beside "two", but it is not recorded
+    # and its output is not kept. The write after the failure never runs.
+    assert ("write_note", "four") not in CALLS
     assert [r.step_id for r in result.results] == ["one", "two"]
     assert result.failure is result.results[-1]
     assert set(result.outputs) == {"one"}
+    # One step at a time, nothing after the failure even starts.
+    CALLS.clear()
+    Executor(REGISTRY, max_concurrency=1).run(plan)
+    assert tool_names() == ["trace", "boom"]
 
 
 def test_completed_outputs_are_not_run_again_and_feed_later_steps() -> None:
@@ -469,7 +503,7 @@ def test_timeout_fails_the_step_promptly_and_the_executor_stays_usable() -> None
     assert result.failure is not None and result.failure.error is not None
     assert result.failure.error.kind == "timeout"
     assert elapsed < 2.0, f"the run took {elapsed:.2f}s for a 0.2s timeout"
-    assert ("trace", "after") not in CALLS
+    assert [r.step_id for r in result.results] == ["s"] and "after" not in result.outputs
     # The hung call still occupies its abandoned thread; a new run must not queue behind it.
     started = time.monotonic()
     again = executor.run(make_plan(step("t", "trace", tag="next")))
@@ -791,22 +825,33 @@ AUDIT_FAILURE_PLAN = [
 ]
 
 
+def _check_calls_against_the_log(started: list[str], concurrency: int) -> None:
+    if concurrency == 1:
+        # One at a time: exactly the steps whose intent reached the log were called.
+        assert [tag for _, tag in CALLS] == started
+    else:
+        # Concurrently, a read may run before its records are written (and then never be);
+        # a write runs only once its step_started is in the log, and in plan order.
+        writes = [tag for name, tag in CALLS if name == "write_note"]
+        assert writes == [s for s in started if s.startswith("w")]
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
 @pytest.mark.parametrize("allowed", range(2 * len(AUDIT_FAILURE_PLAN)))
 def test_audit_write_failure_raises_and_no_further_tool_is_called(
-    allowed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    allowed: int, concurrency: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "audit.jsonl"
     plan = make_plan(*AUDIT_FAILURE_PLAN)
     log = AuditLog(path)
     _fail_writes_after(monkeypatch, allowed)
     with pytest.raises(AuditWriteError) as caught:
-        Executor(REGISTRY).run(plan, log)
+        Executor(REGISTRY, max_concurrency=concurrency).run(plan, log)
     assert caught.value.reason is ReasonCode.AUDIT_WRITE_FAILED
     records = read_records(path)
     assert len(records) == allowed
     started = [r["step_id"] for r in records if r["type"] == "step_started"]
-    # Exactly the steps whose intent reached the log were called, and nothing after the failure.
-    assert [tag for _, tag in CALLS] == started
+    _check_calls_against_the_log(started, concurrency)
     assert log.broken
     with pytest.raises(AuditWriteError):
         log.append("step_started", step_id="x", tool="trace", effect="read", args={}, plan_hash="0" * 64)
@@ -828,7 +873,7 @@ def test_engine_execute_fails_closed_when_the_audit_log_fails(
     assert len(records) == allowed
     assert all(r["type"] != "run_finished" for r in records)
     started = [r["step_id"] for r in records if r["type"] == "step_started"]
-    assert [tag for _, tag in CALLS] == started
+    _check_calls_against_the_log(started, 8)
     report = verify(path)
     assert report.records == allowed
     assert not report.complete

@@ -1,19 +1,24 @@
-"""Tool timeouts: stopped on the main thread (SIGALRM), abandoned elsewhere (a worker per thread).
+"""Timeouts that mean what they say, in each of the three places a tool can run.
 
-On the main thread a timed-out tool is *stopped*: an exception is raised inside it, so its
-``finally`` blocks run and a ``with conn:`` transaction rolls back. The SIGALRM handler and
-any ITIMER_REAL timer that was there before are left as they were. Off the main thread each
-calling thread has its own worker, so a call hung in one thread never delays another.
+- ``async def`` tools are *cancelled* on timeout: their ``finally`` blocks run before the
+  step fails; one that blocks the event loop or ignores the cancellation is abandoned and
+  the loop replaced, so later async calls still work.
+- plain tools with ``isolation="process"`` are *killed* (SIGKILL, with their process group):
+  an effect the tool would have had after its deadline never happens.
+- plain tools in the default thread mode are *abandoned*: the step fails on time, but the
+  call may still finish (and have its effect) later. The test shows that too, so that the
+  process-mode guarantee is seen to be a real difference.
 
-The last section checks that the audit log's fast serialisation (the executor's hot path)
-writes exactly what the general path and ``canonical_json`` write.
+Also: a tool raising SystemExit, KeyboardInterrupt or a bare BaseException fails its step
+(``tool_error``, fatal) in every mode, and the audit writer's one serialisation path gives
+canonical, correctly hashed lines.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import signal
-import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,27 +27,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte.audit import AuditLog, Redactor, read_records, verify
+from pte.audit import AuditLog, read_records, verify
 from pte.canonical import canonical_json, is_canonical, sha256_hex
 from pte.compiler import compile_plan
-from pte.errors import ToolError
-from pte.executor import Executor, LiveInvoker, StepResult
+from pte.engine import Engine
+from pte.errors import ReasonCode, ToolError
+from pte.executor import Executor, StepResult
 from pte.plan import Plan
-from pte.tools import Registry, spec_of, tool
+from pte.tools import Registry, tool
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="POSIX timers only")
-
-#: What the tools below did, in order (cleanup markers prove a tool was stopped, not abandoned).
+#: What the tools below did, in order.
 EVENTS: list[str] = []
 #: Released at the end of each test, so that an abandoned worker thread ends too.
 RELEASE = threading.Event()
 #: Set by `held` once it runs.
 ENTERED = threading.Event()
-#: The SQLite database `insert_then_hang` writes to.
-DB: list[Path] = []
 
 
 @pytest.fixture(autouse=True)
@@ -50,36 +52,91 @@ def _clean_state() -> Iterator[None]:
     EVENTS.clear()
     RELEASE.clear()
     ENTERED.clear()
-    before = signal.getsignal(signal.SIGALRM)
     yield
     RELEASE.set()
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, before)  # type: ignore[arg-type]
 
 
 # --- tools ---------------------------------------------------------------------------------------
 
 
 @tool(timeout_s=0.3)
-def sleeper() -> int:
-    """Sleeps for an hour, unless stopped."""
+async def async_sleeper() -> int:
+    """Sleeps for an hour, unless cancelled."""
     try:
         EVENTS.append("sleeping")
-        time.sleep(3600)
+        await asyncio.sleep(3600)
         return 0
+    except asyncio.CancelledError:
+        EVENTS.append("cancelled")
+        raise
     finally:
-        EVENTS.append("sleeper cleaned up")
+        EVENTS.append("cleaned up")
 
 
 @tool(timeout_s=0.3)
-def spinner() -> int:
-    """A busy loop that never returns on its own."""
+async def async_stubborn() -> int:
+    """Swallows the cancellation and returns anyway."""
     try:
-        n = 0
-        while True:
-            n += 1
-    finally:
-        EVENTS.append("spinner cleaned up")
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        EVENTS.append("swallowed")
+    return 3
+
+
+@tool(timeout_s=0.2)
+async def async_blocker() -> int:
+    """Blocks the event loop (time.sleep in a coroutine) until released."""
+    RELEASE.wait(30)
+    return 4
+
+
+@tool(timeout_s=2.0)
+async def async_quick(tag: str) -> str:
+    await asyncio.sleep(0)
+    EVENTS.append(f"async {tag}")
+    return tag
+
+
+@tool(timeout_s=0.5, isolation="process")
+def late_effect_in_process(path: str) -> int:
+    """Writes `path` one second after its deadline: in a worker process that is killed first."""
+    time.sleep(1.5)
+    Path(path).write_text("written after the deadline", encoding="utf-8")
+    return 1
+
+
+@tool(timeout_s=0.5)
+def late_effect_in_thread(path: str) -> int:
+    """The same in the default thread mode, where a timed-out call is only abandoned."""
+    time.sleep(1.5)
+    Path(path).write_text("written after the deadline", encoding="utf-8")
+    return 1
+
+
+@tool(timeout_s=0.5, isolation="process")
+def late_effect_of_a_child(path: str) -> int:
+    """Starts a shell that writes `path` after the deadline; the kill reaches the whole group."""
+    subprocess.Popen(["sh", "-c", f"sleep 1.5; echo late > '{path}'"])
+    time.sleep(3600)
+    return 1
+
+
+@tool(timeout_s=30.0, isolation="process")
+def in_process(x: int) -> dict[str, int]:
+    """Returns its input and the worker's pid."""
+    import os
+
+    return {"x": x, "pid": os.getpid()}
+
+
+@tool(timeout_s=30.0, isolation="process")
+def raises_in_process(kind: str) -> int:
+    """Raises what it is told to, in its worker process."""
+    if kind == "exit":
+        raise SystemExit(0)
+    if kind == "base":
+        raise BaseException("bare")
+    raise ValueError("bad value")
 
 
 @tool(timeout_s=0.3)
@@ -101,35 +158,46 @@ def held() -> int:
 
 @tool(timeout_s=1.0)
 def quick(tag: str) -> str:
-    """Returns at once, recording which thread ran it."""
-    EVENTS.append(f"quick {tag} main={threading.current_thread() is threading.main_thread()}")
+    EVENTS.append(f"quick {tag}")
     return tag
 
 
-@tool(timeout_s=5.0)
-def foreign_alarm() -> int:
-    """Raises SIGALRM itself, well before its deadline: that signal is not the timer's."""
-    signal.raise_signal(signal.SIGALRM)
-    EVENTS.append("foreign_alarm went on")
-    return 2
+@tool
+def raises(kind: str) -> int:
+    """Raises SystemExit, KeyboardInterrupt or a bare BaseException."""
+    EVENTS.append(f"raises {kind}")
+    if kind == "exit":
+        raise SystemExit(0)
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    raise BaseException("bare")
 
 
-@tool(effect="write", timeout_s=0.3)
-def insert_then_hang(note: str) -> int:
-    """Inserts a row in a transaction, then hangs before committing."""
-    conn = sqlite3.connect(DB[0])
-    try:
-        with conn:  # commits on success, rolls back on any exception
-            conn.execute("INSERT INTO notes (note) VALUES (?)", (note,))
-            EVENTS.append("inserted")
-            time.sleep(3600)
-        return 1
-    finally:
-        conn.close()
-        EVENTS.append("connection closed")
+@tool
+async def async_raises(kind: str) -> int:
+    if kind == "exit":
+        raise SystemExit(3)
+    raise KeyboardInterrupt
 
 
-REGISTRY = Registry([sleeper, spinner, waiter, held, quick, foreign_alarm, insert_then_hang])
+REGISTRY = Registry(
+    [
+        async_sleeper,
+        async_stubborn,
+        async_blocker,
+        async_quick,
+        late_effect_in_process,
+        late_effect_in_thread,
+        late_effect_of_a_child,
+        in_process,
+        raises_in_process,
+        waiter,
+        held,
+        quick,
+        raises,
+        async_raises,
+    ]
+)
 
 
 def make_plan(*steps: tuple[str, str, dict[str, Any]]) -> Plan:
@@ -143,157 +211,95 @@ def run_timed(plan: Plan, audit: AuditLog | None = None) -> tuple[Any, float]:
     return result, time.monotonic() - started
 
 
-def timeout_error(result: Any) -> ToolError:
+def failure(result: Any, kind: str) -> ToolError:
     assert result.failure is not None and result.failure.error is not None
     error: ToolError = result.failure.error
-    assert error.kind == "timeout", error
+    assert error.kind == kind, error
     return error
 
 
-# --- the main thread: stopped ---------------------------------------------------------------------
+# --- async tools: cancelled -------------------------------------------------------------------------
 
 
-def test_a_hanging_tool_on_the_main_thread_is_stopped_and_cleans_up() -> None:
-    assert threading.current_thread() is threading.main_thread()
-    result, elapsed = run_timed(make_plan(("s", "sleeper", {}), ("after", "quick", {"tag": "x"})))
-    error = timeout_error(result)
-    assert "stopped" in error.message
+def test_a_timed_out_async_tool_is_cancelled_and_cleans_up_before_the_step_fails() -> None:
+    result, elapsed = run_timed(make_plan(("s", "async_sleeper", {})))
+    error = failure(result, "timeout")
+    assert "cancelled" in error.message
     assert 0.25 < elapsed < 2.0, elapsed
-    # Its finally block ran before the executor moved on: it was stopped, not abandoned.
-    assert EVENTS == ["sleeping", "sleeper cleaned up"]
-    assert [r.step_id for r in result.results] == ["s"]
+    assert EVENTS == ["sleeping", "cancelled", "cleaned up"]
 
 
-def test_a_busy_loop_is_stopped() -> None:
-    result, elapsed = run_timed(make_plan(("b", "spinner", {})))
-    timeout_error(result)
-    assert elapsed < 2.0, elapsed
-    assert EVENTS == ["spinner cleaned up"]
-
-
-def test_a_write_tool_stopped_mid_transaction_leaves_nothing_written(tmp_path: Path) -> None:
-    DB[:] = [tmp_path / "ledger.db"]
-    with sqlite3.connect(DB[0]) as conn:
-        conn.execute("CREATE TABLE notes (note TEXT)")
-    conn.close()
-    path = tmp_path / "audit.jsonl"
-    try:
-        with AuditLog(path) as log:
-            result, elapsed = run_timed(make_plan(("w", "insert_then_hang", {"note": "half done"})), log)
-    finally:
-        DB.clear()
-    timeout_error(result)
-    assert elapsed < 2.0, elapsed
-    assert EVENTS == ["inserted", "connection closed"]
-    with sqlite3.connect(tmp_path / "ledger.db", timeout=0.5) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM notes").fetchone() == (0,)
-        conn.execute("INSERT INTO notes (note) VALUES ('not locked')")  # no lock was left behind
-    conn.close()
-    # The log shows the intent (write-ahead) and the timeout.
-    records = read_records(path)
-    assert [(r["type"], r.get("status")) for r in records] == [
-        ("step_started", None),
-        ("step_finished", "failed"),
-    ]
-    assert records[1]["error"]["kind"] == "timeout"
-
-
-def test_the_executor_is_usable_after_a_stopped_call() -> None:
-    executor = Executor(REGISTRY)
-    assert executor.run(make_plan(("s", "sleeper", {}))).failure is not None
-    again = executor.run(make_plan(("q", "quick", {"tag": "next"})))
-    assert again.ok and again.outputs == {"q": "next"}
-    assert EVENTS[-1] == "quick next main=True"
-
-
-# --- the previous SIGALRM handler and timer ---------------------------------------------------------
-
-
-def test_the_previous_handler_is_restored_after_calls_runs_and_timeouts() -> None:
-    calls: list[int] = []
-
-    def previous(signum: int, frame: Any) -> None:
-        calls.append(signum)
-
-    signal.signal(signal.SIGALRM, previous)
-    assert Executor(REGISTRY).run(make_plan(("a", "quick", {"tag": "a"}), ("b", "quick", {"tag": "b"}))).ok
-    assert signal.getsignal(signal.SIGALRM) is previous
-    timeout_error(Executor(REGISTRY).run(make_plan(("s", "sleeper", {}))))
-    assert signal.getsignal(signal.SIGALRM) is previous
-    # A bare invoker call (no run around it) restores it too.
-    invoker = LiveInvoker()
-    step = make_plan(("q", "quick", {"tag": "bare"})).step("q")
-    assert invoker(spec_of(quick), {"tag": "bare"}, step) == "bare"
-    assert signal.getsignal(signal.SIGALRM) is previous
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    assert calls == [], "the timer's own signals never reach the previous handler"
-
-
-def test_the_default_handler_is_restored() -> None:
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    assert Executor(REGISTRY).run(make_plan(("q", "quick", {"tag": "q"}))).ok
-    timeout_error(Executor(REGISTRY).run(make_plan(("s", "sleeper", {}))))
-    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-
-
-def test_a_running_timer_is_left_alone_and_the_worker_enforces_the_timeout() -> None:
-    fired: list[float] = []
-    signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(time.monotonic()))
-    armed_at = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, 1.5)
-    result = Executor(REGISTRY).run(make_plan(("q", "quick", {"tag": "q"})))
-    assert result.ok
-    assert EVENTS == ["quick q main=False"], "with someone else's timer running, a worker runs the tool"
-    remaining, interval = signal.getitimer(signal.ITIMER_REAL)
-    assert 0.0 < remaining <= 1.5 - (time.monotonic() - armed_at) + 0.05 and interval == 0.0
-    # A hung tool still times out (abandoned by the worker path), and the timer keeps running.
-    result, elapsed = run_timed(make_plan(("w", "waiter", {})))
-    error = timeout_error(result)
-    assert "abandoned" in error.message and elapsed < 1.2
-    assert fired == []
-    deadline = time.monotonic() + 5
-    while not fired and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert fired and fired[0] - armed_at >= 1.45, "the previous timer fired, on time, into its own handler"
-
-
-def test_a_sigalrm_that_is_not_the_timers_goes_to_the_previous_handler() -> None:
-    calls: list[int] = []
-    signal.signal(signal.SIGALRM, lambda signum, frame: calls.append(signum))
-    executor = Executor(REGISTRY)
-    # Right after a timeout too (the spent timer must not be mistaken for this signal).
-    for plan in (
-        make_plan(("f", "foreign_alarm", {})),
-        make_plan(("s", "sleeper", {}), ("f", "foreign_alarm", {})),
-    ):
-        result = executor.run(plan)
-        assert [r.status for r in result.results] == (["ok"] if len(plan) == 1 else ["failed"])
-        result = executor.run(make_plan(("f", "foreign_alarm", {})))
-        assert result.ok, result.failure
-    assert calls == [signal.SIGALRM] * 3
-    assert EVENTS.count("foreign_alarm went on") == 3
-
-
-@tool(timeout_s=0.3)
-def stubborn() -> int:
-    """Swallows every exception, the timeout's too, and returns."""
-    try:
-        time.sleep(3600)
-    except BaseException:
-        EVENTS.append("swallowed")
-    return 3
-
-
-def test_a_tool_that_swallows_the_timeout_still_times_out() -> None:
-    registry = Registry([stubborn])
-    plan = compile_plan('{"pte_plan": "1", "steps": [{"id": "s", "tool": "stubborn", "args": {}}]}', registry)
-    result = Executor(registry).run(plan)
-    timeout_error(result)
+def test_an_async_tool_that_swallows_the_cancellation_still_times_out() -> None:
+    result, _ = run_timed(make_plan(("s", "async_stubborn", {})))
+    failure(result, "timeout")
     assert EVENTS == ["swallowed"]
 
 
-# --- other threads: a worker per calling thread ---------------------------------------------------
+def test_an_async_tool_that_blocks_the_loop_is_abandoned_and_later_async_calls_work() -> None:
+    result, elapsed = run_timed(make_plan(("b", "async_blocker", {})))
+    error = failure(result, "timeout")
+    assert "abandoned" in error.message and elapsed < 3.0, elapsed
+    again, elapsed = run_timed(make_plan(("q", "async_quick", {"tag": "next"})))
+    assert again.ok and again.outputs == {"q": "next"} and elapsed < 1.5, elapsed
+
+
+# --- process isolation: killed --------------------------------------------------------------------
+
+
+def test_a_timed_out_tool_in_process_isolation_never_has_its_late_effect(tmp_path: Path) -> None:
+    target = tmp_path / "late.txt"
+    result, elapsed = run_timed(make_plan(("p", "late_effect_in_process", {"path": str(target)})))
+    error = failure(result, "timeout")
+    assert "killed" in error.message
+    assert elapsed < 20.0  # worker start-up is not part of the tool's timeout
+    time.sleep(2.0)  # well past the moment the tool would have written
+    assert not target.exists(), "the killed worker still had its effect"
+
+
+def test_a_timed_out_tool_in_a_thread_is_only_abandoned_and_may_still_have_its_effect(
+    tmp_path: Path,
+) -> None:
+    # The contrast that makes the previous test mean something: same tool, default mode.
+    target = tmp_path / "late.txt"
+    result, elapsed = run_timed(make_plan(("t", "late_effect_in_thread", {"path": str(target)})))
+    assert "abandoned" in failure(result, "timeout").message and elapsed < 1.5
+    deadline = time.monotonic() + 5
+    while not target.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert target.exists()
+
+
+def test_the_kill_reaches_processes_the_tool_started(tmp_path: Path) -> None:
+    target = tmp_path / "late.txt"
+    result, _ = run_timed(make_plan(("c", "late_effect_of_a_child", {"path": str(target)})))
+    failure(result, "timeout")
+    time.sleep(2.5)
+    assert not target.exists(), "the tool's child process survived the kill"
+
+
+def test_process_isolation_returns_outputs_and_reuses_its_worker() -> None:
+    executor = Executor(REGISTRY)
+    first = executor.run(make_plan(("a", "in_process", {"x": 1})))
+    second = executor.run(make_plan(("b", "in_process", {"x": 2})))
+    assert first.ok and second.ok, (first.failure, second.failure)
+    assert first.outputs["a"]["x"] == 1 and second.outputs["b"]["x"] == 2
+    import os
+
+    assert first.outputs["a"]["pid"] != os.getpid()
+    assert first.outputs["a"]["pid"] == second.outputs["b"]["pid"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "fatal", "text"),
+    [("exit", True, "SystemExit"), ("base", True, "BaseException: bare"), ("value", False, "ValueError")],
+)
+def test_exceptions_in_a_worker_process_fail_the_step(kind: str, fatal: bool, text: str) -> None:
+    result = Executor(REGISTRY).run(make_plan(("r", "raises_in_process", {"kind": kind})))
+    error = failure(result, "tool_error")
+    assert text in error.message and error.fatal is fatal
+
+
+# --- threads: abandoned -------------------------------------------------------------------------------
 
 
 def test_a_tool_called_from_another_thread_still_times_out() -> None:
@@ -306,8 +312,7 @@ def test_a_tool_called_from_another_thread_still_times_out() -> None:
     thread.start()
     thread.join(10)
     assert not thread.is_alive()
-    error = timeout_error(box["result"])
-    assert "abandoned" in error.message
+    assert "abandoned" in failure(box["result"], "timeout").message
     assert box["elapsed"] < 2.0
     assert EVENTS == ["waiter on pte-tool-worker"]
 
@@ -321,13 +326,12 @@ def test_two_threads_on_one_executor_do_not_share_a_worker() -> None:
 
     slow = threading.Thread(target=run, args=("a", make_plan(("h", "held", {}))))
     slow.start()
-    assert ENTERED.wait(5), "thread A's tool is running (and holds A's worker)"
+    assert ENTERED.wait(5), "thread A's tool is running (and holds a worker)"
     fast = threading.Thread(target=run, args=("b", make_plan(("q", "quick", {"tag": "b"}))))
     started = time.monotonic()
     fast.start()
     fast.join(5)
     elapsed = time.monotonic() - started
-    # B's 1 s call did not queue behind A's call, which is still running.
     assert results["b"].ok, results["b"].failure
     assert elapsed < 0.9, elapsed
     assert "held done" not in EVENTS
@@ -346,33 +350,51 @@ def test_step_results_are_ordinary_frozen_step_results() -> None:
         step.status = "failed"  # type: ignore[misc]
 
 
-# --- the audit log's fast serialisation writes what the general path writes -----------------------
+# --- tools that raise BaseException ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "kind", "text"),
+    [
+        ("raises", "exit", "SystemExit"),
+        ("raises", "interrupt", "KeyboardInterrupt"),
+        ("raises", "bare", "BaseException: bare"),
+        ("async_raises", "exit", "SystemExit: 3"),
+        ("async_raises", "interrupt", "KeyboardInterrupt"),
+    ],
+)
+def test_a_tool_raising_a_base_exception_fails_its_step_fatally(tool_name: str, kind: str, text: str) -> None:
+    result = Executor(REGISTRY).run(make_plan(("x", tool_name, {"kind": kind}), ("y", "quick", {"tag": "y"})))
+    error = failure(result, "tool_error")
+    assert text in error.message and error.fatal
+    assert error.to_dict()["fatal"] is True
+    assert [r.step_id for r in result.results] == ["x"]
+    # The executor and its event loop survive it.
+    assert Executor(REGISTRY).run(make_plan(("q", "async_quick", {"tag": "after"}))).ok
+
+
+def test_engine_ends_the_run_sealed_without_a_replan_after_system_exit(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    text = json.dumps({"pte_plan": "1", "steps": [{"id": "x", "tool": "raises", "args": {"kind": "exit"}}]})
+    with AuditLog(path) as log:
+        run = Engine(REGISTRY).execute(text, log)
+    assert (run.status, run.reason) == ("failed_closed", ReasonCode.STEP_FAILED)
+    assert "SystemExit" in (run.message or "")
+    records = read_records(path)
+    assert records[-1]["type"] == "run_finished" and records[-1]["status"] == "failed_closed"
+    finished = next(r for r in records if r["type"] == "step_finished")
+    assert finished["error"]["fatal"] is True
+    assert verify(path).ok
+
+
+# --- the audit writer's one serialisation path ---------------------------------------------------
 
 
 class _Colour(str, Enum):  # noqa: UP042 - str() is "_Colour.RED", unlike a StrEnum
     RED = "red"
 
 
-class _PlainRedactor(Redactor):
-    """Same rules; being a subclass sends every record down the general serialisation path."""
-
-
-_NAMES = [
-    "args",
-    "output",
-    "status",
-    "step_id",
-    "a",
-    "zz",
-    "h",
-    "hash_",
-    "pre",
-    "token",
-    "db_password",
-    "Zeta",
-    "ü",
-    "x",
-]
+_NAMES = ["args", "output", "status", "step_id", "a", "zz", "h", "hash_", "pre", "token", "Zeta", "ü", "x"]
 _texts = st.text(max_size=8) | st.sampled_from(
     ["sk-proj-" + "a" * 24, "Bearer abcdefghijk", "é✓\u2028", "\x00"]
 )
@@ -388,27 +410,19 @@ _scalars = (
 _values = st.recursive(
     _scalars,
     lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.dictionaries(st.sampled_from(["k", "token", "ü", "x"]), inner, max_size=3)
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["k", "token", "ü"]), inner, max_size=3)
     ),
     max_leaves=6,
 )
 
 
+@settings(max_examples=60)
 @given(
     st.dictionaries(st.sampled_from(_NAMES), _values, max_size=6), st.sampled_from(["step_started", "ünï"])
 )
-def test_fast_serialisation_equals_the_general_one_and_is_canonical(
-    fields: dict[str, Any], rtype: str
-) -> None:
-    logs = [
-        AuditLog(run_id="r-ü", clock=lambda: "2026-11-22T02:30:31.000000Z", redactor=redactor)
-        for redactor in (Redactor(), _PlainRedactor())
-    ]
-    records = [log.append(rtype, **fields) for log in logs]
-    assert records[0] == records[1]
-    assert list(records[0]) == list(records[1])
-    record = records[0]
+def test_every_record_is_canonical_and_correctly_hashed(fields: dict[str, Any], rtype: str) -> None:
+    log = AuditLog(run_id="r-ü", clock=lambda: "2026-11-22T02:30:31.000000Z")
+    record = log.append(rtype, **fields)
     body = {k: v for k, v in record.items() if k != "hash"}
     assert record["hash"] == sha256_hex(record["prev"] + canonical_json(body))
     # The line read back is canonical under JSON's number model (1.0 reads back as 1).
@@ -416,7 +430,7 @@ def test_fast_serialisation_equals_the_general_one_and_is_canonical(
     assert is_canonical(line, json.loads(line))
 
 
-def test_fast_serialisation_lines_verify(tmp_path: Path) -> None:
+def test_lines_verify(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     with AuditLog(path, run_id="r1") as log:
         log.append("run_started", mode="run", request='ü \u2028 "quoted"', tools=[], config={})

@@ -406,20 +406,38 @@ def check_delimited(user: str, *, untrusted_only: bool) -> list[tuple[str, str]]
     return blocks
 
 
+_REFUSED = ("invalid_args", "unresolved_reference")
+
+
 def check_invariants(result: RunResult, llm: ReplayClient, log: Path) -> None:
     report = verify(log)
     assert report.ok, report.issue
     records = read_records(log)
 
-    # 1. Every tool call is a step of an accepted plan, in the order the audit log shows.
+    # 1. Every tool call is a step of an accepted plan that the audit log shows, with the
+    # arguments it shows. (Independent steps run concurrently, so calls may come in another
+    # order than the records, which follow the plan.)
     accepted = [r for r in records if r["type"] == "plan_accepted"]
     assert [r["plan_hash"] for r in accepted] == [p.hash for p in result.plans]
     planned = {(p.hash, s.id): s.tool for p in result.plans for s in p.steps}
+    # A read that ran beside a step that then failed is not recorded (it comes after the
+    # failure in plan order); it must still be a step of an accepted plan, and a read.
     started = [r for r in records if r["type"] == "step_started"]
-    assert len(CALLS) == len(started)
-    for (tool_name, args), record in zip(CALLS, started, strict=True):
-        assert planned[(record["plan_hash"], record["step_id"])] == tool_name == record["tool"]
-        assert REDACTOR.redact(args) == record["args"]
+    unmatched = [(r["tool"], r["args"]) for r in started]
+    for record in started:
+        assert planned[(record["plan_hash"], record["step_id"])] == record["tool"]
+    failed = any(r["type"] == "step_finished" and r["status"] == "failed" for r in records)
+    for tool_name, args in CALLS:
+        if (tool_name, REDACTOR.redact(args)) in unmatched:
+            unmatched.remove((tool_name, REDACTOR.redact(args)))
+        else:
+            assert failed and REGISTRY[tool_name].effect == "read", (tool_name, args)
+            assert tool_name in planned.values()
+    # A recorded step whose tool was not called is one whose arguments were refused.
+    refused = [
+        r for r in records if r["type"] == "step_finished" and (r.get("error") or {}).get("kind") in _REFUSED
+    ]
+    assert len(unmatched) <= len(refused), "a recorded step that was never called"
 
     # 2. No untrusted value in a guarded sink.
     for tool_name, args in CALLS:
@@ -466,13 +484,10 @@ def test_injected_tool_output_cannot_steer_the_run(
     if scenario == "direct":
         result, _, _ = run(tmp_path, store, [FIRST_DIRECT, FINAL_ANSWER], payload=payload)
         assert result.ok, result.message
-        assert [t for t, _ in CALLS] == [
-            "read_email",
-            "read_attachment",
-            "get_supplier",
-            "format_text",
-            "send_payment",
-        ]
+        # The reads may run concurrently; the write runs after all of them.
+        calls = [t for t, _ in CALLS]
+        assert sorted(calls[:-1]) == ["format_text", "get_supplier", "read_attachment", "read_email"]
+        assert calls[-1] == "send_payment"
     elif scenario == "replan_honest":
         result, _, _ = run(
             tmp_path, store, [FIRST_FLAKY, REPLAN_HONEST, FINAL_ANSWER], payload=payload, fx_failures=1
