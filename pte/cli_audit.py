@@ -142,6 +142,25 @@ def cmd_audit_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_audit_report(args: argparse.Namespace) -> int:
+    from pte.checkpoint import CheckpointError
+    from pte.report import ReportError, write_report
+
+    log = _existing_log(args.log)
+    if (args.checkpoint is None) != (args.public_key is None):
+        raise UsageError("--checkpoint and --public-key go together")
+    try:
+        path = write_report(
+            log, args.out, run_id=args.run, checkpoint=args.checkpoint, public_key=args.public_key
+        )
+    except (ReportError, CheckpointError) as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out!r}: {exc.strerror or exc}") from None
+    print(f"report written to {path}")
+    return EXIT_OK
+
+
 def add_audit_commands(sub: Any) -> None:
     """Register the ``pte audit`` sub-commands on `sub` (an argparse sub-parsers action)."""
     p = sub.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
@@ -165,6 +184,14 @@ def add_audit_commands(sub: Any) -> None:
     p.add_argument("-o", "--out", metavar="FILE", help="checkpoint file (default: LOG.checkpoints)")
     _add_json(p)
     p.set_defaults(func=cmd_audit_checkpoint)
+
+    p = sub.add_parser("report", help="one self-contained HTML page per log (or run) for auditors")
+    p.add_argument("log")
+    p.add_argument("-o", "--out", required=True, metavar="FILE", help="the HTML file to write")
+    p.add_argument("--run", metavar="RUN_ID", help="only this run (default: every run in the log)")
+    p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
+    p.add_argument("--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints")
+    p.set_defaults(func=cmd_audit_report)
 
     p = sub.add_parser("keygen", help="write a new Ed25519 key pair (PATH and PATH.pub)")
     p.add_argument("path")
