@@ -11,18 +11,16 @@ very same bytes for most JSON: compact separators, UTF-8, and the same string es
 (``\\b \\t \\n \\f \\r``, other controls as lower-case ``\\u00xx``, nothing else escaped).
 The two differ only in
 
-- NaN and infinities, which orjson writes as ``null`` and JCS refuses (an output holding
-  ``null`` is checked for them);
-
+- NaN and infinities, which orjson writes as ``null`` and JCS refuses;
 - numbers: a float with an integral value (orjson ``1.0``, ``1e+16``; JCS ``1``,
   ``10000000000000000``), ``-0.0``, small numbers (orjson ``1e-6``, JCS ``0.000001``), and
   integers beyond ±(2**53 - 1), which JCS refuses (I-JSON: not exactly representable);
 - key order when a key holds a character outside the Basic Multilingual Plane (orjson
   sorts by code point, JCS by UTF-16 code unit).
 
-`_NEEDS_JCS` spots every output where one of these may occur (a number token with an
-exponent or a ``.0`` fraction, 16 or more integer digits, or any 4-byte UTF-8 sequence),
-with false alarms but no misses, and those values are serialised by `rfc8785` itself.
+`_orjson_safe` walks the value's containers and sends every value holding a number outside
+the range where both agree (or a non-BMP character) to `rfc8785`: false alarms cost time,
+misses cannot happen.
 tests/test_canonical.py checks the RFC's test vectors, the equality of both paths on
 generated JSON, and every code point's escape.
 """
@@ -51,15 +49,8 @@ __all__ = [
 #: a lone surrogate, a non-string key, a type that is not JSON). A `ValueError`.
 CanonicalizationError = rfc8785.CanonicalizationError
 
-# Candidates for a difference between orjson and JCS in orjson's compact output. Number
-# tokens follow ":" "," or "[" (a top-level scalar never takes this path); inside strings
-# the same text only causes a false alarm.
-_NEEDS_JCS = re.compile(
-    rb"[:,\[]-?[0-9]+(?:\.[0-9]+)?[eE]"  # an exponent
-    rb"|[:,\[]-?[0-9]+\.0[,\]}]"  # an integral float (1.0, -0.0)
-    rb"|[:,\[]-?[0-9]{16}"  # an integer at or beyond 2**53 (16 digits or more)
-    rb"|[\xf0-\xf4]"  # a character outside the BMP (key order by UTF-16)
-)
+# A character outside the BMP: key order by UTF-16 may differ (only on non-ASCII output).
+_NON_BMP = re.compile(rb"[\xf0-\xf4]")
 _MAX_SAFE_INT = 2**53 - 1
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
@@ -79,30 +70,49 @@ def canonical_bytes(value: Any, *, from_text: bool = False) -> bytes:
     an integer beyond ±(2**53 - 1) stands for the double nearest to it, as in JavaScript.
     """
     kind = value.__class__
-    if kind is dict or kind is list or kind is str:
+    if kind is str:  # no numbers, no keys: orjson's form is JCS's (a lone surrogate: refused)
+        try:
+            return orjson.dumps(value)
+        except TypeError:
+            return _jcs(value)
+    if (kind is dict or kind is list) and _orjson_safe(value):
         try:
             data = orjson.dumps(value, option=_ORJSON_OPTIONS)
-        except TypeError:  # orjson refuses (a big integer, a lone surrogate, a dataclass...)
+        except TypeError:  # orjson refuses (a lone surrogate, a dataclass, too deep...)
             pass
         else:
-            # A lone string has no numbers and no keys: orjson's form is JCS's.
-            if kind is str or (_NEEDS_JCS.search(data) is None and (b"null" not in data or _finite(value))):
+            if data.isascii() or _NON_BMP.search(data) is None:
                 return data
     return _jcs(value, exact=not from_text)
 
 
-def _finite(value: Any) -> bool:
-    """False when `value` holds a NaN or an infinity, which orjson writes as ``null``.
+def _orjson_safe(value: Any) -> bool:
+    """True when orjson writes every number in `value` as JCS does.
 
-    Only asked when the output holds ``null``; the json module's C encoder refuses both
-    (this is a check, its text is thrown away).
+    Integers within ±(2**53 - 1) and floats with a fraction between 1e-4 and 1e15 in
+    magnitude (both write the shortest round-trip digits in plain decimal notation there;
+    tests/test_canonical.py checks): anything else (integral or tiny or huge floats, NaN,
+    infinities, big integers) is left to `rfc8785`. One pass over the containers.
     """
-    try:
-        json.dumps(value, allow_nan=False, check_circular=False)
-    except ValueError:
-        return False
-    except (TypeError, RecursionError):
-        return True  # not a NaN problem; orjson accepted the value
+    stack = [value]
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        node = pop()
+        for item in node.values() if node.__class__ is dict else node:
+            kind = item.__class__
+            if kind is str or item is None or item is True or item is False:
+                continue
+            if kind is dict or kind is list:
+                push(item)
+            elif kind is int:
+                if not -_MAX_SAFE_INT <= item <= _MAX_SAFE_INT:
+                    return False
+            elif kind is float:
+                if not 1e-4 <= abs(item) < 1e15 or item.is_integer():
+                    return False
+            else:  # tuples, subclasses, anything else: the reference decides
+                return False
     return True
 
 
@@ -153,15 +163,17 @@ def canonical_json(value: Any, *, from_text: bool = False) -> str:
 def is_canonical(data: bytes, value: Any) -> bool:
     """True when `data` is exactly the JCS form of `value` (which was parsed from `data`).
 
-    The check `verify` makes per audit line: orjson's form settles it unless it contains a
-    candidate difference, then `rfc8785` decides.
+    The check `verify` makes per audit line: orjson's form settles it when every number in
+    `value` is one orjson writes as JCS does; otherwise `rfc8785` decides, reading integers
+    beyond 2**53 as the doubles they stand for.
     """
-    try:
-        mine = orjson.dumps(value, option=_ORJSON_OPTIONS)
-    except TypeError:
-        mine = b""
-    if mine == data and _NEEDS_JCS.search(data) is None and value.__class__ in (dict, list):
-        return True
+    if value.__class__ is dict or value.__class__ is list:
+        try:
+            mine = orjson.dumps(value, option=_ORJSON_OPTIONS)
+        except TypeError:
+            mine = b""
+        if mine == data and _orjson_safe(value) and (data.isascii() or _NON_BMP.search(data) is None):
+            return True
     try:
         return _jcs(value, exact=False) == data
     except (ValueError, TypeError, RecursionError):

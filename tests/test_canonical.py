@@ -223,3 +223,24 @@ def test_canonical_bytes_refuses_what_is_not_json() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.parametrize(
+    "number",
+    [
+        1e-4,
+        0.00010000000000000002,
+        9.99e-5,
+        999999999999999.9,
+        1e15 - 0.5,
+        1e15 + 0.5,
+        3.2,
+        -0.5,
+        2.5e-3,
+        1e-5,
+    ],
+)
+def test_the_fast_path_boundaries_agree_with_the_reference(number: float) -> None:
+    for value in ({"n": number}, [number, {"m": [number]}]):
+        assert canonical_bytes(value) == rfc8785.dumps(value)
+        assert is_canonical(rfc8785.dumps(value), json.loads(rfc8785.dumps(value)))
