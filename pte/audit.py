@@ -99,7 +99,7 @@ class Durability(StrEnum):
 
 def _utc_now() -> str:
     """ISO-8601 UTC with microseconds, e.g. ``2026-11-22T02:30:31.123456Z``."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class AuditLog:

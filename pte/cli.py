@@ -354,7 +354,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if args.store is not None:  # pte resume RUN_ID --store URL
         from pte import cli_store
 
-        return cli_store.resume(args, _registry(args))
+        llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
+        return cli_store.resume(args, _registry(args), llm)
     if not Path(args.log).is_file():
         raise UsageError(f"audit log {args.log!r} does not exist")
     if args.policy is not None:
@@ -389,6 +390,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pte import cli_store
 
     _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    if args.replay_responses or args.model or args.base_url:
+        _llm(args)  # a bad LLM setting is a usage error here, not in every task
     return cli_store.worker(args, _packs(args))
 
 
@@ -507,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_resume)
 
-    cli_store.add_commands(sub, _add_tools, _add_json)
+    cli_store.add_commands(sub, _add_tools, _add_json, _add_llm)
 
     p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
     p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")

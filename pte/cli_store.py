@@ -237,7 +237,7 @@ def decide(args: argparse.Namespace, *, approve: bool) -> int:
     return EXIT_OK
 
 
-def resume(args: argparse.Namespace, registry: Any) -> int:
+def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
     """``pte resume RUN_ID --store URL``: continue the same run (after a crash or a decision)."""
     from pte.runs import resume_run
 
@@ -257,7 +257,7 @@ def resume(args: argparse.Namespace, registry: Any) -> int:
                 )
                 return EXIT_FAILED
         try:
-            result = resume_run(store, args.log, registry, gate=_gate(store, registry, args))
+            result = resume_run(store, args.log, registry, gate=_gate(store, registry, args), llm=llm)
         except FailedClosed as exc:
             print(f"cannot resume: {exc.message}", file=sys.stderr)
             return EXIT_FAILED
@@ -286,7 +286,17 @@ def worker(args: argparse.Namespace, packs: list[str]) -> int:
     broker = _broker(args)
     with _store(args.store):  # fail early on a bad store, in the parent
         pass
-    config = WorkerConfig(args.store or os.environ["PTE_STORE"], tuple(packs), args.approval_ttl or 86400.0)
+    llm = {
+        name: value
+        for name, value in (
+            ("model", args.model), ("base_url", args.base_url), ("replay_responses", args.replay_responses),
+            ("timeout", args.timeout), ("max_retries", args.max_retries),
+        )
+        if value is not None
+    } if (args.model or args.base_url or args.replay_responses) else {}  # fmt: skip
+    config = WorkerConfig(
+        args.store or os.environ["PTE_STORE"], tuple(packs), args.approval_ttl or 86400.0, json.dumps(llm)
+    )
     os.environ.update(config.to_env())
     app = make_app(broker, visibility_timeout=args.visibility_timeout)
     argv = [
@@ -313,10 +323,15 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> 
 
     if args.count < 1:
         raise _usage_error()("--count must be at least 1")
-    text = Path(args.plan_file).read_text(encoding="utf-8") if Path(args.plan_file).is_file() else None
-    if text is None:
-        raise _usage_error()(f"plan file {args.plan_file!r} does not exist")
-    job = {"mode": "execute", "plan_text": text, "tools": packs, "policy": policy_document}
+    if (args.plan_file is None) == (args.request is None):
+        raise _usage_error()("give a plan file or --request, not both")
+    if args.request is not None:
+        job = {"mode": "run", "request": args.request, "tools": packs, "policy": policy_document}
+    else:
+        if not Path(args.plan_file).is_file():
+            raise _usage_error()(f"plan file {args.plan_file!r} does not exist")
+        text = Path(args.plan_file).read_text(encoding="utf-8")
+        job = {"mode": "execute", "plan_text": text, "tools": packs, "policy": policy_document}
     with _store(args.store) as store:
         try:
             run_ids = [
@@ -335,7 +350,7 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> 
     return EXIT_OK
 
 
-def add_commands(sub: Any, add_tools: Any, add_json: Any) -> None:
+def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
     """Register ``approvals``, ``reject``, ``worker`` and ``submit`` (the rest extend existing ones)."""
     from pte.cli import cmd_approvals_list, cmd_reject, cmd_submit, cmd_worker
 
@@ -373,10 +388,12 @@ def add_commands(sub: Any, add_tools: Any, add_json: Any) -> None:
         "--approval-ttl", type=float, help="seconds a paused run waits for a decision (default 86400)"
     )
     p.add_argument("--loglevel", default="WARNING")
+    add_llm(p)
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("submit", help="queue runs of a plan file for the workers")
-    p.add_argument("plan_file")
+    p = sub.add_parser("submit", help="queue runs of a plan file (or a request) for the workers")
+    p.add_argument("plan_file", nargs="?", help="a plan file (or give --request)")
+    p.add_argument("--request", help="a request the worker plans with its LLM endpoint")
     add_tools(p)
     add_store(p)
     p.add_argument("--broker", help="Celery broker URL (default $PTE_BROKER)")

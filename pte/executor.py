@@ -23,6 +23,11 @@ are cancelled, process-isolated ones killed, thread ones abandoned.
 
 How each call runs, is timed out and retried: `pte._invoke`. This module must never import
 an LLM client; tests/test_executor_isolation.py enforces it.
+
+Extending (new step kinds): one step is `_Run._start` (resolve and check its arguments,
+write its intent when it is its turn, start the call) and `_Run._complete` (check the
+outcome, make the `StepResult`, release the steps waiting for it); the scheduler (`_launch`)
+and the sequencer (`_flush`) do not look inside a step.
 """
 
 from __future__ import annotations

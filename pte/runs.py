@@ -287,8 +287,15 @@ def resume_run(
             return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at)
 
 
-def job_engine(job: Mapping[str, Any], registry: Registry, gate: Callable[[Plan, AuditLog], None]) -> Engine:
-    """The engine for a submitted job: its policy document (if any) over `registry`."""
+def job_engine(
+    job: Mapping[str, Any],
+    registry: Registry,
+    gate: Callable[[Plan, AuditLog], None],
+    llm: LLMClient | None = None,
+) -> Engine:
+    """The engine for a submitted job: its policy document (if any) over `registry`.
+
+    The answer is the plan's result rendered deterministically (no finalizer call)."""
     from pte.engine import EngineConfig
     from pte.policy import Policy
 
@@ -296,4 +303,4 @@ def job_engine(job: Mapping[str, Any], registry: Registry, gate: Callable[[Plan,
     if job.get("policy") is not None:
         policy = policy.with_document(job["policy"], source="<submitted policy>", ignore_unknown=True)
     config = EngineConfig(llm_answer=False)
-    return Engine(registry, None, config=config, policy=policy, approval=gate)
+    return Engine(registry, llm, config=config, policy=policy, approval=gate)

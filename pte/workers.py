@@ -25,6 +25,7 @@ Exactly-once effects from at-least-once delivery:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -34,6 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 from pte.errors import FailedClosed, PTEError, ReasonCode
+from pte.llm import LLMClient
 from pte.runs import DEFAULT_APPROVAL_TTL, PausedRun, job_engine, pausing_gate, resume_run, run_in_store
 from pte.stores import Store, StoreError, check_run_id, open_store
 from pte.tools import Registry, load_registry
@@ -52,12 +54,16 @@ class WorkerConfig:
     store_url: str
     tools: tuple[str, ...]
     approval_ttl_s: float = DEFAULT_APPROVAL_TTL.total_seconds()
+    #: The worker's LLM endpoint for request jobs, as JSON (``pte worker --model/--base-url``;
+    #: the key comes from the worker's environment, never from here). "{}": none.
+    llm: str = "{}"
 
     def to_env(self) -> dict[str, str]:
         return {
             "PTE_WORKER_STORE": self.store_url,
             "PTE_WORKER_TOOLS": ",".join(self.tools),
             "PTE_WORKER_APPROVAL_TTL": str(self.approval_ttl_s),
+            "PTE_WORKER_LLM": self.llm,
         }
 
     @classmethod
@@ -67,6 +73,7 @@ class WorkerConfig:
                 os.environ["PTE_WORKER_STORE"],
                 tuple(t for t in os.environ["PTE_WORKER_TOOLS"].split(",") if t),
                 float(os.environ.get("PTE_WORKER_APPROVAL_TTL", DEFAULT_APPROVAL_TTL.total_seconds())),
+                os.environ.get("PTE_WORKER_LLM", "{}"),
             )
         except KeyError as exc:
             raise PTEError(f"worker configuration missing: {exc}") from None
@@ -84,6 +91,25 @@ class _Context:
         self.store = open_store(config.store_url)
         self.registry = load_registry(list(config.tools))
         self.key = approval_key_from_env()
+        self.llm = worker_llm(json.loads(config.llm))
+
+
+def worker_llm(settings: Mapping[str, Any]) -> LLMClient | None:
+    """The worker's LLM client for request jobs (None: it runs plan files only)."""
+    if not settings:
+        return None
+    if settings.get("replay_responses"):
+        from pte.llm import ReplayClient
+
+        return ReplayClient.from_file(settings["replay_responses"])
+    from pte.llm import OpenAIClient
+
+    return OpenAIClient(
+        settings.get("model"),
+        base_url=settings.get("base_url"),
+        timeout_s=float(settings.get("timeout", 60.0)),
+        max_retries=int(settings.get("max_retries", 2)),
+    )
 
 
 _context: _Context | None = None
@@ -117,6 +143,7 @@ def process_run(
     owner: str,
     key: bytes | None = None,
     ttl: timedelta = DEFAULT_APPROVAL_TTL,
+    llm: LLMClient | None = None,
 ) -> str:
     """Take run `run_id` one step further; returns what happened.
 
@@ -146,9 +173,11 @@ def process_run(
             return _refuse(store, run_id, refused)
         gate = pausing_gate(store, job_registry, key=key, ttl=ttl)
         if info.records == 0:
-            engine = job_engine(job, job_registry, gate)
+            engine = job_engine(job, job_registry, gate, llm)
             if job.get("plan_text") is not None:
                 result = run_in_store(engine, store, run_id=run_id, plan_text=str(job["plan_text"]))
+            elif llm is not None and isinstance(job.get("request"), str):
+                result = run_in_store(engine, store, run_id=run_id, request=job["request"])
             else:
                 return _refuse(
                     store,
@@ -159,7 +188,7 @@ def process_run(
                     ),
                 )
         else:
-            result = resume_run(store, run_id, job_registry, gate=gate)
+            result = resume_run(store, run_id, job_registry, gate=gate, llm=llm)
         return result.status if isinstance(result, PausedRun) else str(result.status)
     finally:
         store.release(run_id, owner)
@@ -215,7 +244,7 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
         worker_send_task_events=False,
     )
 
-    @app.task(name=TASK_NAME, bind=True, max_retries=None, acks_late=True)  # type: ignore[untyped-decorator]
+    @app.task(name=TASK_NAME, bind=True, max_retries=None, acks_late=True, shared=False)  # type: ignore[untyped-decorator]
     def run_task(self: Any, run_id: Any) -> str:
         try:
             check_run_id(run_id)
@@ -231,6 +260,7 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                 owner=context.owner,
                 key=context.key,
                 ttl=timedelta(seconds=context.config.approval_ttl_s),
+                llm=context.llm,
             )
         except StoreError:
             # The store is unreachable or refused a write: leave the run to a retry.

@@ -264,3 +264,17 @@ def test_sqlite_store_is_shared_by_processes(tmp_path: Path, ledger: Path) -> No
         runs = store.runs()
         assert len(runs) == 15 and {r.status for r in runs} == {"succeeded"}
         assert all(store.verify(r.run_id).ok for r in runs)
+
+
+def test_the_setup_commands_need_no_database_driver_or_broker() -> None:
+    """`pte demo` and the JSONL default never import psycopg or celery (both are extras)."""
+    import subprocess
+
+    code = (
+        "import sys, pte.cli; pte.cli.build_parser(); import pte.stores, pte.runs; "
+        "pte.stores.open_store('x.jsonl'); "
+        "bad = sorted(m for m in ('psycopg', 'celery', 'kombu', 'redis') if m in sys.modules); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -303,3 +303,27 @@ def test_unknown_runs_and_bad_ids_from_the_broker_do_nothing(postgres_url: str) 
     with pytest.raises(StoreError, match="bad run id"):
         process_run(store, "x'; DROP TABLE pte_runs; --", registry, ["backoffice"], owner="w")
     assert store.runs() == []
+
+
+def test_request_jobs_are_planned_with_the_workers_own_llm(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A submitted request is planned by the worker's LLM endpoint; without one it is refused."""
+    from pte.llm import ReplayClient
+    from pte.tools import load_registry
+
+    monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
+    store = open_store(_fresh_database(postgres_url, "pte_requests"))
+    registry = load_registry(["backoffice", "calculator"])
+    job = {"mode": "run", "request": "Total of the overdue invoices", "tools": ["backoffice", "calculator"]}
+    store.submit("q1", job)
+    store.submit("q2", job)
+    llm = ReplayClient([PLANS["read"]])
+    assert process_run(store, "q1", registry, ["backoffice", "calculator"], owner="w", llm=llm) == "succeeded"
+    records = store.records("q1")
+    assert [r["type"] for r in records][:3] == ["run_started", "llm_call", "plan_accepted"]
+    assert records[0]["request"] == "Total of the overdue invoices" and store.verify("q1").ok
+    assert process_run(store, "q2", registry, ["backoffice", "calculator"], owner="w") == "failed_closed"
+    assert store.run("q2").reason == "llm_error"  # type: ignore[union-attr]

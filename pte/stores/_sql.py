@@ -102,6 +102,12 @@ class SQLStore(Store):
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one read statement outside an explicit transaction; all rows."""
 
+    def _execute_one(self, sql: str, params: Sequence[Any]) -> int:
+        """Run one writing statement as its own (autocommitted) transaction; its row count."""
+        with self._lock, self._transaction() as cur:
+            cur.execute(sql, params)
+            return int(cur.rowcount)
+
     def _sql(self, sql: str) -> str:
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
 
@@ -150,22 +156,26 @@ class SQLStore(Store):
             record["prev"],
             record["hash"],
         )
+        insert = self._sql(
+            "INSERT INTO pte_records (run_id, seq, type, ts, prev, hash, line) "
+            "SELECT ?, ?, ?, ?, ?, ?, ? WHERE (? = 0 AND ? = ?) OR EXISTS ("
+            "SELECT 1 FROM pte_records WHERE run_id = ? AND seq = ? AND hash = ?)"
+        )
+        params = (run_id, seq, rtype, ts, prev, digest, text, seq, prev, "0" * 64, run_id, seq - 1, prev)
+        refused = StoreError(
+            f"run {run_id}: record {seq} does not extend the stored chain "
+            "(another writer appended to this run, or records were removed)"
+        )
+        if rtype not in LIFECYCLE:
+            # One statement is its own transaction: one round trip per record.
+            if self._execute_one(insert, params) != 1:
+                raise refused
+            return
         with self._lock, self._transaction() as cur:
-            cur.execute(
-                self._sql(
-                    "INSERT INTO pte_records (run_id, seq, type, ts, prev, hash, line) "
-                    "SELECT ?, ?, ?, ?, ?, ?, ? WHERE (? = 0 AND ? = ?) OR EXISTS ("
-                    "SELECT 1 FROM pte_records WHERE run_id = ? AND seq = ? AND hash = ?)"
-                ),
-                (run_id, seq, rtype, ts, prev, digest, text, seq, prev, "0" * 64, run_id, seq - 1, prev),
-            )
+            cur.execute(insert, params)
             if cur.rowcount != 1:
-                raise StoreError(
-                    f"run {run_id}: record {seq} does not extend the stored chain "
-                    "(another writer appended to this run, or records were removed)"
-                )
-            if rtype in LIFECYCLE:
-                self._lifecycle(cur, run_id, record)
+                raise refused
+            self._lifecycle(cur, run_id, record)
 
     def _lifecycle(self, cur: Any, run_id: str, record: Mapping[str, Any]) -> None:
         rtype, now = record["type"], utc_now()

@@ -77,6 +77,14 @@ class PostgresStore(SQLStore):
             except self._psycopg.Error as exc:
                 raise StoreError(f"PostgreSQL store {self.describe()}: {_first_line(exc)}") from None
 
+    def _execute_one(self, sql: str, params: Sequence[Any]) -> int:
+        with self._lock:
+            try:
+                cur = self._conn.execute(sql, tuple(params))  # autocommit: its own transaction
+                return int(cur.rowcount)
+            except self._psycopg.Error as exc:
+                raise StoreError(f"PostgreSQL store {self.describe()}: {_first_line(exc)}") from None
+
     def _set_durability(self, durability: Durability | str) -> None:
         level = _SYNCHRONOUS[str(getattr(durability, "value", durability))]
         self._query_none(f"SET synchronous_commit = {level}")  # one of two constants above

@@ -69,6 +69,13 @@ class SQLiteStore(SQLStore):
             finally:
                 cur.close()
 
+    def _execute_one(self, sql: str, params: Sequence[Any]) -> int:
+        with self._lock:
+            try:
+                return int(self._conn.execute(sql, tuple(params)).rowcount)  # autocommit
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite store {str(self.path)!r}: {exc}") from None
+
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
