@@ -53,6 +53,62 @@ CRASH_PLAN = """{
 }
 """
 
+#: pte.control: a require that holds, a for_each over an idempotent write, a step run by its
+#: `when` and one skipped (with a default).
+CONTROL_PLAN = """{
+ "pte_plan": "1",
+ "steps": [
+  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 60}},
+  {"id": "need", "require": {"nonempty": {"$ref": "inv/ids"}}, "message": "nothing is 60 days overdue"},
+  {"id": "remind", "tool": "queue_reminder", "for_each": {"$ref": "inv/ids"}, "max_items": 20,
+   "args": {"invoice_id": {"$ref": "inv/ids/*"}, "channel": "letter"}},
+  {"id": "big", "tool": "calculator", "when": {"gt": [{"$ref": "inv/total"}, "1000"]},
+   "args": {"expression": "t / n", "variables": {"t": {"$ref": "inv/total"}, "n": {"$ref": "inv/count"}}},
+   "default": {"value": "0", "expression": "skipped"}},
+  {"id": "none", "tool": "calculator", "when": {"empty": {"$ref": "inv/ids"}},
+   "args": {"expression": "0"}, "default": {"value": "0", "expression": "skipped"}}
+ ],
+ "result": {"reminders": {"$ref": "remind"}, "average": {"$ref": "big/value"}, "none": {"$ref": "none/value"}}
+}
+"""
+
+
+def control_sample(log: Path) -> str:
+    """Run CONTROL_PLAN with `pte execute` semantics (no LLM); return the run's status."""
+    from pte.audit import AuditLog
+    from pte.engine import Engine
+    from pte.tools import load_registry
+
+    registry = load_registry(["backoffice", "calculator", "shaping"])
+    with AuditLog(log) as audit:
+        return Engine(registry).execute(CONTROL_PLAN, audit).status
+
+
+#: pte.stages: the first plan reads the overdue invoices and hands their ids to a second
+#: planning stage, which queues the reminders by reference (recorded planner answers).
+STAGED_REQUEST = "Look at what is more than 60 days overdue, then queue letter reminders for those invoices."
+STAGED_ANSWERS = [
+    """{"pte_plan": "1", "steps": [{"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 60}}],
+ "continue": {"overdue": {"$ref": "inv/ids"}, "total": {"$ref": "inv/total"}}}""",
+    """{"pte_plan": "1", "steps": [{"id": "remind", "tool": "send_reminders",
+ "args": {"invoice_ids": {"$ref": "inv/ids"}, "channel": "letter"}}], "result": {"$ref": "remind/queued"}}""",
+]
+
+
+def staged_sample(log: Path) -> str:
+    """A two-stage `pte run` with recorded planner answers; return the run's status."""
+    from pte.audit import AuditLog
+    from pte.engine import Engine, EngineConfig
+    from pte.llm import ReplayClient
+    from pte.tools import load_registry
+
+    registry = load_registry(["backoffice", "calculator", "shaping"])
+    llm = ReplayClient(STAGED_ANSWERS, model="recorded-demo-responses")
+    with AuditLog(log) as audit:
+        engine = Engine(registry, llm, config=EngineConfig(llm_answer=False))
+        return engine.run(STAGED_REQUEST, audit).status
+
+
 _CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
@@ -147,6 +203,12 @@ def main() -> int:
             outcome = run_scenario(by_name[scenario], registry, workdir, audit_path=target)
             status = "ok" if outcome.as_expected else "UNEXPECTED"
             print(f"{target.name:28} {outcome.result.status:14} {outcome.result.reason or '-'}  {status}")
+        control = HERE / "control.jsonl"
+        control.unlink(missing_ok=True)
+        print(f"{control.name:28} {control_sample(control)}")
+        staged = HERE / "staged.jsonl"
+        staged.unlink(missing_ok=True)
+        print(f"{staged.name:28} {staged_sample(staged)}")
         for sample, approve in (("paused_then_approved", True), ("paused_then_rejected", False)):
             target = HERE / f"{sample}.jsonl"
             print(f"{target.name:28} {paused_sample(target, workdir, approve=approve)}")

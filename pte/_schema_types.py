@@ -122,10 +122,13 @@ def select(schema: Schema, root: Mapping[str, Any], tokens: tuple[str, ...], dep
         extra = schema.get("additionalProperties")
         if isinstance(extra, _MAPPINGS):
             return select(extra, root, rest, depth + 1)
-    if "array" in types and token.isdigit() and (token == "0" or token[0] != "0"):
+    # "*" selects any element: the current element of a for_each list (pte.control).
+    if "array" in types and (token == "*" or (token.isdigit() and (token == "0" or token[0] != "0"))):
         prefix = schema.get("prefixItems")
-        index = int(token)
-        if isinstance(prefix, list) and index < len(prefix):
+        if token == "*" and isinstance(prefix, list) and prefix:
+            return None  # a tuple's positions differ in type: no one schema for "any element"
+        index = int(token) if token != "*" else -1
+        if isinstance(prefix, list) and 0 <= index < len(prefix):
             return select(prefix[index], root, rest, depth + 1)
         items = schema.get("items")
         if isinstance(items, _MAPPINGS):

@@ -201,7 +201,7 @@ def requires_approval(plan: Plan, registry: Registry) -> list[str]:
 
 
 def _needing_approval(plan: Plan, needs: Callable[[str], bool]) -> list[str]:
-    names = dict.fromkeys(step.tool for step in plan.steps)
+    names = dict.fromkeys(step.tool for step in plan.tool_steps())
     return [name for name in names if needs(name)]
 
 

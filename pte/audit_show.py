@@ -122,12 +122,25 @@ def _summary(record: Mapping[str, Any]) -> str:
             f"attempt {get('attempt')} after {get('failed_step')} failed ({_error_text(get('error'))}) "
             f"completed={_ids(get('completed'))}"
         )
+    # pte.control / pte.stages
+    if kind == "condition":
+        tail = _error_text(get("error")) if get("error") else _short(get("values"))
+        return f"{get('step_id')} {get('kind')} {get('outcome')} {tail}"
+    if kind == "for_each":
+        tail = f" {_error_text(get('error'))}" if get("error") else ""
+        return f"{get('step_id')} {get('tool')} items={get('items')}{tail}"
+    if kind == "stage":
+        return f"stage {get('stage')} values={_short(get('labels'))}"
     if kind == "run_finished":
         status = get("status")
-        head = f"{status}({get('reason')})" if status != "succeeded" else str(status)
+        head = (
+            f"{status}({get('reason')})" if status not in ("succeeded", "condition_not_met") else str(status)
+        )
         tail = f" steps={get('steps_run')} llm_calls={get('llm_calls')}"
         if status == "succeeded":
             return head + tail + (f" answer={_short(get('answer'))}" if get("answer") is not None else "")
+        if status == "condition_not_met":
+            return head + tail + f": {_short(get('message'))}"
         return head + tail + (f": {_short(get('message'))}" if get("message") else "")
     extra = {k: v for k, v in record.items() if k not in _COMMON_FIELDS}
     return _short(extra)

@@ -163,11 +163,13 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
                 f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); "
                 f"audit log {audit_path}"
             )
+        elif result.status == "condition_not_met":  # pte.control: a require was false; not a failure
+            print(f"{result.message}\n\ncondition_not_met: nothing after the require step ran")
         else:
             print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
             if result.result is not None:
                 print(json.dumps(result.result, indent=2, ensure_ascii=False))
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return EXIT_OK if result.ok or result.status == "condition_not_met" else EXIT_FAILED
 
 
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:

@@ -73,6 +73,8 @@ class CompileContext:
     inferred: dict[str, tuple[st.Schema, Mapping[str, Any]]] = field(default_factory=dict)
     #: Extra information checks may attach (e.g. provenance labels from a policy check).
     extras: dict[str, Any] = field(default_factory=dict)
+    #: Prior steps that were per-item (`for_each`) steps: their output is a list (pte.control).
+    prior_lists: frozenset[str] = frozenset()
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -88,16 +90,27 @@ class CompileContext:
             return self.tool(self.index[step_id])
         return self.registry[self.prior[step_id]]
 
+    def is_list_step(self, step_id: str) -> bool:
+        """Whether `step_id` is a for_each step, whose output is the list of its calls' outputs."""
+        if step_id in self.index:
+            return "for_each" in self.steps[self.index[step_id]]
+        return step_id in self.prior_lists
+
     def output_type(self, step_id: str) -> tuple[st.Schema, Mapping[str, Any]]:
         """The output schema of a step (and the root its ``$ref``s resolve against).
 
         For a generic tool it is the schema inferred for this step from its arguments; a
-        completed step of an earlier plan (a replan) has its tool's declared schema.
+        completed step of an earlier plan (a replan) has its tool's declared schema. A
+        for_each step's output is the list of its calls' outputs (pte.control).
         """
         if step_id in self.inferred:
-            return self.inferred[step_id]
-        producer = self.producer(step_id)
-        return producer.output_schema, producer.output_schema
+            schema, root = self.inferred[step_id]
+        else:
+            producer = self.producer(step_id)
+            schema, root = producer.output_schema, producer.output_schema
+        if self.is_list_step(step_id):
+            return {"type": "array", "items": schema, "$defs": root.get("$defs", {})}, root
+        return schema, root
 
 
 CompileCheck = Callable[[CompileContext], None]
@@ -244,6 +257,8 @@ def check_unique_ids(ctx: CompileContext) -> None:
 def check_tools_allowed(ctx: CompileContext) -> None:
     """tool_not_allowed: a step names a tool that is not registered and allowed."""
     for i, step in enumerate(ctx.steps):
+        if "require" in step:  # pte.control: a require step calls no tool
+            continue
         if step["tool"] not in ctx.registry:
             allowed = ", ".join(ctx.registry.names) or "(none)"
             raise _reject(
@@ -304,6 +319,12 @@ def _check_ref_target(
         raise _reject(ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r} names no step of this plan", *where)
     if ref.step == owner:
         raise _reject(ReasonCode.PLAN_CYCLE, f"step {owner!r} refers to its own output", *where)
+    if ref.step in ctx.index and "require" in ctx.steps[ctx.index[ref.step]]:  # pte.control
+        raise _reject(
+            ReasonCode.BAD_REFERENCE,
+            f"reference {str(ref)!r}: a require step has no output (use 'after' to wait for it)",
+            *where,
+        )
     if ref.step not in ctx.index and ctx.prior[ref.step] not in ctx.registry:
         raise _reject(
             ReasonCode.BAD_REFERENCE, f"reference {str(ref)!r}: that step's tool is not available", *where
@@ -330,7 +351,7 @@ def check_references(ctx: CompileContext) -> None:
     ctx.references = []
     for i, step in enumerate(ctx.steps):
         # Depth: the document (1) > steps (2) > step (3) > args (4).
-        sites = _collect_checked(step["args"], ctx, 4, "steps", i, "args")
+        sites = _collect_checked(step.get("args", {}), ctx, 4, "steps", i, "args")
         for path, ref in sites:
             _check_ref_target(ctx, ref, ("steps", i, "args", *path), step["id"])
         for j, dep in enumerate(step.get("after", ())):
@@ -353,12 +374,16 @@ def check_acyclic(ctx: CompileContext) -> None:
     Also fixes the execution order: topological, ties broken by plan order.
     """
     steps = ctx.steps
+    control_deps: Mapping[str, list[str]] = ctx.extras.get("control_deps", {})
     dependents: list[list[int]] = [[] for _ in steps]
     pending = [0] * len(steps)
     for i, step in enumerate(steps):
         # Prior (completed) steps are already satisfied: only this plan's steps order it.
         deps = {ctx.index[ref.step] for _, ref in ctx.references[i] if ref.step in ctx.index}
         deps.update(ctx.index[d] for d in step.get("after", ()) if d in ctx.index)
+        # pte.control: conditions, for_each lists and require steps add dependencies.
+        deps.update(ctx.index[d] for d in control_deps.get(step["id"], ()) if d in ctx.index)
+        deps.discard(i)
         pending[i] = len(deps)
         for d in deps:
             dependents[d].append(i)
@@ -559,6 +584,8 @@ def check_args(ctx: CompileContext) -> None:
     for step_id in ctx.order:
         i = ctx.index[step_id]
         step = ctx.steps[i]
+        if "require" in step:  # pte.control: no tool, no args
+            continue
         tool = ctx.tool(i)
         args = step["args"]
         for path, ref in ctx.references[i]:
@@ -599,6 +626,8 @@ def check_args(ctx: CompileContext) -> None:
                 _check_pointer(ctx, ref, ("result", *path))
 
 
+from pte.control import check_control, check_control_types  # noqa: E402  (pte.control reads this module's helpers)
+
 #: The checks `compile_plan` runs, in order. Each raises `PlanRejected` with its own reason code.
 PIPELINE: tuple[CompileCheck, ...] = (
     check_size,
@@ -608,8 +637,10 @@ PIPELINE: tuple[CompileCheck, ...] = (
     check_unique_ids,
     check_tools_allowed,
     check_references,
+    check_control,
     check_acyclic,
     check_args,
+    check_control_types,
 )
 
 
@@ -620,6 +651,7 @@ def compile_plan(
     *,
     checks: Sequence[CompileCheck] = (),
     prior: Mapping[str, str] | None = None,
+    prior_lists: Iterable[str] = (),
 ) -> Plan:
     """Compile planner output into a frozen, hashed `Plan`, or raise `PlanRejected`.
 
@@ -629,6 +661,7 @@ def compile_plan(
 
     `prior` names steps completed earlier in the run (step id -> tool name): a replanned
     plan may reference their outputs, must not reuse their ids, and never re-runs them.
+    `prior_lists` names those of them that were for_each steps (their output is a list).
     """
     if isinstance(text, bytes):
         try:
@@ -636,7 +669,11 @@ def compile_plan(
         except UnicodeDecodeError as exc:
             raise _reject(ReasonCode.INVALID_JSON, f"plan is not UTF-8 text: {exc}") from None
     ctx = CompileContext(
-        text=text, registry=registry, limits=limits or DEFAULT_LIMITS, prior=dict(prior or {})
+        text=text,
+        registry=registry,
+        limits=limits or DEFAULT_LIMITS,
+        prior=dict(prior or {}),
+        prior_lists=frozenset(prior_lists),
     )
     for check in PIPELINE:
         check(ctx)
@@ -657,5 +694,7 @@ def compile_plan(
         sha256_hex(ctx.canonical),
         ctx.canonical,
         ctx.references,
+        control_deps=ctx.extras.get("control_deps"),
+        condition_modes=ctx.extras.get("condition_modes"),
         output_types={step_id: schema for step_id, (schema, _) in ctx.inferred.items()},
     )

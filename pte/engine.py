@@ -19,19 +19,23 @@ from typing import Any, Literal
 from pte import prompts
 from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
+from pte.control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
 from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte.executor import DEFAULT_CONCURRENCY, Executor, StepResult, ToolInvoker, resolve_result
 from pte.fingerprint import run_started_fields
+from pte.labels import LabelTree
 from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
 from pte.plan import Plan, plan_schema
 from pte.policy import Policy, PolicyCheck, plan_literals
+from pte.stages import continue_literals, next_stage
 from pte.tools import Registry
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
 
-RunStatus = Literal["succeeded", "failed_closed"]
-PlanOrigin = Literal["planner", "replanner", "file"]
+#: condition_not_met: a `require` step's condition was false (pte.control): not a failure.
+RunStatus = Literal["succeeded", "failed_closed", "condition_not_met"]
+PlanOrigin = Literal["planner", "replanner", "file", "stage"]
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,15 @@ class EngineConfig:
     limits: Limits = DEFAULT_LIMITS
     #: Phrase the answer with one LLM call (True) or render the plan's result deterministically.
     llm_answer: bool = True
+    #: Plans a run may chain with `continue` (pte.stages): the first plan is stage 1.
+    max_stages: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_replans": self.max_replans,
             "limits": self.limits.to_dict(),
             "llm_answer": self.llm_answer,
+            "max_stages": self.max_stages,
         }
 
     @classmethod
@@ -57,6 +64,7 @@ class EngineConfig:
             max_replans=int(data.get("max_replans", 2)),
             limits=Limits(**{k: int(v) for k, v in limits.items()}),
             llm_answer=bool(data.get("llm_answer", True)),
+            max_stages=int(data.get("max_stages", 3)),
         )
 
 
@@ -130,6 +138,10 @@ class _Run:
     shown_untrusted: bool = False
     #: Canonical JSON of the literals of plans written before any untrusted data was shown.
     request_literals: frozenset[str] = frozenset()
+    #: Completed for_each steps (their output is a list): pte.control.
+    prior_lists: set[str] = field(default_factory=set)
+    #: Field-level labels of every step of every accepted plan (pte.labels).
+    label_trees: dict[str, LabelTree] = field(default_factory=dict)
 
 
 class Engine:
@@ -185,10 +197,15 @@ class Engine:
             self._start(run, mode="run", request=request)
             plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
             replans = 0
+            stage = 1
             while True:
                 failure = self._execute(run, plan, log)
                 if failure is None:
-                    break
+                    if not plan.continues:
+                        break
+                    stage += 1  # pte.stages: the plan hands values to a next planning stage
+                    plan = next_stage(self, run, request, plan, stage)
+                    continue
                 self._stop_if_effect_unknown(failure)
                 if replans >= self.config.max_replans:
                     raise FailedClosed(
@@ -222,6 +239,8 @@ class Engine:
             run.result.result = self._result_value(plan, run)
             run.result.answer = self._finalize(run, request)
             return self._finish(run, "succeeded")
+        except ConditionNotMet as stop:  # pte.control: a require step's condition was false
+            return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
 
@@ -232,6 +251,12 @@ class Engine:
         try:
             self._start(run, mode="execute", request=None, extra={"plan_text": plan_text})
             plan = self._accept(run, "file", plan_text)
+            if plan.continues:  # pte.stages: a next stage needs a planner; execute has none
+                raise FailedClosed(
+                    ReasonCode.LLM_ERROR,
+                    "the plan hands values to a next planning stage ('continue'), which needs a planner: "
+                    "use pte run",
+                )
             failure = self._execute(run, plan, log)
             if failure is not None:
                 raise FailedClosed(
@@ -241,6 +266,8 @@ class Engine:
             run.result.result = self._result_value(plan, run)
             run.result.answer = render_result(run.result.result)
             return self._finish(run, "succeeded")
+        except ConditionNotMet as stop:  # pte.control: a require step's condition was false
+            return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
 
@@ -328,25 +355,32 @@ class Engine:
     def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
         # A replanner that was shown untrusted output may have copied it into literals.
-        tainted = origin == "replanner" and run.shown_untrusted
+        tainted = origin in ("replanner", "stage") and run.shown_untrusted
         return self.policy.check(
             literal="untrusted" if tainted else "request",
             prior=prior,
             request_literals=run.request_literals if tainted else (),
+            prior_trees={sid: run.label_trees[sid] for sid in run.prior if sid in run.label_trees},
         )
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
         policy_check = self._policy_check(run, origin)
         try:
             plan = compile_plan(
-                text, self.registry, self.config.limits, checks=(policy_check, *self.checks), prior=run.prior
+                text,
+                self.registry,
+                self.config.limits,
+                checks=(policy_check, *self.checks),
+                prior=run.prior,
+                prior_lists=run.prior_lists,
             )
         except PlanRejected as rejection:
             self._record_rejection(run, origin, text, rejection)
             raise
         run.labels.update(policy_check.labels)
+        run.label_trees.update(policy_check.trees)
         if not run.shown_untrusted:
-            run.request_literals |= plan_literals(plan)
+            run.request_literals |= plan_literals(plan) | continue_literals(plan)
         run.audit.append(
             "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
         )
@@ -358,7 +392,7 @@ class Engine:
         return plan
 
     def _no_approvals(self, plan: Plan, audit: AuditLog) -> None:
-        needing = sorted({s.tool for s in plan.steps if self.registry[s.tool].requires_approval})
+        needing = sorted({s.tool for s in plan.tool_steps() if self.registry[s.tool].requires_approval})
         if needing:
             raise ApprovalMissing(
                 f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
@@ -381,7 +415,7 @@ class Engine:
 
         def on_step(step: StepResult) -> None:
             run.result.steps.append(step)
-            if step.ok:
+            if step.ok and not is_element(step.step_id):  # pte.control: elements are not plan steps
                 run.prior[step.step_id] = step.tool
             log.info(
                 "step_finished",
@@ -392,8 +426,12 @@ class Engine:
                 **({"progress": f"{len(run.result.steps)}/{total}"} if progress else {}),
             )
 
-        execution = self.executor.run(plan, run.audit, completed=run.result.outputs, on_step=on_step)
+        try:
+            execution = self.executor.run(plan, run.audit, completed=run.result.outputs, on_step=on_step)
+        finally:
+            note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         run.result.outputs = execution.outputs
+        note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         return execution.failure
 
     def _label(self, run: _Run, labels: frozenset[str] | None) -> str:
@@ -412,9 +450,11 @@ class Engine:
                 f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error.message}; "
                 "the run is stopped",
             )
-        spec = self.registry[failure.tool]
+        stop_if_partial(failure, self.registry)  # pte.control: a write for_each half applied
+        spec = self.registry.get(failure.tool)
         if (
-            spec.effect == "write"
+            spec is not None  # a require step's condition names no tool (pte.control)
+            and spec.effect == "write"
             and not spec.idempotent
             and failure.error
             and failure.error.kind == "timeout"
@@ -460,12 +500,16 @@ class Engine:
             raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
         return response.text
 
-    def _finish(self, run: _Run, status: RunStatus, stop: FailedClosed | None = None) -> RunResult:
+    def _finish(
+        self, run: _Run, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None
+    ) -> RunResult:
         result = run.result
         result.status = status
         if stop is not None:
             result.reason = stop.reason
             result.message = stop.message
+        if message is not None:
+            result.message = message
         if not run.audit.broken and not isinstance(stop, AuditWriteError):
             try:
                 run.audit.append(

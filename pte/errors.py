@@ -29,6 +29,8 @@ class ReasonCode(StrEnum):
     APPROVAL_MISSING = "approval_missing"
     NEEDS_REVIEW = "needs_review"
     APPROVAL_REJECTED = "approval_rejected"
+    #: A plan handed values to more planning stages than `max_stages` allows (pte.stages).
+    STAGES_EXHAUSTED = "stages_exhausted"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.

@@ -43,6 +43,7 @@ from typing import Any, Literal, Protocol
 
 from pte._invoke import CallOutcome, start_call
 from pte.audit import AuditLog
+from pte.control_run import is_controlled, run_with_control
 from pte.errors import AuditWriteError, ToolError
 from pte.plan import Plan, PlanStep, Reference, is_reference
 from pte.tools import Registry, ToolSpec
@@ -190,6 +191,8 @@ class Executor:
 
         Raises `AuditWriteError` if a record cannot be written: no further tool is started.
         """
+        if any(is_controlled(step) for step in plan.steps):  # pte.control: when, require, for_each
+            return run_with_control(self, plan, audit, completed, on_step)
         return _Run(self, plan, audit, completed, on_step).execute()
 
 

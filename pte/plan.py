@@ -8,23 +8,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import jsonschema_rs
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from pte._resources import load_schema
 from pte.canonical import canonical_json
 from pte.canonical import loads as canonical_loads
 
 __all__ = [
+    "ELEMENT",
     "PLAN_FORMAT_VERSION",
     "Plan",
     "PlanDocument",
     "PlanStep",
     "Reference",
+    "RequireStepModel",
     "StepModel",
     "is_reference",
     "plan_schema",
@@ -34,6 +36,8 @@ PLAN_FORMAT_VERSION = "1"
 STEP_ID_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 REF_RE = re.compile(r"[a-z][a-z0-9_]{0,31}(/([^~/]|~[01])*)*", re.DOTALL)
+#: The pointer token that selects the current element of a `for_each` list (see pte.control).
+ELEMENT = "*"
 
 
 def plan_schema() -> dict[str, Any]:
@@ -143,6 +147,62 @@ def _check_args(value: dict[str, Any]) -> dict[str, Any]:
     return _check_value(value)  # type: ignore[no-any-return]
 
 
+def _check_reference(value: dict[str, Any]) -> dict[str, Any]:
+    if not is_reference(value):
+        raise ValueError("expected a reference {'$ref': 'step_id/json/pointer'}")
+    _walk_value(value)
+    return value
+
+
+def _check_max_items(value: Any) -> Any:
+    # JSON Schema's "integer" includes 5.0; bool is not a number in JSON.
+    if value is None:
+        return value
+    if type(value) not in (int, float) or value != int(value) or not 1 <= value <= 1000:
+        raise ValueError("'max_items' is an integer from 1 to 1000")
+    return value
+
+
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+
+
+def _check_condition(value: Any) -> Any:
+    """The condition grammar of schemas/plan.schema.json (types are checked by compile)."""
+    if value is None:
+        return value
+    stack = [(value, 0)]
+    while stack:
+        cond, depth = stack.pop()
+        if depth > 64:
+            raise ValueError("condition nested too deeply")
+        if type(cond) is not dict or len(cond) != 1:
+            raise ValueError("a condition is an object with exactly one operator key")
+        ((op, arg),) = cond.items()
+        if op in _COMPARISONS:
+            if type(arg) is not list or len(arg) != 2:
+                raise ValueError(f"{op!r} takes a list of two operands")
+            for operand in arg:
+                if is_reference(operand):
+                    _check_reference(operand)
+                elif operand is not None and not isinstance(operand, (str, int, float, bool)):
+                    raise ValueError("an operand is a reference or a string, number, boolean or null")
+                else:
+                    _walk_value(operand)
+        elif op in ("and", "or"):
+            if type(arg) is not list or not 2 <= len(arg) <= 16:
+                raise ValueError(f"{op!r} takes a list of 2 to 16 conditions")
+            stack.extend((c, depth + 1) for c in arg)
+        elif op == "not":
+            stack.append((arg, depth + 1))
+        elif op in ("empty", "nonempty"):
+            if type(arg) is not dict:
+                raise ValueError(f"{op!r} takes a reference")
+            _check_reference(arg)
+        else:
+            raise ValueError(f"unknown condition operator {op!r}")
+    return value
+
+
 def _check_unique(value: list[str]) -> list[str]:
     if len(set(value)) != len(value):
         raise ValueError("'after' must not repeat a step id")
@@ -158,6 +218,47 @@ class StepModel(BaseModel):
     tool: ToolName
     args: Annotated[dict[str, Any], AfterValidator(_check_args)]
     after: Annotated[list[StepId], AfterValidator(_check_unique)] = Field(default_factory=list)
+    # --- control (pte.control): per-item calls and conditions ---
+    for_each: Annotated[dict[str, Any], AfterValidator(_check_reference)] | None = None
+    max_items: Annotated[Any, AfterValidator(_check_max_items)] = None
+    when: Annotated[Any, AfterValidator(_check_condition)] = None
+    default: Value = None
+
+    @model_validator(mode="after")
+    def _dependent(self) -> StepModel:
+        given = self.model_fields_set
+        for key, needs in (("for_each", "max_items"), ("max_items", "for_each"), ("default", "when")):
+            if key in given and needs not in given:
+                raise ValueError(f"{key!r} requires {needs!r}")
+        for key in ("for_each", "max_items", "when"):
+            if key in given and getattr(self, key) is None:
+                raise ValueError(f"{key!r} must not be null")
+        return self
+
+
+class RequireStepModel(BaseModel):
+    """A step that lets the run go on only if its condition holds (pte.control)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: StepId
+    require: Annotated[Any, AfterValidator(_check_condition)]
+    message: Annotated[str, Field(min_length=1, max_length=300)]
+    after: Annotated[list[StepId], AfterValidator(_check_unique)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _not_null(self) -> RequireStepModel:
+        if self.require is None:
+            raise ValueError("'require' must be a condition")
+        return self
+
+
+def _check_continue(value: dict[str, Any]) -> dict[str, Any]:
+    if not 1 <= len(value) <= 16:
+        raise ValueError("'continue' names 1 to 16 values")
+    for name in value:
+        _check_step_id(name)
+    return _check_value(value)  # type: ignore[no-any-return]
 
 
 class PlanDocument(BaseModel):
@@ -166,8 +267,20 @@ class PlanDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     pte_plan: Literal["1"]
-    steps: Annotated[list[StepModel], Field(min_length=1)]
+    steps: Annotated[list[StepModel | RequireStepModel], Field(min_length=1)]
     result: Value = None
+    continue_: Annotated[dict[str, Any], AfterValidator(_check_continue)] | None = Field(
+        default=None, alias="continue"
+    )
+
+    @model_validator(mode="after")
+    def _result_or_continue(self) -> PlanDocument:
+        if "continue_" in self.model_fields_set:
+            if self.continue_ is None:
+                raise ValueError("'continue' must be an object")
+            if "result" in self.model_fields_set:
+                raise ValueError("a plan has either 'result' or 'continue', not both")
+        return self
 
 
 # --- the compiled plan ------------------------------------------------------------------------
@@ -186,6 +299,33 @@ class PlanStep:
     depends_on: tuple[str, ...]
     #: Where references sit inside `args`: (path of keys/indices, reference).
     references: tuple[tuple[tuple[str | int, ...], Reference], ...]
+    # --- control (pte.control) ---
+    #: The list a per-item step maps over, and its bound.
+    for_each: Reference | None = None
+    max_items: int = 0
+    #: The step's condition (`when`; for a require step, `require`) as canonical JSON.
+    condition_json: str | None = field(default=None, repr=False)
+    #: The output of a skipped step (canonical JSON), if the plan gives one.
+    default_json: str | None = field(default=None, repr=False)
+    #: A require step's message (None for a tool step).
+    message: str | None = None
+    #: How each comparison of the condition compares, in document order (set by compile).
+    condition_modes: tuple[str, ...] = ()
+
+    @property
+    def is_require(self) -> bool:
+        """A `require` step: no tool, only a condition the run needs."""
+        return self.message is not None
+
+    @property
+    def condition(self) -> Any:
+        """The step's condition (a fresh copy), or None."""
+        return None if self.condition_json is None else json.loads(self.condition_json)
+
+    @property
+    def default(self) -> Any:
+        """The output of this step when skipped (a fresh copy; None when there is none)."""
+        return None if self.default_json is None else json.loads(self.default_json)
 
     @property
     def args(self) -> dict[str, Any]:
@@ -211,9 +351,20 @@ class PlanStep:
 
     def to_dict(self) -> dict[str, Any]:
         """The step as it appears in the plan document."""
-        doc: dict[str, Any] = {"id": self.id, "tool": self.tool, "args": self.args}
+        doc: dict[str, Any]
+        if self.is_require:
+            doc = {"id": self.id, "require": self.condition, "message": self.message}
+        else:
+            doc = {"id": self.id, "tool": self.tool, "args": self.args}
         if self.after:
             doc["after"] = list(self.after)
+        if self.for_each is not None:
+            doc["for_each"] = {"$ref": str(self.for_each)}
+            doc["max_items"] = self.max_items
+        if self.condition_json is not None and not self.is_require:
+            doc["when"] = self.condition
+        if self.default_json is not None:
+            doc["default"] = self.default
         return doc
 
 
@@ -228,6 +379,8 @@ class Plan:
     canonical: str = field(repr=False)
     result_json: str | None = field(default=None, repr=False)
     _index: Mapping[str, PlanStep] = field(default_factory=dict, repr=False, compare=False)
+    #: The values handed to the next planning stage (`continue`, canonical JSON), if any.
+    continue_json: str | None = field(default=None, repr=False)
     #: step id -> canonical JSON of the output schema compile inferred (steps of generic tools).
     _output_types: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -275,6 +428,20 @@ class Plan:
     def has_result(self) -> bool:
         return self.result_json is not None
 
+    @property
+    def continues(self) -> bool:
+        """Whether the plan ends by handing values to a next planning stage."""
+        return self.continue_json is not None
+
+    @property
+    def continue_values(self) -> dict[str, Any]:
+        """The `continue` values (references unresolved; empty when the plan has none)."""
+        return {} if self.continue_json is None else dict(json.loads(self.continue_json))
+
+    def tool_steps(self) -> Iterator[PlanStep]:
+        """The steps that call a tool (every step but `require` steps), in plan order."""
+        return (s for s in self.steps if not s.is_require)
+
     def result_references(self) -> list[Reference]:
         """The references inside the plan's `result`."""
         return [ref for _, ref in _reference_sites(self.result)] if self.has_result else []
@@ -312,30 +479,41 @@ def build_plan(
     plan_hash: str,
     canonical: str,
     references: list[list[tuple[tuple[str | int, ...], Reference]]] | None = None,
+    control_deps: Mapping[str, Sequence[str]] | None = None,
+    condition_modes: Mapping[str, tuple[str, ...]] | None = None,
     output_types: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Assemble a `Plan` from a document that `compile` has fully validated."""
     steps = []
+    extra = dict(control_deps or {})
     for i, raw in enumerate(document["steps"]):
-        args = raw["args"]
+        args = raw.get("args", {})
         sites = tuple(references[i]) if references is not None else tuple(_reference_sites(args))
         after = tuple(raw.get("after", ()))
         deps: dict[str, None] = {}
         for _, ref in sites:
             deps[ref.step] = None
-        for dep in after:
+        for dep in (*after, *extra.get(raw["id"], ())):
             deps[dep] = None
+        condition = raw.get("require", raw.get("when"))
         steps.append(
             PlanStep(
                 id=raw["id"],
-                tool=raw["tool"],
+                tool=raw.get("tool", ""),
                 _args=args,
                 after=after,
-                depends_on=tuple(deps),
+                depends_on=tuple(d for d in deps if d != raw["id"]),
                 references=sites,
+                for_each=Reference.parse(raw["for_each"]["$ref"]) if "for_each" in raw else None,
+                max_items=int(raw.get("max_items", 0)),
+                condition_json=None if condition is None else canonical_json(condition),
+                default_json=canonical_json(raw["default"]) if "default" in raw else None,
+                message=raw.get("message"),
+                condition_modes=(condition_modes or {}).get(raw["id"], ()),
             )
         )
     result_json = canonical_json(document["result"]) if "result" in document else None
+    continue_json = canonical_json(document["continue"]) if "continue" in document else None
     return Plan(
         steps=tuple(steps),
         order=order,
@@ -343,5 +521,6 @@ def build_plan(
         canonical=canonical,
         result_json=result_json,
         _index={s.id: s for s in steps},
+        continue_json=continue_json,
         _output_types={k: canonical_json(v) for k, v in (output_types or {}).items()},
     )

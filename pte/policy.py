@@ -31,7 +31,7 @@ import difflib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -44,8 +44,9 @@ from pte._resources import load_schema
 from pte.canonical import canonical_json
 from pte.compiler import CompileContext, json_path
 from pte.errors import PlanRejected, PTEError, ReasonCode
+from pte.labels import LabelTree, parse_field_pointer, schema_fields
 from pte.plan import Plan, Reference, is_reference
-from pte.tools import OutputProvenance, Registry
+from pte.tools import OutputProvenance, Registry, ToolSpec
 
 __all__ = [
     "LABELS",
@@ -84,13 +85,30 @@ class ToolPolicy:
     output: OutputProvenance
     #: Sink parameters: parameter name -> the labels it accepts.
     sinks: Mapping[str, frozenset[str]]
+    #: Field-level provenance (pte.labels): JSON Pointer into the output -> its label.
+    fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def to_dict(self) -> dict[str, Any]:
         """The policy-file form of this entry."""
         out: dict[str, Any] = {"output": self.output}
         if self.sinks:
             out["sinks"] = {param: sorted(allowed) for param, allowed in sorted(self.sinks.items())}
+        if self.fields:
+            out["fields"] = dict(sorted(self.fields.items()))
         return out
+
+    def output_tree(self) -> LabelTree | None:
+        """The labels of the tool's output by field; None for a derived tool."""
+        fixed = _output_labels(self.output)
+        if fixed is None:
+            return None
+        return LabelTree.from_fields(fixed, self.fields) if self.fields else LabelTree(fixed)
+
+
+def _declared(spec: ToolSpec) -> ToolPolicy:
+    """What a tool declares itself: output provenance, sinks, and labelled output fields."""
+    fields = schema_fields(spec.output_schema) if spec.provenance != "derived" else {}
+    return ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks), MappingProxyType(fields))
 
 
 def _frozen_sinks(sinks: Mapping[str, frozenset[str]]) -> Mapping[str, frozenset[str]]:
@@ -123,7 +141,7 @@ class Policy:
     @classmethod
     def from_registry(cls, registry: Registry) -> Policy:
         """The policy the tools declare themselves (`provenance`, `sinks` in `pte.tool`)."""
-        tools = {spec.name: ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks)) for spec in registry}
+        tools = {spec.name: _declared(spec) for spec in registry}
         return cls(tools, registry=registry)
 
     # -- reading ------------------------------------------------------------------------------
@@ -203,7 +221,19 @@ class Policy:
                 _check_sink_param(source, name, param, self._registry)
                 sinks[param] = frozenset(allowed)
             output = cast(OutputProvenance, entry.get("output", current.output))
-            tools[name] = ToolPolicy(output, _frozen_sinks(sinks))
+            fields = dict(current.fields)
+            for pointer, label in entry.get("fields", {}).items():
+                try:
+                    parse_field_pointer(pointer)
+                except ValueError as exc:
+                    raise PolicyError(f"policy {source!r}: tool {name!r}: {exc}") from None
+                fields[pointer] = label
+            if fields and output == "derived":
+                raise PolicyError(
+                    f"policy {source!r}: tool {name!r} is derived (its output has its inputs' labels); "
+                    "'fields' applies to trusted or untrusted outputs"
+                )
+            tools[name] = ToolPolicy(output, _frozen_sinks(sinks), MappingProxyType(fields))
         return Policy(tools, registry=self._registry, sources=(*self.sources, source))
 
     # -- checking plans -----------------------------------------------------------------------
@@ -214,6 +244,7 @@ class Policy:
         literal: str = "request",
         prior: Mapping[str, frozenset[str]] | None = None,
         request_literals: Iterable[str] = (),
+        prior_trees: Mapping[str, LabelTree] | None = None,
     ) -> PolicyCheck:
         """A compile check enforcing this policy; pass it to `compile_plan(checks=...)`.
 
@@ -224,7 +255,9 @@ class Policy:
         unknown here, so assume the worst). `request_literals`: canonical JSON of literal values
         known to come from the request (see `plan_literals`); they stay ``request`` in a replan.
         """
-        return PolicyCheck(self, literal=literal, prior=prior, request_literals=request_literals)
+        return PolicyCheck(
+            self, literal=literal, prior=prior, request_literals=request_literals, prior_trees=prior_trees
+        )
 
     def label_plan(
         self,
@@ -247,8 +280,7 @@ class Policy:
             return entry
         # A tool outside this policy's registry: its own declarations are all we know.
         if registry is not None and tool in registry:
-            spec = registry[tool]
-            return ToolPolicy(spec.provenance, spec.sinks)
+            return _declared(registry[tool])
         raise KeyError(tool)
 
 
@@ -268,10 +300,15 @@ class PolicyCheck:
         literal: str = "request",
         prior: Mapping[str, frozenset[str]] | None = None,
         request_literals: Iterable[str] = (),
+        prior_trees: Mapping[str, LabelTree] | None = None,
     ) -> None:
         if literal not in LABELS:
             raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
         self.policy = policy
+        #: Field-level labels of prior steps (pte.labels); `prior` stays the whole-output view.
+        self.prior_trees: Mapping[str, LabelTree] = MappingProxyType(dict(prior_trees or {}))
+        #: Field-level labels of the last plan this check labelled.
+        self.trees: dict[str, LabelTree] = {}
         self.literal = literal
         self.prior: Mapping[str, frozenset[str]] = MappingProxyType(_checked_prior(prior))
         self.request_literals = frozenset(request_literals)
@@ -291,12 +328,15 @@ class PolicyCheck:
             literal=self.literal if literal is None else literal,
             prior=self.prior if prior is None else prior,
             request_literals=self.request_literals if request_literals is None else request_literals,
+            prior_trees=self.prior_trees,
         )
 
     def __call__(self, ctx: CompileContext) -> None:
         graph = _flow_graph(self.policy, ctx, self.literal, self.prior, self.request_literals)
+        graph.prior_trees = self.prior_trees
         labels = graph.label_all()
         self.labels = labels
+        self.trees = {sid: graph.trees[sid] for sid in labels}
         ctx.extras["provenance"] = dict(labels)
         violation = graph.first_violation()
         if violation is not None:
@@ -400,6 +440,11 @@ class _StepView:
     args: Mapping[str, Any]
     #: Where the step sits in the plan (for JSON paths).
     position: int
+    # pte.control: what decides whether and how often the step runs (implicit flows).
+    when: Any = None
+    for_each: Reference | None = None
+    #: Conditions of the require steps before this one in the plan.
+    requires: tuple[Any, ...] = ()
 
 
 def _components(value: Any) -> Iterator[Reference | _Literal]:
@@ -469,6 +514,8 @@ class _FlowGraph:
         self.literal = literal
         self.request_literals = request_literals
         self.labels: dict[str, frozenset[str]] = {}
+        self.trees: dict[str, LabelTree] = {}
+        self.prior_trees: Mapping[str, LabelTree] = {}
 
     def entry(self, tool: str) -> ToolPolicy:
         return self.policy._entry(tool, self.registry)
@@ -478,17 +525,44 @@ class _FlowGraph:
     def label_all(self) -> dict[str, frozenset[str]]:
         # Topological order: every reference points at a step already labelled (or a prior one).
         for step_id in self.order:
-            self.labels[step_id] = self.step_labels(self.index[step_id])
+            tree = self.step_tree(self.index[step_id])
+            self.trees[step_id] = tree
+            self.labels[step_id] = tree.everything()
         return {s.id: self.labels[s.id] for s in self.steps}
 
-    def step_labels(self, step: _StepView) -> frozenset[str]:
-        output = self.entry(step.tool).output
-        fixed = _output_labels(output)
-        if fixed is not None:
-            return fixed
-        if not step.args:
-            return frozenset({self.literal})
-        return self.value_labels(_arg_components(step.args))
+    def step_tree(self, step: _StepView) -> LabelTree:
+        """The labels of a step's output, by field (pte.labels), implicit flows included."""
+        tree = self.entry(step.tool).output_tree()
+        if tree is None:  # derived: as trusted as the least trusted argument
+            labels = self.value_labels(_arg_components(step.args)) if step.args else frozenset({self.literal})
+            tree = LabelTree(labels)
+        if step.for_each is not None:
+            tree = LabelTree(self.membership(step.for_each), MappingProxyType({"*": tree}))
+        if step.when is not None:  # its output (or default) exists depending on the condition
+            tree = tree.with_own(self.condition_labels(step.when))
+        return tree
+
+    def membership(self, ref: Reference) -> frozenset[str]:
+        """Who chose which elements a for_each list has (pte.control implicit flow)."""
+        return self.step_tree_of(ref.step).membership(ref.tokens)
+
+    def condition_labels(self, cond: Any) -> frozenset[str]:
+        out: set[str] = set()
+        for component in _condition_components(cond):
+            out |= self.component_labels(component)
+        return frozenset(out)
+
+    def implicit_labels(self, step: _StepView) -> frozenset[str]:
+        """Labels of what decides whether and how often a step runs: its `when`, the require
+        steps before it, and its for_each list's membership (pte.control)."""
+        out: set[str] = set()
+        if step.when is not None:
+            out |= self.condition_labels(step.when)
+        for cond in step.requires:
+            out |= self.condition_labels(cond)
+        if step.for_each is not None:
+            out |= self.membership(step.for_each)
+        return frozenset(out)
 
     def value_labels(self, components: Iterator[Reference | _Literal]) -> frozenset[str]:
         out: set[str] = set()
@@ -503,7 +577,25 @@ class _FlowGraph:
             if self.request_literals and component.canon in self.request_literals:
                 return _REQUEST  # the same value the request-time plan wrote: nothing new
             return frozenset({self.literal})
-        return self.step_id_labels(component.step)
+        return self.step_tree_of(component.step).select(component.tokens)
+
+    def step_tree_of(self, step_id: str) -> LabelTree:
+        """A step's output labels by field: this plan's, or a prior step's (by field when known)."""
+        tree = self.trees.get(step_id) or self.prior_trees.get(step_id)
+        if tree is not None:
+            return tree
+        if step_id not in self.labels and step_id not in self.prior_labels:
+            entry = self.prior_entry(step_id)
+            if entry is not None and (fixed := entry.output_tree()) is not None:
+                return fixed
+        return LabelTree(self.step_id_labels(step_id))
+
+    def prior_entry(self, step_id: str) -> ToolPolicy | None:
+        tool = self.prior_tools.get(step_id)
+        try:
+            return None if tool is None else self.entry(tool)
+        except KeyError:
+            return None
 
     def step_id_labels(self, step_id: str) -> frozenset[str]:
         if step_id in self.labels:
@@ -522,14 +614,38 @@ class _FlowGraph:
     def first_violation(self) -> PlanRejected | None:
         for step in self.steps:  # plan order, so the first violation is the first one a reader meets
             sinks = self.entry(step.tool).sinks
+            implicit = self.implicit_labels(step) if sinks else frozenset()
             for param, allowed in sinks.items():
-                if param not in step.args:
-                    continue  # the tool's own default: nothing from the plan reaches it
-                labels = self.value_labels(_components(step.args[param]))
-                offending = labels - allowed
-                if offending:
-                    return self.violation(step, param, allowed, offending)
+                if param in step.args:
+                    labels = self.value_labels(_components(step.args[param]))
+                    offending = labels - allowed
+                    if offending:
+                        return self.violation(step, param, allowed, offending)
+                # Whether (and how often) the call happens is itself a flow into every sink.
+                if implicit - allowed:
+                    return self.implicit_violation(step, param, allowed, implicit - allowed)
         return None
+
+    def implicit_violation(
+        self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]
+    ) -> PlanRejected:
+        label = next(lab for lab in _EXPLAIN_ORDER if lab in offending)
+        accepts = " or ".join(lab for lab in LABELS if lab in allowed) or "no"
+        if step.for_each is not None and label in self.membership(step.for_each):
+            why = f"the for_each list {str(step.for_each)!r} (its elements were chosen by {label} data)"
+        else:
+            conds = [c for c in (step.when, *step.requires) if c is not None]
+            cond = next(c for c in conds if label in self.condition_labels(c))
+            ref = next((c for c in _condition_components(cond) if label in self.component_labels(c)), None)
+            source = str(ref) if isinstance(ref, Reference) else "a literal"
+            why = f"a condition on {source} ({label})"
+        message = (
+            f"step {step.id!r}: {step.tool}.{param} accepts only {accepts} data, but whether and how often "
+            f"{step.tool} runs depends on {label} data: {why}"
+        )
+        return PlanRejected(
+            ReasonCode.POLICY_VIOLATION, message, json_path(("steps", step.position, "args", param))
+        )
 
     def violation(
         self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]
@@ -600,13 +716,60 @@ def _flow_graph(
     registry: Registry | None
     prior_tools: Mapping[str, str]
     if isinstance(plan, CompileContext):
-        steps = [_StepView(s["id"], s["tool"], s["args"], i) for i, s in enumerate(plan.steps)]
+        # pte.control: require steps call no tool; their conditions are implicit flows.
+        raw = [
+            (
+                s["id"],
+                s.get("tool", ""),
+                s.get("args", {}),
+                s.get("when"),
+                s.get("for_each"),
+                s.get("require"),
+            )
+            for s in plan.steps
+        ]
         registry, prior_tools = plan.registry, plan.prior
     else:
-        steps = [_StepView(s.id, s.tool, s.args, i) for i, s in enumerate(plan.steps)]
+        raw = [
+            (
+                s.id,
+                s.tool,
+                s.args,
+                None if s.is_require else s.condition,
+                None if s.for_each is None else {"$ref": str(s.for_each)},
+                s.condition if s.is_require else None,
+            )
+            for s in plan.steps
+        ]
         registry, prior_tools = policy._registry, {}
-    order = plan.order
+    steps = []
+    requires: tuple[Any, ...] = ()
+    for i, (sid, tool, args, when, for_each, require) in enumerate(raw):
+        if require is not None:
+            requires = (*requires, require)
+            continue
+        each = None if for_each is None else Reference.parse(for_each["$ref"])
+        steps.append(_StepView(sid, tool, args, i, when, each, requires))
+    tool_ids = {s.id for s in steps}
+    order = [sid for sid in plan.order if sid in tool_ids]
     return _FlowGraph(policy, registry, steps, order, prior_tools, prior_labels, literal, request_literals)
+
+
+def _condition_components(cond: Any) -> Iterator[Reference | _Literal]:
+    """The references and literals of a `when` / `require` condition (pte.control)."""
+    stack = [cond]
+    while stack:
+        node = stack.pop()
+        ((op, arg),) = node.items()
+        if op in ("and", "or"):
+            stack.extend(reversed(arg))
+        elif op == "not":
+            stack.append(arg)
+        elif op in ("empty", "nonempty"):
+            yield Reference.parse(arg["$ref"])
+        else:
+            for operand in arg:
+                yield Reference.parse(operand["$ref"]) if is_reference(operand) else _Literal(operand)
 
 
 def plan_literals(plan: Plan | CompileContext) -> frozenset[str]:

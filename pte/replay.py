@@ -68,6 +68,10 @@ DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
     "step_finished": ("step_id", "tool", "status", "output", "error"),
     "replan": ("attempt", "failed_step", "error", "completed"),
     "run_finished": ("status", "reason", "result", "answer", "steps_run", "llm_calls"),
+    # pte.control
+    "condition": ("step_id", "kind", "outcome", "values", "error", "plan_hash"),
+    "for_each": ("step_id", "tool", "items", "error", "plan_hash"),
+    "stage": ("stage", "plan_hash", "values", "labels"),
 }
 #: Annotations written by resume; the engine itself never produces them.
 _ANNOTATIONS = frozenset({"run_resumed", "run_paused"})

@@ -27,6 +27,8 @@ EXPECTED_END = {
     "policy_violation": ("failed_closed", "policy_violation"),
     "approval_missing": ("failed_closed", "approval_missing"),
     "approved_payment": ("succeeded", None),
+    "control": ("succeeded", None),
+    "staged": ("succeeded", None),
     "paused_then_approved": ("succeeded", None),
     "paused_then_rejected": ("failed_closed", "approval_rejected"),
 }

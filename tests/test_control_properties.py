@@ -1,0 +1,74 @@
+"""Property tests of the control constructs through pte.testing's public strategies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pydantic
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from pte.compiler import compile_plan
+from pte.errors import PlanRejected, ReasonCode
+from pte.plan import PlanDocument, plan_schema
+from pte.testing import CONTROL_REASONS, control_plans, example_registry, invalid_control_plans
+from pte.tools import load_registry
+from tests.packs import world
+
+REGISTRIES = {
+    "example": example_registry(),
+    "world": load_registry([str(Path(world.__file__))]),
+    "stock": load_registry(["backoffice", "calculator", "shaping"]),
+}
+VALIDATOR = jsonschema.Draft202012Validator(plan_schema())
+# A fifth of the profile's examples (40 locally, 200 under CI=true): each example compiles a
+# whole plan, and there are nine of these properties.
+SLOW = settings(
+    max_examples=max(20, settings.default.max_examples // 5),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRIES))
+def test_generated_control_plans_compile_and_validators_agree(name: str) -> None:
+    registry = REGISTRIES[name]
+
+    @SLOW
+    @given(control_plans(registry))
+    def check(doc: dict[str, object]) -> None:
+        assert VALIDATOR.is_valid(doc)
+        PlanDocument.model_validate(doc)
+        plan = compile_plan(json.dumps(doc), registry)
+        for step in plan.steps:
+            # Every step waits for what its condition and list read.
+            raw = next(s for s in doc["steps"] if s["id"] == step.id)  # type: ignore[union-attr,index]
+            for key in ("when", "for_each", "require"):
+                for dep in _ids(raw.get(key)):  # type: ignore[union-attr]
+                    assert plan.order.index(dep) < plan.order.index(step.id)
+
+    check()
+
+
+def _ids(value: object) -> set[str]:
+    text = json.dumps(value)
+    return {part.split('"')[0].split("/")[0] for part in text.split('{"$ref": "')[1:]}
+
+
+@pytest.mark.parametrize("reason", CONTROL_REASONS, ids=lambda r: r.value)
+@pytest.mark.parametrize("name", ["example", "world"])
+def test_broken_control_plans_are_rejected_with_exactly_their_reason(name: str, reason: ReasonCode) -> None:
+    registry = REGISTRIES[name]
+
+    @SLOW
+    @given(invalid_control_plans(registry, reason))
+    def check(text: str) -> None:
+        with pytest.raises(PlanRejected) as info:
+            compile_plan(text, registry)
+        assert info.value.reason is reason, info.value
+        if reason is ReasonCode.SCHEMA_VIOLATION:
+            with pytest.raises(pydantic.ValidationError):
+                PlanDocument.model_validate_json(text)
+
+    check()
