@@ -4,7 +4,7 @@
 // PTE: JCS (RFC 8785) comes from JavaScript itself (JSON.stringify writes numbers and
 // strings exactly as RFC 8785 requires; keys are sorted by UTF-16 code unit here).
 //
-//   node verifier/verify.mjs LOG [--checkpoint FILE --public-key PEM] [--approval-key PEM]... [--json]
+//   node verifier/verify.mjs LOG [--checkpoint FILE --public-key PEM] [--json]
 //   node verifier/verify.mjs --jcs FILE     # JCS and SHA-256 of each JSON line (for tests)
 //
 // Exit code: 0 the log verifies (and is complete), 1 it does not, 2 usage error.
@@ -118,7 +118,7 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
  * Verify a log. Returns { ok, intact, complete, records, runs, log_id, last_hash, heads, issue }.
  * `heads[i]` is the hash of record i (for checkpoints).
  */
-export function verifyLog(buf, { approvalKeys = [] } = {}) {
+export function verifyLog(buf) {
   const { lines, partial } = splitLines(buf);
   const heads = [];
   let prev = GENESIS;
@@ -185,7 +185,6 @@ export function verifyLog(buf, { approvalKeys = [] } = {}) {
         logId = record.hash;
       }
       if (type === "run_started") checkRunStarted(n, record, stored);
-      if (type === "approval") checkApproval(n, record, approvalKeys);
       const run = record.run_id;
       if (run !== currentRun) {
         if (seenRuns.has(run)) throw new Issue(n, `record of run ${run} after run ${currentRun} began`);
@@ -254,29 +253,6 @@ function checkRunStarted(n, record, stored) {
   }
 }
 
-/** The bytes an approval signature covers (docs/audit-format.md, "Approvals"). */
-function approvalMessage(record) {
-  const signature = record.signature;
-  return jcs({
-    pte_approval: signature.scheme_version ?? "2",
-    plan_hash: record.plan_hash,
-    by: record.by,
-    at: record.at,
-    ...(signature.covers ?? {}),
-  });
-}
-
-function checkApproval(n, record, keys) {
-  const signature = record.signature;
-  if (signature === undefined || signature === null || keys.length === 0) return;
-  if (signature.alg !== "ed25519") throw new Issue(n, `approval signed with ${signature.alg}, not ed25519`);
-  const key = keys.find((k) => k.id === signature.key_id);
-  if (key === undefined) throw new Issue(n, `approval signed by unknown key ${signature.key_id}`);
-  if (!verifySignature(key.key, approvalMessage(record), signature.value)) {
-    throw new Issue(n, "approval signature does not verify");
-  }
-}
-
 // ---------------------------------------------------------------------------------------
 // Checkpoints
 // ---------------------------------------------------------------------------------------
@@ -310,14 +286,13 @@ function usage(message) {
 }
 
 function main(argv) {
-  const args = { approvalKeys: [] };
+  const args = {};
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const next = () => (i + 1 < argv.length ? argv[++i] : usage(`${a} needs a value`));
     if (a === "--json") args.json = true;
     else if (a === "--checkpoint") args.checkpoint = next();
     else if (a === "--public-key") args.publicKey = next();
-    else if (a === "--approval-key") args.approvalKeys.push(next());
     else if (a === "--jcs") args.jcs = next();
     else if (a.startsWith("-")) usage(`unknown option ${a}`);
     else if (args.log === undefined) args.log = a;
@@ -347,16 +322,7 @@ function main(argv) {
   } catch (e) {
     usage(`cannot read ${args.log}: ${e.message}`);
   }
-  let approvalKeys;
-  try {
-    approvalKeys = args.approvalKeys.map((p) => {
-      const key = loadPublicKey(p);
-      return { id: rawPublicKeyHex(key), key };
-    });
-  } catch (e) {
-    usage(e.message);
-  }
-  const report = verifyLog(buf, { approvalKeys });
+  const report = verifyLog(buf);
   let checkpoint = null;
   if (args.checkpoint !== undefined) {
     let doc;
