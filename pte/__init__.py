@@ -3,19 +3,36 @@
 An LLM compiles a request into a JSON plan; `compile_plan` validates it completely before
 anything runs; a deterministic executor runs only allow-listed tools and records every
 step in a tamper-evident audit log.
+
+Everything an application needs is importable from here (``pte.Engine``, ``pte.AuditLog``,
+``pte.verify``, ``pte.replay_file``, ...), including every exception PTE raises on purpose. The
+importers (`pte.importers.mcp`, `.openapi`, `.langchain`) and test doubles (`pte.testing`)
+are separate modules because they pull in optional dependencies.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._version import __version__
+from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
+from pte.audit import AuditLog, Durability
+from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
 from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
+from pte.control_run import ConditionNotMet
 from pte.errors import (
     ApprovalMissing,
+    ApprovalRejected,
     AuditWriteError,
     FailedClosed,
+    ImportRefused,
+    ImportSourceError,
     LLMError,
+    MCPError,
+    OpenAPIError,
     PlanRejected,
     PTEError,
     ReasonCode,
@@ -24,42 +41,127 @@ from pte.errors import (
     ToolRegistrationError,
     TransientError,
 )
+from pte.executor import ExecutionResult, Executor, StepResult
+from pte.logs import configure_logging
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
+from pte.policy import Policy, PolicyError, load_policy
+from pte.redaction import Redactor
+from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
+
+# What needs the LLM client (the engine, replay, runs) is imported on first use, so that a
+# process that only imports the executor never loads an LLM SDK (tests/test_executor_isolation.py).
+# Type checkers read the same names, eagerly, from __init__.pyi (the lazy-loader convention).
+_LAZY: dict[str, tuple[str, str]] = {
+    "Engine": ("pte.engine", "Engine"),
+    "EngineConfig": ("pte.engine", "EngineConfig"),
+    "RunResult": ("pte.engine", "RunResult"),
+    "render_result": ("pte.engine", "render_result"),
+    "LLMClient": ("pte.llm", "LLMClient"),
+    "LLMResponse": ("pte.llm", "LLMResponse"),
+    "OpenAIClient": ("pte.llm", "OpenAIClient"),
+    "ReplayClient": ("pte.llm", "ReplayClient"),
+    "ReplayDataError": ("pte.llm", "ReplayDataError"),
+    "ReplayDivergence": ("pte.replay", "ReplayDivergence"),
+    "ReplayReport": ("pte.replay", "ReplayReport"),
+    "replay_file": ("pte.replay", "replay_file"),
+    "resume_file": ("pte.replay", "resume_file"),
+    "RunPaused": ("pte.runs", "RunPaused"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'pte' has no attribute {name!r}")
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 #: `pte.compile` reads as the docs say; `compile_plan` avoids shadowing the builtin in user code.
 compile = compile_plan
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "Approval",
     "ApprovalMissing",
+    "ApprovalRejected",
+    "ApprovalStore",
+    "ApprovalStoreError",
+    "AuditFormatError",
+    "AuditLog",
     "AuditWriteError",
+    "ConditionNotMet",
+    "Durability",
+    "Engine",
+    "EngineConfig",
+    "ExecutionResult",
+    "Executor",
     "FailedClosed",
+    "ImportRefused",
+    "ImportSourceError",
+    "JsonlStore",
+    "LLMClient",
     "LLMError",
+    "LLMResponse",
     "Limits",
+    "MCPError",
+    "OpenAIClient",
+    "OpenAPIError",
     "PTEError",
     "Plan",
     "PlanDocument",
     "PlanRejected",
     "PlanStep",
+    "Policy",
+    "PolicyError",
     "ReasonCode",
+    "Redactor",
     "Reference",
     "Registry",
+    "ReplayClient",
+    "ReplayDataError",
+    "ReplayDivergence",
+    "ReplayReport",
+    "RunInfo",
+    "RunPaused",
+    "RunResult",
+    "SQLiteStore",
     "SchemaTool",
     "StepModel",
+    "StepResult",
+    "Store",
+    "StoreError",
     "ToolError",
     "ToolPackError",
     "ToolRegistrationError",
     "ToolSpec",
     "TransientError",
+    "VerifyReport",
     "__version__",
+    "approval_hook",
+    "approve",
     "canonical_json",
     "compile",
     "compile_plan",
+    "configure_logging",
     "hash_json",
+    "iter_records",
     "load_pack",
+    "load_policy",
     "load_registry",
+    "open_store",
     "plan_schema",
+    "read_records",
+    "render_result",
+    "replay_file",
+    "resume_file",
     "tool",
     "tool_from_schema",
+    "verify",
 ]

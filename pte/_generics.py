@@ -20,6 +20,12 @@ Two further markers let an output depend on a literal argument naming a field:
 and ``{"x-pte-field": "T"}`` on a string (or list-of-strings) parameter says its literal
 value must name a field that T's records can have (a typo is a compile error, not an empty
 result at run time).
+
+For regular expressions, ``{"x-pte-regex": true}`` on a parameter makes compile check a
+literal pattern (RE2 syntax), and ``{"x-pte-regex-groups": "pattern"}`` is the record type
+of one match of the literal pattern in argument ``pattern``: one string field per named
+group (``match`` when there are none). ``{"x-pte-extend": ["T", "pattern"]}`` is T's
+records with those group fields added.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import re2
 from pydantic import GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
@@ -35,14 +42,34 @@ from pydantic_core import CoreSchema
 from pte import _schema_types as st
 from pte.canonical import canonical_json
 
-__all__ = ["FIELD", "FIELD_OF", "PICK", "VAR", "FieldName", "FieldOf", "PickOf", "TypeVarMarker"]
+__all__ = [
+    "FIELD",
+    "FIELD_OF",
+    "PICK",
+    "REGEX",
+    "REGEX_GROUPS",
+    "VAR",
+    "ExtendedBy",
+    "FieldName",
+    "FieldOf",
+    "PickOf",
+    "RegexGroups",
+    "RegexPattern",
+    "TypeVarMarker",
+    "compile_regex",
+]
 
 VAR = "x-pte-var"
 FIELD_OF = "x-pte-field-of"
 PICK = "x-pte-pick"
 FIELD = "x-pte-field"
-_OUTPUT_MARKERS = (VAR, FIELD_OF, PICK)
-_ALL_MARKERS = (*_OUTPUT_MARKERS, FIELD)
+REGEX = "x-pte-regex"
+REGEX_GROUPS = "x-pte-regex-groups"
+EXTEND = "x-pte-extend"
+_OUTPUT_MARKERS = (VAR, FIELD_OF, PICK, REGEX_GROUPS, EXTEND)
+_ALL_MARKERS = (*_OUTPUT_MARKERS, FIELD, REGEX)
+#: Longest regular expression accepted, in characters.
+MAX_PATTERN_LENGTH = 1_000
 #: Most schema nodes `inline` produces: a bound on pathological (deeply shared) `$defs`.
 _INLINE_BUDGET = 20_000
 
@@ -139,6 +166,99 @@ class FieldName(_SchemaMark):
         return self.var
 
 
+@dataclass(frozen=True)
+class RegexPattern(_SchemaMark):
+    """``Annotated[str, RegexPattern()]``: a literal pattern is checked (RE2 syntax) at compile time."""
+
+    key = REGEX
+
+    def marker(self) -> Any:
+        return True
+
+
+@dataclass(frozen=True)
+class RegexGroups(_SchemaMark):
+    """``Annotated[dict[str, str], RegexGroups("pattern")]``: one match of that argument's pattern."""
+
+    param: str
+    key = REGEX_GROUPS
+
+    def marker(self) -> Any:
+        return self.param
+
+
+@dataclass(frozen=True, init=False)
+class ExtendedBy(_SchemaMark):
+    """``Annotated[dict[str, Any], ExtendedBy(T, "pattern")]``: T plus the pattern's group fields."""
+
+    var: str
+    param: str
+    key = EXTEND
+
+    def __init__(self, var: Any, param: str) -> None:
+        object.__setattr__(self, "var", _var_name(var))
+        object.__setattr__(self, "param", param)
+
+    def marker(self) -> Any:
+        return [self.var, self.param]
+
+
+def extend_schema(record: st.Schema, added: Mapping[str, Any]) -> st.Schema:
+    """Records of `record` with the (string) fields of `added` set on every one."""
+    if isinstance(record, Mapping) and isinstance(record.get("anyOf") or record.get("oneOf"), list):
+        return union([extend_schema(b, added) for b in record.get("anyOf") or record.get("oneOf") or ()])
+    if not isinstance(record, Mapping) or not record.get("properties"):
+        return {
+            "type": "object",
+            "properties": dict(added["properties"]),
+            "required": list(added["required"]),
+        }
+    out = dict(record)
+    out["properties"] = {**record["properties"], **added["properties"]}
+    out["required"] = list(dict.fromkeys([*record.get("required", ()), *added["required"]]))
+    return out
+
+
+def compile_regex(pattern: str, ignore_case: bool = False) -> Any:
+    """`pattern` compiled by RE2 (linear time in the text: untrusted text cannot stall a run).
+
+    Raises ValueError with RE2's reason for a pattern it refuses (backreferences, lookaround).
+    """
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise ValueError(f"pattern is {len(pattern)} characters; the limit is {MAX_PATTERN_LENGTH}")
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ValueError(
+            f"invalid pattern {pattern!r}: {reason} (RE2 syntax: no backreferences or lookaround)"
+        ) from None
+
+
+def regex_group_names(pattern: str) -> list[str]:
+    """The named groups of `pattern`, in order (``["match"]`` when it has none)."""
+    groups = compile_regex(pattern).groupindex
+    return sorted(groups, key=groups.__getitem__) or ["match"]
+
+
+def _regex_record(pattern: Any) -> st.Schema | None:
+    if not isinstance(pattern, str):
+        return None
+    try:
+        names = regex_group_names(pattern)
+    except ValueError:
+        return None
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in names},
+        "required": names,
+        "additionalProperties": False,
+    }
+
+
 # --- schema walking -----------------------------------------------------------------------------
 
 
@@ -153,6 +273,19 @@ def _map_subschemas(schema: Mapping[str, Any], fn: Any) -> dict[str, Any]:
             out[key] = [fn(sub) for sub in value]
         else:
             out[key] = value
+    return out
+
+
+def without_titles(schema: Any) -> Any:
+    """`schema` without ``title`` keywords (pydantic titles every property after its name).
+
+    Only the keyword goes: a property *named* "title" is kept.
+    """
+    if not isinstance(schema, Mapping):
+        return schema
+    out = _map_subschemas({k: v for k, v in schema.items() if k != "title"}, without_titles)
+    if isinstance(schema.get("$defs"), Mapping):
+        out["$defs"] = {name: without_titles(sub) for name, sub in schema["$defs"].items()}
     return out
 
 
@@ -376,6 +509,14 @@ def substitute(template: st.Schema, env: Mapping[str, st.Schema], args: Mapping[
         return template
     if VAR in template:
         return env.get(template[VAR]) or strip(template)
+    if REGEX_GROUPS in template:
+        return _regex_record(args.get(template[REGEX_GROUPS])) or strip(template)
+    if EXTEND in template:
+        var, param = template[EXTEND]
+        record, groups = env.get(var), _regex_record(args.get(param))
+        if record is None or not isinstance(groups, Mapping):
+            return strip(template)
+        return extend_schema(record, groups)
     for key in (FIELD_OF, PICK):
         if key in template:
             var, param = template[key]
@@ -391,12 +532,19 @@ def substitute(template: st.Schema, env: Mapping[str, st.Schema], args: Mapping[
     return _map_subschemas(template, lambda s: substitute(s, env, args))
 
 
-def field_errors(
+def literal_errors(
     template: Mapping[str, Any], env: Mapping[str, st.Schema], args: Mapping[str, Any]
 ) -> tuple[str, str] | None:
-    """(parameter, message) for a literal field name the bound records cannot have, or None."""
+    """(parameter, message) for a literal field name the records cannot have or a bad pattern, else None."""
     for param, sub in (template.get("properties") or {}).items():
-        if not isinstance(sub, Mapping) or FIELD not in sub or param not in args:
+        if not isinstance(sub, Mapping) or param not in args:
+            continue
+        if sub.get(REGEX) and isinstance(args[param], str):
+            try:
+                compile_regex(args[param])
+            except ValueError as exc:
+                return param, str(exc)
+        if FIELD not in sub:
             continue
         record = env.get(sub[FIELD])
         value = args[param]

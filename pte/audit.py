@@ -47,7 +47,6 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "AUDIT_FORMAT",
     "DEFAULT_REDACT_KEYS",
-    "DEFAULT_REDACT_PATTERNS",
     "GENESIS_HASH",
     "REDACTED",
     "AuditFormatError",
@@ -350,7 +349,7 @@ class AuditLog:
             "ts": self._clock(),
             "type": type,
             "prev": prev,
-            **self.redactor.redact(fields),
+            **self.redactor.redact_fields(type, fields),
         }
         digest = sha256_hex(prev + canonical_json(record))
         record["hash"] = digest
@@ -600,4 +599,4 @@ from pte.audit_verify import (  # noqa: E402
     records_by_run,
     verify,
 )
-from pte.redaction import DEFAULT_REDACT_KEYS, DEFAULT_REDACT_PATTERNS, Redactor  # noqa: E402
+from pte.redaction import DEFAULT_REDACT_KEYS, Redactor  # noqa: E402

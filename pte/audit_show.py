@@ -94,6 +94,15 @@ def _summary(record: Mapping[str, Any]) -> str:
         return " ".join(parts)
     if kind == "run_resumed":
         return f"resumed after {get('after_records')} re-driven record(s)"
+    if kind == "run_paused":
+        return (
+            f"awaiting approval of plan {_hash_prefix(get('plan_hash'))} ({_ids(get('tools'))}) "
+            f"until {_short(get('expires_at'))}"
+        )
+    if kind == "approval_rejected":
+        note = f": {_short(get('note'))}" if get("note") else ""
+        by, at = _short(get("by")), _short(get("at"))
+        return f"plan {_hash_prefix(get('plan_hash'))} rejected by {by} at {at}{note}"
     if kind == "llm_call":
         head = f"{get('role')} {get('model')} attempts={get('attempts')} {_ms(get('duration_ms'))}"
         if get("error") is not None:

@@ -10,12 +10,29 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from pte import __version__
+from pte.cli_support import (
+    InputFileError,
+    guarded,
+    input_file,
+    non_empty_text,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    print_json,
+    read_bounded,
+    redacted_output,
+    run_command,
+)
+from pte.cli_support import UsageError as UsageError  # re-exported: pte.cli_store raises it
 from pte.errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
+from pte.llm import DEFAULT_MAX_TOKENS
+from pte.redaction import Redactor
 from pte.tools import Registry, load_registry
 
 __all__ = ["main"]
@@ -25,21 +42,24 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-class UsageError(Exception):
-    """A problem with how the command was called (exit code 2)."""
+#: The redactor of the running command (set by `main`): the audit log's and the output's.
+_redactor: Redactor | None = None
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str))
+    print_json(value, _redactor)
 
 
 def _read_text(path: str, what: str) -> str:
+    """A plan file: a regular file, read up to the plan byte limit plus one (the compiler
+    rejects a longer text as plan_too_large without the rest ever being read)."""
+    from pte.compiler import DEFAULT_LIMITS
+
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{what} {path!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {what} {path!r}: {exc}") from None
+        text, _ = read_bounded(path, what, DEFAULT_LIMITS.max_bytes)
+    except InputFileError as exc:
+        raise UsageError(str(exc)) from None
+    return text
 
 
 def _packs(args: argparse.Namespace) -> list[str]:
@@ -54,6 +74,8 @@ def _packs(args: argparse.Namespace) -> list[str]:
 def _registry(args: argparse.Namespace) -> Registry:
     """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
     packs = _packs(args)
+    input_file(getattr(args, "manifest", None), "manifest")
+    input_file(getattr(args, "policy", None), "policy file")
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
         return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
@@ -144,11 +166,9 @@ def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
 def _open_audit(path: str, **kwargs: Any) -> Any:
     from pte.audit import AuditLog
 
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise UsageError(f"the directory of audit log {path!r} does not exist")
+    target = output_file(path, "audit log")
     try:
-        return AuditLog(target, **kwargs)
+        return AuditLog(target, redactor=_redactor, **kwargs)
     except FailedClosed as exc:
         raise UsageError(f"cannot open audit log {path!r}: {exc.message}") from None
 
@@ -172,11 +192,17 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
     return EXIT_OK if result.ok or result.status == "condition_not_met" else EXIT_FAILED
 
 
+def _approvals_path(args: argparse.Namespace) -> str:
+    path = getattr(args, "approvals", None) or "pte_approvals.jsonl"
+    output_file(path, "approval store")
+    return str(path)
+
+
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
     from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
     from pte.engine import Engine, EngineConfig
 
-    store = ApprovalStore(getattr(args, "approvals", None) or "pte_approvals.jsonl")
+    store = ApprovalStore(_approvals_path(args))
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
     )
@@ -208,6 +234,7 @@ def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: st
 def cmd_execute(args: argparse.Namespace) -> int:
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
+    _approvals_path(args)  # checked before the log is created
     stored = _in_store(registry, None, args, plan_text=text)
     if stored is not None:
         return stored
@@ -221,6 +248,7 @@ def _llm(args: argparse.Namespace) -> Any:
     if getattr(args, "replay_responses", None):
         from pte.llm import ReplayClient, ReplayDataError
 
+        input_file(args.replay_responses, "--replay-responses file")
         try:
             return ReplayClient.from_file(args.replay_responses)
         except (OSError, ReplayDataError, ValueError) as exc:
@@ -229,7 +257,11 @@ def _llm(args: argparse.Namespace) -> Any:
 
     try:
         return OpenAIClient(
-            args.model, base_url=args.base_url, timeout_s=args.timeout, max_retries=args.max_retries
+            args.model,
+            base_url=args.base_url,
+            timeout_s=args.timeout,
+            max_retries=args.max_retries,
+            max_tokens=args.max_output_tokens,
         )
     except LLMError as exc:
         raise UsageError(exc.message) from None
@@ -238,9 +270,18 @@ def _llm(args: argparse.Namespace) -> Any:
 def _add_llm(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM request (default 60)")
     parser.add_argument(
-        "--max-retries", type=int, default=2, help="transport retries per LLM call (default 2)"
+        "--timeout", type=positive_float, default=60.0, help="seconds per LLM request (default 60)"
+    )
+    parser.add_argument(
+        "--max-retries", type=non_negative_int, default=2, help="transport retries per LLM call (default 2)"
+    )
+    parser.add_argument(
+        "--max-output-tokens",
+        type=positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help=f"bound on every LLM answer (default {DEFAULT_MAX_TOKENS})",
     )
     parser.add_argument(
         "--replay-responses",
@@ -252,6 +293,7 @@ def _add_llm(parser: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     registry = _registry(args)
     llm = _llm(args)
+    _approvals_path(args)  # checked before the log is created
     stored = _in_store(registry, llm, args, request=args.request)
     if stored is not None:
         return stored
@@ -265,14 +307,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from pte.audit import AuditLog
 
     registry = _registry(args)
+    output = output_file(args.output, "plan file")
     llm = _llm(args)
-    audit = _open_audit(args.audit) if args.audit else AuditLog(None)
+    audit = _open_audit(args.audit) if args.audit else AuditLog(None, redactor=_redactor)
     with audit:
         result = _engine(registry, llm, args).plan(args.request, audit)
     if not result.ok:
         return _report_run(result, args, args.audit)
     plan = result.plans[-1]
-    Path(args.output).write_text(plan.to_json() + "\n", encoding="utf-8")
+    try:
+        output.write_text(plan.to_json() + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write plan file {args.output!r}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     if args.json:
         _print_json({"status": "accepted", "plan_hash": plan.hash, "output": args.output, "steps": len(plan)})
     else:
@@ -299,7 +346,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     except PlanRejected as rejection:
         print(f"not approved: the plan is rejected: {rejection}", file=sys.stderr)
         return EXIT_FAILED
-    approval = approve(plan, args.by, ApprovalStore(args.approvals), key=approval_key_from_env())
+    approval = approve(plan, args.by, ApprovalStore(_approvals_path(args)), key=approval_key_from_env())
     signed = "HMAC-signed" if approval.signature else "unsigned (set PTE_APPROVAL_KEY to sign)"
     print(f"approved plan {plan.hash} by {args.by} at {approval.at}, {signed}; recorded in {args.approvals}")
     return EXIT_OK
@@ -320,6 +367,8 @@ def cmd_ledger_init(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pte.demo import run_demo
 
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out!r} exists and is not a directory")
     return run_demo(out_dir=args.out, as_json=args.json)
 
 
@@ -332,8 +381,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from pte import cli_store
 
         return cli_store.replay(args, _registry(args) if args.tools else None)
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
+    input_file(args.log, "audit log")
     registry = _registry(args) if args.tools else None
     if args.live and registry is None:
         raise UsageError("--live needs --tools to run the read tools for real")
@@ -358,8 +406,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
         llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
         return cli_store.resume(args, _registry(args), llm)
-    if not Path(args.log).is_file():
-        raise UsageError(f"audit log {args.log!r} does not exist")
+    input_file(args.log, "audit log")
     if args.policy is not None:
         raise UsageError(
             "resume checks plans against the policy recorded in the log; --policy does not apply"
@@ -368,8 +415,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
         result = resume_file(args.log, registry, llm=llm)
-    except FailedClosed as exc:
-        raise UsageError(exc.message) from None
+    except FailedClosed as exc:  # nothing to resume (no run, or the last one is sealed)
+        print(f"cannot resume {args.log}: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
     except AuditFormatError as exc:
         print(f"cannot resume {args.log}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -380,6 +428,12 @@ def cmd_approvals_list(args: argparse.Namespace) -> int:
     from pte import cli_store
 
     return cli_store.approvals_list(args)
+
+
+def cmd_approvals_expire(args: argparse.Namespace) -> int:
+    from pte import cli_store
+
+    return cli_store.approvals_expire(args, _registry(args))
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
@@ -455,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--audit", metavar="LOG")
     _add_run_store(p)
     _add_llm(p)
-    p.add_argument("--max-replans", type=int, default=2)
+    p.add_argument("--max-replans", type=non_negative_int, default=2)
     p.add_argument(
         "--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer"
     )
@@ -475,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash")
     p.add_argument("plan_file", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run")
-    p.add_argument("--by", required=True, metavar="NAME")
+    p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
     p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
     _add_tools(p, required=False)
     cli_store.add_store(p)
@@ -536,19 +590,32 @@ def _fail_usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `pte` console script."""
+    """Entry point of the `pte` console script.
+
+    Everything printed goes through the audit log's redaction (`RedactingWriter`); Ctrl-C
+    exits 130 after the run is sealed as ``interrupted``; no input ends in a traceback.
+    """
+    global _redactor
     parser = build_parser()
+    try:
+        _redactor = Redactor.from_env()
+    except ValueError as exc:
+        _fail_usage(parser, f"cannot load the secret rules: {exc}")
+    try:
+        with redacted_output(_redactor):
+            return guarded(lambda: _main(parser, argv), debug=bool(os.environ.get("PTE_DEBUG")))
+    finally:
+        _redactor = None
+
+
+def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if not args.quiet:
         from pte.logs import configure_logging
 
         json_lines = {"auto": None, "json": True, "console": False}[args.log_format]
         configure_logging(json_lines=json_lines)
-    func: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return func(args)
-    except UsageError as exc:
-        _fail_usage(parser, str(exc))
+    return run_command(args.func, args, lambda message: _fail_usage(parser, message))
 
 
 if __name__ == "__main__":  # pragma: no cover

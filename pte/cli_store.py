@@ -207,6 +207,41 @@ def approvals_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def approvals_expire(args: argparse.Namespace, registry: Any) -> int:
+    """``pte approvals expire``: end every paused run whose deadline passed with no decision.
+
+    Each is resumed: the gate finds no counting approval after the deadline and the run ends
+    ``failed_closed(approval_missing)`` on the record. Run it from cron, or any time.
+    """
+    from pte.runs import resume_run
+    from pte.workers import _expired
+
+    ended = []
+    with _store(args.store) as store:
+        for info in store.runs("awaiting_approval"):
+            if not _expired(info.expires_at) or store.decisions(info.run_id):
+                continue
+            try:
+                result = resume_run(store, info.run_id, registry, gate=_gate(store, registry, args))
+            except FailedClosed as exc:
+                print(f"{info.run_id}: cannot end it: {exc.message}", file=sys.stderr)
+                continue
+            ended.append(
+                {
+                    "run_id": info.run_id,
+                    "status": result.status,
+                    "reason": getattr(getattr(result, "reason", None), "value", None),
+                }
+            )
+    if args.json:
+        _print_json(ended)
+    else:
+        for item in ended:
+            print(f"{item['run_id']}: {item['status']}({item['reason']})")
+        print(f"{len(ended)} expired run(s) ended")
+    return EXIT_OK
+
+
 def decide(args: argparse.Namespace, *, approve: bool) -> int:
     from pte.approval import approval_key_from_env
     from pte.runs import decide as record_decision
@@ -352,7 +387,7 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> 
 
 def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
     """Register ``approvals``, ``reject``, ``worker`` and ``submit`` (the rest extend existing ones)."""
-    from pte.cli import cmd_approvals_list, cmd_reject, cmd_submit, cmd_worker
+    from pte.cli import cmd_approvals_expire, cmd_approvals_list, cmd_reject, cmd_submit, cmd_worker
 
     approvals = sub.add_parser("approvals", help="runs awaiting approval").add_subparsers(
         dest="approvals_command", metavar="ACTION", required=True
@@ -362,6 +397,11 @@ def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
     p.add_argument("--plans", action="store_true", help="print each waiting plan")
     add_json(p)
     p.set_defaults(func=cmd_approvals_list)
+    p = approvals.add_parser("expire", help="end the paused runs whose approval deadline has passed")
+    add_tools(p)
+    add_store(p)
+    add_json(p)
+    p.set_defaults(func=cmd_approvals_expire)
 
     p = sub.add_parser("reject", help="reject the plan a paused run waits with (it ends approval_rejected)")
     p.add_argument("target", metavar="RUN_ID")

@@ -9,6 +9,7 @@ before every check has passed.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import jsonschema_rs
 from pte import _generics
 from pte import _json as strict_json
 from pte import _schema_types as st
+from pte._nesting import nests_deeper_than
 from pte.canonical import canonical_json, sha256_hex
 from pte.errors import PlanRejected, ReasonCode
 from pte.plan import Plan, Reference, build_plan, is_reference, plan_schema
@@ -145,8 +147,10 @@ def check_size(ctx: CompileContext) -> None:
 
 def parse_json(ctx: CompileContext) -> None:
     """invalid_json: not exactly one JSON object (NaN/Infinity, duplicate keys, trailing text, ...)."""
+    # Room above the plan's depth limit (reported precisely below); deep text costs one pass.
+    if nests_deeper_than(ctx.text, deepest := ctx.limits.max_depth + 16):
+        raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan nesting is deeper than {deepest} levels")
     try:
-        # Room above the plan's own depth limit, which the checks below report precisely.
         value = strict_json.loads(ctx.text, max_depth=ctx.limits.max_depth + 16)
     except strict_json.StrictJSONError as exc:
         if exc.kind == "too_deep":
@@ -209,7 +213,10 @@ def check_schema(ctx: CompileContext) -> None:
     try:
         if _fast_plan_validator().is_valid(ctx.document):
             return
-        error = jsonschema.exceptions.best_match(_plan_validator().iter_errors(ctx.document))
+        # The pure-Python validator explains best, at a cost per level and per error: only for
+        # documents at most 12 deep, from their first 32 errors (else: the compiled one's message).
+        errors = itertools.islice(_plan_validator().iter_errors(ctx.document), 32)  # lazy
+        error = None if nests_deeper_than(ctx.text, 12) else jsonschema.exceptions.best_match(errors)
         if error is None:  # no explanation from the pure-Python validator: report the compiled one's
             fast_error = next(iter(_fast_plan_validator().iter_errors(ctx.document)))
             raise _reject(ReasonCode.SCHEMA_VIOLATION, fast_error.message, *fast_error.instance_path)
@@ -556,7 +563,7 @@ def _infer(ctx: CompileContext, i: int, step: dict[str, Any], tool: ToolSpec) ->
             "args",
             *exc.path,
         ) from None
-    bad_field = _generics.field_errors(tool.input_schema, env, args)
+    bad_field = _generics.literal_errors(tool.input_schema, env, args)
     if bad_field is not None:
         param, message = bad_field
         raise _reject(

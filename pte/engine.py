@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pte import prompts
+from pte._otel import RunTracer, TracedAudit
 from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte.control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
@@ -138,6 +139,8 @@ class _Run:
     shown_untrusted: bool = False
     #: Canonical JSON of the literals of plans written before any untrusted data was shown.
     request_literals: frozenset[str] = frozenset()
+    #: OpenTelemetry spans of this run (inactive without a tracer provider).
+    tracer: RunTracer = field(default_factory=RunTracer.disabled)
     #: Completed for_each steps (their output is a list): pte.control.
     prior_lists: set[str] = field(default_factory=set)
     #: Field-level labels of every step of every accepted plan (pte.labels).
@@ -158,6 +161,8 @@ class Engine:
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
+    - `tracer_provider`: the OpenTelemetry tracer provider for run, LLM-call and step spans
+      (`pte._otel`); None uses the global one. Without opentelemetry installed, no spans.
     - `max_concurrency`, `serial_writes`: how many steps may run at once, and whether a
       write runs alone (`Executor`). The records do not depend on either.
     """
@@ -173,6 +178,7 @@ class Engine:
         before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
         policy: Policy | None = None,
         approval: Callable[[Plan, AuditLog], None] | None = None,
+        tracer_provider: Any = None,
         max_concurrency: int = DEFAULT_CONCURRENCY,
         serial_writes: bool = False,
     ) -> None:
@@ -186,6 +192,7 @@ class Engine:
         self.before_execute = tuple(before_execute)
         self.policy = policy if policy is not None else Policy.from_registry(registry)
         self.approval = approval if approval is not None else self._no_approvals
+        self.tracer_provider = tracer_provider
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -243,6 +250,9 @@ class Engine:
             return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
 
     def execute(self, plan_text: str, audit: AuditLog) -> RunResult:
         """Compile and execute a ready-made plan (a person's, or one from `pte plan`): no LLM at all."""
@@ -270,6 +280,9 @@ class Engine:
             return self._finish(run, "condition_not_met", message=stop.message)
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
 
     def plan(self, request: str, audit: AuditLog) -> RunResult:
         """Compile a request into a plan without executing it (for review, then `execute`)."""
@@ -283,6 +296,9 @@ class Engine:
             return self._finish(run, "succeeded")
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
 
     # -- the nodes ------------------------------------------------------------------------------
 
@@ -296,18 +312,23 @@ class Engine:
             if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
                 config["llm"] = describe
         config.update(extra or {})
+        run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider)
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
         fields = run_started_fields(self.registry, self.policy.to_document(), run.audit.redactor.redact)
-        run.audit.append("run_started", mode=mode, request=request, config=config, **fields)
+        run.audit.append(
+            "run_started", mode=mode, request=request, config=config, **fields, **run.tracer.run_ids()
+        )
 
     def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
         if self.llm is None:
             raise FailedClosed(ReasonCode.LLM_ERROR, f"no LLM client is configured for the {role}")
         started = time.perf_counter()
         run.result.llm_calls += 1
+        span = run.tracer.llm_start(role, self.llm.model)
         try:
             response = self.llm.complete(messages, schema=schema)
         except LLMError as exc:
+            trace_ids = run.tracer.llm_end(span, attempts=exc.attempts, error=exc.message)
             run.audit.append(
                 "llm_call",
                 role=role,
@@ -320,8 +341,16 @@ class Engine:
                 error=exc.message,
                 attempts=exc.attempts,
                 duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                **trace_ids,
             )
             raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None
+        trace_ids = run.tracer.llm_end(
+            span,
+            model=response.model,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            attempts=response.attempts,
+        )
         run.audit.append(
             "llm_call",
             role=role,
@@ -334,6 +363,7 @@ class Engine:
             error=None,
             attempts=response.attempts,
             duration_ms=round(response.duration_ms, 3),
+            **trace_ids,
         )
         for key, value in response.usage.items():
             run.result.usage[key] = run.result.usage.get(key, 0) + int(value)
@@ -426,8 +456,10 @@ class Engine:
                 **({"progress": f"{len(run.result.steps)}/{total}"} if progress else {}),
             )
 
+        # Step spans start and end where the step records are written (ids go into them).
+        audit: Any = TracedAudit(run.audit, run.tracer) if run.tracer.active else run.audit
         try:
-            execution = self.executor.run(plan, run.audit, completed=run.result.outputs, on_step=on_step)
+            execution = self.executor.run(plan, audit, completed=run.result.outputs, on_step=on_step)
         finally:
             note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         run.result.outputs = execution.outputs
@@ -500,6 +532,11 @@ class Engine:
             raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
         return response.text
 
+    def _interrupted(self, run: _Run) -> None:
+        """Seal the run as failed_closed(interrupted): the operator's Ctrl-C, on its way out."""
+        stop = FailedClosed(ReasonCode.INTERRUPTED, "interrupted by the operator (SIGINT)")
+        self._finish(run, "failed_closed", stop)
+
     def _finish(
         self, run: _Run, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None
     ) -> RunResult:
@@ -525,6 +562,7 @@ class Engine:
                 run.audit.sync()
             except AuditWriteError as exc:
                 result.status, result.reason, result.message = "failed_closed", exc.reason, exc.message
+        run.tracer.finish(result.status, result.reason.value if result.reason else None)
         get_logger(run_id=result.run_id).info(
             "run_finished", status=result.status, reason=result.reason.value if result.reason else None
         )

@@ -31,6 +31,7 @@ class ReasonCode(StrEnum):
     APPROVAL_REJECTED = "approval_rejected"
     #: A plan handed values to more planning stages than `max_stages` allows (pte.stages).
     STAGES_EXHAUSTED = "stages_exhausted"
+    INTERRUPTED = "interrupted"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.
@@ -151,3 +152,19 @@ class LLMError(PTEError):
         self.message = message
         #: HTTP requests made before giving up (transport retries included): what the audit log records.
         self.attempts = attempts
+
+
+class ImportRefused(ToolRegistrationError):
+    """An importer cannot make typed PTE tools of what a source offers; the message says what to declare."""
+
+
+class ImportSourceError(PTEError):
+    """An outside tool catalogue could not be reached or read."""
+
+
+class MCPError(ImportSourceError):
+    """An MCP server could not be started, reached or listed."""
+
+
+class OpenAPIError(ImportSourceError):
+    """An OpenAPI document could not be fetched or read."""

@@ -17,6 +17,11 @@ So a write never runs beside an earlier step, and never before its intent is on 
 first, it is simply run again by resume. `serial_writes` also keeps every other step from
 running while a write runs.
 
+Threads: with the live invoker, the loop runs on a worker thread of its own (the caller
+waits), and a plain step that is the only one that can run is called right on it, with no
+hand-off; if it overruns its timeout, the timer hands the run to a new worker thread and
+the stuck one is abandoned (see `_Run._run_inline`).
+
 The first failed step in plan order ends the run, once every step before it has finished.
 Steps after it that already ran are not recorded (they are reads, see above): async ones
 are cancelled, process-isolated ones killed, thread ones abandoned.
@@ -32,6 +37,7 @@ and the sequencer (`_flush`) do not look inside a step.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import heapq
 import queue
@@ -41,7 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pte._invoke import CallOutcome, start_call
+from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, start_call
 from pte.audit import AuditLog
 from pte.control_run import is_controlled, run_with_control
 from pte.errors import AuditWriteError, ToolError
@@ -193,7 +199,22 @@ class Executor:
         """
         if any(is_controlled(step) for step in plan.steps):  # pte.control: when, require, for_each
             return run_with_control(self, plan, audit, completed, on_step)
-        return _Run(self, plan, audit, completed, on_step).execute()
+        run = _Run(self, plan, audit, completed, on_step)
+        if not run.live:
+            return run.execute()
+        # The run's loop goes to a worker thread (its *owner*), so that a lone plain step can
+        # run right there, with no thread hand-off per step, and still time out: if it
+        # overruns, the timer gives the run to a new owner and this thread is left behind.
+        context = contextvars.copy_context()
+        _WORKERS.submit(lambda: context.run(run.own))
+        try:
+            run.done.wait()
+        except BaseException:  # Ctrl-C while waiting: stop the run where it can be stopped
+            run.abort()
+            raise
+        if run.error is not None:
+            raise run.error
+        return run.execution
 
 
 def prepare_args(step: PlanStep, outputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,15 +267,39 @@ class _Run:
         self.write_running = False
         self.live = isinstance(executor.invoker, LiveInvoker)
         self.limit = executor.max_concurrency if self.live else 1
+        #: Set when the run is over (live runs: the caller waits for it).
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.aborted = False
 
     def _is_write(self, i: int) -> bool:
         return self.specs[i].effect == "write"
 
     # -- the loop ------------------------------------------------------------------------------
 
+    def own(self) -> None:
+        """The loop, on an owner thread: the outcome is left for `Executor.run`."""
+        try:
+            self.execute()
+        except _Superseded:
+            return  # a timed-out inline step: a new owner has the run now
+        except BaseException as exc:  # handed to the caller's thread
+            self.error = exc
+        self.done.set()
+
+    def abort(self) -> None:
+        """Stop the run (the caller was interrupted): nothing more is started."""
+        self.aborted = True
+        for call in list(self.running.values()):
+            if call is not None:
+                call.cancel()
+        self.completions.put((-1, CallOutcome()))
+
     def execute(self) -> ExecutionResult:
         try:
             while self.next < len(self.steps) and self.execution.failure is None:
+                if self.aborted:
+                    raise _Superseded
                 self._launch()
                 i, outcome = self.completions.get()
                 self._complete(i, outcome)
@@ -265,6 +310,8 @@ class _Run:
                         break
                     self._complete(i, outcome)
                 self._flush()
+        except _Superseded:
+            raise
         except Exception:
             self._stop_running(wait=True)
             raise
@@ -339,7 +386,9 @@ class _Run:
         # steps returned (and the log recorded) nor the args kept in this step's result.
         private = copy.deepcopy(args)
         self.called.add(i)
-        if self.live:
+        if self.live and len(self.running) == 1 and not self.ready and _runs_inline(spec):
+            self._run_inline(i, spec, private)
+        elif self.live:
             invoker = self.executor.invoker
             assert isinstance(invoker, LiveInvoker)
             self.running[i] = invoker.start(
@@ -353,6 +402,8 @@ class _Run:
             self.completions.put((i, outcome))
 
     def _complete(self, i: int, outcome: CallOutcome) -> None:
+        if i < 0:
+            raise _Superseded  # aborted
         if i not in self.running:
             return  # cancelled: past a failure
         del self.running[i]
@@ -409,6 +460,37 @@ class _Run:
                     if j > i and (call is None or call.cancel()):
                         del self.running[j]
         self.finished[i] = result
+
+    def _run_inline(self, i: int, spec: ToolSpec, args: dict[str, Any]) -> None:
+        """Call a plain tool right here: nothing else can run until it finishes anyway.
+
+        If it overruns its timeout, the timer records the timeout and starts a new owner
+        thread for the run; this one, stuck in the call, leaves the run alone when (if) the
+        call returns: the call is abandoned, as on any worker thread.
+        """
+        inline = _Inline()
+        self.running[i] = inline
+
+        def deadline() -> None:
+            with inline.lock:
+                if inline.state != "running":
+                    return
+                inline.state = "timed_out"
+            message = (
+                f"{spec.name} did not finish within {spec.timeout_s:g}s and was abandoned "
+                "(a thread cannot be stopped: it may still finish)"
+            )
+            self.completions.put((i, CallOutcome(error=ToolError("timeout", message))))
+            context = contextvars.copy_context()
+            _WORKERS.submit(lambda: context.run(self.own))
+
+        _TIMERS.call_at(time.monotonic() + spec.timeout_s, deadline)
+        output, error, _ = attempt_sync(spec, args)
+        with inline.lock:
+            if inline.state == "timed_out":
+                raise _Superseded
+            inline.state = "returned"
+        self.completions.put((i, CallOutcome(output, error)))
 
     # -- the sequencer ---------------------------------------------------------------------------
 
@@ -467,6 +549,26 @@ class _Run:
             fields["attempts"] = result.attempts
             fields["retry_errors"] = [e.to_dict() for e in result.retry_errors]
         self.audit.append("step_finished", **fields, duration_ms=round(result.duration_ms, 3))
+
+
+class _Superseded(BaseException):
+    """Ends an owner thread that no longer owns its run (never reaches a caller)."""
+
+
+class _Inline:
+    """A call run on the owner thread itself (see `_Run._run_inline`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state = "running"
+
+    def cancel(self) -> bool:
+        return False  # a thread cannot be stopped; it reports when it ends
+
+
+def _runs_inline(spec: ToolSpec) -> bool:
+    """Whether a call of `spec` may run on the run's owner thread: plain, thread mode, no retries."""
+    return not spec.is_async and spec.isolation == "thread" and not spec.retries
 
 
 def _args_error(spec: ToolSpec, args: dict[str, Any]) -> ToolError | None:

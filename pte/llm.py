@@ -29,13 +29,16 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 from openai.types.chat import ChatCompletion
 
+from pte.compiler import DEFAULT_LIMITS
 from pte.errors import LLMError, PTEError
 
 if TYPE_CHECKING:
     import httpx2  # the HTTP library of the openai SDK (it calls it httpx in its docs)
 
 __all__ = [
+    "DEFAULT_MAX_TOKENS",
     "DEFAULT_MODEL",
+    "RUNAWAY_STOPS",
     "LLMClient",
     "LLMResponse",
     "OpenAIClient",
@@ -66,6 +69,17 @@ _REFUSAL_STATUSES = frozenset({400, 422, 500, 501})
 _REFUSAL_MARKERS = ("response_format", "json_schema", "'text' or 'json_object'", "structured output")
 
 _MAX_DETAIL_CHARS = 500
+
+#: Output-token bound of every request unless configured: room for a plan of a quarter of the
+#: default plan byte limit (JSON averages 3-4 bytes a token), capped at 16,384, what current
+#: hosted models accept as a completion limit. A longer answer is cut off (finish_reason
+#: "length"), which the engine rejects as invalid_json at once.
+DEFAULT_MAX_TOKENS = min(DEFAULT_LIMITS.max_bytes // 4, 16_384)
+
+#: For JSON answers: stop sequences no plan contains (JSON needs no blank line and no long
+#: whitespace run) but a model stuck emitting whitespace soon does, so the server stops
+#: generating at once instead of at the token bound. At most four (OpenAI's limit).
+RUNAWAY_STOPS = ("\n\n\n", "\n \n", " " * 48, "\t" * 24)
 
 
 @dataclass(frozen=True)
@@ -133,9 +147,13 @@ class OpenAIClient:
     (``httpx2.MockTransport``); PTE never closes it.
 
     `timeout_s` bounds each HTTP attempt; up to `max_retries` more attempts are made on
-    transport failures only (connection errors, timeouts, HTTP 408/409/429/5xx) — an answer
-    that arrived is never retried into a different one. The key never appears in messages,
-    `describe` or `repr`.
+    transport failures only (connection errors, HTTP 408/409/429/5xx) — an answer that arrived
+    is never retried into a different one, and a timed-out request is never retried either:
+    the server may still be generating it, and a retry would pile a second generation on top.
+
+    `max_tokens` bounds every answer (`DEFAULT_MAX_TOKENS` unless given; None sends no bound);
+    JSON answers also stop at `RUNAWAY_STOPS` (a model stuck emitting whitespace). The key
+    never appears in messages, `describe` or `repr`.
     """
 
     def __init__(
@@ -146,7 +164,7 @@ class OpenAIClient:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         max_retries: int = 2,
-        max_tokens: int | None = None,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
         temperature: float | None = 0.0,
         seed: int | None = None,
         extra_headers: Mapping[str, str] | None = None,
@@ -209,6 +227,7 @@ class OpenAIClient:
             "base_url": self._endpoint(),
             "timeout_s": self.timeout_s,
             "max_retries": self.max_retries,
+            "max_tokens": self.max_tokens,
         }
 
     def __repr__(self) -> str:
@@ -262,13 +281,12 @@ class OpenAIClient:
                 if delay is None:
                     raise LLMError(self._status_message(exc, attempts), attempts=attempts) from None
             except openai.APITimeoutError:
-                delay = self._retry_delay(None, retries_left)
-                if delay is None:
-                    raise LLMError(
-                        f"timed out after {self.timeout_s:g}s waiting for {self._where()}"
-                        f"{_attempts_note(attempts)}",
-                        attempts=attempts,
-                    ) from None
+                # Not retried: the server may still be busy with this very request.
+                raise LLMError(
+                    f"timed out after {self.timeout_s:g}s waiting for {self._where()}"
+                    f"{_attempts_note(attempts)}; not retried (the server may still be generating)",
+                    attempts=attempts,
+                ) from None
             except openai.APIConnectionError as exc:
                 delay = self._retry_delay(None, retries_left)
                 if delay is None:
@@ -310,6 +328,8 @@ class OpenAIClient:
             response_format = {"type": "json_object"}
             chat = _with_schema_instruction(chat, schema)
         options: dict[str, Any] = {}
+        if schema is not None:
+            options["stop"] = list(RUNAWAY_STOPS)
         if self.max_tokens is not None:
             options[self._max_tokens_param] = self.max_tokens
         if self.temperature is not None:

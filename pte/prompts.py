@@ -93,7 +93,12 @@ def _catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
             sinks = policy.sinks(entry["name"])
             if sinks:
                 entry["guarded_parameters"] = {param: sorted(allowed) for param, allowed in sinks.items()}
-    return json.dumps(entries, indent=1, ensure_ascii=False, sort_keys=True)
+    # One compact JSON object per tool, one tool per line: the catalogue is most of the
+    # prompt, and indentation alone was a quarter of it (bench/bench_prompt.py).
+    lines = ",\n".join(
+        json.dumps(e, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for e in entries
+    )
+    return f"[\n{lines}\n]"
 
 
 def data_block(label: str, value: Any, *, provenance: str | None = None, limit: int = _MAX_DATA_CHARS) -> str:

@@ -1,12 +1,27 @@
-"""Secret redaction for everything PTE records or prints: keys and free-text patterns."""
+"""Secret redaction for everything PTE records or prints: keys and free-text rules.
+
+Two kinds of rule, applied to values only:
+
+- the value under a *secret key* (`DEFAULT_REDACT_KEYS`, plus any configured) is replaced
+  whole, except inside recorded structure (`STRUCTURE_FIELDS`: tool schemas, the policy),
+  where a key is a parameter's *name*, not a secret;
+- every string is scanned by a maintained rule set (`pte.secret_rules`: gitleaks' release
+  rules plus PTE's additions, evaluated on RE2 in time linear in the text) and the secret
+  part of each finding becomes `REDACTED`.
+
+`Redactor.from_env` adds a deployment's own keys (``PTE_REDACT_KEYS``, comma-separated) and
+rule files (``PTE_SECRET_RULES``, gitleaks-format TOML paths separated by ``os.pathsep``).
+"""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pte.canonical import canonical_json
+from pte.secret_rules import SecretRules
 
 #: What a redacted value or substring is replaced with.
 REDACTED = "[REDACTED]"
@@ -24,80 +39,85 @@ DEFAULT_REDACT_KEYS: frozenset[str] = frozenset(
         "x_api_key",
         "password",
         "passwd",
+        "pwd",
+        "passphrase",
         "secret",
         "client_secret",
+        "secret_key",
+        "access_key",
+        "secret_access_key",
+        "account_key",
+        "master_key",
+        "encryption_key",
+        "signing_key",
+        "private_key",
+        "private_key_id",
         "token",
         "access_token",
         "refresh_token",
         "id_token",
         "auth_token",
         "session_token",
+        "sessionid",
+        "session_id",
+        "credential",
+        "credentials",
+        "connection_string",
         "authorization",
-        "private_key",
         "cookie",
+        "set_cookie",
     }
 )
 
-# The patterns are deliberately anchored on a vendor prefix or a credential word: a bare
-# "long hex string" rule would also eat plan hashes and record hashes, which must stay
-# verifiable. A named group `secret` limits the replacement to that part of the match.
-DEFAULT_REDACT_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # PEM private keys, whole block.
-    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.DOTALL),
-    # OpenAI (sk-..., sk-proj-...), Anthropic (sk-ant-...) and similar keys.
-    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
-    # Stripe secret / restricted keys.
-    re.compile(r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),
-    # HTTP Authorization values.
-    re.compile(r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE),
-    re.compile(r"\bBasic\s+(?P<secret>[A-Za-z0-9+/=]{12,})"),
-    # AWS access key ids.
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    # GitHub tokens (classic and fine-grained).
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"),
-    # Slack tokens.
-    re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-    # Google API keys.
-    re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),
-    # JSON Web Tokens (header.payload.signature, header and payload start with '{"').
-    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    # Credentials in URLs: scheme://user:password@host.
-    re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:(?P<secret>[^/\s@]+)@"),
-    # "password=...", "token: ...", '"api_key": "..."' in free text (query strings, headers, JSON
-    # quoted inside a prompt). The word must end right before the separator, so `max_tokens: 5`
-    # and `prompt_tokens=3` are left alone; an "Authorization: Bearer ..." value is left to the
-    # Bearer rule.
-    re.compile(
-        r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*"
-        r"(?:api[_-]?key|password|passwd|secret|token|authorization)"
-        r"[\"']?\s*[=:]\s*[\"']?(?!(?:Bearer|Basic)\s)(?P<secret>[^\s\"'&,;<>(){}\[\]]{4,})"
-    ),
-    # A long hex/base64 value after "key=" / "key:" (e.g. "?key=..." in URLs).
-    re.compile(r"(?i)(?<![A-Za-z0-9])key[\"']?\s*[=:]\s*[\"']?(?P<secret>[A-Za-z0-9+/_-]{20,}={0,2})"),
-)
-
+#: Structure that is recorded, not data: (record type, dotted path of a field). The key rule
+#: does not apply inside it (a tool's input schema has a `password` *property*, a policy an
+#: entry for a `set_password` tool: rewriting those would make the log unreplayable); the
+#: text rules and registered secrets still do.
+STRUCTURE_FIELDS: Mapping[str, tuple[str, ...]] = {"run_started": ("tools", "config.policy")}
 
 _CACHE_ENTRIES = 4096
 _CACHED_TEXT_CHARS = 200
+
+_MIN_ENV_SECRET = 8
+_ENV_SECRETS = frozenset({"PTE_APPROVAL_KEY"})
+
+#: Environment variables read by `Redactor.from_env`.
+ENV_KEYS = "PTE_REDACT_KEYS"
+ENV_RULE_FILES = "PTE_SECRET_RULES"
 
 
 def _normalise_key(key: str) -> str:
     return key.lower().replace("-", "").replace("_", "")
 
 
+def _re2_source(pattern: str | re.Pattern[str]) -> str:
+    """RE2 source for a pattern given as text or as a compiled `re` pattern (flags kept)."""
+    if isinstance(pattern, str):
+        return pattern
+    flags = "".join(
+        letter
+        for flag, letter in ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"))
+        if pattern.flags & flag
+    )
+    return f"(?{flags}){pattern.pattern}" if flags else pattern.pattern
+
+
 class Redactor:
-    """Scrubs secrets out of JSON-like values before they are written to the audit log.
+    """Scrubs secrets out of JSON-like values before they are written or printed.
 
     Three rules, applied to a copy of the value (the input is never mutated):
 
     - the value under a *secret key* (see `DEFAULT_REDACT_KEYS`; case, '-' and '_' are
       ignored, and a key that ends in a secret name counts too) becomes `REDACTED`, unless it
       is null or a boolean, which hide nothing;
-    - every substring of every string that matches a *pattern* becomes `REDACTED` (only the
-      group named ``secret`` when the pattern has one, so ``Bearer abc...`` reads
-      ``Bearer [REDACTED]``);
+    - every finding of the *secret rules* in every string becomes `REDACTED` (only the
+      secret part: ``Bearer abc...`` reads ``Bearer [REDACTED]``);
     - every occurrence of an exact secret registered with `add_secret` becomes `REDACTED`.
+
+    `rules` replaces the default rule set (`SecretRules.default`); `patterns` (RE2 regexes)
+    replaces it with just those patterns (``patterns=()``: no text rules at all);
+    `extra_patterns` and `rule_files` add to whichever set is in use. Every pattern must be
+    RE2 syntax (no lookaround or backreferences): that is what keeps redaction linear.
 
     Mappings become dicts, tuples become lists and str/int/float subclasses (enums) become
     the plain type, so the result is exactly what a JSON round trip gives back.
@@ -106,27 +126,53 @@ class Redactor:
     def __init__(
         self,
         keys: Iterable[str] = DEFAULT_REDACT_KEYS,
-        patterns: Iterable[str | re.Pattern[str]] = DEFAULT_REDACT_PATTERNS,
+        patterns: Iterable[str | re.Pattern[str]] | None = None,
         *,
         extra_keys: Iterable[str] = (),
         extra_patterns: Iterable[str | re.Pattern[str]] = (),
+        rules: SecretRules | None = None,
+        rule_files: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         names = {_normalise_key(k) for k in (*keys, *extra_keys)}
         names.discard("")
         # str.endswith takes a tuple: one C call per key instead of a Python loop.
         self._key_suffixes: tuple[str, ...] = tuple(sorted(names))
-        self._patterns: tuple[re.Pattern[str], ...] = tuple(
-            p if isinstance(p, re.Pattern) else re.compile(p) for p in (*patterns, *extra_patterns)
-        )
-        # No pattern can match a text shorter than this (most ids, names and statuses).
-        self._min_match = min((_min_width(p) for p in self._patterns), default=0)
+        if patterns is not None:
+            chosen = SecretRules.from_patterns([_re2_source(p) for p in patterns])
+        else:
+            chosen = rules if rules is not None else SecretRules.default()
+        extra = [_re2_source(p) for p in extra_patterns]
+        if extra:
+            chosen = chosen + SecretRules.from_patterns(extra, prefix="extra-pattern")
+        files = list(rule_files)
+        if files:
+            chosen = chosen + SecretRules.from_files(files)
+        self.rules = chosen
         self._secrets: list[str] = []
         # Short strings (tool names, step ids, statuses) and keys repeat in almost every
-        # record; memoising them takes most of the regex work off the write path.
+        # record; memoising them takes most of the rule work off the write path.
         self._text_cache: dict[str, str] = {}
         self._key_cache: dict[str, bool] = {}
         # text -> (redacted text, its JSON string literal), for `AuditLog.append`.
         self._json_cache: dict[str, tuple[str, str]] = {}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Redactor:
+        """The default redactor plus ``$PTE_REDACT_KEYS`` and ``$PTE_SECRET_RULES`` (see module doc).
+
+        Raises ValueError when a rule file cannot be loaded or holds a regex RE2 refuses.
+        """
+        env = os.environ if environ is None else environ
+        keys = [k.strip() for k in env.get(ENV_KEYS, "").split(",") if k.strip()]
+        files = [f for f in env.get(ENV_RULE_FILES, "").split(os.pathsep) if f.strip()]
+        redactor = cls(extra_keys=keys, rule_files=files)
+        # A secret the process was given (OPENAI_API_KEY, PTE_APPROVAL_KEY, DB_PASSWORD...)
+        # is scrubbed verbatim wherever it turns up, whatever its format. Short values are
+        # skipped: they would also match ordinary words.
+        for name, value in env.items():
+            if len(value) >= _MIN_ENV_SECRET and (redactor.is_secret_key(name) or name in _ENV_SECRETS):
+                redactor.add_secret(value)
+        return redactor
 
     def add_secret(self, value: str) -> None:
         """Scrub every occurrence of the exact string `value` (e.g. the configured API key).
@@ -152,7 +198,10 @@ class Redactor:
         return known
 
     def redact_text(self, text: str) -> str:
-        """`text` with registered secrets and pattern matches replaced by `REDACTED`."""
+        """`text` with registered secrets and rule findings replaced by `REDACTED`.
+
+        Time linear in ``len(text)``: the rules run on RE2 and each finding is handled once.
+        """
         cached = self._text_cache.get(text)
         if cached is not None:
             return cached
@@ -160,10 +209,16 @@ class Redactor:
         for secret in self._secrets:
             if secret in out:
                 out = out.replace(secret, REDACTED)
-        if len(out) >= self._min_match:
-            for pattern in self._patterns:
-                if pattern.search(out) is not None:
-                    out = pattern.sub(_replace_match, out)
+        if out:
+            spans = self.rules.spans(out)
+            if spans:
+                pieces: list[str] = []
+                at = 0
+                for start, end in spans:
+                    pieces += [out[at:start], REDACTED]
+                    at = end
+                pieces.append(out[at:])
+                out = "".join(pieces)
         if len(text) <= _CACHED_TEXT_CHARS and len(self._text_cache) < _CACHE_ENTRIES:
             self._text_cache[text] = out
         return out
@@ -216,6 +271,43 @@ class Redactor:
             return [self.redact(item) for item in value]
         return self._redact_other(value)
 
+    def redact_structure(self, value: Any) -> Any:
+        """`redact` without the key rule: for recorded structure (schemas, policies).
+
+        Keys there name parameters and tools; only the text rules and registered secrets
+        apply, to the strings in it.
+        """
+        if isinstance(value, str):
+            return self.redact_text(str.__str__(value))
+        if isinstance(value, Mapping):
+            return {self._plain_key(k): self.redact_structure(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.redact_structure(item) for item in value]
+        return self._redact_other(value)
+
+    def redact_fields(self, record_type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields of an audit record of `record_type`, redacted, structure kept.
+
+        Fields named in `STRUCTURE_FIELDS` for this record type get `redact_structure`;
+        every other field gets `redact` (its own name counting as a key).
+        """
+        paths = STRUCTURE_FIELDS.get(record_type)
+        if not paths:
+            return self.redact(dict(fields))  # type: ignore[no-any-return]
+        return self._redact_around(fields, [tuple(p.split(".")) for p in paths])
+
+    def _redact_around(self, mapping: Mapping[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, item in mapping.items():
+            below = [p[1:] for p in paths if p[0] == key]
+            if any(not rest for rest in below):
+                out[key] = self.redact_structure(item)
+            elif below and isinstance(item, Mapping) and not self.is_secret_key(key):
+                out[key] = self._redact_around(item, below)
+            else:
+                out.update(self.redact({key: item}))
+        return out
+
     def _redact_other(self, value: Any) -> Any:
         """`redact` for everything but exact str/dict/list/int/float/bool/None."""
         if isinstance(value, str):
@@ -243,23 +335,3 @@ class Redactor:
         if secret and item is not None and not isinstance(item, bool):
             return REDACTED
         return self.redact(item)
-
-
-def _min_width(pattern: re.Pattern[str]) -> int:
-    """The length of the shortest text `pattern` can match (0 when it cannot be worked out)."""
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-
-        low = _parser.parse(pattern.pattern, pattern.flags).getwidth()[0]
-    except Exception:  # a private module: if it changes, simply do without the shortcut
-        return 0
-    return low if isinstance(low, int) and low >= 0 else 0
-
-
-def _replace_match(match: re.Match[str]) -> str:
-    if "secret" in match.re.groupindex and match.group("secret") is not None:
-        whole = match.group(0)
-        start = match.start("secret") - match.start(0)
-        end = match.end("secret") - match.start(0)
-        return whole[:start] + REDACTED + whole[end:]
-    return REDACTED

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pte.audit import AuditLog, read_records
+from pte.canonical import canonical_json
 from pte.engine import Engine, EngineConfig, RunResult
 from pte.errors import (
     ApprovalMissing,
@@ -42,6 +43,7 @@ from pte.fingerprint import expand_run_started, stored_contents
 from pte.llm import LLMClient, LLMResponse, ReplayClient
 from pte.plan import Plan, PlanStep
 from pte.policy import Policy
+from pte.redaction import REDACTED
 from pte.tools import Registry, ToolSpec
 
 __all__ = [
@@ -114,6 +116,37 @@ def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]
             raise ReplayDivergence(line, str(recorded["type"]), name, recorded.get(name), replayed.get(name))
 
 
+class _RedactedPlanHashes:
+    """Plan hashes that cannot be re-derived because the recorded plan holds redacted values.
+
+    A secret written into a plan (a `password` argument) is recorded as ``[REDACTED]``, so
+    the replayed plan, compiled from the recorded text, hashes differently from the original.
+    When the two plans are the same record for record (both redacted) and the recorded one
+    holds a redaction, the replayed hash stands for the recorded one from then on; any other
+    difference is still a divergence.
+    """
+
+    def __init__(self) -> None:
+        self._aliases: dict[str, str] = {}
+
+    def translate(self, recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
+        if (
+            replayed.get("type") == "plan_accepted"
+            and recorded.get("type") == "plan_accepted"
+            and isinstance(recorded.get("plan_hash"), str)
+            and isinstance(replayed.get("plan_hash"), str)
+            and recorded.get("plan") == replayed.get("plan")
+            and REDACTED in canonical_json(recorded.get("plan"))
+        ):
+            self._aliases[replayed["plan_hash"]] = recorded["plan_hash"]
+        if not self._aliases:
+            return replayed
+        return {
+            k: self._aliases.get(v, v) if isinstance(v, str) and k != "hash" else v
+            for k, v in replayed.items()
+        }
+
+
 class CheckingAuditLog(AuditLog):
     """An in-memory audit log that checks each record against the recorded one.
 
@@ -131,6 +164,7 @@ class CheckingAuditLog(AuditLog):
         super().__init__(None, run_id=run_id, keep=True)
         self._expected = deque((line, rec) for line, rec in expected if rec.get("type") not in _ANNOTATIONS)
         self._forward = forward
+        self._redacted_hashes = _RedactedPlanHashes()
         self.checked = 0
         self.resumed_at: int | None = None
 
@@ -138,7 +172,7 @@ class CheckingAuditLog(AuditLog):
         record = super().append(type, **fields)
         if self._expected:
             line, recorded = self._expected.popleft()
-            _compare(line, recorded, record)
+            _compare(line, recorded, self._redacted_hashes.translate(recorded, record))
             self.checked += 1
             return record
         if self._forward is None:

@@ -29,7 +29,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_python
 
 from pte import _generics
-from pte._generics import FieldName, FieldOf, PickOf
+from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._resources import data_dir
 from pte.canonical import canonical_json
 from pte.errors import ToolError, ToolPackError, ToolRegistrationError
@@ -37,11 +37,14 @@ from pte.errors import ToolError, ToolPackError, ToolRegistrationError
 __all__ = [
     "STOCK_PACKS",
     "Effect",
+    "ExtendedBy",
     "FieldName",
     "FieldOf",
     "Isolation",
     "OutputProvenance",
     "PickOf",
+    "RegexGroups",
+    "RegexPattern",
     "Registry",
     "ToolSpec",
     "load_pack",
@@ -61,7 +64,7 @@ OutputProvenance = Literal["trusted", "untrusted", "derived"]
 SinkProvenance = Literal["request", "trusted", "untrusted"]
 
 #: Stock tool packs shipped with PTE, by short name.
-STOCK_PACKS = ("backoffice", "calculator", "shaping")
+STOCK_PACKS = ("backoffice", "calculator", "shaping", "text", "extract", "dates", "containers")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _TOOL_ATTR = "__pte_tool__"
@@ -234,13 +237,13 @@ class ToolSpec:
         )
 
     def catalogue_entry(self) -> dict[str, Any]:
-        """What a planner is shown about this tool."""
+        """What a planner is shown about this tool (schemas without pydantic's generated titles)."""
         entry: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "effect": self.effect,
-            "input_schema": dict(self.input_schema),
-            "output_schema": dict(self.output_schema),
+            "input_schema": _generics.without_titles(self.input_schema),
+            "output_schema": _generics.without_titles(self.output_schema),
         }
         if self.provenance == "untrusted":
             entry["output_provenance"] = "untrusted"
@@ -347,7 +350,7 @@ def _var_names(schema: Any, key: str) -> set[str]:
 
 def _unbound_output_vars(input_schema: dict[str, Any], output_schema: dict[str, Any]) -> list[str]:
     wanted = set()
-    for key in (_generics.VAR, _generics.FIELD_OF, _generics.PICK):
+    for key in (_generics.VAR, _generics.FIELD_OF, _generics.PICK, _generics.EXTEND):
         wanted |= _var_names(output_schema, key)
     return sorted(wanted - _var_names(input_schema, _generics.VAR))
 
@@ -724,7 +727,8 @@ def _import_path(path: Path) -> ModuleType:
 
 
 def load_pack(ref: str | Path | ModuleType) -> Registry:
-    """Load one tool pack: a stock pack name, a ``.py`` file path, or an importable module name."""
+    """Load one tool pack: a stock pack name, a ``.py`` file path, an installed pack (entry point
+    group ``pte.tool_packs``, see `pte._packs`), or an importable module name."""
     if isinstance(ref, ModuleType):
         module = ref
     else:
@@ -737,6 +741,11 @@ def load_pack(ref: str | Path | ModuleType) -> Registry:
                 raise ToolPackError(f"tool pack file {text!r} does not exist")
             module = _import_path(path)
         else:
+            from pte._packs import entry_point_pack  # local: _packs imports this module
+
+            installed = entry_point_pack(text)
+            if installed is not None:
+                return installed
             try:
                 module = importlib.import_module(text)
             except ImportError as exc:

@@ -131,10 +131,10 @@ def test_show_streams_memory_bounded_by_the_largest_record(
 ) -> None:
     log_path = tmp_path / "big.jsonl"
     with AuditLog(log_path, durability="none") as log:
-        for i in range(4_000):
+        for i in range(8_000):
             log.append("note", text=f"{i:06d}" + "x" * 1_000)
     size = log_path.stat().st_size
-    assert size > 4_000_000
+    assert size > 8_000_000
     cli(capsys, "audit", "show", str(log_path))  # imports and caches outside the measurement
     with open(os.devnull, "w", encoding="utf-8") as sink:
         monkeypatch.setattr(sys, "stdout", sink)
@@ -145,5 +145,6 @@ def test_show_streams_memory_bounded_by_the_largest_record(
         finally:
             tracemalloc.stop()
     assert code == 0
-    # Loading the log whole would need more than its size; a stream needs a few records.
-    assert peak < size / 10, (peak, size)
+    # Loading the log whole would need more than its size; a stream needs a few records
+    # (plus the redactor's bounded memo of short texts, about a megabyte at most).
+    assert peak < size / 5, (peak, size)

@@ -1099,9 +1099,9 @@ def test_resume_a_crashed_run_on_a_fresh_ledger(
     assert replay_file(crashed).ok
     # The sample itself is untouched.
     assert verify(SAMPLES / "crashed_mid_run.jsonl").complete is False
-    # A sealed log has nothing to resume.
+    # A sealed log has nothing to resume: refused (exit 1), not a usage error.
     code, _, err = cli(capsys, "resume", str(crashed), "--tools", STOCK)
-    assert code == 2
+    assert code == 1
     assert "already finished" in err
 
 

@@ -241,3 +241,22 @@ def test_connection_errors_are_clear(tmp_path: Path) -> None:
         pass
     with pytest.raises(MCPError, match="closed"):
         connection.list_tools()
+
+
+def test_mcp_over_streamable_http(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    from integration_apps import crm_mcp_server
+    from integration_apps.loopback import LoopbackServer
+
+    app = crm_mcp_server.server.streamable_http_app()
+    with LoopbackServer(app, lifespan="on") as http_server:
+        with MCPConnection.http(f"{http_server.url}/mcp", headers={"x-deployment": "test"}) as crm:
+            registry = import_mcp_tools(crm, manifest=MANIFEST)
+            log = tmp_path / "run.jsonl"
+            with AuditLog(log) as audit:
+                result = Engine(registry, config=EngineConfig(llm_answer=False)).execute(
+                    json.dumps(PLAN), audit
+                )
+            assert result.ok, result.message
+            assert result.result == 12500 + 4300
+        assert replay_file(log).ok

@@ -186,11 +186,34 @@ def test_timeout_raises_quickly(server: FakeOpenAIServer) -> None:
     assert len(server.requests) == 1
 
 
-def test_timeout_is_retried_and_attempts_are_counted(server: FakeOpenAIServer) -> None:
+def test_a_timed_out_request_is_not_retried(server: FakeOpenAIServer) -> None:
+    # The server may still be generating the answer: a retry would pile a second generation
+    # on a server that is busy with the first.
     server.add(Reply(PLAN_TEXT, delay_s=2), Reply(PLAN_TEXT, delay_s=2))
-    with pytest.raises(LLMError, match=r"timed out.*after 2 attempts"):
-        _client(server, timeout_s=0.3, max_retries=1).complete(MESSAGES, schema=SCHEMA)
-    assert len(server.requests) == 2
+    with pytest.raises(LLMError, match=r"timed out.*not retried") as caught:
+        _client(server, timeout_s=0.3, max_retries=3).complete(MESSAGES, schema=SCHEMA)
+    assert caught.value.attempts == 1
+    assert len(server.requests) == 1
+
+
+def test_every_request_is_bounded_and_json_answers_stop_on_runaway_whitespace(
+    server: FakeOpenAIServer,
+) -> None:
+    from pte.llm import DEFAULT_MAX_TOKENS, RUNAWAY_STOPS
+
+    server.add(PLAN_TEXT, "an answer")
+    client = _client(server)
+    client.complete(MESSAGES, schema=SCHEMA)
+    client.complete(MESSAGES)
+    plan_request, text_request = server.requests
+    assert plan_request["max_tokens"] == text_request["max_tokens"] == DEFAULT_MAX_TOKENS
+    assert plan_request["stop"] == list(RUNAWAY_STOPS)
+    assert "stop" not in text_request
+    assert 1 <= len(RUNAWAY_STOPS) <= 4  # OpenAI takes at most four
+    # No stop sequence can occur in a plan as json.dumps writes it, compact or indented.
+    for indent in (None, 1, 2, 4, "\t"):
+        text = json.dumps(json.loads(PLAN_TEXT), indent=indent)
+        assert not any(stop in text for stop in RUNAWAY_STOPS)
 
 
 def test_transport_retry_then_success_reports_attempts(server: FakeOpenAIServer) -> None:
@@ -259,6 +282,7 @@ def test_configuration_from_environment(monkeypatch: pytest.MonkeyPatch, server:
         "base_url": server.base_url,
         "timeout_s": 3.0,
         "max_retries": 1,
+        "max_tokens": 16_384,
     }
     assert OpenAIClient("explicit", base_url=server.base_url).model == "explicit"
     assert OpenAIClient(api_key="k").describe["model"] == "from-pte-model"

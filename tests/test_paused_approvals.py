@@ -221,7 +221,8 @@ def test_the_cli_cycle(tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixtu
     assert json.loads(capsys.readouterr().out)["runs"] == 2
     assert main([*base, "replay", url]) == 0
     assert main([*base, "audit", "show", url, "--run", "c1"]) == 0
-    assert "run_paused" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "run_paused" in out and "awaiting approval of plan" in out
     assert _payments(ledger) == 1
     # Bad input: usage errors (exit 2), never a traceback.
     for argv in (
@@ -234,3 +235,19 @@ def test_the_cli_cycle(tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixtu
         with pytest.raises(SystemExit) as exit_info:
             main([*base, *argv])
         assert exit_info.value.code == 2, argv
+
+
+def test_approvals_expire_ends_overdue_runs(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite://{tmp_path / 'exp.db'}"
+    store = open_store(url)
+    start = datetime.now(UTC) - timedelta(hours=2)
+    _start(store, "old", ttl=timedelta(hours=1), clock=lambda: start)  # deadline an hour ago
+    _start(store, "new")  # deadline tomorrow
+    assert main(["--quiet", "approvals", "expire", "--store", url, "--tools", "backoffice", "--json"]) == 0
+    ended = json.loads(capsys.readouterr().out)
+    assert ended == [{"run_id": "old", "status": "failed_closed", "reason": "approval_missing"}]
+    assert store.run("old").status == "failed_closed"  # type: ignore[union-attr]
+    assert store.run("new").status == "awaiting_approval"  # type: ignore[union-attr]
+    assert store.verify("old").ok and _payments(ledger) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from pte import prompts
+from pte._generics import without_titles
 from pte.policy import Policy
 from pte.tools import load_registry
 
@@ -26,8 +27,11 @@ def test_planner_prompt_lists_every_tool_with_schemas_effects_and_the_reference_
     for spec in registry:
         entry = entries[spec.name]
         assert entry["effect"] == spec.effect
-        assert entry["input_schema"] == dict(spec.input_schema)
-        assert entry["output_schema"] == dict(spec.output_schema)
+        assert entry["input_schema"] == without_titles(spec.input_schema)
+        assert entry["output_schema"] == without_titles(spec.output_schema)
+        assert "title" not in json.dumps(entry["input_schema"]) or "title" in spec.input_schema.get(
+            "properties", {}
+        )
     assert entries["read_document"]["output_provenance"] == "untrusted"
     assert entries["send_payment"]["guarded_parameters"] == {
         "amount": ["request", "trusted"],

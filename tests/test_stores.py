@@ -48,17 +48,23 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
         url = f"sqlite://{tmp_path / 'runs.db'}"
     else:
-        server = request.getfixturevalue("postgres_url")
-        # A database per test: the tests tamper with tables.
-        import psycopg
-
-        name = f"t_{abs(hash(request.node.nodeid)) % 10**12}"
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name}")
-            conn.execute(f"CREATE DATABASE {name}")
-        url = server.rsplit("/", 1)[0] + "/" + name
+        # One database for these tests, emptied before each (the tests tamper with tables);
+        # creating a database per test would cost a checkpoint each.
+        url = request.getfixturevalue("stores_database")
     with open_store(url) as opened:
+        if request.param == "postgresql":
+            _sql(opened, "TRUNCATE pte_runs, pte_records, pte_approvals, pte_checkpoints")
         yield opened
+
+
+@pytest.fixture(scope="module")
+def stores_database(postgres_url: str) -> str:  # noqa: F811
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS t_stores")
+        conn.execute("CREATE DATABASE t_stores")
+    return postgres_url.rsplit("/", 1)[0] + "/t_stores"
 
 
 def _execute(store: Store, run_id: str, plan: str = PLAN) -> Any:

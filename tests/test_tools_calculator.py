@@ -37,7 +37,7 @@ def calc(pack: Registry) -> Callable[..., str]:
 
 
 def test_stock_pack_loads_with_referenceable_outputs(pack: Registry) -> None:
-    assert set(pack.names) == {"calculator", "percentage"}
+    assert set(pack.names) == {"calculator", "percentage", "to_number", "to_integer"}
     for spec in pack:
         # derived: the output is as trusted as the least trusted input (no laundering through arithmetic).
         assert spec.effect == "read" and spec.provenance == "derived" and spec.description

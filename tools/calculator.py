@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import decimal
+import math
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -25,7 +26,7 @@ from simpleeval import FeatureNotAvailable, InvalidExpression, SimpleEval
 
 from pte.tools import tool
 
-__all__ = ["CalcResult", "PercentageResult", "calculator", "percentage"]
+__all__ = ["CalcResult", "PercentageResult", "calculator", "percentage", "to_integer", "to_number"]
 
 #: Longest expression accepted, in characters.
 MAX_EXPRESSION_LENGTH = 1_000
@@ -530,3 +531,50 @@ def percentage(
         except decimal.Overflow:
             raise ValueError("result is too large") from None
     return PercentageResult(value=value)
+
+
+class NumberResult(BaseModel):
+    """A decimal converted to a JSON number."""
+
+    value: float = Field(description="The same value as a JSON number, e.g. 1125.5.")
+
+
+class IntegerResult(BaseModel):
+    """A decimal converted to a JSON integer."""
+
+    value: int = Field(description="The same value as a JSON integer.")
+
+
+#: The largest integer every JSON reader holds exactly (IEEE 754 double: 2**53 - 1).
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+@tool(provenance="derived")
+def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None = None) -> NumberResult:
+    """Return {value}: a decimal string (e.g. calculator's "1125.00") as a JSON number, for a
+    parameter typed number (e.g. an amount to pay). Exact or nothing: a value that would lose
+    digits as a number fails the step; `places` first rounds half-even to that many decimals.
+    """
+    with decimal.localcontext(_context()):
+        if places is not None:
+            value = _quantize(value, places, decimal.ROUND_HALF_EVEN)
+        number = float(value)
+        if not math.isfinite(number) or Decimal(repr(number)) != value:
+            raise ValueError(
+                f"{_plain(value)} does not fit a JSON number exactly (it would become {number!r}); "
+                "round it with places, or keep it as a decimal string"
+            )
+    return NumberResult(value=number)
+
+
+@tool(provenance="derived")
+def to_integer(value: Decimal) -> IntegerResult:
+    """Return {value}: a whole decimal string or number (e.g. "42", "42.00") as a JSON integer,
+    for a parameter typed integer. A fraction ("42.5") or a value beyond 2**53 - 1 fails the
+    step: round it first (calculator round(x)).
+    """
+    if value != value.to_integral_value():
+        raise ValueError(f"{_plain(value)} is not a whole number; round it first (calculator: round(x))")
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise ValueError(f"{_plain(value)} is beyond 2**53 - 1, the largest integer JSON holds exactly")
+    return IntegerResult(value=int(value))

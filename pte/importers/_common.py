@@ -23,7 +23,7 @@ from pte import _json as strict_json
 from pte._resources import load_schema
 from pte._tool_schema import SchemaFunction, tool_from_schema
 from pte.canonical import canonical_json, sha256_hex
-from pte.errors import ToolRegistrationError
+from pte.errors import ImportRefused, ToolRegistrationError
 from pte.plan import TOOL_NAME_RE
 from pte.tools import Effect, Registry
 
@@ -31,10 +31,6 @@ __all__ = ["ImportManifest", "ImportRefused", "SourceTool", "build_registry", "f
 
 #: The planner reads descriptions; a source cannot flood the prompt through one.
 MAX_DESCRIPTION_CHARS = 2000
-
-
-class ImportRefused(ToolRegistrationError):
-    """An importer cannot make typed PTE tools of what the source offers; the message says what to declare."""
 
 
 @dataclass(frozen=True)

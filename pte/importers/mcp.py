@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from pte import _json as strict_json
 from pte._tool_schema import SchemaFunction
-from pte.errors import PTEError, ToolError
+from pte.errors import MCPError, ToolError
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 from pte.tools import Registry
 
@@ -43,10 +43,6 @@ __all__ = ["MCPConnection", "MCPError", "import_mcp_tools"]
 
 #: Longest error text from a server kept in a step's error (it reaches the audit log and replans).
 _MAX_ERROR_CHARS = 2000
-
-
-class MCPError(PTEError):
-    """The MCP server could not be started, reached or listed."""
 
 
 def _require_sdk() -> Any:
@@ -61,12 +57,17 @@ class MCPConnection:
     """One open MCP client session, usable from any thread. Close it (or use ``with``) when done.
 
     Make one with `stdio` (a server process PTE starts) or `http` (Streamable HTTP).
-    `timeout_s` bounds connecting and listing; each tool call is bounded by its tool's timeout.
+    `timeout_s` bounds connecting and listing. A tool call is bounded by its tool's `timeout_s`
+    (the executor stops waiting then) and, as a backstop for callers without one, by
+    `call_timeout_s` here.
     """
 
-    def __init__(self, open_transport: Any, *, label: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, open_transport: Any, *, label: str, timeout_s: float = 30.0, call_timeout_s: float = 3600.0
+    ) -> None:
         self.label = label
         self.timeout_s = timeout_s
+        self.call_timeout_s = call_timeout_s
         self._open_transport = open_transport
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -199,7 +200,7 @@ class MCPConnection:
             return dumped
 
         try:
-            answer: dict[str, Any] = self._run(call(), timeout_s or self.timeout_s)
+            answer: dict[str, Any] = self._run(call(), timeout_s or self.call_timeout_s)
         except concurrent.futures.TimeoutError:
             raise ToolError("timeout", f"MCP server {self.label} did not answer {name!r} in time") from None
         except MCPError as exc:

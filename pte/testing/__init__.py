@@ -9,6 +9,9 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
   references; `invalid_plans(registry, reason)`: plan text rejected with exactly `reason`;
   `invalid_plan_cases(registry)`: (reason, text) pairs over every compile-time reason;
   `planner_text()`, `json_values()`: arbitrary planner output and JSON.
+- `data_plans()`: cases (registry, plan, records) chaining the generic data operations over
+  generated record types; `pte.testing.cookbook` / `pte.testing.domains`: the cookbook's
+  tasks runner and fixture packs.
 - `control_plans(registry)` / `invalid_control_plans(registry, reason)`: the same with
   for_each, when, require and continue (pte.control).
 - `example_registry()`: a small typed example catalogue.
@@ -19,6 +22,7 @@ from __future__ import annotations
 from pte.llm import ReplayClient
 from pte.testing._catalogue import example_registry
 from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
+from pte.testing._data_plans import DataCase, data_plans
 from pte.testing._function_client import FunctionCall, FunctionClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 from pte.testing._strategies import (
@@ -33,12 +37,14 @@ from pte.testing._strategies import (
 __all__ = [
     "COMPILE_REASONS",
     "CONTROL_REASONS",
+    "DataCase",
     "FakeOpenAIServer",
     "FunctionCall",
     "FunctionClient",
     "ReplayClient",
     "Reply",
     "control_plans",
+    "data_plans",
     "example_registry",
     "invalid_control_plans",
     "invalid_plan_cases",

@@ -1,0 +1,217 @@
+"""OpenTelemetry spans for runs, LLM calls and steps; their ids go into the audit records.
+
+With ``opentelemetry-api`` installed (``pip install 'pte[otel]'``) and a tracer provider
+configured by the application, each run gets a ``pte.run`` span (a child of whatever span
+is current when the run starts), with one child span per LLM call and one per step:
+
+- LLM calls follow the GenAI semantic conventions: span ``chat {model}``,
+  ``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.response.model``,
+  ``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.finish_reasons``.
+- Steps are ``execute_tool {tool}`` spans with ``gen_ai.tool.name``, ``pte.step.id``,
+  ``pte.tool.effect``, ``pte.step.status`` and ``pte.step.duration_ms``. They start when the
+  step's ``step_started`` record is written: before the call for a ``write`` step (write-ahead),
+  after it for a ``read`` step (the executor writes records in plan order), whose span then
+  lasts the recorded duration.
+
+The ``run_started``, ``llm_call``, ``step_started`` and ``step_finished`` records of a traced
+run carry ``trace_id`` and ``span_id`` (W3C hex), so a trace links to its audit records and
+back. They are observability, not decisions: replay does not compare them (`TRACE_FIELDS`).
+
+Without opentelemetry, or with no provider configured (the API's non-recording default),
+nothing is added to any record and every hook costs one attribute check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["TRACE_FIELDS", "RunTracer"]
+
+#: Record fields written from the trace context; not compared by replay (they differ per run).
+TRACE_FIELDS = ("trace_id", "span_id")
+
+try:
+    from opentelemetry import trace as _trace
+    from opentelemetry.trace import Status, StatusCode
+except ImportError:  # the optional extra is not installed: every hook is a no-op
+    _trace = None  # type: ignore[assignment]
+
+
+def _tracer(provider: Any) -> Any:
+    if _trace is None:
+        return None
+    from pte import __version__
+
+    return _trace.get_tracer("pte", __version__, tracer_provider=provider)
+
+
+def _ids(span: Any) -> dict[str, str]:
+    if span is None or not span.is_recording():
+        return {}
+    context = span.get_span_context()
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+class RunTracer:
+    """The spans of one run. Every method is a no-op when tracing is off."""
+
+    def __init__(self, run_id: str, mode: str, provider: Any = None) -> None:
+        tracer = _tracer(provider)
+        self._tracer = tracer
+        self._run: Any = None
+        self._steps: dict[str, Any] = {}
+        if tracer is None:
+            return
+        span = tracer.start_span("pte.run", attributes={"pte.run_id": run_id, "pte.mode": mode})
+        if span.is_recording():
+            self._run = span
+            self._parent = _trace.set_span_in_context(span)
+
+    @classmethod
+    def disabled(cls) -> RunTracer:
+        """A tracer that records nothing (before a run starts, or without OpenTelemetry)."""
+        tracer = cls.__new__(cls)
+        tracer._tracer, tracer._run, tracer._steps = None, None, {}
+        return tracer
+
+    @property
+    def active(self) -> bool:
+        return self._run is not None
+
+    def run_ids(self) -> dict[str, str]:
+        """Fields for the ``run_started`` record."""
+        return _ids(self._run)
+
+    def finish(self, status: str, reason: str | None) -> None:
+        """End the run span (and any step span a failure left open)."""
+        if self._run is None:
+            return
+        for span in self._steps.values():
+            span.set_status(Status(StatusCode.ERROR, "the run ended before the step finished"))
+            span.end()
+        self._steps.clear()
+        self._run.set_attribute("pte.status", status)
+        if reason:
+            self._run.set_attribute("pte.reason", reason)
+            self._run.set_status(Status(StatusCode.ERROR, reason))
+        else:
+            self._run.set_status(Status(StatusCode.OK))
+        self._run.end()
+        self._run = None
+
+    # -- LLM calls ------------------------------------------------------------------------------
+
+    def llm_start(self, role: str, model: str) -> Any:
+        """A span for one LLM call (end it with `llm_end`)."""
+        if self._run is None:
+            return None
+        return self._tracer.start_span(
+            f"chat {model}",
+            context=self._parent,
+            kind=_trace.SpanKind.CLIENT,
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "pte.llm.role": role},
+        )
+
+    def llm_end(
+        self,
+        span: Any,
+        *,
+        model: str | None = None,
+        usage: Mapping[str, int] | None = None,
+        finish_reason: str | None = None,
+        attempts: int = 1,
+        error: str | None = None,
+    ) -> dict[str, str]:
+        """End an LLM span; the fields for its ``llm_call`` record."""
+        if span is None:
+            return {}
+        ids = _ids(span)
+        if model:
+            span.set_attribute("gen_ai.response.model", model)
+        if usage:
+            span.set_attribute("gen_ai.usage.input_tokens", int(usage.get("prompt_tokens", 0)))
+            span.set_attribute("gen_ai.usage.output_tokens", int(usage.get("completion_tokens", 0)))
+        if finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+        span.set_attribute("pte.llm.attempts", attempts)
+        if error is not None:
+            span.set_attribute("error.type", "llm_error")
+            span.set_status(Status(StatusCode.ERROR, error[:200]))
+        span.end()
+        return ids
+
+    # -- steps: hooked where their records are written ------------------------------------------
+
+    def step_fields(self, record_type: str, fields: Mapping[str, Any]) -> dict[str, str]:
+        """Start or end a step's span from its ``step_started`` / ``step_finished`` fields; its ids."""
+        if self._run is None:
+            return {}
+        step_id = str(fields.get("step_id"))
+        if record_type == "step_started":
+            tool = str(fields.get("tool"))
+            span = self._tracer.start_span(
+                f"execute_tool {tool}",
+                context=self._parent,
+                kind=_trace.SpanKind.INTERNAL,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "pte.step.id": step_id,
+                    "pte.tool.effect": str(fields.get("effect")),
+                },
+            )
+            self._steps[step_id] = span
+            return _ids(span)
+        if record_type == "step_finished":
+            span = self._steps.pop(step_id, None)
+            if span is None:
+                return {}
+            ids = _ids(span)
+            status = str(fields.get("status"))
+            span.set_attribute("pte.step.status", status)
+            duration = fields.get("duration_ms")
+            if isinstance(duration, int | float):
+                span.set_attribute("pte.step.duration_ms", float(duration))
+            error = fields.get("error")
+            if status != "ok":
+                kind = error.get("kind") if isinstance(error, Mapping) else None
+                span.set_attribute("error.type", str(kind or "step_failed"))
+                span.set_status(Status(StatusCode.ERROR, str(kind or status)))
+            span.end(end_time=self._step_end(span, duration))
+            return ids
+        return {}
+
+    @staticmethod
+    def _step_end(span: Any, duration_ms: Any) -> int | None:
+        """When a step span ends: its start plus the step's recorded duration, if that is earlier.
+
+        The executor writes a read step's two records together once the step and every earlier
+        one finished (its sequencer keeps the log in plan order), so such a span starts at record
+        time; ending it after the recorded duration keeps the span's length the step's own.
+        """
+        start = getattr(span, "start_time", None)
+        if not isinstance(start, int) or not isinstance(duration_ms, int | float):
+            return None
+        end = start + int(duration_ms * 1_000_000)
+        return end if end < time.time_ns() else None
+
+
+class TracedAudit:
+    """The run's audit log as the executor sees it, adding step span ids to step records.
+
+    Everything but `append` goes to the wrapped log. Used only while tracing is active.
+    """
+
+    def __init__(self, audit: Any, tracer: RunTracer) -> None:
+        self._audit = audit
+        self._tracer = tracer
+
+    def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
+        ids = self._tracer.step_fields(type, fields)
+        result: dict[str, Any] = self._audit.append(type, **fields, **ids)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._audit, name)

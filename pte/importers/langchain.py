@@ -1,0 +1,105 @@
+"""LangChain tools as PTE tools (``pip install 'pte[langchain]'``, i.e. ``langchain-core``).
+
+    from pte.importers.langchain import import_langchain_tools
+
+    registry = import_langchain_tools([search_tool, lookup_tool], manifest="lc-manifest.json")
+
+The input schema is the tool's ``tool_call_schema`` (what a model is asked to fill in). LangChain
+does not type outputs (``get_output_jsonschema`` is ``Any``), so the output schema comes from the
+import manifest or, for a tool made from a function (``@tool``, ``StructuredTool.from_function``),
+from that function's return annotation, exactly as `pte.tool` derives it. A tool with neither is
+refused with the manifest entry to write. Tools are called with ``invoke`` (``ainvoke`` for
+async-only tools); effect and provenance default to ``write`` and ``untrusted`` as for every importer.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import PydanticUserError, TypeAdapter
+
+from pte._tool_schema import SchemaFunction
+from pte.errors import ImportRefused, ImportSourceError
+from pte.importers._common import ImportManifest, SourceTool, build_registry
+from pte.tools import Registry
+
+__all__ = ["import_langchain_tools"]
+
+
+def _return_schema(tool: Any) -> dict[str, Any] | None:
+    """The JSON Schema of the return annotation of the function behind a tool, if it has one."""
+    function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    if function is None or getattr(tool, "response_format", "content") != "content":
+        return None
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # unresolvable annotations: treated as untyped
+        return None
+    if "return" not in hints or hints["return"] is Any:
+        return None
+    from pte.tools import _JsonSchema  # the generator @pte.tool uses: same Decimal/date handling
+
+    try:
+        schema: dict[str, Any] = TypeAdapter(hints["return"]).json_schema(
+            mode="serialization", schema_generator=_JsonSchema
+        )
+    except PydanticUserError:
+        return None
+    return schema
+
+
+def _source_tool(tool: Any) -> SourceTool:
+    try:
+        input_schema = tool.tool_call_schema.model_json_schema()
+    except Exception:  # a tool whose args schema is not a pydantic model
+        input_schema = tool.get_input_jsonschema() if hasattr(tool, "get_input_jsonschema") else None
+    return SourceTool(
+        name=str(tool.name),
+        description=str(tool.description or ""),
+        input_schema=input_schema,
+        output_schema=_return_schema(tool),
+    )
+
+
+def import_langchain_tools(
+    tools: Iterable[Any],
+    *,
+    manifest: ImportManifest | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    prefix: str = "",
+    only: Iterable[str] | None = None,
+) -> Registry:
+    """PTE tools for LangChain ``BaseTool`` objects (see the module docstring).
+
+    Raises `ImportRefused` listing every tool that cannot be typed.
+    """
+    try:
+        from langchain_core.tools import BaseTool
+    except ImportError:
+        raise ImportSourceError(
+            "the LangChain importer needs langchain-core: pip install 'pte[langchain]'"
+        ) from None
+    by_name: dict[str, Any] = {}
+    for tool in tools:
+        if not isinstance(tool, BaseTool):
+            raise ImportRefused(f"{tool!r} is not a LangChain tool (langchain_core.tools.BaseTool)")
+        by_name[str(tool.name)] = tool
+
+    def make_func(source: SourceTool, output_schema: Mapping[str, Any]) -> SchemaFunction:
+        tool = by_name[source.name]
+        if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
+
+            async def acall(args: dict[str, Any]) -> Any:
+                return await tool.ainvoke(args)
+
+            return acall
+
+        def call(args: dict[str, Any]) -> Any:
+            return tool.invoke(args)
+
+        return call
+
+    sources = [_source_tool(tool) for tool in by_name.values()]
+    return build_registry("LangChain", sources, make_func, manifest=manifest, prefix=prefix, only=only)

@@ -1,0 +1,352 @@
+"""The operations of an OpenAPI 3 document as PTE tools, called over httpx (``pip install 'pte[openapi]'``).
+
+    import httpx
+    from pte.importers.openapi import import_openapi, load_openapi
+
+    http = httpx.Client(verify="/etc/ssl/corp-ca.pem", headers={"Authorization": "Bearer ..."})
+    document = load_openapi("https://billing.internal/openapi.json", client=http)
+    registry = import_openapi(document, base_url="https://billing.internal", client=http)
+
+One tool per operation, named by its ``operationId``. The input schema is an object of the
+operation's path, query and header parameters, plus ``body`` for a JSON request body; the
+output schema is the JSON schema of its first 2xx response. ``#/components/schemas`` references
+become ``$defs`` of each tool's own schemas, so plans are type-checked through them.
+
+The deployment decides where requests go (`base_url`; the document's ``servers`` are not
+used) and how (`client`: proxies, CAs, mTLS, auth). Redirects are not followed. GET and
+HEAD operations are ``read`` tools (PTE sends them as GET/HEAD), every other method a
+non-idempotent ``write``; outputs are ``untrusted`` unless the import manifest says otherwise.
+An operation without an ``operationId`` or a JSON response schema is refused with what to
+declare. A response that is not 2xx, not strict JSON or not valid against the output schema
+fails its step.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from pte import _json as strict_json
+from pte._tool_schema import SchemaFunction
+from pte.errors import OpenAPIError, ToolError
+from pte.importers._common import ImportManifest, ImportRefused, SourceTool, build_registry
+from pte.tools import Registry
+
+__all__ = ["OpenAPIError", "import_openapi", "load_openapi"]
+
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+_READ_METHODS = frozenset({"get", "head"})
+_PARAM_LOCATIONS = ("path", "query", "header")
+_MAX_ERROR_CHARS = 1000
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError:
+        raise OpenAPIError("the OpenAPI importer needs httpx: pip install 'pte[openapi]'") from None
+    return httpx
+
+
+def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[str, Any]:
+    """An OpenAPI document (JSON) from a URL (fetched with `client`, an ``httpx.Client``) or a file.
+
+    Parsed strictly (duplicate keys, NaN and deep nesting refused). YAML documents: convert
+    them to JSON first.
+    """
+    text = str(source)
+    if text.startswith(("http://", "https://")):
+        httpx = _httpx()
+        owned = client is None
+        http = client if client is not None else httpx.Client(timeout=30.0)
+        try:
+            response = http.get(text)
+            response.raise_for_status()
+            raw: bytes = response.content
+        except httpx.HTTPError as exc:
+            raise OpenAPIError(f"cannot fetch OpenAPI document {text!r}: {exc}") from None
+        finally:
+            if owned:
+                http.close()
+    else:
+        try:
+            raw = Path(source).read_bytes()
+        except OSError as exc:
+            raise OpenAPIError(f"cannot read OpenAPI document {text!r}: {exc}") from None
+    try:
+        document = strict_json.loads(raw)
+    except strict_json.StrictJSONError as exc:
+        raise OpenAPIError(f"OpenAPI document {text!r} is not strict JSON: {exc.message}") from None
+    if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3."):
+        raise OpenAPIError(f"{text!r} is not an OpenAPI 3 document (no 'openapi': '3.x')")
+    return document
+
+
+# -- schemas --------------------------------------------------------------------------------------
+
+
+def _convert(schema: Any, refs: set[str]) -> Any:
+    """An OpenAPI schema as JSON Schema 2020-12: component refs to $defs, 3.0 ``nullable`` to a null type."""
+    if isinstance(schema, list):
+        return [_convert(item, refs) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#/components/schemas/"):
+            name = value.rsplit("/", 1)[1]
+            refs.add(name)
+            out[key] = f"#/$defs/{name}"
+        elif key == "nullable":
+            continue
+        else:
+            out[key] = _convert(value, refs)
+    if schema.get("nullable") is True:
+        kind = out.get("type")
+        if isinstance(kind, str):
+            out["type"] = [kind, "null"]
+        else:
+            out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def _with_defs(schema: Any, components: Mapping[str, Any]) -> Any:
+    """`schema` converted, with every component it reaches (transitively) under ``$defs``."""
+    refs: set[str] = set()
+    converted = _convert(copy.deepcopy(schema), refs)
+    defs: dict[str, Any] = {}
+    pending = sorted(refs)
+    while pending:
+        name = pending.pop()
+        if name in defs:
+            continue
+        if name not in components:
+            raise KeyError(name)
+        found: set[str] = set()
+        defs[name] = _convert(copy.deepcopy(components[name]), found)
+        pending.extend(sorted(found - set(defs)))
+    if defs and isinstance(converted, dict):
+        converted = {**converted, "$defs": {**converted.get("$defs", {}), **defs}}
+    return converted
+
+
+def _resolve(node: Any, document: Mapping[str, Any]) -> Any:
+    """Follow a local ``$ref`` to a parameter, request body or response object."""
+    seen = 0
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+        pointer = node["$ref"]
+        if not pointer.startswith("#/") or seen > 16:
+            raise KeyError(pointer)
+        target: Any = document
+        for part in pointer[2:].split("/"):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        node = target
+        seen += 1
+    return node
+
+
+def _json_schema_of(content: Any) -> Any:
+    if not isinstance(content, Mapping):
+        return None
+    for media, body in content.items():
+        if media == "application/json" or media.endswith("+json"):
+            return body.get("schema") if isinstance(body, Mapping) else None
+    return None
+
+
+class _Operation:
+    def __init__(
+        self, path: str, method: str, operation: Mapping[str, Any], document: Mapping[str, Any]
+    ) -> None:
+        self.path = path
+        self.method = method
+        self.operation = operation
+        self.document = document
+        path_item = document["paths"][path]
+        self.parameters: list[dict[str, Any]] = [
+            _resolve(p, document)
+            for p in [*path_item.get("parameters", ()), *operation.get("parameters", ())]
+        ]
+        self.components = (document.get("components") or {}).get("schemas") or {}
+
+    def source_tool(self) -> SourceTool:
+        operation_id = self.operation.get("operationId")
+        name = str(operation_id) if operation_id else f"{self.method.upper()} {self.path}"
+        description = str(self.operation.get("description") or self.operation.get("summary") or "")
+        return SourceTool(
+            name=name,
+            description=description,
+            input_schema=self.input_schema(),
+            output_schema=self.output_schema(),
+            default_effect="read" if self.method in _READ_METHODS else "write",
+        )
+
+    def input_schema(self) -> dict[str, Any] | None:
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        for parameter in self.parameters:
+            where = parameter.get("in")
+            if where not in _PARAM_LOCATIONS:
+                continue  # cookies: left to the deployment's client
+            name = str(parameter["name"])
+            if name in properties:
+                return None
+            properties[name] = _with_defs(parameter.get("schema") or {}, self.components)
+            if parameter.get("description"):
+                properties[name].setdefault("description", parameter["description"])
+            if parameter.get("required") or where == "path":
+                required.append(name)
+        body = _resolve(self.operation.get("requestBody"), self.document)
+        if isinstance(body, Mapping):
+            schema = _json_schema_of(body.get("content"))
+            if schema is None or "body" in properties:
+                return None
+            properties["body"] = _with_defs(schema, self.components)
+            if body.get("required"):
+                required.append("body")
+        # Hoist every $defs to the top: a property's "#/$defs/X" refers to the root of the tool's schema.
+        defs: dict[str, Any] = {}
+        for value in properties.values():
+            defs.update(value.pop("$defs", {}) if isinstance(value, dict) else {})
+        schema_out: dict[str, Any] = {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        }
+        if defs:
+            schema_out["$defs"] = defs
+        return schema_out
+
+    def output_schema(self) -> Any:
+        responses = self.operation.get("responses") or {}
+        for status in sorted(str(s) for s in responses):
+            if status.startswith("2"):
+                response = _resolve(responses[status], self.document)
+                schema = _json_schema_of(response.get("content") if isinstance(response, Mapping) else None)
+                return None if schema is None else _with_defs(schema, self.components)
+        return None
+
+
+def _operations(document: Mapping[str, Any]) -> list[_Operation]:
+    operations = []
+    for path, item in (document.get("paths") or {}).items():
+        if not isinstance(item, Mapping):
+            continue
+        for method in _METHODS:
+            if isinstance(item.get(method), Mapping):
+                operations.append(_Operation(path, method, item[method], document))
+    return operations
+
+
+# -- calls ------------------------------------------------------------------------------------------
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float) -> SchemaFunction:
+    httpx = _httpx()
+    locations = {str(p["name"]): p.get("in") for p in operation.parameters}
+    method = operation.method.upper()
+
+    def call(args: dict[str, Any]) -> Any:
+        path = operation.path
+        query: dict[str, Any] = {}
+        headers: dict[str, str] = {}
+        for name, value in args.items():
+            where = locations.get(name)
+            if where == "path":
+                text = value if isinstance(value, str) else str(value)
+                if text in ("", ".", ".."):
+                    # "/items/.." would address another resource than the plan names.
+                    raise ToolError("invalid_args", f"path parameter {name!r} cannot be {text!r}")
+                path = path.replace("{" + name + "}", quote(text, safe=""))
+            elif where == "query":
+                query[name] = value
+            elif where == "header":
+                headers[name] = value if isinstance(value, str) else str(value)
+        try:
+            response = client.request(
+                method,
+                base_url.rstrip("/") + path,
+                params=query or None,
+                headers=headers or None,
+                json=args.get("body") if "body" in args else None,
+                follow_redirects=False,
+                timeout=timeout_s,
+            )
+        except httpx.TimeoutException:
+            raise ToolError("timeout", f"{method} {operation.path} timed out") from None
+        except httpx.HTTPError as exc:
+            raise ToolError("unavailable", f"{method} {operation.path}: {exc}") from None
+        if not 200 <= response.status_code < 300:
+            raise ToolError(
+                "http_error",
+                f"{method} {operation.path} answered HTTP {response.status_code}: {_clip(response.text)}",
+            )
+        if not response.content:
+            return None
+        try:
+            return strict_json.loads(response.content)
+        except strict_json.StrictJSONError as exc:
+            raise ToolError(
+                "invalid_output", f"{method} {operation.path}: not strict JSON: {exc.message}"
+            ) from None
+
+    call.__qualname__ = call.__name__ = f"{operation.method}_{operation.path}"
+    return call
+
+
+def import_openapi(
+    document: Mapping[str, Any],
+    *,
+    base_url: str,
+    client: Any = None,
+    manifest: ImportManifest | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    prefix: str = "",
+    only: Iterable[str] | None = None,
+    timeout_s: float = 30.0,
+) -> Registry:
+    """PTE tools for the operations of an OpenAPI 3 `document` (see the module docstring).
+
+    `base_url`: where requests go. `client`: an ``httpx.Client`` (made for you when None).
+    `manifest`, `prefix`, `only`: as for every importer (`pte.importers.build_registry`).
+    Raises `ImportRefused` listing every operation that cannot be typed.
+    """
+    httpx = _httpx()
+    if not base_url.startswith(("http://", "https://")):
+        raise ImportRefused(f"base_url must be an http(s) URL, not {base_url!r}")
+    http = client if client is not None else httpx.Client(timeout=timeout_s)
+    operations = _operations(document)
+    sources: list[SourceTool] = []
+    by_name: dict[str, _Operation] = {}
+    problems: list[str] = []
+    for operation in operations:
+        try:
+            source = operation.source_tool()
+        except KeyError as exc:
+            problems.append(f"{operation.method.upper()} {operation.path}: unresolvable reference {exc}")
+            continue
+        if not operation.operation.get("operationId"):
+            if manifest is None and only is None:  # asked for everything: say what is left out
+                problems.append(
+                    f"{source.name}: no operationId; PTE names tools by it (add one to the document)"
+                )
+            continue
+        sources.append(source)
+        by_name[source.name] = operation
+    if problems:
+        raise ImportRefused(
+            f"cannot import {len(problems)} OpenAPI operation(s):\n- " + "\n- ".join(problems)
+        )
+
+    def make_func(source: SourceTool, output_schema: Mapping[str, Any]) -> SchemaFunction:
+        return _caller(by_name[source.name], base_url, http, timeout_s)
+
+    return build_registry("OpenAPI", sources, make_func, manifest=manifest, prefix=prefix, only=only)

@@ -1,0 +1,112 @@
+"""The data-operations cookbook: realistic tasks written as honest plans, run against fixture packs.
+
+A `Task` is a request, the plan a planner should write for it *without having seen the
+data*, and the exact outcome. `run_task` compiles the plan against the domain's fixture
+pack (`pte.testing.domains`) plus every stock pack, runs it, and returns the result;
+`dishonest_literals` lists literals the plan could only know from the data.
+
+The honesty rule, mechanically checked: every literal string or number given to a
+domain tool, every `value` a stock matching tool compares with, and every number in a
+calculator expression must occur in the request (case-insensitive). Field names, ops,
+patterns, formats and durations are the plan's own vocabulary (they come from the
+catalogue, not from the data) and are not checked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pte.compiler import compile_plan
+from pte.executor import ExecutionResult, Executor
+from pte.plan import Plan, is_reference
+from pte.tools import STOCK_PACKS, Registry, load_pack, load_registry
+
+__all__ = ["Task", "cookbook_registry", "dishonest_literals", "ref", "run_task", "step"]
+
+#: Stock tools whose `value` argument is data to compare with (it must come from the request).
+_MATCHING_TOOLS = ("filter_records", "filter_values", "text_match")
+
+
+def ref(pointer: str) -> dict[str, str]:
+    """``{"$ref": pointer}``."""
+    return {"$ref": pointer}
+
+
+def step(step_id: str, tool: str, **args: Any) -> dict[str, Any]:
+    """One plan step."""
+    return {"id": step_id, "tool": tool, "args": args}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One cookbook task: a request, its honest plan, and the exact expected outcome."""
+
+    name: str
+    domain: str
+    request: str
+    steps: list[dict[str, Any]]
+    #: The plan's `result` (references allowed); None for a plan without one.
+    result: Any = None
+    #: The exact value of the resolved result.
+    expect_result: Any = None
+    #: step id -> the exact output that step must produce (typically the write steps).
+    expect_outputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def document(self) -> dict[str, Any]:
+        """The plan document."""
+        doc: dict[str, Any] = {"pte_plan": "1", "steps": self.steps}
+        if self.result is not None:
+            doc["result"] = self.result
+        return doc
+
+
+def cookbook_registry(domain: str) -> Registry:
+    """The domain's fixture pack merged with every stock pack."""
+    registry = load_pack(f"pte.testing.domains.{domain}")
+    return registry.merged(load_registry(STOCK_PACKS))
+
+
+def run_task(task: Task, registry: Registry | None = None) -> tuple[Plan, ExecutionResult]:
+    """Compile and execute a task's plan (raises `PlanRejected` if it does not compile)."""
+    registry = registry or cookbook_registry(task.domain)
+    plan = compile_plan(json.dumps(task.document()), registry)
+    return plan, Executor(registry).run(plan)
+
+
+def _literals(value: Any) -> Iterator[Any]:
+    if is_reference(value):
+        return
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _literals(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _literals(item)
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        yield value
+
+
+def _occurs(literal: Any, request: str) -> bool:
+    text = literal if isinstance(literal, str) else format(literal, "g")
+    return text.casefold() in request.casefold()
+
+
+def dishonest_literals(task: Task) -> list[str]:
+    """Literals in the plan that the request does not give (an honest plan has none)."""
+    domain_tools = set(load_pack(f"pte.testing.domains.{task.domain}").names)
+    problems = []
+    for item in task.steps:
+        args = item["args"]
+        checked: list[Any] = []
+        if item["tool"] in domain_tools:
+            checked = list(_literals(args))
+        elif item["tool"] in _MATCHING_TOOLS and "value" in args:
+            checked = list(_literals(args["value"]))
+        elif item["tool"] == "calculator":
+            checked = re.findall(r"\d+(?:\.\d+)?", str(args.get("expression", "")))
+        problems += [f"{item['id']}: {lit!r}" for lit in checked if not _occurs(lit, task.request)]
+    return problems

@@ -1,0 +1,198 @@
+"""Cookbook: banking tasks over transactions with free-text subjects and bill files."""
+
+from __future__ import annotations
+
+from pte.testing.cookbook import Task, ref, step
+
+D = "banking"
+
+TASKS = [
+    Task(
+        "pay_bill_from_file",
+        D,
+        "Pay the bill in my file 'bill-december-2023.txt' on 2024-05-20 "
+        "with the subject 'Bill December 2023'.",
+        [
+            step("f", "read_file", file_path="bill-december-2023.txt"),
+            step("iban", "extract", text=ref("f/content"), kind="iban"),
+            step("amt", "extract_amounts", text=ref("f/content")),
+            step("num", "to_number", value=ref("amt/records/0/amount")),
+            step(
+                "pay",
+                "send_money",
+                recipient=ref("iban/values/0"),
+                amount=ref("num/value"),
+                subject="Bill December 2023",
+                date="2024-05-20",
+            ),
+        ],
+        expect_outputs={
+            "pay": {
+                "sent": {
+                    "recipient": "GB29NWBK60161331926819",
+                    "amount": 98.7,
+                    "subject": "Bill December 2023",
+                    "date": "2024-05-20",
+                }
+            }
+        },
+    ),
+    Task(
+        "total_spent_on_subject",
+        D,
+        "How much have I paid for Spotify in total in my recent transactions?",
+        [
+            step("t", "get_most_recent_transactions"),
+            step(
+                "s",
+                "filter_records",
+                records=ref("t/transactions"),
+                field="subject",
+                op="contains",
+                value="Spotify",
+                ignore_case=True,
+            ),
+            step("sum", "sum_field", records=ref("s/records"), field="amount"),
+        ],
+        result=ref("sum/total"),
+        expect_result="25.98",
+    ),
+    Task(
+        "refund_a_payment",
+        D,
+        "Send the money from the 'pizza' transaction back to whoever sent it, with the subject 'Refund', "
+        "dated 2024-05-20.",
+        [
+            step("t", "get_most_recent_transactions"),
+            step(
+                "p",
+                "filter_records",
+                records=ref("t/transactions"),
+                field="subject",
+                op="has_word",
+                value="pizza",
+                ignore_case=True,
+            ),
+            step("f", "first", records=ref("p/records")),
+            step(
+                "pay",
+                "send_money",
+                recipient=ref("f/record/sender"),
+                amount=ref("f/record/amount"),
+                subject="Refund",
+                date="2024-05-20",
+            ),
+        ],
+        expect_outputs={
+            "pay": {
+                "sent": {
+                    "recipient": "CH9300762011623852957",
+                    "amount": 45.5,
+                    "subject": "Refund",
+                    "date": "2024-05-20",
+                }
+            }
+        },
+    ),
+    Task(
+        "raise_scheduled_payment",
+        D,
+        "My rent goes up by 75.00: raise my scheduled rent payment by that much.",
+        [
+            step("s", "get_scheduled_transactions"),
+            step(
+                "r",
+                "filter_records",
+                records=ref("s/transactions"),
+                field="subject",
+                op="has_word",
+                value="rent",
+                ignore_case=True,
+            ),
+            step("f", "first", records=ref("r/records")),
+            step(
+                "calc",
+                "calculator",
+                expression="amount + 75.00",
+                variables={"amount": ref("f/record/amount")},
+            ),
+            step("num", "to_number", value=ref("calc/value")),
+            step("u", "update_scheduled_transaction", id=ref("f/record/id"), amount=ref("num/value")),
+        ],
+        expect_outputs={"u": {"updated": {"id": 7, "amount": 1125.0, "recipient": None}}},
+    ),
+    Task(
+        "new_amount_from_letter",
+        D,
+        "Set my scheduled rent payment to the new rent in the file 'landlord-notice.txt'.",
+        [
+            step("f", "read_file", file_path="landlord-notice.txt"),
+            step("amt", "extract_amounts", text=ref("f/content")),
+            step("rent", "extreme_by", records=ref("amt/records"), field="amount", which="max"),
+            step("num", "to_number", value=ref("rent/record/amount")),
+            step("s", "get_scheduled_transactions"),
+            step(
+                "r",
+                "filter_records",
+                records=ref("s/transactions"),
+                field="subject",
+                op="has_word",
+                value="rent",
+                ignore_case=True,
+            ),
+            step("u", "update_scheduled_transaction", id=ref("r/records/0/id"), amount=ref("num/value")),
+        ],
+        expect_outputs={"u": {"updated": {"id": 7, "amount": 1125.0, "recipient": None}}},
+    ),
+    Task(
+        "largest_own_payment",
+        D,
+        "What was my largest single payment recently? Give its subject and amount.",
+        [
+            step("me", "get_iban"),
+            step("t", "get_most_recent_transactions"),
+            step(
+                "mine",
+                "filter_records",
+                records=ref("t/transactions"),
+                field="sender",
+                op="eq",
+                value=ref("me/iban"),
+            ),
+            step("top", "extreme_by", records=ref("mine/records"), field="amount", which="max"),
+        ],
+        result={"subject": ref("top/record/subject"), "amount": ref("top/record/amount")},
+        expect_result={"subject": "Rent March", "amount": 1050.0},
+    ),
+    Task(
+        "spent_in_date_range",
+        D,
+        "How much did I spend from 2024-03-01 to 2024-03-31?",
+        [
+            step("me", "get_iban"),
+            step("t", "get_most_recent_transactions"),
+            step(
+                "mine",
+                "filter_records",
+                records=ref("t/transactions"),
+                field="sender",
+                op="eq",
+                value=ref("me/iban"),
+            ),
+            step(
+                "from",
+                "filter_records",
+                records=ref("mine/records"),
+                field="date",
+                op="ge",
+                value="2024-03-01",
+            ),
+            step(
+                "to", "filter_records", records=ref("from/records"), field="date", op="le", value="2024-03-31"
+            ),
+            step("sum", "sum_field", records=ref("to/records"), field="amount"),
+        ],
+        result=ref("sum/total"),
+        expect_result="1062.99",
+    ),
+]

@@ -1,0 +1,93 @@
+"""The data-operations cookbook: every task is an honest plan that runs to exactly its outcome.
+
+Tasks live in tests/cookbook/<domain>.py (one TASKS list per domain); add a task there and
+it is run here. The fixture packs are pte.testing.domains.*.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+from pte.testing.cookbook import Task, cookbook_registry, dishonest_literals, run_task
+from pte.testing.domains import DOMAINS
+
+TASKS: list[Task] = [
+    task for domain in DOMAINS for task in importlib.import_module(f"tests.cookbook.{domain}").TASKS
+]
+
+
+def test_the_cookbook_covers_every_domain() -> None:
+    assert len(TASKS) >= 20
+    assert {task.domain for task in TASKS} == set(DOMAINS)
+    assert len({task.name for task in TASKS}) == len(TASKS), "task names must be unique"
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_task_plan_is_honest(task: Task) -> None:
+    assert dishonest_literals(task) == []
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_task_runs_to_its_exact_outcome(task: Task) -> None:
+    _, result = run_task(task)
+    assert result.ok, result.failure
+    if task.result is not None:
+        assert result.result_value() == task.expect_result
+    for step_id, expected in task.expect_outputs.items():
+        assert result.outputs[step_id] == expected, step_id
+    assert task.result is not None or task.expect_outputs, "a task must assert an outcome"
+
+
+def test_the_honesty_check_catches_a_copied_value() -> None:
+    from pte.testing.cookbook import ref, step
+
+    copied = Task(
+        "copied",
+        "travel",
+        "Book the highest-rated hotel in Paris from 2024-06-01 to 2024-06-03.",
+        [step("b", "reserve_hotel", hotel="Hotel Lumiere", start_day="2024-06-01", end_day="2024-06-03")],
+    )
+    assert dishonest_literals(copied) == ["b: 'Hotel Lumiere'"]
+    honest = Task(
+        "x",
+        "banking",
+        "pay 75.00",
+        [step("c", "calculator", expression="a + 75.00", variables={"a": ref("x")})],
+    )
+    assert dishonest_literals(honest) == []
+
+
+def _registry(domain: str) -> Any:
+    return cookbook_registry(domain)
+
+
+def test_every_stock_data_operation_is_used_by_some_task() -> None:
+    used = {step["tool"] for task in TASKS for step in task.steps}
+    for wanted in (
+        "first",
+        "sort_records",
+        "filter_records",
+        "pluck",
+        "entries",
+        "get_key",
+        "extract_into",
+        "extract",
+        "extract_amounts",
+        "extract_dates",
+        "section",
+        "parse_fields",
+        "difference",
+        "count_by",
+        "extreme_by",
+        "filter_values",
+        "time_between",
+        "add_duration",
+        "format_datetime",
+        "to_number",
+        "sum_field",
+        "calculator",
+    ):
+        assert wanted in used, wanted

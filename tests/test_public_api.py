@@ -1,0 +1,146 @@
+"""The public API: everything a user needs is reachable from `pte`; tool packs from entry points."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+import pte
+from pte import ToolPackError, load_pack, load_registry
+from pte._packs import installed_packs
+
+
+def test_all_names_exist_and_are_documented() -> None:
+    assert len(pte.__all__) == len(set(pte.__all__))
+    for name in pte.__all__:
+        value = getattr(pte, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert inspect.getdoc(value), f"pte.{name} has no docstring"
+
+
+def test_every_public_exception_is_reachable_from_pte() -> None:
+    import importlib
+    import pkgutil
+
+    exported = {getattr(pte, name) for name in pte.__all__}
+    missing = set()
+    for module_info in pkgutil.walk_packages(pte.__path__, "pte."):
+        if module_info.name.startswith("pte.testing"):
+            continue
+        try:
+            module = importlib.import_module(module_info.name)
+        except ImportError:  # a module of an optional extra that is not installed
+            continue
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, pte.PTEError)
+                and not name.startswith("_")
+                and value.__module__.startswith("pte")
+                and value not in exported
+            ):
+                missing.add(f"{value.__module__}.{value.__qualname__}")
+    assert sorted(missing) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Engine",
+        "EngineConfig",
+        "RunResult",
+        "AuditLog",
+        "verify",
+        "replay_file",
+        "Policy",
+        "OpenAIClient",
+        "ReplayClient",
+        "LLMClient",
+        "tool_from_schema",
+        "ImportRefused",
+    ],
+)
+def test_core_names(name: str) -> None:
+    assert name in pte.__all__
+
+
+PACK_MODULE = """
+from pte import tool
+
+@tool
+def acme_ping(n: int) -> int:
+    \"\"\"Ping.\"\"\"
+    return n
+"""
+REGISTRY_MODULE = """
+from pte import Registry
+from acme_pte_tools import acme_ping
+
+registry = Registry([acme_ping])
+"""
+
+
+def _install_fake_distribution(root: Path, entry_points: str, modules: dict[str, str]) -> None:
+    info = root / "acme_tools-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: acme-tools\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+    for name, source in modules.items():
+        (root / f"{name}.py").write_text(source, encoding="utf-8")
+
+
+def test_tool_packs_are_discovered_through_entry_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _install_fake_distribution(
+        tmp_path,
+        "[pte.tool_packs]\n"
+        "acme = acme_pte_tools\n"
+        "acme_registry = acme_pte_registry:registry\n"
+        "broken = acme_missing_module\n",
+        {
+            "acme_pte_tools": PACK_MODULE,
+            "acme_pte_registry": REGISTRY_MODULE,
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert {"acme", "acme_registry", "broken"} <= set(installed_packs())
+    assert load_pack("acme").names == ["acme_ping"]
+    assert load_registry(["acme_registry"]).names == ["acme_ping"]
+    with pytest.raises(ToolPackError, match=r"'broken'.*failed to load"):
+        load_pack("broken")
+    for name in ("acme_pte_tools", "acme_pte_registry"):
+        sys.modules.pop(name, None)
+
+
+def test_the_type_stub_lists_the_same_names() -> None:
+    import ast
+
+    stub = ast.parse((Path(pte.__file__).parent / "__init__.pyi").read_text(encoding="utf-8"))
+    declared = next(
+        node.value
+        for node in stub.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+    )
+    assert isinstance(declared, ast.List)
+    assert [ast.literal_eval(e) for e in declared.elts] == pte.__all__
+    imported = {
+        alias.asname or alias.name
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert set(pte.__all__) - {"__version__", "compile"} <= imported
+
+
+def test_lazy_names_resolve_and_unknown_names_raise() -> None:
+    assert pte.Engine.__name__ == "Engine"
+    assert pte.replay_file.__module__ == "pte.replay"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pte.nope  # noqa: B018
+    assert "Engine" in dir(pte)

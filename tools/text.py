@@ -1,0 +1,318 @@
+"""Stock tool pack: deterministic text operations, so a plan can take values out of free text.
+
+Matching, regular expressions (RE2: linear time, so untrusted text cannot stall a run),
+splitting, ``Key: value`` blocks and listings, sections between headings, and small
+transforms. Every tool is pure and ``provenance="derived"``: its output is as trusted as
+its least trusted input, so text pulled out of an untrusted e-mail stays untrusted.
+
+This module is loaded by file path (``pte.tools.load_pack("text")``), so it must not
+import anything from the ``tools`` directory.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from pte._generics import compile_regex, regex_group_names
+from pte.tools import ExtendedBy, FieldName, RegexGroups, RegexPattern, tool
+
+__all__ = [
+    "extract_into",
+    "join_text",
+    "parse_fields",
+    "regex_extract",
+    "replace_text",
+    "section",
+    "slice_text",
+    "split_text",
+    "text_match",
+    "transform_text",
+]
+
+#: Most matches `regex_extract` returns, and most parts `split_text` returns.
+MAX_ITEMS = 10_000
+#: Longest text any tool here produces, in characters.
+MAX_TEXT_LENGTH = 1_000_000
+
+# Bullets and numbering that start a listing line: "- a", "* a", "• a", "1. a", "2) a".
+_BULLET_RE = re.compile(r"^\s*(?:[-*\u2022\u00b7\u2013]|\d{1,3}[.)])\s+")  # - * • · en dash, 1. 2)
+_MARKDOWN_HEADING_RE = re.compile(r"^\s*(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def _fold(text: str, ignore_case: bool) -> str:
+    return text.casefold() if ignore_case else text
+
+
+def _bounded(text: str) -> str:
+    if len(text) > MAX_TEXT_LENGTH:
+        raise ValueError(f"the result would exceed {MAX_TEXT_LENGTH} characters")
+    return text
+
+
+class MatchResult(BaseModel):
+    matched: bool = Field(description="Whether the text matches.")
+
+
+class MatchRecords(BaseModel):
+    records: list[Annotated[dict[str, str], RegexGroups("pattern")]] = Field(
+        description="One record per match: one field per named group ('' if it did not take part)."
+    )
+    count: int
+    matched: bool = Field(description="count > 0.")
+
+
+R = TypeVar("R", bound=dict[str, Any])
+
+
+class ExtendedRecords(BaseModel, Generic[R]):
+    records: list[Annotated[dict[str, Any], ExtendedBy(R, "pattern")]] = Field(
+        description="The input records, each with the pattern's named groups added as text fields."
+    )
+    count: int
+
+
+class TextList(BaseModel):
+    values: list[str]
+    count: int
+
+
+class TextOut(BaseModel):
+    text: str
+
+
+class Entry(BaseModel):
+    key: str = Field(description="The text before the separator, stripped.")
+    value: str = Field(description="The text after the separator on the same line, stripped.")
+    lines: list[str] = Field(description="value (if not empty) and the lines below it up to the next key.")
+
+
+class Fields(BaseModel):
+    fields: dict[str, str] = Field(description="key -> value (the last one wins for a repeated key).")
+    entries: list[Entry] = Field(description="Every key in order, with its continuation lines.")
+    count: int
+
+
+@tool(provenance="derived")
+def text_match(
+    text: str,
+    value: str,
+    mode: Literal["contains", "starts_with", "ends_with", "equals", "has_word"] = "contains",
+    ignore_case: bool = True,
+) -> MatchResult:
+    """Return {matched}: whether `text` contains / starts with / ends with / equals `value`,
+    or has it as a whole word (has_word: "rent" matches "Rent due" but not "parent").
+    ignore_case defaults to true.
+    """
+    haystack, needle = _fold(text, ignore_case), _fold(value, ignore_case)
+    if mode == "has_word":
+        found = re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", haystack) is not None
+    else:
+        tests = {
+            "contains": needle in haystack,
+            "starts_with": haystack.startswith(needle),
+            "ends_with": haystack.endswith(needle),
+            "equals": haystack == needle,
+        }
+        found = tests[mode]
+    return MatchResult(matched=found)
+
+
+@tool(provenance="derived")
+def regex_extract(
+    text: str,
+    pattern: Annotated[str, RegexPattern()],
+    ignore_case: bool = False,
+    max_matches: Annotated[int, Field(ge=1, le=MAX_ITEMS)] = 100,
+) -> MatchRecords:
+    """Find the matches of an RE2 regular expression; returns {records, count, matched}.
+
+    Each record has one string field per named group (?P<name>...), typed from the pattern,
+    e.g. pattern "Rating: (?P<rating>[0-9.]+)" gives records [{"rating": "4.2"}]; with no
+    named group the field is "match" (the whole match). RE2 runs in linear time; no
+    backreferences or lookaround. A literal pattern is checked at compile time.
+    """
+    # The same RE2 settings and group names compile used to type the records.
+    regex = compile_regex(pattern, ignore_case)
+    names = regex_group_names(pattern)
+    records: list[dict[str, str]] = []
+    for found in regex.finditer(text):
+        if names == ["match"] and not regex.groupindex:
+            records.append({"match": found.group(0)})
+        else:
+            records.append({name: found.group(name) or "" for name in names})
+        if len(records) >= max_matches:
+            break
+    return MatchRecords(records=records, count=len(records), matched=bool(records))
+
+
+@tool(provenance="derived")
+def extract_into(
+    records: list[R],
+    field: Annotated[str, FieldName(R)],
+    pattern: Annotated[str, RegexPattern()],
+    ignore_case: bool = False,
+    keep_unmatched: bool = False,
+) -> ExtendedRecords[R]:
+    """For each record, search text `field` with an RE2 pattern and add its named groups as
+    fields; returns {records, count}. Records whose field does not match (or is missing or
+    null) are dropped (keep_unmatched: kept, with the groups as ""). e.g. records
+    [{key, value: "Rating: 4.2"}], field "value", pattern "Rating: (?P<rating>[0-9.]+)" add
+    "rating": "4.2" to each, ready for sort_records/filter_records (decimal strings compare
+    as numbers).
+    """
+    regex = compile_regex(pattern, ignore_case)
+    names = regex_group_names(pattern)
+    out: list[dict[str, Any]] = []
+    for index, record in enumerate(records):
+        value = record.get(field)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"record {index} field {field!r} is not text: it cannot be searched")
+        found = None if value is None else regex.search(value)
+        if found is None and not keep_unmatched:
+            continue
+        if found is None:
+            groups = dict.fromkeys(names, "")
+        elif regex.groupindex:
+            groups = {name: found.group(name) or "" for name in names}
+        else:
+            groups = {"match": found.group(0)}
+        out.append({**record, **groups})
+    return ExtendedRecords[Any](records=out, count=len(out))
+
+
+@tool(provenance="derived")
+def split_text(
+    text: str,
+    separator: str | None = None,
+    strip: bool = True,
+    skip_empty: bool = True,
+    strip_bullets: bool = False,
+) -> TextList:
+    """Split `text` into parts; returns {values, count}.
+
+    separator null (default): into lines. strip: trim each part; skip_empty: drop empty
+    parts; strip_bullets: drop a leading "- ", "* ", "• ", "1. " from each part (a listing).
+    """
+    if separator == "":
+        raise ValueError("separator is empty: give a separator, or null to split into lines")
+    parts = text.splitlines() if separator is None else text.split(separator)
+    out: list[str] = []
+    for part in parts:
+        if strip_bullets:
+            part = _BULLET_RE.sub("", part, count=1)
+        if strip:
+            part = part.strip()
+        if skip_empty and not part:
+            continue
+        out.append(part)
+        if len(out) > MAX_ITEMS:
+            raise ValueError(f"more than {MAX_ITEMS} parts")
+    return TextList(values=out, count=len(out))
+
+
+@tool(provenance="derived")
+def parse_fields(text: str, separator: str = ":") -> Fields:
+    """Parse "Key: value" lines into {fields, entries, count}.
+
+    fields maps each key to its value ("Rating: 4.2\\nPrice: 120 EUR" gives
+    {"Rating": "4.2", "Price": "120 EUR"}). Lines without the separator continue the entry
+    above: entries[i].lines holds its value and those lines (bullets stripped), so a listing
+    "Ingredients:\\n- eggs\\n- milk" gives lines ["eggs", "milk"]. Text before the first key
+    is ignored.
+    """
+    if not separator:
+        raise ValueError("separator is empty")
+    entries: list[Entry] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        key, found, value = line.partition(separator)
+        if found and key.strip() and not _BULLET_RE.match(raw):
+            value = value.strip()
+            entries.append(Entry(key=key.strip(), value=value, lines=[value] if value else []))
+        elif entries:
+            entries[-1].lines.append(_BULLET_RE.sub("", line, count=1).strip())
+    return Fields(fields={e.key: e.value for e in entries}, entries=entries, count=len(entries))
+
+
+def _heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of a heading line: markdown "## Title", or "Title:" alone on its line (level 7)."""
+    markdown = _MARKDOWN_HEADING_RE.match(line)
+    if markdown:
+        return len(markdown[1]), markdown[2]
+    stripped = line.strip()
+    if stripped.endswith(":") and ":" not in stripped[:-1] and len(stripped) > 1:
+        return 7, stripped[:-1].strip()
+    return None
+
+
+@tool(provenance="derived")
+def section(text: str, heading: str, until: str | None = None) -> TextOut:
+    """Return {text}: the lines under the heading `heading` (case-insensitive), without it.
+
+    A heading is a markdown line ("## Packing list") or a line "Title:" on its own. The
+    section ends at the next heading of the same or a higher level (or at `until` when
+    given), else at the end. A heading that is not there is an error.
+    """
+    lines = text.splitlines()
+    wanted = heading.strip().rstrip(":").strip().casefold()
+    start = level = None
+    for index, line in enumerate(lines):
+        found = _heading(line)
+        if found and found[1].casefold() == wanted:
+            start, level = index + 1, found[0]
+            break
+    if start is None or level is None:
+        titles = [h[1] for line in lines if (h := _heading(line))]
+        raise ValueError(f"no heading {heading!r} in the text (headings: {', '.join(titles) or 'none'})")
+    stop_at = until.strip().rstrip(":").strip().casefold() if until else None
+    end = len(lines)
+    for index in range(start, len(lines)):
+        found = _heading(lines[index])
+        if found is None:
+            continue
+        if (stop_at is not None and found[1].casefold() == stop_at) or (
+            stop_at is None and found[0] <= level
+        ):
+            end = index
+            break
+    return TextOut(text="\n".join(lines[start:end]).strip("\n"))
+
+
+@tool(provenance="derived")
+def transform_text(text: str, op: Literal["lower", "upper", "strip", "title", "collapse_spaces"]) -> TextOut:
+    """Return {text}: `text` lower-cased, upper-cased, stripped, title-cased, or with runs of
+    whitespace collapsed to one space (collapse_spaces, also strips)."""
+    if op == "collapse_spaces":
+        return TextOut(text=" ".join(text.split()))
+    return TextOut(
+        text={"lower": text.lower, "upper": text.upper, "strip": text.strip, "title": text.title}[op]()
+    )
+
+
+@tool(provenance="derived")
+def replace_text(text: str, old: str, new: str, ignore_case: bool = False) -> TextOut:
+    """Return {text}: every occurrence of `old` replaced by `new` (plain text, not a pattern)."""
+    if not old:
+        raise ValueError("old is empty")
+    if ignore_case:
+        out = re.sub(re.escape(old), lambda _: new, text, flags=re.IGNORECASE)
+    else:
+        out = text.replace(old, new)
+    return TextOut(text=_bounded(out))
+
+
+@tool(provenance="derived")
+def slice_text(text: str, start: int = 0, end: int | None = None) -> TextOut:
+    """Return {text}: characters start..end-1 (Python slicing: negative counts from the end)."""
+    return TextOut(text=text[start:end])
+
+
+@tool(provenance="derived")
+def join_text(values: list[str], separator: str = ", ") -> TextOut:
+    """Return {text}: `values` joined with `separator` (e.g. "\\n" for lines)."""
+    return TextOut(text=_bounded(separator.join(values)))
