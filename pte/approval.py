@@ -1,310 +1,482 @@
-"""Approvals: a person approves the exact hash of a plan before tools that require it may run.
+"""Approvals: a person approves one exact plan, reviewed against one exact catalogue, once.
 
-A plan is identified by the SHA-256 of its canonical JSON, so an approval covers exactly
-one plan: any change to any step, argument or reference is a different hash and needs a
-new approval. Approvals live in a JSON Lines file (`ApprovalStore`), one object a line:
-``{"plan_hash", "by", "at", "signature"}``.
+An approval binds
 
-With a key (``PTE_APPROVAL_KEY``), each approval is signed with
-HMAC-SHA256(key, ``"{plan_hash}\\n{by}\\n{at}"``) and only correctly signed approvals count,
-so someone who can write to the store but does not hold the key cannot approve a plan.
-Without a key, any recorded approval of the hash counts (the store's own access control is
-then the only protection).
+- the plan hash (SHA-256 of the plan's canonical JSON: any change to any step, argument or
+  reference is a different plan),
+- the *catalogue fingerprint* of the tools that plan calls (`catalogue_fingerprint`: their
+  names, schemas, effects, idempotency, approval flags, provenance and sinks as the policy
+  in force sets them, and a hash of each tool's code), so the same plan run against another
+  pack whose tools merely share the names is not approved,
+- an expiry time,
 
-`approval_hook` plugs the check into `Engine(approval=...)`: an accepted plan that
-calls a tool with ``requires_approval=True`` runs only if its hash is approved; otherwise
-the run fails closed with ``approval_missing`` before any of its steps runs.
+and is signed with Ed25519 (`pte.signing`) by the approver's private key. Executing
+machines hold only public keys (`TrustedKeys`): a signature counts only when it verifies
+under one of them. Without any public key configured, unsigned approvals count and the
+store's own access control is the only protection (a development setting; the README says
+so).
+
+An approval is *consumed*: every non-idempotent ``write`` step of the approved plan runs
+at most once per approval. The consumption is written to the approval store, under an
+exclusive file lock, *before* the tool is called, so two processes racing for the same
+approval cannot both run the step, and a crash after the call cannot make it run again.
+
+The store is a JSON Lines file: approvals (``{"pte_approval": "2", ...}``) and consumptions
+(``{"consumed": APPROVAL_ID, ...}``). Lines of the old HMAC format (PTE < 0.2) are read but
+never count; the refusal says so and how to re-approve.
+
+The signed message is the ASCII line ``pte-approval-v2`` followed by ``\\n`` and the
+canonical JSON (`pte.canonical`) of ``{"pte_approval", "plan_hash", "catalogue", "by", "at",
+"expires", "key_id"}``. Each ``approval`` audit record carries all those fields, the public
+key and the signature, so an auditor can check it with nothing but the log and the key.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
-import hmac
-import json
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pte import _json as strict_json
-from pte.audit import AuditFormatError, AuditLog, iter_records
-from pte.errors import ApprovalMissing, PTEError
+from pte.canonical import canonical_json
+from pte.errors import ApprovalConsumed, PTEError
 from pte.plan import Plan
-from pte.tools import Registry
+from pte.signing import KeyFileError, PublicKey, SigningKey
+from pte.tools import Registry, ToolSpec
 
 __all__ = [
-    "APPROVAL_KEY_ENV",
+    "APPROVAL_FORMAT",
+    "DEFAULT_VALIDITY",
+    "LEGACY_KEY_ENV",
+    "PUBLIC_KEYS_ENV",
+    "PUBLIC_KEYS_FILE_ENV",
+    "SIGNING_KEY_ENV",
+    "SIGNING_KEY_FILE_ENV",
     "Approval",
+    "ApprovalGate",
     "ApprovalStore",
     "ApprovalStoreError",
+    "Consumption",
     "approval_hook",
-    "approval_key_from_env",
     "approve",
+    "catalogue_fingerprint",
     "check_approval",
+    "make_approval",
+    "public_keys_from_env",
     "requires_approval",
-    "sign",
+    "signing_key_from_env",
+    "tool_code_hash",
 ]
 
-#: The environment variable the CLI reads the HMAC key from.
-APPROVAL_KEY_ENV = "PTE_APPROVAL_KEY"
+APPROVAL_FORMAT = "2"
+_DOMAIN = b"pte-approval-v2\n"
+#: How long an approval stays valid unless `approve` is told otherwise.
+DEFAULT_VALIDITY = timedelta(hours=24)
+
+#: PEM text of the approvers' public keys (one or more blocks) / a file holding them.
+PUBLIC_KEYS_ENV = "PTE_APPROVAL_PUBLIC_KEYS"
+PUBLIC_KEYS_FILE_ENV = "PTE_APPROVAL_PUBLIC_KEYS_FILE"
+#: PEM text of the approver's private key / a file holding it (for `pte approve` only).
+SIGNING_KEY_ENV = "PTE_APPROVAL_SIGNING_KEY"
+SIGNING_KEY_FILE_ENV = "PTE_APPROVAL_SIGNING_KEY_FILE"
+#: The old HMAC key variable: refused with a clear message.
+LEGACY_KEY_ENV = "PTE_APPROVAL_KEY"
 
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
-_SIGNATURE_RE = re.compile(r"[0-9a-f]{64}")
-# ISO-8601 UTC, as `approve` writes it; newlines are impossible, which the signed message relies on.
-_AT_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+_SIG_RE = re.compile(r"[0-9a-f]{128}")
+# ISO-8601 UTC, as `approve` writes it; no newline or quote can occur.
+_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+_APPROVAL_KEYS = frozenset(
+    {"pte_approval", "plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature"}
+)
+_LEGACY_KEYS = frozenset({"plan_hash", "by", "at", "signature"})
+_CONSUMED_KEYS = frozenset({"consumed", "plan_hash", "step_id", "run_id", "at"})
 
 
 class ApprovalStoreError(PTEError):
     """The approval store cannot be read or written, or holds a malformed line."""
 
 
-@dataclass(frozen=True)
-class Approval:
-    """One person's approval of one exact plan hash, signed when a key was configured."""
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
-    plan_hash: str
-    by: str
-    #: When it was given: ISO-8601 UTC (``2026-11-01T09:30:00.000000Z``).
-    at: str
-    #: HMAC-SHA256 hex digest of ``"{plan_hash}\\n{by}\\n{at}"``, or None (unsigned).
-    signature: str | None = None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.plan_hash, str) or not _HASH_RE.fullmatch(self.plan_hash):
-            raise ValueError(f"plan_hash must be 64 lowercase hex digits, not {self.plan_hash!r}")
-        _check_by(self.by)
-        if not isinstance(self.at, str) or not _AT_RE.fullmatch(self.at):
-            raise ValueError(f"at must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z, not {self.at!r}")
-        if self.signature is not None and (
-            not isinstance(self.signature, str) or not _SIGNATURE_RE.fullmatch(self.signature)
-        ):
-            raise ValueError("signature must be 64 lowercase hex digits or null")
+def _format_time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
-    @property
-    def signed(self) -> bool:
-        """Whether the approval carries a signature (not whether it is valid: see `verify`)."""
-        return self.signature is not None
 
-    def verify(self, key: bytes) -> bool:
-        """True when the signature is the HMAC of this approval under `key` (constant-time compare)."""
-        if self.signature is None:
-            return False
-        return hmac.compare_digest(self.signature, sign(self.plan_hash, self.by, self.at, key))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The store's JSON form."""
-        return {"plan_hash": self.plan_hash, "by": self.by, "at": self.at, "signature": self.signature}
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Approval:
-        """Parse the store's JSON form (ValueError when it is malformed)."""
-        if not isinstance(data, dict):
-            raise ValueError("an approval must be a JSON object")
-        expected = {"plan_hash", "by", "at", "signature"}
-        if set(data) != expected:
-            raise ValueError(f"an approval has exactly the keys {sorted(expected)}, not {sorted(data)}")
-        return cls(data["plan_hash"], data["by"], data["at"], data["signature"])
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text if "." in text else text[:-1] + ".0Z", "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=UTC
+    )
 
 
 def _check_by(by: Any) -> None:
-    # The signed message separates fields with newlines: a name must not contain any.
     if not isinstance(by, str) or not by.strip():
         raise ValueError("by must name the person approving (a non-empty string)")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in by):
         raise ValueError(f"by must not contain control characters: {by!r}")
 
 
-def sign(plan_hash: str, by: str, at: str, key: bytes) -> str:
-    """HMAC-SHA256(key, ``"{plan_hash}\\n{by}\\n{at}"``) as lowercase hex."""
-    message = f"{plan_hash}\n{by}\n{at}".encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+@dataclass(frozen=True)
+class Approval:
+    """One person's approval of one plan against one catalogue, until `expires`."""
+
+    plan_hash: str
+    #: `catalogue_fingerprint` of the plan's tools as the approver reviewed them.
+    catalogue: str
+    by: str
+    #: When it was given and until when it counts: ISO-8601 UTC (``2026-11-01T09:30:00.000000Z``).
+    at: str
+    expires: str
+    #: SHA-256 of the signer's raw public key (hex), its raw public key (hex) and the
+    #: Ed25519 signature (hex) of `message`; all None for an unsigned approval.
+    key_id: str | None = None
+    public_key: str | None = None
+    signature: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("plan_hash", "catalogue"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
+                raise ValueError(f"{name} must be 64 lowercase hex digits, not {value!r}")
+        _check_by(self.by)
+        for name in ("at", "expires"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
+                raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
+        signed = (self.key_id, self.public_key, self.signature)
+        if any(v is not None for v in signed):
+            if not (isinstance(self.key_id, str) and _HASH_RE.fullmatch(self.key_id)):
+                raise ValueError("key_id must be 64 lowercase hex digits")
+            if not (isinstance(self.public_key, str) and _HASH_RE.fullmatch(self.public_key)):
+                raise ValueError("public_key must be the 32 raw key bytes as 64 lowercase hex digits")
+            if not (isinstance(self.signature, str) and _SIG_RE.fullmatch(self.signature)):
+                raise ValueError("signature must be 128 lowercase hex digits (an Ed25519 signature)")
+
+    @property
+    def signed(self) -> bool:
+        """Whether it carries a signature (not whether it verifies: see `verify`)."""
+        return self.signature is not None
+
+    @property
+    def id(self) -> str:
+        """SHA-256 of its canonical JSON: what consumption records name."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+
+    def message(self) -> bytes:
+        """The exact bytes that are signed (see the module docs)."""
+        signed = {
+            "pte_approval": APPROVAL_FORMAT,
+            "plan_hash": self.plan_hash,
+            "catalogue": self.catalogue,
+            "by": self.by,
+            "at": self.at,
+            "expires": self.expires,
+            "key_id": self.key_id,
+        }
+        return _DOMAIN + canonical_json(signed).encode("utf-8")
+
+    def self_consistent(self) -> bool:
+        """Signed, its key id names its public key, and the signature verifies under that key."""
+        if self.signature is None or self.public_key is None:
+            return False
+        raw = bytes.fromhex(self.public_key)
+        if hashlib.sha256(raw).hexdigest() != self.key_id:
+            return False
+        try:
+            key = PublicKey.from_raw(raw)
+        except KeyFileError:
+            return False
+        return key.verify(bytes.fromhex(self.signature), self.message())
+
+    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
+        """True when the signature verifies under the trusted key its `key_id` names."""
+        if self.key_id is None or self.key_id not in keys:
+            return False
+        key = keys[self.key_id]
+        return key.raw.hex() == self.public_key and self.self_consistent()
+
+    def expired(self, now: datetime) -> bool:
+        return now >= _parse_time(self.expires)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The store's JSON form."""
+        return {
+            "pte_approval": APPROVAL_FORMAT,
+            "plan_hash": self.plan_hash,
+            "catalogue": self.catalogue,
+            "by": self.by,
+            "at": self.at,
+            "expires": self.expires,
+            "key_id": self.key_id,
+            "public_key": self.public_key,
+            "signature": self.signature,
+        }
+
+    def evidence(self, *, signed: bool) -> dict[str, Any]:
+        """The fields of an ``approval`` audit record (`signed`: verified under a trusted key)."""
+        fields = {k: v for k, v in self.to_dict().items() if k != "pte_approval"}
+        return {**fields, "approval_id": self.id, "signed": signed}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Approval:
+        """Parse the store's JSON form (ValueError when it is malformed)."""
+        if not isinstance(data, dict) or set(data) != _APPROVAL_KEYS:
+            raise ValueError(f"an approval has exactly the keys {sorted(_APPROVAL_KEYS)}")
+        if data["pte_approval"] != APPROVAL_FORMAT:
+            raise ValueError(f"unknown approval format {data['pte_approval']!r}")
+        return cls(**{k: v for k, v in data.items() if k != "pte_approval"})
 
 
-def approval_key_from_env(environ: Mapping[str, str] | None = None) -> bytes | None:
-    """The approval key from ``PTE_APPROVAL_KEY`` (its UTF-8 bytes), or None when unset or empty."""
-    env = os.environ if environ is None else environ
-    value = env.get(APPROVAL_KEY_ENV, "")
-    return value.encode("utf-8") if value else None
+@dataclass(frozen=True)
+class Consumption:
+    """A store line: `approval` was used to run step `step_id` of `plan_hash` in run `run_id`."""
+
+    approval: str
+    plan_hash: str
+    step_id: str
+    run_id: str
+    at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consumed": self.approval,
+            "plan_hash": self.plan_hash,
+            "step_id": self.step_id,
+            "run_id": self.run_id,
+            "at": self.at,
+        }
 
 
-def _utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+@dataclass
+class _StoreContents:
+    approvals: list[Approval] = field(default_factory=list)
+    #: `by` of each old-format (HMAC) approval line, by plan hash.
+    legacy: dict[str, list[str]] = field(default_factory=dict)
+    #: (approval id, step id) -> the consumption.
+    consumed: dict[tuple[str, str], Consumption] = field(default_factory=dict)
 
 
 class ApprovalStore:
-    """A JSON Lines file of approvals. A missing file holds no approvals.
+    """A JSON Lines file of approvals and consumptions. A missing file holds none.
 
-    Appends are one ``write`` of one line under a lock; a malformed line makes every read
-    fail (`ApprovalStoreError`), and the approval check then fails closed.
+    Every read takes a shared lock and every write an exclusive one (``flock`` on the file),
+    so a consumption is checked and recorded atomically even across processes. A malformed
+    line makes every read fail (`ApprovalStoreError`) and approval checks then fail closed.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
 
-    def add(self, approval: Approval) -> None:
-        """Append one approval (fsynced: an approval someone was told about must not vanish)."""
-        # ASCII only: a name with U+2028 or the like must not look like a line break to any reader.
-        line = json.dumps(approval.to_dict(), ensure_ascii=True, sort_keys=True) + "\n"
-        with self._lock:
-            try:
-                with open(self.path, "a", encoding="utf-8") as fh:
-                    fh.write(line)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            except OSError as exc:
-                raise ApprovalStoreError(f"cannot write approval store {str(self.path)!r}: {exc}") from None
+    # -- reading ------------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Approval]:
-        """Every approval in the store, oldest first."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
+    def _parse(self, text: str) -> _StoreContents:
+        contents = _StoreContents()
         for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
-                yield Approval.from_dict(strict_json.loads(line))
+                data = strict_json.loads(line)
+                if isinstance(data, dict) and "consumed" in data:
+                    if set(data) != _CONSUMED_KEYS or not all(isinstance(v, str) for v in data.values()):
+                        raise ValueError(f"a consumption has exactly the keys {sorted(_CONSUMED_KEYS)}")
+                    used = Consumption(
+                        data["consumed"], data["plan_hash"], data["step_id"], data["run_id"], data["at"]
+                    )
+                    contents.consumed.setdefault((used.approval, used.step_id), used)
+                elif isinstance(data, dict) and set(data) == _LEGACY_KEYS:
+                    contents.legacy.setdefault(str(data["plan_hash"]), []).append(str(data["by"]))
+                else:
+                    contents.approvals.append(Approval.from_dict(data))
             except ValueError as exc:
                 raise ApprovalStoreError(f"approval store {str(self.path)!r} line {number}: {exc}") from None
+        return contents
+
+    def _read_locked(self, fh: IO[str]) -> _StoreContents:
+        fh.seek(0)
+        try:
+            return self._parse(fh.read())
+        except UnicodeDecodeError as exc:
+            raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
+
+    def contents(self) -> _StoreContents:
+        """Everything in the store (approvals, old-format lines, consumptions)."""
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+                try:
+                    return self._read_locked(fh)
+                finally:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        except FileNotFoundError:
+            return _StoreContents()
+        except OSError as exc:
+            raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
+
+    def __iter__(self) -> Any:
+        """Every approval in the store, oldest first."""
+        return iter(self.contents().approvals)
 
     def find(self, plan_hash: str) -> list[Approval]:
         """Every approval recorded for `plan_hash`, oldest first (signatures not checked)."""
         return [a for a in self if a.plan_hash == plan_hash]
 
+    # -- writing ------------------------------------------------------------------------------
+
+    def _append(self, line: str, check: Callable[[_StoreContents], None] | None = None) -> None:
+        with self._lock:
+            try:
+                with open(self.path, "a+", encoding="utf-8") as fh:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+                    try:
+                        if check is not None:
+                            check(self._read_locked(fh))
+                        fh.seek(0, os.SEEK_END)
+                        fh.write(line)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    finally:
+                        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            except OSError as exc:
+                raise ApprovalStoreError(f"cannot write approval store {str(self.path)!r}: {exc}") from None
+
+    def add(self, approval: Approval) -> None:
+        """Append one approval (fsynced: an approval someone was told about must not vanish)."""
+        self._append(canonical_json(approval.to_dict()) + "\n")
+
+    def consume(self, approval: Approval, plan_hash: str, step_id: str, run_id: str) -> Consumption:
+        """Record that `approval` runs `step_id` now; `ApprovalConsumed` if it already ran it.
+
+        Check and write happen under one exclusive lock on the store file: of two processes
+        racing for the same approval and step, exactly one gets it.
+        """
+        used = Consumption(approval.id, plan_hash, step_id, run_id, _format_time(_utc_now()))
+
+        def check(contents: _StoreContents) -> None:
+            earlier = contents.consumed.get((approval.id, step_id))
+            if earlier is not None:
+                raise ApprovalConsumed(_consumed_message(approval, earlier))
+
+        self._append(canonical_json(used.to_dict()) + "\n", check)
+        return used
+
+
+def _consumed_message(approval: Approval, earlier: Consumption) -> str:
+    return (
+        f"the approval of plan {approval.plan_hash} by {approval.by} was already used to run step "
+        f"{earlier.step_id!r} (run {earlier.run_id}, {earlier.at}); a non-idempotent write runs at most "
+        "once per approval: approve the plan again to run it again"
+    )
+
+
+# --- what an approval binds -----------------------------------------------------------------------
+
+
+def tool_code_hash(spec: ToolSpec) -> str:
+    """SHA-256 of a tool's code (`ToolSpec.code_sha256`)."""
+    return spec.code_sha256
+
+
+def catalogue_fingerprint(registry: Registry, tools: Iterable[str] | Plan, policy: Any = None) -> str:
+    """SHA-256 of what a reviewer of a plan relied on about its tools.
+
+    For each tool (sorted by name): its `describe()` entry (name, description, effect,
+    idempotency, timeout, provenance, sinks, approval flag, input and output schemas), the
+    hash of its code, and, with a `pte.policy.Policy`, the policy's entry for it (output
+    provenance and effective sinks, guarded defaults included).
+    """
+    names = sorted({s.tool for s in tools.tool_steps()} if isinstance(tools, Plan) else set(tools))
+    entries = []
+    for name in names:
+        spec = registry[name]
+        entry = spec.describe()  # includes the code hash
+        if policy is not None:
+            entry["policy"] = policy.entry_document(name, registry)
+        entries.append(entry)
+    return hashlib.sha256(canonical_json(entries).encode("utf-8")).hexdigest()
+
 
 def approve(
-    plan: Plan, by: str, store: ApprovalStore, *, key: bytes | None = None, at: str | None = None
+    plan: Plan,
+    by: str,
+    store: ApprovalStore,
+    *,
+    catalogue: str,
+    signing_key: SigningKey | None = None,
+    at: datetime | None = None,
+    valid_for: timedelta = DEFAULT_VALIDITY,
 ) -> Approval:
-    """Record that `by` approves exactly `plan` (its hash); signed when `key` is given.
+    """Record that `by` approves exactly `plan` against `catalogue` (`catalogue_fingerprint`).
 
-    `at` defaults to now (ISO-8601 UTC); pass it only to make tests deterministic.
+    Signed with `signing_key` when given. Valid from `at` (default now) for `valid_for`.
     """
-    _check_by(by)
-    when = at if at is not None else _utc_now()
-    signature = sign(plan.hash, by, when, key) if key is not None else None
-    approval = Approval(plan.hash, by, when, signature)
+    approval = make_approval(
+        plan.hash, by, catalogue=catalogue, signing_key=signing_key, at=at, valid_for=valid_for
+    )
     store.add(approval)
+    return approval
+
+
+def make_approval(
+    plan_hash: str,
+    by: str,
+    *,
+    catalogue: str,
+    signing_key: SigningKey | None = None,
+    at: datetime | None = None,
+    valid_for: timedelta = DEFAULT_VALIDITY,
+) -> Approval:
+    """An approval of `plan_hash` against `catalogue` (signed with `signing_key` when given), not stored."""
+    _check_by(by)
+    if valid_for <= timedelta(0):
+        raise ValueError("valid_for must be positive")
+    when = at if at is not None else _utc_now()
+    fields: dict[str, Any] = {
+        "plan_hash": plan_hash,
+        "catalogue": catalogue,
+        "by": by,
+        "at": _format_time(when),
+        "expires": _format_time(when + valid_for),
+    }
+    if signing_key is None:
+        approval = Approval(**fields)
+    else:
+        public = signing_key.public_key
+        unsigned = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
+        signature = signing_key.sign(unsigned.message()).hex()
+        approval = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
     return approval
 
 
 def requires_approval(plan: Plan, registry: Registry) -> list[str]:
     """The tools of `plan` that run only in an approved plan, in plan order, each once."""
-    return _needing_approval(plan, lambda name: registry[name].requires_approval)
-
-
-def _needing_approval(plan: Plan, needs: Callable[[str], bool]) -> list[str]:
     names = dict.fromkeys(step.tool for step in plan.tool_steps())
-    return [name for name in names if needs(name)]
+    return [name for name in names if registry[name].requires_approval]
 
 
-def check_approval(
-    plan: Plan, registry: Registry, store: ApprovalStore, *, key: bytes | None = None
-) -> Approval | None:
-    """None when no tool of `plan` needs approval; else the approval that lets it run.
-
-    With a `key`, only approvals whose signature verifies count; the most recent valid one
-    is returned. Raises `ApprovalMissing` (naming the tools, the plan hash and why) when
-    none counts, and when the store cannot be read.
-    """
-    return _check(plan, requires_approval(plan, registry), store, key)
+def consumable_steps(plan: Plan, registry: Registry) -> list[str]:
+    """Ids of the steps of `plan` an approval is consumed by: its non-idempotent writes."""
+    return [
+        s.id
+        for s in plan.tool_steps()
+        if s.tool in registry and registry[s.tool].effect == "write" and not registry[s.tool].idempotent
+    ]
 
 
-def _check(plan: Plan, tools: list[str], store: ApprovalStore, key: bytes | None) -> Approval | None:
-    if not tools:
-        return None
-    needs = f"{', '.join(tools)} require{'s' if len(tools) == 1 else ''} an approved plan"
-    try:
-        found = store.find(plan.hash)
-    except ApprovalStoreError as exc:
-        raise ApprovalMissing(f"{needs}, and the approval store cannot be read: {exc}") from None
-    if not found:
-        raise ApprovalMissing(
-            f"{needs}; no approval is recorded for plan {plan.hash} "
-            "(approve it with: pte approve PLAN_FILE --by NAME)"
-        )
-    if key is None:
-        return found[-1]
-    valid = [a for a in found if a.verify(key)]
-    if valid:
-        return valid[-1]
-    raise ApprovalMissing(f"{needs}; no approval of plan {plan.hash} counts: {_why_invalid(found)}")
-
-
-def _why_invalid(found: list[Approval]) -> str:
-    forged = [a.by for a in found if a.signed]
-    unsigned = [a.by for a in found if not a.signed]
-    reasons = []
-    if forged:
-        reasons.append(f"bad signature (by {', '.join(forged)})")
-    if unsigned:
-        reasons.append(f"unsigned while an approval key is configured (by {', '.join(unsigned)})")
-    return "; ".join(reasons)
-
-
-def approval_hook(
-    store: ApprovalStore, *, key: bytes | None = None, registry: Registry | None = None
-) -> Callable[[Plan, AuditLog], None]:
-    """The approval gate for `Engine(approval=...)`: approved plans get an ``approval`` audit record.
-
-    For each accepted plan that calls a tool requiring approval, the hook runs the approval
-    check and appends ``approval`` (plan_hash, by, at, signed) to the audit log; otherwise it
-    raises `ApprovalMissing` and the engine ends the run ``failed_closed(approval_missing)``
-    before any step of the plan runs. ``signed`` is True only when the signature was
-    verified against the configured key.
-
-    Which tools require approval comes from `registry` when given (pass the engine's). The
-    engine calls hooks with (plan, audit) only, so without it the hook reads the catalogue
-    this run recorded in its ``run_started`` record; a tool not found there counts as
-    requiring approval (fail closed).
-    """
-
-    def hook(plan: Plan, audit: AuditLog) -> None:
-        if registry is not None:
-            tools = requires_approval(plan, registry)
-        else:
-            flags = _recorded_flags(plan, audit)
-            # Unknown to the recorded catalogue: require approval rather than guess.
-            tools = _needing_approval(plan, lambda name: flags.get(name, True))
-        approval = _check(plan, tools, store, key)
-        if approval is not None:
-            audit.append(
-                "approval",
-                plan_hash=approval.plan_hash,
-                by=approval.by,
-                at=approval.at,
-                signed=key is not None,
-            )
-
-    return hook
-
-
-def _recorded_flags(plan: Plan, audit: AuditLog) -> dict[str, bool]:
-    """Tool name -> requires_approval, from this run's ``run_started`` record."""
-    started: dict[str, Any] | None = None
-    try:
-        if audit.records:
-            records: Iterator[dict[str, Any]] = iter(audit.records)
-        elif audit.path is not None:
-            records = (record for _, record in iter_records(audit.path, skip_partial_tail=True))
-        else:
-            records = iter(())
-        for record in records:
-            if record.get("run_id") == audit.run_id and record.get("type") == "run_started":
-                started = record
-    except (OSError, AuditFormatError) as exc:
-        raise ApprovalMissing(
-            f"cannot tell which tools of plan {plan.hash} require approval: {exc}"
-        ) from None
-    flags: dict[str, bool] = {}
-    for entry in (started or {}).get("tools") or ():
-        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            flags[entry["name"]] = entry.get("requires_approval") is not False
-    return flags
+# The gate lives in its own module (it needs the executor); its names stay importable from here.
+from pte.approval_gate import (  # noqa: E402
+    ApprovalGate,
+    approval_hook,
+    check_approval,
+    public_keys_from_env,
+    signing_key_from_env,
+)

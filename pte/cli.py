@@ -99,6 +99,16 @@ def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> Non
     parser.add_argument("--policy", metavar="FILE", help="a data-flow policy file (compliance-owned)")
 
 
+def _add_approvals(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
+    parser.add_argument(
+        "--approval-keys",
+        metavar="FILE",
+        help="trusted approvers' Ed25519 public keys (PEM; default $PTE_APPROVAL_PUBLIC_KEYS_FILE); "
+        "with keys, only approvals signed by one of them count",
+    )
+
+
 def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -154,7 +164,7 @@ def _policy(registry: Registry, args: argparse.Namespace) -> Any:
         # one compliance-owned file serves deployments that narrow the allow-list differently.
         policy = Policy.from_registry(load_registry(_packs(args))).with_file(path)
         narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
-        return Policy(narrowed, registry=registry, sources=policy.sources)
+        return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
     except PTEError as exc:
         raise UsageError(str(exc)) from None
 
@@ -198,21 +208,34 @@ def _approvals_path(args: argparse.Namespace) -> str:
     return str(path)
 
 
-def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
-    from pte.approval import ApprovalStore, approval_hook, approval_key_from_env
-    from pte.engine import Engine, EngineConfig
+def _approval_keys(args: argparse.Namespace) -> Any:
+    """The deployment's trusted approval public keys (--approval-keys, else the environment)."""
+    from pte.approval import public_keys_from_env
+    from pte.signing import KeyFileError
+
+    try:
+        return public_keys_from_env(getattr(args, "approval_keys", None))
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
+    """The approval gate over the deployment's approval store (never over a log)."""
+    from pte.approval import ApprovalGate, ApprovalStore
 
     store = ApprovalStore(_approvals_path(args))
+    return ApprovalGate(store, registry, keys=_approval_keys(args), policy=policy)
+
+
+def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
+    from pte.engine import Engine, EngineConfig
+
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
     )
-    return Engine(
-        registry,
-        llm,
-        config=config,
-        policy=_policy(registry, args),
-        approval=approval or approval_hook(store, key=approval_key_from_env(), registry=registry),
-    )
+    policy = _policy(registry, args)
+    gate = approval if approval is not None else _gate(registry, args, policy)
+    return Engine(registry, llm, config=config, policy=policy, approval=gate)
 
 
 def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
@@ -331,8 +354,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    from pte.approval import ApprovalStore, approval_key_from_env, approve
+    from datetime import timedelta
+
+    from pte.approval import ApprovalStore, approve, catalogue_fingerprint, signing_key_from_env
     from pte.compiler import compile_plan
+    from pte.signing import KeyFileError
 
     if args.store is not None:  # pte approve RUN_ID --store URL: a paused run's plan
         from pte import cli_store
@@ -341,14 +367,58 @@ def cmd_approve(args: argparse.Namespace) -> int:
         return cli_store.decide(args, approve=True)
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
+    policy = _policy(registry, args)
+    if not args.valid_for > 0:
+        raise UsageError("--valid-for must be a positive number of hours")
     try:
-        plan = compile_plan(text, registry, checks=_policy_checks(registry, args))
+        key = signing_key_from_env(args.signing_key)
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        plan = compile_plan(text, registry, checks=[policy.check()])
     except PlanRejected as rejection:
         print(f"not approved: the plan is rejected: {rejection}", file=sys.stderr)
         return EXIT_FAILED
-    approval = approve(plan, args.by, ApprovalStore(_approvals_path(args)), key=approval_key_from_env())
-    signed = "HMAC-signed" if approval.signature else "unsigned (set PTE_APPROVAL_KEY to sign)"
-    print(f"approved plan {plan.hash} by {args.by} at {approval.at}, {signed}; recorded in {args.approvals}")
+    approval = approve(
+        plan,
+        args.by,
+        ApprovalStore(_approvals_path(args)),
+        catalogue=catalogue_fingerprint(registry, plan, policy),
+        signing_key=key,
+        valid_for=timedelta(hours=args.valid_for),
+    )
+    signed = (
+        f"Ed25519-signed by key {approval.key_id}"
+        if approval.signature
+        else "unsigned (give --signing-key or $PTE_APPROVAL_SIGNING_KEY_FILE to sign)"
+    )
+    print(
+        f"approved plan {plan.hash} by {args.by} at {approval.at} until {approval.expires}, {signed}; "
+        f"recorded in {args.approvals}"
+    )
+    return EXIT_OK
+
+
+def cmd_keys_generate(args: argparse.Namespace) -> int:
+    from pte.signing import SigningKey
+
+    private, public = Path(args.private), Path(args.public)
+    for path in (private, public):
+        if path.exists() and not args.force:
+            raise UsageError(f"{path} exists; use --force to overwrite it")
+    key = SigningKey.generate()
+    try:
+        # The private key file is created readable by its owner only.
+        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key.to_pem())
+        public.write_bytes(key.public_key.to_pem())
+    except OSError as exc:
+        raise UsageError(f"cannot write the key files: {exc}") from None
+    print(
+        f"Ed25519 approval key {key.public_key.key_id}: private key in {private} (approvers only: "
+        f"pte approve --signing-key), public key in {public} (executing machines: --approval-keys)"
+    )
     return EXIT_OK
 
 
@@ -372,9 +442,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(out_dir=args.out, as_json=args.json)
 
 
+def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
+    from pte.replay import Deployment
+
+    policy = _policy(registry, args) if registry is not None else None
+    if registry is None and args.policy is not None:
+        raise UsageError("--policy needs --tools (the policy applies to the deployment's tools)")
+    gate = _gate(registry, args, policy) if registry is not None else None
+    return Deployment(registry=registry, policy=policy, approvals=gate, keys=_approval_keys(args))
+
+
+def _refusal(what: str, log: str, exc: Exception, args: argparse.Namespace) -> int:
+    if getattr(args, "json", False):
+        _print_json({"status": "refused", "log": log, "message": str(exc)})
+    else:
+        print(f"{what} refused: {exc}", file=sys.stderr)
+    return EXIT_FAILED
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
-    from pte.replay import replay_file
+    from pte.replay import LogNotIntact, replay_file
     from pte.stores import is_store_url
 
     if is_store_url(args.log):
@@ -385,8 +473,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     registry = _registry(args) if args.tools else None
     if args.live and registry is None:
         raise UsageError("--live needs --tools to run the read tools for real")
+    if args.allow_writes and not args.live:
+        raise UsageError("--allow-writes only applies with --live")
+    deployment = _deployment(args, registry)
     try:
-        report = replay_file(args.log, registry=registry, live=args.live, allow_writes=args.allow_writes)
+        report = replay_file(args.log, live=args.live, allow_writes=args.allow_writes, deployment=deployment)
+    except LogNotIntact as exc:
+        return _refusal("replay", args.log, exc, args)
     except AuditFormatError as exc:
         print(f"cannot replay {args.log}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -399,7 +492,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from pte.audit import AuditFormatError
-    from pte.replay import resume_file
+    from pte.replay import LogNotIntact, ReplayDivergence, resume_file
 
     if args.store is not None:  # pte resume RUN_ID --store URL
         from pte import cli_store
@@ -407,17 +500,26 @@ def cmd_resume(args: argparse.Namespace) -> int:
         llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
         return cli_store.resume(args, _registry(args), llm)
     input_file(args.log, "audit log")
-    if args.policy is not None:
-        raise UsageError(
-            "resume checks plans against the policy recorded in the log; --policy does not apply"
-        )
     registry = _registry(args)
+    deployment = _deployment(args, registry)
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
-        result = resume_file(args.log, registry, llm=llm)
+        result = resume_file(args.log, registry, llm=llm, deployment=deployment)
     except FailedClosed as exc:  # nothing to resume (no run, or the last one is sealed)
         print(f"cannot resume {args.log}: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
+    except LogNotIntact as exc:
+        return _refusal("resume", args.log, exc, args)
+    except ReplayDivergence as exc:
+        return _refusal(
+            "resume",
+            args.log,
+            PTEError(
+                f"the log does not match what this deployment (tools, policy, approval store) decides, "
+                f"so nothing was run or appended: {exc}"
+            ),
+            args,
+        )
     except AuditFormatError as exc:
         print(f"cannot resume {args.log}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -498,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools(p)
     p.add_argument("--audit", metavar="LOG", help="audit log (JSON Lines) to append to")
     _add_run_store(p)
-    p.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
+    _add_approvals(p)
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
     _add_json(p)
     p.set_defaults(func=cmd_execute)
@@ -513,7 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer"
     )
-    p.add_argument("--approvals", metavar="FILE")
+    _add_approvals(p)
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
     _add_json(p)
     p.set_defaults(func=cmd_run)
@@ -531,11 +633,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan_file", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run")
     p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
     p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
+    p.add_argument(
+        "--signing-key",
+        metavar="FILE",
+        help="the approver's Ed25519 private key (PEM; default $PTE_APPROVAL_SIGNING_KEY_FILE)",
+    )
+    p.add_argument(
+        "--valid-for", type=float, default=24.0, metavar="HOURS", help="how long the approval counts (24)"
+    )
     _add_tools(p, required=False)
     cli_store.add_store(p)
     p.add_argument("--plan-hash", help="with --store: the plan hash you reviewed")
     p.add_argument("--broker", help="with --store: also queue the run so a worker continues it")
     p.set_defaults(func=cmd_approve)
+
+    keys = sub.add_parser("keys", help="approval signing keys").add_subparsers(
+        dest="keys_command", metavar="ACTION", required=True
+    )
+    p = keys.add_parser("generate", help="create an Ed25519 key pair for approvals")
+    p.add_argument("--private", required=True, metavar="FILE", help="private key (PEM, mode 0600)")
+    p.add_argument("--public", required=True, metavar="FILE", help="public key (PEM)")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_keys_generate)
 
     audit = sub.add_parser("audit", help="verify, checkpoint, show or report an audit log").add_subparsers(
         dest="audit_command", metavar="ACTION", required=True
@@ -548,21 +667,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", metavar="LOG|STORE_URL")
     p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
     p.add_argument(
-        "--tools", action="append", metavar="PACK", help="use these packs instead of the recorded schemas"
+        "--tools", action="append", metavar="PACK", help="the deployment's packs (else the recorded schemas)"
     )
+    p.add_argument("--policy", metavar="FILE", help="the deployment's policy file (with --tools)")
     p.add_argument("--live", action="store_true", help="re-run read tools for real and diff their outputs")
     p.add_argument("--allow-writes", action="store_true", help="with --live: re-run write tools too")
+    _add_approvals(p)
     _add_json(p)
-    p.set_defaults(func=cmd_replay, allow=None, manifest=None, policy=None)
+    p.set_defaults(func=cmd_replay, allow=None, manifest=None)
 
     p = sub.add_parser("resume", help="finish a run whose log has no run_finished (or a stored run)")
     p.add_argument("log", metavar="LOG|RUN_ID", help="an audit log, or with --store a run id")
     _add_tools(p)
     cli_store.add_store(p)
-    p.add_argument(
-        "--approvals", metavar="FILE", help="with --store: plans approved ahead in this file count"
-    )
     _add_llm(p)
+    _add_approvals(p)
     _add_json(p)
     p.set_defaults(func=cmd_resume)
 

@@ -148,12 +148,13 @@ def replay(args: argparse.Namespace, registry: Any) -> int:
 
 
 def _gate(store: Store, registry: Any, args: argparse.Namespace) -> Any:
-    from pte.approval import ApprovalStore, approval_key_from_env
+    from pte.approval import ApprovalStore
+    from pte.cli import _approval_keys
     from pte.runs import pausing_gate
 
     approvals = ApprovalStore(args.approvals) if getattr(args, "approvals", None) else None
     ttl = timedelta(seconds=getattr(args, "approval_ttl", None) or 86400)
-    return pausing_gate(store, registry, key=approval_key_from_env(), ttl=ttl, approvals=approvals)
+    return pausing_gate(store, registry, keys=_approval_keys(args), ttl=ttl, approvals=approvals)
 
 
 def report(result: Any, args: argparse.Namespace, store: Store) -> int:
@@ -243,8 +244,15 @@ def approvals_expire(args: argparse.Namespace, registry: Any) -> int:
 
 
 def decide(args: argparse.Namespace, *, approve: bool) -> int:
-    from pte.approval import approval_key_from_env
+    from pte.approval import signing_key_from_env
     from pte.runs import decide as record_decision
+    from pte.signing import KeyFileError
+
+    try:
+        signing_key = signing_key_from_env(getattr(args, "signing_key", None))
+    except KeyFileError as exc:
+        print(f"not recorded: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
     with _store(args.store) as store:
         try:
@@ -254,7 +262,7 @@ def decide(args: argparse.Namespace, *, approve: bool) -> int:
                 by=args.by,
                 approve=approve,
                 note=getattr(args, "note", None),
-                key=approval_key_from_env(),
+                signing_key=signing_key,
                 plan_hash=getattr(args, "plan_hash", None),
             )
         except (StoreError, ValueError) as exc:

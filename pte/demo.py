@@ -242,7 +242,7 @@ def run_scenario(
     audit_factory: Callable[[Path], AuditLog] | None = None,
 ) -> DemoOutcome:
     """Run one scenario against the ledger in $PTE_LEDGER, writing its audit log under `workdir`."""
-    from pte.approval import approve
+    from pte.approval import approve, catalogue_fingerprint
     from pte.compiler import compile_plan
 
     path = audit_path or workdir / f"{scenario.name}.jsonl"
@@ -250,15 +250,14 @@ def run_scenario(
     policy = Policy.from_registry(registry)
     if scenario.approve_by:
         # The person reviewed the plan file (`pte plan`) and approved its exact hash (`pte approve`).
-        approve(
-            compile_plan(scenario.responses[0], registry, checks=[policy.check()]), scenario.approve_by, store
-        )
+        plan = compile_plan(scenario.responses[0], registry, checks=[policy.check()])
+        approve(plan, scenario.approve_by, store, catalogue=catalogue_fingerprint(registry, plan, policy))
     engine = Engine(
         registry,
         ReplayClient(scenario.responses, model="recorded-demo-responses"),
         config=EngineConfig(max_replans=scenario.max_replans),
         policy=policy,
-        approval=approval_hook(store, registry=registry),
+        approval=approval_hook(store, registry=registry, policy=policy),
     )
     audit = audit_factory(path) if audit_factory else AuditLog(path)
     with audit:

@@ -22,7 +22,7 @@ from pte.audit import AuditLog
 from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte.control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
 from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
-from pte.executor import DEFAULT_CONCURRENCY, Executor, StepResult, ToolInvoker, resolve_result
+from pte.executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
 from pte.fingerprint import run_started_fields
 from pte.labels import LabelTree
 from pte.llm import LLMClient, LLMResponse
@@ -134,6 +134,8 @@ class _Run:
     prior: dict[str, str] = field(default_factory=dict)
     #: Provenance label set of every step of every accepted plan.
     labels: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Label set of every such step's arguments (what its error message may quote).
+    input_labels: dict[str, frozenset[str]] = field(default_factory=dict)
     #: Whether an LLM prompt of this run has shown untrusted data (sticky): later replans'
     #: literals then count as untrusted, except values the first plan already had.
     shown_untrusted: bool = False
@@ -156,8 +158,10 @@ class Engine:
       tools' own declarations (`provenance`, `sinks`), so declared sinks are always
       enforced. Recorded in `run_started`, so that replay checks against the same policy.
     - `approval`: the gate for plans that call a tool with `requires_approval`
-      (`pte.approval.approval_hook`). Without one, such a plan fails closed
-      (`approval_missing`): nothing that needs a person's approval runs by default.
+      (`pte.approval.ApprovalGate`). Without one, such a plan fails closed
+      (`approval_missing`): nothing that needs a person's approval runs by default. A gate
+      with a ``guard`` method also wraps the default live invoker, so that approvals are
+      consumed by the non-idempotent writes they let run.
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
@@ -185,6 +189,12 @@ class Engine:
         self.registry = registry
         self.llm = llm
         self.config = config or EngineConfig()
+        guard = getattr(approval, "guard", None)
+        if invoker is None and callable(guard):
+            # The live tool calls consume approvals (an `ApprovalGate`): a non-idempotent write
+            # runs at most once per approval. Replay passes its own invoker and guards the live
+            # part of it itself.
+            invoker = guard(LiveInvoker())
         self.executor = Executor(
             registry, invoker=invoker, max_concurrency=max_concurrency, serial_writes=serial_writes
         )
@@ -238,8 +248,7 @@ class Engine:
                     failure.step_id,
                     failure.tool,
                     failure.error.to_dict(),
-                    # A tool's error can quote its (possibly untrusted) input.
-                    error_provenance="untrusted" if run.shown_untrusted else "trusted",
+                    error_provenance=self._error_provenance(run, failure),
                     policy=self.policy,
                 )
                 plan = self._plan(run, "replanner", messages)
@@ -408,6 +417,7 @@ class Engine:
             self._record_rejection(run, origin, text, rejection)
             raise
         run.labels.update(policy_check.labels)
+        run.input_labels.update(policy_check.input_labels)
         run.label_trees.update(policy_check.trees)
         if not run.shown_untrusted:
             run.request_literals |= plan_literals(plan) | continue_literals(plan)
@@ -471,6 +481,25 @@ class Engine:
         if labels is None or "untrusted" in labels:
             return "untrusted"
         return "trusted"
+
+    def _error_provenance(self, run: _Run, failure: StepResult) -> str:
+        """How a failed step's error is labelled for the replanner, and whether it taints.
+
+        An error message is tool output like any other: it may quote third-party text the
+        tool read, or the arguments it was given. So it carries the labels of the tool's
+        output provenance joined with those of the step's arguments, and showing untrusted
+        error text taints the literals of every later plan exactly as an untrusted output does.
+        """
+        output = run.labels.get(failure.step_id)
+        inputs = run.input_labels.get(failure.step_id)
+        if output is None or inputs is None:
+            labels: frozenset[str] = frozenset({"untrusted"})  # unknown: assume the worst
+        else:
+            labels = output | inputs
+        label = self._label(run, labels)
+        if label == "untrusted":
+            run.shown_untrusted = True
+        return label
 
     def _stop_if_effect_unknown(self, failure: StepResult) -> None:
         """A non-idempotent write that timed out may or may not have taken effect: a replan could

@@ -27,6 +27,7 @@ class ReasonCode(StrEnum):
     LLM_ERROR = "llm_error"
     AUDIT_WRITE_FAILED = "audit_write_failed"
     APPROVAL_MISSING = "approval_missing"
+    APPROVAL_CONSUMED = "approval_consumed"
     NEEDS_REVIEW = "needs_review"
     APPROVAL_REJECTED = "approval_rejected"
     #: A plan handed values to more planning stages than `max_stages` allows (pte.stages).
@@ -77,6 +78,13 @@ class ApprovalMissing(FailedClosed):
 
     def __init__(self, message: str, path: str = "$") -> None:
         super().__init__(ReasonCode.APPROVAL_MISSING, message, path)
+
+
+class ApprovalConsumed(FailedClosed):
+    """The only approvals of this plan were already used for its non-idempotent writes."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_CONSUMED, message, path)
 
 
 class ApprovalRejected(FailedClosed):

@@ -138,6 +138,14 @@ class LiveInvoker:
         """Start the call; `done` gets its outcome from some thread. Returns a handle with `cancel()`."""
         return start_call(spec, args, done)
 
+    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
+        """Called before every call of a step starts, however the executor runs it.
+
+        Wrappers override this (not `start`) to act before a call: the executor may run a
+        lone plain step on its own thread without going through `start`. Raising here stops
+        the run before the tool is called.
+        """
+
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
         box: list[CallOutcome] = []
         finished = threading.Event()
@@ -386,11 +394,17 @@ class _Run:
         # steps returned (and the log recorded) nor the args kept in this step's result.
         private = copy.deepcopy(args)
         self.called.add(i)
-        if self.live and len(self.running) == 1 and not self.ready and _runs_inline(spec):
+        invoker = self.executor.invoker
+        if isinstance(invoker, LiveInvoker):
+            invoker.before_call(spec, private, step)
+        if (
+            isinstance(invoker, LiveInvoker)
+            and len(self.running) == 1
+            and not self.ready
+            and _runs_inline(spec)
+        ):
             self._run_inline(i, spec, private)
-        elif self.live:
-            invoker = self.executor.invoker
-            assert isinstance(invoker, LiveInvoker)
+        elif isinstance(invoker, LiveInvoker):
             self.running[i] = invoker.start(
                 spec, private, step, lambda outcome: self.completions.put((i, outcome))
             )

@@ -27,6 +27,7 @@ a shaping tool may emit them). A derived tool called with no arguments counts as
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -49,8 +50,10 @@ from pte.plan import Plan, Reference, is_reference
 from pte.tools import OutputProvenance, Registry, ToolSpec
 
 __all__ = [
+    "DEFAULT_MODES",
     "LABELS",
     "POLICY_FORMAT_VERSION",
+    "DefaultMode",
     "Label",
     "Policy",
     "PolicyCheck",
@@ -64,10 +67,14 @@ POLICY_FORMAT_VERSION = "1"
 _SCHEMA_FILE = "policy.schema.json"
 
 Label = Literal["request", "trusted", "untrusted"]
+DefaultMode = Literal["guarded", "open"]
+DEFAULT_MODES: tuple[str, ...] = ("guarded", "open")
 #: Every provenance label, from the most to the least trusted.
 LABELS: tuple[str, ...] = ("request", "trusted", "untrusted")
 _ALL = frozenset(LABELS)
 _REQUEST = frozenset({"request"})
+#: What an undeclared parameter of a write tool accepts in guarded mode.
+_GUARDED = frozenset({"request", "trusted"})
 #: Which offending label a violation message traces first: the most alarming one.
 _EXPLAIN_ORDER: tuple[str, ...] = ("untrusted", "trusted", "request")
 _OUTPUTS: tuple[str, ...] = ("trusted", "untrusted", "derived")
@@ -132,17 +139,26 @@ class Policy:
         *,
         registry: Registry | None = None,
         sources: Sequence[str] = (),
+        default: DefaultMode = "guarded",
     ) -> None:
+        if default not in DEFAULT_MODES:
+            raise ValueError(f"default must be one of {list(DEFAULT_MODES)}, not {default!r}")
         self._tools: Mapping[str, ToolPolicy] = MappingProxyType(dict(tools or {}))
         self._registry = registry
         #: The policy files applied, in order (for audit records and error messages).
         self.sources: tuple[str, ...] = tuple(sources)
+        #: ``guarded``: every parameter of a ``write`` tool that no declaration names accepts
+        #: only request/trusted data. ``open``: only declared sinks are guarded.
+        self.default: DefaultMode = default
 
     @classmethod
-    def from_registry(cls, registry: Registry) -> Policy:
-        """The policy the tools declare themselves (`provenance`, `sinks` in `pte.tool`)."""
+    def from_registry(cls, registry: Registry, *, default: DefaultMode = "guarded") -> Policy:
+        """The policy the tools declare themselves (`provenance`, `sinks` in `pte.tool`).
+
+        `default` is ``guarded`` unless a caller (or a policy file) opens it explicitly.
+        """
         tools = {spec.name: _declared(spec) for spec in registry}
-        return cls(tools, registry=registry)
+        return cls(tools, registry=registry, default=default)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -160,13 +176,29 @@ class Policy:
         return self._tools[tool].output
 
     def sinks(self, tool: str) -> Mapping[str, frozenset[str]]:
-        """Sink parameters of `tool`: parameter -> the labels it accepts (empty if none)."""
-        return self._tools[tool].sinks
+        """Sink parameters of `tool`: parameter -> the labels it accepts (empty if none).
+
+        In ``guarded`` mode this includes the guarded defaults of a ``write`` tool's
+        undeclared parameters (see `effective`).
+        """
+        if tool not in self._tools:
+            raise KeyError(tool)
+        return self._entry(tool, self._registry).sinks
+
+    def effective(self, tool: str, registry: Registry | None = None) -> ToolPolicy:
+        """What is enforced for `tool`: its declarations plus, in ``guarded`` mode, a
+        ``request``/``trusted`` sink on every other parameter of a ``write`` tool."""
+        return self._entry(tool, registry if registry is not None else self._registry)
+
+    def entry_document(self, tool: str, registry: Registry | None = None) -> dict[str, Any]:
+        """`effective` as a policy-file entry (approvals bind it through the catalogue fingerprint)."""
+        return self.effective(tool, registry).to_dict()
 
     def to_document(self) -> dict[str, Any]:
         """This policy as a policy-file document (valid against schemas/policy.schema.json)."""
         return {
             "pte_policy": POLICY_FORMAT_VERSION,
+            "default": self.default,
             "tools": {name: entry.to_dict() for name, entry in sorted(self._tools.items())},
         }
 
@@ -234,7 +266,8 @@ class Policy:
                     "'fields' applies to trusted or untrusted outputs"
                 )
             tools[name] = ToolPolicy(output, _frozen_sinks(sinks), MappingProxyType(fields))
-        return Policy(tools, registry=self._registry, sources=(*self.sources, source))
+        default = cast(DefaultMode, document.get("default", self.default))
+        return Policy(tools, registry=self._registry, sources=(*self.sources, source), default=default)
 
     # -- checking plans -----------------------------------------------------------------------
 
@@ -275,13 +308,25 @@ class Policy:
         return _flow_graph(self, plan, literal, prior, frozenset(request_literals)).label_all()
 
     def _entry(self, tool: str, registry: Registry | None) -> ToolPolicy:
+        spec = registry.get(tool) if registry is not None else None
+        if spec is None and self._registry is not None:
+            spec = self._registry.get(tool)
         entry = self._tools.get(tool)
-        if entry is not None:
+        if entry is None:
+            if spec is None:
+                raise KeyError(tool)
+            # A tool outside this policy's registry: its own declarations are all we know.
+            entry = _declared(spec)
+        if self.default != "guarded" or spec is None or spec.effect != "write":
             return entry
-        # A tool outside this policy's registry: its own declarations are all we know.
-        if registry is not None and tool in registry:
-            return _declared(registry[tool])
-        raise KeyError(tool)
+        params = spec.input_schema.get("properties") or {}
+        missing = [p for p in params if p not in entry.sinks]
+        if not missing:
+            return entry
+        # Declared sinks first (their order is the check order), then the guarded defaults.
+        sinks = dict(entry.sinks)
+        sinks.update(dict.fromkeys(missing, _GUARDED))
+        return dataclasses.replace(entry, sinks=_frozen_sinks(sinks))
 
 
 class PolicyCheck:
@@ -314,6 +359,8 @@ class PolicyCheck:
         self.request_literals = frozenset(request_literals)
         #: Label sets of the last plan this check labelled (also in ctx.extras["provenance"]).
         self.labels: dict[str, frozenset[str]] = {}
+        #: The labels of each step's arguments (what its error message may quote).
+        self.input_labels: dict[str, frozenset[str]] = {}
 
     def configured(
         self,
@@ -336,6 +383,7 @@ class PolicyCheck:
         graph.prior_trees = self.prior_trees
         labels = graph.label_all()
         self.labels = labels
+        self.input_labels = {step.id: graph.input_labels(step) for step in graph.steps}
         self.trees = {sid: graph.trees[sid] for sid in labels}
         ctx.extras["provenance"] = dict(labels)
         violation = graph.first_violation()
@@ -563,6 +611,10 @@ class _FlowGraph:
         if step.for_each is not None:
             out |= self.membership(step.for_each)
         return frozenset(out)
+
+    def input_labels(self, step: _StepView) -> frozenset[str]:
+        """The labels of everything `step` is called with (empty for no arguments)."""
+        return self.value_labels(_arg_components(step.args)) if step.args else frozenset()
 
     def value_labels(self, components: Iterator[Reference | _Literal]) -> frozenset[str]:
         out: set[str] = set()

@@ -7,10 +7,19 @@ Replay is not a second implementation. It runs the same `Engine` with
 - a `CheckingAuditLog` that, instead of writing, compares every record the engine
   produces with the next recorded one and stops at the first divergence,
 
-so the engine must reach the same decisions from the same inputs: the same plans accepted
-or rejected (same reasons, same hashes), the same steps in the same order with the same
-resolved arguments, the same statuses and the same end. Timestamps and durations are not
-compared.
+so the engine must reach the same records from the same inputs. *Every* field of every
+record is compared (plans and their hashes, approvals, config, catalogue, policy, LLM
+requests and answers, arguments, outputs, errors, ends), except the clocks (``ts``,
+``duration_ms``) and the chain fields (``seq``, ``prev``, ``hash``), which `verify` checks.
+
+A log never grants authority. Before anything is re-driven, the whole log is verified
+(chain, canonical bytes, schema, structure): a log that is not intact is refused. The tool
+catalogue and the policy are the *deployment's* when given (always for resume and
+``--live``): a recorded catalogue or policy that differs is a divergence, never a grant.
+Recorded ``approval`` records are evidence: replay re-checks them (signature, catalogue
+fingerprint, expiry) and never lets a plan run on their word; resume and
+``replay --live --allow-writes`` take approvals from the approval store exactly as
+``execute`` does (`pte.approval.ApprovalGate`), consumption included.
 
 Resume is replay that goes live where the log ends: the recorded prefix is re-driven and
 checked, then new records are appended to the same log. A `write` step that was started but
@@ -21,33 +30,36 @@ never finished is re-run only if its tool is idempotent; otherwise the run ends
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pte.audit import AuditLog, read_records
+from pte.audit import AuditFormatError, AuditLog, VerifyReport, iter_records, verify
 from pte.canonical import canonical_json
-from pte.engine import Engine, EngineConfig, RunResult
+from pte.engine import Engine, RunResult
 from pte.errors import (
-    ApprovalMissing,
-    ApprovalRejected,
     FailedClosed,
-    LLMError,
     PTEError,
     ReasonCode,
     ToolError,
 )
 from pte.executor import LiveInvoker, ToolInvoker
-from pte.fingerprint import expand_run_started, stored_contents
-from pte.llm import LLMClient, LLMResponse, ReplayClient
-from pte.plan import Plan, PlanStep
-from pte.policy import Policy
+from pte.plan import PlanStep
 from pte.redaction import REDACTED
+from pte.replay_authority import (
+    Deployment,
+    _engine_for,
+    _llm_for,
+)
 from pte.tools import Registry, ToolSpec
 
 __all__ = [
+    "DECISION_FIELDS",
+    "IGNORED_FIELDS",
     "CheckingAuditLog",
+    "Deployment",
+    "LogNotIntact",
     "RecordedInvoker",
     "ReplayDivergence",
     "ReplayReport",
@@ -57,8 +69,14 @@ __all__ = [
     "resume_file",
 ]
 
-#: Per record type, the fields that carry decisions. Everything else (time, hashes,
-#: durations, token counts, the prompts) is context, not a decision.
+#: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
+# "stored": content a log already holds is not stored again, so a replay may store what the
+# recording referred to; "tools" fingerprints carry code hashes a replay without code cannot
+# reproduce (the hashes in "catalogue" and "policy" are still compared).
+IGNORED_FIELDS: frozenset[str] = frozenset({"ts", "duration_ms", "seq", "prev", "hash", "stored", "tools"})
+#: Per record type, the fields that carry the run's decisions, for comparing two *different*
+#: runs of the same plan (e.g. with steps finishing in another order). Replay compares more:
+#: every field except `IGNORED_FIELDS`.
 DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
     "run_started": ("mode", "request"),
     "llm_call": ("role", "error"),
@@ -108,12 +126,41 @@ class _LogEnded(PTEError):
 
 def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> None:
     if recorded.get("type") != replayed.get("type"):
-        raise ReplayDivergence(
-            line, str(recorded.get("type")), "type", recorded.get("type"), replayed.get("type")
+        # A different record altogether: show both whole (a refusal's reason and message too).
+        raise ReplayDivergence(line, str(recorded.get("type")), "type", _shown(recorded), _shown(replayed))
+    names = dict.fromkeys([*recorded, *replayed])
+    for name in names:
+        if name in IGNORED_FIELDS:
+            continue
+        if name not in recorded or name not in replayed or not _same(recorded[name], replayed[name]):
+            raise ReplayDivergence(
+                line,
+                str(recorded["type"]),
+                name,
+                recorded.get(name, "(absent)"),
+                replayed.get(name, "(absent)"),
+            )
+
+
+def _shown(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in IGNORED_FIELDS and k != "run_id"}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: ``1 == 1.0 == True`` in Python, but not in a log."""
+    if type(a) is not type(b):
+        return (
+            isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and not (isinstance(a, bool) or isinstance(b, bool))
+            and a == b
+            and canonical_json(a) == canonical_json(b)
         )
-    for name in DECISION_FIELDS.get(str(recorded["type"]), ()):
-        if recorded.get(name) != replayed.get(name):
-            raise ReplayDivergence(line, str(recorded["type"]), name, recorded.get(name), replayed.get(name))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 class _RedactedPlanHashes:
@@ -292,100 +339,6 @@ class RecordedInvoker:
         return self._live(spec, args, step)
 
 
-class _ResumingLLM:
-    """Recorded LLM answers first, then a live client (resume)."""
-
-    def __init__(self, recorded: ReplayClient, live: LLMClient | None) -> None:
-        self._recorded = recorded
-        self._live = live
-        self.model = live.model if live is not None else recorded.model
-
-    def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None = None,
-        schema_name: str = "pte_plan",
-    ) -> LLMResponse:
-        if self._recorded.remaining:
-            return self._recorded.complete(messages, schema=schema, schema_name=schema_name)
-        if self._live is None:
-            raise LLMError(
-                "the run needs another LLM call to go on; give a model/endpoint (or --replay-responses)"
-            )
-        return self._live.complete(messages, schema=schema, schema_name=schema_name)
-
-
-def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
-    return Registry(ToolSpec.from_record(entry) for entry in run_started.get("tools", ()))
-
-
-def _recorded_approvals(
-    records: Sequence[Mapping[str, Any]], registry: Registry
-) -> Callable[[Plan, AuditLog], None]:
-    """Approvals as recorded: a plan approved in the run is approved again in its replay."""
-    by_hash = {r["plan_hash"]: r for r in records if r.get("type") == "approval"}
-    rejected = {r["plan_hash"]: r for r in records if r.get("type") == "approval_rejected"}
-
-    def hook(plan: Plan, audit: AuditLog) -> None:
-        rejection = rejected.get(plan.hash)
-        if rejection is not None:  # a paused run a person rejected (pte.runs)
-            audit.append(
-                "approval_rejected",
-                plan_hash=plan.hash,
-                by=rejection["by"],
-                at=rejection["at"],
-                note=rejection["note"],
-            )
-            raise ApprovalRejected(f"plan {plan.hash} was rejected by {rejection['by']} (recorded run)")
-        approval = by_hash.get(plan.hash)
-        if approval is not None:
-            audit.append(
-                "approval",
-                plan_hash=plan.hash,
-                by=approval["by"],
-                at=approval["at"],
-                signed=approval["signed"],
-            )
-            return
-        needing = sorted(
-            {s.tool for s in plan.steps if s.tool in registry and registry[s.tool].requires_approval}
-        )
-        if needing:
-            raise ApprovalMissing(
-                f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
-            )
-
-    return hook
-
-
-def _engine_for(
-    run_records: Sequence[Mapping[str, Any]],
-    registry: Registry | None,
-    llm: LLMClient,
-    invoker: ToolInvoker,
-    checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
-    *,
-    approval: Callable[[Plan, AuditLog], None] | None = None,
-) -> Engine:
-    started = expand_run_started(run_records[0], stored_contents(run_records))
-    registry = registry if registry is not None else _recorded_registry(started)
-    config = EngineConfig.from_dict(started.get("config") or {})
-    # Resuming a paused run takes the deployment's gate (pte.runs); replay the recorded one.
-    approvals = approval if approval is not None else _recorded_approvals(run_records, registry)
-    recorded = started.get("config") or {}
-    checks = checks_factory(registry, recorded) if checks_factory else ()
-    policy = None
-    if recorded.get("policy") is not None:
-        # The policy in force when the run was made, not whatever the files say today.
-        policy = Policy.from_registry(registry).with_document(
-            recorded["policy"], source="<recorded policy>", ignore_unknown=True
-        )
-    return Engine(
-        registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals
-    )
-
-
 def _drive(engine: Engine, started: Mapping[str, Any], audit: AuditLog) -> RunResult:
     mode = started.get("mode")
     config = started.get("config") or {}
@@ -435,17 +388,38 @@ def replay_run(
     live: bool = False,
     allow_writes: bool = False,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
+    deployment: Deployment | None = None,
 ) -> RunReplay:
-    """Replay one run (its records with their line numbers) through the engine."""
+    """Replay one run (its records with their line numbers) through the engine.
+
+    The run must come from a log `verify` found intact (`replay_file` checks that first).
+    """
+    deployment = deployment if deployment is not None else Deployment(registry=registry)
+    if registry is not None and deployment.registry is None:
+        deployment = replace(deployment, registry=registry)
     records = [r for _, r in run_records]
     started = records[0]
     run_id = str(started["run_id"])
     if started.get("type") != "run_started":
         return RunReplay(run_id, len(records), "diverged", note="the run does not begin with run_started")
-    invoker = RecordedInvoker(
-        records, live=LiveInvoker() if live else None, live_reads=live, allow_writes=allow_writes
-    )
-    engine = _engine_for(records, registry, ReplayClient.from_audit(records), invoker, checks_factory)
+    if allow_writes and deployment.approvals is None and any(r.get("type") == "approval" for r in records):
+        return RunReplay(
+            run_id,
+            len(records),
+            "diverged",
+            note="re-running writes of an approved plan needs the deployment's approval store",
+        )
+    gate = deployment.approvals if (live and allow_writes) else None
+    live_invoker: ToolInvoker | None = None
+    if live:
+        live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
+    invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
+    try:
+        engine = _engine_for(
+            records, deployment, _llm_for(records, None, deployment), invoker, checks_factory, gate=gate
+        )
+    except (PTEError, ValueError, TypeError, KeyError) as exc:
+        return RunReplay(run_id, len(records), "diverged", note=f"cannot rebuild the run's engine: {exc}")
     audit = CheckingAuditLog(run_records, run_id=run_id)
     try:
         result = _drive(engine, started, audit)
@@ -515,21 +489,38 @@ class ReplayReport:
         return "\n".join(lines) if lines else f"{self.path}: no runs"
 
 
-def _numbered(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    records = read_records(path, skip_partial_tail=True)
-    # Format 2 stores the catalogue and policy once per log: give each run_started its own.
-    contents = stored_contents(records)
-    return [
-        (i + 1, expand_run_started(r, contents) if r.get("type") == "run_started" else r)
-        for i, r in enumerate(records)
-    ]
+class LogNotIntact(PTEError):
+    """The log fails verification (chain, canonical bytes, schema or structure): nothing is re-driven."""
+
+    def __init__(self, path: str | Path, report: VerifyReport) -> None:
+        super().__init__(f"{path} is not intact, so it is not acted on: {report.issue}")
+        self.report = report
 
 
-def _runs(numbered: Sequence[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:
-    grouped: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for line, record in numbered:
-        grouped.setdefault(str(record.get("run_id")), []).append((line, record))
-    return list(grouped.values())
+def _verified(path: str | Path) -> VerifyReport:
+    """Verify before act: the whole log, from its first record, or `LogNotIntact`."""
+    try:
+        report = verify(path)
+    except OSError as exc:
+        raise AuditFormatError(path, 0, f"cannot read: {exc}") from None
+    torn_tail = report.issue is not None and report.issue.message.startswith("partial last line")
+    if not report.intact and not torn_tail:
+        # A torn last line is what a crash leaves (every record before it verified);
+        # anything else is damage or tampering.
+        raise LogNotIntact(path, report)
+    return report
+
+
+def _iter_runs(path: str | Path) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """The runs of a verified log, one at a time (a verified log keeps each run contiguous)."""
+    current: list[tuple[int, dict[str, Any]]] = []
+    for line, record in iter_records(path, skip_partial_tail=True):
+        if current and record.get("run_id") != current[0][1].get("run_id"):
+            yield current
+            current = []
+        current.append((line, record))
+    if current:
+        yield current
 
 
 def replay_file(
@@ -539,44 +530,27 @@ def replay_file(
     live: bool = False,
     allow_writes: bool = False,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
+    deployment: Deployment | None = None,
 ) -> ReplayReport:
-    """Replay every run in an audit log. Without `registry`, the recorded tool schemas are used."""
+    """Replay every run in an audit log, one run at a time.
+
+    The log is verified first; a log that is not intact raises `LogNotIntact`. Without a
+    registry (here or in `deployment`), the recorded tool schemas are used.
+    """
+    _verified(path)
     runs = [
         replay_run(
-            run, registry=registry, live=live, allow_writes=allow_writes, checks_factory=checks_factory
+            run,
+            registry=registry,
+            live=live,
+            allow_writes=allow_writes,
+            checks_factory=checks_factory,
+            deployment=deployment,
         )
-        for run in _runs(_numbered(path))
+        for run in _iter_runs(path)
     ]
     return ReplayReport(str(path), runs)
 
 
-def resume_file(
-    path: str | Path,
-    registry: Registry,
-    *,
-    llm: LLMClient | None = None,
-    checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
-) -> RunResult:
-    """Finish the last run of a log that has no `run_finished`, appending to the same log.
-
-    Completed steps are not re-run (their recorded outputs are used); an in-flight `write`
-    step of a non-idempotent tool ends the run `failed_closed(needs_review)` (see the module
-    docs). Raises `FailedClosed` when the log holds no run or its last run is already sealed.
-    """
-    runs = _runs(_numbered(path))
-    if not runs:
-        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{path} holds no run to resume")
-    run = runs[-1]
-    records = [r for _, r in run]
-    if any(r.get("type") == "run_finished" for r in records):
-        raise FailedClosed(
-            ReasonCode.NEEDS_REVIEW, f"the last run in {path} is already finished; nothing to resume"
-        )
-    run_id = str(records[0]["run_id"])
-    invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
-    engine = _engine_for(
-        records, registry, _ResumingLLM(ReplayClient.from_audit(records), llm), invoker, checks_factory
-    )
-    with AuditLog(path, run_id=run_id, repair_partial_tail=True) as forward:
-        audit = CheckingAuditLog(run, run_id=run_id, forward=forward)
-        return _drive(engine, records[0], audit)
+# Resume lives in its own module (it goes live); it stays importable from here.
+from pte.resume import resume_file  # noqa: E402

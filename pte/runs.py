@@ -14,25 +14,44 @@ store then lists the run as ``awaiting_approval`` with its compiled plan and has
   ``failed_closed(approval_rejected)``;
 - no decision by the deadline: the run ends ``failed_closed(approval_missing)``.
 
-Authority comes from the deployment: decisions are read from the store (and signatures
-checked with the deployment's key), never from the run's own records.
+Authority comes from the deployment: decisions are read from the store, never from the
+run's own records. An approving decision carries a full approval (`pte.approval`): it binds
+the plan hash and the catalogue fingerprint of the plan's tools, expires, and is Ed25519
+signed by the approver's key; it counts only when it verifies under the deployment's
+trusted keys (when configured) and binds the deployment's catalogue and policy.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pte.approval import Approval, ApprovalStore, approval_hook, requires_approval, sign
+from pte.approval import (
+    Approval,
+    ApprovalGate,
+    ApprovalStore,
+    catalogue_fingerprint,
+    make_approval,
+    requires_approval,
+)
 from pte.audit import AuditLog
 from pte.engine import Engine, RunResult
 from pte.errors import ApprovalMissing, ApprovalRejected, FailedClosed, PTEError, ReasonCode
 from pte.executor import LiveInvoker
-from pte.llm import LLMClient, ReplayClient
+from pte.llm import LLMClient
 from pte.plan import Plan
-from pte.replay import CheckingAuditLog, RecordedInvoker, _drive, _engine_for, _ResumingLLM
+from pte.replay import CheckingAuditLog, RecordedInvoker, _drive
+from pte.replay_authority import (
+    Deployment,
+    _engine_for,
+    _llm_for,
+    _recorded_policy,
+    _recorded_registry,
+)
+from pte.signing import SigningKey, TrustedKeys
 from pte.stores import Decision, Store, StoreError, check_run_id
 from pte.tools import Registry
 
@@ -95,7 +114,8 @@ def pausing_gate(
     store: Store,
     registry: Registry,
     *,
-    key: bytes | None = None,
+    keys: TrustedKeys | None = None,
+    policy: Any = None,
     ttl: timedelta = DEFAULT_APPROVAL_TTL,
     approvals: ApprovalStore | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -104,12 +124,23 @@ def pausing_gate(
 
     A plan that needs no approval passes. Otherwise the decisions the store holds for this
     run and this exact plan hash decide: a rejection ends the run `approval_rejected`; an
-    approval given before the deadline (signed under `key` when one is configured) is
-    recorded and the plan runs. A plan approved ahead of time in the file `approvals` (the
-    ``pte approve PLAN_FILE`` way) also counts. With none of these the run pauses (see the
+    approval given before the deadline that binds this plan and this deployment's catalogue
+    (and verifies under `keys` when configured) is recorded and the plan runs. A plan
+    approved ahead of time in the file `approvals` (the ``pte approve PLAN_FILE`` way) also
+    counts, and is consumed by its non-idempotent writes. With none of these the run pauses (see the
     module docs); once the deadline has passed it ends `approval_missing` instead.
     """
-    plan_approvals = approval_hook(approvals, key=key, registry=registry) if approvals is not None else None
+    from pte.policy import Policy
+
+    policy = policy if policy is not None else Policy.from_registry(registry)
+    plan_approvals = (
+        ApprovalGate(approvals, registry, keys=keys, policy=policy, clock=clock)
+        if approvals is not None
+        else None
+    )
+    # Checks decisions' approvals exactly as a file-store approval is checked (no consumption:
+    # a decision is bound to its run, whose completed steps never run again).
+    checker = ApprovalGate(ApprovalStore(os.devnull), registry, keys=keys, policy=policy, clock=clock)
 
     def gate(plan: Plan, audit: AuditLog) -> None:
         tools = requires_approval(plan, registry)
@@ -141,11 +172,10 @@ def pausing_gate(
                 continue
             if deadline is not None and decision.at > deadline:
                 continue  # given after the deadline: does not count
-            if key is not None and not _signature_ok(store, decision, key):
+            approval = _decision_approval(store, decision, plan, checker)
+            if approval is None:
                 continue
-            audit.append(
-                "approval", plan_hash=plan.hash, by=decision.by, at=decision.at, signed=key is not None
-            )
+            audit.append("approval", **approval.evidence(signed=keys is not None))
             return
         if plan_approvals is not None:
             try:
@@ -174,15 +204,22 @@ def pausing_gate(
     return gate
 
 
-def _signature_ok(store: Store, decision: Decision, key: bytes) -> bool:
+def _decision_approval(
+    store: Store, decision: Decision, plan: Plan, checker: ApprovalGate
+) -> Approval | None:
+    """The stored approval behind an approving decision, if it lets `plan` run here."""
     for data in getattr(store, "approvals_data", lambda _h: [])(decision.plan_hash):
         try:
             approval = Approval.from_dict(data)
         except ValueError:
-            continue
-        if approval.by == decision.by and approval.at == decision.at and approval.verify(key):
-            return True
-    return False
+            continue  # an old (HMAC) or malformed approval never counts
+        if (
+            approval.by == decision.by
+            and approval.at == decision.at
+            and checker.refusal(approval, plan) is None
+        ):
+            return approval
+    return None
 
 
 def decide(
@@ -192,9 +229,10 @@ def decide(
     by: str,
     approve: bool,
     note: str | None = None,
-    key: bytes | None = None,
+    signing_key: SigningKey | None = None,
     plan_hash: str | None = None,
     now: datetime | None = None,
+    valid_for: timedelta | None = None,
 ) -> Decision:
     """Record a person's decision on the plan `run_id` waits with. Raises `StoreError` when the
     run is not awaiting approval, `plan_hash` (what the person reviewed) is not the plan that
@@ -214,14 +252,29 @@ def decide(
         raise StoreError(
             f"run {run_id}'s approval deadline {info.expires_at} has passed; resume it to end it"
         )
-    at = _format_time(moment)
-    Approval(info.plan_hash, by, at)  # the same checks on `by` as any approval
-    decision = Decision(run_id, info.plan_hash, "approved" if approve else "rejected", by, at, note)
-    data = None
-    if approve:
-        signature = sign(info.plan_hash, by, at, key) if key is not None else None
-        data = Approval(info.plan_hash, by, at, signature).to_dict()
-    store.decide(decision, data)
+    # The approval binds the catalogue the run was planned against (its recorded tools and
+    # policy): if the deployment's differs by the time the run resumes, it does not count.
+    records = store.records(run_id)
+    started = records[0] if records else {}
+    recorded = _recorded_registry(started)
+    tools = [s.get("tool") for s in (info.plan or {}).get("steps", ()) if isinstance(s, dict)]
+    missing = [t for t in tools if not isinstance(t, str) or t not in recorded]
+    if missing:
+        raise StoreError(f"run {run_id}'s plan calls tools its record does not describe: {missing}")
+    policy = _recorded_policy(recorded, (started.get("config") or {}).get("policy"))
+    catalogue = catalogue_fingerprint(recorded, [str(t) for t in tools], policy)
+    if valid_for is None and info.expires_at is not None:
+        valid_for = max(_parse_time(info.expires_at) - moment, timedelta(seconds=1))
+    approval = make_approval(
+        info.plan_hash,
+        by,
+        catalogue=catalogue,
+        signing_key=signing_key,
+        at=moment,
+        valid_for=valid_for or DEFAULT_APPROVAL_TTL,
+    )
+    decision = Decision(run_id, info.plan_hash, "approved" if approve else "rejected", by, approval.at, note)
+    store.decide(decision, approval.to_dict() if approve else None)
     return decision
 
 
@@ -251,6 +304,7 @@ def resume_run(
     gate: Callable[[Plan, AuditLog], None] | None = None,
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
+    policy: Any = None,
 ) -> RunResult | PausedRun:
     """Continue run `run_id` of `store`: verify it, re-drive its records, go on live.
 
@@ -271,13 +325,14 @@ def resume_run(
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} is already finished; nothing to resume")
     numbered = list(enumerate(records, start=1))
     invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
+    deployment = Deployment(registry=registry, policy=policy)
     engine = _engine_for(
         records,
-        registry,
-        _ResumingLLM(ReplayClient.from_audit(records), llm),
+        deployment,
+        _llm_for(records, llm, deployment),
         invoker,
         checks_factory,
-        approval=gate,
+        gate=gate,
     )
     with store.audit_log(run_id) as forward:
         audit = CheckingAuditLog(numbered, run_id=run_id, forward=forward)

@@ -8,10 +8,12 @@ really accepts. A registry holds the tools a run may call; nothing else can be c
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
 import json
+import marshal
 import sys
 import types
 import typing
@@ -103,6 +105,24 @@ class ToolSpec:
     # ones only run to explain a failure with a precise message.
     _fast_input: Any = field(repr=False, default=None)
     _fast_output: Any = field(repr=False, default=None)
+    #: The code hash recorded in an audit log, for a tool rebuilt by `from_record` (no code).
+    _recorded_code_sha256: str | None = field(repr=False, default=None)
+
+    @functools.cached_property
+    def code_sha256(self) -> str:
+        """SHA-256 of the tool's code: its source text, else its compiled code object.
+
+        Approvals bind it (through the catalogue fingerprint), so that an approval reviewed
+        against one implementation does not carry over to another tool with the same name.
+        """
+        if self._recorded_code_sha256 is not None:
+            return self._recorded_code_sha256
+        try:
+            text = inspect.getsource(self.func).encode("utf-8")
+        except (OSError, TypeError):
+            code = getattr(self.func, "__code__", None)
+            text = marshal.dumps(code) if code is not None else repr(self.func).encode("utf-8")
+        return hashlib.sha256(text).hexdigest()
 
     @functools.cached_property
     def generic(self) -> bool:
@@ -192,6 +212,7 @@ class ToolSpec:
             "sinks": [[param, sorted(allowed)] for param, allowed in self.sinks.items()],
             "input_schema": dict(self.input_schema),
             "output_schema": dict(self.output_schema),
+            **({"code_sha256": self.code_sha256} if self.code_sha256 else {}),
             # Only when not the default, so that catalogues of plain tools read as before.
             **({"retries": self.retries, "backoff_s": self.backoff_s} if self.retries else {}),
             **({"isolation": self.isolation} if self.isolation != "thread" else {}),
@@ -230,10 +251,14 @@ class ToolSpec:
             retries=int(entry.get("retries", 0)),
             backoff_s=float(entry.get("backoff_s", 0.1)),
             isolation=entry.get("isolation", "thread"),
+            # Recorded so that the catalogue replays identically (no code runs in replay).
+            is_async=entry.get("is_async") is True,
             _input_validator=jsonschema.Draft202012Validator(input_schema),
             _output_validator=jsonschema.Draft202012Validator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),
             _fast_output=jsonschema_rs.validator_for(output_schema),
+            # A log from before code hashes were recorded: no hash (describe() then omits it).
+            _recorded_code_sha256=str(entry.get("code_sha256") or ""),
         )
 
     def catalogue_entry(self) -> dict[str, Any]:
@@ -366,6 +391,43 @@ def _freeze_schema(schema: dict[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(copy)
 
 
+def _sinks_by_json_name(
+    tool_name: str,
+    sinks: Mapping[str, Iterable[str] | str],
+    input_model: type[BaseModel],
+    input_schema: Mapping[str, Any],
+) -> dict[str, Iterable[str] | str]:
+    """Sink declarations keyed by the input schema's JSON property names.
+
+    Plans, policies and the flow check see a tool's arguments by their JSON names, which an
+    alias (``Annotated[str, Field(alias="IBAN")]``) makes differ from the Python name. A
+    declaration may use either; it is stored under the JSON name. One naming no parameter is
+    refused: a sink that silently guards nothing is worse than none.
+    """
+    properties = set(input_schema.get("properties") or {})
+    json_name = {}
+    for name, info in input_model.model_fields.items():
+        alias = info.validation_alias if isinstance(info.validation_alias, str) else info.alias
+        json_name[name] = alias if isinstance(alias, str) and alias in properties else name
+    out: dict[str, Iterable[str] | str] = {}
+    for declared, allowed in sinks.items():
+        if declared in properties:
+            target = declared
+        elif declared in json_name and json_name[declared] in properties:
+            target = json_name[declared]
+        else:
+            raise ToolRegistrationError(
+                f"tool {tool_name!r}: sink {declared!r} names no parameter "
+                f"(its JSON parameters: {', '.join(sorted(properties)) or 'none'})"
+            )
+        if target in out:
+            raise ToolRegistrationError(
+                f"tool {tool_name!r}: parameter {target!r} is declared twice as a sink"
+            )
+        out[target] = allowed
+    return out
+
+
 def _build_spec(
     func: Callable[..., Any],
     *,
@@ -428,9 +490,6 @@ def _build_spec(
             f"tool {tool_name!r}: no return type hint; PTE derives the output schema from it "
             "(use -> None if nothing)"
         )
-    for param_name in sinks or {}:
-        if param_name not in fields:
-            raise ToolRegistrationError(f"tool {tool_name!r}: sink {param_name!r} is not a parameter")
 
     try:
         input_model = create_model(f"{tool_name}_input", __config__=ConfigDict(extra="forbid"), **fields)
@@ -455,6 +514,7 @@ def _build_spec(
             )
     for schema in (input_schema, output_schema):
         jsonschema.Draft202012Validator.check_schema(schema)
+    sinks = _sinks_by_json_name(tool_name, sinks or {}, input_model, input_schema)
 
     doc = description if description is not None else inspect.getdoc(func) or ""
     # In declaration order: policy checks walk sinks in this order (and the first violation is

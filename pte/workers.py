@@ -83,14 +83,14 @@ class _Context:
     """Per worker process: its store connection, registry and gate (opened after a fork)."""
 
     def __init__(self, config: WorkerConfig) -> None:
-        from pte.approval import approval_key_from_env
+        from pte.approval import public_keys_from_env
 
         self.config = config
         self.pid = os.getpid()
         self.owner = f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.store = open_store(config.store_url)
         self.registry = load_registry(list(config.tools))
-        self.key = approval_key_from_env()
+        self.keys = public_keys_from_env()
         self.llm = worker_llm(json.loads(config.llm))
 
 
@@ -141,7 +141,7 @@ def process_run(
     served: Sequence[str],
     *,
     owner: str,
-    key: bytes | None = None,
+    keys: Any = None,
     ttl: timedelta = DEFAULT_APPROVAL_TTL,
     llm: LLMClient | None = None,
 ) -> str:
@@ -171,7 +171,7 @@ def process_run(
             job_registry = _job_registry(job, served, registry)
         except FailedClosed as refused:
             return _refuse(store, run_id, refused)
-        gate = pausing_gate(store, job_registry, key=key, ttl=ttl)
+        gate = pausing_gate(store, job_registry, keys=keys, ttl=ttl)
         if info.records == 0:
             engine = job_engine(job, job_registry, gate, llm)
             if job.get("plan_text") is not None:
@@ -258,7 +258,7 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                 context.registry,
                 context.config.tools,
                 owner=context.owner,
-                key=context.key,
+                keys=context.keys,
                 ttl=timedelta(seconds=context.config.approval_ttl_s),
                 llm=context.llm,
             )

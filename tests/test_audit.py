@@ -94,7 +94,19 @@ def every_type(log: AuditLog) -> None:
     )
     plan = {"pte_plan": "1", "steps": [{"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}}]}
     log.append("plan_accepted", origin="replanner", plan_hash=PLAN_HASH, plan=plan, order=["inv", "mail"])
-    log.append("approval", plan_hash=PLAN_HASH, by="alice", at="2026-11-22T02:30:00Z", signed=True)
+    log.append(
+        "approval",
+        plan_hash=PLAN_HASH,
+        catalogue="c" * 64,
+        by="alice",
+        at="2026-11-22T02:30:00.000000Z",
+        expires="2026-11-23T02:30:00.000000Z",
+        key_id="d" * 64,
+        public_key="e" * 64,
+        signature="f" * 128,
+        approval_id="a" * 64,
+        signed=True,
+    )
     log.append(
         "step_started",
         step_id="inv",

@@ -9,6 +9,7 @@ split of logs (stderr) and results (stdout).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -679,34 +680,53 @@ def test_approval_covers_only_the_exact_plan(
     assert json.loads(out)["reason"] == "approval_missing"
 
 
-def test_unsigned_approval_does_not_count_with_a_key(
+def test_unsigned_approval_does_not_count_with_keys(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan = write_json(tmp_path / "pay.json", PAYMENT_PLAN)
     store = tmp_path / "approvals.jsonl"
+    private, public = tmp_path / "approver.pem", tmp_path / "approver.pub"
+    code, out, _ = cli(capsys, "keys", "generate", "--private", str(private), "--public", str(public))
+    assert code == 0 and "Ed25519 approval key" in out
+    assert private.stat().st_mode & 0o777 == 0o600
     common = ["--tools", STOCK, "--approvals", str(store)]
     assert cli(capsys, "approve", str(plan), "--by", "alice", *common)[0] == 0  # no key: unsigned
 
-    monkeypatch.setenv("PTE_APPROVAL_KEY", "test-approval-key")
-    code, out, _ = cli(capsys, "execute", str(plan), *common, "--audit", str(tmp_path / "a.jsonl"), "--json")
+    trusted = [*common, "--approval-keys", str(public)]
+    code, out, _ = cli(capsys, "execute", str(plan), *trusted, "--audit", str(tmp_path / "a.jsonl"), "--json")
     assert code == 1
     doc = json.loads(out)
     assert doc["reason"] == "approval_missing"
     assert "unsigned" in doc["message"]
 
-    code, out, _ = cli(capsys, "approve", str(plan), "--by", "bob", *common)
-    assert code == 0 and "HMAC-signed" in out
+    code, out, _ = cli(capsys, "approve", str(plan), "--by", "bob", "--signing-key", str(private), *common)
+    assert code == 0 and "Ed25519-signed" in out
     log = tmp_path / "b.jsonl"
-    code, out, _ = cli(capsys, "execute", str(plan), *common, "--audit", str(log), "--json")
+    code, out, _ = cli(capsys, "execute", str(plan), *trusted, "--audit", str(log), "--json")
     assert code == 0, out
     approval = next(r for r in read_records(log) if r["type"] == "approval")
     assert approval["by"] == "bob" and approval["signed"] is True
+    assert "PRIVATE KEY" not in log.read_text()
 
-    # A different key: the signature does not verify, so nothing counts.
-    monkeypatch.setenv("PTE_APPROVAL_KEY", "another-key")
-    code, out, _ = cli(capsys, "execute", str(plan), *common, "--audit", str(tmp_path / "c.jsonl"), "--json")
+    # Another deployment's key: the signature does not verify under it, so nothing counts.
+    other = tmp_path / "other.pub"
+    cli(capsys, "keys", "generate", "--private", str(tmp_path / "o.pem"), "--public", str(other))
+    code, out, _ = cli(
+        capsys,
+        "execute",
+        str(plan),
+        *common,
+        "--approval-keys",
+        str(other),
+        "--audit",
+        str(tmp_path / "c.jsonl"),
+    )
     assert code == 1
-    assert json.loads(out)["reason"] == "approval_missing"
+
+    # The old HMAC key variable is refused with a clear message, not ignored.
+    monkeypatch.setenv("PTE_APPROVAL_KEY", "test-approval-key")
+    code, _, err = cli(capsys, "execute", str(plan), *common, "--audit", str(tmp_path / "d.jsonl"))
+    assert code == 2 and "PTE_APPROVAL_KEY (an HMAC key) is no longer supported" in err
 
 
 def test_approve_a_rejected_plan_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1022,6 +1042,14 @@ def test_replay_detects_a_changed_decision(tmp_path: Path, capsys: pytest.Captur
     last["steps_run"] -= 1
     lines[-1] = canonical_json(last) + "\n"
     edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(lines), encoding="utf-8")
+    # Not re-hashed: the log fails verification, and replay refuses to re-drive it at all.
+    code, out, err = cli(capsys, "replay", str(edited))
+    assert code == 1 and "replay refused" in err and "hash mismatch" in err
+    # Re-hashed by a forger: verify passes, replay names the changed decision.
+    body = {k: v for k, v in last.items() if k != "hash"}
+    last["hash"] = hashlib.sha256((last["prev"] + canonical_json(body)).encode()).hexdigest()
+    lines[-1] = canonical_json(last) + "\n"
     edited.write_text("".join(lines), encoding="utf-8")
     code, out, _ = cli(capsys, "replay", str(edited))
     assert code == 1

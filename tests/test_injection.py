@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte.approval import ApprovalStore, approval_hook, approve
+from pte.approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
 from pte.audit import AuditLog, Redactor, read_records, verify
 from pte.compiler import compile_plan
 from pte.engine import Engine, RunResult
@@ -31,12 +31,14 @@ from pte.errors import PlanRejected, ReasonCode
 from pte.llm import ReplayClient
 from pte.policy import Policy, plan_literals
 from pte.prompts import DATA_CLOSE, DATA_OPEN
+from pte.signing import SigningKey, TrustedKeys
 from pte.tools import Registry, tool
 
 CANARY = "⚠U-canary-5d1e"
 ATTACKER_IBAN = "GB33BUKB20201555555555"
 GOOD_IBAN = "DE89370400440532013000"
-KEY = b"injection-suite-approval-key"
+SIGNER = SigningKey.generate()
+KEYS = TrustedKeys([SIGNER.public_key])
 GUARDED = ("iban", "amount", "currency")
 
 # --- the catalogue: tools record every call they receive --------------------------------------
@@ -142,6 +144,8 @@ def format_text(template: str, values: dict[str, str]) -> Text:
         "iban": ["request", "trusted"],
         "amount": ["request", "trusted"],
         "currency": ["request", "trusted"],
+        # Opened on purpose: a free-text memo (the policy's guarded default would refuse it).
+        "reference": ["request", "trusted", "untrusted"],
     },
 )
 def send_payment(iban: str, amount: str, currency: str, reference: str) -> Receipt:
@@ -349,7 +353,9 @@ def store(tmp_path: Path) -> ApprovalStore:
     """Approvals for the honest plans only: an injected plan is never approved."""
     approvals = ApprovalStore(tmp_path / "approvals.jsonl")
     for text, prior in ((FIRST_DIRECT, None), (FIRST_FLAKY, None), (REPLAN_HONEST, PRIOR_AT_REPLAN)):
-        approve(compile_plan(text, REGISTRY, prior=prior), "controller@example.com", approvals, key=KEY)
+        plan = compile_plan(text, REGISTRY, prior=prior)
+        fingerprint = catalogue_fingerprint(REGISTRY, plan, Policy.from_registry(REGISTRY))
+        approve(plan, "controller@example.com", approvals, catalogue=fingerprint, signing_key=SIGNER)
     return approvals
 
 
@@ -367,7 +373,7 @@ def run(
         REGISTRY,
         llm,
         checks=[POLICY.check()],
-        approval=approval_hook(store, key=KEY, registry=REGISTRY),
+        approval=approval_hook(store, keys=KEYS, registry=REGISTRY, policy=Policy.from_registry(REGISTRY)),
     )
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
@@ -623,7 +629,7 @@ def test_pathologically_deep_output_fails_the_step_not_the_engine(
         REGISTRY,
         llm,
         checks=[POLICY.check()],
-        approval=approval_hook(store, key=KEY, registry=REGISTRY),
+        approval=approval_hook(store, keys=KEYS, registry=REGISTRY, policy=Policy.from_registry(REGISTRY)),
     )
     log = tmp_path / "deep.jsonl"
     with AuditLog(log) as audit:

@@ -24,7 +24,11 @@ from pte.canonical import canonical_bytes
 from pte.checkpoint import load_public_key, verify_checkpoints, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))
+# The independent verifier reads format 2 only (docs/audit-format.md); format 1 samples are
+# checked by tests/test_audit_v1.py's rules in Python.
+SAMPLES = sorted(
+    p for p in (REPO / "audit_samples").glob("*.jsonl") if b'"format":"pte-audit/2"' in p.read_bytes()[:65536]
+)
 VERIFIER = REPO / "verifier" / "verify.mjs"
 
 

@@ -23,6 +23,7 @@ from pte.engine import Engine
 from pte.errors import FailedClosed, ReasonCode
 from pte.replay import replay_run
 from pte.runs import PausedRun, decide, pausing_gate, resume_run, run_in_store
+from pte.signing import SigningKey, TrustedKeys
 from pte.stores import SQLiteStore, Store, StoreError, open_store
 from pte.tools import load_pack, load_registry
 
@@ -158,8 +159,9 @@ def test_with_a_key_an_approval_written_into_the_database_does_not_count(
     store: Store, ledger: Path, tmp_path: Path
 ) -> None:
     """Authority comes from the deployment's key: a row someone inserts without it is ignored."""
-    key = b"deployment-secret"
-    paused = _start(store, "p7", key=key)
+    signer = SigningKey.generate()
+    keys = TrustedKeys([signer.public_key])
+    paused = _start(store, "p7", keys=keys)
     assert isinstance(store, SQLiteStore)
     with sqlite3.connect(store.path) as conn:
         conn.execute(
@@ -170,11 +172,16 @@ def test_with_a_key_an_approval_written_into_the_database_does_not_count(
                          "signature": "0" * 64})),
         )  # fmt: skip
     assert isinstance(
-        resume_run(store, "p7", REGISTRY, gate=pausing_gate(store, REGISTRY, key=key)), PausedRun
+        resume_run(store, "p7", REGISTRY, gate=pausing_gate(store, REGISTRY, keys=keys)), PausedRun
     )
     assert _payments(ledger) == 0
-    decide(store, "p7", by="alice", approve=True, key=key)
-    result = resume_run(store, "p7", REGISTRY, gate=pausing_gate(store, REGISTRY, key=key))
+    # Approved without the key (unsigned): does not count either.
+    decide(store, "p7", by="eve", approve=True)
+    assert isinstance(
+        resume_run(store, "p7", REGISTRY, gate=pausing_gate(store, REGISTRY, keys=keys)), PausedRun
+    )
+    decide(store, "p7", by="alice", approve=True, signing_key=signer)
+    result = resume_run(store, "p7", REGISTRY, gate=pausing_gate(store, REGISTRY, keys=keys))
     assert not isinstance(result, PausedRun) and result.ok
     approval = next(r for r in store.records("p7") if r["type"] == "approval")
     assert (approval["by"], approval["signed"]) == ("alice", True)
@@ -245,7 +252,8 @@ def test_approvals_expire_ends_overdue_runs(
     start = datetime.now(UTC) - timedelta(hours=2)
     _start(store, "old", ttl=timedelta(hours=1), clock=lambda: start)  # deadline an hour ago
     _start(store, "new")  # deadline tomorrow
-    assert main(["--quiet", "approvals", "expire", "--store", url, "--tools", "backoffice", "--json"]) == 0
+    packs = "backoffice,calculator,shaping"  # the catalogue the runs were started with
+    assert main(["--quiet", "approvals", "expire", "--store", url, "--tools", packs, "--json"]) == 0
     ended = json.loads(capsys.readouterr().out)
     assert ended == [{"run_id": "old", "status": "failed_closed", "reason": "approval_missing"}]
     assert store.run("old").status == "failed_closed"  # type: ignore[union-attr]

@@ -232,8 +232,15 @@ def test_trusted_and_request_values_reach_the_sink() -> None:
         "tool": "send_payment",
         "args": {"iban": ref("sup/iban"), "amount": "120.00", "reference": ref("s1/body")},
     }
-    plan = compile_with(plan_text(EMAIL, SUPPLIER, pay))
-    assert [s.id for s in plan.steps] == ["s1", "sup", "pay"]  # reference is not a sink: untrusted is fine
+    # reference is declared nowhere: the guarded default lets only request/trusted data in...
+    error = rejection(plan_text(EMAIL, SUPPLIER, pay))
+    assert "send_payment.reference accepts only request or trusted data" in error.message
+    # ...and an open policy leaves undeclared parameters alone.
+    opened = Policy.from_registry(REGISTRY, default="open")
+    plan = compile_with(plan_text(EMAIL, SUPPLIER, pay), opened)
+    assert [s.id for s in plan.steps] == ["s1", "sup", "pay"]
+    literal = {**pay, "args": {"iban": ref("sup/iban"), "amount": "120.00", "reference": "Invoice 7"}}
+    assert [s.id for s in compile_with(plan_text(EMAIL, SUPPLIER, literal)).steps] == ["s1", "sup", "pay"]
 
 
 def test_untrusted_value_in_a_sink_is_rejected_with_the_flow_and_path() -> None:
@@ -446,6 +453,13 @@ def test_policy_reads_the_tools_declarations() -> None:
         "iban": {"request", "trusted"},
         "amount": {"request", "trusted"},
         "currency": {"request", "trusted"},
+        "reference": {"request", "trusted"},  # guarded by default: a write tool's parameter
+    }
+    assert POLICY.default == "guarded"
+    assert Policy.from_registry(REGISTRY, default="open").sinks("send_payment").keys() == {
+        "iban",
+        "amount",
+        "currency",
     }
     assert POLICY.sinks("note") == {}
     assert POLICY.tool_policy("note") == ToolPolicy("trusted", {})
@@ -706,7 +720,8 @@ def test_static_labels_are_sound_against_the_actual_run(
     against the actual run."""
     steps, allowed, literal_label = flow
     registry = Registry([t_src, u_src, concat, first, fill, make_sink(allowed)])
-    policy = Policy.from_registry(registry)
+    # Open: the property is about the declared sink (the guarded default is tested apart).
+    policy = Policy.from_registry(registry, default="open")
     text = plan_text(*steps)
 
     # Run the plan without the policy to see what really flows where.

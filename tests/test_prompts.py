@@ -35,7 +35,9 @@ def test_planner_prompt_lists_every_tool_with_schemas_effects_and_the_reference_
     assert entries["read_document"]["output_provenance"] == "untrusted"
     assert entries["send_payment"]["guarded_parameters"] == {
         "amount": ["request", "trusted"],
+        "currency": ["request", "trusted"],
         "iban": ["request", "trusted"],
+        "reference": ["request", "trusted"],
     }
     system = messages[0]["content"]
     assert '{"$ref": "<step_id>/<JSON Pointer>"}' in system and '"pte_plan": "1"' in system  # rules + example
@@ -54,7 +56,11 @@ def test_the_planner_is_told_what_a_policy_file_enforces() -> None:
     )
     entries = {e["name"]: e for e in _catalogue(prompts.planner_messages("x", registry, policy))}
     assert entries["get_customer"]["output_provenance"] == "untrusted"
-    assert entries["queue_reminder"]["guarded_parameters"] == {"message": ["request"]}
+    assert entries["queue_reminder"]["guarded_parameters"] == {
+        "channel": ["request", "trusted"],
+        "invoice_id": ["request", "trusted"],
+        "message": ["request"],
+    }
     assert "output_provenance" not in entries["get_invoice"]
 
 

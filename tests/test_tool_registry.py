@@ -163,7 +163,7 @@ def test_unusable_signatures_are_refused(source: str, words: str) -> None:
         ({"name": "1st"}, "must match"),
         ({"name": "has space"}, "must match"),
         ({"name": "x" * 65}, "must match"),
-        ({"sinks": {"nope": ["request"]}}, "sink 'nope' is not a parameter"),
+        ({"sinks": {"nope": ["request"]}}, "sink 'nope' names no parameter"),
         ({"sinks": {"a": ["anyone"]}}, "unknown provenance ['anyone']"),
     ],
 )

@@ -140,10 +140,13 @@ def test_stock_pack_loads_with_flags_and_referenceable_outputs(pack: Registry) -
     assert not pack["record_payment"].idempotent and not pack["send_payment"].idempotent
     pay = pack["send_payment"]
     assert pay.requires_approval
-    assert dict(pay.sinks) == {
-        "iban": frozenset({"request", "trusted"}),
-        "amount": frozenset({"request", "trusted"}),
-    }
+    # Every parameter of every write tool that moves money or reaches a customer is an honest,
+    # declared sink: request or trusted data only (not merely the policy's guarded default).
+    guarded = frozenset({"request", "trusted"})
+    for name in WRITE_TOOLS:
+        spec = pack[name]
+        assert dict(spec.sinks) == dict.fromkeys(spec.input_schema["properties"], guarded), name
+    assert set(pay.sinks) == {"iban", "amount", "currency", "reference"}
     # Plans reference these outputs by pointer, so they must be declared properties.
     overdue = pack["list_overdue_invoices"].output_schema["properties"]
     assert {"invoices", "ids", "amounts", "currencies", "count", "total", "total_currency"} <= set(overdue)

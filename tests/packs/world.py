@@ -88,7 +88,12 @@ class Sent(BaseModel):
     recipient: str
 
 
-@pte.tool(effect="write", idempotent=False, sinks={"recipient": ["request", "trusted"]})
+# Free-text parameters are opened explicitly: the policy's guarded default would refuse them.
+@pte.tool(
+    effect="write",
+    idempotent=False,
+    sinks={"recipient": ["request", "trusted"], "body": ["request", "trusted", "untrusted"]},
+)
 def send_dm(recipient: str, body: str) -> Sent:
     """Send a direct message (not idempotent: each call sends one)."""
     with _db() as db:
@@ -115,7 +120,11 @@ class Event(BaseModel):
     slot: str
 
 
-@pte.tool(effect="write", idempotent=False, sinks={"slot": ["request", "trusted"]})
+@pte.tool(
+    effect="write",
+    idempotent=False,
+    sinks={"slot": ["request", "trusted"], "title": ["request", "trusted", "untrusted"]},
+)
 def create_event(title: str, slot: str) -> Event:
     """Create a calendar event (not idempotent)."""
     with _db() as db:
@@ -162,7 +171,11 @@ class Mail(BaseModel):
 @pte.tool(
     effect="write",
     idempotent=False,
-    sinks={"recipient": ["request", "trusted"], "body": ["request", "trusted", "untrusted"]},
+    sinks={
+        "recipient": ["request", "trusted"],
+        "body": ["request", "trusted", "untrusted"],
+        "subject": ["request", "trusted", "untrusted"],
+    },
 )
 def send_email(recipient: str, subject: str, body: str) -> Mail:
     """Send an e-mail. The recipient must come from the request or trusted data."""
@@ -207,7 +220,11 @@ class Payment(BaseModel):
 @pte.tool(
     effect="write",
     idempotent=False,
-    sinks={"iban": ["request", "trusted"], "amount": ["request", "trusted"]},
+    sinks={
+        "iban": ["request", "trusted"],
+        "amount": ["request", "trusted"],
+        "subject": ["request", "trusted", "untrusted"],
+    },
 )
 def send_money(iban: str, amount: Annotated[Decimal, Field(gt=0)], subject: str) -> Payment:
     """Send money to an IBAN (not idempotent: each call pays)."""
