@@ -25,6 +25,7 @@ from pte.canonical import canonical_json, hash_json
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.control_run import ConditionNotMet
 from pte.errors import (
+    ApprovalConsumed,
     ApprovalMissing,
     ApprovalRejected,
     AuditWriteError,
@@ -47,6 +48,7 @@ from pte.logs import configure_logging
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.policy import Policy, PolicyError, load_policy
 from pte.redaction import Redactor
+from pte.signing import KeyFileError
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
 
@@ -63,6 +65,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "OpenAIClient": ("pte.llm", "OpenAIClient"),
     "ReplayClient": ("pte.llm", "ReplayClient"),
     "ReplayDataError": ("pte.llm", "ReplayDataError"),
+    "LogNotIntact": ("pte.replay", "LogNotIntact"),
     "ReplayDivergence": ("pte.replay", "ReplayDivergence"),
     "ReplayReport": ("pte.replay", "ReplayReport"),
     "replay_file": ("pte.replay", "replay_file"),
@@ -90,6 +93,7 @@ compile = compile_plan
 __all__ = [
     "DEFAULT_LIMITS",
     "Approval",
+    "ApprovalConsumed",
     "ApprovalMissing",
     "ApprovalRejected",
     "ApprovalStore",
@@ -107,10 +111,12 @@ __all__ = [
     "ImportRefused",
     "ImportSourceError",
     "JsonlStore",
+    "KeyFileError",
     "LLMClient",
     "LLMError",
     "LLMResponse",
     "Limits",
+    "LogNotIntact",
     "MCPError",
     "OpenAIClient",
     "OpenAPIError",

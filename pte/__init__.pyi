@@ -12,6 +12,7 @@ from pte.engine import EngineConfig as EngineConfig
 from pte.engine import RunResult as RunResult
 from pte.engine import render_result as render_result
 from pte.errors import (
+    ApprovalConsumed,
     ApprovalMissing,
     ApprovalRejected,
     AuditWriteError,
@@ -39,11 +40,13 @@ from pte.logs import configure_logging
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.policy import Policy, PolicyError, load_policy
 from pte.redaction import Redactor
+from pte.replay import LogNotIntact as LogNotIntact
 from pte.replay import ReplayDivergence as ReplayDivergence
 from pte.replay import ReplayReport as ReplayReport
 from pte.replay import replay_file as replay_file
 from pte.replay import resume_file as resume_file
 from pte.runs import RunPaused as RunPaused
+from pte.signing import KeyFileError as KeyFileError
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
 
@@ -53,6 +56,7 @@ compile = compile_plan
 __all__ = [
     "DEFAULT_LIMITS",
     "Approval",
+    "ApprovalConsumed",
     "ApprovalMissing",
     "ApprovalRejected",
     "ApprovalStore",
@@ -70,10 +74,12 @@ __all__ = [
     "ImportRefused",
     "ImportSourceError",
     "JsonlStore",
+    "KeyFileError",
     "LLMClient",
     "LLMError",
     "LLMResponse",
     "Limits",
+    "LogNotIntact",
     "MCPError",
     "OpenAIClient",
     "OpenAPIError",

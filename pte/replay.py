@@ -70,7 +70,11 @@ __all__ = [
 ]
 
 #: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
-IGNORED_FIELDS: frozenset[str] = frozenset({"ts", "duration_ms", "seq", "prev", "hash"})
+# Clocks, the chain's own fields, and OpenTelemetry ids (`pte._otel.TRACE_FIELDS`): a new
+# trace every run, observability rather than decisions.
+IGNORED_FIELDS: frozenset[str] = frozenset(
+    {"ts", "duration_ms", "seq", "prev", "hash", "trace_id", "span_id"}
+)
 #: Per record type, the fields that carry the run's decisions, for comparing two *different*
 #: runs of the same plan (e.g. with steps finishing in another order). Replay compares more:
 #: every field except `IGNORED_FIELDS`.

@@ -82,7 +82,19 @@ PLAN = {
 
 
 def test_langchain_tools_compile_run_and_replay(tmp_path: Path) -> None:
-    registry = import_langchain_tools([get_quote, scale, fetch_rate])
+    # Undeclared, an imported tool is a non-idempotent write with untrusted output, and the
+    # guarded policy default refuses untrusted data into any write parameter.
+    undeclared = import_langchain_tools([get_quote, scale, fetch_rate])
+    with AuditLog(tmp_path / "refused.jsonl") as audit:
+        refused = Engine(undeclared, config=EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+    assert (refused.status, refused.reason) == ("failed_closed", ReasonCode.POLICY_VIOLATION)
+    assert refused.steps == []
+    # The manifest says what the importer cannot know: `scale` is a pure computation.
+    manifest = {
+        "pte_import": "1",
+        "tools": {"get_quote": {}, "scale": {"effect": "read"}, "fetch_rate": {}},
+    }
+    registry = import_langchain_tools([get_quote, scale, fetch_rate], manifest=manifest)
     assert registry["get_quote"].output_schema["properties"]["price_cents"]["type"] == "integer"
     assert registry["scale"].output_schema == {"type": "integer"}
     log = tmp_path / "run.jsonl"
