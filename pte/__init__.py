@@ -15,9 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-
 from pte._tool_schema import SchemaTool, tool_from_schema
+from pte._version import __version__
 from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
 from pte.audit import AuditLog, Durability
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify

@@ -161,7 +161,8 @@ def parse_json(ctx: CompileContext) -> None:
             ReasonCode.INVALID_JSON, f"a plan must be one JSON object, not a JSON {st.json_type(value)}"
         )
     try:
-        ctx.canonical = canonical_json(value)
+        # Plan text is JSON text: a number is a double (RFC 8785), however many digits it has.
+        ctx.canonical = canonical_json(value, from_text=True)
         ctx.canonical.encode("utf-8")
     except (ValueError, UnicodeEncodeError) as exc:
         raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON text: {exc}") from None

@@ -804,7 +804,7 @@ def test_every_record_validates_against_the_schema(log_path: Path) -> None:
 
 def test_schema_shape() -> None:
     schema = load_audit_schema()
-    assert schema["$id"] == "https://pte.dev/schemas/audit-record/1.json"
+    assert schema["$id"] == "https://pte.dev/schemas/audit-record/2.json"
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     defs = schema["$defs"]
     branches = [b["$ref"].rsplit("/", 1)[-1] for b in schema["oneOf"]]
@@ -908,7 +908,14 @@ def test_verify_a_good_log(log_path: Path) -> None:
         every_type(log)
     report = verify(log_path)
     assert report == VerifyReport(
-        records=11, runs=1, intact=True, complete=True, issue=None, last_hash=log.last_hash
+        records=11,
+        runs=1,
+        intact=True,
+        complete=True,
+        issue=None,
+        last_hash=log.last_hash,
+        format=2,
+        log_id=read_records(log_path)[0]["hash"],
     )
     assert report.ok
     assert report.to_dict() == {
@@ -918,6 +925,8 @@ def test_verify_a_good_log(log_path: Path) -> None:
         "records": 11,
         "runs": 1,
         "last_hash": log.last_hash,
+        "format": 2,
+        "log_id": read_records(log_path)[0]["hash"],
         "issue": None,
     }
     assert verify(log_path, check_schema=False).ok
