@@ -169,13 +169,17 @@ def paused_sample(target: Path, workdir: Path, *, approve: bool) -> str:
     """
     from pte.engine import Engine
     from pte.runs import decide, pausing_gate, resume_run, run_in_store
+    from pte.signing import SigningKey, TrustedKeys
     from pte.stores import open_store
     from pte.tools import load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     name = target.stem
+    # A fresh Ed25519 key per generation: the approval in the sample is signed, so that every
+    # verifier (verifier/verify.mjs too) checks a real signature. The key is not kept.
+    signer = SigningKey.generate()
     with open_store(f"sqlite://{workdir / (name + '.db')}") as store:
-        gate = pausing_gate(store, registry)
+        gate = pausing_gate(store, registry, keys=TrustedKeys([signer.public_key]))
         run_in_store(Engine(registry, approval=gate), store, run_id=name, plan_text=PAUSED_PLAN)
         decide(
             store,
@@ -183,6 +187,7 @@ def paused_sample(target: Path, workdir: Path, *, approve: bool) -> str:
             by="alice" if approve else "bob",
             approve=approve,
             note=None if approve else "not this supplier",
+            signing_key=signer if approve else None,
         )
         result = resume_run(store, name, registry, gate=gate)
         target.write_bytes(b"".join(store.lines(name)))

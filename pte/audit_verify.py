@@ -369,6 +369,33 @@ def _content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str |
     return None
 
 
+def _approval_problem(record: Mapping[str, Any]) -> str | None:
+    """An ``approval`` record: its id is its hash, and a signature verifies under its own key.
+
+    Whether that key is one the deployment trusts is a question for the deployment (resume,
+    replay with ``--approval-key``), not for the log; what the log can show is that nobody
+    edited a signed approval, and that ``signed`` is never claimed without a signature.
+    """
+    from pte.approval import Approval  # the approval store pulls in the tool registry
+
+    fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
+    try:
+        approval = Approval(**fields)
+    except (TypeError, ValueError) as exc:
+        return f"approval is malformed: {exc}"
+    if approval.id != record.get("approval_id"):
+        return "approval_id is not the hash of the approval"
+    if approval.signature is None:
+        return "approval marked signed carries no signature" if record.get("signed") is True else None
+    if not approval.self_consistent():
+        return "approval signature does not verify under its own public key"
+    return None
+
+
+#: The members of an ``approval`` record that are the approval itself (`pte.approval.Approval`).
+_APPROVAL_FIELDS = ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
+
+
 def verify(
     path: str | os.PathLike[str] | Iterable[bytes],
     *,
@@ -511,6 +538,10 @@ def verify(
                     problem = _content_problem(record, stored)
                     if problem is not None:
                         return broken(number, seq, problem)
+            if rtype == "approval" and version == 2:
+                problem = _approval_problem(record)
+                if problem is not None:
+                    return broken(number, seq, problem)
             if run_id != current_run:
                 if run_id in seen_runs:
                     return broken(number, seq, f"record of run {run_id} after run {current_run} began")

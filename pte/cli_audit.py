@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from pte.cli import EXIT_FAILED, EXIT_OK, UsageError, _add_json, _print_json
+from pte.cli_support import input_file, output_file
 
 __all__ = ["add_audit_commands"]
 
 
 def _existing_log(path: str) -> str:
-    if not Path(path).is_file():
-        raise UsageError(f"audit log {path!r} does not exist")
+    input_file(path, "audit log")  # a missing, directory or FIFO path is a usage error
     return path
 
 
@@ -35,6 +34,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     log = _existing_log(args.log)
     if (args.checkpoint is None) != (args.public_key is None):
         raise UsageError("--checkpoint and --public-key go together")
+    input_file(args.checkpoint, "checkpoint file")
     checkpoint: Any = None
     if args.checkpoint is not None:
         try:
@@ -107,7 +107,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
     from pte.checkpoint import CheckpointError, load_private_key, write_checkpoint
 
     log = _existing_log(args.log)
-    out = args.out or f"{log}.checkpoints"
+    out = str(output_file(args.out or f"{log}.checkpoints", "checkpoint file"))
     try:
         key = load_private_key(args.key)
     except CheckpointError as exc:
@@ -132,6 +132,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
 def cmd_audit_keygen(args: argparse.Namespace) -> int:
     from pte.checkpoint import CheckpointError, generate_key
 
+    output_file(args.path, "key file")
     try:
         public = generate_key(args.path)
     except CheckpointError as exc:
@@ -149,6 +150,8 @@ def cmd_audit_report(args: argparse.Namespace) -> int:
     log = _existing_log(args.log)
     if (args.checkpoint is None) != (args.public_key is None):
         raise UsageError("--checkpoint and --public-key go together")
+    input_file(args.checkpoint, "checkpoint file")
+    output_file(args.out, "report")
     try:
         path = write_report(
             log, args.out, run_id=args.run, checkpoint=args.checkpoint, public_key=args.public_key

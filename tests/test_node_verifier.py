@@ -183,3 +183,63 @@ def test_checkpoints_catch_truncation_rewriting_and_forgery_in_both(
     altered = tmp_path / "altered.checkpoints"
     altered.write_bytes(canonical_bytes(doc) + b"\n")
     assert not assert_agree(log, altered, keys["signer_pub"])
+
+
+def _with_approval(lines: list[bytes], change: Callable[[dict[str, Any]], None]) -> list[bytes]:
+    """Edit the first ``approval`` record with `change`, then re-hash the whole chain."""
+    out = []
+    done = False
+    for raw in lines:
+        record = json.loads(raw)
+        if not done and record["type"] == "approval":
+            change(record)
+            done = True
+        out.append(canonical_bytes(record) + b"\n")
+    assert done, "the sample holds no approval"
+    return _rehash(out)
+
+
+def _set(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda record: record.__setitem__(name, value)
+
+
+def _flip_signature(record: dict[str, Any]) -> None:
+    sig = record["signature"]
+    record["signature"] = ("0" if sig[0] != "0" else "1") + sig[1:]
+
+
+SIGNED = [p for p in SAMPLES if b'"signed":true' in p.read_bytes()]
+UNSIGNED = [p for p in SAMPLES if b'"type":"approval"' in p.read_bytes() and p not in SIGNED]
+
+
+def test_the_samples_hold_a_signed_and_an_unsigned_approval() -> None:
+    assert SIGNED and UNSIGNED
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _set("by", "mallory"),
+        _set("plan_hash", "f" * 64),
+        _flip_signature,
+        _set("expires", "2099-01-01T00:00:00Z"),
+    ],
+    ids=["other_signer_name", "other_plan", "forged_signature", "later_expiry"],
+)
+@pytest.mark.parametrize("sample", SIGNED, ids=lambda p: p.stem)
+def test_an_edited_signed_approval_is_caught_by_both_even_rehashed(
+    sample: Path, change: Callable[[dict[str, Any]], None], tmp_path: Path
+) -> None:
+    # The chain is re-hashed, so only the approval's own signature can tell.
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_bytes(b"".join(_with_approval(_lines(sample), change)))
+    assert not assert_agree(tampered)
+    assert "approval" in str(verify(tampered).issue)
+
+
+@pytest.mark.parametrize("sample", UNSIGNED, ids=lambda p: p.stem)
+def test_an_unsigned_approval_claiming_signed_is_caught_by_both(sample: Path, tmp_path: Path) -> None:
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_bytes(b"".join(_with_approval(_lines(sample), _set("signed", True))))
+    assert not assert_agree(tampered)
+    assert "signed" in str(verify(tampered).issue)

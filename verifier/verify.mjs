@@ -77,6 +77,40 @@ function rawPublicKeyHex(key) {
   return der.subarray(der.length - 32).toString("hex");
 }
 
+// The 12-byte SubjectPublicKeyInfo DER prefix of every Ed25519 public key (RFC 8410).
+const ED25519_SPKI_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
+
+/** An Ed25519 public key from its 32 raw bytes (hex). */
+function publicKeyFromRaw(hex) {
+  return createPublicKey({ key: Buffer.concat([ED25519_SPKI_PREFIX, Buffer.from(hex, "hex")]), format: "der", type: "spki" });
+}
+
+const APPROVAL_DOMAIN = "pte-approval-v2\n";
+const APPROVAL_SIGNED = ["plan_hash", "catalogue", "by", "at", "expires", "key_id"];
+const HEX128 = /^[0-9a-f]{128}$/;
+
+/** An `approval` record (docs/audit-format.md, "Approvals"): its id, and its signature when signed. */
+function checkApproval(n, record) {
+  const stored = { pte_approval: "2" };
+  for (const name of [...APPROVAL_SIGNED, "public_key", "signature"]) stored[name] = record[name] ?? null;
+  if (sha256Hex(jcs(stored)) !== record.approval_id) throw new Issue(n, "approval_id is not the hash of the approval");
+  if (record.signature === null || record.signature === undefined) {
+    if (record.signed === true) throw new Issue(n, "approval marked signed carries no signature");
+    return;
+  }
+  const pub = record.public_key;
+  if (typeof pub !== "string" || !HEX64.test(pub) || typeof record.signature !== "string" || !HEX128.test(record.signature)) {
+    throw new Issue(n, "approval signature or public key is malformed");
+  }
+  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "approval key_id does not name its public key");
+  const signed = { pte_approval: "2" };
+  for (const name of APPROVAL_SIGNED) signed[name] = record[name] ?? null;
+  const message = Buffer.from(APPROVAL_DOMAIN + jcs(signed), "utf8");
+  if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
+    throw new Issue(n, "approval signature does not verify");
+  }
+}
+
 function verifySignature(publicKey, message, signatureB64) {
   let sig;
   try {
@@ -185,6 +219,7 @@ export function verifyLog(buf) {
         logId = record.hash;
       }
       if (type === "run_started") checkRunStarted(n, record, stored);
+      if (type === "approval") checkApproval(n, record);
       const run = record.run_id;
       if (run !== currentRun) {
         if (seenRuns.has(run)) throw new Issue(n, `record of run ${run} after run ${currentRun} began`);
