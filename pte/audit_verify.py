@@ -307,10 +307,10 @@ def _hash_of_line(prev: str, body: bytes, digest: str) -> str | None:
     which makes it the top-level one; None otherwise (the caller then serialises).
     """
     entry = b'"hash":"' + digest.encode("ascii") + b'"'
-    if body.count(entry) != 1:
-        return None
     at = body.find(entry)
     end = at + len(entry)
+    if at < 0 or body.find(entry, end) >= 0:
+        return None
     if body[end : end + 1] == b",":  # not the last member: drop the comma after it
         end += 1
     elif body[at - 1 : at] == b",":  # the last member: drop the comma before it

@@ -173,6 +173,8 @@ def is_canonical(data: bytes, value: Any) -> bool:
             mine = orjson.dumps(value, option=_ORJSON_OPTIONS)
         except TypeError:
             mine = b""
+        # `data` is orjson's form; it is JCS's too unless it holds a number the two write
+        # differently or a non-BMP character (`isascii` first: a C scan, no regex).
         if mine == data and _orjson_safe(value) and (data.isascii() or _NON_BMP.search(data) is None):
             return True
     try:

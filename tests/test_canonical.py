@@ -180,6 +180,15 @@ def test_hashing_equals_the_reference_implementation(value: Any) -> None:
     assert is_canonical(expected, orjson.loads(expected))
 
 
+@settings(max_examples=400, deadline=None)
+@given(_json)
+def test_a_line_written_by_orjson_is_judged_exactly(value: Any) -> None:
+    # `is_canonical` settles orjson's form from its bytes: it must accept it exactly when
+    # orjson wrote what the reference writes.
+    line = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    assert is_canonical(line, orjson.loads(line)) == (line == rfc8785.dumps(orjson.loads(line)))
+
+
 def _node() -> str:
     node = shutil.which("node") or shutil.which("nodejs")
     assert node is not None, "node is required (.ci/run installs nodejs)"
