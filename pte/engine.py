@@ -323,7 +323,9 @@ class Engine:
         config.update(extra or {})
         run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider)
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
-        fields = run_started_fields(self.registry, self.policy.to_document(), run.audit.redactor.redact)
+        fields = run_started_fields(
+            self.registry, self.policy.to_document(), run.audit.redactor.redact_structure
+        )
         run.audit.append(
             "run_started", mode=mode, request=request, config=config, **fields, **run.tracer.run_ids()
         )

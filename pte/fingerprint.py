@@ -80,9 +80,10 @@ def run_started_fields(
     """``tools``, ``catalogue``, ``policy``, ``prompts`` and ``stored`` for a ``run_started``.
 
     ``stored`` offers every content; `AuditLog` drops the ones its file already holds.
-    `redact` (the audit log's `Redactor.redact`) is applied to the contents *before* they
-    are hashed, so that hashes and fingerprints describe what the log holds (a schema
-    property named ``password`` is stored redacted, as every record field is).
+    `redact` (the audit log's `Redactor.redact_structure`) is applied to the contents
+    *before* they are hashed, so that hashes and fingerprints describe what the log holds: a
+    secret written into a description is stored redacted, while a schema property named
+    ``password`` stays a property (structure is not redacted by key name).
     """
     catalogue = registry.describe()
     if redact is not None:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pte.canonical import canonical_json
 from pte.control import CONTROL_RULES
 from pte.tools import Registry
 
@@ -94,11 +95,20 @@ def _catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
             if sinks:
                 entry["guarded_parameters"] = {param: sorted(allowed) for param, allowed in sinks.items()}
     # One compact JSON object per tool, one tool per line: the catalogue is most of the
-    # prompt, and indentation alone was a quarter of it (bench/bench_prompt.py).
-    lines = ",\n".join(
-        json.dumps(e, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for e in entries
-    )
+    # prompt, and indentation alone was a quarter of it (bench/bench_prompt.py). JCS, so that
+    # the prompt is the same whether the catalogue is live or read back from a log (where
+    # ``0.0`` was stored as ``0``): replay compares prompts byte for byte.
+    lines = ",\n".join(canonical_json(e) for e in entries)
     return f"[\n{lines}\n]"
+
+
+def _data_text(value: Any) -> str:
+    # JCS where the value is JSON (a live output and its logged copy print the same: 1.0
+    # and 1 are one JSON number); anything else as Python's json module shows it.
+    try:
+        return canonical_json(value)
+    except (ValueError, TypeError):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def data_block(label: str, value: Any, *, provenance: str | None = None, limit: int = _MAX_DATA_CHARS) -> str:
@@ -106,11 +116,7 @@ def data_block(label: str, value: Any, *, provenance: str | None = None, limit: 
 
     Delimiter look-alikes inside the data are neutralised so the data cannot close its block.
     """
-    text = (
-        value
-        if isinstance(value, str)
-        else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    )
+    text = value if isinstance(value, str) else _data_text(value)
     text = text.replace(DATA_OPEN, "<<<(pte_data)").replace(DATA_CLOSE, "<<<(end_pte_data)>>>")
     if len(text) > limit:
         text = text[:limit] + f"… [{len(text) - limit} more characters clipped]"

@@ -25,6 +25,7 @@ from string import Template
 from typing import Any
 
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, verify
+from pte.errors import PTEError
 from pte.fingerprint import expand_run_started, stored_contents
 
 __all__ = ["ReportError", "render_report", "write_report"]
@@ -32,7 +33,7 @@ __all__ = ["ReportError", "render_report", "write_report"]
 _TEMPLATE = Path(__file__).with_name("report_template.html")
 
 
-class ReportError(ValueError):
+class ReportError(PTEError):
     """The log cannot be reported on (unreadable, no such run)."""
 
 

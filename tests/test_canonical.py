@@ -253,3 +253,23 @@ def test_the_fast_path_boundaries_agree_with_the_reference(number: float) -> Non
     for value in ({"n": number}, [number, {"m": [number]}]):
         assert canonical_bytes(value) == rfc8785.dumps(value)
         assert is_canonical(rfc8785.dumps(value), json.loads(rfc8785.dumps(value)))
+
+
+def test_a_plan_integer_a_double_cannot_hold_is_refused_not_rounded() -> None:
+    from pte.compiler import compile_plan
+    from pte.errors import PlanRejected, ReasonCode
+    from pte.tools import load_registry
+
+    registry = load_registry(["calculator"])
+
+    def plan(n: str) -> str:
+        return (
+            '{"pte_plan":"1","steps":[{"id":"a","tool":"calculator","args":{"expression":"n",'
+            f'"variables":{{"n":{n}}}}}}}],"result":{{"$ref":"a/value"}}}}'
+        )
+
+    with pytest.raises(PlanRejected) as caught:
+        compile_plan(plan("9007199254740993"), registry)  # would round to ...992
+    assert caught.value.reason == ReasonCode.INVALID_JSON
+    assert "as strings" in str(caught.value)
+    assert compile_plan(plan("9007199254740991"), registry).steps[0].args["variables"]["n"] == 2**53 - 1
