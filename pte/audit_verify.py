@@ -380,7 +380,7 @@ def _approval_problem(record: Mapping[str, Any]) -> str | None:
 
     fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
     try:
-        approval = Approval(**fields)
+        approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
     except (TypeError, ValueError) as exc:
         return f"approval is malformed: {exc}"
     if approval.id != record.get("approval_id"):
