@@ -18,9 +18,11 @@ replay needs, from the contents stored anywhere in the log.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from pte.canonical import hash_json
@@ -67,9 +69,11 @@ def tool_fingerprint(spec: ToolSpec, entry: Mapping[str, Any] | None = None) -> 
 @cache
 def prompts_hash() -> str:
     """SHA-256 of the source of `pte.prompts`, the module that writes every LLM prompt."""
-    from pte import prompts
-
-    return hashlib.sha256(inspect.getsource(prompts).encode("utf-8")).hexdigest()
+    # Read as a file, not imported: the executor's side of PTE never loads the prompt code
+    # (tests/test_executor_isolation.py).
+    spec = importlib.util.find_spec("pte.prompts")
+    assert spec is not None and spec.origin is not None
+    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
 
 
 def run_started_fields(

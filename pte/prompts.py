@@ -102,21 +102,16 @@ def _catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
     return f"[\n{lines}\n]"
 
 
-def _data_text(value: Any) -> str:
-    # JCS where the value is JSON (a live output and its logged copy print the same: 1.0
-    # and 1 are one JSON number); anything else as Python's json module shows it.
-    try:
-        return canonical_json(value)
-    except (ValueError, TypeError):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
 def data_block(label: str, value: Any, *, provenance: str | None = None, limit: int = _MAX_DATA_CHARS) -> str:
     """Wrap `value` as a delimited, labelled data block (clipped to `limit` characters).
 
     Delimiter look-alikes inside the data are neutralised so the data cannot close its block.
     """
-    text = value if isinstance(value, str) else _data_text(value)
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    )
     text = text.replace(DATA_OPEN, "<<<(pte_data)").replace(DATA_CLOSE, "<<<(end_pte_data)>>>")
     if len(text) > limit:
         text = text[:limit] + f"… [{len(text) - limit} more characters clipped]"
