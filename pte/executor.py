@@ -320,11 +320,9 @@ class _Run:
                 self._launch()
                 i, outcome = self.completions.get()
                 self._complete(i, outcome)
-                while True:  # take whatever else finished meanwhile
-                    try:
-                        i, outcome = self.completions.get_nowait()
-                    except queue.Empty:
-                        break
+                # Take whatever else finished meanwhile (this thread is the only consumer).
+                while not self.completions.empty():
+                    i, outcome = self.completions.get_nowait()
                     self._complete(i, outcome)
                 self._flush()
         except _Superseded:
