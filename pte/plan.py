@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from pte._resources import load_schema
 from pte.canonical import canonical_json
+from pte.canonical import loads as canonical_loads
 
 __all__ = [
     "ELEMENT",
@@ -285,6 +286,18 @@ class PlanDocument(BaseModel):
 # --- the compiled plan ------------------------------------------------------------------------
 
 
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON data: new dicts and lists, the (immutable) scalars shared.
+
+    What ``json.loads(json.dumps(value))`` gives for JSON data, without making the text.
+    """
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [copy_json(item) for item in value]
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class PlanStep:
     """A validated step. `args` is rebuilt from canonical JSON on each access (immutable)."""
@@ -329,7 +342,7 @@ class PlanStep:
     @property
     def args(self) -> dict[str, Any]:
         """A fresh copy of the step's arguments, references left in place."""
-        value: dict[str, Any] = json.loads(self.args_json)
+        value: dict[str, Any] = canonical_loads(self.args_json)
         return value
 
     @property
@@ -338,9 +351,12 @@ class PlanStep:
         return canonical_json(self._args)
 
     def resolve_args(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments with every reference replaced by the value it selects (KeyError if absent)."""
-        # A JSON round trip is the cheapest deep copy: tools can never mutate the plan.
-        args: dict[str, Any] = json.loads(json.dumps(self._args))
+        """The arguments with every reference replaced by the value it selects (KeyError if absent).
+
+        The literal parts are a fresh copy (nothing done to the result reaches the plan); the
+        values references select are the outputs' own objects, not copies.
+        """
+        args: dict[str, Any] = copy_json(self._args)
         for path, ref in self.references:
             target: Any = args
             for key in path[:-1]:
@@ -421,7 +437,7 @@ class Plan:
     @property
     def result(self) -> Any:
         """The plan's `result` expression (references unresolved), or None."""
-        return None if self.result_json is None else json.loads(self.result_json)
+        return None if self.result_json is None else canonical_loads(self.result_json)
 
     @property
     def has_result(self) -> bool:
@@ -447,7 +463,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan document (a fresh copy)."""
-        value: dict[str, Any] = json.loads(self.canonical)
+        value: dict[str, Any] = canonical_loads(self.canonical)
         return value
 
     def to_json(self, indent: int | None = 2) -> str:
