@@ -49,21 +49,20 @@ class Limits:
     validate and explain. The defaults keep compiling any text within them, accepted or
     rejected, well under 50 ms (`bench/bench_rejection.py`): 250 steps (what an LLM writes
     within `pte.llm.DEFAULT_MAX_TOKENS` at ~60 tokens a step; per-item work is one `for_each`
-    step) and 10,000 values (40 a step).
+    step) and 10,000 values (40 a step). ``max_values=None`` sets no value cap: what a log
+    written before the cap existed records, so its replay compiles as it did then.
     """
 
     max_steps: int = 250
     max_bytes: int = 1_000_000
     max_depth: int = 32
-    max_values: int = 10_000
+    max_values: int | None = 10_000
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "max_steps": self.max_steps,
-            "max_bytes": self.max_bytes,
-            "max_depth": self.max_depth,
-            "max_values": self.max_values,
-        }
+        out = {"max_steps": self.max_steps, "max_bytes": self.max_bytes, "max_depth": self.max_depth}
+        if self.max_values is not None:
+            out["max_values"] = self.max_values
+        return out
 
 
 DEFAULT_LIMITS = Limits()
@@ -165,15 +164,14 @@ def parse_json(ctx: CompileContext) -> None:
     # Deep or wide text is refused from its skeleton, in a few C-speed passes, before the
     # parser builds a single value (pte._nesting). Every string is a value or a key with one.
     most = ctx.limits.max_values
-    skeleton = outside_strings(ctx.text, max_strings=2 * most)
-    if skeleton is None:
-        raise _reject(
-            ReasonCode.PLAN_TOO_LARGE, f"plan holds over {2 * most} strings, so over {most} JSON values"
-        )
+    skeleton = outside_strings(ctx.text, max_strings=None if most is None else 2 * most)
+    if skeleton is None:  # (only with a cap)
+        message = f"plan holds over {2 * (most or 0)} strings, so over {most} JSON values"
+        raise _reject(ReasonCode.PLAN_TOO_LARGE, message)
     # Room above the plan's depth limit (reported precisely below); deep text costs one pass.
     if nests_deeper_than(skeleton, deepest := ctx.limits.max_depth + 16):
         raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan nesting is deeper than {deepest} levels")
-    if (values := count_values(skeleton)) > most:
+    if most is not None and (values := count_values(skeleton)) > most:
         raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan holds {values} JSON values; the limit is {most}")
     try:
         value = strict_json.loads(ctx.text, max_depth=ctx.limits.max_depth + 16)

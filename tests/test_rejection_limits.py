@@ -126,5 +126,9 @@ def test_limits_are_recorded_and_old_records_still_load() -> None:
     assert DEFAULT_LIMITS.to_dict()["max_values"] == DEFAULT_LIMITS.max_values
     recorded = EngineConfig().to_dict()
     assert EngineConfig.from_dict(recorded).limits == DEFAULT_LIMITS
-    del recorded["limits"]["max_values"]  # a log written before the cap existed
-    assert EngineConfig.from_dict(recorded).limits.max_values == DEFAULT_LIMITS.max_values
+    del recorded["limits"]["max_values"]  # a log written before the cap existed: it had none
+    old = EngineConfig.from_dict(recorded)
+    assert old.limits.max_values is None
+    assert old.to_dict() == recorded  # so its replay records the same config
+    wide = _plan('{"x":[' + ",".join(["1"] * (DEFAULT_LIMITS.max_values + 10)) + "]}")
+    assert compile_plan(wide, example_registry(), old.limits).steps[0].id == "a"

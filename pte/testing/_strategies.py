@@ -837,7 +837,7 @@ def _depth(value: Json) -> int:
 def _fits(text: str, limits: Limits, doc: Json = None) -> bool:
     if len(text.encode("utf-8", "surrogatepass")) > limits.max_bytes:
         return False
-    if count_values(text) > limits.max_values:
+    if limits.max_values is not None and count_values(text) > limits.max_values:
         return False
     if isinstance(doc, dict):
         steps = doc.get("steps")
