@@ -15,14 +15,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._tool_schema import SchemaTool, tool_from_schema
+from pte._version import __version__
 from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
 from pte.audit import AuditLog, Durability
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
 from pte.canonical import canonical_json, hash_json
+from pte.checkpoint import Checkpoint, CheckpointError, CheckpointReport, verify_checkpoints, write_checkpoint
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.control_run import ConditionNotMet
 from pte.errors import (
@@ -50,6 +50,7 @@ from pte.logs import configure_logging
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.policy import Policy, PolicyError, load_policy
 from pte.redaction import Redactor
+from pte.report import ReportError, render_report, write_report
 from pte.signing import KeyFileError
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
@@ -108,6 +109,9 @@ __all__ = [
     "AuditFormatError",
     "AuditLog",
     "AuditWriteError",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointReport",
     "ConditionNotMet",
     "Durability",
     "Engine",
@@ -150,6 +154,7 @@ __all__ = [
     "ReplayDataError",
     "ReplayDivergence",
     "ReplayReport",
+    "ReportError",
     "RunInfo",
     "RunPaused",
     "RunResult",
@@ -183,6 +188,7 @@ __all__ = [
     "plan_schema",
     "provenance",
     "read_records",
+    "render_report",
     "render_result",
     "replay_file",
     "resume_file",
@@ -191,4 +197,7 @@ __all__ = [
     "tool",
     "tool_from_schema",
     "verify",
+    "verify_checkpoints",
+    "write_checkpoint",
+    "write_report",
 ]
