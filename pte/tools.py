@@ -34,7 +34,7 @@ from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_p
 from pte import _generics
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._resources import data_dir
-from pte.canonical import canonical_json
+from pte.canonical import canonical_bytes
 from pte.errors import ToolError, ToolPackError, ToolRegistrationError
 
 __all__ = [
@@ -205,8 +205,9 @@ class ToolSpec:
         try:
             output = to_jsonable_python(result)
             # What cannot be written to the audit log (NaN, a lone surrogate) fails the step,
-            # not the log.
-            canonical_json(output).encode("utf-8")
+            # not the log. (The log encodes the record again; a bare number or plain JSON is
+            # settled by orjson here without the reference encoder.)
+            canonical_bytes(output)
         except (PydanticSerializationError, ValueError, TypeError, RecursionError, UnicodeEncodeError) as exc:
             raise ToolError("invalid_output", f"output is not JSON-serialisable: {exc}") from None
         return output
