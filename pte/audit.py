@@ -64,6 +64,7 @@ __all__ = [
     "verify",
 ]
 
+from pte._audit_fast import without_member as _without_member
 from pte._version import __version__
 from pte.audit_verify import (
     _COMMON_FIELDS,
@@ -71,7 +72,6 @@ from pte.audit_verify import (
     _common_fields_problem,
     _record_hash_problem,
     _schema_problem,
-    _without_member,
 )
 from pte.audit_verify import (
     GENESIS_HASH as GENESIS_HASH,
