@@ -164,7 +164,9 @@ def bench_shape(shape: str, steps: int, repeat: int) -> bool:
     text = plan_text(steps, shape)
     started = time.perf_counter()
     plan = compile_plan(
-        text, REGISTRY, Limits(max_steps=max(steps, 1000), max_bytes=max(len(text), 1_000_000))
+        text,
+        REGISTRY,
+        Limits(max_steps=max(steps, 1000), max_bytes=max(len(text), 1_000_000), max_values=len(text)),
     )
     compile_us = (time.perf_counter() - started) / steps * 1e6
     with tempfile.TemporaryDirectory() as tmp:
