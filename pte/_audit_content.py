@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from hashlib import sha256 as _sha256
 from typing import Any
 
-from pte.canonical import canonical_bytes
+from pte._canonical import canonical_bytes
 
 __all__ = ["approval_problem", "content_problem"]
 
@@ -64,7 +64,7 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
     replay with ``--approval-key``), not for the log; what the log can show is that nobody
     edited a signed approval, and that ``signed`` is never claimed without a signature.
     """
-    from pte.approval import Approval  # the approval store pulls in the tool registry
+    from pte._approval import Approval  # the approval store pulls in the tool registry
 
     fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
     try:
@@ -80,5 +80,5 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-#: The members of an ``approval`` record that are the approval itself (`pte.approval.Approval`).
+#: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
 _APPROVAL_FIELDS = ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")

@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -24,9 +24,9 @@ import jsonschema
 import jsonschema_rs
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from pte.canonical import canonical_json
-from pte.errors import ToolError, ToolRegistrationError
-from pte.tools import Effect, OutputProvenance, ToolSpec
+from pte._canonical import canonical_json
+from pte._errors import ToolError, ToolRegistrationError
+from pte._tools import Effect, OutputProvenance, ToolSpec
 
 __all__ = ["SchemaTool", "tool_from_schema"]
 
@@ -155,7 +155,7 @@ def tool_from_schema(
     input schema that is not an object, a ``$ref`` to another document, or a sink that is not
     an input property.
     """
-    from pte.plan import TOOL_NAME_RE  # local, as in pte.tools
+    from pte._plan import TOOL_NAME_RE  # local, as in pte._tools
 
     if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
         raise ToolRegistrationError(f"tool name {name!r} must match ^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$")
@@ -192,9 +192,6 @@ def tool_from_schema(
                 f"tool {name!r}: sink {param!r} names unknown provenance {sorted(unknown)}"
             )
         sink_map[param] = labels
-    extra: dict[str, Any] = {}
-    if "is_async" in {f.name for f in fields(ToolSpec)}:  # executors that run async tools on their loop
-        extra["is_async"] = inspect.iscoroutinefunction(func)
     return SchemaTool(
         name=name,
         description=description.strip(),
@@ -211,5 +208,5 @@ def tool_from_schema(
         _output_validator=jsonschema.Draft202012Validator(outputs),
         _fast_input=jsonschema_rs.validator_for(inputs),
         _fast_output=jsonschema_rs.validator_for(outputs),
-        **extra,
+        is_async=inspect.iscoroutinefunction(func),
     )
