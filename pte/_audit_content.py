@@ -1,6 +1,6 @@
 """Checks of a format 2 log's content beyond the chain: stored content and approvals.
 
-`verify` (pte.audit_verify) runs them on ``run_started`` and ``approval`` records
+`verify` (pte._audit_verify) runs them on ``run_started`` and ``approval`` records
 (docs/audit-format.md, sections 5 and 7).
 """
 

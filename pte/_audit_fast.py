@@ -1,7 +1,7 @@
 """The fast path of `verify`: one compiled pass that proves a format 2 line good, or defers.
 
 `verify` checks each line against its reference rules (orjson parse, RFC 8785 form through
-`pte.canonical`, the hash chain, the record schema through jsonschema-rs, run structure).
+`pte._canonical`, the hash chain, the record schema through jsonschema-rs, run structure).
 Most of that time went to converting each parsed record into jsonschema-rs' own values and
 to walking it in Python for numbers orjson and JCS write differently. This module compiles
 the record schema (`schemas/audit-record.schema.json`, the one definition) into msgspec

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-import pte.audit_verify as audit_verify
+import pte._audit_verify as audit_verify
 from pte._audit_fast import (
     TIMESTAMP_PATTERN,
     FastPath,
@@ -35,8 +35,8 @@ from pte._audit_fast import (
     fast_errors,
     no_surrogate_pairs,
 )
-from pte.audit_verify import VerifyReport, load_audit_schema, verify
-from pte.canonical import is_canonical
+from pte._audit_verify import VerifyReport, load_audit_schema, verify
+from pte._canonical import is_canonical
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "audit_samples").glob("*.jsonl"))
 _COMPILED = audit_verify._fast_path()
