@@ -150,25 +150,37 @@ def _only(schema: Mapping[str, Any], *allowed: str) -> None:
         raise Unsupported(f"keywords {sorted(extra)}")
 
 
-def _literal(values: list[Any]) -> Any:
-    for value in values:
-        if value is not None and value.__class__ not in (str, bool):
+def _literal(values: list[Any]) -> tuple[Any, Check | None]:
+    """``const``/``enum`` of strings (a ``Literal``) or of booleans (``bool`` and a check).
+
+    Booleans are not given to ``Literal``: msgspec before 0.22 reads ``Literal[True]`` as the
+    integer 1 (bool is an int subclass), which would let ``1`` through where the schema
+    says ``true``. Numbers are left out (JCS's form of them is checked elsewhere).
+    """
+    nullable = None in values
+    present = [v for v in values if v is not None]
+    if present and all(v.__class__ is bool for v in present):
+        allowed = frozenset(present)
+        if nullable:
+            return bool | None, lambda v: v is None or v in allowed
+        return bool, lambda v: v in allowed
+    for value in present:
+        if value.__class__ is not str:
             raise Unsupported(f"enum value {value!r}")
-    strings = tuple(v for v in values if v is not None)
-    kinds: list[Any] = [Literal[strings]] if strings else []
-    if len(strings) != len(values):
+    kinds: list[Any] = [Literal[tuple(present)]] if present else []
+    if nullable:
         kinds.append(None)
-    return _union(*kinds)
+    return _union(*kinds), None
 
 
 def _translate(schema: Mapping[str, Any], name: str) -> tuple[Any, Check | None]:
     """(msgspec type, residual check or None) for one (dereferenced) JSON Schema."""
     if "const" in schema:
         _only(schema, "const")
-        return _literal([schema["const"]]), None
+        return _literal([schema["const"]])
     if "enum" in schema:
         _only(schema, "enum")
-        return _literal(list(schema["enum"])), None
+        return _literal(list(schema["enum"]))
     if "anyOf" in schema:
         _only(schema, "anyOf")
         branches = schema["anyOf"]

@@ -149,6 +149,41 @@ def test_unknown_schema_constructs_leave_a_record_type_to_the_reference_path() -
         compile_fast_path({"y": odd[0]}, exclude=frozenset(), implied=frozenset())
 
 
+def test_a_boolean_const_takes_only_that_boolean() -> None:
+    """``const: true`` is not given to msgspec as ``Literal[True]`` (older msgspec reads it as
+    the integer 1): ``1``, ``false`` and ``null`` are left to the reference path."""
+    common = {name: {"type": "string"} for name in ("run_id", "ts", "prev", "hash")}
+    schema = {
+        "type": "object",
+        "properties": {
+            **common,
+            "seq": {"type": "integer"},
+            "type": {"const": "x"},
+            "flag": {"const": True},
+            "either": {"enum": [True, None]},
+        },
+        "required": ["seq", "run_id", "ts", "type", "prev", "hash"],
+        "additionalProperties": False,
+    }
+    fast = compile_fast_path({"x": schema}, exclude=frozenset(), implied=frozenset())
+    base = {"hash": "h", "prev": "p", "run_id": "r", "seq": 1, "ts": "t", "type": "x"}
+
+    def accepted(**members: Any) -> bool:
+        line = rfc8785.dumps({**base, **members})
+        try:
+            record = fast.decode(line)
+        except fast_errors:
+            return False
+        check = fast.checks[record.__class__]
+        return (check is None or check(record)) and fast.encode(record) == line
+
+    assert accepted(flag=True) and accepted(either=True) and accepted(either=None) and accepted()
+    for bad in (1, 0, False, None, "true"):
+        assert not accepted(flag=bad), bad
+    for bad in (1, False, "x"):
+        assert not accepted(either=bad), bad
+
+
 # ---------------------------------------------------------------------------------------------
 # Soundness of the compiled schema
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +331,14 @@ def test_rechained_edits_give_the_same_report(data: st.DataObject) -> None:
     else:
         records[index] = _edit(records[index], data)
     encoder = data.draw(
-        st.sampled_from([None, lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS), json.dumps])
+        st.sampled_from(
+            [
+                None,
+                lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS),
+                lambda v: orjson.dumps(dict(reversed(v.items()))),  # members out of order
+                json.dumps,
+            ]
+        )
     )
     try:
         lines = _rechain(
@@ -361,3 +403,38 @@ def test_a_long_log_with_every_kind_of_late_problem(tmp_path: Path) -> None:
                         assert report.issue is not None and report.issue.line == at + 1, (key, value)
                         caught += 1
     assert caught > 10 and accepted > 0
+
+
+V1_LOGS = sorted((Path(__file__).resolve().parent / "data").glob("audit_v1_*.jsonl"))
+
+
+@pytest.mark.parametrize("path", [*V1_LOGS, *SAMPLES], ids=lambda p: p.name)
+def test_every_v1_log_and_sample_still_verifies(path: Path) -> None:
+    """Format 1 logs never take the fast path (it is format 2 only) and verify as before."""
+    assert V1_LOGS
+    report = _same(path.read_bytes().splitlines(keepends=True))
+    assert report.intact
+    if path in V1_LOGS:
+        assert report.ok and report.format == 1
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_tampered_v1_logs_give_the_same_report(data: st.DataObject) -> None:
+    lines = data.draw(st.sampled_from(V1_LOGS)).read_bytes().splitlines(keepends=True)
+    i = data.draw(st.integers(min_value=0, max_value=len(lines) - 1))
+    action = data.draw(st.sampled_from(["byte", "delete", "swap", "truncate"]))
+    if action == "byte":
+        line = bytearray(lines[i])
+        at = data.draw(st.integers(min_value=0, max_value=len(line) - 1))
+        line[at] = data.draw(st.integers(min_value=0, max_value=255))
+        lines[i] = bytes(line)
+    elif action == "delete":
+        del lines[i]
+    elif action == "swap":
+        j = data.draw(st.integers(min_value=0, max_value=len(lines) - 1))
+        lines[i], lines[j] = lines[j], lines[i]
+    else:
+        lines[i] = lines[i][: data.draw(st.integers(min_value=0, max_value=len(lines[i]) - 1))]
+        del lines[i + 1 :]
+    _same(lines)
