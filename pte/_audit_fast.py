@@ -153,9 +153,10 @@ def _only(schema: Mapping[str, Any], *allowed: str) -> None:
 def _literal(values: list[Any]) -> tuple[Any, Check | None]:
     """``const``/``enum`` of strings (a ``Literal``) or of booleans (``bool`` and a check).
 
-    Booleans are not given to ``Literal``: msgspec before 0.22 reads ``Literal[True]`` as the
-    integer 1 (bool is an int subclass), which would let ``1`` through where the schema
-    says ``true``. Numbers are left out (JCS's form of them is checked elsewhere).
+    Booleans are not given to ``Literal``: msgspec before 0.22 refuses ``Literal[True]``
+    (a TypeError when the decoder is built, which would have broken `verify`), and a check
+    by identity cannot mistake ``1`` for ``true``. Numbers are left out (JCS's form of them
+    is checked elsewhere).
     """
     nullable = None in values
     present = [v for v in values if v is not None]

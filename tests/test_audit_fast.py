@@ -150,8 +150,8 @@ def test_unknown_schema_constructs_leave_a_record_type_to_the_reference_path() -
 
 
 def test_a_boolean_const_takes_only_that_boolean() -> None:
-    """``const: true`` is not given to msgspec as ``Literal[True]`` (older msgspec reads it as
-    the integer 1): ``1``, ``false`` and ``null`` are left to the reference path."""
+    """``const: true`` is not given to msgspec as ``Literal[True]`` (msgspec < 0.22 refuses
+    it): ``1``, ``false`` and ``null`` are left to the reference path."""
     common = {name: {"type": "string"} for name in ("run_id", "ts", "prev", "hash")}
     schema = {
         "type": "object",
