@@ -25,6 +25,7 @@ from pte import _schema_types as st
 from pte._nesting import nests_deeper_than
 from pte.canonical import canonical_json, sha256_hex
 from pte.errors import PlanRejected, ReasonCode
+from pte.idempotency import check_idempotency_keys
 from pte.plan import Plan, Reference, build_plan, is_reference, plan_schema
 from pte.tools import Registry, ToolSpec
 
@@ -642,6 +643,7 @@ PIPELINE: tuple[CompileCheck, ...] = (
     check_schema,
     check_unique_ids,
     check_tools_allowed,
+    check_idempotency_keys,
     check_references,
     check_control,
     check_acyclic,

@@ -43,6 +43,7 @@ import heapq
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -51,6 +52,7 @@ from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, start_call
 from pte.audit import AuditLog
 from pte.control_run import is_controlled, run_with_control
 from pte.errors import AuditWriteError, ToolError
+from pte.idempotency import derive_key
 from pte.plan import Plan, PlanStep, Reference, is_reference
 from pte.tools import Registry, ToolSpec
 
@@ -246,6 +248,8 @@ class _Run:
         self.plan = plan
         self.audit = audit
         self.on_step = on_step
+        #: Scopes idempotency keys: the log's run id (the same when resumed), else this run's own.
+        self.run_id = audit.run_id if audit is not None else uuid.uuid4().hex
         self.execution = ExecutionResult(plan=plan, outputs=dict(completed or {}))
         #: Outputs that later steps may use: recorded ones and those of steps still unrecorded.
         self.available: dict[str, Any] = dict(self.execution.outputs)
@@ -376,6 +380,8 @@ class _Run:
             )
             self.completions.put((i, CallOutcome(error=unresolved)))
             return
+        if spec.idempotency_key is not None:  # the engine's key, never the plan's (pte.idempotency)
+            args[spec.idempotency_key] = derive_key(self.run_id, self.plan.hash, step.id)
         self.args[i] = args
         invalid = _args_error(spec, args)
         if invalid is not None:

@@ -320,7 +320,8 @@ class Policy:
         if self.default != "guarded" or spec is None or spec.effect != "write":
             return entry
         params = spec.input_schema.get("properties") or {}
-        missing = [p for p in params if p not in entry.sinks]
+        # The idempotency key is the engine's, never a plan's: not a sink (pte.idempotency).
+        missing = [p for p in params if p not in entry.sinks and p != spec.idempotency_key]
         if not missing:
             return entry
         # Declared sinks first (their order is the check order), then the guarded defaults.
