@@ -266,9 +266,9 @@ class ToolSpec:
             _recorded_code_sha256=str(entry.get("code_sha256") or ""),
         )
 
-    @property
-    def _planner_input_schema(self) -> Mapping[str, Any]:
-        # The idempotency key is PTE's to fill: a planner is not shown it (pte.idempotency).
+    @functools.cached_property
+    def planner_input_schema(self) -> Mapping[str, Any]:
+        """The input schema a plan's arguments may use: without the idempotency key, which PTE fills."""
         if self.idempotency_key is None:
             return self.input_schema
         return without_key(self.input_schema, self.idempotency_key)
@@ -279,7 +279,7 @@ class ToolSpec:
             "name": self.name,
             "description": self.description,
             "effect": self.effect,
-            "input_schema": _generics.without_titles(self._planner_input_schema),
+            "input_schema": _generics.without_titles(self.planner_input_schema),
             "output_schema": _generics.without_titles(self.output_schema),
         }
         if self.provenance == "untrusted":
