@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 from pte import __version__
 from pte.cli_support import (
     InputFileError,
+    add_execution_flags,
+    execution_settings,
     guarded,
     input_file,
     non_empty_text,
@@ -235,7 +237,7 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
     )
     policy = _policy(registry, args)
     gate = approval if approval is not None else _gate(registry, args, policy)
-    return Engine(registry, llm, config=config, policy=policy, approval=gate)
+    return Engine(registry, llm, config=config, policy=policy, approval=gate, **execution_settings(args))
 
 
 def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
@@ -656,6 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_store(p)
     _add_approvals(p)
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
+    add_execution_flags(p)
     _add_json(p)
     p.set_defaults(func=cmd_execute)
 
@@ -671,6 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_approvals(p)
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
+    add_execution_flags(p)
     _add_json(p)
     p.set_defaults(func=cmd_run)
 

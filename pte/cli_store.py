@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pte.cli_support import add_execution_flags, execution_settings
 from pte.errors import FailedClosed, PTEError
 from pte.stores import Store, StoreError, open_store
 
@@ -337,12 +338,15 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
         )
         if value is not None
     } if (args.model or args.base_url or args.replay_responses) else {}  # fmt: skip
+    execution = execution_settings(args)
     config = WorkerConfig(
         args.store or os.environ["PTE_STORE"],
         tuple(packs),
         args.approval_ttl or 86400.0,
         json.dumps(llm),
         json.dumps(policy_document),
+        execution["max_concurrency"],
+        execution["serial_writes"],
     )
     os.environ.update(config.to_env())
     app = make_app(broker, visibility_timeout=args.visibility_timeout)
@@ -440,6 +444,7 @@ def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
         "--approval-ttl", type=float, help="seconds a paused run waits for a decision (default 86400)"
     )
     p.add_argument("--loglevel", default="WARNING")
+    add_execution_flags(p)
     add_llm(p)
     p.set_defaults(func=cmd_worker)
 

@@ -229,6 +229,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_execution_flags(parser: argparse.ArgumentParser) -> None:
+    """``--max-concurrency N`` and ``--serial-writes``: how the deployment lets steps overlap."""
+    parser.add_argument(
+        "--max-concurrency",
+        type=positive_int,
+        metavar="N",
+        help="most steps running at once (default 8; 1: one at a time, in plan order)",
+    )
+    parser.add_argument(
+        "--serial-writes", action="store_true", help="a write step runs alone, with no other step beside it"
+    )
+
+
+def execution_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The `Engine` keyword arguments `add_execution_flags` gives (defaults when absent)."""
+    from pte.executor import DEFAULT_CONCURRENCY
+
+    return {
+        "max_concurrency": getattr(args, "max_concurrency", None) or DEFAULT_CONCURRENCY,
+        "serial_writes": bool(getattr(args, "serial_writes", False)),
+    }
+
+
 def non_empty_text(text: str) -> str:
     """argparse type: text with at least one visible character, no control characters."""
     if not text.strip():

@@ -38,12 +38,12 @@ and the sequencer (`_flush`) do not look inside a step.
 from __future__ import annotations
 
 import contextvars
-import copy
 import heapq
 import queue
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -53,7 +53,7 @@ from pte.audit import AuditLog
 from pte.control_run import is_controlled, run_with_control
 from pte.errors import AuditWriteError, ToolError
 from pte.idempotency import derive_key
-from pte.plan import Plan, PlanStep, Reference, is_reference
+from pte.plan import Plan, PlanStep, Reference, copy_json, is_reference
 from pte.tools import Registry, ToolSpec
 
 __all__ = ["ExecutionResult", "Executor", "LiveInvoker", "StepResult", "ToolInvoker"]
@@ -283,6 +283,15 @@ class _Run:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.aborted = False
+        #: The call running on the owner thread (`_run_inline`): its number (+1 per call),
+        #: step, deadline and whether it still counts (False once it ended or timed out).
+        self.inline_lock = threading.Lock()
+        self.inline_call = 0
+        self.inline_step = -1
+        self.inline_deadline = 0.0
+        self.inline_live = False
+        #: When the watchdog timer of inline calls fires next (None: not armed).
+        self.watchdog_at: float | None = None
 
     def _is_write(self, i: int) -> bool:
         return self.specs[i].effect == "write"
@@ -315,11 +324,9 @@ class _Run:
                 self._launch()
                 i, outcome = self.completions.get()
                 self._complete(i, outcome)
-                while True:  # take whatever else finished meanwhile
-                    try:
-                        i, outcome = self.completions.get_nowait()
-                    except queue.Empty:
-                        break
+                # Take whatever else finished meanwhile (this thread is the only consumer).
+                while not self.completions.empty():
+                    i, outcome = self.completions.get_nowait()
                     self._complete(i, outcome)
                 self._flush()
         except _Superseded:
@@ -398,7 +405,7 @@ class _Run:
         # The tool gets its own deep copy: resolved references share objects with earlier
         # steps' outputs, and a tool that mutates its arguments must not rewrite what those
         # steps returned (and the log recorded) nor the args kept in this step's result.
-        private = copy.deepcopy(args)
+        private = copy_json(args)
         self.called.add(i)
         invoker = self.executor.invoker
         if isinstance(invoker, LiveInvoker):
@@ -484,33 +491,58 @@ class _Run:
     def _run_inline(self, i: int, spec: ToolSpec, args: dict[str, Any]) -> None:
         """Call a plain tool right here: nothing else can run until it finishes anyway.
 
-        If it overruns its timeout, the timer records the timeout and starts a new owner
-        thread for the run; this one, stuck in the call, leaves the run alone when (if) the
-        call returns: the call is abandoned, as on any worker thread.
+        If it overruns its timeout, the watchdog (`_watch`) records the timeout and starts a
+        new owner thread for the run; this one, stuck in the call, leaves the run alone when
+        (if) the call returns: the call is abandoned, as on any worker thread.
         """
-        inline = _Inline()
-        self.running[i] = inline
-
-        def deadline() -> None:
-            with inline.lock:
-                if inline.state != "running":
-                    return
-                inline.state = "timed_out"
-            message = (
-                f"{spec.name} did not finish within {spec.timeout_s:g}s and was abandoned "
-                "(a thread cannot be stopped: it may still finish)"
-            )
-            self.completions.put((i, CallOutcome(error=ToolError("timeout", message))))
-            context = contextvars.copy_context()
-            _WORKERS.submit(lambda: context.run(self.own))
-
-        _TIMERS.call_at(time.monotonic() + spec.timeout_s, deadline)
+        self.running[i] = _INLINE
+        deadline = time.monotonic() + spec.timeout_s
+        with self.inline_lock:
+            self.inline_call += 1
+            call = self.inline_call
+            self.inline_step, self.inline_deadline, self.inline_live = i, deadline, True
+            # One timer serves every inline call of the run: it is armed again only when this
+            # deadline comes before the one it is armed for (see `_watch`).
+            arm = self.watchdog_at is None or deadline < self.watchdog_at
+            if arm:
+                self.watchdog_at = deadline
+        if arm:
+            ref = weakref.ref(self)
+            _TIMERS.call_at(deadline, lambda: _watch(ref, deadline))
         output, error, _ = attempt_sync(spec, args)
-        with inline.lock:
-            if inline.state == "timed_out":
+        with self.inline_lock:
+            if self.inline_call != call or not self.inline_live:
                 raise _Superseded
-            inline.state = "returned"
+            self.inline_live = False
         self.completions.put((i, CallOutcome(output, error)))
+
+    def _watch(self, armed_for: float) -> None:
+        """The watchdog's timer fired: time out the inline call if its deadline has passed.
+
+        A call that ended meanwhile needs nothing (the next one arms the timer again); a
+        later call with a later deadline gets the timer armed again for it.
+        """
+        with self.inline_lock:
+            if self.watchdog_at != armed_for:
+                return  # superseded by a timer armed for an earlier deadline
+            self.watchdog_at = None
+            if not self.inline_live:
+                return
+            if time.monotonic() < self.inline_deadline:
+                self.watchdog_at = deadline = self.inline_deadline
+                ref = weakref.ref(self)
+                _TIMERS.call_at(deadline, lambda: _watch(ref, deadline))
+                return
+            self.inline_live = False
+            i = self.inline_step
+        spec = self.specs[i]
+        message = (
+            f"{spec.name} did not finish within {spec.timeout_s:g}s and was abandoned "
+            "(a thread cannot be stopped: it may still finish)"
+        )
+        self.completions.put((i, CallOutcome(error=ToolError("timeout", message))))
+        context = contextvars.copy_context()
+        _WORKERS.submit(lambda: context.run(self.own))
 
     # -- the sequencer ---------------------------------------------------------------------------
 
@@ -576,14 +608,19 @@ class _Superseded(BaseException):
 
 
 class _Inline:
-    """A call run on the owner thread itself (see `_Run._run_inline`)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.state = "running"
+    """Stands for the call running on the owner thread (see `_Run._run_inline`) in `running`."""
 
     def cancel(self) -> bool:
         return False  # a thread cannot be stopped; it reports when it ends
+
+
+_INLINE = _Inline()
+
+
+def _watch(ref: weakref.ref[_Run], armed_for: float) -> None:
+    run = ref()
+    if run is not None:
+        run._watch(armed_for)
 
 
 def _runs_inline(spec: ToolSpec) -> bool:

@@ -285,6 +285,18 @@ class PlanDocument(BaseModel):
 # --- the compiled plan ------------------------------------------------------------------------
 
 
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON data: new dicts and lists, the (immutable) scalars shared.
+
+    What ``json.loads(json.dumps(value))`` gives for JSON data, without making the text.
+    """
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [copy_json(item) for item in value]
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class PlanStep:
     """A validated step. `args` is rebuilt from canonical JSON on each access (immutable)."""
@@ -338,9 +350,12 @@ class PlanStep:
         return canonical_json(self._args)
 
     def resolve_args(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments with every reference replaced by the value it selects (KeyError if absent)."""
-        # A JSON round trip is the cheapest deep copy: tools can never mutate the plan.
-        args: dict[str, Any] = json.loads(json.dumps(self._args))
+        """The arguments with every reference replaced by the value it selects (KeyError if absent).
+
+        The literal parts are a fresh copy (nothing done to the result reaches the plan); the
+        values references select are the outputs' own objects, not copies.
+        """
+        args: dict[str, Any] = copy_json(self._args)
         for path, ref in self.references:
             target: Any = args
             for key in path[:-1]:

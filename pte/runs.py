@@ -348,8 +348,11 @@ def job_engine(
     gate: Callable[[Plan, AuditLog], None],
     llm: LLMClient | None = None,
     policy_document: Any = None,
+    execution: Mapping[str, Any] | None = None,
 ) -> Engine:
     """The engine for a submitted job, under the *worker's* policy document (if any) over `registry`.
+
+    `execution`: the worker's ``max_concurrency``/``serial_writes`` (`Engine`), never the job's.
 
     A job's own ``policy`` is never applied (workers refuse a job whose policy differs from
     theirs). The answer is the plan's result rendered deterministically (no finalizer call)."""
@@ -360,4 +363,4 @@ def job_engine(
     if policy_document is not None:
         policy = policy.with_document(policy_document, source="<worker policy>", ignore_unknown=True)
     config = EngineConfig(llm_answer=False)
-    return Engine(registry, llm, config=config, policy=policy, approval=gate)
+    return Engine(registry, llm, config=config, policy=policy, approval=gate, **dict(execution or {}))

@@ -185,7 +185,13 @@ class ToolSpec:
             model = self._input_model.model_validate(args)
         except pydantic.ValidationError as exc:
             raise ToolError("invalid_args", str(exc)) from None
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        return {name: getattr(model, name) for name in self._param_names}
+
+    @functools.cached_property
+    def _param_names(self) -> tuple[str, ...]:
+        # The function's parameters, once: asking the model class for its fields on every call
+        # costs more than the call of a small tool.
+        return tuple(self._input_model.model_fields)
 
     def to_output(self, result: Any) -> Any:
         """The function's return value as JSON data (ToolError('invalid_output') if it has none)."""

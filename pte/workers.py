@@ -35,6 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 from pte.errors import FailedClosed, PTEError, ReasonCode
+from pte.executor import DEFAULT_CONCURRENCY
 from pte.llm import LLMClient
 from pte.runs import DEFAULT_APPROVAL_TTL, PausedRun, job_engine, pausing_gate, resume_run, run_in_store
 from pte.stores import Store, StoreError, check_run_id, open_store
@@ -60,6 +61,10 @@ class WorkerConfig:
     #: The worker's own policy document (``pte worker --policy``), as JSON; "null": the
     #: packs' defaults. Policy is the deployment's authority: a job never brings its own.
     policy: str = "null"
+    #: Most steps of a run at once, and whether a write runs alone (``pte worker
+    #: --max-concurrency/--serial-writes``; `pte.executor.Executor`).
+    max_concurrency: int = DEFAULT_CONCURRENCY
+    serial_writes: bool = False
 
     def to_env(self) -> dict[str, str]:
         return {
@@ -68,6 +73,8 @@ class WorkerConfig:
             "PTE_WORKER_APPROVAL_TTL": str(self.approval_ttl_s),
             "PTE_WORKER_LLM": self.llm,
             "PTE_WORKER_POLICY": self.policy,
+            "PTE_WORKER_MAX_CONCURRENCY": str(self.max_concurrency),
+            "PTE_WORKER_SERIAL_WRITES": "1" if self.serial_writes else "0",
         }
 
     @classmethod
@@ -79,9 +86,13 @@ class WorkerConfig:
                 float(os.environ.get("PTE_WORKER_APPROVAL_TTL", DEFAULT_APPROVAL_TTL.total_seconds())),
                 os.environ.get("PTE_WORKER_LLM", "{}"),
                 os.environ.get("PTE_WORKER_POLICY", "null"),
+                int(os.environ.get("PTE_WORKER_MAX_CONCURRENCY", DEFAULT_CONCURRENCY)),
+                os.environ.get("PTE_WORKER_SERIAL_WRITES", "0") == "1",
             )
         except KeyError as exc:
             raise PTEError(f"worker configuration missing: {exc}") from None
+        except ValueError as exc:
+            raise PTEError(f"worker configuration is invalid: {exc}") from None
 
 
 class _Context:
@@ -167,6 +178,7 @@ def process_run(
     ttl: timedelta = DEFAULT_APPROVAL_TTL,
     llm: LLMClient | None = None,
     policy: Any = None,
+    execution: Mapping[str, Any] | None = None,
 ) -> str:
     """Take run `run_id` one step further; returns what happened.
 
@@ -197,7 +209,7 @@ def process_run(
             return _refuse(store, run_id, refused)
         gate = pausing_gate(store, job_registry, keys=keys, ttl=ttl)
         if info.records == 0:
-            engine = job_engine(job, job_registry, gate, llm, policy)
+            engine = job_engine(job, job_registry, gate, llm, policy, execution)
             if job.get("plan_text") is not None:
                 result = run_in_store(engine, store, run_id=run_id, plan_text=str(job["plan_text"]))
             elif llm is not None and isinstance(job.get("request"), str):
@@ -286,6 +298,10 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                 ttl=timedelta(seconds=context.config.approval_ttl_s),
                 llm=context.llm,
                 policy=context.policy,
+                execution={
+                    "max_concurrency": context.config.max_concurrency,
+                    "serial_writes": context.config.serial_writes,
+                },
             )
         except StoreError:
             # The store is unreachable or refused a write: leave the run to a retry.

@@ -162,6 +162,19 @@ def quick(tag: str) -> str:
     return tag
 
 
+@tool(timeout_s=1.0)
+def nap(tag: str) -> str:
+    """Takes a tenth of its 1 s timeout."""
+    time.sleep(0.1)
+    return tag
+
+
+@tool(timeout_s=30.0)
+def patient(tag: str) -> str:
+    """Quick, with a long timeout."""
+    return tag
+
+
 @tool
 def raises(kind: str) -> int:
     """Raises SystemExit, KeyboardInterrupt or a bare BaseException."""
@@ -194,6 +207,8 @@ REGISTRY = Registry(
         waiter,
         held,
         quick,
+        nap,
+        patient,
         raises,
         async_raises,
     ]
@@ -216,6 +231,36 @@ def failure(result: Any, kind: str) -> ToolError:
     error: ToolError = result.failure.error
     assert error.kind == kind, error
     return error
+
+
+# --- plain tools on the run's own thread: one watchdog, each call's own deadline ----------------
+
+
+def test_lone_calls_are_each_timed_from_their_own_start() -> None:
+    # 15 chained steps of 0.1 s each (every one alone, so each runs on the run's own thread)
+    # under a 1 s timeout: the run takes longer than one timeout, and no call overran its own.
+    steps = [("n0", "nap", {"tag": "x"})] + [
+        (f"n{i}", "nap", {"tag": {"$ref": f"n{i - 1}"}}) for i in range(1, 15)
+    ]
+    result, elapsed = run_timed(make_plan(*steps))
+    assert result.ok, result.failure
+    assert len(result.results) == 15 and elapsed > 1.0
+
+
+def test_a_short_timeout_after_a_long_one_still_fires_on_time() -> None:
+    # The watchdog is armed for the first call's 30 s deadline; the waiter's 0.3 s one is
+    # earlier and must be what times it out.
+    doc = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "p", "tool": "patient", "args": {"tag": "x"}},
+            {"id": "w", "tool": "waiter", "args": {}, "after": ["p"]},
+        ],
+    }
+    result, elapsed = run_timed(compile_plan(json.dumps(doc), REGISTRY))
+    assert "abandoned" in failure(result, "timeout").message
+    assert elapsed < 10.0, elapsed
+    assert any(e.startswith("waiter on") for e in EVENTS)
 
 
 # --- async tools: cancelled -------------------------------------------------------------------------
