@@ -47,6 +47,7 @@ from pte.compiler import CompileContext, json_path
 from pte.errors import PlanRejected, PTEError, ReasonCode
 from pte.labels import LabelTree, parse_field_pointer, schema_fields
 from pte.plan import Plan, Reference, is_reference
+from pte.shaping_labels import shaped_tree
 from pte.tools import OutputProvenance, Registry, ToolSpec
 
 __all__ = [
@@ -569,6 +570,14 @@ class _FlowGraph:
     def entry(self, tool: str) -> ToolPolicy:
         return self.policy._entry(tool, self.registry)
 
+    def spec(self, tool: str) -> ToolSpec | None:
+        """The tool itself (the policy entry says what it is declared as, not what code it runs)."""
+        for registry in (self.registry, self.policy._registry):
+            spec = registry.get(tool) if registry is not None else None
+            if spec is not None:
+                return spec
+        return None
+
     # -- labels ----------------------------------------------------------------------------
 
     def label_all(self) -> dict[str, frozenset[str]]:
@@ -582,6 +591,13 @@ class _FlowGraph:
     def step_tree(self, step: _StepView) -> LabelTree:
         """The labels of a step's output, by field (pte.labels), implicit flows included."""
         tree = self.entry(step.tool).output_tree()
+        if tree is None and step.args:  # a stock shaping operation: by field (pte.shaping_labels)
+            tree = shaped_tree(
+                self.spec(step.tool),
+                step.args,
+                lambda ref: self.step_tree_of(ref.step).subtree(ref.tokens),
+                lambda value: self.value_labels(_components(value)),
+            )
         if tree is None:  # derived: as trusted as the least trusted argument
             labels = self.value_labels(_arg_components(step.args)) if step.args else frozenset({self.literal})
             tree = LabelTree(labels)
