@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from pte.replay import replay_file, resume_file
 from pte.tools import Registry, ToolSpec, load_registry, spec_of
 from tests.packs import world
 from tests.test_audit_samples import _rehash
+from tests.test_control_resume import CHILD
 
 REPO = Path(__file__).resolve().parents[1]
 PACK = str(Path(world.__file__))
@@ -76,32 +76,6 @@ PLAIN = {
     "result": {"$ref": "pay"},
 }
 
-CHILD = textwrap.dedent(
-    """
-    import os, signal, sys
-    sys.path.insert(0, {repo!r})
-    from pte.audit import AuditLog
-    from pte.engine import Engine
-    from pte.tools import load_registry
-
-    kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
-    original = AuditLog.append
-
-    def append(self, type, /, **fields):
-        if mode == "before" and self.next_seq == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        record = original(self, type, **fields)
-        if mode == "after" and record["seq"] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return record
-
-    AuditLog.append = append
-    registry = load_registry([{pack!r}])
-    with AuditLog(sys.argv[1]) as audit:
-        Engine(registry).execute(sys.argv[2], audit)
-    """
-)
-
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
@@ -112,7 +86,8 @@ def _crash(tmp: Path, plan: dict[str, Any], kill_at: int, mode: str, db: Path) -
     log = tmp / f"run-{mode}-{kill_at}.jsonl"
     env = {**os.environ, "PTE_WORLD": str(db), "KILL_AT": str(kill_at), "KILL_MODE": mode}
     child = subprocess.run(
-        [sys.executable, "-c", CHILD.format(repo=str(REPO), pack=PACK), str(log), json.dumps(plan)],
+        # The same child as the for_each crash test: it kills itself at record `KILL_AT`.
+        [sys.executable, "-c", CHILD.format(repo=str(REPO), pack=PACK, plan=json.dumps(plan)), str(log)],
         env=env,
         capture_output=True,
         timeout=120,
