@@ -23,6 +23,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from pte.demo import SCENARIOS, demo_registry, run_scenario  # noqa: E402
+from pte.signing import SigningKey  # noqa: E402
 from pte.tools import load_pack  # noqa: E402
 
 #: sample file -> demo scenario
@@ -162,20 +163,21 @@ PAUSED_PLAN = """{"pte_plan": "1", "steps": [
 ], "result": {"$ref": "pay/payment_id"}}"""
 
 
-def paused_sample(target: Path, workdir: Path, *, approve: bool) -> str:
+def paused_sample(target: Path, workdir: Path, *, approve: bool, signer: SigningKey) -> str:
     """A run that paused for approval in a SQLite store, was decided, and was resumed.
 
     A store keeps one chain per run, so the run's lines on their own are a valid log file.
     """
     from pte.engine import Engine
     from pte.runs import decide, pausing_gate, resume_run, run_in_store
+    from pte.signing import TrustedKeys
     from pte.stores import open_store
     from pte.tools import load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     name = target.stem
     with open_store(f"sqlite://{workdir / (name + '.db')}") as store:
-        gate = pausing_gate(store, registry)
+        gate = pausing_gate(store, registry, keys=TrustedKeys([signer.public_key]))
         run_in_store(Engine(registry, approval=gate), store, run_id=name, plan_text=PAUSED_PLAN)
         decide(
             store,
@@ -183,6 +185,7 @@ def paused_sample(target: Path, workdir: Path, *, approve: bool) -> str:
             by="alice" if approve else "bob",
             approve=approve,
             note=None if approve else "not this supplier",
+            signing_key=signer if approve else None,
         )
         result = resume_run(store, name, registry, gate=gate)
         target.write_bytes(b"".join(store.lines(name)))
@@ -209,9 +212,15 @@ def main() -> int:
         staged = HERE / "staged.jsonl"
         staged.unlink(missing_ok=True)
         print(f"{staged.name:28} {staged_sample(staged)}")
+        # A fresh Ed25519 key per generation: the approval in the sample is signed, so that every
+        # verifier (verifier/verify.mjs too) checks a real signature. The private key is not
+        # kept; its public key is published next to the samples, so that replaying them with
+        # `--approval-keys audit_samples/approver.pub` re-checks the approval as a deployment would.
+        signer = SigningKey.generate()
+        (HERE / "approver.pub").write_bytes(signer.public_key.to_pem())
         for sample, approve in (("paused_then_approved", True), ("paused_then_rejected", False)):
             target = HERE / f"{sample}.jsonl"
-            print(f"{target.name:28} {paused_sample(target, workdir, approve=approve)}")
+            print(f"{target.name:28} {paused_sample(target, workdir, approve=approve, signer=signer)}")
         crashed = HERE / "crashed_mid_run.jsonl"
         crashed.unlink(missing_ok=True)
         code = crash_sample(crashed, ledger)

@@ -8,7 +8,10 @@ of step_started/step_finished, run_finished). Then times, over the same file:
 - ``verify(path)``: canonical form, hash chain, run structure and schema of every record;
 - ``verify(path, check_schema=False)``: the same without the schema.
 
-and prints records/s and each throughput as a ratio of the baseline's. Usage:
+and prints records/s and each throughput as a ratio of the baseline's (and of an orjson
+parse). Then the log size per run, format 1 (the catalogue and policy inline in every
+``run_started``) against format 2 (fingerprints, the catalogue and policy stored once per
+log), for a 30-tool catalogue and the records of a real run. Usage:
 
     PYTHONPATH=. python bench/bench_audit_verify.py [--records N] [--run-size N] [--path FILE]
 """
@@ -124,6 +127,76 @@ def parse_only(path: Path) -> int:
     return count
 
 
+def parse_only_orjson(path: Path) -> int:
+    """A second baseline: orjson, the parser verify uses."""
+    import orjson
+
+    count = 0
+    loads = orjson.loads
+    with open(path, "rb") as fh:
+        for line in fh:
+            loads(line)
+            count += 1
+    return count
+
+
+def run_sizes() -> tuple[int, int, int, int, int, int]:
+    """Bytes per run for a 30-tool catalogue.
+
+    (format 1 run, format 2 first run, format 2 later run, tools, format 1 run_started,
+    format 2 later run_started).
+    """
+    from pte.canonical import canonical_bytes
+    from pte.demo import demo_registry
+    from pte.fingerprint import run_started_fields
+    from pte.policy import Policy
+    from pte.tools import Registry, ToolSpec
+
+    demo = demo_registry()
+    entries = demo.describe()
+    extra = [
+        ToolSpec.from_record({**entries[i], "name": f"{entries[i]['name']}_copy"})
+        for i in range(30 - len(entries))
+    ]
+    registry = Registry([*demo, *extra])
+    policy = Policy.from_registry(registry).to_document()
+    sample = Path(__file__).resolve().parents[1] / "audit_samples" / "success.jsonl"
+    rest = sum(len(line) for line in sample.read_bytes().splitlines(keepends=True)[1:])
+    common = {
+        "seq": 0,
+        "run_id": "0" * 32,
+        "ts": "2026-11-22T02:30:31.123456Z",
+        "prev": "0" * 64,
+        "hash": "0" * 64,
+    }
+    request, config = (
+        "How much is outstanding on invoice INV-1006?",
+        {"max_replans": 2, "model": "gpt-4o-mini"},
+    )
+    v1 = {
+        **common,
+        "type": "run_started",
+        "mode": "run",
+        "request": request,
+        "tools": registry.describe(),
+        "config": {**config, "policy": policy},
+    }
+    fields = run_started_fields(registry, policy)
+    v2 = {
+        **common,
+        "type": "run_started",
+        "format": "pte-audit/2",
+        "pte_version": "0.1.0",
+        "mode": "run",
+        "request": request,
+        "config": config,
+        **fields,
+    }
+    v2_later = {**v2, "stored": {}}
+    size = lambda record: len(canonical_bytes(record)) + 1  # noqa: E731
+    return size(v1) + rest, size(v2) + rest, size(v2_later) + rest, len(registry), size(v1), size(v2_later)
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
@@ -156,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         assert count == args.records, (count, args.records)
         rows: list[tuple[str, float]] = [("write (AuditLog, durability none)", write_s)]
         rows.append(("baseline: json.loads per line", base_s))
+        orjson_s, _ = timed(lambda: parse_only_orjson(path))
+        rows.append(("baseline: orjson.loads per line", orjson_s))
         for label, check_schema in (("verify()", True), ("verify(check_schema=False)", False)):
             seconds, report = timed(lambda c=check_schema: verify(path, check_schema=c))  # type: ignore[misc]
             assert isinstance(report, VerifyReport)
@@ -170,6 +245,18 @@ def main(argv: list[str] | None = None) -> int:
         for label, seconds in rows:
             rate = count / seconds
             print(f"{label:<36} {seconds:>9.2f} {rate:>12,.0f} {rate / base_rate:>13.3f}x")
+        v1, first, later, tools, v1_started, v2_started = run_sizes()
+        print(f"\nlog size per run, {tools}-tool catalogue (a run like audit_samples/success.jsonl):")
+        print(f"  format 1 (catalogue and policy in every run_started): {v1:>9,} bytes")
+        print(f"  format 2, the log's first run (stores them):          {first:>9,} bytes")
+        print(
+            f"  format 2, every later run (refers to them by hash):   {later:>9,} bytes "
+            f"({later / v1:.2f}x, {100 * (1 - later / v1):.0f}% smaller)"
+        )
+        print(
+            f"  run_started alone: {v1_started:,} -> {v2_started:,} bytes ({v2_started / v1_started:.2f}x); "
+            "the rest is mostly the planner prompt, which lists the catalogue for the LLM"
+        )
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -15,13 +15,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-
 from pte._tool_schema import SchemaTool, tool_from_schema
+from pte._version import __version__
 from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
 from pte.audit import AuditLog, Durability
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
 from pte.canonical import canonical_json, hash_json
+from pte.checkpoint import Checkpoint, CheckpointError, CheckpointReport, verify_checkpoints, write_checkpoint
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.control_run import ConditionNotMet
 from pte.errors import (
@@ -48,6 +48,7 @@ from pte.logs import configure_logging
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.policy import Policy, PolicyError, load_policy
 from pte.redaction import Redactor
+from pte.report import ReportError, render_report, write_report
 from pte.signing import KeyFileError
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
@@ -101,6 +102,9 @@ __all__ = [
     "AuditFormatError",
     "AuditLog",
     "AuditWriteError",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointReport",
     "ConditionNotMet",
     "Durability",
     "Engine",
@@ -135,6 +139,7 @@ __all__ = [
     "ReplayDataError",
     "ReplayDivergence",
     "ReplayReport",
+    "ReportError",
     "RunInfo",
     "RunPaused",
     "RunResult",
@@ -165,10 +170,14 @@ __all__ = [
     "open_store",
     "plan_schema",
     "read_records",
+    "render_report",
     "render_result",
     "replay_file",
     "resume_file",
     "tool",
     "tool_from_schema",
     "verify",
+    "verify_checkpoints",
+    "write_checkpoint",
+    "write_report",
 ]

@@ -5,6 +5,7 @@ from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_h
 from pte.audit import AuditLog, Durability
 from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
 from pte.canonical import canonical_json, hash_json
+from pte.checkpoint import Checkpoint, CheckpointError, CheckpointReport, verify_checkpoints, write_checkpoint
 from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
 from pte.control_run import ConditionNotMet
 from pte.engine import Engine as Engine
@@ -45,6 +46,7 @@ from pte.replay import ReplayDivergence as ReplayDivergence
 from pte.replay import ReplayReport as ReplayReport
 from pte.replay import replay_file as replay_file
 from pte.replay import resume_file as resume_file
+from pte.report import ReportError, render_report, write_report
 from pte.runs import RunPaused as RunPaused
 from pte.signing import KeyFileError as KeyFileError
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
@@ -64,6 +66,9 @@ __all__ = [
     "AuditFormatError",
     "AuditLog",
     "AuditWriteError",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointReport",
     "ConditionNotMet",
     "Durability",
     "Engine",
@@ -98,6 +103,7 @@ __all__ = [
     "ReplayDataError",
     "ReplayDivergence",
     "ReplayReport",
+    "ReportError",
     "RunInfo",
     "RunPaused",
     "RunResult",
@@ -128,10 +134,14 @@ __all__ = [
     "open_store",
     "plan_schema",
     "read_records",
+    "render_report",
     "render_result",
     "replay_file",
     "resume_file",
     "tool",
     "tool_from_schema",
     "verify",
+    "verify_checkpoints",
+    "write_checkpoint",
+    "write_report",
 ]

@@ -386,13 +386,20 @@ def tool_code_hash(spec: ToolSpec) -> str:
     return spec.code_sha256
 
 
-def catalogue_fingerprint(registry: Registry, tools: Iterable[str] | Plan, policy: Any = None) -> str:
+def catalogue_fingerprint(
+    registry: Registry,
+    tools: Iterable[str] | Plan,
+    policy: Any = None,
+    *,
+    canonical: Callable[[Any], str] = canonical_json,
+) -> str:
     """SHA-256 of what a reviewer of a plan relied on about its tools.
 
     For each tool (sorted by name): its `describe()` entry (name, description, effect,
     idempotency, timeout, provenance, sinks, approval flag, input and output schemas), the
     hash of its code, and, with a `pte.policy.Policy`, the policy's entry for it (output
-    provenance and effective sinks, guarded defaults included).
+    provenance and effective sinks, guarded defaults included). `canonical`: the JSON form
+    hashed (`pte.canonical.canonical_json_v1` to check an approval of a format 1 log).
     """
     names = sorted({s.tool for s in tools.tool_steps()} if isinstance(tools, Plan) else set(tools))
     entries = []
@@ -402,7 +409,7 @@ def catalogue_fingerprint(registry: Registry, tools: Iterable[str] | Plan, polic
         if policy is not None:
             entry["policy"] = policy.entry_document(name, registry)
         entries.append(entry)
-    return hashlib.sha256(canonical_json(entries).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical(entries).encode("utf-8")).hexdigest()
 
 
 def approve(

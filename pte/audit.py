@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from pte.canonical import canonical_json, sha256_hex
 from pte.errors import AuditWriteError, PTEError
 
@@ -43,6 +45,7 @@ except ImportError:  # pragma: no cover - Windows
     _fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "AUDIT_FORMAT",
     "DEFAULT_REDACT_KEYS",
     "GENESIS_HASH",
     "REDACTED",
@@ -60,8 +63,10 @@ __all__ = [
     "verify",
 ]
 
+from pte._version import __version__
 from pte.audit_verify import (
     _COMMON_FIELDS,
+    AUDIT_FORMAT,
     _common_fields_problem,
     _record_hash_problem,
     _schema_problem,
@@ -159,6 +164,9 @@ class AuditLog:
         self._broken: str | None = None
         # Set when this run's run_finished is written (or found at the end of the file).
         self._sealed = False
+        # Hashes of the contents (catalogue, policy) the file already holds in some
+        # run_started's "stored": a run_started stores only the others.
+        self._stored: set[str] = set()
         if self.path is not None:
             self._open(self.path, repair_partial_tail)
         elif self._writer is not None:
@@ -193,6 +201,9 @@ class AuditLog:
 
     def _resume_chain(self, path: Path, fd: int, repair: bool) -> None:
         with open(path, "rb") as fh:
+            first = fh.readline()
+            _check_format(path, first)
+            self._stored = _stored_hashes(fh, fd, self._size, first)
             last, tail = _read_tail(fh, self._size)
         if tail:
             if not repair:
@@ -250,6 +261,8 @@ class AuditLog:
         not JSON such as NaN, a field that clashes with a common field, a closed or sealed
         log) and on every call after such a failure.
         """
+        if type == "run_started":
+            fields = self._run_started_fields(fields)
         with self._lock:
             if (
                 self._broken is not None
@@ -296,12 +309,31 @@ class AuditLog:
             self.next_seq += 1
             if self._keep:
                 self.records.append(record)
+            if type == "run_started" and isinstance(record.get("stored"), Mapping):
+                self._stored.update(record["stored"])
             if type == "run_finished":
                 self._sealed = True
                 if self._fd is not None and self.durability is not Durability.NONE:
                     # The end of a run is a sync point even if the caller forgets to sync().
                     self._fsync()
             return record
+
+    def _run_started_fields(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """`fields` with what the writer itself records in every ``run_started``.
+
+        The format version (the first line of a log is a ``run_started``, so every log
+        starts with it) and the version of PTE that wrote the run.
+        """
+        clash = sorted({"format", "pte_version"}.intersection(fields))
+        if clash:
+            with self._lock:
+                raise self._fail(f"run_started: fields {clash} are set by the audit log itself")
+        out = {"format": AUDIT_FORMAT, "pte_version": __version__, **fields}
+        stored = fields.get("stored")
+        if isinstance(stored, Mapping):
+            # Content is stored once per log (docs/audit-format.md): drop what the file holds.
+            out["stored"] = {key: value for key, value in stored.items() if key not in self._stored}
+        return out
 
     def _serialise(self, type: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], str, bytes]:
         """The record, its hash and its line: the one place hashed JSON is produced.
@@ -468,6 +500,59 @@ def _read_tail(fh: Any, size: int, block: int = 65536) -> tuple[bytes | None, by
     tail = lines[-1]
     last = lines[-2] + b"\n" if len(lines) >= 2 else None
     return last, tail
+
+
+#: (device, inode, first line) of a log -> (bytes scanned, content hashes found): a process
+#: that opens the same log run after run scans only what was appended since.
+_STORED_SCANS: dict[tuple[int, int, bytes], tuple[int, frozenset[str]]] = {}
+
+
+def _stored_hashes(fh: Any, fd: int, size: int, first: bytes) -> set[str]:
+    """Hashes of the contents stored in the log's ``run_started`` records (first `size` bytes).
+
+    Best effort: a content stored twice (two processes starting runs at once) only costs
+    space; verify accepts it, since a stored value must hash to its key either way.
+    """
+    stat = os.fstat(fd)
+    key = (stat.st_dev, stat.st_ino, first)
+    start, found = _STORED_SCANS.get(key, (0, frozenset()))
+    if start > size:  # the file shrank (a repaired tail, a new file on a reused inode)
+        start, found = 0, frozenset()
+    hashes = set(found)
+    if start < size:
+        fh.seek(start)
+        scanned = start
+        for raw in fh:
+            if scanned + len(raw) > size or not raw.endswith(b"\n"):
+                break
+            scanned += len(raw)
+            if b'"stored":{"' in raw and b'"type":"run_started"' in raw:
+                try:
+                    stored = orjson.loads(raw).get("stored")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(stored, dict):
+                    hashes.update(stored)
+        _STORED_SCANS[key] = (scanned, frozenset(hashes))
+        fh.seek(0)
+    return hashes
+
+
+def _check_format(path: Path, first: bytes) -> None:
+    """Refuse to append to a log that is not in this writer's format (its first line says)."""
+    if not first.endswith(b"\n"):
+        return  # a partial first line: the partial-tail handling decides
+    try:
+        record = json.loads(first.decode("utf-8"))
+    except ValueError:
+        record = None
+    found = record.get("format") if isinstance(record, dict) else None
+    if found != AUDIT_FORMAT:
+        what = "format 1 (written by an older PTE)" if found is None else f"format {found!r}"
+        raise AuditWriteError(
+            f"audit log {path} is in {what}; this PTE writes {AUDIT_FORMAT}, and one file holds one "
+            "format: start a new log file (the old one still verifies with `pte audit verify`)"
+        )
 
 
 def _parse_complete_record(raw: bytes, prev: str, seq: int) -> dict[str, Any] | None:

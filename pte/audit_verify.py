@@ -5,23 +5,28 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from hashlib import sha256 as _sha256
 from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
+import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from pte.canonical import canonical_json, sha256_hex
+from pte.canonical import canonical_bytes, canonical_json_v1, is_canonical, sha256_hex
+from pte.canonical import loads as canonical_loads
 from pte.errors import PTEError
 
 #: ``prev`` of the first record of a file.
 GENESIS_HASH = "0" * 64
+
+#: The audit format this PTE writes (docs/audit-format.md); every ``run_started`` carries it.
+AUDIT_FORMAT = "pte-audit/2"
 
 
 #: Fields every record has; `AuditLog.append` sets them itself.
@@ -61,7 +66,7 @@ def iter_records(
                     return
                 raise AuditFormatError(path, number, "partial last line (the log ends mid-record)")
             try:
-                record = json.loads(raw.decode("utf-8"))
+                record = canonical_loads(raw.decode("utf-8"))
             except ValueError as exc:
                 raise AuditFormatError(path, number, f"not JSON: {exc}") from None
             except RecursionError:  # nesting no writer produces: refuse it, do not crash
@@ -231,6 +236,12 @@ class VerifyReport:
     complete: bool
     issue: VerifyIssue | None
     last_hash: str | None = None
+    #: 2 for RFC 8785 logs (``"format": "pte-audit/2"``), 1 for logs written before it.
+    format: int = 2
+    #: The hash of the log's first record: names the log (checkpoints refer to it).
+    log_id: str | None = None
+    #: Record index -> its hash, for the indexes asked for in `verify(anchors=...)`.
+    anchors: Mapping[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -246,6 +257,8 @@ class VerifyReport:
             "records": self.records,
             "runs": self.runs,
             "last_hash": self.last_hash,
+            "format": self.format,
+            "log_id": self.log_id,
             "issue": (
                 None
                 if self.issue is None
@@ -270,50 +283,153 @@ def _common_fields_problem(record: Mapping[str, Any]) -> str | None:
 
 def _record_hash_problem(record: Mapping[str, Any]) -> str | None:
     body = {k: v for k, v in record.items() if k != "hash"}
-    expected = sha256_hex(record["prev"] + canonical_json(body))
+    expected = sha256_hex(record["prev"].encode("utf-8") + canonical_bytes(body))
     if expected != record["hash"]:
         return f"hash mismatch: recorded {record['hash'][:12]}…, content hashes to {expected[:12]}…"
     return None
 
 
-def _body_text(line: str, digest: str) -> str | None:
-    """canonical_json(record without hash), cut out of the canonical line itself.
+def _v1_line_problem(body: bytes) -> tuple[Any, bool]:
+    """Format 1: the parsed line and whether it is canonical in format 1's sense."""
+    record = json.loads(body.decode("utf-8"))
+    try:
+        return record, canonical_json_v1(record).encode("utf-8") == body
+    except ValueError:
+        return record, False
 
-    Saves a second serialisation per record. The text ``"hash":"<digest>"`` can only occur
-    as a key/value pair (inside a JSON string every quote is escaped), and a nested one would
-    need a record containing its own hash; if the cut is ever wrong the hash check fails and
-    the caller falls back to serialising.
+
+def _hash_of_line(prev: str, body: bytes, digest: str) -> str | None:
+    """SHA-256 of ``prev`` + the canonical line without its ``"hash"`` member.
+
+    Cut out of the line itself instead of serialising the record again: removing one member
+    from a JCS object leaves the JCS form of the object without it (docs/audit-format.md,
+    "Verifying fast"). The member ``"hash":"<digest>"`` must occur exactly once in the line,
+    which makes it the top-level one; None otherwise (the caller then serialises).
     """
-    entry = '"hash":"' + digest + '"'
-    at = line.find(entry)
-    if at < 0:
-        return None
+    entry = b'"hash":"' + digest.encode("ascii") + b'"'
+    at = body.find(entry)
     end = at + len(entry)
-    if line[end] == ",":  # first key (or not last): drop the following comma
-        return line[:at] + line[end + 1 :]
-    return line[: at - 1] + line[end:]  # last key: drop the preceding comma
+    if at < 0 or body.find(entry, end) >= 0:
+        return None
+    if body[end : end + 1] == b",":  # not the last member: drop the comma after it
+        end += 1
+    elif body[at - 1 : at] == b",":  # the last member: drop the comma before it
+        at -= 1
+    h = _sha256(prev.encode("ascii"))
+    h.update(body[:at])
+    h.update(body[end:])
+    return h.hexdigest()
 
 
-def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool = True) -> VerifyReport:
+def _record_hash(record: Mapping[str, Any], version: int) -> str:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    text = canonical_bytes(body) if version == 2 else canonical_json_v1(body).encode("utf-8")
+    return _sha256(str(record["prev"]).encode("utf-8") + text).hexdigest()
+
+
+#: Fingerprint members that must equal the catalogue entry's (docs/audit-format.md).
+_FINGERPRINT_FIELDS = ("effect", "idempotent", "timeout_s", "provenance", "requires_approval", "sinks")
+
+
+def _content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | None:
+    """Format 2 ``run_started``: stored content, the references to it, the tool fingerprints.
+
+    `stored` (content hash -> value, for the whole log so far) gains this record's contents.
+    """
+    fresh = record.get("stored") or {}
+    for key, value in fresh.items():
+        try:
+            actual = _sha256(canonical_bytes(value)).hexdigest()
+        except (ValueError, TypeError, RecursionError):
+            actual = None
+        if actual != key:
+            return f"stored content {key[:12]}… does not hash to its key"
+        stored[key] = value
+    for name in ("catalogue", "policy"):
+        ref = record.get(name)
+        if ref is not None and ref not in stored:
+            return f"{name} {ref[:12]}… is not stored in the log"
+    if "catalogue" not in record:
+        return None
+    catalogue = stored[record["catalogue"]]
+    if not isinstance(catalogue, list) or not all(isinstance(e, dict) for e in catalogue):
+        return "the stored catalogue is not a list of tools"
+    by_name = {entry.get("name"): entry for entry in catalogue}
+    tools = record.get("tools") or []
+    if len(tools) != len(catalogue) or {t.get("name") for t in tools} != set(by_name):
+        return "tools and the stored catalogue name different tools"
+    for tool in tools:
+        entry = by_name[tool.get("name")]
+        schemas = {"input_schema": entry.get("input_schema"), "output_schema": entry.get("output_schema")}
+        if tool.get("schema_hash") != _sha256(canonical_bytes(schemas)).hexdigest():
+            return f"tool {tool.get('name')}: schema_hash does not match the stored catalogue"
+        for name in _FINGERPRINT_FIELDS:
+            if name in tool and canonical_bytes(tool[name]) != canonical_bytes(entry.get(name)):
+                return f"tool {tool.get('name')}: {name} differs from the stored catalogue"
+    return None
+
+
+def _approval_problem(record: Mapping[str, Any]) -> str | None:
+    """An ``approval`` record: its id is its hash, and a signature verifies under its own key.
+
+    Whether that key is one the deployment trusts is a question for the deployment (resume,
+    replay with ``--approval-key``), not for the log; what the log can show is that nobody
+    edited a signed approval, and that ``signed`` is never claimed without a signature.
+    """
+    from pte.approval import Approval  # the approval store pulls in the tool registry
+
+    fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
+    try:
+        approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+    except (TypeError, ValueError) as exc:
+        return f"approval is malformed: {exc}"
+    if approval.id != record.get("approval_id"):
+        return "approval_id is not the hash of the approval"
+    if approval.signature is None:
+        return "approval marked signed carries no signature" if record.get("signed") is True else None
+    if not approval.self_consistent():
+        return "approval signature does not verify under its own public key"
+    return None
+
+
+#: The members of an ``approval`` record that are the approval itself (`pte.approval.Approval`).
+_APPROVAL_FIELDS = ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
+
+
+def verify(
+    path: str | os.PathLike[str] | Iterable[bytes],
+    *,
+    check_schema: bool = True,
+    anchors: Collection[int] = (),
+) -> VerifyReport:
     """Check a whole audit log, streaming (constant memory in the number of records).
 
-    For each line, in order: it ends with a newline (else: partial last line), it is UTF-8
-    JSON, it equals ``canonical_json(record) + "\\n"`` byte for byte (so any edited byte is
-    caught even where it would not change the parsed value), the common fields are present
-    and well typed, ``seq`` counts up from 0, ``prev`` is the previous line's hash, ``hash``
-    is right, the record is valid against the audit schema (unless `check_schema` is False)
-    and runs are well formed: a run begins with ``run_started`` and no other record starts
-    one, a run's records are contiguous, and nothing of a run follows its ``run_finished``.
+    The first record says the format: ``"format": "pte-audit/2"`` (docs/audit-format.md),
+    or none for a format 1 log, which is verified by format 1's rules. For each line, in
+    order: it ends with a newline (else: partial last line), it is UTF-8 JSON, it is the
+    canonical form of the record it holds byte for byte (RFC 8785 in format 2; so any edited
+    byte is caught even where it would not change the parsed value), the common fields are
+    present and well typed, ``seq`` counts up from 0, ``prev`` is the previous line's hash,
+    ``hash`` is right, the record is valid against the audit schema (unless `check_schema`
+    is False) and runs are well formed: a run begins with ``run_started`` (which carries the
+    log's format) and no other record starts one, a run's records are contiguous, and
+    nothing of a run follows its ``run_finished``.
 
     Stops at the first problem. An empty file is intact but not complete. A run that never
     finished counts as complete when a later run in the file resumes it (its ``run_started``
     names it in ``resumes``); resuming under the same run_id simply continues the run. Memory
     grows with the number of runs, not of records. A missing or unreadable file raises
-    OSError.
+    OSError. `anchors`: record indexes whose hashes to report (`VerifyReport.anchors`), for
+    checking checkpoints.
     """
     checkers = _checkers() if check_schema else None
+    wanted = frozenset(anchors)
+    found_anchors: dict[int, str] = {}
+    stored: dict[str, Any] = {}
     expected_prev = GENESIS_HASH
     count = 0
+    version = 2
+    log_id: str | None = None
     current_run: str | None = None
     seen_runs: set[str] = set()
     # Runs not sealed yet, in order of appearance (dict as an ordered set) -> (line, seq) of
@@ -329,38 +445,37 @@ def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool
             complete=False,
             issue=VerifyIssue(line, seq, message),
             last_hash=expected_prev if count else None,
+            format=version,
+            log_id=log_id,
+            anchors=found_anchors,
         )
 
-    # The C scanner behind json.loads, without its wrappers: a canonical line is one object
-    # from its first character to its newline. Anything else goes through json.loads.
-    scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+    loads = orjson.loads
     # A store (pte.stores) passes a run's lines instead of a file path.
     source = open(path, "rb") if isinstance(path, str | os.PathLike) else nullcontext(path)  # noqa: SIM115
     with source as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.endswith(b"\n"):
                 return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
+            body = raw[:-1]
             try:
-                line = raw.decode("utf-8")
-            except ValueError as exc:
+                if version == 2:
+                    record = loads(body)
+                    canonical = type(record) is dict and is_canonical(body, record)
+                else:
+                    record, canonical = _v1_line_problem(body)
+            except ValueError as exc:  # orjson.JSONDecodeError and UnicodeDecodeError are ValueErrors
                 return broken(number, None, f"not valid JSON: {exc}")
-            try:
-                record, end = scan(line, 0)
-                if end != len(line) - 1:
-                    raise ValueError
-            except (ValueError, StopIteration, RecursionError):
-                try:
-                    record = json.loads(line)
-                except ValueError as exc:
-                    return broken(number, None, f"not valid JSON: {exc}")
-                except RecursionError:
-                    return broken(number, None, "not valid JSON for this reader: nested too deeply")
-            if not isinstance(record, dict):
+            except RecursionError:
+                return broken(number, None, "not valid JSON for this reader: nested too deeply")
+            if type(record) is not dict:
                 return broken(number, None, "not a JSON object")
-            try:
-                text = canonical_json(record)
-            except (ValueError, RecursionError):  # NaN or Infinity, which canonical JSON cannot hold
-                text = ""
+            if number == 1 and record.get("format") is None and record.get("type") == "run_started":
+                version = 1  # a log written before format 2: its own rules, read-only
+                try:
+                    record, canonical = _v1_line_problem(body)
+                except (ValueError, RecursionError) as exc:
+                    return broken(number, None, f"not valid JSON: {exc}")
             seq = record.get("seq")
             # Any: once the checks below pass, each holds a non-empty str.
             digest: Any = record.get("hash")
@@ -370,8 +485,7 @@ def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool
             # The usual case first, in a few comparisons: a well-formed record that links up
             # (prev equal to a verified hash and a hash equal to a computed one are both hex).
             if not (
-                len(text) + 1 == len(line)
-                and line.startswith(text)
+                canonical
                 and seq == count
                 and type(seq) is int
                 and record.get("prev") == expected_prev
@@ -382,21 +496,24 @@ def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool
                 and rtype
                 and type(ts) is str
                 and ts
-                and (body := _body_text(text, digest)) is not None
-                and _sha256((expected_prev + body).encode("utf-8")).hexdigest() == digest
+                and digest.isascii()
+                and _hash_of_line(expected_prev, body, digest) == digest
             ):
                 # Otherwise every check in turn, so that the first problem is the one named.
                 seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-                if len(text) + 1 != len(line) or not line.startswith(text):
-                    return broken(number, seq, "not in canonical form (the line was edited)")
+                if not canonical:
+                    form = "RFC 8785 canonical form" if version == 2 else "canonical form"
+                    return broken(number, seq, f"not in {form} (the line was edited)")
                 problem = _common_fields_problem(record)
                 if problem is not None:
                     return broken(number, seq, problem)
-                body = _body_text(text, digest)
-                if body is None or _sha256((record["prev"] + body).encode("utf-8")).hexdigest() != digest:
-                    problem = _record_hash_problem(record)
-                    if problem is not None:
-                        return broken(number, seq, problem)
+                expected = _record_hash(record, version)
+                if expected != digest:
+                    return broken(
+                        number,
+                        seq,
+                        f"hash mismatch: recorded {digest[:12]}…, content hashes to {expected[:12]}…",
+                    )
                 if seq != count:
                     hint = " (a record is missing)" if seq is not None and seq > count else ""
                     return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
@@ -411,6 +528,20 @@ def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool
                 problem = checker.problem(record)
                 if problem is not None:
                     return broken(number, seq, f"schema: {problem}")
+            if rtype == "run_started":
+                found = record.get("format")
+                if version == 2 and found != AUDIT_FORMAT:
+                    return broken(number, seq, f"run_started of format {found!r} in a {AUDIT_FORMAT} log")
+                if version == 1 and found is not None:
+                    return broken(number, seq, f"run_started of format {found!r} in a format 1 log")
+                if version == 2:
+                    problem = _content_problem(record, stored)
+                    if problem is not None:
+                        return broken(number, seq, problem)
+            if rtype == "approval" and version == 2:
+                problem = _approval_problem(record)
+                if problem is not None:
+                    return broken(number, seq, problem)
             if run_id != current_run:
                 if run_id in seen_runs:
                     return broken(number, seq, f"record of run {run_id} after run {current_run} began")
@@ -431,12 +562,18 @@ def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool
                 open_runs.pop(run_id, None)
             else:
                 open_runs[run_id] = (number, count)
+            if count == 0:
+                log_id = digest
+            if count in wanted:
+                found_anchors[count] = digest
             expected_prev = digest
             count += 1
 
     last_hash = expected_prev if count else None
     if count == 0:
-        return VerifyReport(0, 0, True, False, VerifyIssue(0, None, "incomplete: the log holds no records"))
+        return VerifyReport(
+            0, 0, True, False, VerifyIssue(0, None, "incomplete: the log holds no records"), None, version
+        )
     if open_runs:
         run_id, (line_no, seq_no) = next(iter(open_runs.items()))
         more = f" (and {len(open_runs) - 1} more)" if len(open_runs) > 1 else ""
@@ -447,5 +584,8 @@ def verify(path: str | os.PathLike[str] | Iterable[bytes], *, check_schema: bool
             False,
             VerifyIssue(line_no, seq_no, f"incomplete: run {run_id} has no run_finished{more}"),
             last_hash,
+            version,
+            log_id,
+            found_anchors,
         )
-    return VerifyReport(count, len(seen_runs), True, True, None, last_hash)
+    return VerifyReport(count, len(seen_runs), True, True, None, last_hash, version, log_id, found_anchors)

@@ -355,59 +355,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from pte.audit import verify
-    from pte.stores import is_store_url
-
-    if is_store_url(args.log):
-        from pte import cli_store
-
-        return cli_store.audit_verify(args)
-    input_file(args.log, "audit log")
-    report = verify(args.log)
-    if args.json:
-        _print_json(
-            {
-                "status": "ok" if report.ok else ("incomplete" if report.intact else "tampered"),
-                **report.to_dict(),
-            }
-        )
-    elif report.ok:
-        print(
-            f"ok: {report.records} record(s), {report.runs} run(s), chain and schema intact, every run sealed"
-        )
-    elif report.intact:
-        print(f"incomplete: {report.issue}")
-    else:
-        print(f"FAILED: {report.issue}")
-    return EXIT_OK if report.ok else EXIT_FAILED
-
-
-def cmd_audit_show(args: argparse.Namespace) -> int:
-    from pte.audit import AuditFormatError, iter_records
-    from pte.audit_show import render_record
-    from pte.stores import is_store_url
-
-    if is_store_url(args.log):
-        from pte import cli_store
-
-        return cli_store.audit_show(args)
-    input_file(args.log, "audit log")
-    # Streamed: one record in memory at a time, whatever the size of the log.
-    shown = 0
-    try:
-        for _, record in iter_records(args.log, skip_partial_tail=True):
-            print(render_record(record))
-            shown += 1
-    except AuditFormatError as exc:
-        print(f"cannot read {args.log}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if not shown:
-        print(f"nothing to show: {args.log} holds no complete record", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
-
-
 def cmd_approve(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
@@ -714,18 +661,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_keys_generate)
 
-    audit = sub.add_parser("audit", help="verify or show an audit log").add_subparsers(
+    audit = sub.add_parser("audit", help="verify, checkpoint, show or report an audit log").add_subparsers(
         dest="audit_command", metavar="ACTION", required=True
     )
-    p = audit.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
-    p.add_argument("log", metavar="LOG|STORE_URL")
-    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
-    _add_json(p)
-    p.set_defaults(func=cmd_audit_verify)
-    p = audit.add_parser("show", help="a readable timeline of the runs in a log")
-    p.add_argument("log", metavar="LOG|STORE_URL")
-    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: the run to show")
-    p.set_defaults(func=cmd_audit_show)
+    from pte.cli_audit import add_audit_commands
+
+    add_audit_commands(audit)
 
     p = sub.add_parser("replay", help="re-drive the engine from a log and check it makes the same decisions")
     p.add_argument("log", metavar="LOG|STORE_URL")

@@ -162,10 +162,15 @@ def parse_json(ctx: CompileContext) -> None:
             ReasonCode.INVALID_JSON, f"a plan must be one JSON object, not a JSON {st.json_type(value)}"
         )
     try:
+        # RFC 8785 numbers are doubles. An integer a double cannot hold exactly (beyond
+        # 2**53 - 1, e.g. an account number) is refused, never silently rounded.
         ctx.canonical = canonical_json(value)
         ctx.canonical.encode("utf-8")
     except (ValueError, UnicodeEncodeError) as exc:
-        raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON text: {exc}") from None
+        raise _reject(
+            ReasonCode.INVALID_JSON,
+            f"not valid JSON text: {exc} (write identifiers and big numbers as strings)",
+        ) from None
     except RecursionError:
         raise _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep") from None
     ctx.document = value

@@ -23,6 +23,7 @@ from pte.compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte.control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
 from pte.errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte.executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
+from pte.fingerprint import run_started_fields
 from pte.labels import LabelTree
 from pte.llm import LLMClient, LLMResponse
 from pte.logs import get_logger, is_terminal
@@ -319,16 +320,14 @@ class Engine:
             describe = getattr(self.llm, "describe", None)
             if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
                 config["llm"] = describe
-        config["policy"] = self.policy.to_document()
         config.update(extra or {})
         run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider)
+        # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
+        fields = run_started_fields(
+            self.registry, self.policy.to_document(), run.audit.redactor.redact_structure
+        )
         run.audit.append(
-            "run_started",
-            mode=mode,
-            request=request,
-            tools=self.registry.describe(),
-            config=config,
-            **run.tracer.run_ids(),
+            "run_started", mode=mode, request=request, config=config, **fields, **run.tracer.run_ids()
         )
 
     def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from pte._resources import load_schema
 from pte.canonical import canonical_json
+from pte.canonical import loads as canonical_loads
 
 __all__ = [
     "ELEMENT",
@@ -341,7 +342,7 @@ class PlanStep:
     @property
     def args(self) -> dict[str, Any]:
         """A fresh copy of the step's arguments, references left in place."""
-        value: dict[str, Any] = json.loads(self.args_json)
+        value: dict[str, Any] = canonical_loads(self.args_json)
         return value
 
     @property
@@ -436,7 +437,7 @@ class Plan:
     @property
     def result(self) -> Any:
         """The plan's `result` expression (references unresolved), or None."""
-        return None if self.result_json is None else json.loads(self.result_json)
+        return None if self.result_json is None else canonical_loads(self.result_json)
 
     @property
     def has_result(self) -> bool:
@@ -462,7 +463,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan document (a fresh copy)."""
-        value: dict[str, Any] = json.loads(self.canonical)
+        value: dict[str, Any] = canonical_loads(self.canonical)
         return value
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pte.canonical import canonical_json
 from pte.control import CONTROL_RULES
 from pte.tools import Registry
 
@@ -94,10 +95,10 @@ def _catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
             if sinks:
                 entry["guarded_parameters"] = {param: sorted(allowed) for param, allowed in sinks.items()}
     # One compact JSON object per tool, one tool per line: the catalogue is most of the
-    # prompt, and indentation alone was a quarter of it (bench/bench_prompt.py).
-    lines = ",\n".join(
-        json.dumps(e, ensure_ascii=False, sort_keys=True, separators=(",", ":")) for e in entries
-    )
+    # prompt, and indentation alone was a quarter of it (bench/bench_prompt.py). JCS, so that
+    # the prompt is the same whether the catalogue is live or read back from a log (where
+    # ``0.0`` was stored as ``0``): replay compares prompts byte for byte.
+    lines = ",\n".join(canonical_json(e) for e in entries)
     return f"[\n{lines}\n]"
 
 

@@ -73,7 +73,7 @@ DEFAULT_REDACT_KEYS: frozenset[str] = frozenset(
 #: does not apply inside it (a tool's input schema has a `password` *property*, a policy an
 #: entry for a `set_password` tool: rewriting those would make the log unreplayable); the
 #: text rules and registered secrets still do.
-STRUCTURE_FIELDS: Mapping[str, tuple[str, ...]] = {"run_started": ("tools", "config.policy")}
+STRUCTURE_FIELDS: Mapping[str, tuple[str, ...]] = {"run_started": ("tools", "config.policy", "stored")}
 
 _CACHE_ENTRIES = 4096
 _CACHED_TEXT_CHARS = 200

@@ -46,6 +46,7 @@ from pte.errors import (
     ToolError,
 )
 from pte.executor import LiveInvoker, ToolInvoker
+from pte.fingerprint import expand_run_started, stored_contents
 from pte.plan import PlanStep
 from pte.redaction import REDACTED
 from pte.replay_authority import (
@@ -72,9 +73,12 @@ __all__ = [
 
 #: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
 # Clocks, the chain's own fields, and OpenTelemetry ids (`pte._otel.TRACE_FIELDS`): a new
-# trace every run, observability rather than decisions.
+# trace every run, observability rather than decisions. "stored": content a log already
+# holds is not stored again, so a replay may store what the recording referred to; "tools"
+# fingerprints carry code hashes a replay without code cannot reproduce (the hashes in
+# "catalogue" and "policy" are still compared).
 IGNORED_FIELDS: frozenset[str] = frozenset(
-    {"ts", "duration_ms", "seq", "prev", "hash", "trace_id", "span_id"}
+    {"ts", "duration_ms", "seq", "prev", "hash", "trace_id", "span_id", "stored", "tools"}
 )
 #: Per record type, the fields that carry the run's decisions, for comparing two *different*
 #: runs of the same plan (e.g. with steps finishing in another order). Replay compares more:
@@ -142,6 +146,23 @@ def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]
                 recorded.get(name, "(absent)"),
                 replayed.get(name, "(absent)"),
             )
+
+
+#: What a format 2 ``run_started`` adds to format 1 (docs/audit-format.md).
+_FORMAT_2_ONLY = ("format", "pte_version", "catalogue", "policy", "prompts", "stored")
+
+
+def _in_format_of(recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
+    """`replayed` as the recorded format writes it, so that a format 1 log still replays.
+
+    Format 1 recorded the catalogue and policy inline and nothing of what produced the run;
+    the live code writes format 2, so its ``run_started`` is expanded from its own stored
+    contents and stripped of format 2's fields. Every other record is the same in both.
+    """
+    if replayed.get("type") != "run_started" or "format" in recorded:
+        return replayed
+    expanded = expand_run_started(replayed, stored_contents([replayed]))
+    return {k: v for k, v in expanded.items() if k not in _FORMAT_2_ONLY}
 
 
 def _shown(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -221,7 +242,8 @@ class CheckingAuditLog(AuditLog):
         record = super().append(type, **fields)
         if self._expected:
             line, recorded = self._expected.popleft()
-            _compare(line, recorded, self._redacted_hashes.translate(recorded, record))
+            replayed = self._redacted_hashes.translate(recorded, record)
+            _compare(line, recorded, _in_format_of(recorded, replayed))
             self.checked += 1
             return record
         if self._forward is None:

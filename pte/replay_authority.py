@@ -18,9 +18,11 @@ from typing import Any
 
 from pte.approval import Approval, ApprovalGate, catalogue_fingerprint, requires_approval
 from pte.audit import AuditLog
+from pte.canonical import canonical_json, canonical_json_v1
 from pte.engine import Engine, EngineConfig
 from pte.errors import ApprovalConsumed, ApprovalMissing, ApprovalRejected, LLMError, ReasonCode
 from pte.executor import ToolInvoker
+from pte.fingerprint import expand_run_started, stored_contents
 from pte.llm import LLMClient, LLMResponse, ReplayClient
 from pte.plan import Plan
 from pte.policy import Policy
@@ -31,7 +33,9 @@ __all__ = ["Deployment"]
 
 
 def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
-    return Registry(ToolSpec.from_record(entry) for entry in run_started.get("tools", ()))
+    # Format 2: the full catalogue is stored by hash (in this record, or an earlier run's).
+    expanded = expand_run_started(run_started, stored_contents([run_started]))
+    return Registry(ToolSpec.from_record(entry) for entry in expanded.get("tools", ()))
 
 
 def _recorded_policy(registry: Registry, recorded: Any) -> Policy:
@@ -114,6 +118,9 @@ class _RecordedApprovals:
         self._registry = registry
         self._policy = policy
         self._keys = keys if keys else None
+        # A format 1 run's approvals bound a fingerprint taken over format 1's canonical JSON.
+        first = records[0] if records else {}
+        self._canonical = canonical_json if "format" in first else canonical_json_v1
         # How the run ended, when it ended for want of an approval: replay reproduces that
         # refusal word for word (repeating a refusal grants nothing).
         self._refusal: Mapping[str, Any] | None = None
@@ -157,7 +164,7 @@ class _RecordedApprovals:
             approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
         except (TypeError, ValueError) as exc:
             raise ApprovalMissing(f"the recorded approval of plan {plan.hash} is malformed: {exc}") from None
-        fingerprint = catalogue_fingerprint(self._registry, plan, self._policy)
+        fingerprint = catalogue_fingerprint(self._registry, plan, self._policy, canonical=self._canonical)
         if approval.catalogue != fingerprint:
             raise ApprovalMissing(
                 f"the recorded approval of plan {plan.hash} binds catalogue {approval.catalogue}, "
@@ -212,7 +219,7 @@ class _ReplayLLM:
 def _llm_for(
     records: Sequence[Mapping[str, Any]], live: LLMClient | None, deployment: Deployment
 ) -> _ReplayLLM | None:
-    started = records[0]
+    started = expand_run_started(records[0], stored_contents(records))
     config = started.get("config") or {}
     if "model" not in config and live is None and deployment.model is None:
         return None  # the run had no LLM (execute): neither has its replay
@@ -233,7 +240,7 @@ def _engine_for(
     *,
     gate: Callable[[Plan, AuditLog], None] | None = None,
 ) -> Engine:
-    started = run_records[0]
+    started = expand_run_started(run_records[0], stored_contents(run_records))
     registry, policy, config = deployment.resolved(started)
     approvals = (
         gate if gate is not None else _RecordedApprovals(run_records, registry, policy, deployment.keys)

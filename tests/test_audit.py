@@ -8,6 +8,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from pte.approval import make_approval
 from pte.audit import (
     DEFAULT_REDACT_KEYS,
     GENESIS_HASH,
@@ -34,6 +36,7 @@ from pte.audit import (
 )
 from pte.canonical import canonical_json, sha256_hex
 from pte.errors import PLAN_REASONS, AuditWriteError, ReasonCode
+from pte.signing import SigningKey
 
 PLAN_HASH = sha256_hex("the plan")
 
@@ -94,19 +97,15 @@ def every_type(log: AuditLog) -> None:
     )
     plan = {"pte_plan": "1", "steps": [{"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}}]}
     log.append("plan_accepted", origin="replanner", plan_hash=PLAN_HASH, plan=plan, order=["inv", "mail"])
-    log.append(
-        "approval",
-        plan_hash=PLAN_HASH,
+    # A real signed approval: verify checks its id and its signature (docs/audit-format.md §7).
+    approval = make_approval(
+        PLAN_HASH,
+        "alice",
         catalogue="c" * 64,
-        by="alice",
-        at="2026-11-22T02:30:00.000000Z",
-        expires="2026-11-23T02:30:00.000000Z",
-        key_id="d" * 64,
-        public_key="e" * 64,
-        signature="f" * 128,
-        approval_id="a" * 64,
-        signed=True,
+        signing_key=SigningKey.generate(),
+        at=datetime(2026, 11, 22, 2, 30, tzinfo=UTC),
     )
+    log.append("approval", **approval.evidence(signed=True))
     log.append(
         "step_started",
         step_id="inv",
@@ -804,7 +803,7 @@ def test_every_record_validates_against_the_schema(log_path: Path) -> None:
 
 def test_schema_shape() -> None:
     schema = load_audit_schema()
-    assert schema["$id"] == "https://pte.dev/schemas/audit-record/1.json"
+    assert schema["$id"] == "https://pte.dev/schemas/audit-record/2.json"
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     defs = schema["$defs"]
     branches = [b["$ref"].rsplit("/", 1)[-1] for b in schema["oneOf"]]
@@ -908,7 +907,14 @@ def test_verify_a_good_log(log_path: Path) -> None:
         every_type(log)
     report = verify(log_path)
     assert report == VerifyReport(
-        records=11, runs=1, intact=True, complete=True, issue=None, last_hash=log.last_hash
+        records=11,
+        runs=1,
+        intact=True,
+        complete=True,
+        issue=None,
+        last_hash=log.last_hash,
+        format=2,
+        log_id=read_records(log_path)[0]["hash"],
     )
     assert report.ok
     assert report.to_dict() == {
@@ -918,6 +924,8 @@ def test_verify_a_good_log(log_path: Path) -> None:
         "records": 11,
         "runs": 1,
         "last_hash": log.last_hash,
+        "format": 2,
+        "log_id": read_records(log_path)[0]["hash"],
         "issue": None,
     }
     assert verify(log_path, check_schema=False).ok

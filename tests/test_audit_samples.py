@@ -13,6 +13,8 @@ from pte.audit import read_records, verify
 from pte.canonical import canonical_json, sha256_hex
 from pte.cli import main
 from pte.replay import replay_file
+from pte.replay_authority import Deployment
+from pte.signing import TrustedKeys
 
 SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl"))
@@ -42,6 +44,20 @@ def test_every_kind_of_run_has_a_sample() -> None:
         assert f"{name}.jsonl" in readme, f"audit_samples/README.md does not describe {name}"
 
 
+def sample_deployment(path: Path) -> Deployment | None:
+    """A sample whose approval is signed replays with the approver's published public key, as
+    a deployment that trusts that approver would (`signed: true` is re-checked, not believed)."""
+    if b'"signed":true' not in path.read_bytes():
+        return None
+    return Deployment(keys=TrustedKeys.load(path.parent / "approver.pub"))
+
+
+def test_a_signed_approval_does_not_replay_as_signed_without_the_key() -> None:
+    path = next(p for p in SAMPLE_FILES if sample_deployment(p) is not None)
+    report = replay_file(path)
+    assert not report.ok and "approval.signed" in report.render()
+
+
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
 def test_sample_verifies(path: Path) -> None:
     report = verify(path)
@@ -54,7 +70,7 @@ def test_sample_verifies(path: Path) -> None:
 
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
 def test_sample_replays_to_the_same_end(path: Path) -> None:
-    report = replay_file(path)
+    report = replay_file(path, deployment=sample_deployment(path))
     assert report.ok, report.render()
     [run] = report.runs
     if path.stem == "crashed_mid_run":

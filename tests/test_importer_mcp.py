@@ -231,9 +231,10 @@ def test_a_changed_server_definition_is_refused_by_its_pin_and_diverges_on_repla
         report = replay_file(log, registry=changed_registry)
         assert not report.ok
         divergence = report.runs[0].divergence
-        # Replay compares the deployment's catalogue with the recorded one first (run_started.tools).
+        # Replay compares the deployment's catalogue with the recorded one first (its hash,
+        # run_started.catalogue, in audit format 2).
         assert divergence is not None
-        assert (divergence.record_type, divergence.field) == ("run_started", "tools")
+        assert (divergence.record_type, divergence.field) == ("run_started", "catalogue")
 
 
 def test_connection_errors_are_clear(tmp_path: Path) -> None:

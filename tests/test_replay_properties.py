@@ -134,10 +134,10 @@ def forge(records: list[dict[str, Any]], index: int, path: tuple[Any, ...], targ
 
 
 def reported(forged: Path, sample: str) -> bool:
-    """Whether `pte replay` reports the edit: refused (the edit breaks the audit schema, which
-    `verify` checks after the chain) or a divergence (exit 1 either way)."""
+    """Whether `pte replay` reports the edit: refused (the edit breaks the audit schema or a
+    signed approval, which `verify` checks after the chain) or a divergence (exit 1 either way)."""
     if not verify(forged).intact:
-        with pytest.raises(LogNotIntact, match="schema"):
+        with pytest.raises(LogNotIntact, match=r"schema|approval"):
             replay_file(forged, deployment=deployment(sample))
         return True
     return not replay_file(forged, deployment=deployment(sample)).ok

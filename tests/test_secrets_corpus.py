@@ -21,6 +21,7 @@ import pytest
 import re2
 
 from pte.audit import verify
+from pte.fingerprint import expand_run_started, stored_contents
 from pte.redaction import REDACTED, Redactor
 from pte.secret_rules import SecretRules, default_rule_files
 from tests.secrets_corpus import ALL_SECRETS, FREE_TEXT, KEYED, PROVIDERS, fragments
@@ -193,7 +194,8 @@ def test_a_catalogue_with_password_and_token_parameters_replays(workdir: Path) -
     done = _pte(workdir, "execute", "pw.json", "--tools", "pack.py", "--audit", str(log))
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    started = records[0]
+    # Format 2 stores the catalogue and policy once, by hash: read the full view.
+    started = expand_run_started(records[0], stored_contents(records))
     entry = next(t for t in started["tools"] if t["name"] == "set_password")
     # The schema keeps its structure: `password` and `token` are parameters, not secrets.
     assert entry["input_schema"]["properties"]["password"]["type"] == "string"

@@ -201,13 +201,14 @@ def test_a_forged_log_with_a_weakened_policy_pays_nothing(
     deployment: dict[str, Any],
 ) -> None:
     forged = forge_unsealed_log(tmp_path, monkeypatch, INJECTED_PAYMENT, policy_doc=WEAK_POLICY)
-    recorded = read_records(forged)[0]["config"]["policy"]
+    started = read_records(forged)[0]  # format 2: the policy is stored once, by its hash
+    recorded = started["stored"][started["policy"]]
     assert recorded["tools"]["send_payment"]["sinks"]["iban"] == ["request", "trusted", "untrusted"]
 
     code, _, err = cli(capsys, "resume", str(forged), "--tools", "backoffice", *deployment["flags"])
-    assert code == 1 and "resume refused" in err and "run_started.config" in err
+    assert code == 1 and "resume refused" in err and "run_started.policy" in err
     code, out, _ = cli(capsys, "replay", str(forged), "--tools", "backoffice")
-    assert code == 1 and "DIVERGED" in out and "at line 1: run_started.config" in out
+    assert code == 1 and "DIVERGED" in out and "at line 1: run_started.policy" in out
     code, out, _ = cli(
         capsys,
         "replay",

@@ -72,7 +72,7 @@ _KEYS = st.one_of(st.sampled_from(["a", "b", "amount", "EUR", "x/y", "t~1", ""])
 )
 
 
-_INTS = st.integers(-(2**53), 2**53)
+_INTS = st.integers(-(2**53 - 1), 2**53 - 1)
 _FLOATS = st.floats(allow_nan=False, allow_infinity=False)
 _SIZES = st.integers(0, 3)
 
@@ -413,8 +413,9 @@ def _integer_range(schema: Mapping[str, Any]) -> tuple[int | None, int | None]:
 
 def _draw_integer(draw: DrawFn, schema: Mapping[str, Any]) -> int:
     lo, hi = _integer_range(schema)
-    if lo is None and hi is None:
-        lo, hi = -(2**53), 2**53
+    # A plan's numbers are doubles (RFC 8785): integers a double holds exactly.
+    lo = -(2**53 - 1) if lo is None else max(lo, -(2**53 - 1))
+    hi = 2**53 - 1 if hi is None else min(hi, 2**53 - 1)
     step = int(schema.get("multipleOf", 1))
     if step != 1:
         k_lo = None if lo is None else -(-lo // step)

@@ -1,0 +1,229 @@
+"""`pte audit report` rendered in a real headless Chromium: the DOM an auditor sees.
+
+For every sample: the verification banner says what `verify` says, every step of every
+accepted plan is there with its status, tool, effect and provenance, and the sections the
+run needs (approvals, replans, policy decisions, LLM calls) are present. Injected markup in
+the log stays text, and a tampered log shows a failing banner.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from pte.audit import AuditLog, read_records, verify
+from pte.cli import main
+from pte.fingerprint import expand_run_started, stored_contents
+from pte.report import write_report
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise AssertionError("Chromium is required (.ci/run installs the Debian chromium package)")
+
+
+def dump_dom(page: Path, profile: Path) -> str:
+    """The DOM of `page` after Chromium loaded it (no network: the page must not need any)."""
+    out = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "<html" in out.stdout, out.stderr[-2000:]
+    return out.stdout
+
+
+class Elements(HTMLParser):
+    """Every element of a document as (tag, attributes, text directly inside it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str], list[str]]] = []
+        self._open: list[int] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, {k: v or "" for k, v in attrs}, []))
+        if tag not in {"br", "meta", "img", "input", "link", "hr", "rect", "line", "path"}:
+            self._open.append(len(self.elements) - 1)
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open:
+            index = self._open.pop()
+            if self.elements[index][0] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.elements[self._open[-1]][2].append(data)
+
+    def find(self, tag: str | None = None, **attrs: str) -> list[tuple[str, dict[str, str], list[str]]]:
+        return [
+            e
+            for e in self.elements
+            if (tag is None or e[0] == tag)
+            and all(e[1].get(k.replace("_", "-")) == v for k, v in attrs.items())
+        ]
+
+
+def parse(dom: str) -> Elements:
+    parser = Elements()
+    parser.feed(dom)
+    return parser
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Elements]:
+    where = tmp_path_factory.mktemp("reports")
+    out = {}
+    for sample in SAMPLES:
+        page = write_report(sample, where / f"{sample.stem}.html")
+        out[sample.stem] = parse(dump_dom(page, where / f"profile-{sample.stem}"))
+    return out
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_the_report_of_every_sample_in_chromium(sample: Path, rendered: dict[str, Elements]) -> None:
+    dom = rendered[sample.stem]
+    report = verify(sample)
+    (banner,) = dom.find("div", id="verification")
+    expected_chain = "ok" if report.ok else ("incomplete" if report.intact else "tampered")
+    assert banner[1]["data-chain"] == expected_chain
+    assert banner[1]["data-checkpoint"] == "none"
+    # Nothing active, nothing fetched: no script, no external reference.
+    assert not dom.find("script") and not dom.find("img") and not dom.find("link")
+    records = read_records(sample)
+    contents = stored_contents(records)
+    for run_id in dict.fromkeys(r["run_id"] for r in records):
+        run = [r for r in records if r["run_id"] == run_id]
+        (section,) = dom.find("section", data_run_id=run_id)
+        finished = [r for r in run if r["type"] == "run_finished"]
+        assert section[1]["data-status"] == (finished[0]["status"] if finished else "unfinished")
+        tools = {t["name"]: t for t in expand_run_started(run[0], contents)["tools"]}
+        rows = [e for e in dom.find("tr") if "step" in e[1].get("class", "").split()]
+        for accepted in (r for r in run if r["type"] == "plan_accepted"):
+            # Tool steps (control steps such as a stage or a require have no tool to label).
+            for step in (s for s in accepted["plan"]["steps"] if "tool" in s):
+                (row,) = [
+                    e
+                    for e in rows
+                    if e[1].get("data-step-id") == step["id"] and e[1]["data-tool"] == step["tool"]
+                ][:1]
+                attrs = row[1]
+                assert attrs["data-effect"] == tools[step["tool"]]["effect"]
+                assert attrs["data-provenance"] == tools[step["tool"]]["provenance"]
+                ends = [r for r in run if r["type"] == "step_finished" and r["step_id"] == step["id"]]
+                if ends:
+                    assert attrs["data-status"] in {e["status"] for e in ends}
+                # and it is a node of the plan's DAG
+                assert dom.find("g", data_step_id=step["id"])
+        types = {r["type"] for r in run}
+        if "approval" in types or "run_paused" in types:
+            assert dom.find("tr", data_kind="approval") or dom.find("tr", data_kind="run_paused")
+        if "replan" in types:
+            assert dom.find("tr", **{"class": "replan"})
+        for rejected in (r for r in run if r["type"] == "plan_rejected"):
+            assert dom.find("tr", data_reason=rejected["reason"])
+        calls = [r for r in run if r["type"] == "llm_call"]
+        assert (
+            len([e for e in dom.find("tr") if e[1].get("class") == "llm-call"]) >= len(calls) > 0 or not calls
+        )
+
+
+INJECTION = (
+    '</pre><script>document.title="pwned"</script>'
+    '<img src="http://example.invalid/x.png" onerror="alert(1)"><b>bold</b>'
+)
+
+
+def _run_with(path: Path, text: str) -> None:
+    with AuditLog(path, run_id="inj") as audit:
+        audit.append("run_started", mode="run", request=text, tools=[], config={})
+        plan = {"pte_plan": "1", "steps": [{"id": "a", "tool": "read_document", "args": {"q": text}}]}
+        audit.append("plan_accepted", origin="planner", plan_hash="0" * 64, plan=plan, order=["a"])
+        audit.append(
+            "step_started",
+            step_id="a",
+            tool="read_document",
+            effect="read",
+            args={"q": text},
+            plan_hash="0" * 64,
+        )
+        audit.append(
+            "step_finished",
+            step_id="a",
+            tool="read_document",
+            status="ok",
+            output={"body": text},
+            duration_ms=1.5,
+        )
+        audit.append(
+            "run_finished",
+            status="failed_closed",
+            reason="step_failed",
+            message=text,
+            answer=text,
+            result=None,
+            steps_run=1,
+            llm_calls=0,
+        )
+
+
+def test_injected_markup_stays_text(tmp_path: Path) -> None:
+    log = tmp_path / "injected.jsonl"
+    _run_with(log, INJECTION)
+    page = write_report(log, tmp_path / "injected.html")
+    dom_text = dump_dom(page, tmp_path / "profile")
+    dom = parse(dom_text)
+    assert not dom.find("script") and not dom.find("img")
+    assert not [e for e in dom.find("b") if "bold" in e[2]]  # the report's own <b>s only
+    assert "pwned" not in "".join("".join(e[2]) for e in dom.find("title"))
+    marked = [e for e in dom.elements if "untrusted" in e[1].get("class", "").split()]
+    assert any(INJECTION in "".join(e[2]) for e in marked)  # shown, as text, marked untrusted
+
+
+def test_a_tampered_log_shows_a_failing_banner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "tampered.jsonl"
+    lines = (REPO / "audit_samples" / "approved_payment.jsonl").read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join([lines[0], lines[2], lines[1], *lines[3:]]))
+    page = tmp_path / "tampered.html"
+    assert main(["--quiet", "audit", "report", str(log), "-o", str(page)]) == 0
+    (banner,) = parse(dump_dom(page, tmp_path / "profile")).find("div", id="verification")
+    assert banner[1]["data-chain"] == "tampered" and "bad" in banner[1]["class"]
+
+
+def test_report_with_a_failing_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "log.jsonl"
+    shutil.copyfile(REPO / "audit_samples" / "success.jsonl", log)
+    key = tmp_path / "k.pem"
+    main(["--quiet", "audit", "keygen", str(key)])
+    main(["--quiet", "audit", "checkpoint", str(log), "--key", str(key)])
+    log.write_bytes(b"".join(log.read_bytes().splitlines(keepends=True)[:-1]))
+    page = tmp_path / "cp.html"
+    argv = ["--quiet", "audit", "report", str(log), "-o", str(page)]
+    assert main([*argv, "--checkpoint", f"{log}.checkpoints", "--public-key", f"{key}.pub"]) == 0
+    (banner,) = parse(dump_dom(page, tmp_path / "profile")).find("div", id="verification")
+    assert banner[1]["data-checkpoint"] == "failed"

@@ -1,0 +1,389 @@
+#!/usr/bin/env node
+// An independent verifier of PTE audit logs (format pte-audit/2), written from
+// docs/audit-format.md alone, with Node's standard library only. It shares no code with
+// PTE: JCS (RFC 8785) comes from JavaScript itself (JSON.stringify writes numbers and
+// strings exactly as RFC 8785 requires; keys are sorted by UTF-16 code unit here).
+//
+//   node verifier/verify.mjs LOG [--checkpoint FILE --public-key PEM] [--json]
+//   node verifier/verify.mjs --jcs FILE     # JCS and SHA-256 of each JSON line (for tests)
+//
+// Exit code: 0 the log verifies (and is complete), 1 it does not, 2 usage error.
+
+import { createHash, createPublicKey, verify as cryptoVerify } from "node:crypto";
+import { readFileSync } from "node:fs";
+
+export const FORMAT = "pte-audit/2";
+const GENESIS = "0".repeat(64);
+const HEX64 = /^[0-9a-f]{64}$/;
+
+// ---------------------------------------------------------------------------------------
+// RFC 8785: the JSON Canonicalization Scheme
+// ---------------------------------------------------------------------------------------
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function jcsString(s) {
+  // JSON.stringify escapes exactly what RFC 8785 section 3.2.2.2 escapes, but writes lone
+  // surrogates as \udxxx where JCS refuses them (they are not Unicode text).
+  if (LONE_SURROGATE.test(s)) throw new Error("string holds a lone surrogate");
+  return JSON.stringify(s);
+}
+
+/** The JCS form of a JSON value (as parsed by JSON.parse). */
+export function jcs(value) {
+  if (value === null || typeof value === "boolean") return JSON.stringify(value);
+  if (typeof value === "number") {
+    // ECMAScript Number::toString is RFC 8785's number serialisation (section 3.2.2.3).
+    if (!Number.isFinite(value)) throw new Error("NaN or Infinity");
+    return JSON.stringify(value);
+  }
+  if (typeof value === "string") return jcsString(value);
+  if (Array.isArray(value)) return "[" + value.map(jcs).join(",") + "]";
+  if (typeof value === "object") {
+    // Sorted by UTF-16 code units: the default comparison of JavaScript strings.
+    const keys = Object.keys(value).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    return "{" + keys.map((k) => jcsString(k) + ":" + jcs(value[k])).join(",") + "}";
+  }
+  throw new Error(`not JSON: ${typeof value}`);
+}
+
+export function sha256Hex(...parts) {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p);
+  return h.digest("hex");
+}
+
+/** JSON.parse that refuses duplicate keys (JSON.parse keeps the last silently). */
+function parseStrict(text) {
+  const value = JSON.parse(text);
+  // A line is only accepted when it is the JCS form of what it parses to, and a duplicate
+  // key would vanish from that form: the byte comparison catches duplicates too.
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------
+// Signatures
+// ---------------------------------------------------------------------------------------
+
+function loadPublicKey(path) {
+  const key = createPublicKey(readFileSync(path));
+  if (key.asymmetricKeyType !== "ed25519") throw new Error(`${path}: not an Ed25519 public key`);
+  return key;
+}
+
+function rawPublicKeyHex(key) {
+  // The SubjectPublicKeyInfo DER of an Ed25519 key ends with the 32 raw key bytes.
+  const der = key.export({ type: "spki", format: "der" });
+  return der.subarray(der.length - 32).toString("hex");
+}
+
+// The 12-byte SubjectPublicKeyInfo DER prefix of every Ed25519 public key (RFC 8410).
+const ED25519_SPKI_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
+
+/** An Ed25519 public key from its 32 raw bytes (hex). */
+function publicKeyFromRaw(hex) {
+  return createPublicKey({ key: Buffer.concat([ED25519_SPKI_PREFIX, Buffer.from(hex, "hex")]), format: "der", type: "spki" });
+}
+
+const APPROVAL_DOMAIN = "pte-approval-v2\n";
+const APPROVAL_SIGNED = ["plan_hash", "catalogue", "by", "at", "expires", "key_id"];
+const HEX128 = /^[0-9a-f]{128}$/;
+
+/** An `approval` record (docs/audit-format.md, "Approvals"): its id, and its signature when signed. */
+function checkApproval(n, record) {
+  const stored = { pte_approval: "2" };
+  for (const name of [...APPROVAL_SIGNED, "public_key", "signature"]) stored[name] = record[name] ?? null;
+  if (sha256Hex(jcs(stored)) !== record.approval_id) throw new Issue(n, "approval_id is not the hash of the approval");
+  if (record.signature === null || record.signature === undefined) {
+    if (record.signed === true) throw new Issue(n, "approval marked signed carries no signature");
+    return;
+  }
+  const pub = record.public_key;
+  if (typeof pub !== "string" || !HEX64.test(pub) || typeof record.signature !== "string" || !HEX128.test(record.signature)) {
+    throw new Issue(n, "approval signature or public key is malformed");
+  }
+  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "approval key_id does not name its public key");
+  const signed = { pte_approval: "2" };
+  for (const name of APPROVAL_SIGNED) signed[name] = record[name] ?? null;
+  const message = Buffer.from(APPROVAL_DOMAIN + jcs(signed), "utf8");
+  if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
+    throw new Issue(n, "approval signature does not verify");
+  }
+}
+
+function verifySignature(publicKey, message, signatureB64) {
+  let sig;
+  try {
+    sig = Buffer.from(signatureB64, "base64url");
+  } catch {
+    return false;
+  }
+  if (sig.length !== 64) return false;
+  return cryptoVerify(null, Buffer.from(message, "utf8"), publicKey, sig);
+}
+
+// ---------------------------------------------------------------------------------------
+// The log
+// ---------------------------------------------------------------------------------------
+
+class Issue extends Error {
+  constructor(line, message) {
+    super(`line ${line}: ${message}`);
+    this.line = line;
+  }
+}
+
+/** Split the file into lines, keeping byte-exactness (a partial last line is an issue). */
+function splitLines(buf) {
+  const lines = [];
+  let start = 0;
+  for (;;) {
+    const end = buf.indexOf(0x0a, start);
+    if (end < 0) break;
+    lines.push(buf.subarray(start, end));
+    start = end + 1;
+  }
+  return { lines, partial: start < buf.length ? buf.length - start : 0 };
+}
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * Verify a log. Returns { ok, intact, complete, records, runs, log_id, last_hash, heads, issue }.
+ * `heads[i]` is the hash of record i (for checkpoints).
+ */
+export function verifyLog(buf) {
+  const { lines, partial } = splitLines(buf);
+  const heads = [];
+  let prev = GENESIS;
+  let currentRun = null;
+  const seenRuns = new Set();
+  const sealed = new Set();
+  const openRuns = new Map();
+  const stored = new Map(); // content hash -> value
+  let logId = null;
+  const result = (intact, complete, issue) => ({
+    ok: intact && complete,
+    intact,
+    complete,
+    records: heads.length,
+    runs: seenRuns.size,
+    log_id: logId,
+    last_hash: heads.length ? heads[heads.length - 1] : null,
+    heads,
+    issue,
+  });
+  try {
+    for (let i = 0; i < lines.length; i++) {
+      const n = i + 1;
+      const raw = lines[i];
+      let text;
+      try {
+        text = decoder.decode(raw);
+      } catch {
+        throw new Issue(n, "not valid UTF-8");
+      }
+      let record;
+      try {
+        record = parseStrict(text);
+      } catch (e) {
+        throw new Issue(n, `not valid JSON: ${e.message}`);
+      }
+      if (record === null || typeof record !== "object" || Array.isArray(record)) {
+        throw new Issue(n, "not a JSON object");
+      }
+      let canonical;
+      try {
+        canonical = jcs(record);
+      } catch (e) {
+        throw new Issue(n, `not representable in JCS: ${e.message}`);
+      }
+      if (canonical !== text) throw new Issue(n, "not in RFC 8785 canonical form");
+      for (const name of ["run_id", "ts", "type"]) {
+        if (typeof record[name] !== "string" || record[name] === "") throw new Issue(n, `bad or missing ${name}`);
+      }
+      for (const name of ["prev", "hash"]) {
+        if (typeof record[name] !== "string" || !HEX64.test(record[name])) throw new Issue(n, `bad or missing ${name}`);
+      }
+      if (record.seq !== i) throw new Issue(n, `seq ${record.seq} where ${i} was expected`);
+      if (record.prev !== prev) throw new Issue(n, "prev is not the previous record's hash");
+      const body = { ...record };
+      delete body.hash;
+      const digest = sha256Hex(record.prev, jcs(body));
+      if (digest !== record.hash) throw new Issue(n, "hash mismatch");
+      const type = record.type;
+      if (i === 0) {
+        if (type !== "run_started" || record.format !== FORMAT) {
+          throw new Issue(n, `the log does not start with a ${FORMAT} run_started`);
+        }
+        logId = record.hash;
+      }
+      if (type === "run_started") checkRunStarted(n, record, stored);
+      if (type === "approval") checkApproval(n, record);
+      const run = record.run_id;
+      if (run !== currentRun) {
+        if (seenRuns.has(run)) throw new Issue(n, `record of run ${run} after run ${currentRun} began`);
+        if (type !== "run_started") throw new Issue(n, `run ${run} does not begin with run_started`);
+        seenRuns.add(run);
+        currentRun = run;
+        if (typeof record.resumes === "string") openRuns.delete(record.resumes);
+      } else if (sealed.has(run)) {
+        throw new Issue(n, `${type} after run_finished of run ${run}`);
+      } else if (type === "run_started") {
+        throw new Issue(n, `second run_started in run ${run}`);
+      }
+      if (type === "run_finished") {
+        sealed.add(run);
+        openRuns.delete(run);
+      } else {
+        openRuns.set(run, n);
+      }
+      heads.push(digest);
+      prev = digest;
+    }
+  } catch (e) {
+    if (e instanceof Issue) return result(false, false, e.message);
+    throw e;
+  }
+  if (partial) return result(false, false, `line ${lines.length + 1}: partial last line (${partial} bytes)`);
+  if (heads.length === 0) return result(true, false, "incomplete: the log holds no records");
+  if (openRuns.size) {
+    const [run, line] = openRuns.entries().next().value;
+    return result(true, false, `line ${line}: incomplete: run ${run} has no run_finished`);
+  }
+  return result(true, true, null);
+}
+
+function checkRunStarted(n, record, stored) {
+  if (record.format !== FORMAT) throw new Issue(n, `run_started of format ${JSON.stringify(record.format)}`);
+  const fresh = record.stored ?? {};
+  if (typeof fresh !== "object" || fresh === null || Array.isArray(fresh)) throw new Issue(n, "stored is not an object");
+  for (const [h, value] of Object.entries(fresh)) {
+    // Stored twice (two writers at once) is allowed: the value must hash to its key either way.
+    if (sha256Hex(jcs(value)) !== h) throw new Issue(n, `stored content ${h.slice(0, 12)}… does not hash to its key`);
+    stored.set(h, value);
+  }
+  for (const name of ["catalogue", "policy"]) {
+    const h = record[name];
+    if (h === undefined || h === null) continue;
+    if (!stored.has(h)) throw new Issue(n, `${name} ${String(h).slice(0, 12)}… is not stored in the log`);
+  }
+  if (record.catalogue !== undefined) {
+    const catalogue = stored.get(record.catalogue);
+    if (!Array.isArray(catalogue)) throw new Issue(n, "the stored catalogue is not a list");
+    const byName = new Map(catalogue.map((t) => [t.name, t]));
+    const tools = record.tools ?? [];
+    if (tools.length !== catalogue.length || tools.some((t) => !byName.has(t.name))) {
+      throw new Issue(n, "tools and the stored catalogue name different tools");
+    }
+    for (const tool of tools) {
+      const entry = byName.get(tool.name);
+      if (entry === undefined) throw new Issue(n, `tool ${tool.name} is not in the catalogue`);
+      const schemas = { input_schema: entry.input_schema, output_schema: entry.output_schema };
+      if (sha256Hex(jcs(schemas)) !== tool.schema_hash) throw new Issue(n, `tool ${tool.name}: schema_hash does not match the catalogue`);
+      for (const field of ["effect", "sinks", "requires_approval", "provenance", "idempotent", "timeout_s"]) {
+        if (field in tool && jcs(tool[field]) !== jcs(entry[field] ?? null)) throw new Issue(n, `tool ${tool.name}: ${field} differs from the catalogue`);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints
+// ---------------------------------------------------------------------------------------
+
+/** Check a signed checkpoint against a verified log; returns null or the problem. */
+export function checkCheckpoint(checkpoint, publicKey, report) {
+  const { signature, ...signed } = checkpoint;
+  if (signed.pte_checkpoint !== "1") return "not a pte_checkpoint 1 document";
+  if (typeof signature !== "string" || !verifySignature(publicKey, jcs(signed), signature)) {
+    return "checkpoint signature does not verify with the given public key";
+  }
+  if (signed.key_id !== rawPublicKeyHex(publicKey)) return "checkpoint names another key";
+  if (signed.log_id !== report.log_id) return "checkpoint is of another log";
+  if (!Number.isInteger(signed.records) || signed.records < 1) return "checkpoint record count is not a positive integer";
+  if (report.heads.length < signed.records) {
+    return `truncated: the checkpoint covers ${signed.records} records, the log verifies ${report.heads.length}`;
+  }
+  if (report.heads[signed.records - 1] !== signed.head) {
+    return `rewritten: record ${signed.records - 1} does not have the checkpoint's head hash`;
+  }
+  return null;
+}
+
+// ---------------------------------------------------------------------------------------
+// Command line
+// ---------------------------------------------------------------------------------------
+
+function usage(message) {
+  process.stderr.write(`verify.mjs: ${message}\n`);
+  process.exit(2);
+}
+
+function main(argv) {
+  const args = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const next = () => (i + 1 < argv.length ? argv[++i] : usage(`${a} needs a value`));
+    if (a === "--json") args.json = true;
+    else if (a === "--checkpoint") args.checkpoint = next();
+    else if (a === "--public-key") args.publicKey = next();
+    else if (a === "--jcs") args.jcs = next();
+    else if (a.startsWith("-")) usage(`unknown option ${a}`);
+    else if (args.log === undefined) args.log = a;
+    else usage(`unexpected argument ${a}`);
+  }
+  if (args.jcs !== undefined) {
+    // One JSON value per line in; its JCS form and SHA-256 out, one JSON array per line.
+    const text = readFileSync(args.jcs, "utf8");
+    const out = [];
+    for (const line of text.split("\n")) {
+      if (line === "") continue;
+      try {
+        const c = jcs(JSON.parse(line));
+        out.push(JSON.stringify([c, sha256Hex(c)]));
+      } catch (e) {
+        out.push(JSON.stringify([null, e.message]));
+      }
+    }
+    process.stdout.write(out.join("\n") + "\n");
+    return 0;
+  }
+  if (args.log === undefined) usage("give a LOG");
+  if ((args.checkpoint === undefined) !== (args.publicKey === undefined)) usage("--checkpoint needs --public-key (and back)");
+  let buf;
+  try {
+    buf = readFileSync(args.log);
+  } catch (e) {
+    usage(`cannot read ${args.log}: ${e.message}`);
+  }
+  const report = verifyLog(buf);
+  let checkpoint = null;
+  if (args.checkpoint !== undefined) {
+    let doc;
+    let key;
+    try {
+      doc = JSON.parse(readFileSync(args.checkpoint, "utf8"));
+      key = loadPublicKey(args.publicKey);
+    } catch (e) {
+      usage(e.message);
+    }
+    const problem = report.intact || report.heads.length ? checkCheckpoint(doc, key, report) : "the log does not verify";
+    checkpoint = { ok: problem === null, records: doc.records, problem };
+  }
+  const ok = report.ok && (checkpoint === null || checkpoint.ok);
+  const { heads, ...summary } = report;
+  if (args.json) {
+    process.stdout.write(JSON.stringify({ ...summary, ok, checkpoint }) + "\n");
+  } else if (ok) {
+    process.stdout.write(`ok: ${report.records} record(s), ${report.runs} run(s)` + (checkpoint ? `, checkpoint of ${checkpoint.records} record(s) holds` : "") + "\n");
+  } else {
+    const problem = checkpoint !== null && !checkpoint.ok ? checkpoint.problem : report.issue;
+    process.stdout.write(`FAILED: ${problem}\n`);
+  }
+  return ok ? 0 : 1;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  process.exitCode = main(process.argv.slice(2));
+}
