@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._version import __version__
 from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
@@ -44,6 +45,7 @@ from pte.errors import (
     TransientError,
 )
 from pte.executor import ExecutionResult, Executor, StepResult
+from pte.labels import LabelTree, provenance
 from pte.logs import configure_logging
 from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte.policy import Policy, PolicyError, load_policy
@@ -71,7 +73,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ReplayReport": ("pte.replay", "ReplayReport"),
     "replay_file": ("pte.replay", "replay_file"),
     "resume_file": ("pte.replay", "resume_file"),
+    "PausedRun": ("pte.runs", "PausedRun"),
     "RunPaused": ("pte.runs", "RunPaused"),
+    "decide": ("pte.runs", "decide"),
+    "pausing_gate": ("pte.runs", "pausing_gate"),
+    "resume_run": ("pte.runs", "resume_run"),
+    "run_in_store": ("pte.runs", "run_in_store"),
 }
 
 
@@ -111,7 +118,10 @@ __all__ = [
     "EngineConfig",
     "ExecutionResult",
     "Executor",
+    "ExtendedBy",
     "FailedClosed",
+    "FieldName",
+    "FieldOf",
     "ImportRefused",
     "ImportSourceError",
     "JsonlStore",
@@ -119,12 +129,15 @@ __all__ = [
     "LLMClient",
     "LLMError",
     "LLMResponse",
+    "LabelTree",
     "Limits",
     "LogNotIntact",
     "MCPError",
     "OpenAIClient",
     "OpenAPIError",
     "PTEError",
+    "PausedRun",
+    "PickOf",
     "Plan",
     "PlanDocument",
     "PlanRejected",
@@ -134,6 +147,8 @@ __all__ = [
     "ReasonCode",
     "Redactor",
     "Reference",
+    "RegexGroups",
+    "RegexPattern",
     "Registry",
     "ReplayClient",
     "ReplayDataError",
@@ -162,18 +177,23 @@ __all__ = [
     "compile",
     "compile_plan",
     "configure_logging",
+    "decide",
     "hash_json",
     "iter_records",
     "load_pack",
     "load_policy",
     "load_registry",
     "open_store",
+    "pausing_gate",
     "plan_schema",
+    "provenance",
     "read_records",
     "render_report",
     "render_result",
     "replay_file",
     "resume_file",
+    "resume_run",
+    "run_in_store",
     "tool",
     "tool_from_schema",
     "verify",

@@ -1,5 +1,6 @@
 """Type stub of `pte`: the same names as __init__.py, with the lazily imported ones imported eagerly."""
 
+from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
 from pte.audit import AuditLog, Durability
@@ -32,6 +33,7 @@ from pte.errors import (
     TransientError,
 )
 from pte.executor import ExecutionResult, Executor, StepResult
+from pte.labels import LabelTree, provenance
 from pte.llm import LLMClient as LLMClient
 from pte.llm import LLMResponse as LLMResponse
 from pte.llm import OpenAIClient as OpenAIClient
@@ -47,7 +49,12 @@ from pte.replay import ReplayReport as ReplayReport
 from pte.replay import replay_file as replay_file
 from pte.replay import resume_file as resume_file
 from pte.report import ReportError, render_report, write_report
+from pte.runs import PausedRun as PausedRun
 from pte.runs import RunPaused as RunPaused
+from pte.runs import decide as decide
+from pte.runs import pausing_gate as pausing_gate
+from pte.runs import resume_run as resume_run
+from pte.runs import run_in_store as run_in_store
 from pte.signing import KeyFileError as KeyFileError
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
@@ -75,7 +82,10 @@ __all__ = [
     "EngineConfig",
     "ExecutionResult",
     "Executor",
+    "ExtendedBy",
     "FailedClosed",
+    "FieldName",
+    "FieldOf",
     "ImportRefused",
     "ImportSourceError",
     "JsonlStore",
@@ -83,12 +93,15 @@ __all__ = [
     "LLMClient",
     "LLMError",
     "LLMResponse",
+    "LabelTree",
     "Limits",
     "LogNotIntact",
     "MCPError",
     "OpenAIClient",
     "OpenAPIError",
     "PTEError",
+    "PausedRun",
+    "PickOf",
     "Plan",
     "PlanDocument",
     "PlanRejected",
@@ -98,6 +111,8 @@ __all__ = [
     "ReasonCode",
     "Redactor",
     "Reference",
+    "RegexGroups",
+    "RegexPattern",
     "Registry",
     "ReplayClient",
     "ReplayDataError",
@@ -126,18 +141,23 @@ __all__ = [
     "compile",
     "compile_plan",
     "configure_logging",
+    "decide",
     "hash_json",
     "iter_records",
     "load_pack",
     "load_policy",
     "load_registry",
     "open_store",
+    "pausing_gate",
     "plan_schema",
+    "provenance",
     "read_records",
     "render_report",
     "render_result",
     "replay_file",
     "resume_file",
+    "resume_run",
+    "run_in_store",
     "tool",
     "tool_from_schema",
     "verify",

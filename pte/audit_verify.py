@@ -369,7 +369,7 @@ def _content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str |
     return None
 
 
-def _approval_problem(record: Mapping[str, Any]) -> str | None:
+def approval_problem(record: Mapping[str, Any]) -> str | None:
     """An ``approval`` record: its id is its hash, and a signature verifies under its own key.
 
     Whether that key is one the deployment trusts is a question for the deployment (resume,
@@ -539,7 +539,7 @@ def verify(
                     if problem is not None:
                         return broken(number, seq, problem)
             if rtype == "approval" and version == 2:
-                problem = _approval_problem(record)
+                problem = approval_problem(record)
                 if problem is not None:
                     return broken(number, seq, problem)
             if run_id != current_run:

@@ -24,7 +24,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, verify
+from pte.audit_verify import AuditFormatError, VerifyReport, approval_problem, iter_records, verify
 from pte.errors import PTEError
 from pte.fingerprint import expand_run_started, stored_contents
 
@@ -332,22 +332,34 @@ def _approvals(records: Sequence[Mapping[str, Any]]) -> str:
         return ""
     out = [
         '<h3>Approvals</h3><table class="approvals"><thead><tr><th>what</th><th>plan</th><th>signer</th>'
-        "<th>at</th><th>signature</th></tr></thead><tbody>"
+        "<th>at</th><th>signature: verification</th></tr></thead><tbody>"
     ]
     for r in rows:
         kind = str(r.get("type"))
-        signature = r.get("signature")
+        verified = ""
         if kind == "run_paused":
             state = f"waiting for approval of {_e(', '.join(map(str, r.get('tools') or [])))}"
-        elif isinstance(signature, dict):
-            key = str(signature.get("key_id", ""))[:16]
-            state = f"{_e(signature.get('alg', 'signed'))} by key <code>{_e(key)}</code>"
-        elif r.get("signed"):
-            state = "signed, verified when recorded"
+        elif kind == "approval_rejected":
+            state = "rejected"
         else:
-            state = "not signed"
+            # Checked here, from the record alone, as `pte audit verify` does (audit format §7).
+            problem = approval_problem(r)
+            verified = "false" if problem is not None else "true"
+            key = _e(str(r.get("key_id") or "")[:16])
+            if problem is not None:
+                state = f'<b class="bad">does NOT verify</b>: {_e(problem)}'
+            elif r.get("signature"):
+                trusted = (
+                    "a key the deployment trusted when it ran"
+                    if r.get("signed")
+                    else "a key the deployment did not check (it had no approval keys)"
+                )
+                state = f"Ed25519 signature verifies under key <code>{key}…</code>, {trusted}"
+            else:
+                state = "not signed (accepted only where no approval keys are configured)"
         out.append(
-            f'<tr class="approval" data-kind="{_e(kind)}" data-signed="{_e(bool(r.get("signed")))}">'
+            f'<tr class="approval" data-kind="{_e(kind)}" data-signed="{_e(bool(r.get("signed")))}"'
+            f' data-verified="{verified}">'
             f"<td>{_e(kind)}</td><td><code>{_e(str(r.get('plan_hash'))[:16])}</code></td>"
             f"<td>{_untrusted(r.get('by', '-'))}</td><td>{_e(r.get('at', r.get('ts')))}</td>"
             f"<td>{state}</td></tr>"

@@ -144,3 +144,71 @@ def test_lazy_names_resolve_and_unknown_names_raise() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         pte.nope  # noqa: B018
     assert "Engine" in dir(pte)
+
+
+# A tool pack written against `pte` alone: the generic-tool markers and field provenance are public.
+AUTHOR_PACK = '''
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+import pte
+
+T = TypeVar("T")
+R = TypeVar("R", bound=dict[str, Any])
+
+
+class Mail(BaseModel):
+    sender: str
+    subject: Annotated[str, pte.provenance("untrusted")]
+
+
+class Mails(BaseModel):
+    mails: list[Mail]
+
+
+class Values(BaseModel, Generic[T]):
+    values: list[T]
+
+
+@pte.tool
+def inbox() -> Mails:
+    """The inbox."""
+    return Mails(mails=[Mail(sender="a@example.com", subject="hi")])
+
+
+@pte.tool(provenance="derived")
+def pluck(
+    records: list[R], field: Annotated[str, pte.FieldName(R)]
+) -> Values[Annotated[Any, pte.FieldOf(R, "field")]]:
+    """The value of `field` of every record."""
+    return Values(values=[r[field] for r in records])
+'''
+
+
+def test_a_tool_pack_needs_only_the_pte_namespace(tmp_path: Path) -> None:
+    import json
+
+    pack = tmp_path / "author_pack.py"
+    pack.write_text(AUTHOR_PACK, encoding="utf-8")
+    registry = load_pack(str(pack))
+    assert registry["inbox"].output_schema["$defs"]["Mail"]["properties"]["subject"]["x-pte-provenance"] == (
+        "untrusted"
+    )
+
+    def plan(field: str) -> str:
+        steps = [
+            {"id": "box", "tool": "inbox", "args": {}},
+            {"id": "who", "tool": "pluck", "args": {"records": {"$ref": "box/mails"}, "field": field}},
+        ]
+        return json.dumps({"pte_plan": "1", "steps": steps, "result": {"$ref": "who/values"}})
+
+    compiled = pte.compile(plan("sender"), registry)
+    assert compiled.output_schema("who")["properties"]["values"]["items"]["type"] == "string"
+    with pytest.raises(pte.PlanRejected, match="no field 'sendr'"):
+        pte.compile(plan("sendr"), registry)
+    result = pte.Executor(registry).run(compiled, pte.AuditLog(keep=True))
+    assert result.result_value() == ["a@example.com"]
+    public = ("ExtendedBy", "PickOf", "RegexGroups", "RegexPattern", "LabelTree", "run_in_store", "decide")
+    for name in public:
+        assert name in pte.__all__ and getattr(pte, name).__doc__

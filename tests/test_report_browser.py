@@ -8,6 +8,7 @@ the log stays text, and a tampered log shows a failing banner.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pte.audit import AuditLog, read_records, verify
+from pte.audit import GENESIS_HASH, AuditLog, read_records, verify
+from pte.canonical import canonical_bytes, sha256_hex
 from pte.cli import main
 from pte.fingerprint import expand_run_started, stored_contents
 from pte.report import write_report
@@ -227,3 +229,32 @@ def test_report_with_a_failing_checkpoint(tmp_path: Path, capsys: pytest.Capture
     assert main([*argv, "--checkpoint", f"{log}.checkpoints", "--public-key", f"{key}.pub"]) == 0
     (banner,) = parse(dump_dom(page, tmp_path / "profile")).find("div", id="verification")
     assert banner[1]["data-checkpoint"] == "failed"
+
+
+def test_approvals_show_their_signature_verified_from_the_log(
+    rendered: dict[str, Elements], tmp_path: Path
+) -> None:
+    # The sample's approval is Ed25519-signed: the report checks it as `verify` does.
+    (row,) = rendered["paused_then_approved"].find("tr", data_kind="approval")
+    assert row[1]["data-verified"] == "true" and row[1]["data-signed"] == "True"
+    (unsigned,) = rendered["approved_payment"].find("tr", data_kind="approval")
+    assert unsigned[1]["data-verified"] == "true" and unsigned[1]["data-signed"] == "False"
+    # The same approval with its signer renamed (chain re-hashed, so only the signature can tell).
+    lines = (REPO / "audit_samples" / "paused_then_approved.jsonl").read_bytes().splitlines(keepends=True)
+    prev = GENESIS_HASH
+    edited = []
+    for raw in lines:
+        record = json.loads(raw)
+        if record["type"] == "approval":
+            record["by"] = "mallory"
+        record.pop("hash")
+        record["prev"] = prev
+        prev = sha256_hex(prev.encode() + canonical_bytes(record))
+        edited.append(canonical_bytes({**record, "hash": prev}) + b"\n")
+    log = tmp_path / "edited.jsonl"
+    log.write_bytes(b"".join(edited))
+    dom = parse(dump_dom(write_report(log, tmp_path / "edited.html"), tmp_path / "profile"))
+    (row,) = dom.find("tr", data_kind="approval")
+    assert row[1]["data-verified"] == "false"
+    (banner,) = dom.find("div", id="verification")
+    assert banner[1]["data-chain"] == "tampered"
