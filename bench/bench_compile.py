@@ -109,7 +109,7 @@ def measure(size: int, repeat: int, seed: int) -> tuple[float, int, int]:
     """(median seconds, text bytes, references) for compiling a plan of `size` steps."""
     registry = example_registry()
     text = json.dumps(build_plan(size, seed))
-    limits = Limits(max_steps=max(size, 1), max_bytes=len(text.encode()) + 1)
+    limits = Limits(max_steps=max(size, 1), max_bytes=len(text.encode()) + 1, max_values=len(text))
     plan = compile_plan(text, registry, limits)  # warm-up, and proof that the plan is valid
     references = sum(len(s.references) for s in plan.steps)
     times = []

@@ -21,20 +21,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pte.audit import AuditLog
 from pte.engine import Engine
 from pte.llm import OpenAIClient
-from pte.testing import example_registry
-from tests.realserver import llama_server
+from tests.realserver import llama_server, small_registry
 
+RUNAWAY = "Compute n * 2 for every n from 1 to 1000, each with a separate calculator step."
 REQUESTS = [
     "What is 2 + 2? Use the calculator.",
-    "Look up customer C001 and compute their risk score.",
     "Convert 100 EUR to USD.",
+    "What is 17 * 23, converted from EUR to GBP?",
 ]
 
 
 def _run(client: OpenAIClient, request: str) -> tuple[float, AuditLog, str]:
     log = AuditLog(None)
     started = time.monotonic()
-    result = Engine(example_registry(), client).run(request, log)
+    result = Engine(small_registry(), client).run(request, log)
     outcome = result.status if result.reason is None else f"{result.status}({result.reason.value})"
     return time.monotonic() - started, log, outcome
 
@@ -56,7 +56,7 @@ def main() -> None:
             reasons = [c["finish_reason"] for c in calls]
             print(f"  {seconds:6.1f} s  {len(calls)} call(s)  tokens {tokens}  finish {reasons}  {outcome}")
         tiny = OpenAIClient("gemma-3-270m", base_url=base_url, timeout_s=60, max_retries=0, max_tokens=8)
-        seconds, log, outcome = _run(tiny, "List every overdue invoice of all 1000 customers, one step each.")
+        seconds, log, outcome = _run(tiny, RUNAWAY)
         print(f"runaway (bound 8): ended {outcome} after {seconds:.1f} s")
         started = time.monotonic()
         client.complete([{"role": "user", "content": "Say OK."}])

@@ -1,18 +1,17 @@
 """Worst-case cost of compiling hostile planner text, up to the byte limit.
 
 An LLM's answer is untrusted text: whatever it is, `compile` must accept or reject it
-quickly. This bench compiles a family of crafted texts (deep nesting of every kind around
-each depth threshold, wide invalid documents, escape-heavy strings, duplicate keys, junk,
-a maximal valid plan, ...) sized up to `Limits.max_bytes`, and prints the slowest, the
-median of each family and the ratio of the worst case to compiling a small valid plan.
+quickly. This bench compiles families of crafted texts, each sized to a limit of
+`DEFAULT_LIMITS` or just past it: deep nesting of every kind around each depth threshold;
+wide documents (arrays, objects, keys, numbers, strings) at the byte limit and at the value
+limit; escape-heavy and long strings; duplicate keys; junk; the most steps and the most
+values a plan may hold, valid, and invalid at the very last step. It prints the slowest
+text, the median and maximum of each family, and the worst case against a small valid plan.
+
+Times are CPU time of this process (the best of `--repeat` runs), so other load on a shared
+machine does not count; the issue's bar is "well under 50 ms" for the worst case.
 
     PYTHONPATH=. python bench/bench_rejection.py [--repeat 3]
-
-What is left: nesting is refused before parsing, but a 1 MB document of ~460k tiny arrays
-or ~80k keys is shallow and valid JSON, and building it (the parser, the strict loader's
-duplicate-key hook) costs far more than 50 ms. Bounding the number of arrays/objects per
-plan (a `Limits` field, checked on the bracket skeleton `pte._nesting` already computes)
-would close it.
 """
 
 from __future__ import annotations
@@ -28,6 +27,8 @@ from pte import DEFAULT_LIMITS, PlanRejected, compile_plan
 from pte.testing._catalogue import example_registry
 
 LIMIT = DEFAULT_LIMITS.max_bytes
+STEPS = DEFAULT_LIMITS.max_steps
+VALUES = DEFAULT_LIMITS.max_values
 
 
 def _step(args: str) -> str:
@@ -78,13 +79,38 @@ def texts() -> Iterator[tuple[str, str]]:
     yield "junk brackets", "][" * (LIMIT // 2)
     rng = random.Random(7)
     yield "random printable", "".join(rng.choice('{}[]":,0123456789abc\\ ') for _ in range(LIMIT))
+    yield "many numbers", _step(_array(["1"] * (LIMIT // 2 - 100)))
+    # At the value limit: as wide as a plan may be and still be parsed.
+    wide = VALUES - 20
+    yield "values: many keys", _step("{" + ",".join(f'"k{i}":1' for i in range(wide)) + "}")
+    yield "values: tiny arrays", _step(_array(["[]"] * wide))
+    yield "values: many numbers", _step(_array(["1"] * wide))
+    yield "values: one past", _step(_array(["1"] * VALUES))
+    variables = ",".join(f'"x{i}":{i}' for i in range(wide))
+    yield "values: variables", _step('{"expression":"x0","variables":{' + variables + "}}")
+    # At the step limit: the longest chain of references, valid and broken at its very end.
+    yield "steps: valid chain", _chain(STEPS)
+    yield "steps: chain, last bad", _chain(STEPS).replace(f'"s{STEPS - 2}/value"', f'"s{STEPS - 2}/nope"')
+    yield "steps: one past", _chain(STEPS + 1)
+    per_step = (VALUES - 10) // STEPS - 8
+    yield "steps x values: valid", _chain(STEPS, extra=per_step)
+
+
+def _array(items: list[str]) -> str:
+    return '{"expression":"1","variables":{"x":[' + ",".join(items) + "]}}"
+
+
+def _chain(count: int, extra: int = 0) -> str:
+    """`count` calculator steps, each reading the one before; `extra` more variables each."""
+    more = "".join(f',"v{j}":{j}' for j in range(extra))
     steps = ",".join(
         f'{{"id":"s{i}","tool":"calculator","args":{{"expression":"x+1","variables":{{"x":'
         + (f'{{"$ref":"s{i - 1}/value"}}' if i else "1")
+        + more
         + "}}}"
-        for i in range(1000)
+        for i in range(count)
     )
-    yield "valid 1,000-step chain", '{"pte_plan":"1","steps":[' + steps + '],"result":{"$ref":"s999/value"}}'
+    return '{"pte_plan":"1","steps":[' + steps + f'],"result":{{"$ref":"s{count - 1}/value"}}}}'
 
 
 def _time(text: str, repeat: int) -> tuple[float, str]:
@@ -92,13 +118,13 @@ def _time(text: str, repeat: int) -> tuple[float, str]:
     best = float("inf")
     outcome = "accepted"
     for _ in range(repeat):
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             compile_plan(text, registry)
             outcome = "accepted"
         except PlanRejected as rejection:
             outcome = rejection.reason.value
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.process_time() - started)
     return best, outcome
 
 
@@ -110,19 +136,23 @@ def main() -> None:
         {"pte_plan": "1", "steps": [{"id": "a", "tool": "calculator", "args": {"expression": "1"}}]}
     )
     baseline, _ = _time(small, 20)
-    families: dict[str, list[float]] = {}
+    families: dict[str, list[tuple[float, str]]] = {}
     worst = (0.0, "", "", 0)
     for family, text in texts():
         size = len(text.encode("utf-8"))
         assert size <= LIMIT, (family, size)
         seconds, outcome = _time(text, args.repeat)
-        families.setdefault(family, []).append(seconds)
+        families.setdefault(family, []).append((seconds, outcome))
         if seconds > worst[0]:
             worst = (seconds, family, outcome, size)
-    print(f"small valid plan: {baseline * 1e3:.2f} ms (baseline)")
-    for family, times in families.items():
+    print(f"limits: {DEFAULT_LIMITS}")
+    print(f"small valid plan: {baseline * 1e3:.2f} ms CPU (baseline)")
+    for family, runs in families.items():
+        times = [seconds for seconds, _ in runs]
+        outcomes = ", ".join(sorted({outcome for _, outcome in runs}))
         print(
-            f"  {family:<26} median {statistics.median(times) * 1e3:7.2f} ms   max {max(times) * 1e3:7.2f} ms"
+            f"  {family:<26} median {statistics.median(times) * 1e3:7.2f} ms   "
+            f"max {max(times) * 1e3:7.2f} ms   {outcomes}"
         )
     seconds, family, outcome, size = worst
     print(

@@ -65,7 +65,7 @@ def plan_text(steps: int) -> str:
 
 def execute(registry: Registry, text: str, steps: int, path: Path) -> tuple[float, int, str]:
     """Run the plan into a fresh log at `path`; return (seconds, records written, final value)."""
-    limits = Limits(max_steps=max(steps, 1000), max_bytes=max(len(text) * 2, 1_000_000))
+    limits = Limits(max_steps=max(steps, 1000), max_bytes=max(len(text) * 2, 1_000_000), max_values=len(text))
     engine = Engine(registry, None, config=EngineConfig(limits=limits, llm_answer=False))
     path.unlink(missing_ok=True)
     with AuditLog(path, durability="none") as audit:

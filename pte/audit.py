@@ -20,6 +20,7 @@ hashes ever depend on a secret. A failed write breaks the log for good and every
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import threading
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pte.canonical import canonical_json, sha256_hex
+from pte.canonical import canonical_bytes, canonical_json, sha256_hex
 from pte.errors import AuditWriteError, PTEError
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ from pte.audit_verify import (
     _common_fields_problem,
     _record_hash_problem,
     _schema_problem,
+    _without_member,
 )
 from pte.audit_verify import (
     GENESIS_HASH as GENESIS_HASH,
@@ -78,6 +80,11 @@ from pte.audit_verify import (
     AuditFormatError as AuditFormatError,
 )
 from pte.redaction import REDACTED
+
+# The hash member as `AuditLog._serialise` first encodes it (any 64 hex digits would do).
+_HASH_KEY = b'"hash":"'
+_PLACEHOLDER = GENESIS_HASH
+_PLACEHOLDER_MEMBER = _HASH_KEY + _PLACEHOLDER.encode("ascii") + b'"'
 
 # ---------------------------------------------------------------------------------------------
 # Writing
@@ -287,7 +294,10 @@ class AuditLog:
                     # Another writer (or a truncation) would fork the chain: refuse rather than
                     # interleave. The advisory lock makes check-and-write one step across
                     # processes (two writers that both saw the old size cannot both write).
-                    with _append_lock(fd):
+                    # (Taken inline, not through `_append_lock`: this is the per-record path.)
+                    if _fcntl is not None:
+                        _fcntl.flock(fd, _fcntl.LOCK_EX)
+                    try:
                         size = os.lseek(fd, 0, os.SEEK_END)
                         if size != self._size:
                             raise self._fail(
@@ -295,6 +305,9 @@ class AuditLog:
                                 f"(size {size}, expected {self._size}): is another process appending?"
                             )
                         _write_all(fd, data)
+                    finally:
+                        if _fcntl is not None:
+                            _fcntl.flock(fd, _fcntl.LOCK_UN)
                     self._size += len(data)
                     if self.durability is Durability.ALWAYS:
                         self._fsync()
@@ -340,7 +353,12 @@ class AuditLog:
 
         The hash covers ``prev`` + the canonical JSON of the record without "hash"; the line
         is the canonical JSON of the record with it (so verify needs nothing but
-        `canonical_json` to check a line).
+        `canonical_json` to check a line). One encode gives both: the record is encoded with
+        a placeholder hash; cutting that member out gives the hashed bytes (removing a member
+        from a JCS object leaves the JCS form of the rest, docs/audit-format.md), and writing
+        the digest in its place gives the line (the key order and escaping of a 64-hex-digit
+        value do not depend on which digits). When the placeholder member is not unique in
+        the encoding (a nested ``"hash"`` key holding it), the record is encoded twice.
         """
         prev = self.last_hash
         record: dict[str, Any] = {
@@ -351,9 +369,22 @@ class AuditLog:
             "prev": prev,
             **self.redactor.redact_fields(type, fields),
         }
-        digest = sha256_hex(prev + canonical_json(record))
+        record["hash"] = _PLACEHOLDER
+        encoded = canonical_bytes(record)
+        parts = _without_member(encoded, _PLACEHOLDER_MEMBER)
+        if parts is None:
+            del record["hash"]
+            digest = sha256_hex(prev.encode("ascii") + canonical_bytes(record))
+            record["hash"] = digest
+            return record, digest, canonical_bytes(record) + b"\n"
+        hasher = hashlib.sha256(prev.encode("ascii"))
+        hasher.update(parts[0])
+        hasher.update(parts[1])
+        digest = hasher.hexdigest()
         record["hash"] = digest
-        return record, digest, (canonical_json(record) + "\n").encode("utf-8")
+        # The placeholder member occurs once (checked above): replace writes the digest there.
+        line = encoded.replace(_PLACEHOLDER_MEMBER, _HASH_KEY + digest.encode("ascii") + b'"')
+        return record, digest, line + b"\n"
 
     def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
         """Raise the reason `append` cannot write (the caller holds the lock)."""

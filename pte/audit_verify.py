@@ -298,26 +298,36 @@ def _v1_line_problem(body: bytes) -> tuple[Any, bool]:
         return record, False
 
 
+def _without_member(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
+    """`line` (a JCS object) split around `member` and one adjacent comma: what is left is the
+    JCS form of the object without that member (docs/audit-format.md, "Verifying fast").
+
+    `member` (``"hash":"<64 hex>"``) must occur exactly once, which makes it a top-level
+    member: inside a string value its quotes would be escaped. None otherwise.
+    """
+    parts = line.split(member)
+    if len(parts) != 2:
+        return None
+    head, tail = parts
+    if tail[:1] == b",":  # not the last member: drop the comma after it
+        tail = tail[1:]
+    elif head[-1:] == b",":  # the last member: drop the comma before it
+        head = head[:-1]
+    return head, tail
+
+
 def _hash_of_line(prev: str, body: bytes, digest: str) -> str | None:
     """SHA-256 of ``prev`` + the canonical line without its ``"hash"`` member.
 
-    Cut out of the line itself instead of serialising the record again: removing one member
-    from a JCS object leaves the JCS form of the object without it (docs/audit-format.md,
-    "Verifying fast"). The member ``"hash":"<digest>"`` must occur exactly once in the line,
-    which makes it the top-level one; None otherwise (the caller then serialises).
+    Cut out of the line itself instead of serialising the record again (`_without_member`);
+    None when the member is not there exactly once (the caller then serialises).
     """
-    entry = b'"hash":"' + digest.encode("ascii") + b'"'
-    at = body.find(entry)
-    end = at + len(entry)
-    if at < 0 or body.find(entry, end) >= 0:
+    parts = _without_member(body, b'"hash":"' + digest.encode("ascii") + b'"')
+    if parts is None:
         return None
-    if body[end : end + 1] == b",":  # not the last member: drop the comma after it
-        end += 1
-    elif body[at - 1 : at] == b",":  # the last member: drop the comma before it
-        at -= 1
     h = _sha256(prev.encode("ascii"))
-    h.update(body[:at])
-    h.update(body[end:])
+    h.update(parts[0])
+    h.update(parts[1])
     return h.hexdigest()
 
 
@@ -423,6 +433,7 @@ def verify(
     checking checkpoints.
     """
     checkers = _checkers() if check_schema else None
+    fast_checks = {name: checker.fast.is_valid for name, checker in (checkers or {}).items()}
     wanted = frozenset(anchors)
     found_anchors: dict[int, str] = {}
     stored: dict[str, Any] = {}
@@ -522,12 +533,20 @@ def verify(
                         number, seq, "prev is not the previous record's hash (records removed or reordered)"
                     )
             if checkers is not None:
-                checker = checkers.get(rtype)
-                if checker is None:
-                    return broken(number, seq, f"schema: unknown record type {rtype!r}")
-                problem = checker.problem(record)
-                if problem is not None:
-                    return broken(number, seq, f"schema: {problem}")
+                # The compiled check decides; `problem` (which words the message) only runs
+                # on a record it rejects or cannot take in.
+                is_valid = fast_checks.get(rtype)
+                try:
+                    valid = is_valid is not None and is_valid(record)
+                except (ValueError, TypeError, OverflowError):
+                    valid = False
+                if not valid:
+                    checker = checkers.get(rtype)
+                    if checker is None:
+                        return broken(number, seq, f"schema: unknown record type {rtype!r}")
+                    problem = checker.problem(record)
+                    if problem is not None:
+                        return broken(number, seq, f"schema: {problem}")
             if rtype == "run_started":
                 found = record.get("format")
                 if version == 2 and found != AUDIT_FORMAT:

@@ -84,6 +84,8 @@ def canonical_bytes(value: Any, *, from_text: bool = False) -> bytes:
         else:
             if data.isascii() or _NON_BMP.search(data) is None:
                 return data
+    elif (kind is int or kind is float or kind is bool or value is None) and _orjson_safe((value,)):
+        return orjson.dumps(value)  # a bare number, as many tools return: no walk in rfc8785
     return _jcs(value, exact=not from_text)
 
 

@@ -22,12 +22,12 @@ import jsonschema_rs
 from pte import _generics
 from pte import _json as strict_json
 from pte import _schema_types as st
-from pte._nesting import nests_deeper_than
+from pte._nesting import count_values, nests_deeper_than, outside_strings
 from pte.canonical import canonical_json, sha256_hex
 from pte.errors import PlanRejected, ReasonCode
 from pte.idempotency import check_idempotency_keys
 from pte.plan import Plan, Reference, build_plan, is_reference, plan_schema
-from pte.tools import Registry, ToolSpec
+from pte.tools import Registry, ToolSpec, is_small
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -42,14 +42,28 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Limits:
-    """Size limits a plan must respect (`plan_too_large` otherwise)."""
+    """Size limits a plan must respect (`plan_too_large` otherwise).
 
-    max_steps: int = 1000
+    `max_values` bounds how many JSON values (objects, arrays, strings, numbers, literals) the
+    plan text holds, counted on the text before parsing (`pte._nesting.count_values`): a
+    document of a million tiny values fits in `max_bytes` but would cost seconds to parse,
+    validate and explain. The defaults keep compiling any text within them, accepted or
+    rejected, well under 50 ms (`bench/bench_rejection.py`): 250 steps (what an LLM writes
+    within `pte.llm.DEFAULT_MAX_TOKENS` at ~60 tokens a step; per-item work is one `for_each`
+    step) and 10,000 values (40 a step). ``max_values=None`` sets no value cap: what a log
+    written before the cap existed records, so its replay compiles as it did then.
+    """
+
+    max_steps: int = 250
     max_bytes: int = 1_000_000
     max_depth: int = 32
+    max_values: int | None = 10_000
 
     def to_dict(self) -> dict[str, int]:
-        return {"max_steps": self.max_steps, "max_bytes": self.max_bytes, "max_depth": self.max_depth}
+        out = {"max_steps": self.max_steps, "max_bytes": self.max_bytes, "max_depth": self.max_depth}
+        if self.max_values is not None:
+            out["max_values"] = self.max_values
+        return out
 
 
 DEFAULT_LIMITS = Limits()
@@ -148,9 +162,18 @@ def check_size(ctx: CompileContext) -> None:
 
 def parse_json(ctx: CompileContext) -> None:
     """invalid_json: not exactly one JSON object (NaN/Infinity, duplicate keys, trailing text, ...)."""
+    # Deep or wide text is refused from its skeleton, in a few C-speed passes, before the
+    # parser builds a single value (pte._nesting). Every string is a value or a key with one.
+    most = ctx.limits.max_values
+    skeleton = outside_strings(ctx.text, max_strings=None if most is None else 2 * most)
+    if skeleton is None:  # (only with a cap)
+        message = f"plan holds over {2 * (most or 0)} strings, so over {most} JSON values"
+        raise _reject(ReasonCode.PLAN_TOO_LARGE, message)
     # Room above the plan's depth limit (reported precisely below); deep text costs one pass.
-    if nests_deeper_than(ctx.text, deepest := ctx.limits.max_depth + 16):
+    if nests_deeper_than(skeleton, deepest := ctx.limits.max_depth + 16):
         raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan nesting is deeper than {deepest} levels")
+    if most is not None and (values := count_values(skeleton)) > most:
+        raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan holds {values} JSON values; the limit is {most}")
     try:
         value = strict_json.loads(ctx.text, max_depth=ctx.limits.max_depth + 16)
     except strict_json.StrictJSONError as exc:
@@ -482,7 +505,12 @@ def _type_check(
         # otherwise (or to explain a failure) the reference validator walks only this value.
         if len(path) == 1 and root is tool.input_schema and tool.param_is_valid(str(path[0]), value):
             return None
-        error = jsonschema.exceptions.best_match(types.validator.descend(value, schema))
+        fast = _literal_validator(ctx, schema, root)
+        if fast is not None and fast.is_valid(value):
+            return None
+        if not is_small(value):  # see pte.tools._explain: too wide to explain cheaply
+            return _Mismatch("the value does not match the schema (it holds over 1,000 values)", path)
+        error = jsonschema.exceptions.best_match(itertools.islice(types.validator.descend(value, schema), 32))
         if error is None:
             return None
         return _Mismatch(error.message, (*path, *error.relative_path))
@@ -532,6 +560,25 @@ def _type_check(
                 return mismatch
         return None
     return None
+
+
+def _literal_validator(ctx: CompileContext, schema: st.Schema, root: Mapping[str, Any]) -> Any:
+    """A compiled validator for literals at `schema` (cached per schema for this compile), or None.
+
+    The pure-Python validator costs ~15 µs a value; a plan of `max_values` literals beside
+    references must not cost that. None when `schema` cannot be compiled on its own (e.g. it
+    refers outside ``$defs``): the pure-Python validator then decides.
+    """
+    cache: dict[tuple[int, int], tuple[Any, ...]] = ctx.extras.setdefault("literal_validators", {})
+    key = (id(schema), id(root))
+    if key not in cache:
+        whole = {**schema, "$defs": root.get("$defs", {})} if isinstance(schema, Mapping) else schema
+        try:
+            validator = jsonschema_rs.validator_for(whole)
+        except (ValueError, TypeError):
+            validator = None
+        cache[key] = (schema, root, validator)  # holding schema and root keeps their ids unique
+    return cache[key][2]
 
 
 def _value_schema(ctx: CompileContext, value: Any) -> st.Schema:

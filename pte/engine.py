@@ -60,10 +60,13 @@ class EngineConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
-        limits = data.get("limits") or {}
+        recorded = data.get("limits") or {}
+        limits: dict[str, Any] = {k: int(v) for k, v in recorded.items()}
+        if recorded and "max_values" not in limits:
+            limits["max_values"] = None  # recorded before the value cap existed: it had none
         return cls(
             max_replans=int(data.get("max_replans", 2)),
-            limits=Limits(**{k: int(v) for k, v in limits.items()}),
+            limits=Limits(**limits),
             llm_answer=bool(data.get("llm_answer", True)),
             max_stages=int(data.get("max_stages", 3)),
         )

@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import itertools
 import json
 import marshal
 import sys
@@ -33,7 +34,7 @@ from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_p
 from pte import _generics
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._resources import data_dir
-from pte.canonical import canonical_json
+from pte.canonical import canonical_bytes
 from pte.errors import ToolError, ToolPackError, ToolRegistrationError
 from pte.idempotency import key_schema_error, without_key
 
@@ -152,6 +153,15 @@ class ToolSpec:
         """The most relevant reason `args` is invalid against the input schema, or None."""
         if self._fast_input.is_valid(args):
             return None
+        if isinstance(args, Mapping) and not is_small(args):
+            # Too wide to explain cheaply (see `_explain`): name the parameter at fault.
+            props = self.input_schema.get("properties") or {}
+            for name, value in args.items():
+                if name not in props and self.input_schema.get("additionalProperties") is False:
+                    return jsonschema.ValidationError(f"unexpected parameter {name!r}", path=[name])
+                if name in props and not self.param_is_valid(name, value):
+                    message = f"{name} does not match its schema {_WIDE}"
+                    return jsonschema.ValidationError(message, path=[name])
         return _explain(self._input_validator, self._fast_input, args)
 
     def validate_args(self, args: Mapping[str, Any]) -> None:
@@ -198,8 +208,9 @@ class ToolSpec:
         try:
             output = to_jsonable_python(result)
             # What cannot be written to the audit log (NaN, a lone surrogate) fails the step,
-            # not the log.
-            canonical_json(output).encode("utf-8")
+            # not the log. (The log encodes the record again; a bare number or plain JSON is
+            # settled by orjson here without the reference encoder.)
+            canonical_bytes(output)
         except (PydanticSerializationError, ValueError, TypeError, RecursionError, UnicodeEncodeError) as exc:
             raise ToolError("invalid_output", f"output is not JSON-serialisable: {exc}") from None
         return output
@@ -297,12 +308,39 @@ class ToolSpec:
         return entry
 
 
+def is_small(value: Any, most: int = 1000) -> bool:
+    """Whether `value` holds at most `most` JSON values (a walk that stops as soon as it knows)."""
+    todo = [value]
+    seen = 0
+    while todo:
+        seen += 1
+        if seen > most:
+            return False
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return True
+
+
 def _explain(slow: Any, fast: Any, instance: Any) -> jsonschema.ValidationError:
-    error: jsonschema.ValidationError | None = jsonschema.exceptions.best_match(slow.iter_errors(instance))
+    # The pure-Python validator explains best, but its anyOf gathers every sub-error of every
+    # branch: on a wide instance (thousands of values) that costs seconds, so a hostile plan
+    # would be slow to reject. Those get a plain message (the compiled validator is no help:
+    # its first error renders the whole instance and its anyOf context, as slowly).
+    if not is_small(instance):
+        return jsonschema.ValidationError(f"the value does not match the schema {_WIDE}")
+    errors = itertools.islice(slow.iter_errors(instance), 32)
+    error: jsonschema.ValidationError | None = jsonschema.exceptions.best_match(errors)
     if error is None:  # the validators disagree; report the compiled one's finding
         first = next(iter(fast.iter_errors(instance)))
         return jsonschema.ValidationError(first.message, path=list(first.instance_path))
     return error
+
+
+#: Why a wide value's mismatch is not explained in detail.
+_WIDE = "(it holds over 1,000 values: too many to explain in detail)"
 
 
 #: A decimal number written as a string (no exponent), as pydantic 2.13 and earlier declared it.

@@ -273,3 +273,22 @@ def test_a_plan_integer_a_double_cannot_hold_is_refused_not_rounded() -> None:
     assert caught.value.reason == ReasonCode.INVALID_JSON
     assert "as strings" in str(caught.value)
     assert compile_plan(plan("9007199254740991"), registry).steps[0].args["variables"]["n"] == 2**53 - 1
+
+
+def test_nan_and_infinities_inside_containers_are_refused() -> None:
+    # orjson writes them as null: the walk before it must send them to the reference.
+    for bad in (math.nan, math.inf, -math.inf):
+        for value in ([bad], {"a": {"b": [1, bad]}}):
+            with pytest.raises(CanonicalizationError):
+                canonical_bytes(value)
+
+
+@pytest.mark.parametrize("value", [0, -7, 2**53 - 1, 2**53, 3.25, True, False, None, 1.0, -0.0, 1e-7, 1e21])
+def test_bare_scalars_are_canonical(value: Any) -> None:
+    expected = rfc8785.dumps(float(value) if value == 2**53 else value)
+    assert canonical_bytes(value) == expected
+
+
+def test_a_bare_integer_a_double_cannot_hold_is_refused() -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_bytes(2**60)

@@ -806,9 +806,9 @@ def test_too_many_steps() -> None:
 
 
 def test_default_step_limit() -> None:
-    assert pte.DEFAULT_LIMITS.max_steps == 1000
-    assert compiles(_chain(1000)).order[-1] == "s999"
-    rejected(_chain(1001), ReasonCode.PLAN_TOO_LARGE, "$.steps")
+    assert pte.DEFAULT_LIMITS.max_steps == 250
+    assert compiles(_chain(250)).order[-1] == "s249"
+    rejected(_chain(251), ReasonCode.PLAN_TOO_LARGE, "$.steps")
 
 
 def test_too_many_steps_wins_over_later_defects() -> None:

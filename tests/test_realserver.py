@@ -1,99 +1,86 @@
 """Against a real model server that no one here wrote: llama.cpp's, with Gemma 3 270M.
 
-Opt-in (``pytest -m realserver``; see tests/realserver.py for what it needs): the server
-builds from source and a small model on 2 cores is slow, so the default run leaves it out.
-It shows that PTE's plan request is bounded (an output-token bound and runaway-whitespace
-stops on the request the server gets) and that an answer that runs away ends the run as
-``invalid_json`` within seconds, leaving the server free for the next request.
+Opt-in (``pytest -m realserver``; see tests/realserver.py for what it needs and README
+"Hardening" for how to run it): the server builds from source and a small model on 2 shared
+cores is slow, so the default run leaves it out. It shows that PTE's plan request is
+bounded (the server stops at the output-token bound PTE sends) and that an answer that runs
+away ends the run as ``invalid_json`` within seconds, leaving the server free for the next
+request. The runs plan against a two-tool catalogue with a deterministic final answer
+(``llm_answer=False``): every request then shares the planner prompt's ~3k-token prefix,
+which the server reads once (the warm-up) and reuses.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from pte.audit import AuditLog
-from pte.engine import Engine
+from pte.engine import Engine, EngineConfig, RunResult
 from pte.llm import OpenAIClient
-from pte.testing import example_registry
-from tests.realserver import RealServerUnavailable, llama_server
+from tests.realserver import RealServerUnavailable, llama_server, small_registry
 
 pytestmark = pytest.mark.realserver
 
+MODEL = "gemma-3-270m"
+REQUEST = "What is 2 + 2? Use the calculator."
 
-@pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
-    try:
-        with llama_server() as url:
-            yield url
-    except RealServerUnavailable as exc:
-        pytest.fail(f"the real-server tests need llama.cpp's server and a model: {exc}")
+
+def _run(base_url: str, max_tokens: int, request: str = REQUEST) -> tuple[RunResult, AuditLog, float]:
+    client = OpenAIClient(MODEL, base_url=base_url, timeout_s=600, max_retries=0, max_tokens=max_tokens)
+    log = AuditLog(None)
+    started = time.monotonic()
+    result = Engine(small_registry(), client, config=EngineConfig(llm_answer=False)).run(request, log)
+    return result, log, time.monotonic() - started
 
 
 def _llm_calls(log: AuditLog) -> list[dict[str, object]]:
     return [r for r in log.records if r["type"] == "llm_call"]
 
 
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    try:
+        with llama_server() as url:
+            _run(url, 1)  # warm-up: the server reads the planner prompt once (tens of seconds here)
+            yield url
+    except RealServerUnavailable as exc:
+        pytest.fail(f"the real-server tests need llama.cpp's server and a model: {exc}")
+
+
 def test_the_plan_request_is_bounded(base_url: str) -> None:
-    bound = 256
-    client = OpenAIClient("gemma-3-270m", base_url=base_url, timeout_s=120, max_retries=0, max_tokens=bound)
-    log = AuditLog(None)
-    started = time.monotonic()
-    result = Engine(example_registry(), client).run("What is 2 + 2? Use the calculator.", log)
-    elapsed = time.monotonic() - started
-    calls = _llm_calls(log)
-    assert calls, log.records
-    for call in calls:
-        usage = call["usage"]
-        assert isinstance(usage, dict)
-        assert usage["completion_tokens"] <= bound, call
-    # Whatever the small model answered, the run ended, and within the bound's time.
+    bound = 32
+    result, log, _ = _run(base_url, bound)
+    [call] = _llm_calls(log)
+    assert call["error"] is None, call
+    usage = call["usage"]
+    assert isinstance(usage, dict)
+    # The server honoured the bound PTE sent: the answer stopped at it (or ended before).
+    assert 0 < usage["completion_tokens"] <= bound, call
+    if call["finish_reason"] == "length":  # cut off: rejected at once, never parsed as a plan
+        assert result.status == "failed_closed"
+        assert result.reason is not None and result.reason.value == "invalid_json", result.message
     assert result.status in ("succeeded", "failed_closed")
-    assert elapsed < 120 * len(calls)
+    # No wall-clock bound here: on 2 shared cores a 32-token answer took from 20 s to 7 min.
+    # The answer ended at the bound, not at the client's 600 s timeout (error is None above).
 
 
 def test_a_runaway_answer_ends_invalid_json_within_seconds(base_url: str) -> None:
-    # A tiny bound stands for any answer that would run on: the server stops at the bound,
-    # says finish_reason=length, and the engine rejects the cut-off answer at once.
-    client = OpenAIClient("gemma-3-270m", base_url=base_url, timeout_s=60, max_retries=0, max_tokens=8)
-    log = AuditLog(None)
-    started = time.monotonic()
-    result = Engine(example_registry(), client).run(
-        "List every overdue invoice of every customer, each with a separate step, for all 1000 customers.",
-        log,
+    # Asked for a thousand steps, the model would write for many minutes; a bound of 8 tokens
+    # stands for any bound an answer runs into. The server stops there, says
+    # finish_reason=length, and the engine rejects the cut-off answer without parsing it.
+    result, log, elapsed = _run(
+        base_url, 8, "Compute n * 2 for every n from 1 to 1000, each with a separate calculator step."
     )
-    elapsed = time.monotonic() - started
     assert result.status == "failed_closed"
     assert result.reason is not None and result.reason.value == "invalid_json", result.message
-    assert elapsed < 30, elapsed
     [call] = _llm_calls(log)
     assert call["finish_reason"] == "length"
-    # The server is not still busy with the abandoned generation: the next request is answered
-    # as fast as the first.
-    again = time.monotonic()
-    client.complete([{"role": "user", "content": "Say OK."}])
-    assert time.monotonic() - again < max(30.0, 3 * elapsed)
-
-
-def test_runaway_whitespace_is_stopped_by_the_server(base_url: str) -> None:
-    # Ask for JSON that is mostly whitespace: the stop sequences end the generation long
-    # before the token bound, and the text is rejected as invalid JSON.
-    client = OpenAIClient("gemma-3-270m", base_url=base_url, timeout_s=120, max_retries=0, max_tokens=2048)
-    started = time.monotonic()
-    response = client.complete(
-        [
-            {"role": "system", "content": "Answer with a JSON object."},
-            {
-                "role": "user",
-                "content": "Write the JSON object with three empty lines between every token, "
-                "and 100 spaces of indentation: " + json.dumps({"a": [1, 2, 3]}),
-            },
-        ],
-        schema={"type": "object"},
-    )
-    elapsed = time.monotonic() - started
-    assert response.usage["completion_tokens"] < 2048
-    assert elapsed < 120
+    assert isinstance(call["usage"], dict) and call["usage"]["completion_tokens"] <= 8
+    assert elapsed < 60, elapsed  # ~10 s on 2 cores under a load average of ~8
+    # The server is not still busy with an abandoned generation: the next request is answered.
+    again, _, seconds = _run(base_url, 1)
+    assert again.reason is not None and again.reason.value == "invalid_json"
+    assert seconds < 60, seconds

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from pte import _schema_types as types
+from pte._nesting import count_values
 from pte.compiler import DEFAULT_LIMITS, Limits
 from pte.errors import PLAN_REASONS, ReasonCode
 from pte.plan import PLAN_FORMAT_VERSION, STEP_ID_RE, TOOL_NAME_RE, Reference
@@ -836,6 +837,8 @@ def _depth(value: Json) -> int:
 
 def _fits(text: str, limits: Limits, doc: Json = None) -> bool:
     if len(text.encode("utf-8", "surrogatepass")) > limits.max_bytes:
+        return False
+    if limits.max_values is not None and count_values(text) > limits.max_values:
         return False
     if isinstance(doc, dict):
         steps = doc.get("steps")
