@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 import pte
 from pte.audit import verify
+from pte.canonical import hash_json
 from pte.compiler import compile_plan
 from pte.errors import PlanRejected, ReasonCode
 from pte.policy import Policy
@@ -195,9 +196,13 @@ def test_a_log_that_passes_off_another_tool_as_the_stock_one_does_not_replay(
     assert task.status == "succeeded", task.result.message
     records = [dict(r) for r in task.records]
     started = records[0]
-    started["tools"] = [
-        {**t, "code_sha256": "0" * 64} if t["name"] == "first" else t for t in started["tools"]
+    # Format 2: the catalogue is stored once, by its hash; a coherent forgery rewrites both.
+    catalogue = [
+        {**t, "code_sha256": "0" * 64} if t["name"] == "first" else t
+        for t in started["stored"].pop(started["catalogue"])
     ]
+    started["catalogue"] = hash_json(catalogue)
+    started["stored"][started["catalogue"]] = catalogue
     edited = tmp_path / "edited.jsonl"
     _rehash(records, edited)
     assert verify(edited).intact
