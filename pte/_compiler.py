@@ -24,10 +24,10 @@ from pte import _json as strict_json
 from pte import _schema_types as st
 from pte._canonical import canonical_json, sha256_hex
 from pte._errors import PlanRejected, ReasonCode
+from pte._idempotency import check_idempotency_keys
 from pte._nesting import count_values, nests_deeper_than, outside_strings
 from pte._plan import Plan, Reference, build_plan, is_reference, plan_schema
 from pte._tools import Registry, ToolSpec, is_small
-from pte.idempotency import check_idempotency_keys
 
 __all__ = [
     "DEFAULT_LIMITS",

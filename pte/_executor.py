@@ -51,10 +51,10 @@ from typing import Any, Literal, Protocol
 from pte._audit import AuditLog
 from pte._control_run import is_controlled, run_with_control
 from pte._errors import AuditWriteError, ToolError
+from pte._idempotency import derive_key
 from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, start_call
 from pte._plan import Plan, PlanStep, Reference, copy_json, is_reference
 from pte._tools import Registry, ToolSpec
-from pte.idempotency import derive_key
 
 __all__ = ["ExecutionResult", "Executor", "LiveInvoker", "StepResult", "ToolInvoker"]
 
@@ -387,7 +387,7 @@ class _Run:
             )
             self.completions.put((i, CallOutcome(error=unresolved)))
             return
-        if spec.idempotency_key is not None:  # the engine's key, never the plan's (pte.idempotency)
+        if spec.idempotency_key is not None:  # the engine's key, never the plan's (pte._idempotency)
             args[spec.idempotency_key] = derive_key(self.run_id, self.plan.hash, step.id)
         self.args[i] = args
         invalid = _args_error(spec, args)

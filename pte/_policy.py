@@ -47,8 +47,8 @@ from pte._errors import PlanRejected, PTEError, ReasonCode
 from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan, Reference, is_reference
 from pte._resources import load_schema
+from pte._shaping_labels import shaped_tree
 from pte._tools import OutputProvenance, Registry, ToolSpec
-from pte.shaping_labels import shaped_tree
 
 __all__ = [
     "DEFAULT_MODES",
@@ -321,7 +321,7 @@ class Policy:
         if self.default != "guarded" or spec is None or spec.effect != "write":
             return entry
         params = spec.input_schema.get("properties") or {}
-        # The idempotency key is the engine's, never a plan's: not a sink (pte.idempotency).
+        # The idempotency key is the engine's, never a plan's: not a sink (pte._idempotency).
         missing = [p for p in params if p not in entry.sinks and p != spec.idempotency_key]
         if not missing:
             return entry
@@ -591,7 +591,7 @@ class _FlowGraph:
     def step_tree(self, step: _StepView) -> LabelTree:
         """The labels of a step's output, by field (pte._labels), implicit flows included."""
         tree = self.entry(step.tool).output_tree()
-        if tree is None and step.args:  # a stock shaping operation: by field (pte.shaping_labels)
+        if tree is None and step.args:  # a stock shaping operation: by field (pte._shaping_labels)
             tree = shaped_tree(
                 self.spec(step.tool),
                 step.args,

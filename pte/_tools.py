@@ -35,8 +35,8 @@ from pte import _generics
 from pte._canonical import canonical_bytes
 from pte._errors import ToolError, ToolPackError, ToolRegistrationError
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
+from pte._idempotency import key_schema_error, without_key
 from pte._resources import data_dir
-from pte.idempotency import key_schema_error, without_key
 
 __all__ = [
     "STOCK_PACKS",
@@ -100,7 +100,7 @@ class ToolSpec:
     retry_on: tuple[type[BaseException], ...] = ()
     #: Whether `func` is an ``async def`` function.
     is_async: bool = False
-    #: The parameter PTE fills with a per-call idempotency key (`pte.idempotency`), or None.
+    #: The parameter PTE fills with a per-call idempotency key (`pte._idempotency`), or None.
     idempotency_key: str | None = None
     _input_model: type[BaseModel] = field(repr=False, default=BaseModel)
     _input_validator: Any = field(repr=False, default=None)
@@ -578,7 +578,7 @@ def _build_spec(
             problem = f"idempotency_key {idempotency_key!r} cannot also be a sink (no plan sets it)"
         if problem is not None:
             raise ToolRegistrationError(f"tool {tool_name!r}: {problem}")
-        # Not required of a plan: the executor fills it before every call (pte.idempotency).
+        # Not required of a plan: the executor fills it before every call (pte._idempotency).
         if idempotency_key in input_schema.get("required", ()):
             input_schema = dict(input_schema)
             input_schema["required"] = [k for k in input_schema["required"] if k != idempotency_key]
@@ -725,7 +725,7 @@ def tool(
     - `idempotency_key`: a ``str`` parameter of a ``write`` tool that PTE fills with a key
       derived per call (run, plan, step, element); the tool must give two calls with the same
       key the effect of one. A plan cannot set it; resume re-calls an interrupted call with
-      the same key instead of ending ``needs_review`` (see `pte.idempotency`).
+      the same key instead of ending ``needs_review`` (see `pte._idempotency`).
 
     Raises `ToolRegistrationError` when a parameter or the return value has no type hint,
     or a hint gives no JSON Schema.

@@ -1,4 +1,4 @@
-"""Idempotency keys (pte.idempotency): exactly-once for non-idempotent writes across a crash.
+"""Idempotency keys (pte._idempotency): exactly-once for non-idempotent writes across a crash.
 
 The fixture world's `pay` is a payment API with idempotency keys: it keeps the keys it has
 seen next to its payments, in the same SQLite file, and a call with a known key pays nothing.
@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pte.replay import replay_file, resume_file
 
 import pte
-from pte.audit import AuditLog, read_records, verify
-from pte.canonical import canonical_json
-from pte.compiler import compile_plan
-from pte.engine import Engine
-from pte.errors import PlanRejected, ReasonCode, ToolRegistrationError
-from pte.idempotency import derive_key
-from pte.replay import replay_file, resume_file
-from pte.tools import Registry, ToolSpec, load_registry, spec_of
+from pte._audit import AuditLog, read_records, verify
+from pte._canonical import canonical_json
+from pte._compiler import compile_plan
+from pte._engine import Engine
+from pte._errors import PlanRejected, ReasonCode, ToolRegistrationError
+from pte._idempotency import derive_key
+from pte._tools import Registry, ToolSpec, load_registry, spec_of
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_control_resume import CHILD

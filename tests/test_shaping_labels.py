@@ -1,4 +1,4 @@
-"""Cookbook: field labels survive the stock shaping operations (pte.shaping_labels).
+"""Cookbook: field labels survive the stock shaping operations (pte._shaping_labels).
 
 The bank's policy labels a transaction's subject ``untrusted`` (a third party wrote it) and
 the rest ``trusted``. After pluck / sort / filter / first, an amount or IBAN taken from the
@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pte.replay import replay_file
 from pydantic import BaseModel
 
 import pte
-from pte.audit import verify
-from pte.canonical import hash_json
-from pte.compiler import compile_plan
-from pte.errors import PlanRejected, ReasonCode
-from pte.policy import Policy
-from pte.replay import replay_file
-from pte.tools import Registry, load_registry
+from pte._audit import verify
+from pte._canonical import hash_json
+from pte._compiler import compile_plan
+from pte._errors import PlanRejected, ReasonCode
+from pte._policy import Policy
+from pte._tools import Registry, load_registry
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_cookbook_control import BANK_POLICY, Task, plan, rows

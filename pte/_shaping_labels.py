@@ -1,9 +1,9 @@
 """Field labels through shaping: the stock data operations keep each field's own labels.
 
 A ``derived`` tool's output is, by default, as trusted as the least trusted of its inputs:
-the union of every argument's labels (`pte.policy`). For the stock shaping operations
+the union of every argument's labels (`pte._policy`). For the stock shaping operations
 (``tools/shaping.py``) PTE knows exactly which input parts each output part is copied from,
-so it labels the output by field instead (`pte.labels.LabelTree`):
+so it labels the output by field instead (`pte._labels.LabelTree`):
 
 - ``pluck`` / ``pluck_numbers`` / ``pluck_text`` (``{values, count}``): each value has the
   labels of that field of the records; ``pluck(tx/transactions, "amount")/values/0`` is
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from pte.labels import ANY, LabelTree
-from pte.plan import Reference, is_reference
+from pte._labels import ANY, LabelTree
+from pte._plan import Reference, is_reference
 
 __all__ = ["shaped_tree"]
 
@@ -71,7 +71,7 @@ _LIST = "records"
 @functools.cache
 def _stock_code_hashes() -> Mapping[str, str]:
     """name -> code hash of the stock shaping tools this PTE ships."""
-    from pte.tools import load_pack  # local: pte.tools is heavier than this module needs at import
+    from pte._tools import load_pack  # local: pte._tools is heavier than this module needs at import
 
     registry = load_pack("shaping")
     return MappingProxyType({name: registry[name].code_sha256 for name in _OPERATIONS if name in registry})

@@ -31,8 +31,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from pte.canonical import canonical_json
-from pte.errors import PlanRejected, ReasonCode
+from pte._canonical import canonical_json
+from pte._errors import PlanRejected, ReasonCode
 
 __all__ = ["KEY_PREFIX", "check_idempotency_keys", "derive_key", "key_schema_error"]
 
@@ -84,7 +84,7 @@ def check_idempotency_keys(ctx: Any) -> None:
         args = step.get("args")
         if tool is None or param is None or not isinstance(args, dict) or param not in args:
             continue
-        from pte.compiler import json_path  # the compiler imports this module
+        from pte._compiler import json_path  # the compiler imports this module
 
         raise PlanRejected(
             ReasonCode.INVALID_ARGS,
