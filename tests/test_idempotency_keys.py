@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pte.replay import replay_file, resume_file
 
 import pte
 from pte._audit import AuditLog, read_records, verify
@@ -28,6 +27,7 @@ from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, ReasonCode, ToolRegistrationError
 from pte._idempotency import derive_key
+from pte._replay import replay_file, resume_file
 from pte._tools import Registry, ToolSpec, load_registry, spec_of
 from tests.packs import world
 from tests.test_audit_samples import _rehash

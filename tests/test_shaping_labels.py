@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pte.replay import replay_file
 from pydantic import BaseModel
 
 import pte
@@ -23,6 +22,7 @@ from pte._canonical import hash_json
 from pte._compiler import compile_plan
 from pte._errors import PlanRejected, ReasonCode
 from pte._policy import Policy
+from pte._replay import replay_file
 from pte._tools import Registry, load_registry
 from tests.packs import world
 from tests.test_audit_samples import _rehash
