@@ -24,6 +24,7 @@ from pte import _json as strict_json
 from pte import _schema_types as st
 from pte._canonical import canonical_json, sha256_hex
 from pte._errors import PlanRejected, ReasonCode
+from pte._idempotency import check_idempotency_keys
 from pte._nesting import count_values, nests_deeper_than, outside_strings
 from pte._plan import Plan, Reference, build_plan, is_reference, plan_schema
 from pte._tools import Registry, ToolSpec, is_small
@@ -694,6 +695,7 @@ PIPELINE: tuple[CompileCheck, ...] = (
     check_schema,
     check_unique_ids,
     check_tools_allowed,
+    check_idempotency_keys,
     check_references,
     check_control,
     check_acyclic,

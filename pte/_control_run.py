@@ -263,11 +263,9 @@ def run_controlled(
             ev = evaluate(step, outputs, step.condition_modes)
         except ToolError as error:
             _condition_record(audit, plan, step, "error", [], error)
-            execution.failure = StepResult(step.id, step.tool or "require", "failed", None, error=error)
-            execution.results.append(execution.failure)
-            if on_step is not None:
-                on_step(execution.failure)
-            return False
+            return _failed(
+                StepResult(step.id, step.tool or "require", "failed", None, error=error), execution, on_step
+            )
         if step.is_require:
             _condition_record(audit, plan, step, "met" if ev.holds else "not_met", ev.values, None)
             if not ev.holds:
@@ -283,6 +281,18 @@ def run_controlled(
         plain = replace(step, condition_json=None, default_json=None, condition_modes=())
         return _run_one(executor, plan, plain, outputs, audit, execution, on_step)
     return _run_each(executor, plan, step, outputs, audit, execution, on_step)
+
+
+def _failed(
+    failure: StepResult, execution: ExecutionResult, on_step: Callable[[StepResult], None] | None
+) -> bool:
+    """End the run at a controlled step that failed before any call (a condition or a list):
+    reported like a failed tool step. Always False (the run must stop)."""
+    execution.failure = failure
+    execution.results.append(failure)
+    if on_step is not None:
+        on_step(failure)
+    return False
 
 
 def _run_one(
@@ -344,11 +354,7 @@ def _run_each(
             plan_hash=plan.hash,
         )
     if error is not None:
-        execution.failure = StepResult(step.id, step.tool, "failed", None, error=error)
-        execution.results.append(execution.failure)
-        if on_step is not None:
-            on_step(execution.failure)
-        return False
+        return _failed(StepResult(step.id, step.tool, "failed", None, error=error), execution, on_step)
     collected: list[Any] = []
     for index in range(count):
         sub = element_step(step, index)

@@ -42,6 +42,7 @@ import heapq
 import queue
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from typing import Any, Literal, Protocol
 from pte._audit import AuditLog
 from pte._control_run import is_controlled, run_with_control
 from pte._errors import AuditWriteError, ToolError
+from pte._idempotency import derive_key
 from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, start_call
 from pte._plan import Plan, PlanStep, Reference, copy_json, is_reference
 from pte._tools import Registry, ToolSpec
@@ -246,6 +248,8 @@ class _Run:
         self.plan = plan
         self.audit = audit
         self.on_step = on_step
+        #: Scopes idempotency keys: the log's run id (the same when resumed), else this run's own.
+        self.run_id = audit.run_id if audit is not None else uuid.uuid4().hex
         self.execution = ExecutionResult(plan=plan, outputs=dict(completed or {}))
         #: Outputs that later steps may use: recorded ones and those of steps still unrecorded.
         self.available: dict[str, Any] = dict(self.execution.outputs)
@@ -383,6 +387,8 @@ class _Run:
             )
             self.completions.put((i, CallOutcome(error=unresolved)))
             return
+        if spec.idempotency_key is not None:  # the engine's key, never the plan's (pte._idempotency)
+            args[spec.idempotency_key] = derive_key(self.run_id, self.plan.hash, step.id)
         self.args[i] = args
         invalid = _args_error(spec, args)
         if invalid is not None:

@@ -47,6 +47,7 @@ from pte._errors import PlanRejected, PTEError, ReasonCode
 from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan, Reference, is_reference
 from pte._resources import load_schema
+from pte._shaping_labels import shaped_tree
 from pte._tools import OutputProvenance, Registry, ToolSpec
 
 __all__ = [
@@ -320,7 +321,8 @@ class Policy:
         if self.default != "guarded" or spec is None or spec.effect != "write":
             return entry
         params = spec.input_schema.get("properties") or {}
-        missing = [p for p in params if p not in entry.sinks]
+        # The idempotency key is the engine's, never a plan's: not a sink (pte._idempotency).
+        missing = [p for p in params if p not in entry.sinks and p != spec.idempotency_key]
         if not missing:
             return entry
         # Declared sinks first (their order is the check order), then the guarded defaults.
@@ -568,6 +570,14 @@ class _FlowGraph:
     def entry(self, tool: str) -> ToolPolicy:
         return self.policy._entry(tool, self.registry)
 
+    def spec(self, tool: str) -> ToolSpec | None:
+        """The tool itself (the policy entry says what it is declared as, not what code it runs)."""
+        for registry in (self.registry, self.policy._registry):
+            spec = registry.get(tool) if registry is not None else None
+            if spec is not None:
+                return spec
+        return None
+
     # -- labels ----------------------------------------------------------------------------
 
     def label_all(self) -> dict[str, frozenset[str]]:
@@ -581,6 +591,13 @@ class _FlowGraph:
     def step_tree(self, step: _StepView) -> LabelTree:
         """The labels of a step's output, by field (pte._labels), implicit flows included."""
         tree = self.entry(step.tool).output_tree()
+        if tree is None and step.args:  # a stock shaping operation: by field (pte._shaping_labels)
+            tree = shaped_tree(
+                self.spec(step.tool),
+                step.args,
+                lambda ref: self.step_tree_of(ref.step).subtree(ref.tokens),
+                lambda value: self.value_labels(_components(value)),
+            )
         if tree is None:  # derived: as trusted as the least trusted argument
             labels = self.value_labels(_arg_components(step.args)) if step.args else frozenset({self.literal})
             tree = LabelTree(labels)

@@ -23,8 +23,9 @@ fingerprint, expiry) and never lets a plan run on their word; resume and
 
 Resume is replay that goes live where the log ends: the recorded prefix is re-driven and
 checked, then new records are appended to the same log. A `write` step that was started but
-never finished is re-run only if its tool is idempotent; otherwise the run ends
-`failed_closed(needs_review)` naming the step.
+never finished is re-run only if its tool is idempotent, or takes an idempotency key (then
+with the same key, `pte._idempotency`); otherwise the run ends `failed_closed(needs_review)`
+naming the step.
 """
 
 from __future__ import annotations
@@ -348,7 +349,8 @@ class RecordedInvoker:
         # Resume's decision for an interrupted non-idempotent write; replay of a resumed log
         # must reach the same one.
         in_flight = self._started.get(step.id, 0) >= self._calls[step.id]
-        if in_flight and spec.effect == "write" and not spec.idempotent:
+        # A tool with an idempotency key is re-called with the same key (pte._idempotency).
+        if in_flight and spec.effect == "write" and not spec.idempotent and spec.idempotency_key is None:
             raise FailedClosed(
                 ReasonCode.NEEDS_REVIEW,
                 f"step {step.id!r} ({spec.name}) was started before the interruption and may or may not have "

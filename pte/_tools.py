@@ -35,6 +35,7 @@ from pte import _generics
 from pte._canonical import canonical_bytes
 from pte._errors import ToolError, ToolPackError, ToolRegistrationError
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
+from pte._idempotency import key_schema_error, without_key
 from pte._resources import data_dir
 
 __all__ = [
@@ -99,6 +100,8 @@ class ToolSpec:
     retry_on: tuple[type[BaseException], ...] = ()
     #: Whether `func` is an ``async def`` function.
     is_async: bool = False
+    #: The parameter PTE fills with a per-call idempotency key (`pte._idempotency`), or None.
+    idempotency_key: str | None = None
     _input_model: type[BaseModel] = field(repr=False, default=BaseModel)
     _input_validator: Any = field(repr=False, default=None)
     _output_validator: Any = field(repr=False, default=None)
@@ -234,6 +237,7 @@ class ToolSpec:
             **({"retries": self.retries, "backoff_s": self.backoff_s} if self.retries else {}),
             **({"isolation": self.isolation} if self.isolation != "thread" else {}),
             **({"is_async": True} if self.is_async else {}),
+            **({"idempotency_key": self.idempotency_key} if self.idempotency_key else {}),
         }
 
     @classmethod
@@ -270,6 +274,7 @@ class ToolSpec:
             isolation=entry.get("isolation", "thread"),
             # Recorded so that the catalogue replays identically (no code runs in replay).
             is_async=entry.get("is_async") is True,
+            idempotency_key=str(entry["idempotency_key"]) if entry.get("idempotency_key") else None,
             _input_validator=jsonschema.Draft202012Validator(input_schema),
             _output_validator=jsonschema.Draft202012Validator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),
@@ -278,13 +283,20 @@ class ToolSpec:
             _recorded_code_sha256=str(entry.get("code_sha256") or ""),
         )
 
+    @functools.cached_property
+    def planner_input_schema(self) -> Mapping[str, Any]:
+        """The input schema a plan's arguments may use: without the idempotency key, which PTE fills."""
+        if self.idempotency_key is None:
+            return self.input_schema
+        return without_key(self.input_schema, self.idempotency_key)
+
     def catalogue_entry(self) -> dict[str, Any]:
         """What a planner is shown about this tool (schemas without pydantic's generated titles)."""
         entry: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "effect": self.effect,
-            "input_schema": _generics.without_titles(self.input_schema),
+            "input_schema": _generics.without_titles(self.planner_input_schema),
             "output_schema": _generics.without_titles(self.output_schema),
         }
         if self.provenance == "untrusted":
@@ -487,6 +499,7 @@ def _build_spec(
     retries: int = 0,
     backoff_s: float = 0.1,
     retry_on: Iterable[type[BaseException]] = (),
+    idempotency_key: str | None = None,
 ) -> ToolSpec:
     qualname = getattr(func, "__qualname__", repr(func))
     if not callable(func):
@@ -559,6 +572,16 @@ def _build_spec(
     for schema in (input_schema, output_schema):
         jsonschema.Draft202012Validator.check_schema(schema)
     sinks = _sinks_by_json_name(tool_name, sinks or {}, input_model, input_schema)
+    if idempotency_key is not None:
+        problem = key_schema_error(idempotency_key, input_schema, effect)
+        if problem is None and idempotency_key in (sinks or {}):
+            problem = f"idempotency_key {idempotency_key!r} cannot also be a sink (no plan sets it)"
+        if problem is not None:
+            raise ToolRegistrationError(f"tool {tool_name!r}: {problem}")
+        # Not required of a plan: the executor fills it before every call (pte._idempotency).
+        if idempotency_key in input_schema.get("required", ()):
+            input_schema = dict(input_schema)
+            input_schema["required"] = [k for k in input_schema["required"] if k != idempotency_key]
 
     doc = description if description is not None else inspect.getdoc(func) or ""
     # In declaration order: policy checks walk sinks in this order (and the first violation is
@@ -590,6 +613,7 @@ def _build_spec(
         backoff_s=float(backoff_s),
         retry_on=tuple(retry_on),
         is_async=is_async,
+        idempotency_key=idempotency_key,
         _input_model=input_model,
         _input_validator=jsonschema.Draft202012Validator(input_schema),
         _output_validator=jsonschema.Draft202012Validator(output_schema),
@@ -661,6 +685,7 @@ def tool(
     retries: int = 0,
     backoff_s: float = 0.1,
     retry_on: Iterable[type[BaseException]] = (),
+    idempotency_key: str | None = None,
 ) -> Callable[[_F], _F]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -678,6 +703,7 @@ def tool(
     retries: int = 0,
     backoff_s: float = 0.1,
     retry_on: Iterable[type[BaseException]] = (),
+    idempotency_key: str | None = None,
 ) -> Any:
     """Declare a typed function as a PTE tool, bare (``@tool``) or with options (``@tool(effect="write")``).
 
@@ -696,6 +722,10 @@ def tool(
     - `retries`, `backoff_s`, `retry_on`: retry a transient failure (`TransientError`, a
       timeout, or an exception of a `retry_on` type) up to `retries` times, waiting
       `backoff_s`, then twice as long each time. Idempotent tools only.
+    - `idempotency_key`: a ``str`` parameter of a ``write`` tool that PTE fills with a key
+      derived per call (run, plan, step, element); the tool must give two calls with the same
+      key the effect of one. A plan cannot set it; resume re-calls an interrupted call with
+      the same key instead of ending ``needs_review`` (see `pte._idempotency`).
 
     Raises `ToolRegistrationError` when a parameter or the return value has no type hint,
     or a hint gives no JSON Schema.
@@ -716,6 +746,7 @@ def tool(
             retries=retries,
             backoff_s=backoff_s,
             retry_on=retry_on,
+            idempotency_key=idempotency_key,
         )
         setattr(f, _TOOL_ATTR, spec)
         return f

@@ -34,10 +34,12 @@ SLOW = settings(
 @pytest.mark.parametrize("name", sorted(REGISTRIES))
 def test_generated_control_plans_compile_and_validators_agree(name: str) -> None:
     registry = REGISTRIES[name]
+    seen: set[str] = set()
 
     @SLOW
     @given(control_plans(registry))
     def check(doc: dict[str, object]) -> None:
+        seen.update(_constructs(doc))
         assert VALIDATOR.is_valid(doc)
         PlanDocument.model_validate(doc)
         plan = compile_plan(json.dumps(doc), registry)
@@ -49,6 +51,17 @@ def test_generated_control_plans_compile_and_validators_agree(name: str) -> None
                     assert plan.order.index(dep) < plan.order.index(step.id)
 
     check()
+    # The property is not vacuous: the strategy did generate each construct (and both
+    # for_each and when in one plan), not only plain plans.
+    assert {"for_each", "when", "require", "continue", "for_each+when"} <= seen, seen
+
+
+def _constructs(doc: dict[str, object]) -> set[str]:
+    steps = doc["steps"]
+    assert isinstance(steps, list)
+    found = {key for key in ("for_each", "when", "require") if any(key in step for step in steps)}
+    found |= {"continue"} & set(doc)
+    return found | ({"for_each+when"} if {"for_each", "when"} <= found else set())
 
 
 def _ids(value: object) -> set[str]:
@@ -60,6 +73,7 @@ def _ids(value: object) -> set[str]:
 @pytest.mark.parametrize("name", ["example", "world"])
 def test_broken_control_plans_are_rejected_with_exactly_their_reason(name: str, reason: ReasonCode) -> None:
     registry = REGISTRIES[name]
+    seen: set[str] = set()
 
     @SLOW
     @given(invalid_control_plans(registry, reason))
@@ -67,8 +81,10 @@ def test_broken_control_plans_are_rejected_with_exactly_their_reason(name: str, 
         with pytest.raises(PlanRejected) as info:
             compile_plan(text, registry)
         assert info.value.reason is reason, info.value
+        seen.update(key for key in ("for_each", "when") if f'"{key}"' in text)
         if reason is ReasonCode.SCHEMA_VIOLATION:
             with pytest.raises(pydantic.ValidationError):
                 PlanDocument.model_validate_json(text)
 
     check()
+    assert {"for_each", "when"} <= seen, seen  # the broken plans carry the constructs too

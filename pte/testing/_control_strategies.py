@@ -167,7 +167,7 @@ def _add_for_each(draw: DrawFn, doc: Doc, tools: dict[str, _Tool]) -> bool:
     root = tools[steps[source]["id"]].spec.output_schema
     items = types.select(schema, root, (ELEMENT,))
     args = json.loads(json.dumps(template["args"]))
-    params: Mapping[str, Any] = tool.spec.input_schema.get("properties", {})
+    params: Mapping[str, Any] = tool.spec.planner_input_schema.get("properties", {})
     for name, param in params.items():
         if items is not None and types.assignable(items, root, param, tool.root) and _percent(draw, 60):
             args[name] = _ref(steps[source]["id"], (*tokens, ELEMENT))

@@ -339,10 +339,11 @@ class _Catalogue:
 
     def __post_init__(self) -> None:
         for spec in self.registry:
+            inputs = spec.planner_input_schema  # what a plan may set (no idempotency key)
             try:
-                _check_supported(spec.input_schema, spec.input_schema, set())
-                schema = types.deref(spec.input_schema, spec.input_schema)
-                usable = isinstance(schema, Mapping) and "object" in types.types_of(schema, spec.input_schema)
+                _check_supported(inputs, inputs, set())
+                schema = types.deref(inputs, inputs)
+                usable = isinstance(schema, Mapping) and "object" in types.types_of(schema, inputs)
                 # A generic tool's argument types depend on its inputs: `data_plans` generates those.
                 usable = usable and not spec.generic
             except _Unsupported:
@@ -350,10 +351,10 @@ class _Catalogue:
             pointers = _output_pointers(spec.output_schema)
             self.tools[spec.name] = _Tool(
                 spec=spec,
-                root=spec.input_schema,
+                root=inputs,
                 pointers=pointers,
                 usable=usable,
-                validator=jsonschema.Draft202012Validator(_thaw(spec.input_schema)),
+                validator=jsonschema.Draft202012Validator(_thaw(inputs)),
                 bad_pointers=_missing_pointers(spec.output_schema, pointers),
             )
 

@@ -33,6 +33,7 @@ def reset(path: str) -> None:
             CREATE TABLE events(id INTEGER PRIMARY KEY, title TEXT, slot TEXT);
             CREATE TABLE mails(id INTEGER PRIMARY KEY, recipient TEXT, subject TEXT, body TEXT);
             CREATE TABLE payments(id INTEGER PRIMARY KEY, iban TEXT, amount TEXT, subject TEXT);
+            CREATE TABLE payment_keys(key TEXT PRIMARY KEY, payment_id INTEGER);
             CREATE TABLE tx(id INTEGER PRIMARY KEY, date TEXT, amount TEXT, iban TEXT, subject TEXT);
             INSERT INTO users VALUES ('alice','alice@corp.example','general'),
               ('bob','bob@corp.example','general'), ('carol','carol@corp.example','random'),
@@ -233,3 +234,39 @@ def send_money(iban: str, amount: Annotated[Decimal, Field(gt=0)], subject: str)
             "INSERT INTO payments(iban, amount, subject) VALUES (?, ?, ?)", (iban, str(amount), subject)
         )
     return Payment(id=int(cur.lastrowid or 0), iban=iban, amount=amount)
+
+
+@pte.tool(
+    effect="write",
+    idempotent=False,
+    idempotency_key="idempotency_key",
+    sinks={
+        "iban": ["request", "trusted"],
+        "amount": ["request", "trusted"],
+        "subject": ["request", "trusted", "untrusted"],
+    },
+)
+def pay(iban: str, amount: Annotated[Decimal, Field(gt=0)], subject: str, idempotency_key: str) -> Payment:
+    """Send money to an IBAN, like a payment API with idempotency keys: each new key pays once;
+    a call with a key already seen pays nothing and returns that key's payment."""
+    with _db() as db:
+        db.execute("BEGIN IMMEDIATE")  # the key check and the payment are one transaction
+        try:
+            seen = db.execute(
+                "SELECT p.id, p.iban, p.amount FROM payment_keys k JOIN payments p ON p.id = k.payment_id "
+                "WHERE k.key = ?",
+                (idempotency_key,),
+            ).fetchone()
+            if seen is not None:
+                db.execute("COMMIT")
+                return Payment(id=seen[0], iban=seen[1], amount=Decimal(seen[2]))
+            cur = db.execute(
+                "INSERT INTO payments(iban, amount, subject) VALUES (?, ?, ?)", (iban, str(amount), subject)
+            )
+            payment_id = int(cur.lastrowid or 0)
+            db.execute("INSERT INTO payment_keys VALUES (?, ?)", (idempotency_key, payment_id))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    return Payment(id=payment_id, iban=iban, amount=amount)
