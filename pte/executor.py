@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, start_call
+from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, settled, start_call
 from pte.audit import AuditLog
 from pte.control_run import is_controlled, run_with_control
 from pte.errors import AuditWriteError, ToolError
@@ -455,7 +455,7 @@ class _Run:
                 None,
                 duration_ms,
                 outcome.attempts,
-                outcome.retry_errors,
+                tuple(settled(e) for e in outcome.retry_errors),
             )
             self.available[step.id] = output
             for j in self.dependents[i]:
@@ -469,10 +469,10 @@ class _Run:
                 "failed",
                 args,
                 None,
-                error,
+                settled(error),
                 duration_ms,
                 outcome.attempts,
-                outcome.retry_errors,
+                tuple(settled(e) for e in outcome.retry_errors),
             )
             if i < self.stop_at:
                 self.stop_at = i
