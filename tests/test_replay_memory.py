@@ -26,15 +26,22 @@ from typing import Any
 
 import pytest
 
-import pte.replay
-import pte.resume
-from pte.audit import AuditLog, read_records, verify
-from pte.canonical import canonical_json
-from pte.engine import Engine, EngineConfig
-from pte.errors import ToolError
-from pte.llm import ReplayClient
-from pte.replay import RecordedInvoker, replay_file, replay_run, resume_file
-from pte.tools import load_registry
+import pte._replay
+import pte._resume
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    ReplayClient,
+    ToolError,
+    load_registry,
+    replay_file,
+    resume_file,
+    verify,
+)
+from pte._audit import read_records
+from pte._canonical import canonical_json
+from pte._replay import RecordedInvoker, replay_run
 
 PACKS = ["calculator", "shaping"]
 RUNS = 12
@@ -77,8 +84,8 @@ class _Tracked:
                 tracked.alive_at_start.append(tracked.alive())
                 tracked.refs.append(weakref.ref(self))
 
-        monkeypatch.setattr(pte.replay, "RecordedInvoker", Invoker)
-        monkeypatch.setattr(pte.resume, "RecordedInvoker", Invoker)
+        monkeypatch.setattr(pte._replay, "RecordedInvoker", Invoker)
+        monkeypatch.setattr(pte._resume, "RecordedInvoker", Invoker)
 
     def alive(self) -> int:
         return sum(ref() is not None for ref in self.refs)
@@ -169,7 +176,7 @@ def test_a_divergence_deep_in_a_run_does_not_keep_the_run(
 def test_a_run_whose_stored_catalogue_is_not_at_hand_is_refused_with_a_reason(long_log: Path) -> None:
     # replay_run on a later run alone, without the contents earlier runs stored: a named
     # refusal, never a replay against the tools' fingerprints.
-    runs = list(pte.replay._iter_runs(long_log))
+    runs = list(pte._replay._iter_runs(long_log))
     replayed = replay_run(runs[1])
     assert replayed.outcome == "diverged"
     assert replayed.note is not None and "does not hold before it" in replayed.note
