@@ -8,7 +8,7 @@ while
 
 - ``audit show`` renders every record (`iter_records` + `render_record`, as the CLI does);
 - ``verify(path)`` checks the whole log;
-- ``replay_file(path)`` re-drives every run from the log,
+- ``replay_file(path)`` re-drives every run from the log (each must replay "same"),
 
 and prints each peak as a ratio of the largest record's size on disk, and of the largest
 run's size (replay holds one run's records at a time: it re-drives the engine over them).
@@ -59,6 +59,13 @@ def _show(path: Path) -> None:
         render_record(record)
 
 
+def _replay(path: Path) -> None:
+    # Every run must replay to the same decisions: a replay that stops at a divergence does
+    # less work and would understate the peak.
+    report = replay_file(path)
+    assert report.ok and all(run.outcome == "same" for run in report.runs), report.render()[:2000]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=400)
@@ -91,7 +98,7 @@ def main() -> None:
         checks: dict[str, Callable[[], Any]] = {
             "audit show": lambda: _show(path),
             "verify": lambda: verify(path),
-            "replay": lambda: replay_file(path),
+            "replay": lambda: _replay(path),
         }
         for name, func in checks.items():
             peak = _peak(func)

@@ -13,6 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -287,3 +288,22 @@ def signing_key_from_env(
         return SigningKey.load(source)
     text = env.get(SIGNING_KEY_ENV, "")
     return SigningKey.from_pem(text.encode(), source=f"${SIGNING_KEY_ENV}") if text.strip() else None
+
+
+@dataclass(frozen=True)
+class _NoApprovals:
+    """No approval store: a plan that calls a tool requiring approval fails closed.
+
+    An object, not a bound method of the engine: the engine holding its own method would be
+    a reference cycle, freed only by a garbage-collector pass instead of when it is dropped.
+    """
+
+    registry: Registry
+
+    def __call__(self, plan: Plan, audit: AuditLog) -> None:
+        needing = sorted({s.tool for s in plan.tool_steps() if self.registry[s.tool].requires_approval})
+        if needing:
+            raise ApprovalMissing(
+                f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
+                "store is configured (pte approve PLAN_FILE --by NAME; then --approvals FILE)"
+            )

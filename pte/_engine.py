@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pte import _prompts as prompts
+from pte._approval_gate import _NoApprovals
 from pte._audit import AuditLog
 from pte._compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
 from pte._control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
-from pte._errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
+from pte._errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
 from pte._fingerprint import run_started_fields
 from pte._labels import LabelTree
@@ -204,7 +205,7 @@ class Engine:
         self.checks = tuple(checks)
         self.before_execute = tuple(before_execute)
         self.policy = policy if policy is not None else Policy.from_registry(registry)
-        self.approval = approval if approval is not None else self._no_approvals
+        self.approval = approval if approval is not None else _NoApprovals(registry)
         self.tracer_provider = tracer_provider
 
     # -- public entry points ------------------------------------------------------------------
@@ -435,14 +436,6 @@ class Engine:
             for hook in self.before_execute:
                 hook(plan, run.audit)
         return plan
-
-    def _no_approvals(self, plan: Plan, audit: AuditLog) -> None:
-        needing = sorted({s.tool for s in plan.tool_steps() if self.registry[s.tool].requires_approval})
-        if needing:
-            raise ApprovalMissing(
-                f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
-                "store is configured (pte approve PLAN_FILE --by NAME; then --approvals FILE)"
-            )
 
     def _record_rejection(self, run: _Run, origin: str, text: str, rejection: FailedClosed) -> None:
         run.audit.append(

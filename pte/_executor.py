@@ -52,7 +52,7 @@ from pte._audit import AuditLog
 from pte._control_run import is_controlled, run_with_control
 from pte._errors import AuditWriteError, ToolError
 from pte._idempotency import derive_key
-from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, start_call
+from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, settled, start_call
 from pte._plan import Plan, PlanStep, Reference, copy_json, is_reference
 from pte._tools import Registry, ToolSpec
 
@@ -461,7 +461,7 @@ class _Run:
                 None,
                 duration_ms,
                 outcome.attempts,
-                outcome.retry_errors,
+                tuple(settled(e) for e in outcome.retry_errors),
             )
             self.available[step.id] = output
             for j in self.dependents[i]:
@@ -475,10 +475,10 @@ class _Run:
                 "failed",
                 args,
                 None,
-                error,
+                settled(error),
                 duration_ms,
                 outcome.attempts,
-                outcome.retry_errors,
+                tuple(settled(e) for e in outcome.retry_errors),
             )
             if i < self.stop_at:
                 self.stop_at = i

@@ -36,7 +36,7 @@ from typing import Any
 from pte._errors import ToolError, TransientError
 from pte._tools import ToolSpec
 
-__all__ = ["CallOutcome", "attempt_sync", "start_call"]
+__all__ = ["CallOutcome", "attempt_sync", "settled", "start_call"]
 
 #: How long a cancelled async attempt gets to stop before it is abandoned.
 CANCEL_GRACE_S = 1.0
@@ -50,6 +50,21 @@ class CallOutcome:
     error: ToolError | None = None
     attempts: int = 1
     retry_errors: tuple[ToolError, ...] = ()
+
+
+def settled(error: ToolError) -> ToolError:
+    """`error` as a step's recorded failure: its kind and message, without the frames it was raised through.
+
+    A raised exception keeps its traceback (and its ``__context__``/``__cause__``, with
+    theirs), whose frames hold the run that caught it; kept in the run's `StepResult`, it
+    closes a reference cycle (run -> result -> error -> frame -> run) that keeps the whole
+    run, its plan and its outputs, alive until a garbage-collector pass instead of freeing
+    them when the run ends. Nothing reads those frames: a failure is recorded as `to_dict`.
+    """
+    error.__traceback__ = None
+    error.__context__ = None
+    error.__cause__ = None
+    return error
 
 
 #: One attempt's result: (output, error, transient).

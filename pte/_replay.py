@@ -414,10 +414,13 @@ def replay_run(
     allow_writes: bool = False,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
     deployment: Deployment | None = None,
+    stored: Mapping[str, Any] | None = None,
 ) -> RunReplay:
     """Replay one run (its records with their line numbers) through the engine.
 
     The run must come from a log `verify` found intact (`replay_file` checks that first).
+    `stored`: the contents (catalogues, policies) stored earlier in the same log, by hash; a
+    format 2 log stores each once, so a later run's ``run_started`` only refers to them.
     """
     deployment = deployment if deployment is not None else Deployment(registry=registry)
     if registry is not None and deployment.registry is None:
@@ -440,16 +443,17 @@ def replay_run(
         live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
     invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
     try:
-        engine = _engine_for(
-            records, deployment, _llm_for(records, None, deployment), invoker, checks_factory, gate=gate
-        )
+        llm = _llm_for(records, None, deployment, stored=stored)
+        engine = _engine_for(records, deployment, llm, invoker, checks_factory, gate=gate, stored=stored)
     except (PTEError, ValueError, TypeError, KeyError) as exc:
         return RunReplay(run_id, len(records), "diverged", note=f"cannot rebuild the run's engine: {exc}")
     audit = CheckingAuditLog(run_records, run_id=run_id)
     try:
         result = _drive(engine, started, audit)
     except ReplayDivergence as divergence:
-        return RunReplay(run_id, len(records), "diverged", divergence=divergence, diffs=invoker.diffs)
+        return RunReplay(
+            run_id, len(records), "diverged", divergence=_detached(divergence), diffs=invoker.diffs
+        )
     except _LogEnded as ended:
         sealed = any(r.get("type") == "run_finished" for r in records)
         outcome = "diverged" if sealed else "same_incomplete"
@@ -468,6 +472,13 @@ def replay_run(
         reason=result.reason.value if result.reason else None,
         diffs=invoker.diffs,
     )
+
+
+def _detached(divergence: ReplayDivergence) -> ReplayDivergence:
+    """The same finding, never raised. A raised one keeps its traceback, whose frames hold the
+    run's engine, invoker and records: kept in the report, it would keep every diverged run."""
+    d = divergence
+    return ReplayDivergence(d.line, d.record_type, d.field, d.recorded, d.replayed)
 
 
 @dataclass
@@ -563,17 +574,23 @@ def replay_file(
     registry (here or in `deployment`), the recorded tool schemas are used.
     """
     _verified(path)
-    runs = [
-        replay_run(
-            run,
-            registry=registry,
-            live=live,
-            allow_writes=allow_writes,
-            checks_factory=checks_factory,
-            deployment=deployment,
+    runs = []
+    # Contents earlier runs stored (format 2 stores a catalogue once per log): an entry per
+    # catalogue or policy, not per run. Each run is let go before the next is read.
+    stored: dict[str, Any] = {}
+    for run in _iter_runs(path):
+        stored.update(stored_contents(record for _, record in run))
+        runs.append(
+            replay_run(
+                run,
+                registry=registry,
+                live=live,
+                allow_writes=allow_writes,
+                checks_factory=checks_factory,
+                deployment=deployment,
+                stored=stored,
+            )
         )
-        for run in _iter_runs(path)
-    ]
     return ReplayReport(str(path), runs)
 
 

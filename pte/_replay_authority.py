@@ -216,10 +216,40 @@ class _ReplayLLM:
         return self._live.complete(messages, schema=schema, schema_name=schema_name)
 
 
+def _expanded(
+    records: Sequence[Mapping[str, Any]], stored: Mapping[str, Any] | None, *, required: bool = False
+) -> dict[str, Any]:
+    """The run's ``run_started`` in full, from its own stored contents or earlier runs' (`stored`).
+
+    `required`: the recorded catalogue and policy are what the replay will use (no deployment
+    catalogue), so a reference to content that is not at hand is an error, not a silent
+    replay against the fingerprints alone.
+    """
+    contents = stored_contents(records)
+    if stored:
+        contents = {**stored, **contents}
+    first = records[0]
+    if required:
+        missing = [
+            h
+            for h in (first.get("catalogue"), first.get("policy"))
+            if isinstance(h, str) and h not in contents
+        ]
+        if missing:
+            raise ValueError(
+                f"the run refers to stored content {', '.join(missing)} that the log does not hold before it"
+            )
+    return expand_run_started(first, contents)
+
+
 def _llm_for(
-    records: Sequence[Mapping[str, Any]], live: LLMClient | None, deployment: Deployment
+    records: Sequence[Mapping[str, Any]],
+    live: LLMClient | None,
+    deployment: Deployment,
+    *,
+    stored: Mapping[str, Any] | None = None,
 ) -> _ReplayLLM | None:
-    started = expand_run_started(records[0], stored_contents(records))
+    started = _expanded(records, stored)
     config = started.get("config") or {}
     if "model" not in config and live is None and deployment.model is None:
         return None  # the run had no LLM (execute): neither has its replay
@@ -239,8 +269,9 @@ def _engine_for(
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
     *,
     gate: Callable[[Plan, AuditLog], None] | None = None,
+    stored: Mapping[str, Any] | None = None,
 ) -> Engine:
-    started = expand_run_started(run_records[0], stored_contents(run_records))
+    started = _expanded(run_records, stored, required=deployment.registry is None)
     registry, policy, config = deployment.resolved(started)
     approvals = (
         gate if gate is not None else _RecordedApprovals(run_records, registry, policy, deployment.keys)

@@ -12,6 +12,7 @@ from pte._audit import AuditLog
 from pte._engine import RunResult
 from pte._errors import ApprovalMissing, FailedClosed, ReasonCode
 from pte._executor import LiveInvoker
+from pte._fingerprint import stored_contents
 from pte._llm import LLMClient
 from pte._plan import Plan
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive, _iter_runs, _verified
@@ -41,8 +42,10 @@ def resume_file(
     """
     _verified(path)
     run: list[tuple[int, dict[str, Any]]] = []
+    stored: dict[str, Any] = {}  # contents earlier runs stored (format 2 stores each once per log)
     for each in _iter_runs(path):
         run = each  # the last run: only it can be unfinished
+        stored.update(stored_contents(record for _, record in each))
     if not run:
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{path} holds no run to resume")
     records = [r for _, r in run]
@@ -59,10 +62,11 @@ def resume_file(
     engine = _engine_for(
         records,
         deployment,
-        _llm_for(records, llm, deployment),
+        _llm_for(records, llm, deployment, stored=stored),
         invoker,
         checks_factory,
         gate=gate or _no_gate(registry),
+        stored=stored,
     )
     with AuditLog(path, run_id=run_id, repair_partial_tail=True) as forward:
         audit = CheckingAuditLog(run, run_id=run_id, forward=forward)
