@@ -3,7 +3,7 @@
     python audit_samples/generate.py            # rewrites audit_samples/*.jsonl
 
 Every sample is produced by the real engine on a fresh sample ledger, with the demo's
-recorded LLM answers (`pte.demo`), except `crashed_mid_run`, which is a `pte execute` run
+recorded LLM answers (`pte._demo`), except `crashed_mid_run`, which is a `pte execute` run
 in a child process that is killed with SIGKILL part-way through (after its 7th record).
 The tests replay and verify every sample (tests/test_audit_samples.py).
 """
@@ -22,9 +22,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from pte.demo import SCENARIOS, demo_registry, run_scenario  # noqa: E402
-from pte.signing import SigningKey  # noqa: E402
-from pte.tools import load_pack  # noqa: E402
+from pte import load_pack  # noqa: E402
+from pte._demo import SCENARIOS, demo_registry, run_scenario  # noqa: E402
+from pte._signing import SigningKey  # noqa: E402
 
 #: sample file -> demo scenario
 SAMPLES = {
@@ -54,7 +54,7 @@ CRASH_PLAN = """{
 }
 """
 
-#: pte.control: a require that holds, a for_each over an idempotent write, a step run by its
+#: pte._control: a require that holds, a for_each over an idempotent write, a step run by its
 #: `when` and one skipped (with a default).
 CONTROL_PLAN = """{
  "pte_plan": "1",
@@ -76,16 +76,14 @@ CONTROL_PLAN = """{
 
 def control_sample(log: Path) -> str:
     """Run CONTROL_PLAN with `pte execute` semantics (no LLM); return the run's status."""
-    from pte.audit import AuditLog
-    from pte.engine import Engine
-    from pte.tools import load_registry
+    from pte import AuditLog, Engine, load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     with AuditLog(log) as audit:
         return Engine(registry).execute(CONTROL_PLAN, audit).status
 
 
-#: pte.stages: the first plan reads the overdue invoices and hands their ids to a second
+#: pte._stages: the first plan reads the overdue invoices and hands their ids to a second
 #: planning stage, which queues the reminders by reference (recorded planner answers).
 STAGED_REQUEST = "Look at what is more than 60 days overdue, then queue letter reminders for those invoices."
 STAGED_ANSWERS = [
@@ -98,10 +96,7 @@ STAGED_ANSWERS = [
 
 def staged_sample(log: Path) -> str:
     """A two-stage `pte run` with recorded planner answers; return the run's status."""
-    from pte.audit import AuditLog
-    from pte.engine import Engine, EngineConfig
-    from pte.llm import ReplayClient
-    from pte.tools import load_registry
+    from pte import AuditLog, Engine, EngineConfig, ReplayClient, load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     llm = ReplayClient(STAGED_ANSWERS, model="recorded-demo-responses")
@@ -114,9 +109,9 @@ _CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from pte.audit import AuditLog
-    from pte.engine import Engine
-    from pte.tools import load_registry
+    from pte import AuditLog
+    from pte import Engine
+    from pte import load_registry
 
     kill_after = int(os.environ["PTE_SAMPLE_KILL_AFTER"])
     original = AuditLog.append
@@ -168,11 +163,9 @@ def paused_sample(target: Path, workdir: Path, *, approve: bool, signer: Signing
 
     A store keeps one chain per run, so the run's lines on their own are a valid log file.
     """
-    from pte.engine import Engine
-    from pte.runs import decide, pausing_gate, resume_run, run_in_store
-    from pte.signing import TrustedKeys
+    from pte import Engine, decide, load_registry, pausing_gate, resume_run, run_in_store
+    from pte._signing import TrustedKeys
     from pte.stores import open_store
-    from pte.tools import load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     name = target.stem

@@ -28,8 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pte.audit import AuditLog, VerifyReport, verify
-from pte.canonical import hash_json
+from pte import AuditLog, VerifyReport, hash_json, verify
 
 PLAN = {
     "pte_plan": "1",
@@ -167,11 +166,10 @@ def run_sizes() -> tuple[int, int, int, int, int, int]:
     (format 1 run, format 2 first run, format 2 later run, tools, format 1 run_started,
     format 2 later run_started).
     """
-    from pte.canonical import canonical_bytes
-    from pte.demo import demo_registry
-    from pte.fingerprint import run_started_fields
-    from pte.policy import Policy
-    from pte.tools import Registry, ToolSpec
+    from pte import Policy, Registry, ToolSpec
+    from pte._canonical import canonical_bytes
+    from pte._demo import demo_registry
+    from pte._fingerprint import run_started_fields
 
     demo = demo_registry()
     entries = demo.describe()

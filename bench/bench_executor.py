@@ -51,12 +51,8 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict
 
-from pte.audit import AuditLog
-from pte.canonical import canonical_bytes, sha256_hex
-from pte.compiler import Limits, compile_plan
-from pte.executor import Executor
-from pte.plan import Plan
-from pte.tools import Registry, tool
+from pte import AuditLog, Executor, Limits, Plan, Registry, compile_plan, tool
+from pte._canonical import canonical_bytes, sha256_hex
 
 TARGET_RATIO = 0.25
 

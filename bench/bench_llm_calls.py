@@ -30,11 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pte.audit import AuditLog
-from pte.engine import Engine, EngineConfig
-from pte.errors import LLMError
-from pte.llm import LLMResponse
-from pte.tools import Registry, tool
+from pte import AuditLog, Engine, EngineConfig, LLMError, LLMResponse, Registry, tool
 
 CHARS_PER_TOKEN = 4
 

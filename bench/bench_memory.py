@@ -2,7 +2,7 @@
 
 Writes one log of --runs small runs (a --steps-step calculator chain each) plus one run
 with a large record (a `format_text` step whose template is --big-kb KB, so its
-plan_accepted and step records are large), executed with `pte.engine.Engine.execute`
+plan_accepted and step records are large), executed with `pte.Engine.execute`
 (durability "none"). Then measures, with `tracemalloc` (Python allocations only), the peak
 while
 
@@ -27,12 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pte.audit import AuditLog, iter_records, verify
-from pte.audit_show import render_record
-from pte.compiler import Limits
-from pte.engine import Engine, EngineConfig
-from pte.replay import replay_file
-from pte.tools import load_registry
+from pte import AuditLog, Engine, EngineConfig, Limits, iter_records, load_registry, replay_file, verify
+from pte._audit_show import render_record
 
 
 def _chain(steps: int) -> str:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import re
 
-from pte.prompts import planner_messages
-from pte.tools import STOCK_PACKS, load_registry
+from pte._prompts import planner_messages
+from pte._tools import STOCK_PACKS, load_registry
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.
 _PIECES = re.compile(

@@ -18,9 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pte.audit import AuditLog
-from pte.engine import Engine
-from pte.llm import OpenAIClient
+from pte import AuditLog, Engine, OpenAIClient
 from tests.realserver import llama_server, small_registry
 
 RUNAWAY = "Compute n * 2 for every n from 1 to 1000, each with a separate calculator step."

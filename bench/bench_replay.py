@@ -2,15 +2,15 @@
 
 Generates one long run: a plan of --steps calculator and shaping steps (a chain: each
 calculator step adds 1 to the previous one's value through a reference; every fourth step
-is a `format_text` of the latest value), executed with `pte.engine.Engine(...).execute`
+is a `format_text` of the latest value), executed with `pte.Engine(...).execute`
 into an `AuditLog` at a temp path (durability "none", so the figures are the engine's cost
 and not the disk's). Each step writes two records, so the log has about 2 x steps records.
 
 Then, over that same log, it times
 
 - the baseline measured in the same run: the original execution (records written per second),
-- plain `pte.audit.verify(path)` (chain, canonical form and schema of every record),
-- `pte.replay.replay_file(path)`: the engine re-driven from the log alone (recorded tool
+- plain `pte.verify(path)` (chain, canonical form and schema of every record),
+- `pte.replay_file(path)`: the engine re-driven from the log alone (recorded tool
   schemas, recorded policy, recorded outputs), every decision compared with the record,
 
 and prints records/s for each and the ratios replay/execute and replay/verify. Replay is
@@ -33,11 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pte.audit import AuditLog, verify
-from pte.compiler import Limits
-from pte.engine import Engine, EngineConfig
-from pte.replay import replay_file
-from pte.tools import Registry, load_registry
+from pte import AuditLog, Engine, EngineConfig, Limits, Registry, load_registry, replay_file, verify
 
 
 def plan_text(steps: int) -> str:
@@ -124,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     labels = {
         "execute": "original execution (baseline: Engine.execute, log written)",
-        "verify": "pte.audit.verify (chain + canonical form + schema)",
-        "replay": "pte.replay.replay_file (engine re-driven, every decision compared)",
+        "verify": "pte._audit.verify (chain + canonical form + schema)",
+        "replay": "pte._replay.replay_file (engine re-driven, every decision compared)",
     }
     print(f"  {'':<68} {'records/s':>11} {'best':>11}")
     for name, label in labels.items():

@@ -28,11 +28,15 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from _services import postgres_server, redis_server  # noqa: E402
 
-from pte.engine import Engine  # noqa: E402
-from pte.runs import pausing_gate, run_in_store  # noqa: E402
+from pte import (  # noqa: E402
+    Engine,
+    load_pack,
+    load_registry,
+    pausing_gate,
+    run_in_store,
+)
+from pte._workers import enqueue, make_app, submit_job  # noqa: E402
 from pte.stores import Store, open_store  # noqa: E402
-from pte.tools import load_pack, load_registry  # noqa: E402
-from pte.workers import enqueue, make_app, submit_job  # noqa: E402
 
 TOOLS = "backoffice,calculator,shaping"
 PLAN = """{"pte_plan": "1", "steps": [
@@ -77,7 +81,7 @@ def workers_rate(server: str, broker: str, env: dict[str, str], processes: int, 
             [
                 sys.executable,
                 "-m",
-                "pte.cli",
+                "pte._cli",
                 "--quiet",
                 "worker",
                 "--tools",

@@ -5,9 +5,10 @@ anything runs; a deterministic executor runs only allow-listed tools and records
 step in a tamper-evident audit log.
 
 Everything an application needs is importable from here (``pte.Engine``, ``pte.AuditLog``,
-``pte.verify``, ``pte.replay_file``, ...), including every exception PTE raises on purpose. The
+``pte.verify``, ``pte.replay``, ...), including every exception PTE raises on purpose. The
 importers (`pte.importers.mcp`, `.openapi`, `.langchain`) and test doubles (`pte.testing`)
-are separate modules because they pull in optional dependencies.
+are separate modules because they pull in optional dependencies. Implementation modules
+(``pte._engine``, ``pte._executor``, ...) are private and may change without notice.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
-from pte._tool_schema import SchemaTool, tool_from_schema
-from pte._version import __version__
-from pte.approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
-from pte.audit import AuditLog, Durability
-from pte.audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
-from pte.canonical import canonical_json, hash_json
-from pte.checkpoint import Checkpoint, CheckpointError, CheckpointReport, verify_checkpoints, write_checkpoint
-from pte.compiler import DEFAULT_LIMITS, Limits, compile_plan
-from pte.control_run import ConditionNotMet
-from pte.errors import (
+from pte._approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
+from pte._audit import AuditLog, Durability
+from pte._audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
+from pte._canonical import canonical_json, hash_json
+from pte._checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointReport,
+    verify_checkpoints,
+    write_checkpoint,
+)
+from pte._compiler import DEFAULT_LIMITS, Limits, compile_plan
+from pte._control_run import ConditionNotMet
+from pte._errors import (
     ApprovalConsumed,
     ApprovalMissing,
     ApprovalRejected,
@@ -44,41 +48,45 @@ from pte.errors import (
     ToolRegistrationError,
     TransientError,
 )
-from pte.executor import ExecutionResult, Executor, StepResult
-from pte.labels import LabelTree, provenance
-from pte.logs import configure_logging
-from pte.plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte.policy import Policy, PolicyError, load_policy
-from pte.redaction import Redactor
-from pte.report import ReportError, render_report, write_report
-from pte.signing import KeyFileError
+from pte._executor import ExecutionResult, Executor, StepResult
+from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
+from pte._labels import LabelTree, provenance
+from pte._logs import configure_logging
+from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
+from pte._policy import Policy, PolicyError, load_policy
+from pte._redaction import Redactor
+from pte._report import ReportError, render_report, write_report
+from pte._signing import KeyFileError
+from pte._tool_schema import SchemaTool, tool_from_schema
+from pte._tools import Registry, ToolSpec, load_pack, load_registry, tool
+from pte._version import __version__
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
-from pte.tools import Registry, ToolSpec, load_pack, load_registry, tool
 
 # What needs the LLM client (the engine, replay, runs) is imported on first use, so that a
 # process that only imports the executor never loads an LLM SDK (tests/test_executor_isolation.py).
 # Type checkers read the same names, eagerly, from __init__.pyi (the lazy-loader convention).
 _LAZY: dict[str, tuple[str, str]] = {
-    "Engine": ("pte.engine", "Engine"),
-    "EngineConfig": ("pte.engine", "EngineConfig"),
-    "RunResult": ("pte.engine", "RunResult"),
-    "render_result": ("pte.engine", "render_result"),
-    "LLMClient": ("pte.llm", "LLMClient"),
-    "LLMResponse": ("pte.llm", "LLMResponse"),
-    "OpenAIClient": ("pte.llm", "OpenAIClient"),
-    "ReplayClient": ("pte.llm", "ReplayClient"),
-    "ReplayDataError": ("pte.llm", "ReplayDataError"),
-    "LogNotIntact": ("pte.replay", "LogNotIntact"),
-    "ReplayDivergence": ("pte.replay", "ReplayDivergence"),
-    "ReplayReport": ("pte.replay", "ReplayReport"),
-    "replay_file": ("pte.replay", "replay_file"),
-    "resume_file": ("pte.replay", "resume_file"),
-    "PausedRun": ("pte.runs", "PausedRun"),
-    "RunPaused": ("pte.runs", "RunPaused"),
-    "decide": ("pte.runs", "decide"),
-    "pausing_gate": ("pte.runs", "pausing_gate"),
-    "resume_run": ("pte.runs", "resume_run"),
-    "run_in_store": ("pte.runs", "run_in_store"),
+    "Engine": ("pte._engine", "Engine"),
+    "EngineConfig": ("pte._engine", "EngineConfig"),
+    "RunResult": ("pte._engine", "RunResult"),
+    "render_result": ("pte._engine", "render_result"),
+    "LLMClient": ("pte._llm", "LLMClient"),
+    "LLMResponse": ("pte._llm", "LLMResponse"),
+    "OpenAIClient": ("pte._llm", "OpenAIClient"),
+    "ReplayClient": ("pte._llm", "ReplayClient"),
+    "ReplayDataError": ("pte._llm", "ReplayDataError"),
+    "LogNotIntact": ("pte._replay", "LogNotIntact"),
+    "ReplayDivergence": ("pte._replay", "ReplayDivergence"),
+    "ReplayReport": ("pte._replay", "ReplayReport"),
+    "replay": ("pte._replay", "replay_file"),
+    "replay_file": ("pte._replay", "replay_file"),
+    "resume_file": ("pte._replay", "resume_file"),
+    "PausedRun": ("pte._runs", "PausedRun"),
+    "RunPaused": ("pte._runs", "RunPaused"),
+    "decide": ("pte._runs", "decide"),
+    "pausing_gate": ("pte._runs", "pausing_gate"),
+    "resume_run": ("pte._runs", "resume_run"),
+    "run_in_store": ("pte._runs", "run_in_store"),
 }
 
 
@@ -190,6 +198,7 @@ __all__ = [
     "read_records",
     "render_report",
     "render_result",
+    "replay",
     "replay_file",
     "resume_file",
     "resume_run",

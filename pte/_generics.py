@@ -40,7 +40,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from pte import _schema_types as st
-from pte.canonical import canonical_json
+from pte._canonical import canonical_json
 
 __all__ = [
     "FIELD",

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pte.errors import ToolError, TransientError
-from pte.tools import ToolSpec
+from pte._errors import ToolError, TransientError
+from pte._tools import ToolSpec
 
 __all__ = ["CallOutcome", "attempt_sync", "start_call"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
-from pte.errors import ToolPackError
-from pte.tools import Registry
+from pte._errors import ToolPackError
+from pte._tools import Registry
 
 __all__ = ["ENTRY_POINT_GROUP", "entry_point_pack", "installed_packs"]
 

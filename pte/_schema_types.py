@@ -122,7 +122,7 @@ def select(schema: Schema, root: Mapping[str, Any], tokens: tuple[str, ...], dep
         extra = schema.get("additionalProperties")
         if isinstance(extra, _MAPPINGS):
             return select(extra, root, rest, depth + 1)
-    # "*" selects any element: the current element of a for_each list (pte.control).
+    # "*" selects any element: the current element of a for_each list (pte._control).
     if "array" in types and (token == "*" or (token.isdigit() and (token == "0" or token[0] != "0"))):
         prefix = schema.get("prefixItems")
         if token == "*" and isinstance(prefix, list) and prefix:

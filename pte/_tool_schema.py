@@ -24,9 +24,9 @@ import jsonschema
 import jsonschema_rs
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from pte.canonical import canonical_json
-from pte.errors import ToolError, ToolRegistrationError
-from pte.tools import Effect, OutputProvenance, ToolSpec
+from pte._canonical import canonical_json
+from pte._errors import ToolError, ToolRegistrationError
+from pte._tools import Effect, OutputProvenance, ToolSpec
 
 __all__ = ["SchemaTool", "tool_from_schema"]
 
@@ -155,7 +155,7 @@ def tool_from_schema(
     input schema that is not an object, a ``$ref`` to another document, or a sink that is not
     an input property.
     """
-    from pte.plan import TOOL_NAME_RE  # local, as in pte.tools
+    from pte._plan import TOOL_NAME_RE  # local, as in pte._tools
 
     if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
         raise ToolRegistrationError(f"tool name {name!r} must match ^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$")

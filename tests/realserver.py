@@ -28,8 +28,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from pte._tools import Registry
 from pte.testing import example_registry
-from pte.tools import Registry
 
 
 class RealServerUnavailable(RuntimeError):

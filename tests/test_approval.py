@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
-from pte.approval import (
+from pte._approval import (
     Approval,
     ApprovalGate,
     ApprovalStore,
@@ -24,16 +24,16 @@ from pte.approval import (
     requires_approval,
     signing_key_from_env,
 )
-from pte.audit import AuditLog, read_records, verify
-from pte.canonical import canonical_json
-from pte.compiler import compile_plan
-from pte.engine import Engine
-from pte.errors import ApprovalConsumed, ApprovalMissing, ReasonCode
-from pte.llm import ReplayClient
-from pte.plan import Plan
-from pte.policy import Policy
-from pte.signing import KeyFileError, SigningKey, TrustedKeys
-from pte.tools import Registry, tool
+from pte._audit import AuditLog, read_records, verify
+from pte._canonical import canonical_json
+from pte._compiler import compile_plan
+from pte._engine import Engine
+from pte._errors import ApprovalConsumed, ApprovalMissing, ReasonCode
+from pte._llm import ReplayClient
+from pte._plan import Plan
+from pte._policy import Policy
+from pte._signing import KeyFileError, SigningKey, TrustedKeys
+from pte._tools import Registry, tool
 
 SIGNER = SigningKey.generate()
 KEYS = TrustedKeys([SIGNER.public_key])

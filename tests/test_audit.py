@@ -17,8 +17,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from pte.approval import make_approval
-from pte.audit import (
+from pte._approval import make_approval
+from pte._audit import (
     DEFAULT_REDACT_KEYS,
     GENESIS_HASH,
     REDACTED,
@@ -34,9 +34,9 @@ from pte.audit import (
     render_timeline,
     verify,
 )
-from pte.canonical import canonical_json, sha256_hex
-from pte.errors import PLAN_REASONS, AuditWriteError, ReasonCode
-from pte.signing import SigningKey
+from pte._canonical import canonical_json, sha256_hex
+from pte._errors import PLAN_REASONS, AuditWriteError, ReasonCode
+from pte._signing import SigningKey
 
 PLAN_HASH = sha256_hex("the plan")
 
@@ -1190,7 +1190,7 @@ _SAMPLES = _sample_records()
 def test_fast_schema_check_agrees_with_jsonschema(data: st.DataObject) -> None:
     import copy
 
-    from pte.audit_verify import _checkers
+    from pte._audit_verify import _checkers
 
     record = copy.deepcopy(data.draw(st.sampled_from(_SAMPLES), label="record"))
     # The branch of the original type: a mutated `type` must then fail its const.
@@ -1235,14 +1235,14 @@ def _has_text_ending_in_newline(value: Any) -> bool:
 
 
 def test_every_record_type_has_a_fast_check() -> None:
-    from pte.audit_verify import _checkers
+    from pte._audit_verify import _checkers
 
     assert len(_checkers()) == len(load_audit_schema()["oneOf"]) >= 10
     assert all(checker.fast is not None for checker in _checkers().values())
 
 
 def test_the_compiled_check_decides_and_jsonschema_words_the_message() -> None:
-    from pte.audit_verify import _checkers
+    from pte._audit_verify import _checkers
 
     record = dict(next(r for r in _SAMPLES if r["type"] == "step_finished"))
     checker = _checkers()["step_finished"]

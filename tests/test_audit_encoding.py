@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte.audit import GENESIS_HASH, AuditLog, verify
-from pte.canonical import canonical_bytes, loads
+from pte._audit import GENESIS_HASH, AuditLog, verify
+from pte._canonical import canonical_bytes, loads
 
 _json = st.recursive(
     st.none()

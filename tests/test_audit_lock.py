@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pte.audit import AuditLog, verify
-from pte.errors import AuditWriteError
+from pte._audit import AuditLog, verify
+from pte._errors import AuditWriteError
 
 ROUNDS = 1_000
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from pte.audit import read_records, verify
-from pte.canonical import canonical_json, sha256_hex
-from pte.cli import main
-from pte.replay import replay_file
-from pte.replay_authority import Deployment
-from pte.signing import TrustedKeys
+from pte._audit import read_records, verify
+from pte._canonical import canonical_json, sha256_hex
+from pte._cli import main
+from pte._replay import replay_file
+from pte._replay_authority import Deployment
+from pte._signing import TrustedKeys
 
 SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl"))
@@ -212,7 +212,7 @@ def test_cli_replay_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_live_replay_reports_read_outputs_that_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte.tools import load_pack
+    from pte._tools import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -239,7 +239,7 @@ def test_live_replay_reports_read_outputs_that_changed(
 def test_live_replay_never_reruns_write_tools_unless_allowed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pte.tools import load_pack
+    from pte._tools import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -258,7 +258,7 @@ def test_every_record_of_every_kind_of_run_is_valid_against_the_audit_schema() -
     """Checked with the reference jsonschema validator, independently of `verify`'s own checks."""
     import jsonschema
 
-    from pte.audit import load_audit_schema
+    from pte._audit import load_audit_schema
 
     schema = load_audit_schema()
     validator = jsonschema.Draft202012Validator(schema)

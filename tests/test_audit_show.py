@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pte.audit import AuditLog
-from pte.audit_show import render_record, visible
-from pte.cli import main
+from pte._audit import AuditLog
+from pte._audit_show import render_record, visible
+from pte._cli import main
 
 # What a hostile tool output or model answer might carry: an OSC window-title change, a CSI
 # screen clear and colour, a C1 CSI, a bell, a carriage return that overwrites the line, a

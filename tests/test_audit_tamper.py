@@ -14,8 +14,8 @@ import tempfile
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pte.audit import AuditLog, VerifyReport, verify
-from pte.canonical import canonical_json, hash_json, sha256_hex
+from pte._audit import AuditLog, VerifyReport, verify
+from pte._canonical import canonical_json, hash_json, sha256_hex
 
 PLAN = {
     "pte_plan": "1",

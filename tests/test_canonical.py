@@ -17,8 +17,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte.canonical import CanonicalizationError, canonical_bytes, canonical_json, hash_json, is_canonical
-from pte.canonical import loads as canonical_loads
+from pte._canonical import CanonicalizationError, canonical_bytes, canonical_json, hash_json, is_canonical
+from pte._canonical import loads as canonical_loads
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_VERIFIER = REPO / "verifier" / "verify.mjs"
@@ -256,9 +256,9 @@ def test_the_fast_path_boundaries_agree_with_the_reference(number: float) -> Non
 
 
 def test_a_plan_integer_a_double_cannot_hold_is_refused_not_rounded() -> None:
-    from pte.compiler import compile_plan
-    from pte.errors import PlanRejected, ReasonCode
-    from pte.tools import load_registry
+    from pte._compiler import compile_plan
+    from pte._errors import PlanRejected, ReasonCode
+    from pte._tools import load_registry
 
     registry = load_registry(["calculator"])
 

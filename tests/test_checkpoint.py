@@ -11,8 +11,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pte.checkpoint import CheckpointError, load_private_key, load_public_key, read_checkpoints
-from pte.cli import main
+from pte._checkpoint import CheckpointError, load_private_key, load_public_key, read_checkpoints
+from pte._cli import main
 
 SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 
@@ -172,7 +172,7 @@ def test_wrong_key_kinds_are_refused(tmp_path: Path) -> None:
 def test_cutting_whole_sealed_runs_is_caught_only_by_the_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte.audit import AuditLog, verify
+    from pte._audit import AuditLog, verify
 
     log = tmp_path / "two_runs.jsonl"
     for run_id in ("first", "second"):

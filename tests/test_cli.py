@@ -2,8 +2,8 @@
 
 Exit codes are part of the CLI's contract: 0 ok, 1 rejected or failed closed, 2 usage error
 (a missing file, a bad flag, a tool pack that cannot be loaded). Most tests call
-`pte.cli.main` in-process (with ``--quiet``: the engine's logs are tested on their own);
-a few run ``python -m pte.cli`` as a real subprocess to prove the entry point and the
+`pte._cli.main` in-process (with ``--quiet``: the engine's logs are tested on their own);
+a few run ``python -m pte._cli`` as a real subprocess to prove the entry point and the
 split of logs (stderr) and results (stdout).
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from pte import __version__
-from pte.audit import read_records, verify
-from pte.canonical import canonical_json
-from pte.cli import main
-from pte.demo import SCENARIOS
-from pte.replay import replay_file
+from pte._audit import read_records, verify
+from pte._canonical import canonical_json
+from pte._cli import main
+from pte._demo import SCENARIOS
+from pte._replay import replay_file
 from pte.testing import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def scenario(name: str) -> Any:
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """The environment for `python -m pte.cli` run from any directory."""
+    """The environment for `python -m pte._cli` run from any directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PTE_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(extra)
@@ -1151,7 +1151,7 @@ def test_entry_point_in_a_subprocess(tmp_path: Path) -> None:
 
     def pte(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pte.cli", *argv],
+            [sys.executable, "-m", "pte._cli", *argv],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -1175,7 +1175,7 @@ def test_entry_point_in_a_subprocess(tmp_path: Path) -> None:
 def test_json_logs_on_stderr_and_json_result_on_stdout(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.sqlite"
     env = subprocess_env(PTE_LEDGER=str(ledger))
-    base = [sys.executable, "-m", "pte.cli"]
+    base = [sys.executable, "-m", "pte._cli"]
     init = subprocess.run(
         [*base, "ledger", "init"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from pte.cli import main
-from pte.runs import job_engine
-from pte.tools import load_registry
-from pte.workers import WorkerConfig, process_run, submit_job
+from pte._cli import main
+from pte._runs import job_engine
+from pte._tools import load_registry
+from pte._workers import WorkerConfig, process_run, submit_job
 
 # A tool pack that reports, in seen.jsonl next to it, how many calls ran at once.
 PACK = '''

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte.cli import main
-from pte.compiler import DEFAULT_LIMITS
+from pte._cli import main
+from pte._compiler import DEFAULT_LIMITS
 
 PLAN = {
     "pte_plan": "1",

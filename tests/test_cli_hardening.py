@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pte.audit import AuditLog, read_records, verify
-from pte.cli import main
+from pte._audit import AuditLog, read_records, verify
+from pte._cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def env() -> dict[str, str]:
 
 def pte(*argv: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pte.cli", "--quiet", *argv],
+        [sys.executable, "-m", "pte._cli", "--quiet", *argv],
         cwd=cwd,
         env=env(),
         capture_output=True,
@@ -187,7 +187,7 @@ def test_a_fifo_as_audit_log_is_refused(
 def test_a_huge_plan_file_is_rejected_after_reading_only_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte.compiler import DEFAULT_LIMITS
+    from pte._compiler import DEFAULT_LIMITS
 
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as fh:
@@ -233,7 +233,7 @@ def test_a_closed_stdout_pipe_ends_quietly(tmp_path: Path) -> None:
         for i in range(3_000):
             audit.append("note", text=f"line {i} " + "x" * 200)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pte.cli", "--quiet", "audit", "show", str(log)],
+        [sys.executable, "-m", "pte._cli", "--quiet", "audit", "show", str(log)],
         cwd=tmp_path,
         env=env(),
         stdout=subprocess.PIPE,
@@ -261,7 +261,7 @@ def test_ctrl_c_seals_the_run_as_interrupted_and_exits_130(tmp_path: Path) -> No
         [
             sys.executable,
             "-m",
-            "pte.cli",
+            "pte._cli",
             "--quiet",
             "execute",
             str(plan),

@@ -17,12 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pte import Limits, Plan, PlanRejected, ReasonCode, Registry, compile_plan, load_pack
+from pte._canonical import canonical_json
+from pte._policy import Policy
 from pte._resources import data_dir
-from pte.canonical import canonical_json
-from pte.policy import Policy
+from pte._tools import STOCK_PACKS
 from pte.testing._catalogue import example_registry
 from pte.testing._strategies import invalid_plan_cases, invalid_plans, json_values, planner_text, valid_plans
-from pte.tools import STOCK_PACKS
 
 EXAMPLE = example_registry()
 STOCK: dict[str, Registry] = {

@@ -1,4 +1,4 @@
-"""Compile-time checks of the control constructs: for_each, when, require, continue (pte.control)."""
+"""Compile-time checks of the control constructs: for_each, when, require, continue (pte._control)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import jsonschema
 import pydantic
 import pytest
 
-from pte.compiler import compile_plan
-from pte.errors import PlanRejected, ReasonCode
-from pte.plan import PlanDocument, plan_schema
+from pte._compiler import compile_plan
+from pte._errors import PlanRejected, ReasonCode
+from pte._plan import PlanDocument, plan_schema
 from pte.testing import example_registry
 
 REGISTRY = example_registry()

@@ -11,11 +11,11 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte.compiler import compile_plan
-from pte.errors import PlanRejected, ReasonCode
-from pte.labels import LabelTree, parse_field_pointer, provenance, schema_fields
-from pte.policy import Policy, PolicyError
-from pte.tools import Registry, load_registry
+from pte._compiler import compile_plan
+from pte._errors import PlanRejected, ReasonCode
+from pte._labels import LabelTree, parse_field_pointer, provenance, schema_fields
+from pte._policy import Policy, PolicyError
+from pte._tools import Registry, load_registry
 from tests.packs import world
 
 FIELDS = {

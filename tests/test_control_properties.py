@@ -10,11 +10,11 @@ import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from pte.compiler import compile_plan
-from pte.errors import PlanRejected, ReasonCode
-from pte.plan import PlanDocument, plan_schema
+from pte._compiler import compile_plan
+from pte._errors import PlanRejected, ReasonCode
+from pte._plan import PlanDocument, plan_schema
+from pte._tools import load_registry
 from pte.testing import CONTROL_REASONS, control_plans, example_registry, invalid_control_plans
-from pte.tools import load_registry
 from tests.packs import world
 
 REGISTRIES = {

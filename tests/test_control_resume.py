@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from pte.audit import read_records, verify
-from pte.errors import ReasonCode
-from pte.replay import replay_file, resume_file
-from pte.tools import Registry, load_registry
+from pte._audit import read_records, verify
+from pte._errors import ReasonCode
+from pte._replay import replay_file, resume_file
+from pte._tools import Registry, load_registry
 from tests.packs import world
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,9 +48,9 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from pte.audit import AuditLog
-    from pte.engine import Engine
-    from pte.tools import load_registry
+    from pte._audit import AuditLog
+    from pte._engine import Engine
+    from pte._tools import load_registry
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append
@@ -149,9 +149,9 @@ def test_a_staged_run_with_skipped_steps_resumes_from_any_record(
 ) -> None:
     """Cut a two-stage run (with a skipped step and a for_each) after every record; resume
     finishes it with the same effects, and the finished log verifies and replays."""
-    from pte.audit import AuditLog
-    from pte.engine import Engine, EngineConfig
-    from pte.llm import ReplayClient
+    from pte._audit import AuditLog
+    from pte._engine import Engine, EngineConfig
+    from pte._llm import ReplayClient
 
     stage1 = {
         "pte_plan": "1",

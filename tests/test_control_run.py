@@ -1,4 +1,4 @@
-"""Running for_each, when and require: records, outcomes, replay (pte.control_run)."""
+"""Running for_each, when and require: records, outcomes, replay (pte._control_run)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from pte.audit import AuditLog, read_records, verify
-from pte.engine import Engine, RunResult
-from pte.replay import replay_file
-from pte.tools import Registry, load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._engine import Engine, RunResult
+from pte._replay import replay_file
+from pte._tools import Registry, load_registry
 from tests.packs import world
 
 PACK = str(Path(world.__file__))
@@ -194,7 +194,7 @@ def test_a_condition_that_cannot_be_evaluated_fails_the_step(registry: Registry,
 def test_cli_execute_reports_condition_not_met_with_exit_code_0(
     registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte.cli import main
+    from pte._cli import main
 
     doc = {
         "pte_plan": "1",

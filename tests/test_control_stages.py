@@ -1,4 +1,4 @@
-"""Staged planning (pte.stages): continue, labelled hand-over, literal taint, bounds, replay."""
+"""Staged planning (pte._stages): continue, labelled hand-over, literal taint, bounds, replay."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from pte.audit import AuditLog, read_records, verify
-from pte.engine import Engine, EngineConfig, RunResult
-from pte.llm import ReplayClient
-from pte.policy import Policy
-from pte.prompts import DATA_OPEN
-from pte.replay import replay_file
-from pte.tools import Registry, load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._engine import Engine, EngineConfig, RunResult
+from pte._llm import ReplayClient
+from pte._policy import Policy
+from pte._prompts import DATA_OPEN
+from pte._replay import replay_file
+from pte._tools import Registry, load_registry
 from tests.packs import world
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pte.audit import AuditLog, read_records, verify
-from pte.engine import Engine, EngineConfig
-from pte.llm import ReplayClient
-from pte.replay import replay_file
-from pte.tools import load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._engine import Engine, EngineConfig
+from pte._llm import ReplayClient
+from pte._replay import replay_file
+from pte._tools import load_registry
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from pte.audit import AuditLog, read_records, verify
-from pte.compiler import compile_plan
-from pte.engine import Engine, EngineConfig, RunResult
-from pte.llm import ReplayClient
-from pte.policy import Policy
-from pte.replay import replay_file
-from pte.tools import Registry, load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._compiler import compile_plan
+from pte._engine import Engine, EngineConfig, RunResult
+from pte._llm import ReplayClient
+from pte._policy import Policy
+from pte._replay import replay_file
+from pte._tools import Registry, load_registry
 from tests.packs import world
 
 #: Compliance's policy file for the bank: a transaction's subject is free text a third party chose.

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from pte.audit import read_records, verify
+from pte._audit import read_records, verify
 
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 10
@@ -41,9 +41,9 @@ pytestmark = [
 CHILD = textwrap.dedent(
     """
     import json, os, sys, time
-    from pte.audit import AuditLog
-    from pte.engine import Engine
-    from pte.tools import Registry, tool
+    from pte._audit import AuditLog
+    from pte._engine import Engine
+    from pte._tools import Registry, tool
 
     LOG, EFFECTS, STEPS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 

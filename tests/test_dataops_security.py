@@ -18,12 +18,12 @@ import pytest
 from pydantic import BaseModel
 
 from pte import compile_plan
-from pte.audit import AuditLog, verify
-from pte.engine import Engine
-from pte.errors import PlanRejected
-from pte.policy import Policy
+from pte._audit import AuditLog, verify
+from pte._engine import Engine
+from pte._errors import PlanRejected
+from pte._policy import Policy
+from pte._tools import STOCK_PACKS, Registry, load_registry, tool
 from pte.testing.cookbook import ref, step
-from pte.tools import STOCK_PACKS, Registry, load_registry, tool
 
 BILL = (
     "Invoice 7\nTotal: EUR 98.70 due 2024-06-10.\nIBAN: GB29 NWBK 6016 1331 9268 19\nContact: a@b.example\n"
@@ -215,7 +215,7 @@ def _first_output(reg: Registry) -> dict[str, Any]:
 
 def test_a_run_through_generic_ops_replays_from_the_log_alone(tmp_path: Path) -> None:
     # The type-variable markers live in the recorded schemas: replay re-infers the same types.
-    from pte.replay import replay_file
+    from pte._replay import replay_file
 
     reg = registry()
     doc = json.dumps(

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from pte.audit import read_records, verify
-from pte.cli import main
-from pte.demo import SCENARIOS, run_demo
-from pte.replay import replay_file
+from pte._audit import read_records, verify
+from pte._cli import main
+from pte._demo import SCENARIOS, run_demo
+from pte._replay import replay_file
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = [s.name for s in SCENARIOS]

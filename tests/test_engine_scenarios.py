@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte.audit import AuditLog, read_records, verify
-from pte.engine import Engine, EngineConfig, RunResult, render_result
-from pte.errors import ReasonCode
-from pte.llm import OpenAIClient
-from pte.prompts import DATA_CLOSE, DATA_OPEN
+from pte._audit import AuditLog, read_records, verify
+from pte._engine import Engine, EngineConfig, RunResult, render_result
+from pte._errors import ReasonCode
+from pte._llm import OpenAIClient
+from pte._prompts import DATA_CLOSE, DATA_OPEN
+from pte._tools import Registry, tool
 from pte.testing import FakeOpenAIServer, Reply
-from pte.tools import Registry, tool
 
 # -- the tool catalogue ------------------------------------------------------------------------
 
@@ -613,7 +613,7 @@ def test_a_timed_out_non_idempotent_write_is_not_replanned(tmp_path: Path) -> No
     """Its effect is unknown: a replan could repeat it, so the run ends needs_review."""
     import time as _time
 
-    from pte.llm import ReplayClient
+    from pte._llm import ReplayClient
 
     calls: list[str] = []
 

@@ -26,15 +26,15 @@ from hypothesis import strategies as hs
 from pydantic import Field
 from typing_extensions import TypedDict
 
-import pte.audit
-from pte.audit import AuditLog, load_audit_schema, read_records, verify
-from pte.canonical import sha256_hex
-from pte.compiler import compile_plan
-from pte.engine import Engine
-from pte.errors import AuditWriteError, ReasonCode, ToolError
-from pte.executor import Executor, LiveInvoker
-from pte.plan import Plan, PlanStep
-from pte.tools import Effect, Registry, ToolSpec, tool
+import pte._audit
+from pte._audit import AuditLog, load_audit_schema, read_records, verify
+from pte._canonical import sha256_hex
+from pte._compiler import compile_plan
+from pte._engine import Engine
+from pte._errors import AuditWriteError, ReasonCode, ToolError
+from pte._executor import Executor, LiveInvoker
+from pte._plan import Plan, PlanStep
+from pte._tools import Effect, Registry, ToolSpec, tool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -513,9 +513,9 @@ def test_timeout_fails_the_step_promptly_and_the_executor_stays_usable() -> None
 HANG_SCRIPT = textwrap.dedent(
     """
     import json, sys, time
-    from pte.compiler import compile_plan
-    from pte.executor import Executor
-    from pte.tools import Registry, tool
+    from pte._compiler import compile_plan
+    from pte._executor import Executor
+    from pte._tools import Registry, tool
 
     @tool(timeout_s=0.2)
     def hang() -> int:
@@ -805,7 +805,7 @@ def test_a_failed_write_ahead_sync_stops_the_run_before_the_write_tool(
 
 def _fail_writes_after(monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
     """Make the audit log's low-level write fail (as a full disk would) after `allowed` records."""
-    real = pte.audit._write_all
+    real = pte._audit._write_all
     written = [0]
 
     def write_all(fd: int, data: bytes) -> None:
@@ -814,7 +814,7 @@ def _fail_writes_after(monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
         written[0] += 1
         real(fd, data)
 
-    monkeypatch.setattr(pte.audit, "_write_all", write_all)
+    monkeypatch.setattr(pte._audit, "_write_all", write_all)
 
 
 AUDIT_FAILURE_PLAN = [
@@ -905,4 +905,4 @@ def test_secrets_in_tool_outputs_and_args_never_reach_the_log(tmp_path: Path) ->
     assert "hunter2-correct-horse" not in content
     assert verify(path).ok
     leaked = next(r for r in read_records(path) if r["type"] == "step_finished" and r["step_id"] == "k")
-    assert leaked["output"]["api_key"] == pte.audit.REDACTED
+    assert leaked["output"]["api_key"] == pte._audit.REDACTED

@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte.audit import AuditLog, read_records, verify
-from pte.engine import Engine
-from pte.replay import DECISION_FIELDS, replay_file, resume_file
-from pte.tools import Registry, load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._engine import Engine
+from pte._replay import DECISION_FIELDS, replay_file, resume_file
+from pte._tools import Registry, load_registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACK = textwrap.dedent(
     """
     import asyncio, os
-    from pte.errors import ToolError
-    from pte.tools import tool
+    from pte._errors import ToolError
+    from pte._tools import tool
 
     EFFECTS = os.environ.get("PTE_TEST_EFFECTS", "")
 
@@ -142,9 +142,9 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from pte.audit import AuditLog
-    from pte.engine import Engine
-    from pte.tools import load_registry
+    from pte._audit import AuditLog
+    from pte._engine import Engine
+    from pte._tools import load_registry
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append
@@ -207,7 +207,7 @@ def test_resume_after_sigkill_at_any_record_applies_each_write_at_most_once(
 
 def test_the_random_plans_compile(pack: Path) -> None:
     registry = Registry(load_registry([str(pack)]))
-    from pte.compiler import compile_plan
+    from pte._compiler import compile_plan
 
     for seed in range(50):
         compile_plan(dag_plan(random.Random(seed), 9), registry)

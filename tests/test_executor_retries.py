@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from pte.audit import AuditLog, load_audit_schema, read_records
-from pte.compiler import compile_plan
-from pte.errors import ToolRegistrationError, TransientError
-from pte.executor import Executor
-from pte.plan import Plan
-from pte.tools import Registry, tool
+from pte._audit import AuditLog, load_audit_schema, read_records
+from pte._compiler import compile_plan
+from pte._errors import ToolRegistrationError, TransientError
+from pte._executor import Executor
+from pte._plan import Plan
+from pte._tools import Registry, tool
 
 #: Failures left before each tool succeeds, and the times of its calls.
 FAILURES: dict[str, int] = {}

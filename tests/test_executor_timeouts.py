@@ -30,14 +30,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte.audit import AuditLog, read_records, verify
-from pte.canonical import canonical_json, is_canonical, sha256_hex
-from pte.compiler import compile_plan
-from pte.engine import Engine
-from pte.errors import ReasonCode, ToolError
-from pte.executor import Executor, StepResult
-from pte.plan import Plan
-from pte.tools import Registry, tool
+from pte._audit import AuditLog, read_records, verify
+from pte._canonical import canonical_json, is_canonical, sha256_hex
+from pte._compiler import compile_plan
+from pte._engine import Engine
+from pte._errors import ReasonCode, ToolError
+from pte._executor import Executor, StepResult
+from pte._plan import Plan
+from pte._tools import Registry, tool
 
 #: What the tools below did, in order.
 EVENTS: list[str] = []

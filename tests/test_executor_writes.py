@@ -15,11 +15,11 @@ import asyncio
 import json
 from typing import Any
 
-from pte.audit import AuditLog
-from pte.compiler import compile_plan
-from pte.errors import ToolError
-from pte.executor import Executor
-from pte.tools import Registry, tool
+from pte._audit import AuditLog
+from pte._compiler import compile_plan
+from pte._errors import ToolError
+from pte._executor import Executor
+from pte._tools import Registry, tool
 
 PAID: list[str] = []
 SEEN_IN_LOG: list[list[tuple[str, str]]] = []

@@ -9,9 +9,9 @@ import pytest
 from pydantic import BaseModel
 
 from pte import compile_plan
-from pte.errors import PlanRejected, ToolRegistrationError
-from pte.executor import Executor
-from pte.tools import FieldName, FieldOf, Registry, ToolSpec, load_pack, spec_of, tool
+from pte._errors import PlanRejected, ToolRegistrationError
+from pte._executor import Executor
+from pte._tools import FieldName, FieldOf, Registry, ToolSpec, load_pack, spec_of, tool
 
 T = TypeVar("T")
 R = TypeVar("R", bound=dict[str, Any])

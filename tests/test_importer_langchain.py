@@ -17,11 +17,11 @@ from langchain_core.tools import tool as lc_tool
 from pydantic import BaseModel
 
 from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
-from pte.audit import AuditLog
-from pte.engine import Engine, EngineConfig
+from pte._audit import AuditLog
+from pte._engine import Engine, EngineConfig
+from pte._replay import replay_file
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.langchain import _source_tool, import_langchain_tools
-from pte.replay import replay_file
 
 
 class Quote(BaseModel):

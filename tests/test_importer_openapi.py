@@ -21,11 +21,11 @@ from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 
 from pte import PlanRejected, ReasonCode, compile_plan
-from pte.audit import AuditLog, read_records
-from pte.engine import Engine, EngineConfig
+from pte._audit import AuditLog, read_records
+from pte._engine import Engine, EngineConfig
+from pte._replay import replay_file
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.openapi import OpenAPIError, _operations, import_openapi, load_openapi
-from pte.replay import replay_file
 from pte.testing import FunctionCall, FunctionClient
 
 

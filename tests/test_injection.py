@@ -23,16 +23,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte.approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
-from pte.audit import AuditLog, Redactor, read_records, verify
-from pte.compiler import compile_plan
-from pte.engine import Engine, RunResult
-from pte.errors import PlanRejected, ReasonCode
-from pte.llm import ReplayClient
-from pte.policy import Policy, plan_literals
-from pte.prompts import DATA_CLOSE, DATA_OPEN
-from pte.signing import SigningKey, TrustedKeys
-from pte.tools import Registry, tool
+from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
+from pte._audit import AuditLog, Redactor, read_records, verify
+from pte._compiler import compile_plan
+from pte._engine import Engine, RunResult
+from pte._errors import PlanRejected, ReasonCode
+from pte._llm import ReplayClient
+from pte._policy import Policy, plan_literals
+from pte._prompts import DATA_CLOSE, DATA_OPEN
+from pte._signing import SigningKey, TrustedKeys
+from pte._tools import Registry, tool
 
 CANARY = "⚠U-canary-5d1e"
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -742,7 +742,7 @@ def test_an_unencodable_output_fails_the_step_and_the_log_completes(tmp_path: Pa
 
 
 def stock_registry() -> Registry:
-    from pte.tools import load_registry
+    from pte._tools import load_registry
 
     try:
         registry = load_registry(["backoffice", "shaping"])

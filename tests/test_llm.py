@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pte.errors import LLMError, ReasonCode
-from pte.llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient, ReplayDataError
+from pte._errors import LLMError, ReasonCode
+from pte._llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient, ReplayDataError
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 
 SCHEMA: dict[str, Any] = {
@@ -199,7 +199,7 @@ def test_a_timed_out_request_is_not_retried(server: FakeOpenAIServer) -> None:
 def test_every_request_is_bounded_and_json_answers_stop_on_runaway_whitespace(
     server: FakeOpenAIServer,
 ) -> None:
-    from pte.llm import DEFAULT_MAX_TOKENS, RUNAWAY_STOPS
+    from pte._llm import DEFAULT_MAX_TOKENS, RUNAWAY_STOPS
 
     server.add(PLAN_TEXT, "an answer")
     client = _client(server)

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte.audit import AuditLog
-from pte.engine import Engine, EngineConfig, RunResult
-from pte.llm import LLMClient, OpenAIClient, ReplayClient
+from pte._audit import AuditLog
+from pte._engine import Engine, EngineConfig, RunResult
+from pte._llm import LLMClient, OpenAIClient, ReplayClient
+from pte._tools import Registry, tool
 from pte.testing import FakeOpenAIServer
-from pte.tools import Registry, tool
 
 STEP_COUNTS = [1, 5, 20, 50]
 

@@ -13,13 +13,13 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
-from pte.audit import AuditLog, read_records
-from pte.engine import Engine, EngineConfig
-from pte.errors import LLMError, ReasonCode
-from pte.llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient
-from pte.logs import configure_logging
+from pte._audit import AuditLog, read_records
+from pte._engine import Engine, EngineConfig
+from pte._errors import LLMError, ReasonCode
+from pte._llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient
+from pte._logs import configure_logging
+from pte._tools import Registry, tool
 from pte.testing import FakeOpenAIServer, FunctionCall, FunctionClient, Reply
-from pte.tools import Registry, tool
 
 PLAN = {
     "pte_plan": "1",
@@ -98,7 +98,7 @@ def test_openai_client_over_a_real_loopback_server_with_an_http_client() -> None
 def test_a_failed_llm_call_records_its_real_attempt_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("pte.llm.time.sleep", lambda _s: None)  # no backoff waits in the test
+    monkeypatch.setattr("pte._llm.time.sleep", lambda _s: None)  # no backoff waits in the test
     with FakeOpenAIServer([Reply("", status=503)] * 3) as server:
         client = OpenAIClient("m", base_url=server.base_url, max_retries=2, timeout_s=5.0)
         with AuditLog(tmp_path / "a.jsonl") as audit:

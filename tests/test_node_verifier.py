@@ -19,9 +19,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pte.audit import GENESIS_HASH, verify
-from pte.canonical import canonical_bytes
-from pte.checkpoint import load_public_key, verify_checkpoints, write_checkpoint
+from pte._audit import GENESIS_HASH, verify
+from pte._canonical import canonical_bytes
+from pte._checkpoint import load_public_key, verify_checkpoints, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 # The independent verifier reads format 2 only (docs/audit-format.md); format 1 samples are

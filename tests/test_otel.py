@@ -19,14 +19,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from pte.audit import AuditLog, read_records
-from pte.audit_verify import verify
-from pte.engine import Engine, EngineConfig
-from pte.errors import ReasonCode
-from pte.llm import LLMResponse
-from pte.replay import replay_file
+from pte._audit import AuditLog, read_records
+from pte._audit_verify import verify
+from pte._engine import Engine, EngineConfig
+from pte._errors import ReasonCode
+from pte._llm import LLMResponse
+from pte._replay import replay_file
+from pte._tools import Registry, tool
 from pte.testing import FunctionCall, FunctionClient
-from pte.tools import Registry, tool
 
 
 class Value(BaseModel):
@@ -157,7 +157,7 @@ def test_failed_steps_and_llm_calls_are_error_spans(
     assert (run.attributes or {})["pte.reason"] == "step_failed"
 
     exporter.clear()
-    from pte.errors import LLMError
+    from pte._errors import LLMError
 
     def down(messages: list[dict[str, str]], call: FunctionCall) -> str:
         raise LLMError("endpoint down", attempts=3)
@@ -183,8 +183,8 @@ def test_without_opentelemetry_installed_runs_are_untraced(tmp_path: Path) -> No
 import sys, json
 sys.modules["opentelemetry"] = None  # as if the optional extra were not installed
 from pte import Registry, tool
-from pte.audit import AuditLog, read_records
-from pte.engine import Engine, EngineConfig
+from pte._audit import AuditLog, read_records
+from pte._engine import Engine, EngineConfig
 import pte._otel
 assert pte._otel._trace is None
 

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from pte.cli import main
-from pte.engine import Engine
-from pte.errors import FailedClosed, ReasonCode
-from pte.replay import replay_run
-from pte.runs import PausedRun, decide, pausing_gate, resume_run, run_in_store
-from pte.signing import SigningKey, TrustedKeys
+from pte._cli import main
+from pte._engine import Engine
+from pte._errors import FailedClosed, ReasonCode
+from pte._replay import replay_run
+from pte._runs import PausedRun, decide, pausing_gate, resume_run, run_in_store
+from pte._signing import SigningKey, TrustedKeys
+from pte._tools import load_pack, load_registry
 from pte.stores import SQLiteStore, Store, StoreError, open_store
-from pte.tools import load_pack, load_registry
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},

@@ -17,15 +17,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from pte._audit import AuditLog, read_records, verify
+from pte._compiler import CompileContext, compile_plan
+from pte._engine import Engine
+from pte._errors import PlanRejected, PTEError, ReasonCode
+from pte._executor import Executor
+from pte._plan import Plan, PlanStep
+from pte._policy import LABELS, Policy, PolicyCheck, PolicyError, ToolPolicy, load_policy, plan_literals
 from pte._resources import load_schema
-from pte.audit import AuditLog, read_records, verify
-from pte.compiler import CompileContext, compile_plan
-from pte.engine import Engine
-from pte.errors import PlanRejected, PTEError, ReasonCode
-from pte.executor import Executor
-from pte.plan import Plan, PlanStep
-from pte.policy import LABELS, Policy, PolicyCheck, PolicyError, ToolPolicy, load_policy, plan_literals
-from pte.tools import Registry, ToolSpec, tool
+from pte._tools import Registry, ToolSpec, tool
 
 # --- the catalogue ---------------------------------------------------------------------------
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from pte import prompts
+from pte import _prompts as prompts
 from pte._generics import without_titles
-from pte.policy import Policy
-from pte.tools import load_registry
+from pte._policy import Policy
+from pte._tools import load_registry
 
 
 def _catalogue(messages: list[dict[str, str]]) -> list[dict[str, object]]:

@@ -140,7 +140,7 @@ def test_the_type_stub_lists_the_same_names() -> None:
 
 def test_lazy_names_resolve_and_unknown_names_raise() -> None:
     assert pte.Engine.__name__ == "Engine"
-    assert pte.replay_file.__module__ == "pte.replay"
+    assert pte.replay_file.__module__ == "pte._replay"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         pte.nope  # noqa: B018
     assert "Engine" in dir(pte)
@@ -212,3 +212,43 @@ def test_a_tool_pack_needs_only_the_pte_namespace(tmp_path: Path) -> None:
     public = ("ExtendedBy", "PickOf", "RegexGroups", "RegexPattern", "LabelTree", "run_in_store", "decide")
     for name in public:
         assert name in pte.__all__ and getattr(pte, name).__doc__
+
+
+#: Public modules besides `pte`: documented packages and the optional-dependency modules in them.
+PUBLIC_MODULES = ("pte.testing", "pte.importers", "pte.stores")
+PUBLIC_STORE_MODULES = {"pte.stores.postgres"}  # needs psycopg, so not imported by pte.stores
+
+
+def test_implementation_modules_are_private() -> None:
+    import pkgutil
+
+    public = []
+    for module_info in pkgutil.walk_packages(pte.__path__, "pte."):
+        name = module_info.name
+        if any(part.startswith("_") for part in name.split(".")[1:]):
+            continue
+        public.append(name)
+        documented = (
+            name in PUBLIC_MODULES
+            or name in PUBLIC_STORE_MODULES
+            or name.startswith(("pte.testing.", "pte.importers."))
+        )
+        assert documented, f"{name} is neither documented public API nor named with a leading underscore"
+    assert "pte.testing" in public and "pte.importers.mcp" in public  # the walk did see public modules
+
+
+def test_the_readme_examples_import_only_public_modules() -> None:
+    import re
+
+    readme = (Path(pte.__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    modules = {m for block in blocks for m in re.findall(r"^\s*(?:from|import) (pte[\w.]*)", block, re.M)}
+    assert "pte" in modules, "the README's Python examples were not found"
+    private = sorted(m for m in modules if any(part.startswith("_") for part in m.split(".")))
+    assert not private, f"README examples import implementation modules: {private}"
+
+
+def test_replay_is_a_function() -> None:
+    assert callable(pte.replay) and not inspect.ismodule(pte.replay)
+    assert pte.replay is pte.replay_file
+    assert "replay" in pte.__all__

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pte.audit import AuditLog
-from pte.engine import Engine, EngineConfig, RunResult
-from pte.llm import OpenAIClient
+from pte._audit import AuditLog
+from pte._engine import Engine, EngineConfig, RunResult
+from pte._llm import OpenAIClient
 from tests.realserver import RealServerUnavailable, llama_server, small_registry
 
 pytestmark = pytest.mark.realserver

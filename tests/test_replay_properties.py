@@ -27,14 +27,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte.audit import read_records, verify
-from pte.canonical import canonical_json
-from pte.demo import SCENARIOS, demo_registry, run_scenario
-from pte.engine import EngineConfig
-from pte.llm import ReplayClient
-from pte.policy import Policy
-from pte.replay import IGNORED_FIELDS, Deployment, LogNotIntact, replay_file
-from pte.tools import load_pack
+from pte._audit import read_records, verify
+from pte._canonical import canonical_json
+from pte._demo import SCENARIOS, demo_registry, run_scenario
+from pte._engine import EngineConfig
+from pte._llm import ReplayClient
+from pte._policy import Policy
+from pte._replay import IGNORED_FIELDS, Deployment, LogNotIntact, replay_file
+from pte._tools import load_pack
 
 #: log name -> the demo scenario that makes it (as audit_samples/generate.py does).
 MADE_BY = {

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from pte.audit import GENESIS_HASH, AuditLog, read_records, verify
-from pte.canonical import canonical_bytes, sha256_hex
-from pte.cli import main
-from pte.fingerprint import expand_run_started, stored_contents
-from pte.report import write_report
+from pte._audit import GENESIS_HASH, AuditLog, read_records, verify
+from pte._canonical import canonical_bytes, sha256_hex
+from pte._cli import main
+from pte._fingerprint import expand_run_started, stored_contents
+from pte._report import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))

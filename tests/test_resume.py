@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pte.audit import read_records, verify
-from pte.errors import FailedClosed, ReasonCode
-from pte.replay import replay_file, resume_file
-from pte.tools import Registry, load_pack, load_registry
+from pte._audit import read_records, verify
+from pte._errors import FailedClosed, ReasonCode
+from pte._replay import replay_file, resume_file
+from pte._tools import Registry, load_pack, load_registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,9 +46,9 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from pte.audit import AuditLog
-    from pte.engine import Engine
-    from pte.tools import load_registry
+    from pte._audit import AuditLog
+    from pte._engine import Engine
+    from pte._tools import load_registry
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append
@@ -178,7 +178,7 @@ def test_resume_refuses_a_finished_run(tmp_path: Path, registry: Registry) -> No
 def test_cli_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte.cli import main
+    from pte._cli import main
 
     ledger = tmp_path / "ledger.sqlite"
     _new_ledger(ledger)

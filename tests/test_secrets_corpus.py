@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import re2
 
-from pte.audit import verify
-from pte.fingerprint import expand_run_started, stored_contents
-from pte.redaction import REDACTED, Redactor
-from pte.secret_rules import SecretRules, default_rule_files
+from pte._audit import verify
+from pte._fingerprint import expand_run_started, stored_contents
+from pte._redaction import REDACTED, Redactor
+from pte._secret_rules import SecretRules, default_rule_files
 from tests.secrets_corpus import ALL_SECRETS, FREE_TEXT, KEYED, PROVIDERS, fragments
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def _env() -> dict[str, str]:
 def _pte(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     # Logs on (JSON lines on stderr), so the engine's own log lines are searched too.
     return subprocess.run(
-        [sys.executable, "-m", "pte.cli", "--log-format", "json", *argv],
+        [sys.executable, "-m", "pte._cli", "--log-format", "json", *argv],
         cwd=cwd,
         env=_env(),
         capture_output=True,

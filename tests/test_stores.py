@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from _services import postgres_url  # noqa: F401 - the session fixture
 
-from pte.audit import verify
-from pte.engine import Engine
-from pte.errors import AuditWriteError
-from pte.replay import replay_run
+from pte._audit import verify
+from pte._engine import Engine
+from pte._errors import AuditWriteError
+from pte._replay import replay_run
+from pte._tools import load_pack, load_registry
 from pte.stores import JsonlStore, SQLiteStore, Store, StoreError, check_run_id, open_store
-from pte.tools import load_pack, load_registry
 
 PLAN = """{"pte_plan": "1", "steps": [
  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
@@ -254,8 +254,8 @@ def test_sqlite_store_is_shared_by_processes(tmp_path: Path, ledger: Path) -> No
 
     url = f"sqlite://{tmp_path / 'shared.db'}"
     child = (
-        "import sys; from pte.stores import open_store; from pte.engine import Engine; "
-        "from pte.tools import load_registry; reg = load_registry(['backoffice','calculator','shaping']); "
+        "import sys; from pte.stores import open_store; from pte._engine import Engine; "
+        "from pte._tools import load_registry; reg = load_registry(['backoffice','calculator','shaping']); "
         "s = open_store(sys.argv[1]); plan = open(sys.argv[3]).read()\n"
         "for i in range(5):\n"
         "    a = s.audit_log(f'{sys.argv[2]}-{i}')\n"
@@ -277,7 +277,7 @@ def test_the_setup_commands_need_no_database_driver_or_broker() -> None:
     import subprocess
 
     code = (
-        "import sys, pte.cli; pte.cli.build_parser(); import pte.stores, pte.runs; "
+        "import sys, pte._cli; pte._cli.build_parser(); import pte.stores, pte._runs; "
         "pte.stores.open_store('x.jsonl'); "
         "bad = sorted(m for m in ('psycopg', 'celery', 'kombu', 'redis') if m in sys.modules); "
         "print(bad); sys.exit(1 if bad else 0)"

@@ -24,8 +24,8 @@ from pte import (
     load_registry,
     tool,
 )
+from pte._tools import STOCK_PACKS, spec_of
 from pte.testing._catalogue import example_registry
-from pte.tools import STOCK_PACKS, spec_of
 
 # --- the decorator ----------------------------------------------------------------------------
 

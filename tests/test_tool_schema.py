@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from pte import PlanRejected, ReasonCode, Registry, ToolRegistrationError, compile_plan, tool_from_schema
-from pte.audit import AuditLog, read_records
-from pte.engine import Engine, EngineConfig
-from pte.replay import replay_file
+from pte._audit import AuditLog, read_records
+from pte._engine import Engine, EngineConfig
+from pte._replay import replay_file
 
 INVOICE_OUT = {
     "type": "object",

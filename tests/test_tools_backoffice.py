@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from pte.errors import ToolError
-from pte.tools import Registry, load_pack, spec_of
+from pte._errors import ToolError
+from pte._tools import Registry, load_pack, spec_of
 
 REPO = Path(__file__).resolve().parents[1]
 AS_OF = date(2026, 11, 1)
@@ -602,13 +602,13 @@ def _ref(pointer: str) -> dict[str, str]:
 def _compile(steps: list[dict[str, Any]], *, policy: bool = False) -> Any:
     import json
 
-    from pte.compiler import compile_plan
-    from pte.tools import load_registry
+    from pte._compiler import compile_plan
+    from pte._tools import load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     checks = []
     if policy:
-        from pte.policy import Policy
+        from pte._policy import Policy
 
         checks.append(Policy.from_registry(registry).check())
     return compile_plan(json.dumps({"pte_plan": "1", "steps": steps}), registry, checks=checks)
@@ -676,8 +676,8 @@ def test_outputs_type_check_as_plan_references() -> None:
 
 
 def test_injected_payment_details_cannot_reach_send_payment() -> None:
-    pytest.importorskip("pte.policy")
-    from pte.errors import PlanRejected, ReasonCode
+    pytest.importorskip("pte._policy")
+    from pte._errors import PlanRejected, ReasonCode
 
     doc = {"id": "doc", "tool": "read_document", "args": {"document_id": "DOC-004"}}
     direct = {

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte.errors import ToolError
-from pte.tools import Registry, load_pack
+from pte._errors import ToolError
+from pte._tools import Registry, load_pack
 
 
 @pytest.fixture(scope="module")

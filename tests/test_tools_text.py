@@ -8,8 +8,8 @@ import time
 import pytest
 
 from pte import compile_plan
-from pte.errors import PlanRejected
-from pte.tools import load_registry
+from pte._errors import PlanRejected
+from pte._tools import load_registry
 from tests._packs import caller
 
 text = caller("text")

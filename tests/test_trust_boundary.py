@@ -15,16 +15,16 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 
-from pte.approval import ApprovalGate, ApprovalStore, approve, catalogue_fingerprint
-from pte.audit import AuditLog, read_records, verify
-from pte.cli import main
-from pte.compiler import compile_plan
-from pte.engine import Engine
-from pte.errors import ReasonCode, ToolRegistrationError
-from pte.llm import ReplayClient
-from pte.policy import Policy, PolicyError
-from pte.signing import SigningKey, TrustedKeys
-from pte.tools import Registry, load_pack, load_registry, tool
+from pte._approval import ApprovalGate, ApprovalStore, approve, catalogue_fingerprint
+from pte._audit import AuditLog, read_records, verify
+from pte._cli import main
+from pte._compiler import compile_plan
+from pte._engine import Engine
+from pte._errors import ReasonCode, ToolRegistrationError
+from pte._llm import ReplayClient
+from pte._policy import Policy, PolicyError
+from pte._signing import SigningKey, TrustedKeys
+from pte._tools import Registry, load_pack, load_registry, tool
 
 REPO = Path(__file__).resolve().parents[1]
 ATTACKER_IBAN = "GB33BUKB20201555555555"

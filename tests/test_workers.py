@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 
-from pte.runs import decide
+from pte._runs import decide
+from pte._tools import load_pack
+from pte._workers import enqueue, make_app, process_run, submit_job
 from pte.stores import Store, open_store
-from pte.tools import load_pack
-from pte.workers import enqueue, make_app, process_run, submit_job
 
 REPO = Path(__file__).resolve().parents[1]
 PACK = str(Path(__file__).with_name("worker_pack.py"))
@@ -96,7 +96,7 @@ def _env(ledger: Path) -> dict[str, str]:
 
 def _pte(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pte.cli", "--quiet", *argv],
+        [sys.executable, "-m", "pte._cli", "--quiet", *argv],
         env=env,
         capture_output=True,
         text=True,
@@ -107,7 +107,7 @@ def _pte(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def _worker(name: str, store_url: str, broker: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     url = f"{store_url}?application_name=pte-worker-{name}"
     return subprocess.Popen(
-        [sys.executable, "-m", "pte.cli", "--quiet", "worker", "--tools", TOOLS, "--store", url,
+        [sys.executable, "-m", "pte._cli", "--quiet", "worker", "--tools", TOOLS, "--store", url,
          "--broker", broker, "--name", f"{name}@pte-test", "--visibility-timeout", "4"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -262,7 +262,7 @@ def test_a_worker_serves_only_its_own_tool_packs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A job naming a pack the worker does not serve ends failed_closed(tool_not_allowed) on the record."""
-    from pte.tools import load_registry
+    from pte._tools import load_registry
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(_fresh_database(postgres_url, "pte_refuse"))
@@ -294,8 +294,8 @@ def test_a_worker_serves_only_its_own_tool_packs(
 
 
 def test_unknown_runs_and_bad_ids_from_the_broker_do_nothing(postgres_url: str) -> None:  # noqa: F811
+    from pte._tools import load_registry
     from pte.stores import StoreError
-    from pte.tools import load_registry
 
     store: Store = open_store(_fresh_database(postgres_url, "pte_unknown"))
     registry = load_registry(["backoffice"])
@@ -311,8 +311,8 @@ def test_request_jobs_are_planned_with_the_workers_own_llm(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A submitted request is planned by the worker's LLM endpoint; without one it is refused."""
-    from pte.llm import ReplayClient
-    from pte.tools import load_registry
+    from pte._llm import ReplayClient
+    from pte._tools import load_registry
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(_fresh_database(postgres_url, "pte_requests"))
@@ -336,8 +336,8 @@ def test_a_job_never_brings_its_own_policy(tmp_path: Path, monkeypatch: pytest.M
     or write the store must not be able to weaken it. A job carrying exactly the worker's own
     policy runs.
     """
-    from pte.policy import Policy
-    from pte.tools import load_registry
+    from pte._policy import Policy
+    from pte._tools import load_registry
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(f"sqlite://{tmp_path / 'runs.db'}")

@@ -10,7 +10,7 @@ Every tool call opens its own connection and closes it (the executor calls tools
 worker threads). Write tools run in one ``BEGIN IMMEDIATE`` transaction each: they
 validate everything first and either commit all their rows or none.
 
-This module is loaded by file path (``pte.tools.load_pack("backoffice")``), so it must
+This module is loaded by file path (``pte.load_pack("backoffice")``), so it must
 not import anything from the ``tools`` directory. Run it as a script to create a sample:
 ``python tools/backoffice.py create-sample [--path P] [--force] [--seed N]``.
 """
@@ -34,12 +34,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
 try:
-    from pte.tools import tool
+    from pte import tool
 except ModuleNotFoundError:  # run as a script from a source checkout where PTE is not installed
     if __name__ != "__main__":
         raise
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pte.tools import tool
+    from pte import tool
 
 __all__ = [
     "DEFAULT_LEDGER",

@@ -6,7 +6,7 @@ evaluator in which every number is a `decimal.Decimal`, so ``0.1 + 0.2`` is exac
 expressions, list indexing and a fixed set of functions are available: no attribute
 access, no strings, no calls to anything outside the whitelist.
 
-This module is loaded by file path (``pte.tools.load_pack("calculator")``), so it must
+This module is loaded by file path (``pte.load_pack("calculator")``), so it must
 not import anything from the ``tools`` directory.
 """
 
@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 from simpleeval import FeatureNotAvailable, InvalidExpression, SimpleEval
 
-from pte.tools import tool
+from pte import tool
 
 __all__ = ["CalcResult", "PercentageResult", "calculator", "percentage", "to_integer", "to_number"]
 

@@ -7,7 +7,7 @@ compare, count and rank lists. They are generic: compile infers each output's ex
 from what is wired in (``entries`` of ``dict[str, str]`` gives records whose ``value`` is a
 string). Every tool is pure and ``provenance="derived"``.
 
-This module is loaded by file path (``pte.tools.load_pack("containers")``), so it must
+This module is loaded by file path (``pte.load_pack("containers")``), so it must
 not import anything from the ``tools`` directory.
 """
 
@@ -22,7 +22,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from pte.tools import FieldName, tool
+from pte import FieldName, tool
 
 __all__ = [
     "count_by",

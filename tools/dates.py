@@ -6,7 +6,7 @@ or "2024-05-15T13:00:00+02:00" (an instant). Human formats ("June 10th 2024 at 1
 "today": a date without a year is an error, never the current year. Durations are ISO
 8601 too ("PT1H30M", "P2D"). Every tool is pure and ``provenance="derived"``.
 
-This module is loaded by file path (``pte.tools.load_pack("dates")``), so it must not
+This module is loaded by file path (``pte.load_pack("dates")``), so it must not
 import anything from the ``tools`` directory.
 """
 
@@ -21,8 +21,8 @@ from dateutil import parser as date_parser
 from dateutil.relativedelta import relativedelta
 from pydantic import BaseModel, Field
 
+from pte import tool
 from pte._generics import compile_regex
-from pte.tools import tool
 
 __all__ = [
     "add_duration",

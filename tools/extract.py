@@ -7,7 +7,7 @@ found in an untrusted e-mail is as untrusted as the e-mail.
 
 Dates and times in text: see the ``dates`` pack (``extract_dates``).
 
-This module is loaded by file path (``pte.tools.load_pack("extract")``), so it must not
+This module is loaded by file path (``pte.load_pack("extract")``), so it must not
 import anything from the ``tools`` directory.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from pte import tool
 from pte._generics import compile_regex
-from pte.tools import tool
 
 __all__ = ["extract", "extract_amounts"]
 

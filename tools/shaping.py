@@ -11,7 +11,7 @@ the records wired in, so ``sort_records`` then ``first`` still gives a typed rec
 fields later steps can reference, and a field name the records cannot have is a compile
 error.
 
-This module is loaded by file path (``pte.tools.load_pack("shaping")``), so it must not
+This module is loaded by file path (``pte.load_pack("shaping")``), so it must not
 import anything from the ``tools`` directory.
 """
 
@@ -29,7 +29,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
-from pte.tools import FieldName, FieldOf, PickOf, tool
+from pte import FieldName, FieldOf, PickOf, tool
 
 __all__ = [
     "count",

@@ -5,7 +5,7 @@ splitting, ``Key: value`` blocks and listings, sections between headings, and sm
 transforms. Every tool is pure and ``provenance="derived"``: its output is as trusted as
 its least trusted input, so text pulled out of an untrusted e-mail stays untrusted.
 
-This module is loaded by file path (``pte.tools.load_pack("text")``), so it must not
+This module is loaded by file path (``pte.load_pack("text")``), so it must not
 import anything from the ``tools`` directory.
 """
 
@@ -16,8 +16,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from pte import ExtendedBy, FieldName, RegexGroups, RegexPattern, tool
 from pte._generics import compile_regex, regex_group_names
-from pte.tools import ExtendedBy, FieldName, RegexGroups, RegexPattern, tool
 
 __all__ = [
     "extract_into",

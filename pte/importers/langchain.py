@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import PydanticUserError, TypeAdapter
 
+from pte._errors import ImportRefused, ImportSourceError
 from pte._tool_schema import SchemaFunction
-from pte.errors import ImportRefused, ImportSourceError
+from pte._tools import Registry
 from pte.importers._common import ImportManifest, SourceTool, build_registry
-from pte.tools import Registry
 
 __all__ = ["import_langchain_tools"]
 
@@ -40,7 +40,7 @@ def _return_schema(tool: Any) -> dict[str, Any] | None:
         return None
     if "return" not in hints or hints["return"] is Any:
         return None
-    from pte.tools import _JsonSchema  # the generator @pte.tool uses: same Decimal/date handling
+    from pte._tools import _JsonSchema  # the generator @pte.tool uses: same Decimal/date handling
 
     try:
         schema: dict[str, Any] = TypeAdapter(hints["return"]).json_schema(

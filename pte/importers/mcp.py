@@ -34,10 +34,10 @@ from contextlib import AsyncExitStack
 from typing import Any, TextIO
 
 from pte import _json as strict_json
+from pte._errors import MCPError, ToolError
 from pte._tool_schema import SchemaFunction
-from pte.errors import MCPError, ToolError
+from pte._tools import Registry
 from pte.importers._common import ImportManifest, SourceTool, build_registry
-from pte.tools import Registry
 
 __all__ = ["MCPConnection", "MCPError", "import_mcp_tools"]
 

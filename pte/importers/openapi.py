@@ -31,10 +31,10 @@ from typing import Any
 from urllib.parse import quote
 
 from pte import _json as strict_json
+from pte._errors import OpenAPIError, ToolError
 from pte._tool_schema import SchemaFunction
-from pte.errors import OpenAPIError, ToolError
+from pte._tools import Registry
 from pte.importers._common import ImportManifest, ImportRefused, SourceTool, build_registry
-from pte.tools import Registry
 
 __all__ = ["OpenAPIError", "import_openapi", "load_openapi"]
 

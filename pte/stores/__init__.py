@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 from pte.stores._base import RUN_ID_PATTERN, Decision, RecordWriter, RunInfo, Store, StoreError, check_run_id
-from pte.stores.jsonl import JsonlStore
-from pte.stores.sqlite import SQLiteStore
+from pte.stores._jsonl import JsonlStore
+from pte.stores._sqlite import SQLiteStore
 
 __all__ = [
     "RUN_ID_PATTERN",

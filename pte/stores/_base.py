@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pte.errors import PTEError
+from pte._errors import PTEError
 
 if TYPE_CHECKING:
-    from pte.audit import AuditLog, Durability
-    from pte.audit_verify import VerifyReport
+    from pte._audit import AuditLog, Durability
+    from pte._audit_verify import VerifyReport
 
 __all__ = [
     "RUN_ID_PATTERN",
@@ -168,7 +168,7 @@ class Store(ABC):
         """An `AuditLog` appending to this store (a new run id when None)."""
         import uuid
 
-        from pte.audit import AuditLog
+        from pte._audit import AuditLog
 
         run_id = check_run_id(run_id if run_id is not None else uuid.uuid4().hex)
         durability = kwargs.pop("durability", "batch")
@@ -176,7 +176,7 @@ class Store(ABC):
 
     def verify(self, run_id: str, *, check_schema: bool = True) -> VerifyReport:
         """Verify one run's chain as stored: canonical lines, seq, prev, hash, schema, structure."""
-        from pte.audit_verify import verify
+        from pte._audit_verify import verify
 
         return verify(self.lines(check_run_id(run_id)), check_schema=check_schema)
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from pte.stores._base import Decision, RecordWriter, RunInfo, Store, StoreError, check_run_id, utc_now
 
 if TYPE_CHECKING:
-    from pte.audit import Durability
-    from pte.audit_verify import VerifyReport
+    from pte._audit import Durability
+    from pte._audit_verify import VerifyReport
 
 #: Record types that change a run's row in ``pte_runs``.
 LIFECYCLE = frozenset({"run_started", "run_paused", "run_resumed", "run_finished"})
@@ -240,7 +240,7 @@ class SQLStore(Store):
         Also checks that the query columns (``seq``, ``type``, ``hash``, ``prev``) agree with
         each record's line, so an edited column cannot mislead a query.
         """
-        from pte.audit_verify import VerifyIssue, VerifyReport, verify
+        from pte._audit_verify import VerifyIssue, VerifyReport, verify
 
         run_id = check_run_id(run_id)
         rows = self._query(

@@ -20,7 +20,7 @@ from pte.stores._base import StoreError, check_run_id
 from pte.stores._sql import SCHEMA, SQLStore
 
 if TYPE_CHECKING:
-    from pte.audit import Durability
+    from pte._audit import Durability
 
 __all__ = ["PostgresStore"]
 

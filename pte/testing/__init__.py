@@ -13,13 +13,13 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
   generated record types; `pte.testing.cookbook` / `pte.testing.domains`: the cookbook's
   tasks runner and fixture packs.
 - `control_plans(registry)` / `invalid_control_plans(registry, reason)`: the same with
-  for_each, when, require and continue (pte.control).
+  for_each, when, require and continue (pte._control).
 - `example_registry()`: a small typed example catalogue.
 """
 
 from __future__ import annotations
 
-from pte.llm import ReplayClient
+from pte._llm import ReplayClient
 from pte.testing._catalogue import example_registry
 from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
 from pte.testing._data_plans import DataCase, data_plans

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from pte.tools import Registry, tool
+from pte._tools import Registry, tool
 
 __all__ = [
     "Address",

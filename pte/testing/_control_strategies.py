@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from pte import _schema_types as types
-from pte.control import _schema_kinds
-from pte.errors import ReasonCode
-from pte.plan import ELEMENT
+from pte._control import _schema_kinds
+from pte._errors import ReasonCode
+from pte._plan import ELEMENT
+from pte._tools import Registry
 from pte.testing._strategies import (
     _catalogue_for,
     _choice,
@@ -32,7 +33,6 @@ from pte.testing._strategies import (
     _serialise,
     _Tool,
 )
-from pte.tools import Registry
 
 __all__ = ["CONTROL_REASONS", "control_plans", "invalid_control_plans"]
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 from pydantic import BaseModel, create_model
 
-from pte.tools import Registry, load_registry, tool
+from pte._tools import Registry, load_registry, tool
 
 __all__ = ["DataCase", "data_plans"]
 

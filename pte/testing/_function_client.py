@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pte.errors import LLMError
-from pte.llm import LLMResponse
+from pte._errors import LLMError
+from pte._llm import LLMResponse
 
 __all__ = ["FunctionCall", "FunctionClient"]
 

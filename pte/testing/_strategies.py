@@ -35,11 +35,11 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from pte import _schema_types as types
+from pte._compiler import DEFAULT_LIMITS, Limits
+from pte._errors import PLAN_REASONS, ReasonCode
 from pte._nesting import count_values
-from pte.compiler import DEFAULT_LIMITS, Limits
-from pte.errors import PLAN_REASONS, ReasonCode
-from pte.plan import PLAN_FORMAT_VERSION, STEP_ID_RE, TOOL_NAME_RE, Reference
-from pte.tools import DECIMAL_STRING_PATTERN, Registry, ToolSpec
+from pte._plan import PLAN_FORMAT_VERSION, STEP_ID_RE, TOOL_NAME_RE, Reference
+from pte._tools import DECIMAL_STRING_PATTERN, Registry, ToolSpec
 
 __all__ = [
     "COMPILE_REASONS",

@@ -20,10 +20,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pte.compiler import compile_plan
-from pte.executor import ExecutionResult, Executor
-from pte.plan import Plan, is_reference
-from pte.tools import STOCK_PACKS, Registry, load_pack, load_registry
+from pte._compiler import compile_plan
+from pte._executor import ExecutionResult, Executor
+from pte._plan import Plan, is_reference
+from pte._tools import STOCK_PACKS, Registry, load_pack, load_registry
 
 __all__ = ["Task", "cookbook_registry", "dishonest_literals", "ref", "run_task", "step"]
 

@@ -1,6 +1,6 @@
 """Small fixture tool packs for four agent domains, for the data-operations cookbook.
 
-Each module is a tool pack (`pte.tools.load_pack("pte.testing.domains.workspace")`) over
+Each module is a tool pack (`pte.load_pack("pte.testing.domains.workspace")`) over
 fixed, in-memory data: reads return that data, writes return what they would do (so a
 test asserts the exact outcome from the step output) and change nothing. The data holds
 the textures real tools have: free-text bodies and subjects, ratings and prices written as

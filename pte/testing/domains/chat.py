@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from pte.tools import tool
+from pte import tool
 
 
 class Message(BaseModel):

@@ -1,0 +1,489 @@
+"""Approvals: a person approves one exact plan, reviewed against one exact catalogue, once.
+
+An approval binds
+
+- the plan hash (SHA-256 of the plan's canonical JSON: any change to any step, argument or
+  reference is a different plan),
+- the *catalogue fingerprint* of the tools that plan calls (`catalogue_fingerprint`: their
+  names, schemas, effects, idempotency, approval flags, provenance and sinks as the policy
+  in force sets them, and a hash of each tool's code), so the same plan run against another
+  pack whose tools merely share the names is not approved,
+- an expiry time,
+
+and is signed with Ed25519 (`pte._signing`) by the approver's private key. Executing
+machines hold only public keys (`TrustedKeys`): a signature counts only when it verifies
+under one of them. Without any public key configured, unsigned approvals count and the
+store's own access control is the only protection (a development setting; the README says
+so).
+
+An approval is *consumed*: every non-idempotent ``write`` step of the approved plan runs
+at most once per approval. The consumption is written to the approval store, under an
+exclusive file lock, *before* the tool is called, so two processes racing for the same
+approval cannot both run the step, and a crash after the call cannot make it run again.
+
+The store is a JSON Lines file: approvals (``{"pte_approval": "2", ...}``) and consumptions
+(``{"consumed": APPROVAL_ID, ...}``). Lines of the old HMAC format (PTE < 0.2) are read but
+never count; the refusal says so and how to re-approve.
+
+The signed message is the ASCII line ``pte-approval-v2`` followed by ``\\n`` and the
+canonical JSON (`pte._canonical`) of ``{"pte_approval", "plan_hash", "catalogue", "by", "at",
+"expires", "key_id"}``. Each ``approval`` audit record carries all those fields, the public
+key and the signature, so an auditor can check it with nothing but the log and the key.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from pte import _json as strict_json
+from pte._canonical import canonical_json
+from pte._errors import ApprovalConsumed, PTEError
+from pte._plan import Plan
+from pte._signing import KeyFileError, PublicKey, SigningKey
+from pte._tools import Registry, ToolSpec
+
+__all__ = [
+    "APPROVAL_FORMAT",
+    "DEFAULT_VALIDITY",
+    "LEGACY_KEY_ENV",
+    "PUBLIC_KEYS_ENV",
+    "PUBLIC_KEYS_FILE_ENV",
+    "SIGNING_KEY_ENV",
+    "SIGNING_KEY_FILE_ENV",
+    "Approval",
+    "ApprovalGate",
+    "ApprovalStore",
+    "ApprovalStoreError",
+    "Consumption",
+    "approval_hook",
+    "approve",
+    "catalogue_fingerprint",
+    "check_approval",
+    "make_approval",
+    "public_keys_from_env",
+    "requires_approval",
+    "signing_key_from_env",
+    "tool_code_hash",
+]
+
+APPROVAL_FORMAT = "2"
+_DOMAIN = b"pte-approval-v2\n"
+#: How long an approval stays valid unless `approve` is told otherwise.
+DEFAULT_VALIDITY = timedelta(hours=24)
+
+#: PEM text of the approvers' public keys (one or more blocks) / a file holding them.
+PUBLIC_KEYS_ENV = "PTE_APPROVAL_PUBLIC_KEYS"
+PUBLIC_KEYS_FILE_ENV = "PTE_APPROVAL_PUBLIC_KEYS_FILE"
+#: PEM text of the approver's private key / a file holding it (for `pte approve` only).
+SIGNING_KEY_ENV = "PTE_APPROVAL_SIGNING_KEY"
+SIGNING_KEY_FILE_ENV = "PTE_APPROVAL_SIGNING_KEY_FILE"
+#: The old HMAC key variable: refused with a clear message.
+LEGACY_KEY_ENV = "PTE_APPROVAL_KEY"
+
+_HASH_RE = re.compile(r"[0-9a-f]{64}")
+_SIG_RE = re.compile(r"[0-9a-f]{128}")
+# ISO-8601 UTC, as `approve` writes it; no newline or quote can occur.
+_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+_APPROVAL_KEYS = frozenset(
+    {"pte_approval", "plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature"}
+)
+_LEGACY_KEYS = frozenset({"plan_hash", "by", "at", "signature"})
+_CONSUMED_KEYS = frozenset({"consumed", "plan_hash", "step_id", "run_id", "at"})
+
+
+class ApprovalStoreError(PTEError):
+    """The approval store cannot be read or written, or holds a malformed line."""
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _format_time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text if "." in text else text[:-1] + ".0Z", "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=UTC
+    )
+
+
+def _check_by(by: Any) -> None:
+    if not isinstance(by, str) or not by.strip():
+        raise ValueError("by must name the person approving (a non-empty string)")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in by):
+        raise ValueError(f"by must not contain control characters: {by!r}")
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One person's approval of one plan against one catalogue, until `expires`."""
+
+    plan_hash: str
+    #: `catalogue_fingerprint` of the plan's tools as the approver reviewed them.
+    catalogue: str
+    by: str
+    #: When it was given and until when it counts: ISO-8601 UTC (``2026-11-01T09:30:00.000000Z``).
+    at: str
+    expires: str
+    #: SHA-256 of the signer's raw public key (hex), its raw public key (hex) and the
+    #: Ed25519 signature (hex) of `message`; all None for an unsigned approval.
+    key_id: str | None = None
+    public_key: str | None = None
+    signature: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("plan_hash", "catalogue"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
+                raise ValueError(f"{name} must be 64 lowercase hex digits, not {value!r}")
+        _check_by(self.by)
+        for name in ("at", "expires"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
+                raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
+        signed = (self.key_id, self.public_key, self.signature)
+        if any(v is not None for v in signed):
+            if not (isinstance(self.key_id, str) and _HASH_RE.fullmatch(self.key_id)):
+                raise ValueError("key_id must be 64 lowercase hex digits")
+            if not (isinstance(self.public_key, str) and _HASH_RE.fullmatch(self.public_key)):
+                raise ValueError("public_key must be the 32 raw key bytes as 64 lowercase hex digits")
+            if not (isinstance(self.signature, str) and _SIG_RE.fullmatch(self.signature)):
+                raise ValueError("signature must be 128 lowercase hex digits (an Ed25519 signature)")
+
+    @property
+    def signed(self) -> bool:
+        """Whether it carries a signature (not whether it verifies: see `verify`)."""
+        return self.signature is not None
+
+    @property
+    def id(self) -> str:
+        """SHA-256 of its canonical JSON: what consumption records name."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+
+    def message(self) -> bytes:
+        """The exact bytes that are signed (see the module docs)."""
+        signed = {
+            "pte_approval": APPROVAL_FORMAT,
+            "plan_hash": self.plan_hash,
+            "catalogue": self.catalogue,
+            "by": self.by,
+            "at": self.at,
+            "expires": self.expires,
+            "key_id": self.key_id,
+        }
+        return _DOMAIN + canonical_json(signed).encode("utf-8")
+
+    def self_consistent(self) -> bool:
+        """Signed, its key id names its public key, and the signature verifies under that key."""
+        if self.signature is None or self.public_key is None:
+            return False
+        raw = bytes.fromhex(self.public_key)
+        if hashlib.sha256(raw).hexdigest() != self.key_id:
+            return False
+        try:
+            key = PublicKey.from_raw(raw)
+        except KeyFileError:
+            return False
+        return key.verify(bytes.fromhex(self.signature), self.message())
+
+    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
+        """True when the signature verifies under the trusted key its `key_id` names."""
+        if self.key_id is None or self.key_id not in keys:
+            return False
+        key = keys[self.key_id]
+        return key.raw.hex() == self.public_key and self.self_consistent()
+
+    def expired(self, now: datetime) -> bool:
+        return now >= _parse_time(self.expires)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The store's JSON form."""
+        return {
+            "pte_approval": APPROVAL_FORMAT,
+            "plan_hash": self.plan_hash,
+            "catalogue": self.catalogue,
+            "by": self.by,
+            "at": self.at,
+            "expires": self.expires,
+            "key_id": self.key_id,
+            "public_key": self.public_key,
+            "signature": self.signature,
+        }
+
+    def evidence(self, *, signed: bool) -> dict[str, Any]:
+        """The fields of an ``approval`` audit record (`signed`: verified under a trusted key)."""
+        fields = {k: v for k, v in self.to_dict().items() if k != "pte_approval"}
+        return {**fields, "approval_id": self.id, "signed": signed}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Approval:
+        """Parse the store's JSON form (ValueError when it is malformed)."""
+        if not isinstance(data, dict) or set(data) != _APPROVAL_KEYS:
+            raise ValueError(f"an approval has exactly the keys {sorted(_APPROVAL_KEYS)}")
+        if data["pte_approval"] != APPROVAL_FORMAT:
+            raise ValueError(f"unknown approval format {data['pte_approval']!r}")
+        return cls(**{k: v for k, v in data.items() if k != "pte_approval"})
+
+
+@dataclass(frozen=True)
+class Consumption:
+    """A store line: `approval` was used to run step `step_id` of `plan_hash` in run `run_id`."""
+
+    approval: str
+    plan_hash: str
+    step_id: str
+    run_id: str
+    at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consumed": self.approval,
+            "plan_hash": self.plan_hash,
+            "step_id": self.step_id,
+            "run_id": self.run_id,
+            "at": self.at,
+        }
+
+
+@dataclass
+class _StoreContents:
+    approvals: list[Approval] = field(default_factory=list)
+    #: `by` of each old-format (HMAC) approval line, by plan hash.
+    legacy: dict[str, list[str]] = field(default_factory=dict)
+    #: (approval id, step id) -> the consumption.
+    consumed: dict[tuple[str, str], Consumption] = field(default_factory=dict)
+
+
+class ApprovalStore:
+    """A JSON Lines file of approvals and consumptions. A missing file holds none.
+
+    Every read takes a shared lock and every write an exclusive one (``flock`` on the file),
+    so a consumption is checked and recorded atomically even across processes. A malformed
+    line makes every read fail (`ApprovalStoreError`) and approval checks then fail closed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _parse(self, text: str) -> _StoreContents:
+        contents = _StoreContents()
+        for number, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                data = strict_json.loads(line)
+                if isinstance(data, dict) and "consumed" in data:
+                    if set(data) != _CONSUMED_KEYS or not all(isinstance(v, str) for v in data.values()):
+                        raise ValueError(f"a consumption has exactly the keys {sorted(_CONSUMED_KEYS)}")
+                    used = Consumption(
+                        data["consumed"], data["plan_hash"], data["step_id"], data["run_id"], data["at"]
+                    )
+                    contents.consumed.setdefault((used.approval, used.step_id), used)
+                elif isinstance(data, dict) and set(data) == _LEGACY_KEYS:
+                    contents.legacy.setdefault(str(data["plan_hash"]), []).append(str(data["by"]))
+                else:
+                    contents.approvals.append(Approval.from_dict(data))
+            except ValueError as exc:
+                raise ApprovalStoreError(f"approval store {str(self.path)!r} line {number}: {exc}") from None
+        return contents
+
+    def _read_locked(self, fh: IO[str]) -> _StoreContents:
+        fh.seek(0)
+        try:
+            return self._parse(fh.read())
+        except UnicodeDecodeError as exc:
+            raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
+
+    def contents(self) -> _StoreContents:
+        """Everything in the store (approvals, old-format lines, consumptions)."""
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+                try:
+                    return self._read_locked(fh)
+                finally:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        except FileNotFoundError:
+            return _StoreContents()
+        except OSError as exc:
+            raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
+
+    def __iter__(self) -> Any:
+        """Every approval in the store, oldest first."""
+        return iter(self.contents().approvals)
+
+    def find(self, plan_hash: str) -> list[Approval]:
+        """Every approval recorded for `plan_hash`, oldest first (signatures not checked)."""
+        return [a for a in self if a.plan_hash == plan_hash]
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _append(self, line: str, check: Callable[[_StoreContents], None] | None = None) -> None:
+        with self._lock:
+            try:
+                with open(self.path, "a+", encoding="utf-8") as fh:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+                    try:
+                        if check is not None:
+                            check(self._read_locked(fh))
+                        fh.seek(0, os.SEEK_END)
+                        fh.write(line)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    finally:
+                        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            except OSError as exc:
+                raise ApprovalStoreError(f"cannot write approval store {str(self.path)!r}: {exc}") from None
+
+    def add(self, approval: Approval) -> None:
+        """Append one approval (fsynced: an approval someone was told about must not vanish)."""
+        self._append(canonical_json(approval.to_dict()) + "\n")
+
+    def consume(self, approval: Approval, plan_hash: str, step_id: str, run_id: str) -> Consumption:
+        """Record that `approval` runs `step_id` now; `ApprovalConsumed` if it already ran it.
+
+        Check and write happen under one exclusive lock on the store file: of two processes
+        racing for the same approval and step, exactly one gets it.
+        """
+        used = Consumption(approval.id, plan_hash, step_id, run_id, _format_time(_utc_now()))
+
+        def check(contents: _StoreContents) -> None:
+            earlier = contents.consumed.get((approval.id, step_id))
+            if earlier is not None:
+                raise ApprovalConsumed(_consumed_message(approval, earlier))
+
+        self._append(canonical_json(used.to_dict()) + "\n", check)
+        return used
+
+
+def _consumed_message(approval: Approval, earlier: Consumption) -> str:
+    return (
+        f"the approval of plan {approval.plan_hash} by {approval.by} was already used to run step "
+        f"{earlier.step_id!r} (run {earlier.run_id}, {earlier.at}); a non-idempotent write runs at most "
+        "once per approval: approve the plan again to run it again"
+    )
+
+
+# --- what an approval binds -----------------------------------------------------------------------
+
+
+def tool_code_hash(spec: ToolSpec) -> str:
+    """SHA-256 of a tool's code (`ToolSpec.code_sha256`)."""
+    return spec.code_sha256
+
+
+def catalogue_fingerprint(
+    registry: Registry,
+    tools: Iterable[str] | Plan,
+    policy: Any = None,
+    *,
+    canonical: Callable[[Any], str] = canonical_json,
+) -> str:
+    """SHA-256 of what a reviewer of a plan relied on about its tools.
+
+    For each tool (sorted by name): its `describe()` entry (name, description, effect,
+    idempotency, timeout, provenance, sinks, approval flag, input and output schemas), the
+    hash of its code, and, with a `pte.Policy`, the policy's entry for it (output
+    provenance and effective sinks, guarded defaults included). `canonical`: the JSON form
+    hashed (`pte._canonical.canonical_json_v1` to check an approval of a format 1 log).
+    """
+    names = sorted({s.tool for s in tools.tool_steps()} if isinstance(tools, Plan) else set(tools))
+    entries = []
+    for name in names:
+        spec = registry[name]
+        entry = spec.describe()  # includes the code hash
+        if policy is not None:
+            entry["policy"] = policy.entry_document(name, registry)
+        entries.append(entry)
+    return hashlib.sha256(canonical(entries).encode("utf-8")).hexdigest()
+
+
+def approve(
+    plan: Plan,
+    by: str,
+    store: ApprovalStore,
+    *,
+    catalogue: str,
+    signing_key: SigningKey | None = None,
+    at: datetime | None = None,
+    valid_for: timedelta = DEFAULT_VALIDITY,
+) -> Approval:
+    """Record that `by` approves exactly `plan` against `catalogue` (`catalogue_fingerprint`).
+
+    Signed with `signing_key` when given. Valid from `at` (default now) for `valid_for`.
+    """
+    approval = make_approval(
+        plan.hash, by, catalogue=catalogue, signing_key=signing_key, at=at, valid_for=valid_for
+    )
+    store.add(approval)
+    return approval
+
+
+def make_approval(
+    plan_hash: str,
+    by: str,
+    *,
+    catalogue: str,
+    signing_key: SigningKey | None = None,
+    at: datetime | None = None,
+    valid_for: timedelta = DEFAULT_VALIDITY,
+) -> Approval:
+    """An approval of `plan_hash` against `catalogue` (signed with `signing_key` when given), not stored."""
+    _check_by(by)
+    if valid_for <= timedelta(0):
+        raise ValueError("valid_for must be positive")
+    when = at if at is not None else _utc_now()
+    fields: dict[str, Any] = {
+        "plan_hash": plan_hash,
+        "catalogue": catalogue,
+        "by": by,
+        "at": _format_time(when),
+        "expires": _format_time(when + valid_for),
+    }
+    if signing_key is None:
+        approval = Approval(**fields)
+    else:
+        public = signing_key.public_key
+        unsigned = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
+        signature = signing_key.sign(unsigned.message()).hex()
+        approval = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
+    return approval
+
+
+def requires_approval(plan: Plan, registry: Registry) -> list[str]:
+    """The tools of `plan` that run only in an approved plan, in plan order, each once."""
+    names = dict.fromkeys(step.tool for step in plan.tool_steps())
+    return [name for name in names if registry[name].requires_approval]
+
+
+def consumable_steps(plan: Plan, registry: Registry) -> list[str]:
+    """Ids of the steps of `plan` an approval is consumed by: its non-idempotent writes."""
+    return [
+        s.id
+        for s in plan.tool_steps()
+        if s.tool in registry and registry[s.tool].effect == "write" and not registry[s.tool].idempotent
+    ]
+
+
+# The gate lives in its own module (it needs the executor); its names stay importable from here.
+from pte._approval_gate import (  # noqa: E402
+    ApprovalGate,
+    approval_hook,
+    check_approval,
+    public_keys_from_env,
+    signing_key_from_env,
+)

@@ -1,0 +1,289 @@
+"""The approval gate: which approval lets a plan run here, and its consumption by the writes it runs.
+
+`ApprovalGate` plugs into `Engine(approval=...)` (see `pte._approval` for what an approval
+binds). It reads approvals from the deployment's `ApprovalStore` only, checks each against the
+deployment's catalogue fingerprint, trusted keys and clock, records the approval it uses in
+the audit log, and wraps the live tool invoker so that a non-idempotent write consumes the
+approval (under the store's lock) before its call starts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pte._approval import (
+    LEGACY_KEY_ENV,
+    PUBLIC_KEYS_ENV,
+    PUBLIC_KEYS_FILE_ENV,
+    SIGNING_KEY_ENV,
+    SIGNING_KEY_FILE_ENV,
+    Approval,
+    ApprovalStore,
+    ApprovalStoreError,
+    _consumed_message,
+    _utc_now,
+    catalogue_fingerprint,
+    consumable_steps,
+    requires_approval,
+)
+from pte._audit import AuditLog
+from pte._errors import ApprovalConsumed, ApprovalMissing
+from pte._executor import LiveInvoker
+from pte._plan import Plan, PlanStep
+from pte._signing import KeyFileError, SigningKey, TrustedKeys
+from pte._tools import Registry, ToolSpec
+
+__all__ = [
+    "ApprovalGate",
+    "approval_hook",
+    "check_approval",
+    "public_keys_from_env",
+    "signing_key_from_env",
+]
+
+
+class ApprovalGate:
+    """The approval check for `Engine(approval=...)`, and the consumption guard for its tool calls.
+
+    Called with each accepted plan before any of its steps runs: when the plan calls a tool
+    with ``requires_approval``, it finds the newest approval in the store that
+
+    - approves this plan hash, against this deployment's catalogue fingerprint of the plan's tools;
+    - verifies under one of `keys` (when keys are configured; else unsigned ones count too);
+    - has not expired, and has not been used by another run for any step it would be consumed by;
+
+    appends an ``approval`` record carrying the whole approval (enough to re-check its
+    signature) and remembers it for the plan's steps. Otherwise `ApprovalMissing` (or
+    `ApprovalConsumed`) ends the run before anything runs.
+
+    `guard(invoker)` wraps a live tool invoker: before a non-idempotent write step of an
+    approved plan is called, its consumption is recorded in the store (atomically); a second
+    use of the same approval for the same step raises `ApprovalConsumed` instead of calling.
+    """
+
+    def __init__(
+        self,
+        store: ApprovalStore,
+        registry: Registry,
+        *,
+        keys: TrustedKeys | None = None,
+        policy: Any = None,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.keys = keys if keys else None
+        self.policy = policy
+        self.clock = clock
+        self._lock = threading.Lock()
+        # id(step) -> (step, approval, plan hash, run id); the step is kept so its id stays unique.
+        self._steps: OrderedDict[int, tuple[PlanStep, Approval, str, str]] = OrderedDict()
+
+    def __call__(self, plan: Plan, audit: AuditLog) -> None:
+        approval = self.check(plan, run_id=audit.run_id)
+        if approval is None:
+            return
+        audit.append("approval", **approval.evidence(signed=self.keys is not None))
+        with self._lock:
+            for step in plan.steps:
+                entry = (step, approval, plan.hash, audit.run_id)
+                self._steps[id(step)] = entry
+                # A for_each step runs as element sub-steps ``id[i]`` (pte._control_run): copies
+                # of the step sharing its private `_args` mapping. Each element consumes on its own.
+                self._steps[id(step._args)] = entry
+            while len(self._steps) > 8192:
+                self._steps.popitem(last=False)
+
+    def check(self, plan: Plan, *, run_id: str | None = None) -> Approval | None:
+        """The approval that lets `plan` run (None when none is needed); raises when none does."""
+        tools = requires_approval(plan, self.registry)
+        if not tools:
+            return None
+        needs = f"{', '.join(tools)} require{'s' if len(tools) == 1 else ''} an approved plan"
+        try:
+            contents = self.store.contents()
+        except ApprovalStoreError as exc:
+            raise ApprovalMissing(f"{needs}, and the approval store cannot be read: {exc}") from None
+        found = [a for a in contents.approvals if a.plan_hash == plan.hash]
+        legacy = contents.legacy.get(plan.hash, [])
+        if not found:
+            hint = (
+                f"; the store holds old HMAC approval(s) by {', '.join(legacy)}, which no longer count: "
+                "approve the plan again with an Ed25519 signing key (pte keys generate)"
+                if legacy
+                else " (approve it with: pte approve PLAN_FILE --by NAME)"
+            )
+            raise ApprovalMissing(f"{needs}; no approval is recorded for plan {plan.hash}{hint}")
+        fingerprint = catalogue_fingerprint(self.registry, plan, self.policy)
+        now = self.clock()
+        steps = consumable_steps(plan, self.registry)
+        reasons: list[str] = []
+        valid: list[Approval] = []
+        for approval in reversed(found):
+            why = self._why_not(approval, fingerprint, now)
+            if why is None:
+                valid.append(approval)
+            else:
+                reasons.append(f"{approval.by} ({approval.at}): {why}")
+        if not valid:
+            raise ApprovalMissing(f"{needs}; no approval of plan {plan.hash} counts: {'; '.join(reasons)}")
+        wanted = set(steps)
+        for approval in valid:
+            used = [
+                c
+                for (approval_id, step_id), c in contents.consumed.items()
+                if approval_id == approval.id
+                and step_id.split("[", 1)[0] in wanted  # a step, or an element ``id[i]`` of it
+                # Resume of the run that used it: the guard decides step by step.
+                and c.run_id != run_id
+            ]
+            if not used:
+                return approval
+            earlier = used[0]
+        raise ApprovalConsumed(_consumed_message(valid[-1], earlier))
+
+    def refusal(self, approval: Approval, plan: Plan) -> str | None:
+        """Why `approval` does not let `plan` run here (None: it does, consumption aside)."""
+        if approval.plan_hash != plan.hash:
+            return f"it approves plan {approval.plan_hash}, not {plan.hash}"
+        return self._why_not(approval, catalogue_fingerprint(self.registry, plan, self.policy), self.clock())
+
+    def _why_not(self, approval: Approval, fingerprint: str, now: datetime) -> str | None:
+        if approval.catalogue != fingerprint:
+            return (
+                f"approved against catalogue {approval.catalogue[:12]}…, but this deployment's tools "
+                f"(and policy) fingerprint to {fingerprint[:12]}…"
+            )
+        if self.keys is not None:
+            if not approval.signed:
+                return "unsigned, while approval public keys are configured"
+            if approval.key_id not in self.keys:
+                return f"signed by key {str(approval.key_id)[:16]}…, which is not a trusted approval key"
+            if not approval.verify(self.keys):
+                return "bad signature"
+        elif approval.signed and not approval.self_consistent():
+            return "bad signature"
+        if approval.expired(now):
+            return f"expired at {approval.expires}"
+        return None
+
+    def guard(self, invoker: Any) -> Any:
+        """`invoker`, consuming the approval before each non-idempotent write step it runs.
+
+        A `LiveInvoker` stays one (the executor keeps running independent steps at once);
+        the consumption is recorded before the call starts, and `ApprovalConsumed` stops the
+        run instead of starting it.
+        """
+        if isinstance(invoker, LiveInvoker):
+            return _ConsumingLiveInvoker(self, invoker)
+        return _ConsumingInvoker(self, invoker)
+
+    def consume_for(self, spec: ToolSpec, step: PlanStep) -> None:
+        if spec.effect != "write" or spec.idempotent:
+            return
+        with self._lock:
+            entry = self._steps.get(id(step))
+            if entry is None or entry[0] is not step:
+                entry = self._steps.get(id(step._args))
+        if entry is None or (entry[0] is not step and entry[0]._args is not step._args):
+            return  # a plan that needed no approval: nothing to consume
+        _, approval, plan_hash, run_id = entry
+        try:
+            self.store.consume(approval, plan_hash, step.id, run_id)
+        except ApprovalStoreError as exc:
+            raise ApprovalMissing(
+                f"cannot record the use of the approval of plan {plan_hash}: {exc}"
+            ) from None
+
+
+class _ConsumingInvoker:
+    def __init__(self, gate: ApprovalGate, inner: Any) -> None:
+        self._gate = gate
+        self._inner = inner
+
+    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
+        self._gate.consume_for(spec, step)
+        return self._inner(spec, args, step)
+
+
+class _ConsumingLiveInvoker(LiveInvoker):
+    def __init__(self, gate: ApprovalGate, inner: LiveInvoker) -> None:
+        super().__init__()
+        self._gate = gate
+        self._inner = inner
+
+    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
+        # The executor calls this before every call, inline or not; raising stops the run.
+        self._gate.consume_for(spec, step)
+
+    def start(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[Any], None]) -> Any:
+        return self._inner.start(spec, args, step, done)
+
+    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
+        self.before_call(spec, args, step)  # a direct call (replay's live part) consumes too
+        return super().__call__(spec, args, step)
+
+
+def approval_hook(
+    store: ApprovalStore, *, registry: Registry, keys: TrustedKeys | None = None, policy: Any = None
+) -> ApprovalGate:
+    """The approval gate for `Engine(approval=...)` (see `ApprovalGate`)."""
+    return ApprovalGate(store, registry, keys=keys, policy=policy)
+
+
+def check_approval(
+    plan: Plan,
+    registry: Registry,
+    store: ApprovalStore,
+    *,
+    keys: TrustedKeys | None = None,
+    policy: Any = None,
+) -> Approval | None:
+    """None when no tool of `plan` needs approval; else the approval that lets it run (or raise)."""
+    return ApprovalGate(store, registry, keys=keys, policy=policy).check(plan)
+
+
+# --- keys from the environment ------------------------------------------------------------------------
+
+
+def _refuse_legacy(env: Mapping[str, str]) -> None:
+    if env.get(LEGACY_KEY_ENV):
+        raise KeyFileError(
+            f"{LEGACY_KEY_ENV} (an HMAC key) is no longer supported: approvals are signed with Ed25519. "
+            f"Create a key pair with `pte keys generate`, give approvers the private key "
+            f"({SIGNING_KEY_FILE_ENV}) and executing machines the public key ({PUBLIC_KEYS_FILE_ENV}), "
+            f"unset {LEGACY_KEY_ENV}, and approve pending plans again"
+        )
+
+
+def public_keys_from_env(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> TrustedKeys | None:
+    """The trusted approval keys: from `path`, else ``$PTE_APPROVAL_PUBLIC_KEYS_FILE``, else PEM
+    text in ``$PTE_APPROVAL_PUBLIC_KEYS``; None when none is configured. `KeyFileError` on bad keys."""
+    env = os.environ if environ is None else environ
+    _refuse_legacy(env)
+    source = path or env.get(PUBLIC_KEYS_FILE_ENV) or None
+    if source:
+        return TrustedKeys.load(source)
+    text = env.get(PUBLIC_KEYS_ENV, "")
+    return TrustedKeys.from_pem(text.encode(), source=f"${PUBLIC_KEYS_ENV}") if text.strip() else None
+
+
+def signing_key_from_env(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> SigningKey | None:
+    """The approver's private key: from `path`, else ``$PTE_APPROVAL_SIGNING_KEY_FILE``, else PEM
+    text in ``$PTE_APPROVAL_SIGNING_KEY``; None when none is configured."""
+    env = os.environ if environ is None else environ
+    _refuse_legacy(env)
+    source = path or env.get(SIGNING_KEY_FILE_ENV) or None
+    if source:
+        return SigningKey.load(source)
+    text = env.get(SIGNING_KEY_ENV, "")
+    return SigningKey.from_pem(text.encode(), source=f"${SIGNING_KEY_ENV}") if text.strip() else None

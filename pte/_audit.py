@@ -1,0 +1,633 @@
+"""The tamper-evident audit log: append-only JSON Lines, one hash-chained record per line.
+
+Every line is exactly ``canonical_json(record) + "\\n"``. Every record carries
+
+- ``seq``: 0 for the first line of the *file*, +1 for each line after it;
+- ``run_id``, ``ts`` (ISO-8601 UTC with microseconds) and ``type``;
+- ``prev``: the previous line's ``hash`` (64 zeros for the first line);
+- ``hash`` = ``sha256_hex(prev + canonical_json(record without "hash"))``;
+
+plus the fields of its type (schemas/audit-record.schema.json is the contract). A file may
+hold several runs one after another; the chain continues across them and ``run_finished``
+seals a run. Because each line must be canonical and chained, any edited byte, deleted or
+reordered record, or truncation inside a run is detected by `verify`.
+
+Secrets are scrubbed by a `Redactor` before a record is hashed, so neither the log nor its
+hashes ever depend on a secret. A failed write breaks the log for good and every later
+`AuditLog.append` raises `AuditWriteError`: the run fails closed instead of running unlogged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from pte._canonical import canonical_bytes, canonical_json, sha256_hex
+from pte._errors import AuditWriteError, PTEError
+
+if TYPE_CHECKING:
+    from pte.stores import RecordWriter
+
+try:  # POSIX; elsewhere appends are serialised within one process only
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - Windows
+    _fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "AUDIT_FORMAT",
+    "DEFAULT_REDACT_KEYS",
+    "GENESIS_HASH",
+    "REDACTED",
+    "AuditFormatError",
+    "AuditLog",
+    "Durability",
+    "Redactor",
+    "VerifyIssue",
+    "VerifyReport",
+    "iter_records",
+    "load_audit_schema",
+    "read_records",
+    "records_by_run",
+    "render_timeline",
+    "verify",
+]
+
+from pte._audit_verify import (
+    _COMMON_FIELDS,
+    AUDIT_FORMAT,
+    _common_fields_problem,
+    _record_hash_problem,
+    _schema_problem,
+    _without_member,
+)
+from pte._audit_verify import (
+    GENESIS_HASH as GENESIS_HASH,
+)
+from pte._audit_verify import (
+    AuditFormatError as AuditFormatError,
+)
+from pte._redaction import REDACTED
+from pte._version import __version__
+
+# The hash member as `AuditLog._serialise` first encodes it (any 64 hex digits would do).
+_HASH_KEY = b'"hash":"'
+_PLACEHOLDER = GENESIS_HASH
+_PLACEHOLDER_MEMBER = _HASH_KEY + _PLACEHOLDER.encode("ascii") + b'"'
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+class Durability(StrEnum):
+    """When the audit log forces its records to stable storage."""
+
+    #: write() and fsync after every record.
+    ALWAYS = "always"
+    #: write() every record to the OS at once (it survives SIGKILL of the process), fsync only
+    #: at `AuditLog.sync` points: before a write tool is called, at run end and on close.
+    BATCH = "batch"
+    #: write() every record, never fsync (benchmarks, throwaway logs).
+    NONE = "none"
+
+
+def _utc_now() -> str:
+    """ISO-8601 UTC with microseconds, e.g. ``2026-11-22T02:30:31.123456Z``."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class AuditLog:
+    """An append-only, hash-chained audit log for one run.
+
+    `path` None keeps the records in memory only (in `records`). With a path the file is
+    opened for appending (created if missing; its directory must exist) and, when it already
+    holds records, the chain continues from its last record: `next_seq` and `last_hash` are
+    taken from it after checking that this record is canonical and its hash is right.
+
+    A file whose last line is partial (a crash in the middle of a write) is refused with
+    `AuditWriteError`, since appending after it would bury the damage. `repair_partial_tail`
+    True (used by resume after a crash) repairs it instead: a tail that is a complete,
+    correctly chained record lacking only its newline is completed; anything else is
+    dropped. Dropping loses nothing that mattered: a record is only relied on once it is
+    complete, and a `write` tool is only called after `sync` made its `step_started` durable.
+
+    `validate` True checks every record against the audit schema before writing it (a
+    violation raises `AuditWriteError` like any other failed write).
+
+    Thread-safe: appends from several threads are serialised.
+    """
+
+    path: Path | None
+    run_id: str
+    records: list[dict[str, Any]]
+    last_hash: str
+    next_seq: int
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        run_id: str | None = None,
+        durability: Durability | str = Durability.BATCH,
+        redactor: Redactor | None = None,
+        clock: Callable[[], str] | None = None,
+        keep: bool = False,
+        repair_partial_tail: bool = False,
+        validate: bool = False,
+        writer: RecordWriter | None = None,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        # A store's writer (pte.stores) takes the records instead of a file.
+        self._writer = writer if path is None else None
+        self.run_id = run_id if run_id is not None else uuid.uuid4().hex
+        if not isinstance(self.run_id, str) or not self.run_id:
+            raise ValueError("run_id must be a non-empty string")
+        self.durability = Durability(durability)
+        self.redactor = redactor if redactor is not None else Redactor()
+        self._clock = clock if clock is not None else _utc_now
+        self._keep = keep or (self.path is None and writer is None)
+        self._validate = validate
+        self.records = []
+        self.last_hash = GENESIS_HASH
+        self.next_seq = 0
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._size = 0
+        self._created = False
+        self._dir_synced = True
+        self._closed = False
+        self._broken: str | None = None
+        # Set when this run's run_finished is written (or found at the end of the file).
+        self._sealed = False
+        # Hashes of the contents (catalogue, policy) the file already holds in some
+        # run_started's "stored": a run_started stores only the others.
+        self._stored: set[str] = set()
+        if self.path is not None:
+            self._open(self.path, repair_partial_tail)
+        elif self._writer is not None:
+            try:
+                self.next_seq, self.last_hash, self._sealed = self._writer.head()
+            except (OSError, PTEError) as exc:
+                raise AuditWriteError(f"cannot open the run's store: {exc}") from exc
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def _open(self, path: Path, repair: bool) -> None:
+        self._created = not path.exists()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+        except OSError as exc:
+            raise AuditWriteError(f"cannot open audit log {path}: {exc}") from exc
+        try:
+            # Under the append lock: another process must not write (or we truncate) mid-read.
+            with _append_lock(fd):
+                self._size = os.fstat(fd).st_size
+                if self._size:
+                    self._resume_chain(path, fd, repair)
+        except AuditWriteError:
+            os.close(fd)
+            raise
+        except OSError as exc:
+            os.close(fd)
+            raise AuditWriteError(f"cannot read audit log {path}: {exc}") from exc
+        self._fd = fd
+        # A new file's directory entry must be fsynced too, or a crash can lose the whole file.
+        self._dir_synced = not self._created
+
+    def _resume_chain(self, path: Path, fd: int, repair: bool) -> None:
+        with open(path, "rb") as fh:
+            first = fh.readline()
+            _check_format(path, first)
+            self._stored = _stored_hashes(fh, fd, self._size, first)
+            last, tail = _read_tail(fh, self._size)
+        if tail:
+            if not repair:
+                raise AuditWriteError(
+                    f"audit log {path} ends in a partial record ({len(tail)} bytes); verify it "
+                    "(or open it with repair_partial_tail=True to resume after a crash)"
+                )
+            prev, seq = GENESIS_HASH, 0
+            if last is not None:
+                prev, before = _checked_last(path, last)
+                seq = before["seq"] + 1
+            completed = _parse_complete_record(tail + b"\n", prev, seq)
+            if completed is not None:
+                # The crash hit between the record and its newline: finish the line, lose nothing.
+                _write_all(fd, b"\n")
+                self._size += 1
+                last = tail + b"\n"
+            else:
+                os.truncate(path, self._size - len(tail))
+                self._size -= len(tail)
+        if last is None:
+            return
+        last_hash, record = _checked_last(path, last)
+        self.last_hash = last_hash
+        self.next_seq = record["seq"] + 1
+        if record.get("run_id") == self.run_id and record.get("type") == "run_finished":
+            self._sealed = True
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def broken(self) -> bool:
+        """True once a write failed: every later append raises `AuditWriteError`."""
+        return self._broken is not None
+
+    @property
+    def closed(self) -> bool:
+        """True after `close`."""
+        return self._closed
+
+    def _fail(self, message: str, cause: BaseException | None = None) -> AuditWriteError:
+        if self._broken is None:
+            self._broken = message
+        err = AuditWriteError(message)
+        if cause is not None:
+            err.__cause__ = cause
+        return err
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
+        """Redact `fields`, add the common fields, hash, write one line; return the record.
+
+        Raises `AuditWriteError` when the record cannot be written (I/O error, a value that is
+        not JSON such as NaN, a field that clashes with a common field, a closed or sealed
+        log) and on every call after such a failure.
+        """
+        if type == "run_started":
+            fields = self._run_started_fields(fields)
+        with self._lock:
+            if (
+                self._broken is not None
+                or self._closed
+                or self._sealed
+                or not isinstance(type, str)
+                or not type
+                or not _COMMON_FIELDS.isdisjoint(fields)
+            ):
+                self._refuse(type, fields)
+            try:
+                record, digest, data = self._serialise(type, fields)
+            except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+                raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
+            if self._validate:
+                problem = _schema_problem(record)
+                if problem is not None:
+                    raise self._fail(f"{type}: record violates the audit schema: {problem}")
+            fd = self._fd
+            if fd is not None:
+                try:
+                    # Another writer (or a truncation) would fork the chain: refuse rather than
+                    # interleave. The advisory lock makes check-and-write one step across
+                    # processes (two writers that both saw the old size cannot both write).
+                    # (Taken inline, not through `_append_lock`: this is the per-record path.)
+                    if _fcntl is not None:
+                        _fcntl.flock(fd, _fcntl.LOCK_EX)
+                    try:
+                        size = os.lseek(fd, 0, os.SEEK_END)
+                        if size != self._size:
+                            raise self._fail(
+                                f"audit log {self.path} changed underneath this writer "
+                                f"(size {size}, expected {self._size}): is another process appending?"
+                            )
+                        _write_all(fd, data)
+                    finally:
+                        if _fcntl is not None:
+                            _fcntl.flock(fd, _fcntl.LOCK_UN)
+                    self._size += len(data)
+                    if self.durability is Durability.ALWAYS:
+                        self._fsync()
+                except OSError as exc:
+                    raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
+            elif self._writer is not None:
+                try:
+                    self._writer.write(record, data)
+                except (OSError, PTEError) as exc:
+                    raise self._fail(f"cannot write to the run's store: {exc}", exc) from exc
+            self.last_hash = digest
+            self.next_seq += 1
+            if self._keep:
+                self.records.append(record)
+            if type == "run_started" and isinstance(record.get("stored"), Mapping):
+                self._stored.update(record["stored"])
+            if type == "run_finished":
+                self._sealed = True
+                if self._fd is not None and self.durability is not Durability.NONE:
+                    # The end of a run is a sync point even if the caller forgets to sync().
+                    self._fsync()
+            return record
+
+    def _run_started_fields(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """`fields` with what the writer itself records in every ``run_started``.
+
+        The format version (the first line of a log is a ``run_started``, so every log
+        starts with it) and the version of PTE that wrote the run.
+        """
+        clash = sorted({"format", "pte_version"}.intersection(fields))
+        if clash:
+            with self._lock:
+                raise self._fail(f"run_started: fields {clash} are set by the audit log itself")
+        out = {"format": AUDIT_FORMAT, "pte_version": __version__, **fields}
+        stored = fields.get("stored")
+        if isinstance(stored, Mapping):
+            # Content is stored once per log (docs/audit-format.md): drop what the file holds.
+            out["stored"] = {key: value for key, value in stored.items() if key not in self._stored}
+        return out
+
+    def _serialise(self, type: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], str, bytes]:
+        """The record, its hash and its line: the one place hashed JSON is produced.
+
+        The hash covers ``prev`` + the canonical JSON of the record without "hash"; the line
+        is the canonical JSON of the record with it (so verify needs nothing but
+        `canonical_json` to check a line). One encode gives both: the record is encoded with
+        a placeholder hash; cutting that member out gives the hashed bytes (removing a member
+        from a JCS object leaves the JCS form of the rest, docs/audit-format.md), and writing
+        the digest in its place gives the line (the key order and escaping of a 64-hex-digit
+        value do not depend on which digits). When the placeholder member is not unique in
+        the encoding (a nested ``"hash"`` key holding it), the record is encoded twice.
+        """
+        prev = self.last_hash
+        record: dict[str, Any] = {
+            "seq": self.next_seq,
+            "run_id": self.run_id,
+            "ts": self._clock(),
+            "type": type,
+            "prev": prev,
+            **self.redactor.redact_fields(type, fields),
+        }
+        record["hash"] = _PLACEHOLDER
+        encoded = canonical_bytes(record)
+        parts = _without_member(encoded, _PLACEHOLDER_MEMBER)
+        if parts is None:
+            del record["hash"]
+            digest = sha256_hex(prev.encode("ascii") + canonical_bytes(record))
+            record["hash"] = digest
+            return record, digest, canonical_bytes(record) + b"\n"
+        hasher = hashlib.sha256(prev.encode("ascii"))
+        hasher.update(parts[0])
+        hasher.update(parts[1])
+        digest = hasher.hexdigest()
+        record["hash"] = digest
+        # The placeholder member occurs once (checked above): replace writes the digest there.
+        line = encoded.replace(_PLACEHOLDER_MEMBER, _HASH_KEY + digest.encode("ascii") + b'"')
+        return record, digest, line + b"\n"
+
+    def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
+        """Raise the reason `append` cannot write (the caller holds the lock)."""
+        if self._broken is not None:
+            raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+        if self._closed:
+            raise self._fail("audit log is closed")
+        if self._sealed:
+            raise self._fail(f"run {self.run_id} is sealed by run_finished; nothing may follow it")
+        if not isinstance(type, str) or not type:
+            raise self._fail(f"record type must be a non-empty string, not {type!r}")
+        clash = sorted(_COMMON_FIELDS.intersection(fields))
+        raise self._fail(f"{type}: fields {clash} are set by the audit log itself")
+
+    def _fsync(self) -> None:
+        """fsync the file (and once, for a new file, its directory); caller holds the lock."""
+        assert self._fd is not None
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise self._fail(f"cannot fsync audit log {self.path}: {exc}", exc) from exc
+        if not self._dir_synced:
+            self._dir_synced = True
+            _fsync_dir(self._fd_dir())
+
+    def _fd_dir(self) -> Path:
+        assert self.path is not None
+        return self.path.resolve().parent
+
+    def sync(self) -> None:
+        """Make every record written so far durable (fsync, unless durability is NONE).
+
+        The executor calls this before any `write` tool (the write-ahead rule). Raises
+        `AuditWriteError` when the fsync fails or the log is already broken.
+        """
+        with self._lock:
+            if self._broken is not None:
+                raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+            if self._writer is not None:
+                try:
+                    self._writer.sync()
+                except (OSError, PTEError) as exc:
+                    raise self._fail(f"cannot sync the run's store: {exc}", exc) from exc
+            if self._fd is None or self.durability is Durability.NONE:
+                return
+            self._fsync()
+
+    def close(self) -> None:
+        """Sync (per durability) and close the file; idempotent. Later appends raise."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._writer is not None:
+                self._writer.close()
+            if self._fd is None:
+                return
+            try:
+                if self._broken is None and self.durability is not Durability.NONE:
+                    self._fsync()
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.close()
+        except AuditWriteError:
+            # Do not hide the exception that is already unwinding; the log is marked broken.
+            if exc_type is None:
+                raise
+
+    def __repr__(self) -> str:
+        where = str(self.path) if self.path is not None else "memory"
+        state = "broken" if self.broken else "closed" if self._closed else "open"
+        return f"AuditLog({where!r}, run_id={self.run_id!r}, next_seq={self.next_seq}, {state})"
+
+
+@contextlib.contextmanager
+def _append_lock(fd: int) -> Iterator[None]:
+    """An exclusive advisory lock on the open file `fd` (flock: per open file, so two logs
+    in one process exclude each other too); a no-op where there is no fcntl."""
+    if _fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    _fcntl.flock(fd, _fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        _fcntl.flock(fd, _fcntl.LOCK_UN)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    written = os.write(fd, data)
+    if written == len(data):  # the usual case: one call
+        return
+    if written <= 0:
+        raise OSError("write returned 0 bytes")
+    view = memoryview(data)[written:]
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError("write returned 0 bytes")
+        view = view[written:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Best effort: some platforms and filesystems cannot open or fsync a directory; the
+    # records themselves were fsynced already.
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _read_tail(fh: Any, size: int, block: int = 65536) -> tuple[bytes | None, bytes]:
+    """The last complete line (with its newline) and any partial bytes after it."""
+    start = size
+    buf = b""
+    while True:
+        step = min(block, start)
+        start -= step
+        fh.seek(start)
+        buf = fh.read(step) + buf
+        lines = buf.split(b"\n")
+        # lines[-2] is whole once a newline precedes it or the file start was reached.
+        if len(lines) >= 3 or start == 0:
+            break
+        block *= 2
+    tail = lines[-1]
+    last = lines[-2] + b"\n" if len(lines) >= 2 else None
+    return last, tail
+
+
+#: (device, inode, first line) of a log -> (bytes scanned, content hashes found): a process
+#: that opens the same log run after run scans only what was appended since.
+_STORED_SCANS: dict[tuple[int, int, bytes], tuple[int, frozenset[str]]] = {}
+
+
+def _stored_hashes(fh: Any, fd: int, size: int, first: bytes) -> set[str]:
+    """Hashes of the contents stored in the log's ``run_started`` records (first `size` bytes).
+
+    Best effort: a content stored twice (two processes starting runs at once) only costs
+    space; verify accepts it, since a stored value must hash to its key either way.
+    """
+    stat = os.fstat(fd)
+    key = (stat.st_dev, stat.st_ino, first)
+    start, found = _STORED_SCANS.get(key, (0, frozenset()))
+    if start > size:  # the file shrank (a repaired tail, a new file on a reused inode)
+        start, found = 0, frozenset()
+    hashes = set(found)
+    if start < size:
+        fh.seek(start)
+        scanned = start
+        for raw in fh:
+            if scanned + len(raw) > size or not raw.endswith(b"\n"):
+                break
+            scanned += len(raw)
+            if b'"stored":{"' in raw and b'"type":"run_started"' in raw:
+                try:
+                    stored = orjson.loads(raw).get("stored")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(stored, dict):
+                    hashes.update(stored)
+        _STORED_SCANS[key] = (scanned, frozenset(hashes))
+        fh.seek(0)
+    return hashes
+
+
+def _check_format(path: Path, first: bytes) -> None:
+    """Refuse to append to a log that is not in this writer's format (its first line says)."""
+    if not first.endswith(b"\n"):
+        return  # a partial first line: the partial-tail handling decides
+    try:
+        record = json.loads(first.decode("utf-8"))
+    except ValueError:
+        record = None
+    found = record.get("format") if isinstance(record, dict) else None
+    if found != AUDIT_FORMAT:
+        what = "format 1 (written by an older PTE)" if found is None else f"format {found!r}"
+        raise AuditWriteError(
+            f"audit log {path} is in {what}; this PTE writes {AUDIT_FORMAT}, and one file holds one "
+            "format: start a new log file (the old one still verifies with `pte audit verify`)"
+        )
+
+
+def _parse_complete_record(raw: bytes, prev: str, seq: int) -> dict[str, Any] | None:
+    """`raw` parsed when it is a canonical, self-consistent record `seq` chained to `prev`."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or (canonical_json(record) + "\n").encode("utf-8") != raw:
+        return None
+    if _common_fields_problem(record) is not None or record["prev"] != prev or record["seq"] != seq:
+        return None
+    if _record_hash_problem(record) is not None:
+        return None
+    return record
+
+
+def _checked_last(path: Path, raw: bytes) -> tuple[str, dict[str, Any]]:
+    """Hash and record of the file's last line, refusing to chain onto a damaged record."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise AuditWriteError(f"last record of audit log {path} is not JSON: {exc!s:.200}") from None
+    problem: str | None
+    if not isinstance(record, dict):
+        problem = "not a JSON object"
+    elif (canonical_json(record) + "\n").encode("utf-8") != raw:
+        problem = "not in canonical form"
+    else:
+        problem = _common_fields_problem(record) or _record_hash_problem(record)
+    if problem is not None:
+        raise AuditWriteError(f"last record of audit log {path} does not verify ({problem}); run verify")
+    return record["hash"], record
+
+
+# Re-exported: the audit log's public API stays importable from here.
+from pte._audit_show import render_timeline  # noqa: E402
+from pte._audit_verify import (  # noqa: E402
+    VerifyIssue,
+    VerifyReport,
+    iter_records,
+    load_audit_schema,
+    read_records,
+    records_by_run,
+    verify,
+)
+from pte._redaction import DEFAULT_REDACT_KEYS, Redactor  # noqa: E402

@@ -1,0 +1,610 @@
+"""Reading and verifying audit logs: streaming parse, record schema, chain verification."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from functools import cache
+from hashlib import sha256 as _sha256
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from pte._canonical import canonical_bytes, canonical_json_v1, is_canonical, sha256_hex
+from pte._canonical import loads as canonical_loads
+from pte._errors import PTEError
+
+#: ``prev`` of the first record of a file.
+GENESIS_HASH = "0" * 64
+
+#: The audit format this PTE writes (docs/audit-format.md); every ``run_started`` carries it.
+AUDIT_FORMAT = "pte-audit/2"
+
+
+#: Fields every record has; `AuditLog.append` sets them itself.
+_COMMON_FIELDS = frozenset({"seq", "run_id", "ts", "type", "prev", "hash"})
+
+_SCHEMA_FILE = "audit-record.schema.json"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class AuditFormatError(PTEError):
+    """A line of an audit log is not a JSON object (or the log ends in a partial line)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, message: str) -> None:
+        super().__init__(f"{os.fspath(path)}:{line}: {message}")
+        self.path = os.fspath(path)
+        self.line = line
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def iter_records(
+    path: str | os.PathLike[str], *, skip_partial_tail: bool = False
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Stream ``(line_number, record)`` pairs (line numbers start at 1).
+
+    Only parses; use `verify` to check the chain. Raises `AuditFormatError` on a line that is
+    not a JSON object, and on a partial last line unless `skip_partial_tail` is True.
+    """
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                if skip_partial_tail:
+                    return
+                raise AuditFormatError(path, number, "partial last line (the log ends mid-record)")
+            try:
+                record = canonical_loads(raw.decode("utf-8"))
+            except ValueError as exc:
+                raise AuditFormatError(path, number, f"not JSON: {exc}") from None
+            except RecursionError:  # nesting no writer produces: refuse it, do not crash
+                raise AuditFormatError(path, number, "nested too deeply to read") from None
+            if not isinstance(record, dict):
+                raise AuditFormatError(path, number, "not a JSON object")
+            yield number, record
+
+
+def read_records(path: str | os.PathLike[str], *, skip_partial_tail: bool = False) -> list[dict[str, Any]]:
+    """Every record of the log, in order (see `iter_records`)."""
+    return [record for _, record in iter_records(path, skip_partial_tail=skip_partial_tail)]
+
+
+def records_by_run(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Records grouped by ``run_id``, runs in order of first appearance, records in log order."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        runs.setdefault(str(record.get("run_id")), []).append(dict(record))
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+# ---------------------------------------------------------------------------------------------
+
+
+def _schema_path() -> Path:
+    here = Path(__file__).resolve()
+    for candidate in (
+        here.parent / "_data" / "schemas" / _SCHEMA_FILE,
+        here.parents[1] / "schemas" / _SCHEMA_FILE,
+    ):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{_SCHEMA_FILE} not found (broken installation?)")
+
+
+@cache
+def _schema_text() -> str:
+    return _schema_path().read_text(encoding="utf-8")
+
+
+def load_audit_schema() -> dict[str, Any]:
+    """The audit record JSON Schema (a fresh copy: the packaged one first, else the repo's)."""
+    schema: dict[str, Any] = json.loads(_schema_text())
+    return schema
+
+
+@dataclass(frozen=True)
+class _TypeChecker:
+    """The schema of one record type: a compiled (jsonschema-rs) check, and jsonschema to explain.
+
+    `fast` decides; the pure-Python `validator` only runs on a record `fast` rejects, to word
+    the message (its best match names the real problem), and decides alone for the rare
+    record jsonschema-rs cannot take in (a dict with non-string keys cannot come from JSON).
+    jsonschema-rs follows ECMA-262 regex semantics as JSON Schema requires: ``$`` does not
+    match before a trailing newline, as Python's `re` would.
+    """
+
+    validator: Draft202012Validator
+    fast: Any
+
+    def problem(self, record: Mapping[str, Any]) -> str | None:
+        """None when `record` is valid, else the best error message."""
+        try:
+            if self.fast.is_valid(record):
+                return None
+            first = next(iter(self.fast.iter_errors(record)), None)
+        except (ValueError, TypeError, OverflowError):
+            if self.validator.is_valid(record):
+                return None
+            first = None
+        error = best_match(self.validator.iter_errors(record))
+        if error is None:  # jsonschema-rs is stricter here: report its finding
+            if first is None:
+                return "invalid"
+            where = "$" + "".join(
+                f"[{part}]" if isinstance(part, int) else f".{part}" for part in first.instance_path
+            )
+            return str(first.message) + (f" (at {where})" if where != "$" else "")
+        where = error.json_path
+        return f"{error.message}" + (f" (at {where})" if where != "$" else "")
+
+
+@cache
+def _checkers() -> dict[str, _TypeChecker]:
+    """One checker per record type, built once.
+
+    Dispatching on ``type`` is equivalent to the schema's ``oneOf`` (each branch pins ``type``
+    with ``const``) but validates one branch instead of all, and names the real problem
+    instead of "not valid under any of the given schemas". Each branch is used in
+    dereferenced form (resolving ``$ref`` through the registry for every record cost 7x).
+
+    jsonschema needs ~20-100 µs per record, i.e. minutes for a million-record log, so each
+    branch is also compiled by jsonschema-rs (~2 µs per record), which decides.
+    """
+    schema = load_audit_schema()
+    defs = schema["$defs"]
+    out: dict[str, _TypeChecker] = {}
+    for branch in schema["oneOf"]:
+        name = branch["$ref"].rsplit("/", 1)[-1]
+        type_name = defs[name]["properties"]["type"]["const"]
+        inlined = {"$schema": schema["$schema"], **_inline_refs(defs[name], defs, frozenset())}
+        out[type_name] = _TypeChecker(Draft202012Validator(inlined), jsonschema_rs.validator_for(inlined))
+    return out
+
+
+def _inline_refs(node: Any, defs: Mapping[str, Any], seen: frozenset[str]) -> Any:
+    """`node` with every local ``{"$ref": "#/$defs/<name>"}`` replaced by that definition."""
+    if isinstance(node, list):
+        return [_inline_refs(item, defs, seen) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.removeprefix("#/$defs/")
+        if name == ref or name not in defs or len(node) != 1:
+            raise ValueError(f"audit schema: unsupported $ref {ref!r} (only bare #/$defs/<name> refs)")
+        if name in seen:
+            raise ValueError(f"audit schema: recursive $ref {ref!r}")
+        return _inline_refs(defs[name], defs, seen | {name})
+    return {key: _inline_refs(value, defs, seen) for key, value in node.items()}
+
+
+def _schema_problem(record: Mapping[str, Any]) -> str | None:
+    rtype = record.get("type")
+    checker = _checkers().get(rtype) if isinstance(rtype, str) else None
+    if checker is None:
+        return f"unknown record type {rtype!r}"
+    return checker.problem(record)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyIssue:
+    """The first problem `verify` found: 1-based line, the record's seq when known, what."""
+
+    line: int
+    seq: int | None
+    message: str
+
+    def __str__(self) -> str:
+        seq = f" (seq {self.seq})" if self.seq is not None else ""
+        return f"line {self.line}{seq}: {self.message}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of `verify`.
+
+    `intact`: every line is canonical JSON, chained and hashed right, schema-valid, and the
+    runs are well formed. `complete`: intact, and every run is sealed by ``run_finished`` (or
+    was resumed by a later run in the file). `records` counts the records that verified
+    before the first issue; `last_hash` is the hash of the last of them, which can be kept
+    elsewhere as an anchor (the chain alone cannot reveal that whole sealed runs were cut off
+    the end of the file).
+    """
+
+    records: int
+    runs: int
+    intact: bool
+    complete: bool
+    issue: VerifyIssue | None
+    last_hash: str | None = None
+    #: 2 for RFC 8785 logs (``"format": "pte-audit/2"``), 1 for logs written before it.
+    format: int = 2
+    #: The hash of the log's first record: names the log (checkpoints refer to it).
+    log_id: str | None = None
+    #: Record index -> its hash, for the indexes asked for in `verify(anchors=...)`.
+    anchors: Mapping[int, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Intact and complete."""
+        return self.intact and self.complete
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``pte audit verify --json``)."""
+        return {
+            "ok": self.ok,
+            "intact": self.intact,
+            "complete": self.complete,
+            "records": self.records,
+            "runs": self.runs,
+            "last_hash": self.last_hash,
+            "format": self.format,
+            "log_id": self.log_id,
+            "issue": (
+                None
+                if self.issue is None
+                else {"line": self.issue.line, "seq": self.issue.seq, "message": self.issue.message}
+            ),
+        }
+
+
+def _common_fields_problem(record: Mapping[str, Any]) -> str | None:
+    seq = record.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        return f"bad or missing seq: {seq!r}"
+    for name in ("run_id", "ts", "type"):
+        if not isinstance(record.get(name), str) or not record[name]:
+            return f"bad or missing {name}: {record.get(name)!r}"
+    for name in ("prev", "hash"):
+        value = record.get(name)
+        if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
+            return f"bad or missing {name}: {value!r}"
+    return None
+
+
+def _record_hash_problem(record: Mapping[str, Any]) -> str | None:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    expected = sha256_hex(record["prev"].encode("utf-8") + canonical_bytes(body))
+    if expected != record["hash"]:
+        return f"hash mismatch: recorded {record['hash'][:12]}…, content hashes to {expected[:12]}…"
+    return None
+
+
+def _v1_line_problem(body: bytes) -> tuple[Any, bool]:
+    """Format 1: the parsed line and whether it is canonical in format 1's sense."""
+    record = json.loads(body.decode("utf-8"))
+    try:
+        return record, canonical_json_v1(record).encode("utf-8") == body
+    except ValueError:
+        return record, False
+
+
+def _without_member(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
+    """`line` (a JCS object) split around `member` and one adjacent comma: what is left is the
+    JCS form of the object without that member (docs/audit-format.md, "Verifying fast").
+
+    `member` (``"hash":"<64 hex>"``) must occur exactly once, which makes it a top-level
+    member: inside a string value its quotes would be escaped. None otherwise.
+    """
+    parts = line.split(member)
+    if len(parts) != 2:
+        return None
+    head, tail = parts
+    if tail[:1] == b",":  # not the last member: drop the comma after it
+        tail = tail[1:]
+    elif head[-1:] == b",":  # the last member: drop the comma before it
+        head = head[:-1]
+    return head, tail
+
+
+def _hash_of_line(prev: str, body: bytes, digest: str) -> str | None:
+    """SHA-256 of ``prev`` + the canonical line without its ``"hash"`` member.
+
+    Cut out of the line itself instead of serialising the record again (`_without_member`);
+    None when the member is not there exactly once (the caller then serialises).
+    """
+    parts = _without_member(body, b'"hash":"' + digest.encode("ascii") + b'"')
+    if parts is None:
+        return None
+    h = _sha256(prev.encode("ascii"))
+    h.update(parts[0])
+    h.update(parts[1])
+    return h.hexdigest()
+
+
+def _record_hash(record: Mapping[str, Any], version: int) -> str:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    text = canonical_bytes(body) if version == 2 else canonical_json_v1(body).encode("utf-8")
+    return _sha256(str(record["prev"]).encode("utf-8") + text).hexdigest()
+
+
+#: Fingerprint members that must equal the catalogue entry's (docs/audit-format.md).
+_FINGERPRINT_FIELDS = ("effect", "idempotent", "timeout_s", "provenance", "requires_approval", "sinks")
+
+
+def _content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | None:
+    """Format 2 ``run_started``: stored content, the references to it, the tool fingerprints.
+
+    `stored` (content hash -> value, for the whole log so far) gains this record's contents.
+    """
+    fresh = record.get("stored") or {}
+    for key, value in fresh.items():
+        try:
+            actual = _sha256(canonical_bytes(value)).hexdigest()
+        except (ValueError, TypeError, RecursionError):
+            actual = None
+        if actual != key:
+            return f"stored content {key[:12]}… does not hash to its key"
+        stored[key] = value
+    for name in ("catalogue", "policy"):
+        ref = record.get(name)
+        if ref is not None and ref not in stored:
+            return f"{name} {ref[:12]}… is not stored in the log"
+    if "catalogue" not in record:
+        return None
+    catalogue = stored[record["catalogue"]]
+    if not isinstance(catalogue, list) or not all(isinstance(e, dict) for e in catalogue):
+        return "the stored catalogue is not a list of tools"
+    by_name = {entry.get("name"): entry for entry in catalogue}
+    tools = record.get("tools") or []
+    if len(tools) != len(catalogue) or {t.get("name") for t in tools} != set(by_name):
+        return "tools and the stored catalogue name different tools"
+    for tool in tools:
+        entry = by_name[tool.get("name")]
+        schemas = {"input_schema": entry.get("input_schema"), "output_schema": entry.get("output_schema")}
+        if tool.get("schema_hash") != _sha256(canonical_bytes(schemas)).hexdigest():
+            return f"tool {tool.get('name')}: schema_hash does not match the stored catalogue"
+        for name in _FINGERPRINT_FIELDS:
+            if name in tool and canonical_bytes(tool[name]) != canonical_bytes(entry.get(name)):
+                return f"tool {tool.get('name')}: {name} differs from the stored catalogue"
+    return None
+
+
+def approval_problem(record: Mapping[str, Any]) -> str | None:
+    """An ``approval`` record: its id is its hash, and a signature verifies under its own key.
+
+    Whether that key is one the deployment trusts is a question for the deployment (resume,
+    replay with ``--approval-key``), not for the log; what the log can show is that nobody
+    edited a signed approval, and that ``signed`` is never claimed without a signature.
+    """
+    from pte._approval import Approval  # the approval store pulls in the tool registry
+
+    fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
+    try:
+        approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+    except (TypeError, ValueError) as exc:
+        return f"approval is malformed: {exc}"
+    if approval.id != record.get("approval_id"):
+        return "approval_id is not the hash of the approval"
+    if approval.signature is None:
+        return "approval marked signed carries no signature" if record.get("signed") is True else None
+    if not approval.self_consistent():
+        return "approval signature does not verify under its own public key"
+    return None
+
+
+#: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
+_APPROVAL_FIELDS = ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
+
+
+def verify(
+    path: str | os.PathLike[str] | Iterable[bytes],
+    *,
+    check_schema: bool = True,
+    anchors: Collection[int] = (),
+) -> VerifyReport:
+    """Check a whole audit log, streaming (constant memory in the number of records).
+
+    The first record says the format: ``"format": "pte-audit/2"`` (docs/audit-format.md),
+    or none for a format 1 log, which is verified by format 1's rules. For each line, in
+    order: it ends with a newline (else: partial last line), it is UTF-8 JSON, it is the
+    canonical form of the record it holds byte for byte (RFC 8785 in format 2; so any edited
+    byte is caught even where it would not change the parsed value), the common fields are
+    present and well typed, ``seq`` counts up from 0, ``prev`` is the previous line's hash,
+    ``hash`` is right, the record is valid against the audit schema (unless `check_schema`
+    is False) and runs are well formed: a run begins with ``run_started`` (which carries the
+    log's format) and no other record starts one, a run's records are contiguous, and
+    nothing of a run follows its ``run_finished``.
+
+    Stops at the first problem. An empty file is intact but not complete. A run that never
+    finished counts as complete when a later run in the file resumes it (its ``run_started``
+    names it in ``resumes``); resuming under the same run_id simply continues the run. Memory
+    grows with the number of runs, not of records. A missing or unreadable file raises
+    OSError. `anchors`: record indexes whose hashes to report (`VerifyReport.anchors`), for
+    checking checkpoints.
+    """
+    checkers = _checkers() if check_schema else None
+    fast_checks = {name: checker.fast.is_valid for name, checker in (checkers or {}).items()}
+    wanted = frozenset(anchors)
+    found_anchors: dict[int, str] = {}
+    stored: dict[str, Any] = {}
+    expected_prev = GENESIS_HASH
+    count = 0
+    version = 2
+    log_id: str | None = None
+    current_run: str | None = None
+    seen_runs: set[str] = set()
+    # Runs not sealed yet, in order of appearance (dict as an ordered set) -> (line, seq) of
+    # their latest record, for the "incomplete" issue.
+    open_runs: dict[str, tuple[int, int]] = {}
+    sealed: set[str] = set()
+
+    def broken(line: int, seq: int | None, message: str) -> VerifyReport:
+        return VerifyReport(
+            records=count,
+            runs=len(seen_runs),
+            intact=False,
+            complete=False,
+            issue=VerifyIssue(line, seq, message),
+            last_hash=expected_prev if count else None,
+            format=version,
+            log_id=log_id,
+            anchors=found_anchors,
+        )
+
+    loads = orjson.loads
+    # A store (pte.stores) passes a run's lines instead of a file path.
+    source = open(path, "rb") if isinstance(path, str | os.PathLike) else nullcontext(path)  # noqa: SIM115
+    with source as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
+            body = raw[:-1]
+            try:
+                if version == 2:
+                    record = loads(body)
+                    canonical = type(record) is dict and is_canonical(body, record)
+                else:
+                    record, canonical = _v1_line_problem(body)
+            except ValueError as exc:  # orjson.JSONDecodeError and UnicodeDecodeError are ValueErrors
+                return broken(number, None, f"not valid JSON: {exc}")
+            except RecursionError:
+                return broken(number, None, "not valid JSON for this reader: nested too deeply")
+            if type(record) is not dict:
+                return broken(number, None, "not a JSON object")
+            if number == 1 and record.get("format") is None and record.get("type") == "run_started":
+                version = 1  # a log written before format 2: its own rules, read-only
+                try:
+                    record, canonical = _v1_line_problem(body)
+                except (ValueError, RecursionError) as exc:
+                    return broken(number, None, f"not valid JSON: {exc}")
+            seq = record.get("seq")
+            # Any: once the checks below pass, each holds a non-empty str.
+            digest: Any = record.get("hash")
+            run_id: Any = record.get("run_id")
+            rtype: Any = record.get("type")
+            ts = record.get("ts")
+            # The usual case first, in a few comparisons: a well-formed record that links up
+            # (prev equal to a verified hash and a hash equal to a computed one are both hex).
+            if not (
+                canonical
+                and seq == count
+                and type(seq) is int
+                and record.get("prev") == expected_prev
+                and type(digest) is str
+                and type(run_id) is str
+                and run_id
+                and type(rtype) is str
+                and rtype
+                and type(ts) is str
+                and ts
+                and digest.isascii()
+                and _hash_of_line(expected_prev, body, digest) == digest
+            ):
+                # Otherwise every check in turn, so that the first problem is the one named.
+                seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+                if not canonical:
+                    form = "RFC 8785 canonical form" if version == 2 else "canonical form"
+                    return broken(number, seq, f"not in {form} (the line was edited)")
+                problem = _common_fields_problem(record)
+                if problem is not None:
+                    return broken(number, seq, problem)
+                expected = _record_hash(record, version)
+                if expected != digest:
+                    return broken(
+                        number,
+                        seq,
+                        f"hash mismatch: recorded {digest[:12]}…, content hashes to {expected[:12]}…",
+                    )
+                if seq != count:
+                    hint = " (a record is missing)" if seq is not None and seq > count else ""
+                    return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
+                if record["prev"] != expected_prev:
+                    return broken(
+                        number, seq, "prev is not the previous record's hash (records removed or reordered)"
+                    )
+            if checkers is not None:
+                # The compiled check decides; `problem` (which words the message) only runs
+                # on a record it rejects or cannot take in.
+                is_valid = fast_checks.get(rtype)
+                try:
+                    valid = is_valid is not None and is_valid(record)
+                except (ValueError, TypeError, OverflowError):
+                    valid = False
+                if not valid:
+                    checker = checkers.get(rtype)
+                    if checker is None:
+                        return broken(number, seq, f"schema: unknown record type {rtype!r}")
+                    problem = checker.problem(record)
+                    if problem is not None:
+                        return broken(number, seq, f"schema: {problem}")
+            if rtype == "run_started":
+                found = record.get("format")
+                if version == 2 and found != AUDIT_FORMAT:
+                    return broken(number, seq, f"run_started of format {found!r} in a {AUDIT_FORMAT} log")
+                if version == 1 and found is not None:
+                    return broken(number, seq, f"run_started of format {found!r} in a format 1 log")
+                if version == 2:
+                    problem = _content_problem(record, stored)
+                    if problem is not None:
+                        return broken(number, seq, problem)
+            if rtype == "approval" and version == 2:
+                problem = approval_problem(record)
+                if problem is not None:
+                    return broken(number, seq, problem)
+            if run_id != current_run:
+                if run_id in seen_runs:
+                    return broken(number, seq, f"record of run {run_id} after run {current_run} began")
+                if rtype != "run_started":
+                    return broken(number, seq, f"run {run_id} does not begin with run_started")
+                seen_runs.add(run_id)
+                current_run = run_id
+                resumed = record.get("resumes")
+                if isinstance(resumed, str) and resumed in open_runs:
+                    # A resumed run is carried on (and sealed) by the run that resumes it.
+                    del open_runs[resumed]
+            elif run_id in sealed:
+                return broken(number, seq, f"{rtype} after run_finished of run {run_id}")
+            elif rtype == "run_started":
+                return broken(number, seq, f"second run_started in run {run_id}")
+            if rtype == "run_finished":
+                sealed.add(run_id)
+                open_runs.pop(run_id, None)
+            else:
+                open_runs[run_id] = (number, count)
+            if count == 0:
+                log_id = digest
+            if count in wanted:
+                found_anchors[count] = digest
+            expected_prev = digest
+            count += 1
+
+    last_hash = expected_prev if count else None
+    if count == 0:
+        return VerifyReport(
+            0, 0, True, False, VerifyIssue(0, None, "incomplete: the log holds no records"), None, version
+        )
+    if open_runs:
+        run_id, (line_no, seq_no) = next(iter(open_runs.items()))
+        more = f" (and {len(open_runs) - 1} more)" if len(open_runs) > 1 else ""
+        return VerifyReport(
+            count,
+            len(seen_runs),
+            True,
+            False,
+            VerifyIssue(line_no, seq_no, f"incomplete: run {run_id} has no run_finished{more}"),
+            last_hash,
+            version,
+            log_id,
+            found_anchors,
+        )
+    return VerifyReport(count, len(seen_runs), True, True, None, last_hash, version, log_id, found_anchors)

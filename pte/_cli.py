@@ -1,0 +1,644 @@
+"""The `pte` command line.
+
+Exit codes for every command: 0 ok, 1 rejected or failed closed, 2 usage error (a missing
+file, a bad flag, a tool pack that cannot be loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pte import __version__
+from pte._cli_support import (
+    InputFileError,
+    add_execution_flags,
+    execution_settings,
+    guarded,
+    input_file,
+    non_empty_text,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    print_json,
+    read_bounded,
+    redacted_output,
+    run_command,
+)
+from pte._cli_support import UsageError as UsageError  # re-exported: pte._cli_store raises it
+from pte._errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
+from pte._llm import DEFAULT_MAX_TOKENS
+from pte._redaction import Redactor
+from pte._tools import Registry, load_registry
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+#: The redactor of the running command (set by `main`): the audit log's and the output's.
+_redactor: Redactor | None = None
+
+
+def _print_json(value: Any) -> None:
+    print_json(value, _redactor)
+
+
+def _read_text(path: str, what: str) -> str:
+    """A plan file: a regular file, read up to the plan byte limit plus one (the compiler
+    rejects a longer text as plan_too_large without the rest ever being read)."""
+    from pte._compiler import DEFAULT_LIMITS
+
+    try:
+        text, _ = read_bounded(path, what, DEFAULT_LIMITS.max_bytes)
+    except InputFileError as exc:
+        raise UsageError(str(exc)) from None
+    return text
+
+
+def _packs(args: argparse.Namespace) -> list[str]:
+    packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
+    if not packs:
+        raise UsageError(
+            "--tools is required: a stock pack name (backoffice, calculator, shaping), a .py file or a module"
+        )
+    return packs
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
+    packs = _packs(args)
+    input_file(getattr(args, "manifest", None), "manifest")
+    input_file(getattr(args, "policy", None), "policy file")
+    allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
+    try:
+        return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
+    except (ToolPackError, ToolRegistrationError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    parser.add_argument(
+        "--tools",
+        action="append",
+        metavar="PACK",
+        required=required,
+        help="tool pack: a stock pack (backoffice, calculator, shaping), a .py file or a module; "
+        "repeat or comma-separate",
+    )
+    parser.add_argument(
+        "--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools"
+    )
+    parser.add_argument("--manifest", metavar="FILE", help="a tool manifest narrowing the allow-list")
+    parser.add_argument("--policy", metavar="FILE", help="a data-flow policy file (compliance-owned)")
+
+
+def _add_approvals(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
+    parser.add_argument(
+        "--approval-keys",
+        metavar="FILE",
+        help="trusted approvers' Ed25519 public keys (PEM; default $PTE_APPROVAL_PUBLIC_KEYS_FILE); "
+        "with keys, only approvals signed by one of them count",
+    )
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pte._resources import load_schema
+
+    names = {
+        "plan": "plan.schema.json",
+        "audit": "audit-record.schema.json",
+        "manifest": "tool-manifest.schema.json",
+    }
+    names["policy"] = "policy.schema.json"
+    print(json.dumps(load_schema(names[args.which]), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pte._compiler import compile_plan
+
+    registry = _registry(args)
+    text = _read_text(args.plan_file, "plan file")
+    checks = _policy_checks(registry, args)
+    try:
+        plan = compile_plan(text, registry, checks=checks)
+    except PlanRejected as rejection:
+        if args.json:
+            _print_json({"status": "rejected", **rejection.to_dict()})
+        else:
+            print(f"rejected: {rejection.reason.value} at {rejection.path}: {rejection.message}")
+        return EXIT_FAILED
+    if args.json:
+        _print_json(
+            {"status": "accepted", "plan_hash": plan.hash, "steps": len(plan), "order": list(plan.order)}
+        )
+    else:
+        print(f"accepted: {len(plan)} step(s), plan hash {plan.hash}")
+        print("order: " + " → ".join(plan.order))
+    return EXIT_OK
+
+
+def _policy(registry: Registry, args: argparse.Namespace) -> Any:
+    from pte._policy import Policy
+
+    path = getattr(args, "policy", None)
+    try:
+        if path is None:
+            return Policy.from_registry(registry)
+        # Tool names in the file are checked against the whole packs (a typo is an error), so
+        # one compliance-owned file serves deployments that narrow the allow-list differently.
+        policy = Policy.from_registry(load_registry(_packs(args))).with_file(path)
+        narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
+        return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
+    except PTEError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
+    return [_policy(registry, args).check()]
+
+
+def _open_audit(path: str, **kwargs: Any) -> Any:
+    from pte._audit import AuditLog
+
+    target = output_file(path, "audit log")
+    try:
+        return AuditLog(target, redactor=_redactor, **kwargs)
+    except FailedClosed as exc:
+        raise UsageError(f"cannot open audit log {path!r}: {exc.message}") from None
+
+
+def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -> int:
+    if args.json:
+        _print_json({**result.to_dict(), "audit": audit_path})
+    else:
+        if result.ok:
+            print(result.answer or "")
+            print(
+                f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); "
+                f"audit log {audit_path}"
+            )
+        elif result.status == "condition_not_met":  # pte._control: a require was false; not a failure
+            print(f"{result.message}\n\ncondition_not_met: nothing after the require step ran")
+        else:
+            print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
+            if result.result is not None:
+                print(json.dumps(result.result, indent=2, ensure_ascii=False))
+    return EXIT_OK if result.ok or result.status == "condition_not_met" else EXIT_FAILED
+
+
+def _approvals_path(args: argparse.Namespace) -> str:
+    path = getattr(args, "approvals", None) or "pte_approvals.jsonl"
+    output_file(path, "approval store")
+    return str(path)
+
+
+def _approval_keys(args: argparse.Namespace) -> Any:
+    """The deployment's trusted approval public keys (--approval-keys, else the environment)."""
+    from pte._approval import public_keys_from_env
+    from pte._signing import KeyFileError
+
+    try:
+        return public_keys_from_env(getattr(args, "approval_keys", None))
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
+    """The approval gate over the deployment's approval store (never over a log)."""
+    from pte._approval import ApprovalGate, ApprovalStore
+
+    store = ApprovalStore(_approvals_path(args))
+    return ApprovalGate(store, registry, keys=_approval_keys(args), policy=policy)
+
+
+def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
+    from pte._engine import Engine, EngineConfig
+
+    config = EngineConfig(
+        max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
+    )
+    policy = _policy(registry, args)
+    gate = approval if approval is not None else _gate(registry, args, policy)
+    return Engine(registry, llm, config=config, policy=policy, approval=gate, **execution_settings(args))
+
+
+def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
+    """With --store, run in the store (the run may pause for approval); None: use --audit."""
+    from pte import _cli_store as cli_store
+
+    if args.store is None and (args.audit is not None or not os.environ.get("PTE_STORE")):
+        if args.audit is None:
+            raise UsageError("--audit LOG or --store URL is required")
+        return None
+    return cli_store.run_or_execute(
+        args,
+        lambda gate: _engine(registry, llm, args, gate(registry)),
+        plan_text=what.get("plan_text"),
+        request=what.get("request"),
+    )
+
+
+def cmd_execute(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    text = _read_text(args.plan_file, "plan file")
+    _approvals_path(args)  # checked before the log is created
+    stored = _in_store(registry, None, args, plan_text=text)
+    if stored is not None:
+        return stored
+    audit = _open_audit(args.audit, durability=args.durability)
+    with audit:
+        result = _engine(registry, None, args).execute(text, audit)
+    return _report_run(result, args, args.audit)
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    if getattr(args, "replay_responses", None):
+        from pte._llm import ReplayClient, ReplayDataError
+
+        input_file(args.replay_responses, "--replay-responses file")
+        try:
+            return ReplayClient.from_file(args.replay_responses)
+        except (OSError, ReplayDataError, ValueError) as exc:
+            raise UsageError(f"cannot use --replay-responses {args.replay_responses!r}: {exc}") from None
+    from pte._llm import OpenAIClient
+
+    try:
+        return OpenAIClient(
+            args.model,
+            base_url=args.base_url,
+            timeout_s=args.timeout,
+            max_retries=args.max_retries,
+            max_tokens=args.max_output_tokens,
+        )
+    except LLMError as exc:
+        raise UsageError(exc.message) from None
+
+
+def _add_llm(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)")
+    parser.add_argument(
+        "--timeout", type=positive_float, default=60.0, help="seconds per LLM request (default 60)"
+    )
+    parser.add_argument(
+        "--max-retries", type=non_negative_int, default=2, help="transport retries per LLM call (default 2)"
+    )
+    parser.add_argument(
+        "--max-output-tokens",
+        type=positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help=f"bound on every LLM answer (default {DEFAULT_MAX_TOKENS})",
+    )
+    parser.add_argument(
+        "--replay-responses",
+        metavar="FILE",
+        help="serve recorded LLM answers from a JSON file instead of an endpoint",
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    llm = _llm(args)
+    _approvals_path(args)  # checked before the log is created
+    stored = _in_store(registry, llm, args, request=args.request)
+    if stored is not None:
+        return stored
+    audit = _open_audit(args.audit, durability=args.durability)
+    with audit:
+        result = _engine(registry, llm, args).run(args.request, audit)
+    return _report_run(result, args, args.audit)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from pte._audit import AuditLog
+
+    registry = _registry(args)
+    output = output_file(args.output, "plan file")
+    llm = _llm(args)
+    audit = _open_audit(args.audit) if args.audit else AuditLog(None, redactor=_redactor)
+    with audit:
+        result = _engine(registry, llm, args).plan(args.request, audit)
+    if not result.ok:
+        return _report_run(result, args, args.audit)
+    plan = result.plans[-1]
+    try:
+        output.write_text(plan.to_json() + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write plan file {args.output!r}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _print_json({"status": "accepted", "plan_hash": plan.hash, "output": args.output, "steps": len(plan)})
+    else:
+        print(f"plan written to {args.output}: {len(plan)} step(s), hash {plan.hash}")
+        print(
+            f"review it, then: pte approve {args.output} --by NAME (if needed); pte execute {args.output} ..."
+        )
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from pte._approval import ApprovalStore, approve, catalogue_fingerprint, signing_key_from_env
+    from pte._compiler import compile_plan
+    from pte._signing import KeyFileError
+
+    if args.store is not None:  # pte approve RUN_ID --store URL: a paused run's plan
+        from pte import _cli_store as cli_store
+
+        args.target = args.plan_file
+        return cli_store.decide(args, approve=True)
+    registry = _registry(args)
+    text = _read_text(args.plan_file, "plan file")
+    policy = _policy(registry, args)
+    if not args.valid_for > 0:
+        raise UsageError("--valid-for must be a positive number of hours")
+    try:
+        key = signing_key_from_env(args.signing_key)
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        plan = compile_plan(text, registry, checks=[policy.check()])
+    except PlanRejected as rejection:
+        print(f"not approved: the plan is rejected: {rejection}", file=sys.stderr)
+        return EXIT_FAILED
+    approval = approve(
+        plan,
+        args.by,
+        ApprovalStore(_approvals_path(args)),
+        catalogue=catalogue_fingerprint(registry, plan, policy),
+        signing_key=key,
+        valid_for=timedelta(hours=args.valid_for),
+    )
+    signed = (
+        f"Ed25519-signed by key {approval.key_id}"
+        if approval.signature
+        else "unsigned (give --signing-key or $PTE_APPROVAL_SIGNING_KEY_FILE to sign)"
+    )
+    print(
+        f"approved plan {plan.hash} by {args.by} at {approval.at} until {approval.expires}, {signed}; "
+        f"recorded in {args.approvals}"
+    )
+    return EXIT_OK
+
+
+def cmd_keys_generate(args: argparse.Namespace) -> int:
+    from pte._signing import SigningKey
+
+    private, public = Path(args.private), Path(args.public)
+    for path in (private, public):
+        if path.exists() and not args.force:
+            raise UsageError(f"{path} exists; use --force to overwrite it")
+    key = SigningKey.generate()
+    try:
+        # The private key file is created readable by its owner only.
+        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key.to_pem())
+        public.write_bytes(key.public_key.to_pem())
+    except OSError as exc:
+        raise UsageError(f"cannot write the key files: {exc}") from None
+    print(
+        f"Ed25519 approval key {key.public_key.key_id}: private key in {private} (approvers only: "
+        f"pte approve --signing-key), public key in {public} (executing machines: --approval-keys)"
+    )
+    return EXIT_OK
+
+
+def cmd_ledger_init(args: argparse.Namespace) -> int:
+    from pte._tools import load_pack
+
+    module = sys.modules[load_pack("backoffice")["list_overdue_invoices"].func.__module__]
+    path = Path(args.path or os.environ.get("PTE_LEDGER", "pte_ledger.sqlite"))
+    if path.exists() and not args.force:
+        raise UsageError(f"{path} exists; use --force to recreate it")
+    module.create_sample_ledger(path, overwrite=True)
+    print(f"sample ledger created at {path} (set PTE_LEDGER={path} to use it)")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pte._demo import run_demo
+
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out!r} exists and is not a directory")
+    return run_demo(out_dir=args.out, as_json=args.json)
+
+
+def cmd_approvals_list(args: argparse.Namespace) -> int:
+    from pte import _cli_store as cli_store
+
+    return cli_store.approvals_list(args)
+
+
+def cmd_approvals_expire(args: argparse.Namespace) -> int:
+    from pte import _cli_store as cli_store
+
+    return cli_store.approvals_expire(args, _registry(args))
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    from pte import _cli_store as cli_store
+
+    return cli_store.decide(args, approve=False)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pte import _cli_store as cli_store
+
+    registry = _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    if args.replay_responses or args.model or args.base_url:
+        _llm(args)  # a bad LLM setting is a usage error here, not in every task
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return cli_store.worker(args, _packs(args), policy)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from pte import _cli_store as cli_store
+
+    registry = _registry(args)
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return cli_store.submit(args, _packs(args), policy)
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+
+def _add_run_store(parser: argparse.ArgumentParser) -> None:
+    from pte import _cli_store as cli_store
+
+    cli_store.add_store(parser)
+    parser.add_argument("--run-id", help="with --store: the run id (default: a new one)")
+    parser.add_argument(
+        "--approval-ttl", type=float, metavar="SECONDS", help="with --store: how long a paused run waits"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pte import _cli_store as cli_store
+
+    parser = argparse.ArgumentParser(prog="pte", description="PTE: a strict plan-then-execute engine.")
+    parser.add_argument("--version", action="version", version=f"pte {__version__}")
+    parser.add_argument(
+        "--log-format", choices=["auto", "json", "console"], default="auto", help="engine logs on stderr"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no engine logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("schema", help="print a JSON Schema (the plan schema by default)")
+    p.add_argument("which", nargs="?", choices=["plan", "audit", "manifest", "policy"], default="plan")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("validate", help="compile a plan file without running it")
+    p.add_argument("plan_file")
+    _add_tools(p)
+    _add_json(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("execute", help="compile and execute a plan file (no LLM involved)")
+    p.add_argument("plan_file")
+    _add_tools(p)
+    p.add_argument("--audit", metavar="LOG", help="audit log (JSON Lines) to append to")
+    _add_run_store(p)
+    _add_approvals(p)
+    p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
+    add_execution_flags(p)
+    _add_json(p)
+    p.set_defaults(func=cmd_execute)
+
+    p = sub.add_parser("run", help="plan a request with an LLM, execute it, and answer")
+    p.add_argument("request")
+    _add_tools(p)
+    p.add_argument("--audit", metavar="LOG")
+    _add_run_store(p)
+    _add_llm(p)
+    p.add_argument("--max-replans", type=non_negative_int, default=2)
+    p.add_argument(
+        "--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer"
+    )
+    _add_approvals(p)
+    p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")
+    add_execution_flags(p)
+    _add_json(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("plan", help="compile a request into a plan file for review (nothing runs)")
+    p.add_argument("request")
+    _add_tools(p)
+    p.add_argument("-o", "--output", required=True, metavar="PLAN_FILE")
+    p.add_argument("--audit", metavar="LOG", help="also record the planner call")
+    _add_llm(p)
+    _add_json(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash")
+    p.add_argument("plan_file", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run")
+    p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
+    p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
+    p.add_argument(
+        "--signing-key",
+        metavar="FILE",
+        help="the approver's Ed25519 private key (PEM; default $PTE_APPROVAL_SIGNING_KEY_FILE)",
+    )
+    p.add_argument(
+        "--valid-for", type=float, default=24.0, metavar="HOURS", help="how long the approval counts (24)"
+    )
+    _add_tools(p, required=False)
+    cli_store.add_store(p)
+    p.add_argument("--plan-hash", help="with --store: the plan hash you reviewed")
+    p.add_argument("--broker", help="with --store: also queue the run so a worker continues it")
+    p.set_defaults(func=cmd_approve)
+
+    keys = sub.add_parser("keys", help="approval signing keys").add_subparsers(
+        dest="keys_command", metavar="ACTION", required=True
+    )
+    p = keys.add_parser("generate", help="create an Ed25519 key pair for approvals")
+    p.add_argument("--private", required=True, metavar="FILE", help="private key (PEM, mode 0600)")
+    p.add_argument("--public", required=True, metavar="FILE", help="public key (PEM)")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_keys_generate)
+
+    audit = sub.add_parser("audit", help="verify, checkpoint, show or report an audit log").add_subparsers(
+        dest="audit_command", metavar="ACTION", required=True
+    )
+    from pte._cli_audit import add_audit_commands
+
+    add_audit_commands(audit)
+
+    from pte._cli_replay import add_replay_commands
+
+    add_replay_commands(sub)
+
+    cli_store.add_commands(sub, _add_tools, _add_json, _add_llm)
+
+    p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
+    p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")
+    _add_json(p)
+    p.set_defaults(func=cmd_demo)
+
+    ledger = sub.add_parser("ledger", help="the sample back-office ledger").add_subparsers(
+        dest="ledger_command", metavar="ACTION", required=True
+    )
+    p = ledger.add_parser("init", help="create the sample SQLite ledger")
+    p.add_argument("--path", help="default: $PTE_LEDGER or ./pte_ledger.sqlite")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_ledger_init)
+    return parser
+
+
+def _fail_usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.print_usage(sys.stderr)
+    print(f"pte: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `pte` console script.
+
+    Everything printed goes through the audit log's redaction (`RedactingWriter`); Ctrl-C
+    exits 130 after the run is sealed as ``interrupted``; no input ends in a traceback.
+    """
+    global _redactor
+    parser = build_parser()
+    try:
+        _redactor = Redactor.from_env()
+    except ValueError as exc:
+        _fail_usage(parser, f"cannot load the secret rules: {exc}")
+    try:
+        with redacted_output(_redactor):
+            return guarded(lambda: _main(parser, argv), debug=bool(os.environ.get("PTE_DEBUG")))
+    finally:
+        _redactor = None
+
+
+def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    args = parser.parse_args(argv)
+    if not args.quiet:
+        from pte._logs import configure_logging
+
+        json_lines = {"auto": None, "json": True, "console": False}[args.log_format]
+        configure_logging(json_lines=json_lines)
+    return run_command(args.func, args, lambda message: _fail_usage(parser, message))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""`pte audit ...`: verify (with checkpoints), show, checkpoint, keygen, report.
+
+Exit codes as for every command: 0 ok, 1 the log (or a checkpoint) does not hold, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pte._cli import EXIT_FAILED, EXIT_OK, UsageError, _add_json, _print_json
+from pte._cli_support import input_file, output_file
+
+__all__ = ["add_audit_commands"]
+
+
+def _existing_log(path: str) -> str:
+    input_file(path, "audit log")  # a missing, directory or FIFO path is a usage error
+    return path
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from pte._audit import verify
+    from pte._checkpoint import CheckpointError, load_public_key, verify_checkpoints
+    from pte.stores import is_store_url
+
+    if is_store_url(args.log):
+        if args.checkpoint is not None:
+            raise UsageError("--checkpoint works on an audit log file, not a store URL")
+        from pte import _cli_store as cli_store
+
+        return cli_store.audit_verify(args)
+    log = _existing_log(args.log)
+    if (args.checkpoint is None) != (args.public_key is None):
+        raise UsageError("--checkpoint and --public-key go together")
+    input_file(args.checkpoint, "checkpoint file")
+    checkpoint: Any = None
+    if args.checkpoint is not None:
+        try:
+            key = load_public_key(args.public_key)
+            checkpoint = verify_checkpoints(log, args.checkpoint, key)
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        report = checkpoint.log
+    else:
+        report = verify(log)
+    ok = report.ok and (checkpoint is None or checkpoint.ok)
+    if args.json:
+        status = "ok" if report.ok else ("incomplete" if report.intact else "tampered")
+        if report.intact and checkpoint is not None and not checkpoint.ok:
+            status = "tampered"
+        _print_json(
+            {
+                "status": status,
+                **report.to_dict(),
+                "checkpoint": checkpoint.to_dict() if checkpoint is not None else None,
+            }
+        )
+        return EXIT_OK if ok else EXIT_FAILED
+    fmt = f"format {report.format}" + (" (legacy, read-only)" if report.format == 1 else "")
+    if checkpoint is not None and not checkpoint.ok:
+        print(f"FAILED: {checkpoint.problem}")
+    elif report.ok:
+        anchored = (
+            f"; {checkpoint.checked} signed checkpoint(s) hold, covering {checkpoint.covered} record(s)"
+            if checkpoint is not None
+            else ""
+        )
+        print(
+            f"ok: {report.records} record(s), {report.runs} run(s), {fmt}, chain and schema intact, "
+            f"every run sealed{anchored}"
+        )
+    elif report.intact:
+        print(f"incomplete: {report.issue}")
+    else:
+        print(f"FAILED: {report.issue}")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_audit_show(args: argparse.Namespace) -> int:
+    from pte._audit import AuditFormatError, iter_records
+    from pte._audit_show import render_record
+    from pte.stores import is_store_url
+
+    if is_store_url(args.log):
+        from pte import _cli_store as cli_store
+
+        return cli_store.audit_show(args)
+    log = _existing_log(args.log)
+    # Streamed: one record in memory at a time, whatever the size of the log.
+    shown = 0
+    try:
+        for _, record in iter_records(log, skip_partial_tail=True):
+            print(render_record(record))
+            shown += 1
+    except AuditFormatError as exc:
+        print(f"cannot read {log}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if not shown:
+        print(f"nothing to show: {log} holds no complete record", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
+    from pte._checkpoint import CheckpointError, load_private_key, write_checkpoint
+
+    log = _existing_log(args.log)
+    out = str(output_file(args.out or f"{log}.checkpoints", "checkpoint file"))
+    try:
+        key = load_private_key(args.key)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        checkpoint = write_checkpoint(log, key, out)
+    except CheckpointError as exc:
+        print(f"FAILED: {exc}")
+        return EXIT_FAILED
+    except OSError as exc:
+        raise UsageError(f"cannot write checkpoint file {out!r}: {exc.strerror or exc}") from None
+    if args.json:
+        _print_json({**checkpoint.to_dict(), "file": out})
+    else:
+        print(
+            f"checkpoint appended to {out}: {checkpoint.records} record(s), head {checkpoint.head[:16]}…, "
+            f"log {checkpoint.log_id[:16]}…, key {checkpoint.key_id[:16]}…"
+        )
+    return EXIT_OK
+
+
+def cmd_audit_keygen(args: argparse.Namespace) -> int:
+    from pte._checkpoint import CheckpointError, generate_key
+
+    output_file(args.path, "key file")
+    try:
+        public = generate_key(args.path)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.path!r}: {exc.strerror or exc}") from None
+    print(f"Ed25519 key written to {args.path} (keep it secret) and {public} (give it to verifiers)")
+    return EXIT_OK
+
+
+def cmd_audit_report(args: argparse.Namespace) -> int:
+    from pte._checkpoint import CheckpointError
+    from pte._report import ReportError, write_report
+
+    log = _existing_log(args.log)
+    if (args.checkpoint is None) != (args.public_key is None):
+        raise UsageError("--checkpoint and --public-key go together")
+    input_file(args.checkpoint, "checkpoint file")
+    output_file(args.out, "report")
+    try:
+        path = write_report(
+            log, args.out, run_id=args.run, checkpoint=args.checkpoint, public_key=args.public_key
+        )
+    except (ReportError, CheckpointError) as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out!r}: {exc.strerror or exc}") from None
+    print(f"report written to {path}")
+    return EXIT_OK
+
+
+def add_audit_commands(sub: Any) -> None:
+    """Register the ``pte audit`` sub-commands on `sub` (an argparse sub-parsers action)."""
+    p = sub.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
+    p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
+    p.add_argument(
+        "--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints (PEM file or env:NAME)"
+    )
+    _add_json(p)
+    p.set_defaults(func=cmd_audit_verify)
+
+    p = sub.add_parser("show", help="a readable timeline of the runs in a log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: the run to show")
+    p.set_defaults(func=cmd_audit_show)
+
+    p = sub.add_parser("checkpoint", help="append a signed checkpoint (log id, records, head hash, time)")
+    p.add_argument("log")
+    p.add_argument("--key", required=True, metavar="KEY", help="Ed25519 signing key (PEM file or env:NAME)")
+    p.add_argument("-o", "--out", metavar="FILE", help="checkpoint file (default: LOG.checkpoints)")
+    _add_json(p)
+    p.set_defaults(func=cmd_audit_checkpoint)
+
+    p = sub.add_parser("report", help="one self-contained HTML page per log (or run) for auditors")
+    p.add_argument("log")
+    p.add_argument("-o", "--out", required=True, metavar="FILE", help="the HTML file to write")
+    p.add_argument("--run", metavar="RUN_ID", help="only this run (default: every run in the log)")
+    p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
+    p.add_argument("--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints")
+    p.set_defaults(func=cmd_audit_report)
+
+    p = sub.add_parser("keygen", help="write a new Ed25519 key pair (PATH and PATH.pub)")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_audit_keygen)

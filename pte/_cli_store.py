@@ -1,0 +1,471 @@
+"""The `pte` commands for run stores, paused approvals and workers (wired up in `pte._cli`).
+
+Store URLs (``sqlite:///abs/path.db``, ``sqlite:rel.db``, ``postgresql://…``) are accepted
+wherever a command reads runs: ``pte audit verify|show``, ``pte replay`` and ``pte resume``
+take ``URL --run RUN_ID`` as well as a JSON Lines file. ``--store`` defaults to
+``$PTE_STORE`` and ``--broker`` to ``$PTE_BROKER``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pte._cli_support import add_execution_flags, execution_settings
+from pte._errors import FailedClosed, PTEError
+from pte.stores import Store, StoreError, open_store
+
+__all__ = ["add_commands"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Usage(Exception):
+    pass
+
+
+def _usage_error() -> type[Exception]:
+    from pte._cli import UsageError
+
+    return UsageError
+
+
+def _store(url: str | None) -> Store:
+    url = url or os.environ.get("PTE_STORE")
+    if not url:
+        raise _usage_error()("--store is required (or set PTE_STORE): sqlite:///path.db or postgresql://…")
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        raise _usage_error()(str(exc)) from None
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def _run_ids(store: Store, run: str | None) -> list[str]:
+    if run is not None:
+        try:
+            known = store.run(run) is not None or bool(list(store.lines(run)))
+        except StoreError as exc:
+            raise _usage_error()(str(exc)) from None
+        if not known:
+            raise _usage_error()(f"no run {run!r} in {store.describe()}")
+        return [run]
+    return [info.run_id for info in store.runs()]
+
+
+# --- audit verify / show, replay on a store ----------------------------------------------------
+
+
+def audit_verify(args: argparse.Namespace) -> int:
+    """``pte audit verify URL [--run ID]``: every run (or one) verified as stored."""
+    with _store(args.log) as store:
+        try:
+            run_ids = _run_ids(store, args.run)
+            results = []
+            for run_id in run_ids:
+                report = store.verify(run_id)
+                in_db = getattr(store, "verify_in_database", None)
+                server = in_db(run_id) if in_db is not None else None
+                info = store.run(run_id)
+                paused = info is not None and info.status == "awaiting_approval"
+                ok = report.intact and server is None and (report.complete or paused)
+                status = (
+                    "ok"
+                    if ok and report.complete
+                    else "awaiting_approval"
+                    if ok
+                    else ("incomplete" if report.intact and server is None else "tampered")
+                )
+                results.append(
+                    {
+                        "run_id": run_id,
+                        "status": status,
+                        "ok": ok,
+                        "database_check": server,
+                        **report.to_dict(),
+                    }
+                )
+        except StoreError as exc:
+            print(f"cannot verify {store.describe()}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    bad = [r for r in results if not r["ok"]]
+    if args.json:
+        _print_json({"store": store.describe(), "runs": len(results), "failed": len(bad), "results": results})
+    else:
+        for r in results:
+            if not r["ok"] or args.run is not None:
+                issue = r["database_check"] or (r["issue"] or {}).get("message") or ""
+                print(
+                    f"{r['run_id']}: {r['status'].upper() if not r['ok'] else r['status']}"
+                    + (f": {issue}" if issue else f" ({r['records']} records)")
+                )
+        print(f"{len(results) - len(bad)} of {len(results)} run(s) verified in {store.describe()}")
+    return EXIT_OK if results and not bad else EXIT_FAILED
+
+
+def audit_show(args: argparse.Namespace) -> int:
+    from pte._audit import render_timeline
+
+    if args.run is None:
+        raise _usage_error()("--run RUN_ID is required with a store URL")
+    with _store(args.log) as store:
+        _run_ids(store, args.run)
+        print(render_timeline(store.records(args.run)))
+    return EXIT_OK
+
+
+def replay(args: argparse.Namespace, registry: Any) -> int:
+    from pte._replay import ReplayReport, replay_run
+
+    with _store(args.log) as store:
+        runs = []
+        for run_id in _run_ids(store, args.run):
+            records = store.records(run_id)
+            runs.append(
+                replay_run(
+                    list(enumerate(records, 1)),
+                    registry=registry,
+                    live=args.live,
+                    allow_writes=args.allow_writes,
+                )
+            )
+    report = ReplayReport(store.describe(), runs)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+# --- running in a store, pausing, deciding, resuming -------------------------------------------
+
+
+def _gate(store: Store, registry: Any, args: argparse.Namespace) -> Any:
+    from pte._approval import ApprovalStore
+    from pte._cli import _approval_keys
+    from pte._runs import pausing_gate
+
+    approvals = ApprovalStore(args.approvals) if getattr(args, "approvals", None) else None
+    ttl = timedelta(seconds=getattr(args, "approval_ttl", None) or 86400)
+    return pausing_gate(store, registry, keys=_approval_keys(args), ttl=ttl, approvals=approvals)
+
+
+def report(result: Any, args: argparse.Namespace, store: Store) -> int:
+    from pte._runs import PausedRun
+
+    if isinstance(result, PausedRun):
+        if args.json:
+            _print_json({**result.to_dict(), "store": store.describe()})
+        else:
+            print(
+                f"awaiting_approval: run {result.run_id} waits for a person to approve plan "
+                f"{result.plan_hash} "
+                f"({', '.join(result.tools)}) until {result.expires_at}.\n"
+                f"  pte approvals list --store URL; pte approve {result.run_id} --by NAME --store URL; "
+                f"pte resume {result.run_id} --store URL --tools …"
+            )
+        return EXIT_OK
+    from pte._cli import _report_run
+
+    return int(_report_run(result, args, f"{store.describe()} run {result.run_id}"))
+
+
+def run_or_execute(
+    args: argparse.Namespace, engine_factory: Any, *, plan_text: str | None, request: str | None
+) -> int:
+    """``pte execute|run … --store URL``: the run is kept in the store and may pause."""
+    from pte._runs import run_in_store
+
+    with _store(args.store) as store:
+        engine = engine_factory(_gate_factory(store, args))
+        result = run_in_store(engine, store, run_id=args.run_id, plan_text=plan_text, request=request)
+        return report(result, args, store)
+
+
+def _gate_factory(store: Store, args: argparse.Namespace) -> Any:
+    return lambda registry: _gate(store, registry, args)
+
+
+def approvals_list(args: argparse.Namespace) -> int:
+    with _store(args.store) as store:
+        waiting = store.runs("awaiting_approval")
+    if args.json:
+        _print_json([{**info.to_dict(), "plan": info.plan} for info in waiting])
+        return EXIT_OK
+    if not waiting:
+        print("no run is awaiting approval")
+    for info in waiting:
+        print(f"{info.run_id}  plan {info.plan_hash}  tools {','.join(info.tools)}  until {info.expires_at}")
+        if args.plans and info.plan is not None:
+            print(json.dumps(info.plan, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def approvals_expire(args: argparse.Namespace, registry: Any) -> int:
+    """``pte approvals expire``: end every paused run whose deadline passed with no decision.
+
+    Each is resumed: the gate finds no counting approval after the deadline and the run ends
+    ``failed_closed(approval_missing)`` on the record. Run it from cron, or any time.
+    """
+    from pte._runs import resume_run
+    from pte._workers import _expired
+
+    ended = []
+    with _store(args.store) as store:
+        for info in store.runs("awaiting_approval"):
+            if not _expired(info.expires_at) or store.decisions(info.run_id):
+                continue
+            try:
+                result = resume_run(store, info.run_id, registry, gate=_gate(store, registry, args))
+            except FailedClosed as exc:
+                print(f"{info.run_id}: cannot end it: {exc.message}", file=sys.stderr)
+                continue
+            ended.append(
+                {
+                    "run_id": info.run_id,
+                    "status": result.status,
+                    "reason": getattr(getattr(result, "reason", None), "value", None),
+                }
+            )
+    if args.json:
+        _print_json(ended)
+    else:
+        for item in ended:
+            print(f"{item['run_id']}: {item['status']}({item['reason']})")
+        print(f"{len(ended)} expired run(s) ended")
+    return EXIT_OK
+
+
+def decide(args: argparse.Namespace, *, approve: bool) -> int:
+    from pte._approval import signing_key_from_env
+    from pte._runs import decide as record_decision
+    from pte._signing import KeyFileError
+
+    try:
+        signing_key = signing_key_from_env(getattr(args, "signing_key", None))
+    except KeyFileError as exc:
+        print(f"not recorded: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    with _store(args.store) as store:
+        try:
+            decision = record_decision(
+                store,
+                args.target,
+                by=args.by,
+                approve=approve,
+                note=getattr(args, "note", None),
+                signing_key=signing_key,
+                plan_hash=getattr(args, "plan_hash", None),
+            )
+        except (StoreError, ValueError) as exc:
+            print(f"not recorded: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print(
+            f"{decision.decision}: plan {decision.plan_hash} of run {decision.run_id} by {decision.by} "
+            f"at {decision.at}"
+        )
+        if getattr(args, "broker", None) or os.environ.get("PTE_BROKER"):
+            _enqueue(args, [decision.run_id])
+            print(f"run {decision.run_id} queued to resume")
+        else:
+            print(f"continue it with: pte resume {decision.run_id} --store URL --tools …")
+    return EXIT_OK
+
+
+def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
+    """``pte resume RUN_ID --store URL``: continue the same run (after a crash or a decision)."""
+    from pte._runs import resume_run
+
+    with _store(args.store) as store:
+        _run_ids(store, args.log)
+        info = store.run(args.log)
+        if info is None:
+            raise _usage_error()(f"no run {args.log!r} in {store.describe()}")
+        if info.status == "awaiting_approval" and not store.decisions(args.log):
+            from pte._workers import _expired
+
+            if not _expired(info.expires_at):
+                print(
+                    f"run {args.log} is awaiting approval of plan {info.plan_hash} until {info.expires_at}: "
+                    f"approve or reject it first (pte approve {args.log} --by NAME)",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILED
+        try:
+            result = resume_run(store, args.log, registry, gate=_gate(store, registry, args), llm=llm)
+        except FailedClosed as exc:
+            print(f"cannot resume: {exc.message}", file=sys.stderr)
+            return EXIT_FAILED
+        return report(result, args, store)
+
+
+# --- workers ----------------------------------------------------------------------------------
+
+
+def _broker(args: argparse.Namespace) -> str:
+    broker = getattr(args, "broker", None) or os.environ.get("PTE_BROKER")
+    if not broker:
+        raise _usage_error()("--broker is required (or set PTE_BROKER): redis://host:6379/0")
+    return str(broker)
+
+
+def _enqueue(args: argparse.Namespace, run_ids: list[str]) -> None:
+    from pte._workers import enqueue, make_app
+
+    enqueue(make_app(_broker(args)), run_ids)
+
+
+def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = None) -> int:
+    from pte._workers import QUEUE, WorkerConfig, make_app
+
+    broker = _broker(args)
+    with _store(args.store):  # fail early on a bad store, in the parent
+        pass
+    llm = {
+        name: value
+        for name, value in (
+            ("model", args.model), ("base_url", args.base_url), ("replay_responses", args.replay_responses),
+            ("timeout", args.timeout), ("max_retries", args.max_retries),
+        )
+        if value is not None
+    } if (args.model or args.base_url or args.replay_responses) else {}  # fmt: skip
+    execution = execution_settings(args)
+    config = WorkerConfig(
+        args.store or os.environ["PTE_STORE"],
+        tuple(packs),
+        args.approval_ttl or 86400.0,
+        json.dumps(llm),
+        json.dumps(policy_document),
+        execution["max_concurrency"],
+        execution["serial_writes"],
+    )
+    os.environ.update(config.to_env())
+    app = make_app(broker, visibility_timeout=args.visibility_timeout)
+    argv = [
+        "worker",
+        "-Q",
+        QUEUE,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--loglevel",
+        args.loglevel,
+        "-n",
+        args.name or f"pte-{os.getpid()}@%h",
+    ]
+    argv += (
+        ["--pool", "solo"] if args.concurrency == 1 else ["--pool", "prefork", "-c", str(args.concurrency)]
+    )
+    app.worker_main(argv)
+    return EXIT_OK
+
+
+def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> int:
+    from pte._workers import submit_job
+
+    if args.count < 1:
+        raise _usage_error()("--count must be at least 1")
+    if (args.plan_file is None) == (args.request is None):
+        raise _usage_error()("give a plan file or --request, not both")
+    if args.request is not None:
+        job = {"mode": "run", "request": args.request, "tools": packs, "policy": policy_document}
+    else:
+        if not Path(args.plan_file).is_file():
+            raise _usage_error()(f"plan file {args.plan_file!r} does not exist")
+        text = Path(args.plan_file).read_text(encoding="utf-8")
+        job = {"mode": "execute", "plan_text": text, "tools": packs, "policy": policy_document}
+    with _store(args.store) as store:
+        try:
+            run_ids = [
+                submit_job(store, job, run_id=args.run_id if args.count == 1 else None)
+                for _ in range(args.count)
+            ]
+        except StoreError as exc:
+            print(f"not submitted: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    _enqueue(args, run_ids)
+    if args.json:
+        _print_json({"submitted": run_ids})
+    else:
+        for run_id in run_ids:
+            print(run_id)
+    return EXIT_OK
+
+
+def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
+    """Register ``approvals``, ``reject``, ``worker`` and ``submit`` (the rest extend existing ones)."""
+    from pte._cli import cmd_approvals_expire, cmd_approvals_list, cmd_reject, cmd_submit, cmd_worker
+
+    approvals = sub.add_parser("approvals", help="runs awaiting approval").add_subparsers(
+        dest="approvals_command", metavar="ACTION", required=True
+    )
+    p = approvals.add_parser("list", help="list the runs that wait for a person's approval")
+    add_store(p)
+    p.add_argument("--plans", action="store_true", help="print each waiting plan")
+    add_json(p)
+    p.set_defaults(func=cmd_approvals_list)
+    p = approvals.add_parser("expire", help="end the paused runs whose approval deadline has passed")
+    add_tools(p)
+    add_store(p)
+    add_json(p)
+    p.set_defaults(func=cmd_approvals_expire)
+
+    p = sub.add_parser("reject", help="reject the plan a paused run waits with (it ends approval_rejected)")
+    p.add_argument("target", metavar="RUN_ID")
+    p.add_argument("--by", required=True, metavar="NAME")
+    p.add_argument("--note", help="why (recorded)")
+    p.add_argument("--plan-hash", help="the plan hash you reviewed (refused if it is not the waiting plan)")
+    add_store(p)
+    p.add_argument("--broker", help="also queue the run so a worker ends it (default $PTE_BROKER)")
+    p.set_defaults(func=cmd_reject)
+
+    p = sub.add_parser("worker", help="start a Celery worker that runs submitted runs from a store")
+    add_tools(p)
+    add_store(p)
+    p.add_argument("--broker", help="Celery broker URL, e.g. redis://127.0.0.1:6379/0 (default $PTE_BROKER)")
+    p.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--name", help="worker node name")
+    p.add_argument(
+        "--visibility-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before an unacknowledged run is delivered again (default 60)",
+    )
+    p.add_argument(
+        "--approval-ttl", type=float, help="seconds a paused run waits for a decision (default 86400)"
+    )
+    p.add_argument("--loglevel", default="WARNING")
+    add_execution_flags(p)
+    add_llm(p)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("submit", help="queue runs of a plan file (or a request) for the workers")
+    p.add_argument("plan_file", nargs="?", help="a plan file (or give --request)")
+    p.add_argument("--request", help="a request the worker plans with its LLM endpoint")
+    add_tools(p)
+    add_store(p)
+    p.add_argument("--broker", help="Celery broker URL (default $PTE_BROKER)")
+    p.add_argument("--count", type=int, default=1, help="submit this many runs of the plan")
+    p.add_argument("--run-id", help="the run id (with --count 1)")
+    add_json(p)
+    p.set_defaults(func=cmd_submit)
+
+
+def add_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store", metavar="URL", help="run store: sqlite:///path.db or postgresql://… (default $PTE_STORE)"
+    )
+
+
+def store_error_exit(exc: PTEError) -> int:
+    print(f"store error: {exc}", file=sys.stderr)
+    return EXIT_FAILED

@@ -1,0 +1,350 @@
+"""`pte demo`: the engine end to end, fully offline, on the back-office pack.
+
+The planner's, replanner's and finalizer's answers are RECORDED responses served by
+`ReplayClient` (no model is called and no network is used); everything else is the real
+engine: compile, policy checks, approvals, the executor, the SQLite ledger tools and the
+audit log, which is verified at the end of every scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pte._approval import ApprovalStore, approval_hook
+from pte._audit import AuditLog, verify
+from pte._engine import Engine, EngineConfig, RunResult
+from pte._llm import ReplayClient
+from pte._policy import Policy
+from pte._tools import Registry, load_registry
+
+__all__ = ["SCENARIOS", "DemoOutcome", "Scenario", "demo_registry", "run_demo", "run_scenario"]
+
+STOCK = ("backoffice", "calculator", "shaping")
+
+
+def _ref(target: str) -> dict[str, str]:
+    return {"$ref": target}
+
+
+def _plan(*steps: dict[str, Any], result: Any = None) -> str:
+    doc: dict[str, Any] = {"pte_plan": "1", "steps": list(steps)}
+    if result is not None:
+        doc["result"] = result
+    return json.dumps(doc, indent=1)
+
+
+def _step(step_id: str, tool: str, **args: Any) -> dict[str, Any]:
+    return {"id": step_id, "tool": tool, "args": args}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One demo run: a request, the recorded LLM answers, and what the run must end with."""
+
+    name: str
+    request: str
+    responses: Sequence[str]
+    expect_status: str
+    expect_reason: str | None = None
+    max_replans: int = 2
+    approve_by: str | None = None
+    note: str = ""
+
+
+_THREE_FIGURES = _plan(
+    _step("a", "customer_balance", customer_id="C002"),
+    _step("b", "customer_balance", customer_id="C004"),
+    _step("c", "customer_balance", customer_id="C016"),
+    _step(
+        "total",
+        "calculator",
+        expression="a + b + c",
+        variables={"a": _ref("a/open_total"), "b": _ref("b/open_total"), "c": _ref("c/open_total")},
+    ),
+    _step(
+        "share",
+        "calculator",
+        expression="c / t * 100",
+        variables={"c": _ref("c/open_total"), "t": _ref("total/value")},
+        places=2,
+    ),
+    result={
+        "figures": {"C002": _ref("a/open_total"), "C004": _ref("b/open_total"), "C016": _ref("c/open_total")},
+        "total_eur": _ref("total/value"),
+        "c016_share_pct": _ref("share/value"),
+    },
+)
+
+_SUPPLIER_PAYMENT = _plan(
+    _step("sup", "get_supplier", supplier_id="S003"),
+    _step(
+        "pay", "send_payment", iban=_ref("sup/iban"), amount="1240.00", currency="EUR", reference="DPM-7781"
+    ),
+    result=_ref("pay/payment_id"),
+)
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="overdue_reminders",
+        request="Which invoices are more than 30 days overdue, what is outstanding in EUR, "
+        "and queue email reminders.",
+        responses=[
+            _plan(
+                _step("inv", "list_overdue_invoices", days=30),
+                _step("remind", "send_reminders", invoice_ids=_ref("inv/ids"), channel="email"),
+                result={
+                    "overdue": _ref("inv/count"),
+                    "outstanding": _ref("inv/total"),
+                    "currency": _ref("inv/total_currency"),
+                    "reminders_queued": _ref("remind/queued"),
+                },
+            ),
+            "10 invoices are more than 30 days overdue, with EUR 84454.79 outstanding in total; "
+            "an email reminder was queued for each of them.",
+        ],
+        expect_status="succeeded",
+        note="read tool → idempotent write tool by reference",
+    ),
+    Scenario(
+        name="three_figures_share",
+        request="Look up the open balances of customers C002, C004 and C016, total them, "
+        "and give C016's share of the total in percent.",
+        responses=[
+            _THREE_FIGURES,
+            "C002 owes EUR 44574.39, C004 EUR 5630.19 and C016 EUR 8888.67: EUR 59093.25 in total, "
+            "of which C016's share is 15.04%.",
+        ],
+        expect_status="succeeded",
+        note="every figure moves by reference into the calculator: the total is exact",
+    ),
+    Scenario(
+        name="replan_after_failure",
+        request="How much is outstanding on invoice INV-1006?",
+        responses=[
+            _plan(_step("inv", "get_invoice", invoice_id="INV-10O6"), result=_ref("inv/outstanding")),
+            _plan(_step("inv2", "get_invoice", invoice_id="INV-1006"), result=_ref("inv2/outstanding")),
+            "GBP 6088.40 is outstanding on invoice INV-1006 (Baker Street Legal LLP), 147 days overdue.",
+        ],
+        expect_status="succeeded",
+        note="a failed step, then one replan",
+    ),
+    Scenario(
+        name="invalid_json",
+        request="Total the overdue invoices.",
+        responses=["Sure! I would call list_overdue_invoices and then add up the amounts for you."],
+        expect_status="failed_closed",
+        expect_reason="invalid_json",
+        note="prose instead of a plan",
+    ),
+    Scenario(
+        name="tool_not_allowed",
+        request="Clean up the paid invoices.",
+        responses=[_plan(_step("rm", "delete_invoice", invoice_id="INV-1001"))],
+        expect_status="failed_closed",
+        expect_reason="tool_not_allowed",
+        note="a tool outside the allow-list",
+    ),
+    Scenario(
+        name="bad_args",
+        request="Queue reminders for the overdue invoices.",
+        responses=[
+            _plan(
+                _step("inv", "list_overdue_invoices", days=30),
+                _step("remind", "send_reminders", invoice_ids=_ref("inv/count")),
+            )
+        ],
+        expect_status="failed_closed",
+        expect_reason="invalid_args",
+        note="an integer wired into a list parameter, caught before anything runs",
+    ),
+    Scenario(
+        name="replans_exhausted",
+        request="How much is outstanding on invoice INV-2001?",
+        responses=[
+            _plan(_step("inv", "get_invoice", invoice_id="INV-2001"), result=_ref("inv/outstanding")),
+            _plan(_step("inv2", "get_invoice", invoice_id="INV-2001"), result=_ref("inv2/outstanding")),
+        ],
+        expect_status="failed_closed",
+        expect_reason="replans_exhausted",
+        max_replans=1,
+        note="the invoice does not exist: one replan, then fail closed",
+    ),
+    Scenario(
+        name="injected_iban_blocked",
+        request="Pay the supplier invoice in document DOC-004.",
+        responses=[
+            _plan(
+                _step("doc", "read_document", document_id="DOC-004"),
+                _step(
+                    "pay",
+                    "send_payment",
+                    iban=_ref("doc/iban"),
+                    amount=_ref("doc/amount"),
+                    currency=_ref("doc/currency"),
+                    reference="NW-2291",
+                ),
+            )
+        ],
+        expect_status="failed_closed",
+        expect_reason="policy_violation",
+        note="an untrusted e-mail's IBAN wired into a payment: refused before any step runs",
+    ),
+    Scenario(
+        name="payment_unapproved",
+        request="Pay Dutch Paper Mills (S003) EUR 1240.00 for invoice DPM-7781.",
+        responses=[_SUPPLIER_PAYMENT],
+        expect_status="failed_closed",
+        expect_reason="approval_missing",
+        note="a clean payment plan, but nobody approved its hash",
+    ),
+    Scenario(
+        name="payment_approved",
+        request="Pay Dutch Paper Mills (S003) EUR 1240.00 for invoice DPM-7781.",
+        responses=[
+            _SUPPLIER_PAYMENT,
+            "Payment PO-0001 of EUR 1240.00 to Dutch Paper Mills B.V. (the IBAN on file) was submitted.",
+        ],
+        expect_status="succeeded",
+        approve_by="controller@example.com",
+        note="the same plan after `pte approve` recorded its hash",
+    ),
+)
+
+
+@dataclass
+class DemoOutcome:
+    """What one scenario did, and whether its audit log verified."""
+
+    scenario: Scenario
+    result: RunResult
+    audit_path: Path
+    audit_ok: bool
+    as_expected: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def demo_registry() -> Registry:
+    """The stock packs the demo runs on."""
+    return load_registry(STOCK)
+
+
+def run_scenario(
+    scenario: Scenario,
+    registry: Registry,
+    workdir: Path,
+    *,
+    audit_path: Path | None = None,
+    audit_factory: Callable[[Path], AuditLog] | None = None,
+) -> DemoOutcome:
+    """Run one scenario against the ledger in $PTE_LEDGER, writing its audit log under `workdir`."""
+    from pte._approval import approve, catalogue_fingerprint
+    from pte._compiler import compile_plan
+
+    path = audit_path or workdir / f"{scenario.name}.jsonl"
+    store = ApprovalStore(workdir / "approvals.jsonl")
+    policy = Policy.from_registry(registry)
+    if scenario.approve_by:
+        # The person reviewed the plan file (`pte plan`) and approved its exact hash (`pte approve`).
+        plan = compile_plan(scenario.responses[0], registry, checks=[policy.check()])
+        approve(plan, scenario.approve_by, store, catalogue=catalogue_fingerprint(registry, plan, policy))
+    engine = Engine(
+        registry,
+        ReplayClient(scenario.responses, model="recorded-demo-responses"),
+        config=EngineConfig(max_replans=scenario.max_replans),
+        policy=policy,
+        approval=approval_hook(store, registry=registry, policy=policy),
+    )
+    audit = audit_factory(path) if audit_factory else AuditLog(path)
+    with audit:
+        result = engine.run(scenario.request, audit)
+    report = verify(path)
+    as_expected = result.status == scenario.expect_status and (
+        (result.reason.value if result.reason else None) == scenario.expect_reason
+    )
+    return DemoOutcome(scenario, result, path, report.ok, as_expected and report.ok)
+
+
+def _table(outcomes: Sequence[DemoOutcome]) -> str:
+    header = ("scenario", "status", "reason", "LLM calls", "steps", "audit")
+    rows = [
+        (
+            o.scenario.name,
+            o.result.status,
+            o.result.reason.value if o.result.reason else "-",
+            str(o.result.llm_calls),
+            str(len(o.result.steps)),
+            "verified" if o.audit_ok else "FAILED",
+        )
+        for o in outcomes
+    ]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [line.format(*header), line.format(*("-" * w for w in widths))]
+    out += [line.format(*r) for r in rows]
+    return "\n".join(out)
+
+
+def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
+    """Run every scenario on a fresh sample ledger; print a table; exit 0 if all ended as expected."""
+    import os
+
+    from pte._tools import load_pack
+
+    with tempfile.TemporaryDirectory(prefix="pte-demo-") as tmp:
+        workdir = Path(out_dir) if out_dir else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        ledger = workdir / "ledger.sqlite"
+        backoffice = load_pack("backoffice")["list_overdue_invoices"].func
+        create = vars(__import__("sys").modules[backoffice.__module__])["create_sample_ledger"]
+        create(ledger, overwrite=True)
+        previous = os.environ.get("PTE_LEDGER")
+        os.environ["PTE_LEDGER"] = str(ledger)
+        try:
+            registry = demo_registry()
+            # Only this demo's own files: --out may point at a directory holding other logs.
+            for stale in [workdir / f"{s.name}.jsonl" for s in SCENARIOS] + [workdir / "approvals.jsonl"]:
+                stale.unlink(missing_ok=True)
+            outcomes = [run_scenario(s, registry, workdir) for s in SCENARIOS]
+        finally:
+            if previous is None:
+                os.environ.pop("PTE_LEDGER", None)
+            else:
+                os.environ["PTE_LEDGER"] = previous
+        all_ok = all(o.as_expected for o in outcomes)
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "status": "ok" if all_ok else "unexpected",
+                        "scenarios": [
+                            {
+                                "scenario": o.scenario.name,
+                                **o.result.to_dict(),
+                                "audit_verified": o.audit_ok,
+                                "as_expected": o.as_expected,
+                                "audit": str(o.audit_path) if out_dir else None,
+                            }
+                            for o in outcomes
+                        ],
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
+        else:
+            print(
+                "PTE demo: recorded LLM responses (no model, no network); "
+                "real engine, tools and audit logs.\n"
+            )
+            print(_table(outcomes))
+            three = next(o for o in outcomes if o.scenario.name == "three_figures_share")
+            if three.result.ok:
+                print(f"\nthree_figures_share result: {json.dumps(three.result.result)}")
+            print(f"\naudit logs: {workdir if out_dir else '(temporary; use --out DIR to keep them)'}")
+            print("all scenarios ended as expected" if all_ok else "SOME SCENARIOS DID NOT END AS EXPECTED")
+    return 0 if all_ok else 1

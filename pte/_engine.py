@@ -1,0 +1,603 @@
+"""The run state machine: Planner → compile → Executor → (Replanner → compile → Executor)* → Finalizer.
+
+The ErrorHandler is the only other exit: any `FailedClosed` raised along the way ends the
+run `failed_closed(reason)` and nothing is executed after it. Every transition is written
+to the audit log. The LLM is called by the planner (once), the replanner (once per
+failure) and the finalizer (once, or never); the executor never calls it.
+
+Replay drives this same code with a `ReplayClient` and recorded tool outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pte import _prompts as prompts
+from pte._audit import AuditLog
+from pte._compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
+from pte._control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
+from pte._errors import ApprovalMissing, AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
+from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
+from pte._fingerprint import run_started_fields
+from pte._labels import LabelTree
+from pte._llm import LLMClient, LLMResponse
+from pte._logs import get_logger, is_terminal
+from pte._otel import RunTracer, TracedAudit
+from pte._plan import Plan, plan_schema
+from pte._policy import Policy, PolicyCheck, plan_literals
+from pte._stages import continue_literals, next_stage
+from pte._tools import Registry
+
+__all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
+
+#: condition_not_met: a `require` step's condition was false (pte._control): not a failure.
+RunStatus = Literal["succeeded", "failed_closed", "condition_not_met"]
+PlanOrigin = Literal["planner", "replanner", "file", "stage"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a run is bounded and finished. Recorded in `run_started` so replay can reproduce it."""
+
+    max_replans: int = 2
+    limits: Limits = DEFAULT_LIMITS
+    #: Phrase the answer with one LLM call (True) or render the plan's result deterministically.
+    llm_answer: bool = True
+    #: Plans a run may chain with `continue` (pte._stages): the first plan is stage 1.
+    max_stages: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_replans": self.max_replans,
+            "limits": self.limits.to_dict(),
+            "llm_answer": self.llm_answer,
+            "max_stages": self.max_stages,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        recorded = data.get("limits") or {}
+        limits: dict[str, Any] = {k: int(v) for k, v in recorded.items()}
+        if recorded and "max_values" not in limits:
+            limits["max_values"] = None  # recorded before the value cap existed: it had none
+        return cls(
+            max_replans=int(data.get("max_replans", 2)),
+            limits=Limits(**limits),
+            llm_answer=bool(data.get("llm_answer", True)),
+            max_stages=int(data.get("max_stages", 3)),
+        )
+
+
+@dataclass
+class RunResult:
+    """How a run ended: `succeeded` with an answer, or `failed_closed` with a reason."""
+
+    run_id: str
+    status: RunStatus
+    reason: ReasonCode | None = None
+    message: str | None = None
+    answer: str | None = None
+    result: Any = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    steps: list[StepResult] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    llm_calls: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+    @property
+    def tools_called(self) -> list[str]:
+        """The tools called, in order (failed calls included)."""
+        return [s.tool for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "reason": self.reason.value if self.reason else None,
+            "message": self.message,
+            "answer": self.answer,
+            "result": self.result,
+            "steps": [
+                {
+                    "id": s.step_id,
+                    "tool": s.tool,
+                    "status": s.status,
+                    **({"error": s.error.to_dict()} if s.error else {}),
+                }
+                for s in self.steps
+            ],
+            "plan_hashes": [p.hash for p in self.plans],
+            "llm_calls": self.llm_calls,
+            "usage": self.usage,
+        }
+
+
+def render_result(result: Any) -> str:
+    """The deterministic answer: the result value as text (JSON for structured values)."""
+    if result is None:
+        return "The plan completed. It declares no result."
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+@dataclass
+class _Run:
+    audit: AuditLog
+    result: RunResult
+    #: Tool name of every completed step, across plans (what a replan may reference).
+    prior: dict[str, str] = field(default_factory=dict)
+    #: Provenance label set of every step of every accepted plan.
+    labels: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Label set of every such step's arguments (what its error message may quote).
+    input_labels: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Whether an LLM prompt of this run has shown untrusted data (sticky): later replans'
+    #: literals then count as untrusted, except values the first plan already had.
+    shown_untrusted: bool = False
+    #: Canonical JSON of the literals of plans written before any untrusted data was shown.
+    request_literals: frozenset[str] = frozenset()
+    #: OpenTelemetry spans of this run (inactive without a tracer provider).
+    tracer: RunTracer = field(default_factory=RunTracer.disabled)
+    #: Completed for_each steps (their output is a list): pte._control.
+    prior_lists: set[str] = field(default_factory=set)
+    #: Field-level labels of every step of every accepted plan (pte._labels).
+    label_trees: dict[str, LabelTree] = field(default_factory=dict)
+
+
+class Engine:
+    """Runs requests (with an LLM planner) and ready-made plans (without one).
+
+    - `registry`: the allow-list; `llm`: any `LLMClient` (None: only `execute` works).
+    - `invoker`: how tools are called (live by default; replay passes recorded outputs).
+    - `policy`: the data-flow policy every plan must satisfy (`pte._policy`); by default the
+      tools' own declarations (`provenance`, `sinks`), so declared sinks are always
+      enforced. Recorded in `run_started`, so that replay checks against the same policy.
+    - `approval`: the gate for plans that call a tool with `requires_approval`
+      (`pte._approval.ApprovalGate`). Without one, such a plan fails closed
+      (`approval_missing`): nothing that needs a person's approval runs by default. A gate
+      with a ``guard`` method also wraps the default live invoker, so that approvals are
+      consumed by the non-idempotent writes they let run.
+    - `checks`: further compile checks, run on every plan.
+    - `before_execute`: called with each accepted plan before any of its steps runs; it
+      may raise `FailedClosed` (approval checks use it).
+    - `tracer_provider`: the OpenTelemetry tracer provider for run, LLM-call and step spans
+      (`pte._otel`); None uses the global one. Without opentelemetry installed, no spans.
+    - `max_concurrency`, `serial_writes`: how many steps may run at once, and whether a
+      write runs alone (`Executor`). The records do not depend on either.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        llm: LLMClient | None = None,
+        *,
+        config: EngineConfig | None = None,
+        invoker: ToolInvoker | None = None,
+        checks: Sequence[CompileCheck] = (),
+        before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
+        policy: Policy | None = None,
+        approval: Callable[[Plan, AuditLog], None] | None = None,
+        tracer_provider: Any = None,
+        max_concurrency: int = DEFAULT_CONCURRENCY,
+        serial_writes: bool = False,
+    ) -> None:
+        self.registry = registry
+        self.llm = llm
+        self.config = config or EngineConfig()
+        guard = getattr(approval, "guard", None)
+        if invoker is None and callable(guard):
+            # The live tool calls consume approvals (an `ApprovalGate`): a non-idempotent write
+            # runs at most once per approval. Replay passes its own invoker and guards the live
+            # part of it itself.
+            invoker = guard(LiveInvoker())
+        self.executor = Executor(
+            registry, invoker=invoker, max_concurrency=max_concurrency, serial_writes=serial_writes
+        )
+        self.checks = tuple(checks)
+        self.before_execute = tuple(before_execute)
+        self.policy = policy if policy is not None else Policy.from_registry(registry)
+        self.approval = approval if approval is not None else self._no_approvals
+        self.tracer_provider = tracer_provider
+
+    # -- public entry points ------------------------------------------------------------------
+
+    def run(self, request: str, audit: AuditLog) -> RunResult:
+        """Plan `request` with the LLM, execute, replan on failure (bounded), and finish."""
+        run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        log = get_logger(run_id=audit.run_id)
+        try:
+            self._start(run, mode="run", request=request)
+            plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
+            replans = 0
+            stage = 1
+            while True:
+                failure = self._execute(run, plan, log)
+                if failure is None:
+                    if not plan.continues:
+                        break
+                    stage += 1  # pte._stages: the plan hands values to a next planning stage
+                    plan = next_stage(self, run, request, plan, stage)
+                    continue
+                self._stop_if_effect_unknown(failure)
+                if replans >= self.config.max_replans:
+                    raise FailedClosed(
+                        ReasonCode.REPLANS_EXHAUSTED,
+                        f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}; "
+                        f"{self.config.max_replans} replan(s) allowed, all used",
+                    )
+                replans += 1
+                assert failure.error is not None
+                audit.append(
+                    "replan",
+                    attempt=replans,
+                    failed_step=failure.step_id,
+                    error=failure.error.to_dict(),
+                    completed=list(run.result.outputs),
+                )
+                log.info("replan", attempt=replans, failed_step=failure.step_id)
+                messages = prompts.replanner_messages(
+                    request,
+                    self.registry,
+                    plan.to_dict(),
+                    self._completed_view(run),
+                    failure.step_id,
+                    failure.tool,
+                    failure.error.to_dict(),
+                    error_provenance=self._error_provenance(run, failure),
+                    policy=self.policy,
+                )
+                plan = self._plan(run, "replanner", messages)
+            run.result.result = self._result_value(plan, run)
+            run.result.answer = self._finalize(run, request)
+            return self._finish(run, "succeeded")
+        except ConditionNotMet as stop:  # pte._control: a require step's condition was false
+            return self._finish(run, "condition_not_met", message=stop.message)
+        except FailedClosed as stop:
+            return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
+
+    def execute(self, plan_text: str, audit: AuditLog) -> RunResult:
+        """Compile and execute a ready-made plan (a person's, or one from `pte plan`): no LLM at all."""
+        run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        log = get_logger(run_id=audit.run_id)
+        try:
+            self._start(run, mode="execute", request=None, extra={"plan_text": plan_text})
+            plan = self._accept(run, "file", plan_text)
+            if plan.continues:  # pte._stages: a next stage needs a planner; execute has none
+                raise FailedClosed(
+                    ReasonCode.LLM_ERROR,
+                    "the plan hands values to a next planning stage ('continue'), which needs a planner: "
+                    "use pte run",
+                )
+            failure = self._execute(run, plan, log)
+            if failure is not None:
+                raise FailedClosed(
+                    ReasonCode.STEP_FAILED,
+                    f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}",
+                )
+            run.result.result = self._result_value(plan, run)
+            run.result.answer = render_result(run.result.result)
+            return self._finish(run, "succeeded")
+        except ConditionNotMet as stop:  # pte._control: a require step's condition was false
+            return self._finish(run, "condition_not_met", message=stop.message)
+        except FailedClosed as stop:
+            return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
+
+    def plan(self, request: str, audit: AuditLog) -> RunResult:
+        """Compile a request into a plan without executing it (for review, then `execute`)."""
+        run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        try:
+            self._start(run, mode="plan", request=request)
+            # Compile only: approval is checked when the plan is executed (after `pte approve`).
+            self._plan(
+                run, "planner", prompts.planner_messages(request, self.registry, self.policy), gate=False
+            )
+            return self._finish(run, "succeeded")
+        except FailedClosed as stop:
+            return self._finish(run, "failed_closed", stop)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
+
+    # -- the nodes ------------------------------------------------------------------------------
+
+    def _start(
+        self, run: _Run, *, mode: str, request: str | None, extra: Mapping[str, Any] | None = None
+    ) -> None:
+        config: dict[str, Any] = self.config.to_dict()
+        if self.llm is not None:
+            config["model"] = self.llm.model
+            describe = getattr(self.llm, "describe", None)
+            if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
+                config["llm"] = describe
+        config.update(extra or {})
+        run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider)
+        # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
+        fields = run_started_fields(
+            self.registry, self.policy.to_document(), run.audit.redactor.redact_structure
+        )
+        run.audit.append(
+            "run_started", mode=mode, request=request, config=config, **fields, **run.tracer.run_ids()
+        )
+
+    def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
+        if self.llm is None:
+            raise FailedClosed(ReasonCode.LLM_ERROR, f"no LLM client is configured for the {role}")
+        started = time.perf_counter()
+        run.result.llm_calls += 1
+        span = run.tracer.llm_start(role, self.llm.model)
+        try:
+            response = self.llm.complete(messages, schema=schema)
+        except LLMError as exc:
+            trace_ids = run.tracer.llm_end(span, attempts=exc.attempts, error=exc.message)
+            run.audit.append(
+                "llm_call",
+                role=role,
+                model=self.llm.model,
+                messages=messages,
+                response_format=None,
+                response=None,
+                finish_reason=None,
+                usage={},
+                error=exc.message,
+                attempts=exc.attempts,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                **trace_ids,
+            )
+            raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None
+        trace_ids = run.tracer.llm_end(
+            span,
+            model=response.model,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            attempts=response.attempts,
+        )
+        run.audit.append(
+            "llm_call",
+            role=role,
+            model=response.model,
+            messages=messages,
+            response_format=response.response_format,
+            response=response.text,
+            finish_reason=response.finish_reason,
+            usage=dict(response.usage),
+            error=None,
+            attempts=response.attempts,
+            duration_ms=round(response.duration_ms, 3),
+            **trace_ids,
+        )
+        for key, value in response.usage.items():
+            run.result.usage[key] = run.result.usage.get(key, 0) + int(value)
+        return response
+
+    def _plan(
+        self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]], *, gate: bool = True
+    ) -> Plan:
+        response = self._call_llm(run, role, messages, plan_schema())
+        if response.finish_reason == "length":
+            # A cut-off answer is never completed or repaired into a plan.
+            rejection = PlanRejected(
+                ReasonCode.INVALID_JSON, "the answer was cut off at the token limit (finish_reason=length)"
+            )
+            self._record_rejection(run, role, response.text, rejection)
+            raise rejection
+        return self._accept(run, role, response.text, gate=gate)
+
+    def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
+        prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
+        # A replanner that was shown untrusted output may have copied it into literals.
+        tainted = origin in ("replanner", "stage") and run.shown_untrusted
+        return self.policy.check(
+            literal="untrusted" if tainted else "request",
+            prior=prior,
+            request_literals=run.request_literals if tainted else (),
+            prior_trees={sid: run.label_trees[sid] for sid in run.prior if sid in run.label_trees},
+        )
+
+    def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
+        policy_check = self._policy_check(run, origin)
+        try:
+            plan = compile_plan(
+                text,
+                self.registry,
+                self.config.limits,
+                checks=(policy_check, *self.checks),
+                prior=run.prior,
+                prior_lists=run.prior_lists,
+            )
+        except PlanRejected as rejection:
+            self._record_rejection(run, origin, text, rejection)
+            raise
+        run.labels.update(policy_check.labels)
+        run.input_labels.update(policy_check.input_labels)
+        run.label_trees.update(policy_check.trees)
+        if not run.shown_untrusted:
+            run.request_literals |= plan_literals(plan) | continue_literals(plan)
+        run.audit.append(
+            "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
+        )
+        run.result.plans.append(plan)
+        if gate:
+            self.approval(plan, run.audit)
+            for hook in self.before_execute:
+                hook(plan, run.audit)
+        return plan
+
+    def _no_approvals(self, plan: Plan, audit: AuditLog) -> None:
+        needing = sorted({s.tool for s in plan.tool_steps() if self.registry[s.tool].requires_approval})
+        if needing:
+            raise ApprovalMissing(
+                f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
+                "store is configured (pte approve PLAN_FILE --by NAME; then --approvals FILE)"
+            )
+
+    def _record_rejection(self, run: _Run, origin: str, text: str, rejection: FailedClosed) -> None:
+        run.audit.append(
+            "plan_rejected",
+            origin=origin,
+            reason=rejection.reason.value,
+            message=rejection.message,
+            path=rejection.path,
+            plan_text=text,
+        )
+
+    def _execute(self, run: _Run, plan: Plan, log: Any) -> StepResult | None:
+        progress = is_terminal()
+        total = len(plan)
+
+        def on_step(step: StepResult) -> None:
+            run.result.steps.append(step)
+            if step.ok and not is_element(step.step_id):  # pte._control: elements are not plan steps
+                run.prior[step.step_id] = step.tool
+            log.info(
+                "step_finished",
+                step=step.step_id,
+                tool=step.tool,
+                status=step.status,
+                duration_ms=round(step.duration_ms, 2),
+                **({"progress": f"{len(run.result.steps)}/{total}"} if progress else {}),
+            )
+
+        # Step spans start and end where the step records are written (ids go into them).
+        audit: Any = TracedAudit(run.audit, run.tracer) if run.tracer.active else run.audit
+        try:
+            execution = self.executor.run(plan, audit, completed=run.result.outputs, on_step=on_step)
+        finally:
+            note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
+        run.result.outputs = execution.outputs
+        note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
+        return execution.failure
+
+    def _label(self, run: _Run, labels: frozenset[str] | None) -> str:
+        """How data is labelled in an LLM prompt: untrusted if any of it is."""
+        if labels is None or "untrusted" in labels:
+            return "untrusted"
+        return "trusted"
+
+    def _error_provenance(self, run: _Run, failure: StepResult) -> str:
+        """How a failed step's error is labelled for the replanner, and whether it taints.
+
+        An error message is tool output like any other: it may quote third-party text the
+        tool read, or the arguments it was given. So it carries the labels of the tool's
+        output provenance joined with those of the step's arguments, and showing untrusted
+        error text taints the literals of every later plan exactly as an untrusted output does.
+        """
+        output = run.labels.get(failure.step_id)
+        inputs = run.input_labels.get(failure.step_id)
+        if output is None or inputs is None:
+            labels: frozenset[str] = frozenset({"untrusted"})  # unknown: assume the worst
+        else:
+            labels = output | inputs
+        label = self._label(run, labels)
+        if label == "untrusted":
+            run.shown_untrusted = True
+        return label
+
+    def _stop_if_effect_unknown(self, failure: StepResult) -> None:
+        """A non-idempotent write that timed out may or may not have taken effect: a replan could
+        repeat it, so a person must look first. A tool that raised SystemExit, KeyboardInterrupt
+        or another BaseException (`ToolError.fatal`) ends the run: it is not replanned around."""
+        if failure.error is not None and failure.error.fatal:
+            raise FailedClosed(
+                ReasonCode.STEP_FAILED,
+                f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error.message}; "
+                "the run is stopped",
+            )
+        stop_if_partial(failure, self.registry)  # pte._control: a write for_each half applied
+        spec = self.registry.get(failure.tool)
+        if (
+            spec is not None  # a require step's condition names no tool (pte._control)
+            and spec.effect == "write"
+            and not spec.idempotent
+            and failure.error
+            and failure.error.kind == "timeout"
+        ):
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW,
+                f"step {failure.step_id!r} ({failure.tool}) timed out; it is not idempotent and may or may "
+                "not have taken effect, so the run is not replanned. Check its effect before going on.",
+            )
+
+    def _completed_view(self, run: _Run) -> list[tuple[str, str, Any, str]]:
+        view = [
+            (sid, tool, run.result.outputs[sid], self._label(run, run.labels.get(sid)))
+            for sid, tool in run.prior.items()
+        ]
+        if any(label == "untrusted" for *_, label in view):
+            run.shown_untrusted = True
+        return view
+
+    def _result_value(self, plan: Plan, run: _Run) -> Any:
+        try:
+            return resolve_result(plan, run.result.outputs)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise FailedClosed(
+                ReasonCode.STEP_FAILED, f"the plan's result selects nothing at run time: {exc}"
+            ) from None
+
+    def _finalize(self, run: _Run, request: str) -> str:
+        if not self.config.llm_answer or self.llm is None:
+            return render_result(run.result.result)
+        plan = run.result.plans[-1]
+        sources = {ref.step for ref in plan.result_references()}
+        result_labels = frozenset().union(*(run.labels.get(sid, frozenset({"untrusted"})) for sid in sources))
+        messages = prompts.finalizer_messages(
+            request,
+            run.result.result,
+            self._completed_view(run),
+            result_provenance=self._label(run, result_labels),
+        )
+        response = self._call_llm(run, "finalizer", messages, None)
+        if response.finish_reason == "length":
+            # A cut-off answer could state a truncated figure; the results stay available.
+            raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
+        return response.text
+
+    def _interrupted(self, run: _Run) -> None:
+        """Seal the run as failed_closed(interrupted): the operator's Ctrl-C, on its way out."""
+        stop = FailedClosed(ReasonCode.INTERRUPTED, "interrupted by the operator (SIGINT)")
+        self._finish(run, "failed_closed", stop)
+
+    def _finish(
+        self, run: _Run, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None
+    ) -> RunResult:
+        result = run.result
+        result.status = status
+        if stop is not None:
+            result.reason = stop.reason
+            result.message = stop.message
+        if message is not None:
+            result.message = message
+        if not run.audit.broken and not isinstance(stop, AuditWriteError):
+            try:
+                run.audit.append(
+                    "run_finished",
+                    status=status,
+                    reason=result.reason.value if result.reason else None,
+                    message=result.message,
+                    answer=result.answer,
+                    result=result.result,
+                    steps_run=len(result.steps),
+                    llm_calls=result.llm_calls,
+                )
+                run.audit.sync()
+            except AuditWriteError as exc:
+                result.status, result.reason, result.message = "failed_closed", exc.reason, exc.message
+        run.tracer.finish(result.status, result.reason.value if result.reason else None)
+        get_logger(run_id=result.run_id).info(
+            "run_finished", status=result.status, reason=result.reason.value if result.reason else None
+        )
+        return result

@@ -1,0 +1,178 @@
+"""Reason codes and the exception hierarchy.
+
+Reason codes are a closed enum and part of the public API and of the audit schema:
+every way a run can fail closed has exactly one name here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ReasonCode(StrEnum):
+    """Why a plan was rejected or a run failed closed."""
+
+    INVALID_JSON = "invalid_json"
+    SCHEMA_VIOLATION = "schema_violation"
+    DUPLICATE_STEP_ID = "duplicate_step_id"
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
+    INVALID_ARGS = "invalid_args"
+    BAD_REFERENCE = "bad_reference"
+    PLAN_CYCLE = "plan_cycle"
+    PLAN_TOO_LARGE = "plan_too_large"
+    POLICY_VIOLATION = "policy_violation"
+    STEP_FAILED = "step_failed"
+    REPLANS_EXHAUSTED = "replans_exhausted"
+    LLM_ERROR = "llm_error"
+    AUDIT_WRITE_FAILED = "audit_write_failed"
+    APPROVAL_MISSING = "approval_missing"
+    APPROVAL_CONSUMED = "approval_consumed"
+    NEEDS_REVIEW = "needs_review"
+    APPROVAL_REJECTED = "approval_rejected"
+    #: A plan handed values to more planning stages than `max_stages` allows (pte._stages).
+    STAGES_EXHAUSTED = "stages_exhausted"
+    INTERRUPTED = "interrupted"
+
+
+#: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.
+PLAN_REASONS: frozenset[ReasonCode] = frozenset(
+    {
+        ReasonCode.INVALID_JSON,
+        ReasonCode.SCHEMA_VIOLATION,
+        ReasonCode.DUPLICATE_STEP_ID,
+        ReasonCode.TOOL_NOT_ALLOWED,
+        ReasonCode.INVALID_ARGS,
+        ReasonCode.BAD_REFERENCE,
+        ReasonCode.PLAN_CYCLE,
+        ReasonCode.PLAN_TOO_LARGE,
+        ReasonCode.POLICY_VIOLATION,
+    }
+)
+
+
+class PTEError(Exception):
+    """Base class of every error PTE raises on purpose."""
+
+
+class FailedClosed(PTEError):
+    """An error that ends a run with a named reason."""
+
+    def __init__(self, reason: ReasonCode, message: str, path: str = "$") -> None:
+        super().__init__(f"{reason.value}: {message}" + (f" (at {path})" if path != "$" else ""))
+        self.reason = reason
+        self.message = message
+        self.path = path
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: reason, message and JSON path of the offending element."""
+        return {"reason": self.reason.value, "message": self.message, "path": self.path}
+
+
+class PlanRejected(FailedClosed):
+    """`compile` refused a plan; nothing was executed."""
+
+
+class ApprovalMissing(FailedClosed):
+    """A tool requires an approved plan and this plan's hash was not approved."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_MISSING, message, path)
+
+
+class ApprovalConsumed(FailedClosed):
+    """The only approvals of this plan were already used for its non-idempotent writes."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_CONSUMED, message, path)
+
+
+class ApprovalRejected(FailedClosed):
+    """A person rejected the plan a paused run waited with."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(ReasonCode.APPROVAL_REJECTED, message, path)
+
+
+class ToolRegistrationError(PTEError, TypeError):
+    """A function cannot be registered as a tool (missing or unusable type hints, bad options)."""
+
+
+class ToolPackError(PTEError):
+    """A tool pack could not be loaded (missing file, import error, no tools)."""
+
+
+class ToolError(PTEError):
+    """A tool call failed: bad arguments, an exception in the tool, a timeout or bad output.
+
+    `fatal` marks a tool that raised a `BaseException` that is not an `Exception`
+    (`SystemExit`, `KeyboardInterrupt`, ...): its step fails and the run ends there instead
+    of being replanned. It is recorded (``"fatal": true``), so replay reaches the same end.
+    """
+
+    def __init__(self, kind: str, message: str, *, fatal: bool = False) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+        self.fatal = fatal
+
+    def to_dict(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"kind": self.kind, "message": self.message}
+        if self.fatal:
+            error["fatal"] = True
+        return error
+
+    @classmethod
+    def from_dict(cls, error: Any) -> ToolError:
+        """The error recorded by `to_dict` (replay and resume rebuild failures from the log)."""
+        error = error if isinstance(error, dict) else {}
+        return cls(
+            str(error.get("kind", "tool_error")),
+            str(error.get("message", "")),
+            fatal=error.get("fatal") is True,
+        )
+
+
+class TransientError(ToolError):
+    """Raised by a tool for a failure worth retrying (a 503, a dropped connection).
+
+    Retried when the tool declares ``retries`` (idempotent tools only); once the retries
+    are used up, the step fails with kind ``transient``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("transient", message)
+
+
+class AuditWriteError(FailedClosed):
+    """A record could not be written to the audit log; the run fails closed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ReasonCode.AUDIT_WRITE_FAILED, message)
+
+
+class LLMError(PTEError):
+    """The LLM endpoint failed: transport error, timeout, refusal or an unusable answer."""
+
+    def __init__(self, message: str, *, reason: ReasonCode = ReasonCode.LLM_ERROR, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        #: HTTP requests made before giving up (transport retries included): what the audit log records.
+        self.attempts = attempts
+
+
+class ImportRefused(ToolRegistrationError):
+    """An importer cannot make typed PTE tools of what a source offers; the message says what to declare."""
+
+
+class ImportSourceError(PTEError):
+    """An outside tool catalogue could not be reached or read."""
+
+
+class MCPError(ImportSourceError):
+    """An MCP server could not be started, reached or listed."""
+
+
+class OpenAPIError(ImportSourceError):
+    """An OpenAPI document could not be fetched or read."""

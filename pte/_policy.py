@@ -1,0 +1,837 @@
+"""Data-flow (provenance) policies, checked statically when a plan is compiled.
+
+A fixed plan stops injected text from adding actions, but not from steering arguments: an
+IBAN copied out of an untrusted e-mail into a payment. Every data flow in a plan is an
+explicit reference, so PTE can label every value before anything runs:
+
+- a label set says where a value may have come from: ``request`` (a literal the planner
+  wrote, standing for the user's request), ``trusted`` (a trusted tool's output) and/or
+  ``untrusted`` (third-party text);
+- a step's whole output carries one label set: ``{"trusted"}`` or ``{"untrusted"}`` for
+  those tools, and for ``derived`` (deterministic shaping) tools the union of the label
+  sets of *all* their arguments, literals included;
+- a literal counts as ``request``, except in a replan whose prompt showed untrusted data:
+  there the replanner may have copied that data into a literal, so it counts as
+  ``untrusted`` (`Policy.check(literal="untrusted")`);
+- a *sink* parameter accepts a value only if the value's label set is a subset of what the
+  sink allows. Otherwise the plan is rejected with ``policy_violation`` and the whole flow,
+  e.g. ``send_payment.iban ← s3/text ← format_text ← s2/iban ← read_document (untrusted)``.
+
+Tools declare their output provenance and sinks in code (`pte.tool`); a policy file owned
+by compliance (schemas/policy.schema.json) overrides or extends those declarations.
+
+What counts as a literal: every string, number, boolean or null written in the plan, every
+empty array or object, and every object key below the argument names (keys are data too:
+a shaping tool may emit them). A derived tool called with no arguments counts as a literal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, cast
+
+import jsonschema
+
+from pte import _json as strict_json
+from pte._canonical import canonical_json
+from pte._compiler import CompileContext, json_path
+from pte._errors import PlanRejected, PTEError, ReasonCode
+from pte._labels import LabelTree, parse_field_pointer, schema_fields
+from pte._plan import Plan, Reference, is_reference
+from pte._resources import load_schema
+from pte._tools import OutputProvenance, Registry, ToolSpec
+
+__all__ = [
+    "DEFAULT_MODES",
+    "LABELS",
+    "POLICY_FORMAT_VERSION",
+    "DefaultMode",
+    "Label",
+    "Policy",
+    "PolicyCheck",
+    "PolicyError",
+    "ToolPolicy",
+    "load_policy",
+    "plan_literals",
+]
+
+POLICY_FORMAT_VERSION = "1"
+_SCHEMA_FILE = "policy.schema.json"
+
+Label = Literal["request", "trusted", "untrusted"]
+DefaultMode = Literal["guarded", "open"]
+DEFAULT_MODES: tuple[str, ...] = ("guarded", "open")
+#: Every provenance label, from the most to the least trusted.
+LABELS: tuple[str, ...] = ("request", "trusted", "untrusted")
+_ALL = frozenset(LABELS)
+_REQUEST = frozenset({"request"})
+#: What an undeclared parameter of a write tool accepts in guarded mode.
+_GUARDED = frozenset({"request", "trusted"})
+#: Which offending label a violation message traces first: the most alarming one.
+_EXPLAIN_ORDER: tuple[str, ...] = ("untrusted", "trusted", "request")
+_OUTPUTS: tuple[str, ...] = ("trusted", "untrusted", "derived")
+_LITERAL_SHOWN = 40
+
+
+class PolicyError(PTEError):
+    """A policy file (or document) cannot be used: unreadable, invalid, or naming unknown tools."""
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """What the policy says about one tool: its output provenance and its sink parameters."""
+
+    output: OutputProvenance
+    #: Sink parameters: parameter name -> the labels it accepts.
+    sinks: Mapping[str, frozenset[str]]
+    #: Field-level provenance (pte._labels): JSON Pointer into the output -> its label.
+    fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy-file form of this entry."""
+        out: dict[str, Any] = {"output": self.output}
+        if self.sinks:
+            out["sinks"] = {param: sorted(allowed) for param, allowed in sorted(self.sinks.items())}
+        if self.fields:
+            out["fields"] = dict(sorted(self.fields.items()))
+        return out
+
+    def output_tree(self) -> LabelTree | None:
+        """The labels of the tool's output by field; None for a derived tool."""
+        fixed = _output_labels(self.output)
+        if fixed is None:
+            return None
+        return LabelTree.from_fields(fixed, self.fields) if self.fields else LabelTree(fixed)
+
+
+def _declared(spec: ToolSpec) -> ToolPolicy:
+    """What a tool declares itself: output provenance, sinks, and labelled output fields."""
+    fields = schema_fields(spec.output_schema) if spec.provenance != "derived" else {}
+    return ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks), MappingProxyType(fields))
+
+
+def _frozen_sinks(sinks: Mapping[str, frozenset[str]]) -> Mapping[str, frozenset[str]]:
+    return MappingProxyType({param: frozenset(allowed) for param, allowed in sinks.items()})
+
+
+# --- the policy --------------------------------------------------------------------------------
+
+
+class Policy:
+    """Output provenance and sink parameters per tool: the tools' own declarations, then files.
+
+    Immutable: `with_file` and `with_document` return new policies. A tool this policy does
+    not know (not in the registry it was built from) falls back to its own declarations in
+    whatever registry a plan is compiled against.
+    """
+
+    def __init__(
+        self,
+        tools: Mapping[str, ToolPolicy] | None = None,
+        *,
+        registry: Registry | None = None,
+        sources: Sequence[str] = (),
+        default: DefaultMode = "guarded",
+    ) -> None:
+        if default not in DEFAULT_MODES:
+            raise ValueError(f"default must be one of {list(DEFAULT_MODES)}, not {default!r}")
+        self._tools: Mapping[str, ToolPolicy] = MappingProxyType(dict(tools or {}))
+        self._registry = registry
+        #: The policy files applied, in order (for audit records and error messages).
+        self.sources: tuple[str, ...] = tuple(sources)
+        #: ``guarded``: every parameter of a ``write`` tool that no declaration names accepts
+        #: only request/trusted data. ``open``: only declared sinks are guarded.
+        self.default: DefaultMode = default
+
+    @classmethod
+    def from_registry(cls, registry: Registry, *, default: DefaultMode = "guarded") -> Policy:
+        """The policy the tools declare themselves (`provenance`, `sinks` in `pte.tool`).
+
+        `default` is ``guarded`` unless a caller (or a policy file) opens it explicitly.
+        """
+        tools = {spec.name: _declared(spec) for spec in registry}
+        return cls(tools, registry=registry, default=default)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def tools(self) -> Mapping[str, ToolPolicy]:
+        """Tool name -> `ToolPolicy`, for every tool this policy knows."""
+        return self._tools
+
+    def tool_policy(self, tool: str) -> ToolPolicy:
+        """The entry for `tool` (KeyError if this policy does not know it)."""
+        return self._tools[tool]
+
+    def output_label(self, tool: str) -> str:
+        """``trusted``, ``untrusted`` or ``derived``: what `tool`'s output counts as."""
+        return self._tools[tool].output
+
+    def sinks(self, tool: str) -> Mapping[str, frozenset[str]]:
+        """Sink parameters of `tool`: parameter -> the labels it accepts (empty if none).
+
+        In ``guarded`` mode this includes the guarded defaults of a ``write`` tool's
+        undeclared parameters (see `effective`).
+        """
+        if tool not in self._tools:
+            raise KeyError(tool)
+        return self._entry(tool, self._registry).sinks
+
+    def effective(self, tool: str, registry: Registry | None = None) -> ToolPolicy:
+        """What is enforced for `tool`: its declarations plus, in ``guarded`` mode, a
+        ``request``/``trusted`` sink on every other parameter of a ``write`` tool."""
+        return self._entry(tool, registry if registry is not None else self._registry)
+
+    def entry_document(self, tool: str, registry: Registry | None = None) -> dict[str, Any]:
+        """`effective` as a policy-file entry (approvals bind it through the catalogue fingerprint)."""
+        return self.effective(tool, registry).to_dict()
+
+    def to_document(self) -> dict[str, Any]:
+        """This policy as a policy-file document (valid against schemas/policy.schema.json)."""
+        return {
+            "pte_policy": POLICY_FORMAT_VERSION,
+            "default": self.default,
+            "tools": {name: entry.to_dict() for name, entry in sorted(self._tools.items())},
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON summary for audit records: the files applied and the effective policy."""
+        return {"sources": list(self.sources), **self.to_document()}
+
+    # -- applying files ----------------------------------------------------------------------
+
+    def with_file(self, path: str | os.PathLike[str], *, ignore_unknown: bool = False) -> Policy:
+        """A new policy with the policy file at `path` applied on top of this one.
+
+        Raises `PolicyError` when the file cannot be read, is not strict JSON (duplicate keys
+        included: a second entry for a tool must not silently win), breaks the schema, names a
+        tool this policy's registry does not have (unless `ignore_unknown`), or names a sink
+        parameter the tool does not take.
+        """
+        source = os.fspath(path)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyError(f"cannot read policy file {source!r}: {exc}") from None
+        return self.with_document(_parse_json(text, source), source=source, ignore_unknown=ignore_unknown)
+
+    def with_document(
+        self, document: Any, *, source: str = "<policy document>", ignore_unknown: bool = False
+    ) -> Policy:
+        """A new policy with a parsed policy document applied (see `with_file`).
+
+        Entries override or extend the tools' own declarations: `output` replaces the
+        tool's output provenance, and each parameter under `sinks` replaces (or adds) what
+        that parameter accepts; sinks the file does not mention stay as they were.
+
+        A tool name the registry does not have is an error, so that a typo cannot silently
+        leave a payment unguarded. A deployment that narrows its registry (``--allow``, a
+        manifest) while sharing one policy file across deployments passes
+        `ignore_unknown=True`: entries for tools that cannot be called are then skipped.
+        A policy built without a registry accepts any tool name.
+        """
+        _validate_document(document, source)
+        tools = dict(self._tools)
+        for name, entry in document["tools"].items():
+            if self._registry is not None and name not in self._registry:
+                if ignore_unknown:
+                    continue
+                raise PolicyError(_unknown_tool_message(source, name, self._registry.names))
+            current = tools.get(name)
+            if current is None:  # no registry: an entry for a tool not declared anywhere yet
+                current = ToolPolicy("trusted", _frozen_sinks({}))
+            sinks = dict(current.sinks)
+            for param, allowed in entry.get("sinks", {}).items():
+                _check_sink_param(source, name, param, self._registry)
+                sinks[param] = frozenset(allowed)
+            output = cast(OutputProvenance, entry.get("output", current.output))
+            fields = dict(current.fields)
+            for pointer, label in entry.get("fields", {}).items():
+                try:
+                    parse_field_pointer(pointer)
+                except ValueError as exc:
+                    raise PolicyError(f"policy {source!r}: tool {name!r}: {exc}") from None
+                fields[pointer] = label
+            if fields and output == "derived":
+                raise PolicyError(
+                    f"policy {source!r}: tool {name!r} is derived (its output has its inputs' labels); "
+                    "'fields' applies to trusted or untrusted outputs"
+                )
+            tools[name] = ToolPolicy(output, _frozen_sinks(sinks), MappingProxyType(fields))
+        default = cast(DefaultMode, document.get("default", self.default))
+        return Policy(tools, registry=self._registry, sources=(*self.sources, source), default=default)
+
+    # -- checking plans -----------------------------------------------------------------------
+
+    def check(
+        self,
+        *,
+        literal: str = "request",
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] = (),
+        prior_trees: Mapping[str, LabelTree] | None = None,
+    ) -> PolicyCheck:
+        """A compile check enforcing this policy; pass it to `compile_plan(checks=...)`.
+
+        `literal`: what the plan's literals count as (``request``; ``untrusted`` for a replan
+        whose prompt showed untrusted data). `prior`: label sets of steps completed before
+        this plan (a replan may reference them); a prior step missing from it gets its tool's
+        declared output label, or every label when that tool is derived (its inputs are
+        unknown here, so assume the worst). `request_literals`: canonical JSON of literal values
+        known to come from the request (see `plan_literals`); they stay ``request`` in a replan.
+        """
+        return PolicyCheck(
+            self, literal=literal, prior=prior, request_literals=request_literals, prior_trees=prior_trees
+        )
+
+    def label_plan(
+        self,
+        plan: Plan | CompileContext,
+        *,
+        literal: str = "request",
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] = (),
+    ) -> dict[str, frozenset[str]]:
+        """The label set of every step of a compiled plan (or of a context past `check_acyclic`).
+
+        Nothing is enforced: this explains a plan (tests, ``pte plan --explain``) and gives an
+        engine the labels of the steps it ran, to carry into a replan as `prior`.
+        """
+        return _flow_graph(self, plan, literal, prior, frozenset(request_literals)).label_all()
+
+    def _entry(self, tool: str, registry: Registry | None) -> ToolPolicy:
+        spec = registry.get(tool) if registry is not None else None
+        if spec is None and self._registry is not None:
+            spec = self._registry.get(tool)
+        entry = self._tools.get(tool)
+        if entry is None:
+            if spec is None:
+                raise KeyError(tool)
+            # A tool outside this policy's registry: its own declarations are all we know.
+            entry = _declared(spec)
+        if self.default != "guarded" or spec is None or spec.effect != "write":
+            return entry
+        params = spec.input_schema.get("properties") or {}
+        missing = [p for p in params if p not in entry.sinks]
+        if not missing:
+            return entry
+        # Declared sinks first (their order is the check order), then the guarded defaults.
+        sinks = dict(entry.sinks)
+        sinks.update(dict.fromkeys(missing, _GUARDED))
+        return dataclasses.replace(entry, sinks=_frozen_sinks(sinks))
+
+
+class PolicyCheck:
+    """A compile check (a callable taking a `CompileContext`) that enforces a `Policy`.
+
+    It labels every step in topological order, stores the label sets in
+    ``ctx.extras["provenance"]`` (step id -> frozenset of labels, this plan's steps only) and
+    in `labels`, then checks every sink parameter in plan order and raises
+    `PlanRejected(policy_violation)` on the first violation.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        literal: str = "request",
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] = (),
+        prior_trees: Mapping[str, LabelTree] | None = None,
+    ) -> None:
+        if literal not in LABELS:
+            raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
+        self.policy = policy
+        #: Field-level labels of prior steps (pte._labels); `prior` stays the whole-output view.
+        self.prior_trees: Mapping[str, LabelTree] = MappingProxyType(dict(prior_trees or {}))
+        #: Field-level labels of the last plan this check labelled.
+        self.trees: dict[str, LabelTree] = {}
+        self.literal = literal
+        self.prior: Mapping[str, frozenset[str]] = MappingProxyType(_checked_prior(prior))
+        self.request_literals = frozenset(request_literals)
+        #: Label sets of the last plan this check labelled (also in ctx.extras["provenance"]).
+        self.labels: dict[str, frozenset[str]] = {}
+        #: The labels of each step's arguments (what its error message may quote).
+        self.input_labels: dict[str, frozenset[str]] = {}
+
+    def configured(
+        self,
+        *,
+        literal: str | None = None,
+        prior: Mapping[str, frozenset[str]] | None = None,
+        request_literals: Iterable[str] | None = None,
+    ) -> PolicyCheck:
+        """The same check for another compile: a replan's literal rule and completed steps."""
+        return PolicyCheck(
+            self.policy,
+            literal=self.literal if literal is None else literal,
+            prior=self.prior if prior is None else prior,
+            request_literals=self.request_literals if request_literals is None else request_literals,
+            prior_trees=self.prior_trees,
+        )
+
+    def __call__(self, ctx: CompileContext) -> None:
+        graph = _flow_graph(self.policy, ctx, self.literal, self.prior, self.request_literals)
+        graph.prior_trees = self.prior_trees
+        labels = graph.label_all()
+        self.labels = labels
+        self.input_labels = {step.id: graph.input_labels(step) for step in graph.steps}
+        self.trees = {sid: graph.trees[sid] for sid in labels}
+        ctx.extras["provenance"] = dict(labels)
+        violation = graph.first_violation()
+        if violation is not None:
+            raise violation
+
+    def __repr__(self) -> str:
+        return f"PolicyCheck(literal={self.literal!r}, prior={len(self.prior)} step(s))"
+
+
+def load_policy(
+    registry: Registry, path: str | os.PathLike[str] | None, *, ignore_unknown: bool = False
+) -> Policy:
+    """The policy for `registry`: the tools' own declarations, with the file at `path` applied (if any)."""
+    policy = Policy.from_registry(registry)
+    if path is None:
+        return policy
+    return policy.with_file(path, ignore_unknown=ignore_unknown)
+
+
+# --- the policy file ---------------------------------------------------------------------------
+
+
+def _parse_json(text: str, source: str) -> Any:
+    try:
+        return strict_json.loads(text)
+    except strict_json.StrictJSONError as exc:
+        raise PolicyError(f"policy file {source!r} is not valid JSON: {exc.message}") from None
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(load_schema(_SCHEMA_FILE))
+
+
+def _validate_document(document: Any, source: str) -> None:
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    if error is not None:
+        where = json_path(error.absolute_path)
+        raise PolicyError(f"policy {source!r} is invalid at {where}: {error.message}")
+
+
+def _unknown_tool_message(source: str, name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (
+        f"policy {source!r} names tool {name!r}, which is not in the registry "
+        f"({', '.join(known) or 'none'}){hint} "
+        "(load it with ignore_unknown=True to skip tools this deployment does not allow)"
+    )
+
+
+def _check_sink_param(source: str, tool: str, param: str, registry: Registry | None) -> None:
+    if registry is None or tool not in registry:
+        return
+    params = registry[tool].input_schema.get("properties", {})
+    if param not in params:
+        raise PolicyError(
+            f"policy {source!r}: tool {tool!r} has no parameter {param!r} to guard "
+            f"(its parameters: {', '.join(params) or 'none'})"
+        )
+
+
+def _checked_prior(prior: Mapping[str, frozenset[str]] | None) -> dict[str, frozenset[str]]:
+    out: dict[str, frozenset[str]] = {}
+    for step_id, labels in (prior or {}).items():
+        frozen = frozenset(labels)
+        if not frozen <= _ALL:
+            raise ValueError(f"prior labels of {step_id!r} name unknown labels {sorted(frozen - _ALL)}")
+        out[step_id] = frozen
+    return out
+
+
+# --- labelling -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Literal:
+    """A literal in a plan (a value, or an object key written by the planner)."""
+
+    value: Any
+    key: bool = False
+
+    @property
+    def canon(self) -> str:
+        """Canonical JSON, to match request literals (computed only when there are some)."""
+        return canonical_json(self.value)
+
+    @property
+    def shown(self) -> str:
+        """How flow messages show it: JSON, shortened."""
+        text = json.dumps(self.value, ensure_ascii=True)
+        if len(text) > _LITERAL_SHOWN:
+            text = text[: _LITERAL_SHOWN - 1] + "…"
+        return f"literal key {text}" if self.key else f"literal {text}"
+
+
+@dataclass(frozen=True, slots=True)
+class _StepView:
+    id: str
+    tool: str
+    args: Mapping[str, Any]
+    #: Where the step sits in the plan (for JSON paths).
+    position: int
+    # pte._control: what decides whether and how often the step runs (implicit flows).
+    when: Any = None
+    for_each: Reference | None = None
+    #: Conditions of the require steps before this one in the plan.
+    requires: tuple[Any, ...] = ()
+
+
+def _components(value: Any) -> Iterator[Reference | _Literal]:
+    """The data components of a value in document order: its references and its literals.
+
+    Iterative: a compiled plan's depth is bounded, but labelling must not depend on it.
+    """
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Literal):
+            yield item
+        elif is_reference(item):
+            yield Reference.parse(item["$ref"])
+        elif isinstance(item, dict):
+            if not item:
+                yield _Literal(item)
+            pending: list[Any] = []
+            for key, sub in item.items():
+                pending.append(_Literal(key, key=True))
+                pending.append(sub)
+            stack.extend(reversed(pending))
+        elif isinstance(item, list):
+            if not item:
+                yield _Literal(item)
+            stack.extend(reversed(item))
+        else:
+            yield _Literal(item)
+
+
+def _arg_components(args: Mapping[str, Any]) -> Iterator[Reference | _Literal]:
+    # The argument names are the tool's parameters, not data: only their values count.
+    for value in args.values():
+        yield from _components(value)
+
+
+def _output_labels(output: str) -> frozenset[str] | None:
+    """The fixed label set of a tool kind; None for derived (it depends on the arguments)."""
+    if output == "trusted":
+        return frozenset({"trusted"})
+    if output == "untrusted":
+        return frozenset({"untrusted"})
+    return None
+
+
+class _FlowGraph:
+    """One plan's data flows: labels every step, finds and explains sink violations."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        registry: Registry | None,
+        steps: Sequence[_StepView],
+        order: Sequence[str],
+        prior_tools: Mapping[str, str],
+        prior_labels: Mapping[str, frozenset[str]],
+        literal: str,
+        request_literals: frozenset[str],
+    ) -> None:
+        self.policy = policy
+        self.registry = registry
+        self.steps = steps
+        self.index = {s.id: s for s in steps}
+        self.order = order
+        self.prior_tools = prior_tools
+        self.prior_labels = prior_labels
+        self.literal = literal
+        self.request_literals = request_literals
+        self.labels: dict[str, frozenset[str]] = {}
+        self.trees: dict[str, LabelTree] = {}
+        self.prior_trees: Mapping[str, LabelTree] = {}
+
+    def entry(self, tool: str) -> ToolPolicy:
+        return self.policy._entry(tool, self.registry)
+
+    # -- labels ----------------------------------------------------------------------------
+
+    def label_all(self) -> dict[str, frozenset[str]]:
+        # Topological order: every reference points at a step already labelled (or a prior one).
+        for step_id in self.order:
+            tree = self.step_tree(self.index[step_id])
+            self.trees[step_id] = tree
+            self.labels[step_id] = tree.everything()
+        return {s.id: self.labels[s.id] for s in self.steps}
+
+    def step_tree(self, step: _StepView) -> LabelTree:
+        """The labels of a step's output, by field (pte._labels), implicit flows included."""
+        tree = self.entry(step.tool).output_tree()
+        if tree is None:  # derived: as trusted as the least trusted argument
+            labels = self.value_labels(_arg_components(step.args)) if step.args else frozenset({self.literal})
+            tree = LabelTree(labels)
+        if step.for_each is not None:
+            tree = LabelTree(self.membership(step.for_each), MappingProxyType({"*": tree}))
+        if step.when is not None:  # its output (or default) exists depending on the condition
+            tree = tree.with_own(self.condition_labels(step.when))
+        return tree
+
+    def membership(self, ref: Reference) -> frozenset[str]:
+        """Who chose which elements a for_each list has (pte._control implicit flow)."""
+        return self.step_tree_of(ref.step).membership(ref.tokens)
+
+    def condition_labels(self, cond: Any) -> frozenset[str]:
+        out: set[str] = set()
+        for component in _condition_components(cond):
+            out |= self.component_labels(component)
+        return frozenset(out)
+
+    def implicit_labels(self, step: _StepView) -> frozenset[str]:
+        """Labels of what decides whether and how often a step runs: its `when`, the require
+        steps before it, and its for_each list's membership (pte._control)."""
+        out: set[str] = set()
+        if step.when is not None:
+            out |= self.condition_labels(step.when)
+        for cond in step.requires:
+            out |= self.condition_labels(cond)
+        if step.for_each is not None:
+            out |= self.membership(step.for_each)
+        return frozenset(out)
+
+    def input_labels(self, step: _StepView) -> frozenset[str]:
+        """The labels of everything `step` is called with (empty for no arguments)."""
+        return self.value_labels(_arg_components(step.args)) if step.args else frozenset()
+
+    def value_labels(self, components: Iterator[Reference | _Literal]) -> frozenset[str]:
+        out: set[str] = set()
+        for component in components:
+            out |= self.component_labels(component)
+            if len(out) == len(_ALL):
+                break  # nothing more to learn from the rest of a large value
+        return frozenset(out)
+
+    def component_labels(self, component: Reference | _Literal) -> frozenset[str]:
+        if isinstance(component, _Literal):
+            if self.request_literals and component.canon in self.request_literals:
+                return _REQUEST  # the same value the request-time plan wrote: nothing new
+            return frozenset({self.literal})
+        return self.step_tree_of(component.step).select(component.tokens)
+
+    def step_tree_of(self, step_id: str) -> LabelTree:
+        """A step's output labels by field: this plan's, or a prior step's (by field when known)."""
+        tree = self.trees.get(step_id) or self.prior_trees.get(step_id)
+        if tree is not None:
+            return tree
+        if step_id not in self.labels and step_id not in self.prior_labels:
+            entry = self.prior_entry(step_id)
+            if entry is not None and (fixed := entry.output_tree()) is not None:
+                return fixed
+        return LabelTree(self.step_id_labels(step_id))
+
+    def prior_entry(self, step_id: str) -> ToolPolicy | None:
+        tool = self.prior_tools.get(step_id)
+        try:
+            return None if tool is None else self.entry(tool)
+        except KeyError:
+            return None
+
+    def step_id_labels(self, step_id: str) -> frozenset[str]:
+        if step_id in self.labels:
+            return self.labels[step_id]
+        if step_id in self.prior_labels:
+            return self.prior_labels[step_id]
+        tool = self.prior_tools.get(step_id)
+        fixed = None if tool is None else self.fixed_output(tool)
+        if fixed is not None:
+            return fixed
+        # A derived or unknown earlier step whose inputs are not known here: assume the worst.
+        return _ALL
+
+    # -- sinks -----------------------------------------------------------------------------
+
+    def first_violation(self) -> PlanRejected | None:
+        for step in self.steps:  # plan order, so the first violation is the first one a reader meets
+            sinks = self.entry(step.tool).sinks
+            implicit = self.implicit_labels(step) if sinks else frozenset()
+            for param, allowed in sinks.items():
+                if param in step.args:
+                    labels = self.value_labels(_components(step.args[param]))
+                    offending = labels - allowed
+                    if offending:
+                        return self.violation(step, param, allowed, offending)
+                # Whether (and how often) the call happens is itself a flow into every sink.
+                if implicit - allowed:
+                    return self.implicit_violation(step, param, allowed, implicit - allowed)
+        return None
+
+    def implicit_violation(
+        self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]
+    ) -> PlanRejected:
+        label = next(lab for lab in _EXPLAIN_ORDER if lab in offending)
+        accepts = " or ".join(lab for lab in LABELS if lab in allowed) or "no"
+        if step.for_each is not None and label in self.membership(step.for_each):
+            why = f"the for_each list {str(step.for_each)!r} (its elements were chosen by {label} data)"
+        else:
+            conds = [c for c in (step.when, *step.requires) if c is not None]
+            cond = next(c for c in conds if label in self.condition_labels(c))
+            ref = next((c for c in _condition_components(cond) if label in self.component_labels(c)), None)
+            source = str(ref) if isinstance(ref, Reference) else "a literal"
+            why = f"a condition on {source} ({label})"
+        message = (
+            f"step {step.id!r}: {step.tool}.{param} accepts only {accepts} data, but whether and how often "
+            f"{step.tool} runs depends on {label} data: {why}"
+        )
+        return PlanRejected(
+            ReasonCode.POLICY_VIOLATION, message, json_path(("steps", step.position, "args", param))
+        )
+
+    def violation(
+        self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]
+    ) -> PlanRejected:
+        label = next(lab for lab in _EXPLAIN_ORDER if lab in offending)
+        flow = " ← ".join(self.trace(step, param, label))
+        accepts = " or ".join(lab for lab in LABELS if lab in allowed)
+        accepts = f"accepts only {accepts} data" if accepts else "accepts no data from a plan"
+        message = f"step {step.id!r}: {step.tool}.{param} {accepts}, but would receive {label} data: {flow}"
+        return PlanRejected(
+            ReasonCode.POLICY_VIOLATION, message, json_path(("steps", step.position, "args", param))
+        )
+
+    def trace(self, step: _StepView, param: str, label: str) -> list[str]:
+        """The flow that brings `label` into ``step.tool.param``, hop by hop back to its source."""
+        parts = [f"{step.tool}.{param}"]
+        components: Iterator[Reference | _Literal] = _components(step.args[param])
+        while True:
+            component = next(c for c in components if label in self.component_labels(c))
+            if isinstance(component, _Literal):
+                parts.append(f"{component.shown} ({self.literal_note(label)})")
+                return parts
+            parts.append(str(component))
+            producer = self.index.get(component.step)
+            if producer is None:
+                parts.append(self.prior_note(component.step, label))
+                return parts
+            output = self.entry(producer.tool).output
+            if output != "derived":
+                parts.append(f"{producer.tool} ({output})")
+                return parts
+            parts.append(producer.tool)
+            if not producer.args:
+                parts.append(f"no arguments ({self.literal_note(label)})")
+                return parts
+            components = _arg_components(producer.args)
+
+    @staticmethod
+    def literal_note(label: str) -> str:
+        if label == "untrusted":
+            return "untrusted: written by a replanner that was shown untrusted data"
+        return label
+
+    def prior_note(self, step_id: str, label: str) -> str:
+        tool = self.prior_tools.get(step_id)
+        if step_id in self.prior_labels or (tool is not None and self.fixed_output(tool) is not None):
+            return f"{tool or 'an earlier step'} ({label}, completed earlier)"
+        return f"{tool or 'an earlier step'} (labels unknown: completed earlier, assumed {label})"
+
+    def fixed_output(self, tool: str) -> frozenset[str] | None:
+        """The fixed labels of a source tool; None for derived tools and tools nobody declares."""
+        try:
+            return _output_labels(self.entry(tool).output)
+        except KeyError:
+            return None
+
+
+def _flow_graph(
+    policy: Policy,
+    plan: Plan | CompileContext,
+    literal: str,
+    prior: Mapping[str, frozenset[str]] | None,
+    request_literals: frozenset[str],
+) -> _FlowGraph:
+    if literal not in LABELS:
+        raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
+    prior_labels = _checked_prior(prior)
+    registry: Registry | None
+    prior_tools: Mapping[str, str]
+    if isinstance(plan, CompileContext):
+        # pte._control: require steps call no tool; their conditions are implicit flows.
+        raw = [
+            (
+                s["id"],
+                s.get("tool", ""),
+                s.get("args", {}),
+                s.get("when"),
+                s.get("for_each"),
+                s.get("require"),
+            )
+            for s in plan.steps
+        ]
+        registry, prior_tools = plan.registry, plan.prior
+    else:
+        raw = [
+            (
+                s.id,
+                s.tool,
+                s.args,
+                None if s.is_require else s.condition,
+                None if s.for_each is None else {"$ref": str(s.for_each)},
+                s.condition if s.is_require else None,
+            )
+            for s in plan.steps
+        ]
+        registry, prior_tools = policy._registry, {}
+    steps = []
+    requires: tuple[Any, ...] = ()
+    for i, (sid, tool, args, when, for_each, require) in enumerate(raw):
+        if require is not None:
+            requires = (*requires, require)
+            continue
+        each = None if for_each is None else Reference.parse(for_each["$ref"])
+        steps.append(_StepView(sid, tool, args, i, when, each, requires))
+    tool_ids = {s.id for s in steps}
+    order = [sid for sid in plan.order if sid in tool_ids]
+    return _FlowGraph(policy, registry, steps, order, prior_tools, prior_labels, literal, request_literals)
+
+
+def _condition_components(cond: Any) -> Iterator[Reference | _Literal]:
+    """The references and literals of a `when` / `require` condition (pte._control)."""
+    stack = [cond]
+    while stack:
+        node = stack.pop()
+        ((op, arg),) = node.items()
+        if op in ("and", "or"):
+            stack.extend(reversed(arg))
+        elif op == "not":
+            stack.append(arg)
+        elif op in ("empty", "nonempty"):
+            yield Reference.parse(arg["$ref"])
+        else:
+            for operand in arg:
+                yield Reference.parse(operand["$ref"]) if is_reference(operand) else _Literal(operand)
+
+
+def plan_literals(plan: Plan | CompileContext) -> frozenset[str]:
+    """The canonical JSON of every literal in a plan's step arguments.
+
+    An engine passes the literals of the plans written *before* any untrusted data was shown
+    (the first plan) as `request_literals` to the checks of later replans: a replanner that
+    copies one of those values verbatim adds nothing an attacker chose.
+    """
+    args = (
+        [s["args"] for s in plan.steps] if isinstance(plan, CompileContext) else [s.args for s in plan.steps]
+    )
+    return frozenset(c.canon for a in args for c in _arg_components(a) if isinstance(c, _Literal))

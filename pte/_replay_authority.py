@@ -1,0 +1,251 @@
+"""What a replay may take from a log and what only from the deployment.
+
+A log is evidence, never authority. `Deployment` carries what the deployment says (its
+catalogue, policy, engine config, model, approval store and trusted keys); `_engine_for`
+builds the replaying engine from it, falling back to the recorded values only where a
+replay runs nothing. Recorded ``approval`` records are re-checked as evidence
+(`_RecordedApprovals`): signature, catalogue fingerprint, expiry; a recorded refusal is
+reproduced word for word (repeating a refusal grants nothing).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pte._approval import Approval, ApprovalGate, catalogue_fingerprint, requires_approval
+from pte._audit import AuditLog
+from pte._canonical import canonical_json, canonical_json_v1
+from pte._engine import Engine, EngineConfig
+from pte._errors import ApprovalConsumed, ApprovalMissing, ApprovalRejected, LLMError, ReasonCode
+from pte._executor import ToolInvoker
+from pte._fingerprint import expand_run_started, stored_contents
+from pte._llm import LLMClient, LLMResponse, ReplayClient
+from pte._plan import Plan
+from pte._policy import Policy
+from pte._signing import TrustedKeys
+from pte._tools import Registry, ToolSpec
+
+__all__ = ["Deployment"]
+
+
+def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
+    # Format 2: the full catalogue is stored by hash (in this record, or an earlier run's).
+    expanded = expand_run_started(run_started, stored_contents([run_started]))
+    return Registry(ToolSpec.from_record(entry) for entry in expanded.get("tools", ()))
+
+
+def _recorded_policy(registry: Registry, recorded: Any) -> Policy:
+    # A log written before policy modes existed recorded an open policy.
+    base = Policy.from_registry(registry, default="open")
+    if recorded is None:
+        return base
+    return base.with_document(recorded, source="<recorded policy>", ignore_unknown=True)
+
+
+@dataclass
+class Deployment:
+    """What the deployment says, as opposed to what a log says: the only source of authority.
+
+    - `registry`: the tool catalogue (None: replay the recorded one; resume needs one).
+    - `policy`: the data-flow policy (None: the registry's own declarations, guarded; with no
+      registry either, the recorded policy, for a replay that runs nothing).
+    - `config`: the engine config (None: the recorded one).
+    - `approvals`: the approval gate over the deployment's store (resume, ``--allow-writes``).
+    - `keys`: trusted approval public keys, to re-check recorded approvals' signatures.
+    """
+
+    registry: Registry | None = None
+    policy: Policy | None = None
+    config: EngineConfig | None = None
+    approvals: ApprovalGate | None = None
+    keys: TrustedKeys | None = None
+    #: The LLM the deployment runs with: its model name and its endpoint description (the
+    #: ``model`` and ``llm`` entries of ``run_started.config``); None: the recorded ones.
+    model: str | None = None
+    llm: Mapping[str, Any] | None = None
+
+    def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
+        recorded = started.get("config") or {}
+        registry = self.registry if self.registry is not None else _recorded_registry(started)
+        if self.policy is not None:
+            policy = self.policy
+        elif self.registry is not None:
+            policy = Policy.from_registry(registry)
+        else:
+            policy = _recorded_policy(registry, recorded.get("policy"))
+        config = self.config if self.config is not None else EngineConfig.from_dict(recorded)
+        return registry, policy, config
+
+
+_APPROVAL_REASONS = frozenset(
+    {
+        ReasonCode.APPROVAL_MISSING.value,
+        ReasonCode.APPROVAL_CONSUMED.value,
+        ReasonCode.APPROVAL_REJECTED.value,
+    }
+)
+
+
+class _RecordedApprovals:
+    """Replay's approval gate: recorded approvals are evidence, re-checked, never trusted.
+
+    For each plan that needs approval (by the replay's catalogue), the next recorded
+    ``approval`` record of that plan hash is rebuilt into an `Approval` and must bind this
+    plan and this catalogue's fingerprint, carry a signature that verifies (under `keys`
+    when given, else under its own public key; unsigned only when no keys are given) and
+    not be expired when it was recorded. The record the engine then writes is rebuilt from
+    the checked approval, so every recorded field (by, at, signed, ...) is compared.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        registry: Registry,
+        policy: Policy,
+        keys: TrustedKeys | None,
+    ) -> None:
+        self._recorded: dict[str, deque[Mapping[str, Any]]] = {}
+        self._rejected: dict[str, Mapping[str, Any]] = {}
+        for record in records:
+            if record.get("type") == "approval":
+                self._recorded.setdefault(str(record.get("plan_hash")), deque()).append(record)
+            elif record.get("type") == "approval_rejected":
+                self._rejected[str(record.get("plan_hash"))] = record
+        self._registry = registry
+        self._policy = policy
+        self._keys = keys if keys else None
+        # A format 1 run's approvals bound a fingerprint taken over format 1's canonical JSON.
+        first = records[0] if records else {}
+        self._canonical = canonical_json if "format" in first else canonical_json_v1
+        # How the run ended, when it ended for want of an approval: replay reproduces that
+        # refusal word for word (repeating a refusal grants nothing).
+        self._refusal: Mapping[str, Any] | None = None
+        for record in records:
+            if record.get("type") == "run_finished" and record.get("reason") in _APPROVAL_REASONS:
+                self._refusal = record
+
+    def __call__(self, plan: Plan, audit: AuditLog) -> None:
+        rejection = self._rejected.get(plan.hash)
+        if rejection is not None:  # a paused run a person rejected (pte._runs): refusing grants nothing
+            audit.append(
+                "approval_rejected",
+                plan_hash=plan.hash,
+                by=rejection.get("by"),
+                at=rejection.get("at"),
+                note=rejection.get("note"),
+            )
+            ended = self._refusal
+            if ended is not None and ended.get("reason") == ReasonCode.APPROVAL_REJECTED.value:
+                raise ApprovalRejected(str(ended.get("message") or ""))
+            raise ApprovalRejected(f"plan {plan.hash} was rejected by {rejection.get('by')} (recorded run)")
+        needing = requires_approval(plan, self._registry)
+        if not needing:
+            return
+        queue = self._recorded.get(plan.hash)
+        if not queue:
+            if self._refusal is not None:
+                message = str(self._refusal.get("message") or "")
+                if self._refusal.get("reason") == ReasonCode.APPROVAL_CONSUMED.value:
+                    raise ApprovalConsumed(message)
+                raise ApprovalMissing(message)
+            raise ApprovalMissing(
+                f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
+            )
+        record = queue.popleft()
+        fields = {
+            k: record.get(k)
+            for k in ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
+        }
+        try:
+            approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+        except (TypeError, ValueError) as exc:
+            raise ApprovalMissing(f"the recorded approval of plan {plan.hash} is malformed: {exc}") from None
+        fingerprint = catalogue_fingerprint(self._registry, plan, self._policy, canonical=self._canonical)
+        if approval.catalogue != fingerprint:
+            raise ApprovalMissing(
+                f"the recorded approval of plan {plan.hash} binds catalogue {approval.catalogue}, "
+                f"but the replayed tools and policy fingerprint to {fingerprint}"
+            )
+        if self._keys is not None:
+            if not approval.verify(self._keys):
+                raise ApprovalMissing(
+                    f"the recorded approval of plan {plan.hash} by {approval.by} does not verify under "
+                    "any trusted approval key"
+                )
+        elif approval.signed and not approval.self_consistent():
+            raise ApprovalMissing(f"the recorded approval of plan {plan.hash} has a bad signature")
+        when = record.get("ts")
+        if isinstance(when, str):
+            try:
+                expired = approval.expired(datetime.fromisoformat(when.replace("Z", "+00:00")))
+            except ValueError:
+                expired = True
+            if expired:
+                raise ApprovalMissing(
+                    f"the recorded approval of plan {plan.hash} had expired when it was used"
+                )
+        audit.append("approval", **approval.evidence(signed=self._keys is not None))
+
+
+class _ReplayLLM:
+    """The recorded LLM answers, presenting the model the run was started with."""
+
+    def __init__(self, recorded: ReplayClient, live: LLMClient | None, model: str | None) -> None:
+        self._recorded = recorded
+        self._live = live
+        self.model = model if model is not None else (live.model if live is not None else recorded.model)
+        self.describe: dict[str, Any] | None = None
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None = None,
+        schema_name: str = "pte_plan",
+    ) -> LLMResponse:
+        if self._recorded.remaining:
+            return self._recorded.complete(messages, schema=schema, schema_name=schema_name)
+        if self._live is None:
+            raise LLMError(
+                "the run needs another LLM call to go on; give a model/endpoint (or --replay-responses)"
+            )
+        return self._live.complete(messages, schema=schema, schema_name=schema_name)
+
+
+def _llm_for(
+    records: Sequence[Mapping[str, Any]], live: LLMClient | None, deployment: Deployment
+) -> _ReplayLLM | None:
+    started = expand_run_started(records[0], stored_contents(records))
+    config = started.get("config") or {}
+    if "model" not in config and live is None and deployment.model is None:
+        return None  # the run had no LLM (execute): neither has its replay
+    model = deployment.model if deployment.model is not None else config.get("model")
+    llm = _ReplayLLM(ReplayClient.from_audit(records), live, model if isinstance(model, str) else None)
+    described = deployment.llm if deployment.llm is not None else config.get("llm")
+    if isinstance(described, Mapping):
+        llm.describe = dict(described)  # the endpoint the run was started with (no secrets)
+    return llm
+
+
+def _engine_for(
+    run_records: Sequence[Mapping[str, Any]],
+    deployment: Deployment,
+    llm: LLMClient | None,
+    invoker: ToolInvoker,
+    checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
+    *,
+    gate: Callable[[Plan, AuditLog], None] | None = None,
+) -> Engine:
+    started = expand_run_started(run_records[0], stored_contents(run_records))
+    registry, policy, config = deployment.resolved(started)
+    approvals = (
+        gate if gate is not None else _RecordedApprovals(run_records, registry, policy, deployment.keys)
+    )
+    checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
+    return Engine(
+        registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals
+    )
