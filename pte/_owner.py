@@ -1,6 +1,6 @@
 """Plain tool calls on the run's own thread (its *owner*), with no hand-off to a worker thread.
 
-A live run's loop runs on a worker thread of its own, the owner (`pte.executor`). Handing a
+A live run's loop runs on a worker thread of its own, the owner (`pte._executor`). Handing a
 call to another thread costs a queue, two thread wake-ups and a contended GIL each way:
 tens of µs, more than a quick plain tool itself. So the owner calls a plain tool
 (``isolation="thread"``, no ``retries``) itself when concurrency cannot gain anything:
@@ -41,9 +41,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from pte._errors import ToolError
 from pte._invoke import _TIMERS, CallOutcome, attempt_sync
-from pte.errors import ToolError
-from pte.tools import ToolSpec
+from pte._tools import ToolSpec
 
 __all__ = ["HAND_OVER_S", "QUICK_S", "OwnerCalls", "Superseded", "may_run_on_owner"]
 

@@ -1,4 +1,4 @@
-"""Plain calls on the run's own thread (pte._owner): no hand-off for quick tools, no lost concurrency.
+"""Plain calls on the run's own thread (pte/_owner.py): no hand-off for quick tools, no lost concurrency.
 
 - After its first call in a run, a quick plain tool runs on the run's own (owner) thread,
   even when several of its steps are ready, instead of one worker-thread hand-off per call.
@@ -18,11 +18,7 @@ from typing import Any
 
 import pytest
 
-from pte.audit import AuditLog
-from pte.compiler import compile_plan
-from pte.executor import Executor
-from pte.plan import Plan
-from pte.tools import Registry, tool
+from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool
 
 #: (tag, thread ident) of each `where` call.
 CALLS: list[tuple[str, int]] = []
