@@ -18,11 +18,11 @@ first, it is simply run again by resume. `serial_writes` also keeps every other 
 running while a write runs.
 
 Threads: with the live invoker, the loop runs on a worker thread of its own, the *owner*
-(the caller waits). A plain tool's call runs right on the owner, with no hand-off, when
-that cannot cost concurrency: the step is the only one that can run, or the tool's last
-call in this run was quick; a quick call that turns slow is handed over and a new owner
-continues the run (the rule and its bounds: `pte._owner`). Every other call runs where
-`pte._invoke` puts it (worker thread, worker process, event loop).
+(the caller waits). A call of a plain thread-mode tool without retries starts right on
+the owner, with no hand-off; if it is still running after a short while when other steps
+could run, it is handed over and a new owner continues the run (the rule and its bounds:
+`pte._owner`). Every other call runs where `pte._invoke` puts it (worker thread, worker
+process, event loop).
 
 The first failed step in plan order ends the run, once every step before it has finished.
 Steps after it that already ran are not recorded (they are reads, see above): async ones
@@ -52,7 +52,7 @@ from pte._audit import AuditLog
 from pte._control_run import is_controlled, run_with_control
 from pte._errors import AuditWriteError, ToolError
 from pte._invoke import _WORKERS, CallOutcome, start_call
-from pte._owner import QUICK_S, OwnerCalls, Superseded, may_run_on_owner
+from pte._owner import OwnerCalls, Superseded, may_run_on_owner
 from pte._plan import Plan, PlanStep, Reference, copy_json, is_reference
 from pte._tools import Registry, ToolSpec
 
@@ -283,9 +283,8 @@ class _Run:
         self.aborted = False
         #: The caller's context, which every owner thread runs the loop in (a copy each).
         self.context = contextvars.Context()
-        #: Calls on the owner thread (`pte._owner`), and per tool whether its last call was quick.
+        #: Calls on the owner thread (`pte._owner`).
         self.owner_calls = OwnerCalls(self.completions, self.new_owner)
-        self.quick: dict[str, bool] = {}
 
     def _is_write(self, i: int) -> bool:
         return self.specs[i].effect == "write"
@@ -360,13 +359,13 @@ class _Run:
             and len(self.running) < self.limit
         ):
             self._start(i)
-        while self.ready and len(self.running) < self.limit:
+        while self.ready and len(self.running) < self.limit and not self.aborted:
             if self.write_running and self.executor.serial_writes:
                 return
             i = heapq.heappop(self.ready)
             if i < self.stop_at:
                 self._start(i)
-        if not self.running:  # nothing can finish: a write waits for a turn that cannot come
+        if not self.running and not self.aborted:  # a write waits for a turn that cannot come
             raise AssertionError(f"executor stalled at step {self.next} of {len(self.steps)}")
 
     # -- one step --------------------------------------------------------------------------------
@@ -409,10 +408,9 @@ class _Run:
             invoker.before_call(spec, private, step)
             if may_run_on_owner(spec):
                 lone = len(self.running) == 1 and not self.ready  # nothing else could run
-                if lone or self.quick.get(spec.name, False):
-                    self.running[i] = _ON_OWNER
-                    self.owner_calls.call(i, spec, private, hand_over=not lone)
-                    return
+                self.running[i] = _ON_OWNER
+                self.owner_calls.call(i, spec, private, hand_over=not lone)
+                return
             self.running[i] = invoker.start(
                 spec, private, step, lambda outcome: self.completions.put((i, outcome))
             )
@@ -429,13 +427,11 @@ class _Run:
         if i not in self.running:
             return  # cancelled: past a failure
         del self.running[i]
-        step, spec = self.steps[i], self.specs[i]
-        if self.live and i in self.called:  # where the tool's next call runs (`pte._owner`)
-            self.quick[spec.name] = outcome.seconds is not None and outcome.seconds <= QUICK_S
         if i > self.stop_at:
             return  # past a failure: not recorded
         if self._is_write(i):
             self.write_running = False
+        step, spec = self.steps[i], self.specs[i]
         error, output = outcome.error, outcome.output
         if error is None:
             try:

@@ -50,9 +50,6 @@ class CallOutcome:
     error: ToolError | None = None
     attempts: int = 1
     retry_errors: tuple[ToolError, ...] = ()
-    #: How long the last attempt ran, when it ran on a thread (None elsewhere): the executor
-    #: decides by it whether the tool's next call runs on its own thread (`pte._owner`).
-    seconds: float | None = None
 
 
 #: One attempt's result: (output, error, transient).
@@ -247,17 +244,12 @@ class _Call:
             _WORKERS.submit(lambda: self._finished(attempt, call_in_process(spec, self.args, self)))
             deadline = None  # the worker thread waits with the timeout and kills on expiry
         else:
-            _WORKERS.submit(lambda: self._run_thread(attempt))
+            _WORKERS.submit(lambda: self._finished(attempt, attempt_sync(spec, self.args)))
             deadline = spec.timeout_s
         if deadline is not None:
             _TIMERS.call_at(time.monotonic() + deadline, lambda: _deadline(ref, attempt))
 
-    def _run_thread(self, attempt: int) -> None:
-        started = time.perf_counter()
-        result = attempt_sync(self.spec, self.args)
-        self._finished(attempt, result, time.perf_counter() - started)
-
-    def _finished(self, attempt: int, result: Attempt, seconds: float | None = None) -> None:
+    def _finished(self, attempt: int, result: Attempt) -> None:
         output, error, transient = result
         with self._lock:
             if self._settled or attempt != self._attempt:
@@ -274,7 +266,7 @@ class _Call:
             ref = weakref.ref(self)
             _TIMERS.call_at(time.monotonic() + delay, lambda: _retry(ref))
             return
-        self._done(CallOutcome(output, error, attempt, tuple(self._errors), seconds))
+        self._done(CallOutcome(output, error, attempt, tuple(self._errors)))
 
     def _retry(self) -> None:
         with self._lock:

@@ -2,24 +2,23 @@
 
 A live run's loop runs on a worker thread of its own, the owner (`pte._executor`). Handing a
 call to another thread costs a queue, two thread wake-ups and a contended GIL each way:
-tens of µs, more than a quick plain tool itself. So the owner calls a plain tool
-(``isolation="thread"``, no ``retries``) itself when concurrency cannot gain anything:
+tens of µs, more than a quick plain tool itself. So the rule, which depends only on the
+tool's declaration and never on measured time:
 
-- the step is *lone*: nothing else is running and no other step is ready (nothing could
-  run beside it anyway);
-- the tool is *quick*: its last call in this run (wherever it ran) returned within
-  `QUICK_S`. Such a call spends no time waiting on I/O that other steps could use, and
-  Python code of two threads does not run at the same time (the GIL), so running it here
-  costs the other ready steps at most what it costs itself, which is less than handing
-  it over would. A tool's first call in a run, and every call after a slow one, goes to
-  a worker thread as usual (its time decides about the next call).
+- every call of a plain tool with ``isolation="thread"`` and no ``retries`` starts on the
+  owner thread (async tools go to the event loop, process-isolated ones to their worker
+  process, retried ones to worker threads: `pte._invoke`);
+- if such a call is still running `HAND_OVER_S` after it started while another step is
+  running or ready, it is *handed over*: the watchdog starts a new owner thread, which
+  continues the run, and the call goes on where it is, as an ordinary worker-thread call
+  would (its result is reported when it ends; its timeout still applies). A *lone* call
+  (nothing else running or ready: nothing could run beside it) is not handed over.
 
-A quick tool can turn slow (a cache miss, a stalled server). A quick call that is still
-running `HAND_OVER_S` after it started is *handed over*: the watchdog starts a new owner
-thread, which continues the run, and the call goes on where it is, as an ordinary worker
-call would (its result is reported when it ends; its timeout still applies). So such a call
-holds up the other steps by about `HAND_OVER_S` at most. A lone call is not handed over
-(nothing waits for it).
+So a quick call costs no hand-off at all, and a call that waits on I/O holds up the start
+of the other ready steps by `HAND_OVER_S` at most, after which they run concurrently with
+it up to ``max_concurrency`` as before. Python code of two threads does not run at the same
+time (the GIL), so a quick call on the owner costs the other ready steps no more than it
+costs itself. Which thread ran a call shows neither in the log nor in the results.
 
 Timeouts: an owner call that overruns its ``timeout_s`` fails its step with ``timeout`` at
 the deadline and, if it still held the run, a new owner continues it; the call is
@@ -45,12 +44,11 @@ from pte._errors import ToolError
 from pte._invoke import _TIMERS, CallOutcome, attempt_sync
 from pte._tools import ToolSpec
 
-__all__ = ["HAND_OVER_S", "QUICK_S", "OwnerCalls", "Superseded", "may_run_on_owner"]
+__all__ = ["HAND_OVER_S", "OwnerCalls", "Superseded", "may_run_on_owner"]
 
-#: A call that returned within this time (about twice what handing it to a worker thread
-#: costs the run) marks its tool quick: its next call runs on the owner thread.
-QUICK_S = 100e-6
-#: A quick call still running after this long is handed over (the run gets a new owner).
+#: An owner call still running after this long, while other steps could run, is handed
+#: over (the run gets a new owner). Long enough that an OS time slice lost to another
+#: process rarely triggers it, short against the I/O calls it lets others overlap with.
 HAND_OVER_S = 0.01
 
 # The states of an owner call.
@@ -112,16 +110,14 @@ class OwnerCalls:
                 self._armed_at = due
         if arm:
             self._arm(due)
-        started = time.perf_counter()
         output, error, _ = attempt_sync(spec, args)
-        seconds = time.perf_counter() - started
         with self._lock:
             state, call.state = call.state, _ENDED
             if self._current is call:
                 self._current = None
         if state == _TIMED_OUT:
             raise Superseded  # its step already failed with a timeout: the result is discarded
-        self._completions.put((i, CallOutcome(output, error, seconds=seconds)))
+        self._completions.put((i, CallOutcome(output, error)))
         if state == _HANDED_OVER:
             raise Superseded  # another thread owns the run now
 
