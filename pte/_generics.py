@@ -109,6 +109,21 @@ class _SchemaMark:
         return schema
 
 
+@dataclass(frozen=True, init=False)
+class _VarParamMark(_SchemaMark):
+    """A mark naming a TypeVar and one of the tool's parameters (the marker is ``[var, param]``)."""
+
+    var: str
+    param: str
+
+    def __init__(self, var: Any, param: str) -> None:
+        object.__setattr__(self, "var", _var_name(var))
+        object.__setattr__(self, "param", param)
+
+    def marker(self) -> Any:
+        return [self.var, self.param]
+
+
 @dataclass(frozen=True)
 class TypeVarMarker(_SchemaMark):
     """Marks where a TypeVar stood (`pte.tool` puts it there; authors write the TypeVar)."""
@@ -120,36 +135,16 @@ class TypeVarMarker(_SchemaMark):
         return self.name
 
 
-@dataclass(frozen=True, init=False)
-class FieldOf(_SchemaMark):
+class FieldOf(_VarParamMark):
     """``Annotated[Any, FieldOf(T, "field")]``: the type of the field of T named by argument `field`."""
 
-    var: str
-    param: str
     key = FIELD_OF
 
-    def __init__(self, var: Any, param: str) -> None:
-        object.__setattr__(self, "var", _var_name(var))
-        object.__setattr__(self, "param", param)
 
-    def marker(self) -> Any:
-        return [self.var, self.param]
-
-
-@dataclass(frozen=True, init=False)
-class PickOf(_SchemaMark):
+class PickOf(_VarParamMark):
     """``Annotated[dict[str, Any], PickOf(T, "fields")]``: T keeping only the fields named by `fields`."""
 
-    var: str
-    param: str
     key = PICK
-
-    def __init__(self, var: Any, param: str) -> None:
-        object.__setattr__(self, "var", _var_name(var))
-        object.__setattr__(self, "param", param)
-
-    def marker(self) -> Any:
-        return [self.var, self.param]
 
 
 @dataclass(frozen=True, init=False)
@@ -187,20 +182,10 @@ class RegexGroups(_SchemaMark):
         return self.param
 
 
-@dataclass(frozen=True, init=False)
-class ExtendedBy(_SchemaMark):
+class ExtendedBy(_VarParamMark):
     """``Annotated[dict[str, Any], ExtendedBy(T, "pattern")]``: T plus the pattern's group fields."""
 
-    var: str
-    param: str
     key = EXTEND
-
-    def __init__(self, var: Any, param: str) -> None:
-        object.__setattr__(self, "var", _var_name(var))
-        object.__setattr__(self, "param", param)
-
-    def marker(self) -> Any:
-        return [self.var, self.param]
 
 
 def extend_schema(record: st.Schema, added: Mapping[str, Any]) -> st.Schema:

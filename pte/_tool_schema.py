@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -192,9 +192,6 @@ def tool_from_schema(
                 f"tool {name!r}: sink {param!r} names unknown provenance {sorted(unknown)}"
             )
         sink_map[param] = labels
-    extra: dict[str, Any] = {}
-    if "is_async" in {f.name for f in fields(ToolSpec)}:  # executors that run async tools on their loop
-        extra["is_async"] = inspect.iscoroutinefunction(func)
     return SchemaTool(
         name=name,
         description=description.strip(),
@@ -211,5 +208,5 @@ def tool_from_schema(
         _output_validator=jsonschema.Draft202012Validator(outputs),
         _fast_input=jsonschema_rs.validator_for(inputs),
         _fast_output=jsonschema_rs.validator_for(outputs),
-        **extra,
+        is_async=inspect.iscoroutinefunction(func),
     )
