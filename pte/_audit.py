@@ -64,13 +64,13 @@ __all__ = [
     "verify",
 ]
 
+from pte._audit_fast import without_member as _without_member
 from pte._audit_verify import (
     _COMMON_FIELDS,
     AUDIT_FORMAT,
     _common_fields_problem,
     _record_hash_problem,
     _schema_problem,
-    _without_member,
 )
 from pte._audit_verify import (
     GENESIS_HASH as GENESIS_HASH,

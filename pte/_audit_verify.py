@@ -18,6 +18,10 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from pte._audit_content import approval_problem as approval_problem
+from pte._audit_content import content_problem as _content_problem
+from pte._audit_fast import FastPath, Unsupported, compile_fast_path, fast_errors, no_surrogate_pairs
+from pte._audit_fast import hash_of_line as _hash_of_line
 from pte._canonical import canonical_bytes, canonical_json_v1, is_canonical, sha256_hex
 from pte._canonical import loads as canonical_loads
 from pte._errors import PTEError
@@ -153,26 +157,53 @@ class _TypeChecker:
 
 
 @cache
-def _checkers() -> dict[str, _TypeChecker]:
-    """One checker per record type, built once.
+def _branches() -> dict[str, dict[str, Any]]:
+    """Record type -> its branch of the schema, dereferenced.
 
     Dispatching on ``type`` is equivalent to the schema's ``oneOf`` (each branch pins ``type``
     with ``const``) but validates one branch instead of all, and names the real problem
     instead of "not valid under any of the given schemas". Each branch is used in
     dereferenced form (resolving ``$ref`` through the registry for every record cost 7x).
+    """
+    schema = load_audit_schema()
+    defs = schema["$defs"]
+    out: dict[str, dict[str, Any]] = {}
+    for branch in schema["oneOf"]:
+        name = branch["$ref"].rsplit("/", 1)[-1]
+        type_name = defs[name]["properties"]["type"]["const"]
+        out[type_name] = {"$schema": schema["$schema"], **_inline_refs(defs[name], defs, frozenset())}
+    return out
+
+
+@cache
+def _checkers() -> dict[str, _TypeChecker]:
+    """One checker per record type, built once.
 
     jsonschema needs ~20-100 µs per record, i.e. minutes for a million-record log, so each
     branch is also compiled by jsonschema-rs (~2 µs per record), which decides.
     """
-    schema = load_audit_schema()
-    defs = schema["$defs"]
-    out: dict[str, _TypeChecker] = {}
-    for branch in schema["oneOf"]:
-        name = branch["$ref"].rsplit("/", 1)[-1]
-        type_name = defs[name]["properties"]["type"]["const"]
-        inlined = {"$schema": schema["$schema"], **_inline_refs(defs[name], defs, frozenset())}
-        out[type_name] = _TypeChecker(Draft202012Validator(inlined), jsonschema_rs.validator_for(inlined))
-    return out
+    return {
+        type_name: _TypeChecker(Draft202012Validator(inlined), jsonschema_rs.validator_for(inlined))
+        for type_name, inlined in _branches().items()
+    }
+
+
+@cache
+def _fast_path() -> FastPath | None:
+    """The schema compiled for `verify`'s fast path (pte._audit_fast), None if it cannot be.
+
+    ``run_started`` and ``approval`` always take the reference path: their checks (stored
+    content, signatures) need the parsed record. ``prev`` and ``hash`` need no pattern
+    check there: the fast path only accepts them equal to hashes it computed.
+    """
+    try:
+        return compile_fast_path(
+            _branches(),
+            exclude=frozenset({"run_started", "approval"}),
+            implied=frozenset({"prev", "hash"}),
+        )
+    except (Unsupported, TypeError):  # TypeError: a type this msgspec cannot build
+        return None  # the reference path alone then checks every line (tests require the fast one)
 
 
 def _inline_refs(node: Any, defs: Mapping[str, Any], seen: frozenset[str]) -> Any:
@@ -298,112 +329,10 @@ def _v1_line_problem(body: bytes) -> tuple[Any, bool]:
         return record, False
 
 
-def _without_member(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
-    """`line` (a JCS object) split around `member` and one adjacent comma: what is left is the
-    JCS form of the object without that member (docs/audit-format.md, "Verifying fast").
-
-    `member` (``"hash":"<64 hex>"``) must occur exactly once, which makes it a top-level
-    member: inside a string value its quotes would be escaped. None otherwise.
-    """
-    parts = line.split(member)
-    if len(parts) != 2:
-        return None
-    head, tail = parts
-    if tail[:1] == b",":  # not the last member: drop the comma after it
-        tail = tail[1:]
-    elif head[-1:] == b",":  # the last member: drop the comma before it
-        head = head[:-1]
-    return head, tail
-
-
-def _hash_of_line(prev: str, body: bytes, digest: str) -> str | None:
-    """SHA-256 of ``prev`` + the canonical line without its ``"hash"`` member.
-
-    Cut out of the line itself instead of serialising the record again (`_without_member`);
-    None when the member is not there exactly once (the caller then serialises).
-    """
-    parts = _without_member(body, b'"hash":"' + digest.encode("ascii") + b'"')
-    if parts is None:
-        return None
-    h = _sha256(prev.encode("ascii"))
-    h.update(parts[0])
-    h.update(parts[1])
-    return h.hexdigest()
-
-
 def _record_hash(record: Mapping[str, Any], version: int) -> str:
     body = {k: v for k, v in record.items() if k != "hash"}
     text = canonical_bytes(body) if version == 2 else canonical_json_v1(body).encode("utf-8")
     return _sha256(str(record["prev"]).encode("utf-8") + text).hexdigest()
-
-
-#: Fingerprint members that must equal the catalogue entry's (docs/audit-format.md).
-_FINGERPRINT_FIELDS = ("effect", "idempotent", "timeout_s", "provenance", "requires_approval", "sinks")
-
-
-def _content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | None:
-    """Format 2 ``run_started``: stored content, the references to it, the tool fingerprints.
-
-    `stored` (content hash -> value, for the whole log so far) gains this record's contents.
-    """
-    fresh = record.get("stored") or {}
-    for key, value in fresh.items():
-        try:
-            actual = _sha256(canonical_bytes(value)).hexdigest()
-        except (ValueError, TypeError, RecursionError):
-            actual = None
-        if actual != key:
-            return f"stored content {key[:12]}… does not hash to its key"
-        stored[key] = value
-    for name in ("catalogue", "policy"):
-        ref = record.get(name)
-        if ref is not None and ref not in stored:
-            return f"{name} {ref[:12]}… is not stored in the log"
-    if "catalogue" not in record:
-        return None
-    catalogue = stored[record["catalogue"]]
-    if not isinstance(catalogue, list) or not all(isinstance(e, dict) for e in catalogue):
-        return "the stored catalogue is not a list of tools"
-    by_name = {entry.get("name"): entry for entry in catalogue}
-    tools = record.get("tools") or []
-    if len(tools) != len(catalogue) or {t.get("name") for t in tools} != set(by_name):
-        return "tools and the stored catalogue name different tools"
-    for tool in tools:
-        entry = by_name[tool.get("name")]
-        schemas = {"input_schema": entry.get("input_schema"), "output_schema": entry.get("output_schema")}
-        if tool.get("schema_hash") != _sha256(canonical_bytes(schemas)).hexdigest():
-            return f"tool {tool.get('name')}: schema_hash does not match the stored catalogue"
-        for name in _FINGERPRINT_FIELDS:
-            if name in tool and canonical_bytes(tool[name]) != canonical_bytes(entry.get(name)):
-                return f"tool {tool.get('name')}: {name} differs from the stored catalogue"
-    return None
-
-
-def approval_problem(record: Mapping[str, Any]) -> str | None:
-    """An ``approval`` record: its id is its hash, and a signature verifies under its own key.
-
-    Whether that key is one the deployment trusts is a question for the deployment (resume,
-    replay with ``--approval-key``), not for the log; what the log can show is that nobody
-    edited a signed approval, and that ``signed`` is never claimed without a signature.
-    """
-    from pte._approval import Approval  # the approval store pulls in the tool registry
-
-    fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
-    try:
-        approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
-    except (TypeError, ValueError) as exc:
-        return f"approval is malformed: {exc}"
-    if approval.id != record.get("approval_id"):
-        return "approval_id is not the hash of the approval"
-    if approval.signature is None:
-        return "approval marked signed carries no signature" if record.get("signed") is True else None
-    if not approval.self_consistent():
-        return "approval signature does not verify under its own public key"
-    return None
-
-
-#: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
-_APPROVAL_FIELDS = ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
 
 
 def verify(
@@ -462,6 +391,10 @@ def verify(
         )
 
     loads = orjson.loads
+    fast = _fast_path()
+    if fast is not None:
+        decode, encode, hash_of = fast.decode, fast.encode, _hash_of_line
+        finished = next((cls for cls, name in fast.types.items() if name == "run_finished"), None)
     # A store (pte.stores) passes a run's lines instead of a file path.
     source = open(path, "rb") if isinstance(path, str | os.PathLike) else nullcontext(path)  # noqa: SIM115
     with source as fh:
@@ -469,6 +402,37 @@ def verify(
             if not raw.endswith(b"\n"):
                 return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
             body = raw[:-1]
+            if fast is not None and version == 2 and count:
+                # The fast path (pte._audit_fast): one C pass decodes and schema-checks the
+                # line; it is accepted here only when every check below would pass, else
+                # the reference path that follows decides and names the problem.
+                rec: Any
+                try:
+                    rec = decode(body)
+                except fast_errors:
+                    rec = None
+                if (
+                    rec is not None
+                    and rec.seq == count
+                    and rec.prev == expected_prev
+                    and rec.run_id == current_run
+                    and current_run not in sealed
+                    and encode(rec) == body
+                    and no_surrogate_pairs(body)
+                    and hash_of(expected_prev, body, rec.hash) == rec.hash
+                    and ((residual := fast.checks[rec.__class__]) is None or residual(rec))
+                ):
+                    expected_prev = rec.hash
+                    this_run: str = rec.run_id
+                    if rec.__class__ is finished:
+                        sealed.add(this_run)
+                        open_runs.pop(this_run, None)
+                    else:
+                        open_runs[this_run] = (number, count)
+                    if count in wanted:
+                        found_anchors[count] = expected_prev
+                    count += 1
+                    continue
             try:
                 if version == 2:
                     record = loads(body)

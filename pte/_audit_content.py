@@ -1,0 +1,84 @@
+"""Checks of a format 2 log's content beyond the chain: stored content and approvals.
+
+`verify` (pte._audit_verify) runs them on ``run_started`` and ``approval`` records
+(docs/audit-format.md, sections 5 and 7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from hashlib import sha256 as _sha256
+from typing import Any
+
+from pte._canonical import canonical_bytes
+
+__all__ = ["approval_problem", "content_problem"]
+
+
+#: Fingerprint members that must equal the catalogue entry's (docs/audit-format.md).
+_FINGERPRINT_FIELDS = ("effect", "idempotent", "timeout_s", "provenance", "requires_approval", "sinks")
+
+
+def content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | None:
+    """Format 2 ``run_started``: stored content, the references to it, the tool fingerprints.
+
+    `stored` (content hash -> value, for the whole log so far) gains this record's contents.
+    """
+    fresh = record.get("stored") or {}
+    for key, value in fresh.items():
+        try:
+            actual = _sha256(canonical_bytes(value)).hexdigest()
+        except (ValueError, TypeError, RecursionError):
+            actual = None
+        if actual != key:
+            return f"stored content {key[:12]}… does not hash to its key"
+        stored[key] = value
+    for name in ("catalogue", "policy"):
+        ref = record.get(name)
+        if ref is not None and ref not in stored:
+            return f"{name} {ref[:12]}… is not stored in the log"
+    if "catalogue" not in record:
+        return None
+    catalogue = stored[record["catalogue"]]
+    if not isinstance(catalogue, list) or not all(isinstance(e, dict) for e in catalogue):
+        return "the stored catalogue is not a list of tools"
+    by_name = {entry.get("name"): entry for entry in catalogue}
+    tools = record.get("tools") or []
+    if len(tools) != len(catalogue) or {t.get("name") for t in tools} != set(by_name):
+        return "tools and the stored catalogue name different tools"
+    for tool in tools:
+        entry = by_name[tool.get("name")]
+        schemas = {"input_schema": entry.get("input_schema"), "output_schema": entry.get("output_schema")}
+        if tool.get("schema_hash") != _sha256(canonical_bytes(schemas)).hexdigest():
+            return f"tool {tool.get('name')}: schema_hash does not match the stored catalogue"
+        for name in _FINGERPRINT_FIELDS:
+            if name in tool and canonical_bytes(tool[name]) != canonical_bytes(entry.get(name)):
+                return f"tool {tool.get('name')}: {name} differs from the stored catalogue"
+    return None
+
+
+def approval_problem(record: Mapping[str, Any]) -> str | None:
+    """An ``approval`` record: its id is its hash, and a signature verifies under its own key.
+
+    Whether that key is one the deployment trusts is a question for the deployment (resume,
+    replay with ``--approval-key``), not for the log; what the log can show is that nobody
+    edited a signed approval, and that ``signed`` is never claimed without a signature.
+    """
+    from pte._approval import Approval  # the approval store pulls in the tool registry
+
+    fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
+    try:
+        approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+    except (TypeError, ValueError) as exc:
+        return f"approval is malformed: {exc}"
+    if approval.id != record.get("approval_id"):
+        return "approval_id is not the hash of the approval"
+    if approval.signature is None:
+        return "approval marked signed carries no signature" if record.get("signed") is True else None
+    if not approval.self_consistent():
+        return "approval signature does not verify under its own public key"
+    return None
+
+
+#: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
+_APPROVAL_FIELDS = ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
