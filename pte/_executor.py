@@ -17,10 +17,12 @@ So a write never runs beside an earlier step, and never before its intent is on 
 first, it is simply run again by resume. `serial_writes` also keeps every other step from
 running while a write runs.
 
-Threads: with the live invoker, the loop runs on a worker thread of its own (the caller
-waits), and a plain step that is the only one that can run is called right on it, with no
-hand-off; if it overruns its timeout, the timer hands the run to a new worker thread and
-the stuck one is abandoned (see `_Run._run_inline`).
+Threads: with the live invoker, the loop runs on a worker thread of its own, the *owner*
+(the caller waits). A call of a plain thread-mode tool without retries starts right on
+the owner, with no hand-off; if it is still running after a short while when other steps
+could run, it is handed over and a new owner continues the run (the rule and its bounds:
+`pte._owner`). Every other call runs where `pte._invoke` puts it (worker thread, worker
+process, event loop).
 
 The first failed step in plan order ends the run, once every step before it has finished.
 Steps after it that already ran are not recorded (they are reads, see above): async ones
@@ -43,7 +45,6 @@ import queue
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -52,7 +53,8 @@ from pte._audit import AuditLog
 from pte._control_run import is_controlled, run_with_control
 from pte._errors import AuditWriteError, ToolError
 from pte._idempotency import derive_key
-from pte._invoke import _TIMERS, _WORKERS, CallOutcome, attempt_sync, settled, start_call
+from pte._invoke import _WORKERS, CallOutcome, settled, start_call
+from pte._owner import OwnerCalls, Superseded, may_run_on_owner
 from pte._plan import Plan, PlanStep, Reference, copy_json, is_reference
 from pte._tools import Registry, ToolSpec
 
@@ -144,7 +146,7 @@ class LiveInvoker:
         """Called before every call of a step starts, however the executor runs it.
 
         Wrappers override this (not `start`) to act before a call: the executor may run a
-        lone plain step on its own thread without going through `start`. Raising here stops
+        plain step on its own thread without going through `start`. Raising here stops
         the run before the tool is called.
         """
 
@@ -212,11 +214,11 @@ class Executor:
         run = _Run(self, plan, audit, completed, on_step)
         if not run.live:
             return run.execute()
-        # The run's loop goes to a worker thread (its *owner*), so that a lone plain step can
-        # run right there, with no thread hand-off per step, and still time out: if it
-        # overruns, the timer gives the run to a new owner and this thread is left behind.
-        context = contextvars.copy_context()
-        _WORKERS.submit(lambda: context.run(run.own))
+        # The run's loop goes to a worker thread (its *owner*), so that plain calls can run
+        # right there, with no thread hand-off per step, and still time out or be handed
+        # over: then the watchdog gives the run to a new owner (`pte._owner`).
+        run.context = contextvars.copy_context()
+        run.new_owner()
         try:
             run.done.wait()
         except BaseException:  # Ctrl-C while waiting: stop the run where it can be stopped
@@ -283,27 +285,27 @@ class _Run:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.aborted = False
-        #: The call running on the owner thread (`_run_inline`): its number (+1 per call),
-        #: step, deadline and whether it still counts (False once it ended or timed out).
-        self.inline_lock = threading.Lock()
-        self.inline_call = 0
-        self.inline_step = -1
-        self.inline_deadline = 0.0
-        self.inline_live = False
-        #: When the watchdog timer of inline calls fires next (None: not armed).
-        self.watchdog_at: float | None = None
+        #: The caller's context, which every owner thread runs the loop in (a copy each).
+        self.context = contextvars.Context()
+        #: Calls on the owner thread (`pte._owner`).
+        self.owner_calls = OwnerCalls(self.completions, self.new_owner)
 
     def _is_write(self, i: int) -> bool:
         return self.specs[i].effect == "write"
 
     # -- the loop ------------------------------------------------------------------------------
 
+    def new_owner(self) -> None:
+        """Start a thread that runs the loop (at the start, and when an owner call is left behind)."""
+        context = self.context.copy()
+        _WORKERS.submit(lambda: context.run(self.own))
+
     def own(self) -> None:
         """The loop, on an owner thread: the outcome is left for `Executor.run`."""
         try:
             self.execute()
-        except _Superseded:
-            return  # a timed-out inline step: a new owner has the run now
+        except Superseded:
+            return  # an owner call handed over or timed out: a new owner has the run now
         except BaseException as exc:  # handed to the caller's thread
             self.error = exc
         self.done.set()
@@ -320,7 +322,7 @@ class _Run:
         try:
             while self.next < len(self.steps) and self.execution.failure is None:
                 if self.aborted:
-                    raise _Superseded
+                    raise Superseded
                 self._launch()
                 i, outcome = self.completions.get()
                 self._complete(i, outcome)
@@ -329,7 +331,7 @@ class _Run:
                     i, outcome = self.completions.get_nowait()
                     self._complete(i, outcome)
                 self._flush()
-        except _Superseded:
+        except Superseded:
             raise
         except Exception:
             self._stop_running(wait=True)
@@ -361,13 +363,13 @@ class _Run:
             and len(self.running) < self.limit
         ):
             self._start(i)
-        while self.ready and len(self.running) < self.limit:
+        while self.ready and len(self.running) < self.limit and not self.aborted:
             if self.write_running and self.executor.serial_writes:
                 return
             i = heapq.heappop(self.ready)
             if i < self.stop_at:
                 self._start(i)
-        if not self.running:  # nothing can finish: a write waits for a turn that cannot come
+        if not self.running and not self.aborted:  # a write waits for a turn that cannot come
             raise AssertionError(f"executor stalled at step {self.next} of {len(self.steps)}")
 
     # -- one step --------------------------------------------------------------------------------
@@ -410,14 +412,11 @@ class _Run:
         invoker = self.executor.invoker
         if isinstance(invoker, LiveInvoker):
             invoker.before_call(spec, private, step)
-        if (
-            isinstance(invoker, LiveInvoker)
-            and len(self.running) == 1
-            and not self.ready
-            and _runs_inline(spec)
-        ):
-            self._run_inline(i, spec, private)
-        elif isinstance(invoker, LiveInvoker):
+            if may_run_on_owner(spec):
+                lone = len(self.running) == 1 and not self.ready  # nothing else could run
+                self.running[i] = _ON_OWNER
+                self.owner_calls.call(i, spec, private, hand_over=not lone)
+                return
             self.running[i] = invoker.start(
                 spec, private, step, lambda outcome: self.completions.put((i, outcome))
             )
@@ -430,7 +429,7 @@ class _Run:
 
     def _complete(self, i: int, outcome: CallOutcome) -> None:
         if i < 0:
-            raise _Superseded  # aborted
+            raise Superseded  # aborted
         if i not in self.running:
             return  # cancelled: past a failure
         del self.running[i]
@@ -487,62 +486,6 @@ class _Run:
                     if j > i and (call is None or call.cancel()):
                         del self.running[j]
         self.finished[i] = result
-
-    def _run_inline(self, i: int, spec: ToolSpec, args: dict[str, Any]) -> None:
-        """Call a plain tool right here: nothing else can run until it finishes anyway.
-
-        If it overruns its timeout, the watchdog (`_watch`) records the timeout and starts a
-        new owner thread for the run; this one, stuck in the call, leaves the run alone when
-        (if) the call returns: the call is abandoned, as on any worker thread.
-        """
-        self.running[i] = _INLINE
-        deadline = time.monotonic() + spec.timeout_s
-        with self.inline_lock:
-            self.inline_call += 1
-            call = self.inline_call
-            self.inline_step, self.inline_deadline, self.inline_live = i, deadline, True
-            # One timer serves every inline call of the run: it is armed again only when this
-            # deadline comes before the one it is armed for (see `_watch`).
-            arm = self.watchdog_at is None or deadline < self.watchdog_at
-            if arm:
-                self.watchdog_at = deadline
-        if arm:
-            ref = weakref.ref(self)
-            _TIMERS.call_at(deadline, lambda: _watch(ref, deadline))
-        output, error, _ = attempt_sync(spec, args)
-        with self.inline_lock:
-            if self.inline_call != call or not self.inline_live:
-                raise _Superseded
-            self.inline_live = False
-        self.completions.put((i, CallOutcome(output, error)))
-
-    def _watch(self, armed_for: float) -> None:
-        """The watchdog's timer fired: time out the inline call if its deadline has passed.
-
-        A call that ended meanwhile needs nothing (the next one arms the timer again); a
-        later call with a later deadline gets the timer armed again for it.
-        """
-        with self.inline_lock:
-            if self.watchdog_at != armed_for:
-                return  # superseded by a timer armed for an earlier deadline
-            self.watchdog_at = None
-            if not self.inline_live:
-                return
-            if time.monotonic() < self.inline_deadline:
-                self.watchdog_at = deadline = self.inline_deadline
-                ref = weakref.ref(self)
-                _TIMERS.call_at(deadline, lambda: _watch(ref, deadline))
-                return
-            self.inline_live = False
-            i = self.inline_step
-        spec = self.specs[i]
-        message = (
-            f"{spec.name} did not finish within {spec.timeout_s:g}s and was abandoned "
-            "(a thread cannot be stopped: it may still finish)"
-        )
-        self.completions.put((i, CallOutcome(error=ToolError("timeout", message))))
-        context = contextvars.copy_context()
-        _WORKERS.submit(lambda: context.run(self.own))
 
     # -- the sequencer ---------------------------------------------------------------------------
 
@@ -603,29 +546,14 @@ class _Run:
         self.audit.append("step_finished", **fields, duration_ms=round(result.duration_ms, 3))
 
 
-class _Superseded(BaseException):
-    """Ends an owner thread that no longer owns its run (never reaches a caller)."""
-
-
-class _Inline:
-    """Stands for the call running on the owner thread (see `_Run._run_inline`) in `running`."""
+class _OnOwner:
+    """Stands in `_Run.running` for a call on the owner thread (`pte._owner`)."""
 
     def cancel(self) -> bool:
         return False  # a thread cannot be stopped; it reports when it ends
 
 
-_INLINE = _Inline()
-
-
-def _watch(ref: weakref.ref[_Run], armed_for: float) -> None:
-    run = ref()
-    if run is not None:
-        run._watch(armed_for)
-
-
-def _runs_inline(spec: ToolSpec) -> bool:
-    """Whether a call of `spec` may run on the run's owner thread: plain, thread mode, no retries."""
-    return not spec.is_async and spec.isolation == "thread" and not spec.retries
+_ON_OWNER = _OnOwner()
 
 
 def _args_error(spec: ToolSpec, args: dict[str, Any]) -> ToolError | None:
