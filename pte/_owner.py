@@ -83,14 +83,17 @@ class OwnerCalls:
     """The owner calls of one run: at most one runs on the owner thread at a time.
 
     `completions` gets ``(step, CallOutcome)`` for each call, as from a worker thread;
-    `new_owner` starts a new owner thread for the run (after a hand-over or a timeout).
+    `new_owner`, a method of the run, starts a new owner thread for it (after a hand-over
+    or a timeout). It is held weakly: the run holds this object, and a cycle between the
+    two would keep a finished run (its audit log, its invoker) alive until a collector
+    pass; replay and resume rely on each run being freed when it ends.
     """
 
     def __init__(
         self, completions: queue.SimpleQueue[tuple[int, CallOutcome]], new_owner: Callable[[], None]
     ) -> None:
         self._completions = completions
-        self._new_owner = new_owner
+        self._new_owner = weakref.WeakMethod(new_owner)
         self._lock = threading.Lock()
         #: The call on the owner thread now (None between calls).
         self._current: _Call | None = None
@@ -150,7 +153,9 @@ class OwnerCalls:
         else:  # handed over: its deadline is watched on its own from now on
             ref = weakref.ref(self)
             _TIMERS.call_at(call.deadline, lambda: _expire(ref, call))
-        self._new_owner()
+        new_owner = self._new_owner()
+        if new_owner is not None:  # else the run has ended: no one needs a new owner
+            new_owner()
 
     def _expire(self, call: _Call) -> None:
         """A handed-over call's deadline passed: fail its step unless it ended in time."""
