@@ -55,10 +55,12 @@ from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Policy, PolicyError, load_policy
 from pte._redaction import Redactor
+from pte._registry import Registry, load_pack, load_registry
 from pte._report import ReportError, render_report, write_report
 from pte._signing import KeyFileError
 from pte._tool_schema import SchemaTool, tool_from_schema
-from pte._tools import Registry, ToolSpec, load_pack, load_registry, tool
+from pte._tool_spec import ToolSpec
+from pte._tools import tool
 from pte._version import __version__
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 

@@ -48,6 +48,7 @@ from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Policy, PolicyError, load_policy
 from pte._redaction import Redactor
+from pte._registry import Registry, load_pack, load_registry
 from pte._replay import LogNotIntact as LogNotIntact
 from pte._replay import ReplayDivergence as ReplayDivergence
 from pte._replay import ReplayReport as ReplayReport
@@ -63,7 +64,8 @@ from pte._runs import resume_run as resume_run
 from pte._runs import run_in_store as run_in_store
 from pte._signing import KeyFileError as KeyFileError
 from pte._tool_schema import SchemaTool, tool_from_schema
-from pte._tools import Registry, ToolSpec, load_pack, load_registry, tool
+from pte._tool_spec import ToolSpec
+from pte._tools import tool
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 
 __version__: str

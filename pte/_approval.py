@@ -48,8 +48,9 @@ from pte import _json as strict_json
 from pte._canonical import canonical_json
 from pte._errors import ApprovalConsumed, PTEError
 from pte._plan import Plan
+from pte._registry import Registry
 from pte._signing import KeyFileError, PublicKey, SigningKey
-from pte._tools import Registry, ToolSpec
+from pte._tool_spec import ToolSpec
 
 __all__ = [
     "APPROVAL_FORMAT",

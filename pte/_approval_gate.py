@@ -36,8 +36,9 @@ from pte._audit import AuditLog
 from pte._errors import ApprovalConsumed, ApprovalMissing
 from pte._executor import LiveInvoker
 from pte._plan import Plan, PlanStep
+from pte._registry import Registry
 from pte._signing import KeyFileError, SigningKey, TrustedKeys
-from pte._tools import Registry, ToolSpec
+from pte._tool_spec import ToolSpec
 
 __all__ = [
     "ApprovalGate",

@@ -35,7 +35,7 @@ from pte._cli_support import UsageError as UsageError  # re-exported: pte._cli_s
 from pte._errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
 from pte._llm import DEFAULT_MAX_TOKENS
 from pte._redaction import Redactor
-from pte._tools import Registry, load_registry
+from pte._registry import Registry, load_registry
 
 __all__ = ["main"]
 
@@ -425,7 +425,7 @@ def cmd_keys_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger_init(args: argparse.Namespace) -> int:
-    from pte._tools import load_pack
+    from pte._registry import load_pack
 
     module = sys.modules[load_pack("backoffice")["list_overdue_invoices"].func.__module__]
     path = Path(args.path or os.environ.get("PTE_LEDGER", "pte_ledger.sqlite"))

@@ -29,7 +29,7 @@ from pte._cli import (
 from pte._cli_store import add_store
 from pte._cli_support import input_file
 from pte._errors import FailedClosed, PTEError
-from pte._tools import Registry
+from pte._registry import Registry
 
 __all__ = ["add_replay_commands"]
 

@@ -27,7 +27,8 @@ from pte._errors import PlanRejected, ReasonCode
 from pte._idempotency import check_idempotency_keys
 from pte._nesting import count_values, nests_deeper_than, outside_strings
 from pte._plan import Plan, Reference, build_plan, is_reference, plan_schema
-from pte._tools import Registry, ToolSpec, is_small
+from pte._registry import Registry
+from pte._tool_spec import ToolSpec, is_small
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -508,7 +509,7 @@ def _type_check(
         fast = _literal_validator(ctx, schema, root)
         if fast is not None and fast.is_valid(value):
             return None
-        if not is_small(value):  # see pte._tools._explain: too wide to explain cheaply
+        if not is_small(value):  # see pte._tool_spec._explain: too wide to explain cheaply
             return _Mismatch("the value does not match the schema (it holds over 1,000 values)", path)
         error = jsonschema.exceptions.best_match(itertools.islice(types.validator.descend(value, schema), 32))
         if error is None:

@@ -32,7 +32,7 @@ from pte._tools import DECIMAL_STRING_PATTERN
 if TYPE_CHECKING:
     from pte._audit import AuditLog
     from pte._executor import ExecutionResult, Executor, StepResult
-    from pte._tools import Registry
+    from pte._registry import Registry
 
 __all__ = [
     "ConditionNotMet",

@@ -20,7 +20,7 @@ from pte._audit import AuditLog, verify
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._llm import ReplayClient
 from pte._policy import Policy
-from pte._tools import Registry, load_registry
+from pte._registry import Registry, load_registry
 
 __all__ = ["SCENARIOS", "DemoOutcome", "Scenario", "demo_registry", "run_demo", "run_scenario"]
 
@@ -293,7 +293,7 @@ def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
     """Run every scenario on a fresh sample ledger; print a table; exit 0 if all ended as expected."""
     import os
 
-    from pte._tools import load_pack
+    from pte._registry import load_pack
 
     with tempfile.TemporaryDirectory(prefix="pte-demo-") as tmp:
         workdir = Path(out_dir) if out_dir else Path(tmp)

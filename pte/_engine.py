@@ -30,8 +30,8 @@ from pte._logs import get_logger, is_terminal
 from pte._otel import RunTracer, TracedAudit
 from pte._plan import Plan, plan_schema
 from pte._policy import Policy, PolicyCheck, plan_literals
+from pte._registry import Registry
 from pte._stages import continue_literals, next_stage
-from pte._tools import Registry
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
 

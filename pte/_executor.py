@@ -56,7 +56,8 @@ from pte._idempotency import derive_key
 from pte._invoke import _WORKERS, CallOutcome, settled, start_call
 from pte._owner import OwnerCalls, Superseded, may_run_on_owner
 from pte._plan import Plan, PlanStep, Reference, copy_json, is_reference
-from pte._tools import Registry, ToolSpec
+from pte._registry import Registry
+from pte._tool_spec import ToolSpec
 
 __all__ = ["ExecutionResult", "Executor", "LiveInvoker", "StepResult", "ToolInvoker"]
 

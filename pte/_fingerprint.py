@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pte._canonical import hash_json
-from pte._tools import Registry, ToolSpec
+from pte._registry import Registry
+from pte._tool_spec import ToolSpec
 
 __all__ = [
     "code_hash",

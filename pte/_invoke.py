@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pte._errors import ToolError, TransientError
-from pte._tools import ToolSpec
+from pte._tool_spec import ToolSpec
 
 __all__ = ["CallOutcome", "attempt_sync", "settled", "start_call"]
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from pte._errors import ToolError
 from pte._invoke import _TIMERS, CallOutcome, attempt_sync
-from pte._tools import ToolSpec
+from pte._tool_spec import ToolSpec
 
 __all__ = ["HAND_OVER_S", "OwnerCalls", "Superseded", "may_run_on_owner"]
 

@@ -16,7 +16,7 @@ from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
 from pte._errors import ToolPackError
-from pte._tools import Registry
+from pte._registry import Registry
 
 __all__ = ["ENTRY_POINT_GROUP", "entry_point_pack", "installed_packs"]
 

@@ -46,9 +46,10 @@ from pte._compiler import CompileContext, json_path
 from pte._errors import PlanRejected, PTEError, ReasonCode
 from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan, Reference, is_reference
+from pte._registry import Registry
 from pte._resources import load_schema
 from pte._shaping_labels import shaped_tree
-from pte._tools import OutputProvenance, Registry, ToolSpec
+from pte._tool_spec import OutputProvenance, ToolSpec
 
 __all__ = [
     "DEFAULT_MODES",

@@ -23,7 +23,7 @@ import threading
 from typing import Any
 
 from pte._errors import ToolError
-from pte._tools import ToolSpec, spec_of
+from pte._tool_spec import ToolSpec, spec_of
 
 __all__ = ["SPAWN_TIMEOUT_S", "call_in_process"]
 
@@ -47,7 +47,7 @@ def _load_tool(ref: _ToolRef) -> ToolSpec:
     try:
         module = importlib.import_module(module_name)
     except ImportError:
-        # A tool pack loaded from a file (pte._tools.load_pack) has no importable name.
+        # A tool pack loaded from a file (pte._registry.load_pack) has no importable name.
         if file is None:
             raise
         loader_spec = importlib.util.spec_from_file_location(module_name, file)

@@ -49,12 +49,13 @@ from pte._executor import LiveInvoker, ToolInvoker
 from pte._fingerprint import expand_run_started, stored_contents
 from pte._plan import PlanStep
 from pte._redaction import REDACTED
+from pte._registry import Registry
 from pte._replay_authority import (
     Deployment,
     _engine_for,
     _llm_for,
 )
-from pte._tools import Registry, ToolSpec
+from pte._tool_spec import ToolSpec
 
 __all__ = [
     "DECISION_FIELDS",

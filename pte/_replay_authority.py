@@ -26,8 +26,9 @@ from pte._fingerprint import expand_run_started, stored_contents
 from pte._llm import LLMClient, LLMResponse, ReplayClient
 from pte._plan import Plan
 from pte._policy import Policy
+from pte._registry import Registry
 from pte._signing import TrustedKeys
-from pte._tools import Registry, ToolSpec
+from pte._tool_spec import ToolSpec
 
 __all__ = ["Deployment"]
 

@@ -15,9 +15,9 @@ from pte._executor import LiveInvoker
 from pte._fingerprint import stored_contents
 from pte._llm import LLMClient
 from pte._plan import Plan
+from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive, _iter_runs, _verified
 from pte._replay_authority import Deployment, _engine_for, _llm_for
-from pte._tools import Registry
 
 __all__ = ["resume_file"]
 

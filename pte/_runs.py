@@ -43,6 +43,7 @@ from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, PTEErro
 from pte._executor import LiveInvoker
 from pte._llm import LLMClient
 from pte._plan import Plan
+from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive
 from pte._replay_authority import (
     Deployment,
@@ -52,7 +53,6 @@ from pte._replay_authority import (
     _recorded_registry,
 )
 from pte._signing import SigningKey, TrustedKeys
-from pte._tools import Registry
 from pte.stores import Decision, Store, StoreError, check_run_id
 
 __all__ = [

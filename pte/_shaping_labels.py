@@ -71,7 +71,7 @@ _LIST = "records"
 @functools.cache
 def _stock_code_hashes() -> Mapping[str, str]:
     """name -> code hash of the stock shaping tools this PTE ships."""
-    from pte._tools import load_pack  # local: pte._tools is heavier than this module needs at import
+    from pte._registry import load_pack  # local: pte._registry is heavier than this module needs at import
 
     registry = load_pack("shaping")
     return MappingProxyType({name: registry[name].code_sha256 for name in _OPERATIONS if name in registry})

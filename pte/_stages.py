@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pte._engine import Engine, _Run
     from pte._labels import LabelTree
     from pte._policy import Policy
-    from pte._tools import Registry
+    from pte._registry import Registry
 
 __all__ = ["continue_literals", "next_stage", "stage_messages", "value_labels"]
 

@@ -26,7 +26,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from pte._canonical import canonical_json
 from pte._errors import ToolError, ToolRegistrationError
-from pte._tools import Effect, OutputProvenance, ToolSpec
+from pte._tool_spec import Effect, OutputProvenance, ToolSpec
 
 __all__ = ["SchemaTool", "tool_from_schema"]
 

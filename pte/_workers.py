@@ -37,8 +37,8 @@ from typing import Any
 from pte._errors import FailedClosed, PTEError, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY
 from pte._llm import LLMClient
+from pte._registry import Registry, load_registry
 from pte._runs import DEFAULT_APPROVAL_TTL, PausedRun, job_engine, pausing_gate, resume_run, run_in_store
-from pte._tools import Registry, load_registry
 from pte.stores import Store, StoreError, check_run_id, open_store
 
 __all__ = ["TASK_NAME", "WorkerConfig", "enqueue", "make_app", "process_run", "submit_job"]

@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import PydanticUserError, TypeAdapter
 
 from pte._errors import ImportRefused, ImportSourceError
+from pte._registry import Registry
 from pte._tool_schema import SchemaFunction
-from pte._tools import Registry
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["import_langchain_tools"]

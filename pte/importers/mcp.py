@@ -35,8 +35,8 @@ from typing import Any, TextIO
 
 from pte import _json as strict_json
 from pte._errors import MCPError, ToolError
+from pte._registry import Registry
 from pte._tool_schema import SchemaFunction
-from pte._tools import Registry
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["MCPConnection", "MCPError", "import_mcp_tools"]

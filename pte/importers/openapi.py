@@ -32,8 +32,8 @@ from urllib.parse import quote
 
 from pte import _json as strict_json
 from pte._errors import OpenAPIError, ToolError
+from pte._registry import Registry
 from pte._tool_schema import SchemaFunction
-from pte._tools import Registry
 from pte.importers._common import ImportManifest, ImportRefused, SourceTool, build_registry
 
 __all__ = ["OpenAPIError", "import_openapi", "load_openapi"]
