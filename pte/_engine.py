@@ -24,12 +24,13 @@ from pte._control_run import ConditionNotMet, is_element, note_completed, stop_i
 from pte._errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
 from pte._fingerprint import run_started_fields
+from pte._flow import plan_literals
 from pte._labels import LabelTree
 from pte._llm import LLMClient, LLMResponse
 from pte._logs import get_logger, is_terminal
 from pte._otel import RunTracer, TracedAudit
 from pte._plan import Plan, plan_schema
-from pte._policy import Policy, PolicyCheck, plan_literals
+from pte._policy import Policy, PolicyCheck
 from pte._registry import Registry
 from pte._stages import continue_literals, next_stage
 
