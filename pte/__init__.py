@@ -27,7 +27,8 @@ from pte._checkpoint import (
     verify_checkpoints,
     write_checkpoint,
 )
-from pte._compiler import DEFAULT_LIMITS, Limits, compile_plan
+from pte._compile_context import DEFAULT_LIMITS, Limits
+from pte._compiler import compile_plan
 from pte._control_run import ConditionNotMet
 from pte._errors import (
     ApprovalConsumed,

@@ -55,7 +55,7 @@ def _print_json(value: Any) -> None:
 def _read_text(path: str, what: str) -> str:
     """A plan file: a regular file, read up to the plan byte limit plus one (the compiler
     rejects a longer text as plan_too_large without the rest ever being read)."""
-    from pte._compiler import DEFAULT_LIMITS
+    from pte._compile_context import DEFAULT_LIMITS
 
     try:
         text, _ = read_bounded(path, what, DEFAULT_LIMITS.max_bytes)

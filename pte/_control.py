@@ -35,6 +35,8 @@ import jsonschema_rs
 
 from pte import _schema_types as st
 from pte._canonical import canonical_json
+from pte._compile_context import json_path
+from pte._compile_refs import _check_pointer, _check_ref_target, _collect_checked, _select
 from pte._errors import PlanRejected, ReasonCode
 from pte._plan import ELEMENT, Reference, is_reference
 from pte._tools import DECIMAL_STRING_PATTERN
@@ -68,8 +70,6 @@ _INSTANT_FORMATS = frozenset({"date-time", "date"})
 
 
 def _json_path(parts: tuple[str | int, ...]) -> str:
-    from pte._compiler import json_path  # the compiler imports this module
-
     return json_path(parts)
 
 
@@ -199,8 +199,6 @@ def check_control(ctx: Any) -> None:
     `check_acyclic`, to which it adds the dependencies that conditions, lists and require
     steps create (``ctx.extras["control_deps"]``: step id -> ids).
     """
-    from pte._compiler import _check_ref_target, _collect_checked  # the compiler imports this module
-
     steps: list[dict[str, Any]] = ctx.steps
     deps: dict[str, list[str]] = {}
     reads: list[_Site] = []
@@ -258,7 +256,6 @@ def check_control_types(ctx: Any) -> None:
     their arguments) is known. Records how each comparison compares
     (``ctx.extras["condition_modes"]``: step id -> modes).
     """
-    from pte._compiler import _check_pointer, _collect_checked  # the compiler imports this module
 
     def pointer(ref: Reference, where: tuple[str | int, ...]) -> None:
         if ref.step in ctx.inferred:  # a generic producer: its pointers are checkable only now
@@ -317,8 +314,6 @@ def _check_element(step: Mapping[str, Any], ref: Reference, where: tuple[str | i
 
 
 def _ref_schema(ctx: Any, ref: Reference) -> tuple[st.Schema, Mapping[str, Any]]:
-    from pte._compiler import _select
-
     schema = _select(ctx, ref)
     assert schema is not None  # check_references / _check_ref_target proved it exists
     return schema, ctx.output_type(ref.step)[1]

@@ -19,7 +19,8 @@ from typing import Any, Literal
 from pte import _prompts as prompts
 from pte._approval_gate import _NoApprovals
 from pte._audit import AuditLog
-from pte._compiler import DEFAULT_LIMITS, CompileCheck, Limits, compile_plan
+from pte._compile_context import DEFAULT_LIMITS, CompileCheck, Limits
+from pte._compiler import compile_plan
 from pte._control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
 from pte._errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result

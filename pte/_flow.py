@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pte._canonical import canonical_json
-from pte._compiler import CompileContext, json_path
+from pte._compile_context import CompileContext, json_path
 from pte._errors import PlanRejected, ReasonCode
 from pte._labels import LabelTree
 from pte._plan import Plan, Reference, is_reference

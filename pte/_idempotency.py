@@ -84,7 +84,7 @@ def check_idempotency_keys(ctx: Any) -> None:
         args = step.get("args")
         if tool is None or param is None or not isinstance(args, dict) or param not in args:
             continue
-        from pte._compiler import json_path  # the compiler imports this module
+        from pte._compile_context import json_path  # the compiler imports this module
 
         raise PlanRejected(
             ReasonCode.INVALID_ARGS,

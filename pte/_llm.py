@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 from openai.types.chat import ChatCompletion
 
-from pte._compiler import DEFAULT_LIMITS
+from pte._compile_context import DEFAULT_LIMITS
 from pte._errors import LLMError, PTEError
 
 if TYPE_CHECKING:

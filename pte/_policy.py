@@ -40,7 +40,7 @@ from typing import Any, Literal, cast
 import jsonschema
 
 from pte import _json as strict_json
-from pte._compiler import CompileContext, json_path
+from pte._compile_context import CompileContext, json_path
 from pte._errors import PTEError
 from pte._flow import LABELS, _checked_prior, _flow_graph, _output_labels, plan_literals
 from pte._labels import LabelTree, parse_field_pointer, schema_fields

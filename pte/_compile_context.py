@@ -1,0 +1,131 @@
+"""What compile checks share: the `CompileContext`, the size `Limits`, and JSON paths.
+
+Separate from `pte._compiler` (the pipeline) so that the checks living in their own
+modules (`pte._compile_refs`, `pte._compile_args`, `pte._control`, policies) can import
+it without importing the pipeline that imports them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pte import _schema_types as st
+from pte._errors import PlanRejected, ReasonCode
+from pte._plan import Reference
+from pte._registry import Registry
+from pte._tool_spec import ToolSpec
+
+__all__ = ["DEFAULT_LIMITS", "CompileCheck", "CompileContext", "Limits", "json_path"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits a plan must respect (`plan_too_large` otherwise).
+
+    `max_values` bounds how many JSON values (objects, arrays, strings, numbers, literals) the
+    plan text holds, counted on the text before parsing (`pte._nesting.count_values`): a
+    document of a million tiny values fits in `max_bytes` but would cost seconds to parse,
+    validate and explain. The defaults keep compiling any text within them, accepted or
+    rejected, well under 50 ms (`bench/bench_rejection.py`): 250 steps (what an LLM writes
+    within `pte._llm.DEFAULT_MAX_TOKENS` at ~60 tokens a step; per-item work is one `for_each`
+    step) and 10,000 values (40 a step). ``max_values=None`` sets no value cap: what a log
+    written before the cap existed records, so its replay compiles as it did then.
+    """
+
+    max_steps: int = 250
+    max_bytes: int = 1_000_000
+    max_depth: int = 32
+    max_values: int | None = 10_000
+
+    def to_dict(self) -> dict[str, int]:
+        out = {"max_steps": self.max_steps, "max_bytes": self.max_bytes, "max_depth": self.max_depth}
+        if self.max_values is not None:
+            out["max_values"] = self.max_values
+        return out
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass
+class CompileContext:
+    """What the checks share: the input, and what earlier checks established."""
+
+    text: str
+    registry: Registry
+    limits: Limits
+    document: dict[str, Any] = field(default_factory=dict)
+    canonical: str = ""
+    #: step id -> index in the plan
+    index: dict[str, int] = field(default_factory=dict)
+    #: step index -> [(path inside args, Reference)]
+    references: list[list[tuple[tuple[str | int, ...], Reference]]] = field(default_factory=list)
+    order: tuple[str, ...] = ()
+    #: Steps completed before this plan (a replan or a resume): step id -> tool name.
+    #: The plan may reference their outputs; they are never run again.
+    prior: Mapping[str, str] = field(default_factory=dict)
+    #: step id -> (output schema, its root) of steps whose tool is generic: inferred by check_args.
+    inferred: dict[str, tuple[st.Schema, Mapping[str, Any]]] = field(default_factory=dict)
+    #: Extra information checks may attach (e.g. provenance labels from a policy check).
+    extras: dict[str, Any] = field(default_factory=dict)
+    #: Prior steps that were per-item (`for_each`) steps: their output is a list (pte._control).
+    prior_lists: frozenset[str] = frozenset()
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = self.document["steps"]
+        return steps
+
+    def tool(self, step_index: int) -> ToolSpec:
+        return self.registry[self.steps[step_index]["tool"]]
+
+    def producer(self, step_id: str) -> ToolSpec:
+        """The tool whose output a reference to `step_id` reads (a plan step or a prior step)."""
+        if step_id in self.index:
+            return self.tool(self.index[step_id])
+        return self.registry[self.prior[step_id]]
+
+    def is_list_step(self, step_id: str) -> bool:
+        """Whether `step_id` is a for_each step, whose output is the list of its calls' outputs."""
+        if step_id in self.index:
+            return "for_each" in self.steps[self.index[step_id]]
+        return step_id in self.prior_lists
+
+    def output_type(self, step_id: str) -> tuple[st.Schema, Mapping[str, Any]]:
+        """The output schema of a step (and the root its ``$ref``s resolve against).
+
+        For a generic tool it is the schema inferred for this step from its arguments; a
+        completed step of an earlier plan (a replan) has its tool's declared schema. A
+        for_each step's output is the list of its calls' outputs (pte._control).
+        """
+        if step_id in self.inferred:
+            schema, root = self.inferred[step_id]
+        else:
+            producer = self.producer(step_id)
+            schema, root = producer.output_schema, producer.output_schema
+        if self.is_list_step(step_id):
+            return {"type": "array", "items": schema, "$defs": root.get("$defs", {})}, root
+        return schema, root
+
+
+CompileCheck = Callable[[CompileContext], None]
+
+
+def json_path(parts: Iterable[str | int]) -> str:
+    """A JSONPath string for a location: ``$.steps[1].args.days``."""
+    out = "$"
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
+    return out
+
+
+def _reject(reason: ReasonCode, message: str, *path: str | int) -> PlanRejected:
+    return PlanRejected(reason, message, json_path(path))
