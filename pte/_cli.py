@@ -15,41 +15,44 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pte import __version__
+from pte._cli_deployment import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    _add_approvals,
+    _add_json,
+    _add_llm,
+    _add_tools,
+    _approvals_path,
+    _engine,
+    _llm,
+    _open_audit,
+    _packs,
+    _policy,
+    _policy_checks,
+    _print_json,
+    _registry,
+    _report_run,
+    current_redactor,
+    set_redactor,
+)
 from pte._cli_support import (
     InputFileError,
     add_execution_flags,
-    execution_settings,
     guarded,
-    input_file,
     non_empty_text,
     non_negative_int,
     output_file,
-    positive_float,
-    positive_int,
-    print_json,
     read_bounded,
     redacted_output,
     run_command,
 )
 from pte._cli_support import UsageError as UsageError  # re-exported: pte._cli_store raises it
-from pte._errors import FailedClosed, LLMError, PlanRejected, PTEError, ToolPackError, ToolRegistrationError
-from pte._llm import DEFAULT_MAX_TOKENS
+from pte._errors import PlanRejected
 from pte._redaction import Redactor
-from pte._registry import Registry, load_registry
+from pte._registry import Registry
 
 __all__ = ["main"]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-#: The redactor of the running command (set by `main`): the audit log's and the output's.
-_redactor: Redactor | None = None
-
-
-def _print_json(value: Any) -> None:
-    print_json(value, _redactor)
 
 
 def _read_text(path: str, what: str) -> str:
@@ -62,57 +65,6 @@ def _read_text(path: str, what: str) -> str:
     except InputFileError as exc:
         raise UsageError(str(exc)) from None
     return text
-
-
-def _packs(args: argparse.Namespace) -> list[str]:
-    packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
-    if not packs:
-        raise UsageError(
-            "--tools is required: a stock pack name (backoffice, calculator, shaping), a .py file or a module"
-        )
-    return packs
-
-
-def _registry(args: argparse.Namespace) -> Registry:
-    """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
-    packs = _packs(args)
-    input_file(getattr(args, "manifest", None), "manifest")
-    input_file(getattr(args, "policy", None), "policy file")
-    allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
-    try:
-        return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
-    except (ToolPackError, ToolRegistrationError) as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    parser.add_argument(
-        "--tools",
-        action="append",
-        metavar="PACK",
-        required=required,
-        help="tool pack: a stock pack (backoffice, calculator, shaping), a .py file or a module; "
-        "repeat or comma-separate",
-    )
-    parser.add_argument(
-        "--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools"
-    )
-    parser.add_argument("--manifest", metavar="FILE", help="a tool manifest narrowing the allow-list")
-    parser.add_argument("--policy", metavar="FILE", help="a data-flow policy file (compliance-owned)")
-
-
-def _add_approvals(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
-    parser.add_argument(
-        "--approval-keys",
-        metavar="FILE",
-        help="trusted approvers' Ed25519 public keys (PEM; default $PTE_APPROVAL_PUBLIC_KEYS_FILE); "
-        "with keys, only approvals signed by one of them count",
-    )
-
-
-def _add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -155,91 +107,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policy(registry: Registry, args: argparse.Namespace) -> Any:
-    from pte._policy import Policy
-
-    path = getattr(args, "policy", None)
-    try:
-        if path is None:
-            return Policy.from_registry(registry)
-        # Tool names in the file are checked against the whole packs (a typo is an error), so
-        # one compliance-owned file serves deployments that narrow the allow-list differently.
-        policy = Policy.from_registry(load_registry(_packs(args))).with_file(path)
-        narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
-        return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
-    except PTEError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
-    return [_policy(registry, args).check()]
-
-
-def _open_audit(path: str, **kwargs: Any) -> Any:
-    from pte._audit import AuditLog
-
-    target = output_file(path, "audit log")
-    try:
-        return AuditLog(target, redactor=_redactor, **kwargs)
-    except FailedClosed as exc:
-        raise UsageError(f"cannot open audit log {path!r}: {exc.message}") from None
-
-
-def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -> int:
-    if args.json:
-        _print_json({**result.to_dict(), "audit": audit_path})
-    else:
-        if result.ok:
-            print(result.answer or "")
-            print(
-                f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); "
-                f"audit log {audit_path}"
-            )
-        elif result.status == "condition_not_met":  # pte._control: a require was false; not a failure
-            print(f"{result.message}\n\ncondition_not_met: nothing after the require step ran")
-        else:
-            print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
-            if result.result is not None:
-                print(json.dumps(result.result, indent=2, ensure_ascii=False))
-    return EXIT_OK if result.ok or result.status == "condition_not_met" else EXIT_FAILED
-
-
-def _approvals_path(args: argparse.Namespace) -> str:
-    path = getattr(args, "approvals", None) or "pte_approvals.jsonl"
-    output_file(path, "approval store")
-    return str(path)
-
-
-def _approval_keys(args: argparse.Namespace) -> Any:
-    """The deployment's trusted approval public keys (--approval-keys, else the environment)."""
-    from pte._approval import public_keys_from_env
-    from pte._signing import KeyFileError
-
-    try:
-        return public_keys_from_env(getattr(args, "approval_keys", None))
-    except KeyFileError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
-    """The approval gate over the deployment's approval store (never over a log)."""
-    from pte._approval import ApprovalGate, ApprovalStore
-
-    store = ApprovalStore(_approvals_path(args))
-    return ApprovalGate(store, registry, keys=_approval_keys(args), policy=policy)
-
-
-def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
-    from pte._engine import Engine, EngineConfig
-
-    config = EngineConfig(
-        max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
-    )
-    policy = _policy(registry, args)
-    gate = approval if approval is not None else _gate(registry, args, policy)
-    return Engine(registry, llm, config=config, policy=policy, approval=gate, **execution_settings(args))
-
-
 def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
     """With --store, run in the store (the run may pause for approval); None: use --audit."""
     from pte import _cli_store as cli_store
@@ -269,52 +136,6 @@ def cmd_execute(args: argparse.Namespace) -> int:
     return _report_run(result, args, args.audit)
 
 
-def _llm(args: argparse.Namespace) -> Any:
-    if getattr(args, "replay_responses", None):
-        from pte._llm import ReplayClient, ReplayDataError
-
-        input_file(args.replay_responses, "--replay-responses file")
-        try:
-            return ReplayClient.from_file(args.replay_responses)
-        except (OSError, ReplayDataError, ValueError) as exc:
-            raise UsageError(f"cannot use --replay-responses {args.replay_responses!r}: {exc}") from None
-    from pte._llm import OpenAIClient
-
-    try:
-        return OpenAIClient(
-            args.model,
-            base_url=args.base_url,
-            timeout_s=args.timeout,
-            max_retries=args.max_retries,
-            max_tokens=args.max_output_tokens,
-        )
-    except LLMError as exc:
-        raise UsageError(exc.message) from None
-
-
-def _add_llm(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)")
-    parser.add_argument(
-        "--timeout", type=positive_float, default=60.0, help="seconds per LLM request (default 60)"
-    )
-    parser.add_argument(
-        "--max-retries", type=non_negative_int, default=2, help="transport retries per LLM call (default 2)"
-    )
-    parser.add_argument(
-        "--max-output-tokens",
-        type=positive_int,
-        default=DEFAULT_MAX_TOKENS,
-        metavar="N",
-        help=f"bound on every LLM answer (default {DEFAULT_MAX_TOKENS})",
-    )
-    parser.add_argument(
-        "--replay-responses",
-        metavar="FILE",
-        help="serve recorded LLM answers from a JSON file instead of an endpoint",
-    )
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     registry = _registry(args)
     llm = _llm(args)
@@ -334,7 +155,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     registry = _registry(args)
     output = output_file(args.output, "plan file")
     llm = _llm(args)
-    audit = _open_audit(args.audit) if args.audit else AuditLog(None, redactor=_redactor)
+    audit = _open_audit(args.audit) if args.audit else AuditLog(None, redactor=current_redactor())
     with audit:
         result = _engine(registry, llm, args).plan(args.request, audit)
     if not result.ok:
@@ -617,17 +438,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     Everything printed goes through the audit log's redaction (`RedactingWriter`); Ctrl-C
     exits 130 after the run is sealed as ``interrupted``; no input ends in a traceback.
     """
-    global _redactor
     parser = build_parser()
     try:
-        _redactor = Redactor.from_env()
+        redactor = Redactor.from_env()
     except ValueError as exc:
         _fail_usage(parser, f"cannot load the secret rules: {exc}")
+    set_redactor(redactor)
     try:
-        with redacted_output(_redactor):
+        with redacted_output(redactor):
             return guarded(lambda: _main(parser, argv), debug=bool(os.environ.get("PTE_DEBUG")))
     finally:
-        _redactor = None
+        set_redactor(None)
 
 
 def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:

@@ -9,8 +9,8 @@ import argparse
 import sys
 from typing import Any
 
-from pte._cli import EXIT_FAILED, EXIT_OK, UsageError, _add_json, _print_json
-from pte._cli_support import input_file, output_file
+from pte._cli_deployment import EXIT_FAILED, EXIT_OK, _add_json, _print_json
+from pte._cli_support import UsageError, input_file, output_file
 
 __all__ = ["add_audit_commands"]
 

@@ -10,10 +10,9 @@ import argparse
 import sys
 from typing import Any
 
-from pte._cli import (
+from pte._cli_deployment import (
     EXIT_FAILED,
     EXIT_OK,
-    UsageError,
     _add_approvals,
     _add_json,
     _add_llm,
@@ -27,7 +26,7 @@ from pte._cli import (
     _report_run,
 )
 from pte._cli_store import add_store
-from pte._cli_support import input_file
+from pte._cli_support import UsageError, input_file
 from pte._errors import FailedClosed, PTEError
 from pte._registry import Registry
 

@@ -150,7 +150,7 @@ def replay(args: argparse.Namespace, registry: Any) -> int:
 
 def _gate(store: Store, registry: Any, args: argparse.Namespace) -> Any:
     from pte._approval import ApprovalStore
-    from pte._cli import _approval_keys
+    from pte._cli_deployment import _approval_keys
     from pte._runs import pausing_gate
 
     approvals = ApprovalStore(args.approvals) if getattr(args, "approvals", None) else None
@@ -173,7 +173,7 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
                 f"pte resume {result.run_id} --store URL --tools …"
             )
         return EXIT_OK
-    from pte._cli import _report_run
+    from pte._cli_deployment import _report_run
 
     return int(_report_run(result, args, f"{store.describe()} run {result.run_id}"))
 
