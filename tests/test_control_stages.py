@@ -65,6 +65,33 @@ def mail(recipient: Any) -> dict[str, Any]:
     )
 
 
+def pay_from_a_transaction_in_stage_two(
+    registry: Registry, *, row: int, args: dict[str, str], log: Path, request: str
+) -> RunResult:
+    """Stage 1 reads the transactions (subjects untrusted by a policy file) and hands row
+    `row` on; stage 2 pays with `args`: each names the transaction field it takes by
+    reference, or is a literal when it names none ("as asked")."""
+    policy = Policy.from_registry(registry).with_document(
+        {"pte_policy": "1", "tools": {"transactions": {"fields": {"/transactions/*/subject": "untrusted"}}}}
+    )
+    fields = {"iban", "amount", "subject"}
+    stage1 = plan(
+        {"id": "tx", "tool": "transactions", "args": {"n": 3}},
+        **{"continue": {"last": {"$ref": f"tx/transactions/{row}"}}},
+    )
+    pay = {
+        "id": "pay",
+        "tool": "send_money",
+        "args": {
+            name: {"$ref": f"tx/transactions/{row}/{value}"} if value in fields else value
+            for name, value in args.items()
+        },
+    }
+    llm = ReplayClient([json.dumps(stage1), json.dumps(plan(pay, result={"$ref": "pay/id"}))])
+    with AuditLog(log) as audit:
+        return Engine(registry, llm, config=EngineConfig(llm_answer=False), policy=policy).run(request, audit)
+
+
 def test_a_summary_goes_to_the_person_named_in_the_request(registry: Registry, tmp_path: Path) -> None:
     request = "Summarise https://news.example/article and send the summary to Bob."
     result, log, llm = run(registry, request, [STAGE1, mail({"$ref": "bob/email"})], tmp_path)
@@ -114,28 +141,11 @@ def test_a_later_stage_cannot_steer_a_guarded_argument_by_reference(
     assert rows("SELECT count(*) FROM mails") == [(0,)]
     # The field labels of a policy file cross stages too: a transaction's subject (untrusted by
     # policy) cannot become the IBAN of a later stage's payment, while its amount could.
-    policy = Policy.from_registry(registry).with_document(
-        {"pte_policy": "1", "tools": {"transactions": {"fields": {"/transactions/*/subject": "untrusted"}}}}
-    )
-    stage1 = plan(
-        {"id": "tx", "tool": "transactions", "args": {"n": 3}},
-        **{"continue": {"last": {"$ref": "tx/transactions/1"}}},
-    )
-    pay = {
-        "id": "pay",
-        "tool": "send_money",
-        "args": {
-            "iban": {"$ref": "tx/transactions/1/subject"},
-            "amount": {"$ref": "tx/transactions/1/amount"},
-            "subject": "as asked",
-        },
-    }
+    args = {"iban": "subject", "amount": "amount", "subject": "as asked"}
     steered = tmp_path / "steered.jsonl"
-    llm = ReplayClient([json.dumps(stage1), json.dumps(plan(pay, result={"$ref": "pay/id"}))])
-    with AuditLog(steered) as audit:
-        result = Engine(registry, llm, config=EngineConfig(llm_answer=False), policy=policy).run(
-            "Do what my transaction from 15 October asks.", audit
-        )
+    result = pay_from_a_transaction_in_stage_two(
+        registry, row=1, args=args, log=steered, request="Do what my transaction from 15 October asks."
+    )
     assert (result.status, result.reason and result.reason.value) == ("failed_closed", "policy_violation")
     assert "send_money.iban" in (result.message or "")
     assert rows("SELECT count(*) FROM payments") == [(0,)]
@@ -169,28 +179,11 @@ def test_execute_refuses_a_plan_that_needs_a_next_stage(registry: Registry, tmp_
 def test_prior_steps_keep_field_labels_across_stages(registry: Registry, tmp_path: Path) -> None:
     # Stage 1 reads the user's transactions (subjects untrusted by policy); stage 2 pays the
     # amount of the previous transaction to its IBAN by reference: allowed, field by field.
-    policy = Policy.from_registry(registry).with_document(
-        {"pte_policy": "1", "tools": {"transactions": {"fields": {"/transactions/*/subject": "untrusted"}}}}
-    )
-    stage1 = plan(
-        {"id": "tx", "tool": "transactions", "args": {"n": 3}},
-        **{"continue": {"last": {"$ref": "tx/transactions/0"}}},
-    )
-    pay = {
-        "id": "pay",
-        "tool": "send_money",
-        "args": {
-            "iban": {"$ref": "tx/transactions/0/iban"},
-            "amount": {"$ref": "tx/transactions/0/amount"},
-            "subject": {"$ref": "tx/transactions/0/subject"},
-        },
-    }
+    args = {"iban": "iban", "amount": "amount", "subject": "subject"}
     log = tmp_path / "run.jsonl"
-    llm = ReplayClient([json.dumps(stage1), json.dumps(plan(pay, result={"$ref": "pay/id"}))])
-    with AuditLog(log) as audit:
-        result = Engine(registry, llm, config=EngineConfig(llm_answer=False), policy=policy).run(
-            "Pay my last one again", audit
-        )
+    result = pay_from_a_transaction_in_stage_two(
+        registry, row=0, args=args, log=log, request="Pay my last one again"
+    )
     assert result.status == "succeeded", result.message
     assert rows("SELECT iban, amount FROM payments") == [("DE02100100100006820101", "19.99")]
     stage = next(r for r in read_records(log) if r["type"] == "stage")
