@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn
 
 from pte._compiler import Limits
@@ -83,11 +82,6 @@ def _set(container: Json, path: tuple[str | int, ...], value: Json) -> None:
 
 
 _Mutation = Callable[[DrawFn, _Catalogue, _Drawn, Limits], "str | Doc | None"]
-
-
-def _pick_step(draw: DrawFn, drawn: _Drawn, where: Callable[[int], bool] = lambda i: True) -> int | None:
-    options = [i for i in range(len(drawn.doc["steps"])) if where(i)]
-    return draw(st.sampled_from(options)) if options else None
 
 
 def _unknown_id(draw: DrawFn, doc: Doc) -> str:
