@@ -94,7 +94,7 @@ def test_valid_plans_compile_for_stock_packs(case: tuple[str, dict[str, Any]]) -
 
 
 def test_every_stock_pack_has_generatable_tools() -> None:
-    from pte.testing._strategies import _Catalogue
+    from pte.testing._strategies.catalogue import _Catalogue
 
     for name, registry in STOCK.items():
         catalogue = _Catalogue(registry)

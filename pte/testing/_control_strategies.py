@@ -23,16 +23,9 @@ from pte._control import _schema_kinds
 from pte._errors import ReasonCode
 from pte._plan import ELEMENT
 from pte._tools import Registry
-from pte.testing._strategies import (
-    _catalogue_for,
-    _choice,
-    _draw_plan,
-    _fresh,
-    _percent,
-    _ref,
-    _serialise,
-    _Tool,
-)
+from pte.testing._strategies.base import _choice, _fresh, _percent, _ref, _serialise
+from pte.testing._strategies.catalogue import _catalogue_for, _Tool
+from pte.testing._strategies.valid import _draw_plan
 
 __all__ = ["CONTROL_REASONS", "control_plans", "invalid_control_plans"]
 
