@@ -71,7 +71,6 @@ DefaultMode = Literal["guarded", "open"]
 DEFAULT_MODES: tuple[str, ...] = ("guarded", "open")
 #: What an undeclared parameter of a write tool accepts in guarded mode.
 _GUARDED = frozenset({"request", "trusted"})
-_OUTPUTS: tuple[str, ...] = ("trusted", "untrusted", "derived")
 
 
 class PolicyError(PTEError):
