@@ -173,6 +173,8 @@ class AuditLog:
         self._broken: str | None = None
         # Set when this run's run_finished is written (or found at the end of the file).
         self._sealed = False
+        # Set once this run has begun: its run_started written (or found at the file's end).
+        self._begun = False
         # Hashes of the contents (catalogue, policy) the file already holds in some
         # run_started's "stored": a run_started stores only the others.
         self._stored: set[str] = set()
@@ -181,6 +183,7 @@ class AuditLog:
         elif self._writer is not None:
             try:
                 self.next_seq, self.last_hash, self._sealed = self._writer.head()
+                self._begun = self.next_seq > 0  # the store's chain is this run's alone
             except (OSError, PTEError) as exc:
                 raise AuditWriteError(f"cannot open the run's store: {exc}") from exc
 
@@ -238,8 +241,9 @@ class AuditLog:
         last_hash, record = _checked_last(path, last)
         self.last_hash = last_hash
         self.next_seq = record["seq"] + 1
-        if record.get("run_id") == self.run_id and record.get("type") == "run_finished":
-            self._sealed = True
+        if record.get("run_id") == self.run_id:
+            self._begun = True
+            self._sealed = record.get("type") == "run_finished"
 
     # -- state --------------------------------------------------------------------------------
 
@@ -280,6 +284,7 @@ class AuditLog:
                 or not isinstance(type, str)
                 or not type
                 or not _COMMON_FIELDS.isdisjoint(fields)
+                or (type != "run_started") is not self._begun
             ):
                 self._refuse(type, fields)
             try:
@@ -324,6 +329,8 @@ class AuditLog:
             self.next_seq += 1
             if self._keep:
                 self.records.append(record)
+            if type == "run_started":
+                self._begun = True
             if type == "run_started" and isinstance(record.get("stored"), Mapping):
                 self._stored.update(record["stored"])
             if type == "run_finished":
@@ -398,6 +405,13 @@ class AuditLog:
             raise self._fail(f"run {self.run_id} is sealed by run_finished; nothing may follow it")
         if not isinstance(type, str) or not type:
             raise self._fail(f"record type must be a non-empty string, not {type!r}")
+        if _COMMON_FIELDS.isdisjoint(fields):
+            if self._begun:
+                raise self._fail(f"run {self.run_id} has begun already: a run has one run_started")
+            raise self._fail(
+                f"{type}: run {self.run_id} has not begun: a run's first record is run_started "
+                "(Engine.execute and Engine.run write it; Executor.run records steps only)"
+            )
         clash = sorted(_COMMON_FIELDS.intersection(fields))
         raise self._fail(f"{type}: fields {clash} are set by the audit log itself")
 

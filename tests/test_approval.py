@@ -34,6 +34,7 @@ from pte._plan import Plan
 from pte._policy import Policy
 from pte._signing import KeyFileError, SigningKey, TrustedKeys
 from pte._tools import Registry, tool
+from tests.audit_runs import begun
 
 SIGNER = SigningKey.generate()
 KEYS = TrustedKeys([SIGNER.public_key])
@@ -411,12 +412,12 @@ def test_plans_without_guarded_tools_run_without_approval(tmp_path: Path, store:
 def test_gate_with_an_in_memory_log(store: ApprovalStore) -> None:
     hook = gate(store)
     plan = compiled()
-    audit = AuditLog(None)
+    audit = begun(AuditLog(None))
     with pytest.raises(ApprovalMissing):
         hook(plan, audit)
     give(plan, store)
     hook(plan, audit)
-    assert [r["type"] for r in audit.records] == ["approval"]
+    assert [r["type"] for r in audit.records[1:]] == ["approval"]
 
 
 def test_a_replanned_plan_needs_its_own_approval(tmp_path: Path, store: ApprovalStore) -> None:

@@ -37,6 +37,7 @@ from pte._audit import (
 from pte._canonical import canonical_json, sha256_hex
 from pte._errors import PLAN_REASONS, AuditWriteError, ReasonCode
 from pte._signing import SigningKey
+from tests.audit_runs import begun
 
 PLAN_HASH = sha256_hex("the plan")
 
@@ -281,7 +282,7 @@ def test_default_run_id_and_timestamp_format() -> None:
 
 
 def test_append_returns_plain_json_values() -> None:
-    log = AuditLog()
+    log = begun(AuditLog())
     record = log.append("x", reason=ReasonCode.INVALID_ARGS, items=(1, 2), durability=Durability.NONE)
     assert type(record["reason"]) is str and record["reason"] == "invalid_args"
     assert type(record["durability"]) is str
@@ -524,7 +525,7 @@ def test_patterns_leave_hashes_and_ordinary_text_alone(text: str) -> None:
 
 
 def test_hashes_survive_redaction_in_records() -> None:
-    log = AuditLog()
+    log = begun(AuditLog())
     record = log.append(
         "plan_accepted", origin="planner", plan_hash=PLAN_HASH, plan={"h": PLAN_HASH}, order=[]
     )
@@ -729,10 +730,10 @@ def test_fsync_failure_raises(log_path: Path, monkeypatch: pytest.MonkeyPatch) -
     ],
 )
 def test_bad_fields_fail_closed(fields: dict[str, Any], match: str) -> None:
-    log = AuditLog()
+    log = begun(AuditLog())
     with pytest.raises(AuditWriteError, match=match):
         log.append("step_started", **fields)
-    assert log.broken and log.records == [] and log.next_seq == 0
+    assert log.broken and [r["type"] for r in log.records] == ["run_started"] and log.next_seq == 1
     with pytest.raises(AuditWriteError):
         log.append("step_started")
 
@@ -766,7 +767,7 @@ def test_validate_rejects_records_that_break_the_schema() -> None:
         log.append("step_finished", step_id="a", tool="t", status="ok", duration_ms=1)  # no output
     assert log.broken
     with pytest.raises(AuditWriteError, match="unknown record type"):
-        AuditLog(validate=True).append("mystery")
+        begun(AuditLog(validate=True)).append("mystery")
 
 
 # --- the schema --------------------------------------------------------------------------------

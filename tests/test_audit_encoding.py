@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pte._audit import GENESIS_HASH, AuditLog, verify
 from pte._canonical import canonical_bytes, loads
+from tests.audit_runs import begun
 
 _json = st.recursive(
     st.none()
@@ -37,7 +38,7 @@ def test_single_encode_gives_the_canonical_line_and_hash(
     tmp_path_factory: Any, args: Any, output: Any
 ) -> None:
     path = tmp_path_factory.mktemp("enc") / "audit.jsonl"
-    with AuditLog(path, run_id="r1", durability="none", redactor=None) as log:
+    with begun(AuditLog(path, run_id="r1", durability="none", redactor=None)) as log:
         log.append("step_started", step_id="a", tool="t", effect="read", args={"v": args}, plan_hash="a" * 64)
         log.append("step_finished", step_id="a", tool="t", status="ok", output=output, duration_ms=1.5)
     prev = GENESIS_HASH

@@ -15,6 +15,7 @@ import pytest
 from pte._audit import AuditLog
 from pte._audit_show import render_record, visible
 from pte._cli import main
+from tests.audit_runs import begun
 
 # What a hostile tool output or model answer might carry: an OSC window-title change, a CSI
 # screen clear and colour, a C1 CSI, a bell, a carriage return that overwrites the line, a
@@ -130,7 +131,7 @@ def test_show_streams_memory_bounded_by_the_largest_record(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log_path = tmp_path / "big.jsonl"
-    with AuditLog(log_path, durability="none") as log:
+    with begun(AuditLog(log_path, durability="none")) as log:
         for i in range(8_000):
             log.append("note", text=f"{i:06d}" + "x" * 1_000)
     size = log_path.stat().st_size

@@ -20,6 +20,7 @@ import pytest
 
 from pte._audit import AuditLog, read_records, verify
 from pte._cli import main
+from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -229,7 +230,7 @@ def test_resume_of_a_sealed_or_empty_log_exits_1(
 
 def test_a_closed_stdout_pipe_ends_quietly(tmp_path: Path) -> None:
     log = tmp_path / "big.jsonl"
-    with AuditLog(log, durability="none") as audit:
+    with begun(AuditLog(log, durability="none")) as audit:
         for i in range(3_000):
             audit.append("note", text=f"line {i} " + "x" * 200)
     proc = subprocess.Popen(

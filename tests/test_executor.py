@@ -35,6 +35,7 @@ from pte._errors import AuditWriteError, ReasonCode, ToolError
 from pte._executor import Executor, LiveInvoker
 from pte._plan import Plan, PlanStep
 from pte._tools import Effect, Registry, ToolSpec, tool
+from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -364,7 +365,7 @@ def test_references_resolve_nested_pointers_indexes_whole_outputs_and_escapes() 
         ),
         result={"index": ref("p/a/b/1"), "tilde": ref("w/t~0"), "whole": ref("e")},
     )
-    log = AuditLog(keep=True)
+    log = begun(AuditLog(keep=True))
     result = Executor(REGISTRY).run(plan, log)
     assert result.ok, result.failure
     produced = {"a": {"b": [3, 4, 5], "c": "c3"}, "n": 3, "neg": -3}
@@ -385,7 +386,7 @@ def test_references_resolve_nested_pointers_indexes_whole_outputs_and_escapes() 
 
 def test_reference_to_an_optional_part_that_is_absent_fails_the_step_without_calling_the_tool() -> None:
     plan = make_plan(step("p", "partial"), step("q", "want_int", x=ref("p/absent")))
-    log = AuditLog(keep=True)
+    log = begun(AuditLog(keep=True))
     result = Executor(REGISTRY).run(plan, log)
     assert result.failure is not None and result.failure.step_id == "q"
     assert result.failure.error is not None and result.failure.error.kind == "unresolved_reference"
@@ -480,7 +481,7 @@ def test_completed_outputs_are_not_run_again_and_feed_later_steps() -> None:
         step("r", "trace", tag="r"),
     )
     recorded = {"p": {"a": {"b": [70, 71, 72], "c": "old"}, "n": 70, "neg": -70}}
-    log = AuditLog(keep=True)
+    log = begun(AuditLog(keep=True))
     seen: list[str] = []
     result = Executor(REGISTRY).run(plan, log, completed=recorded, on_step=lambda s: seen.append(s.step_id))
     assert result.ok
@@ -632,7 +633,7 @@ def test_a_tool_that_mutates_a_referenced_value_cannot_change_an_earlier_output(
         step("c", "count", items=ref("p/a/b")),
         result=ref("p"),
     )
-    log = AuditLog(keep=True)
+    log = begun(AuditLog(keep=True))
     result = Executor(REGISTRY).run(plan, log)
     assert result.ok
     logged = next(r["output"] for r in log.records if r["type"] == "step_finished" and r["step_id"] == "p")
@@ -673,7 +674,7 @@ def test_every_record_the_executor_writes_is_schema_valid_and_paired(
     scenario: str, audit_validator: jsonschema.Draft202012Validator, tmp_path: Path
 ) -> None:
     path = tmp_path / "audit.jsonl"
-    with AuditLog(path, keep=True) as log:
+    with begun(AuditLog(path, keep=True)) as log:
         result = Executor(REGISTRY).run(make_plan(*SCENARIOS[scenario]), log)
     kinds = [r.error.kind for r in result.results if r.error is not None]
     assert kinds == ([] if scenario == "ok" else ["rate_limited" if scenario == "custom_error" else scenario])
@@ -684,15 +685,17 @@ def test_every_record_the_executor_writes_is_schema_valid_and_paired(
         errors = sorted(audit_validator.iter_errors(record), key=str)
         assert not errors, f"{record['type']}: {errors[0].message}"
     # Each step that ran has exactly one step_started, then exactly one step_finished.
+    assert records[0]["type"] == "run_started"
+    steps = records[1:]
     positions: dict[str, list[tuple[int, str]]] = {}
-    for index, record in enumerate(records):
+    for index, record in enumerate(steps):
         assert record["type"] in {"step_started", "step_finished"}
         positions.setdefault(record["step_id"], []).append((index, record["type"]))
     assert list(positions) == [r.step_id for r in result.results]
     for sid, events in positions.items():
         assert [kind for _, kind in events] == ["step_started", "step_finished"], sid
     # And each step_finished says what the step's result says.
-    for record, step_result in zip(records[1::2], result.results, strict=True):
+    for record, step_result in zip(steps[1::2], result.results, strict=True):
         assert record["status"] == step_result.status
         if step_result.error is None:
             assert record["output"] == step_result.output
@@ -721,7 +724,7 @@ def test_write_ahead_sync_happens_after_step_started_and_before_the_write_tool_r
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[tuple[str, str]] = []
-    log = AuditLog(tmp_path / "audit.jsonl", durability="batch")
+    log = begun(AuditLog(tmp_path / "audit.jsonl", durability="batch"))
     real_append, real_sync, real_fsync = log.append, log.sync, os.fsync
 
     def append(type: str, /, **fields: Any) -> dict[str, Any]:
@@ -843,13 +846,13 @@ def test_audit_write_failure_raises_and_no_further_tool_is_called(
 ) -> None:
     path = tmp_path / "audit.jsonl"
     plan = make_plan(*AUDIT_FAILURE_PLAN)
-    log = AuditLog(path)
+    log = begun(AuditLog(path))
     _fail_writes_after(monkeypatch, allowed)
     with pytest.raises(AuditWriteError) as caught:
         Executor(REGISTRY, max_concurrency=concurrency).run(plan, log)
     assert caught.value.reason is ReasonCode.AUDIT_WRITE_FAILED
     records = read_records(path)
-    assert len(records) == allowed
+    assert len(records) == 1 + allowed  # the run_started written before the failures began
     started = [r["step_id"] for r in records if r["type"] == "step_started"]
     _check_calls_against_the_log(started, concurrency)
     assert log.broken

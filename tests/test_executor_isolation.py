@@ -59,7 +59,9 @@ PROBE = textwrap.dedent(
             ' {{"id": "c", "tool": "boom", "args": {{}}}}], "result": {{"$ref": "b"}}}}',
             registry,
         )
-        result = Executor(registry).run(plan, AuditLog(keep=True))
+        audit = AuditLog(keep=True)
+        audit.append("run_started", request="probe")  # a run's first record (the engine's work)
+        result = Executor(registry).run(plan, audit)
         assert result.outputs["b"] == 8 and result.result_value() == 8, result
         assert result.failure is not None and result.failure.step_id == "c"
         after_run = loaded()

@@ -18,6 +18,7 @@ from pte._errors import ToolRegistrationError, TransientError
 from pte._executor import Executor
 from pte._plan import Plan
 from pte._tools import Registry, tool
+from tests.audit_runs import begun
 
 #: Failures left before each tool succeeds, and the times of its calls.
 FAILURES: dict[str, int] = {}
@@ -82,7 +83,7 @@ def run(plan: Plan, log: AuditLog | None = None) -> Any:
 def test_a_transient_failure_is_retried_with_backoff_and_the_attempts_are_recorded(tmp_path: Path) -> None:
     FAILURES["flaky_503"] = 2
     path = tmp_path / "audit.jsonl"
-    with AuditLog(path, validate=True) as log:
+    with begun(AuditLog(path, validate=True)) as log:
         result = run(make_plan("flaky_503"), log)
     assert result.ok and result.outputs == {"s0": 7}
     step = result.results[0]

@@ -38,6 +38,7 @@ from pte._errors import ReasonCode, ToolError
 from pte._executor import Executor, StepResult
 from pte._plan import Plan
 from pte._tools import Registry, tool
+from tests.audit_runs import begun
 
 #: What the tools below did, in order.
 EVENTS: list[str] = []
@@ -466,7 +467,7 @@ _values = st.recursive(
     st.dictionaries(st.sampled_from(_NAMES), _values, max_size=6), st.sampled_from(["step_started", "ünï"])
 )
 def test_every_record_is_canonical_and_correctly_hashed(fields: dict[str, Any], rtype: str) -> None:
-    log = AuditLog(run_id="r-ü", clock=lambda: "2026-11-22T02:30:31.000000Z")
+    log = begun(AuditLog(run_id="r-ü", clock=lambda: "2026-11-22T02:30:31.000000Z"))
     record = log.append(rtype, **fields)
     body = {k: v for k, v in record.items() if k != "hash"}
     assert record["hash"] == sha256_hex(record["prev"] + canonical_json(body))

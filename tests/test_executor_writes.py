@@ -20,6 +20,7 @@ from pte._compiler import compile_plan
 from pte._errors import ToolError
 from pte._executor import Executor
 from pte._tools import Registry, tool
+from tests.audit_runs import begun
 
 PAID: list[str] = []
 SEEN_IN_LOG: list[list[tuple[str, str]]] = []
@@ -39,7 +40,7 @@ async def sanctions_check(party: str, delay_ms: int, hit: bool) -> bool:
 def pay(party: str) -> bool:
     """The write: notes the records already in the log when it is called."""
     PAID.append(party)
-    SEEN_IN_LOG.append([(r["type"], r.get("step_id", "")) for r in LOG["log"].records])
+    SEEN_IN_LOG.append([(r["type"], r.get("step_id", "")) for r in LOG["log"].records[1:]])
     return True
 
 
@@ -58,7 +59,7 @@ def _plan(hit: bool) -> Any:
 def _run(hit: bool, **options: Any) -> Any:
     PAID.clear()
     SEEN_IN_LOG.clear()
-    LOG["log"] = AuditLog()
+    LOG["log"] = begun(AuditLog())
     return Executor(REGISTRY, **options).run(_plan(hit), LOG["log"])
 
 

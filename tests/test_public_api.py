@@ -207,7 +207,9 @@ def test_a_tool_pack_needs_only_the_pte_namespace(tmp_path: Path) -> None:
     assert compiled.output_schema("who")["properties"]["values"]["items"]["type"] == "string"
     with pytest.raises(pte.PlanRejected, match="no field 'sendr'"):
         pte.compile(plan("sendr"), registry)
-    result = pte.Executor(registry).run(compiled, pte.AuditLog(keep=True))
+    audit = pte.AuditLog(keep=True)
+    audit.append("run_started", mode="run", request=None, tools=[], config={})  # the engine's part
+    result = pte.Executor(registry).run(compiled, audit)
     assert result.result_value() == ["a@example.com"]
     public = ("ExtendedBy", "PickOf", "RegexGroups", "RegexPattern", "LabelTree", "run_in_store", "decide")
     for name in public:
