@@ -24,7 +24,7 @@ import hashlib
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -166,6 +166,8 @@ class AuditLog:
         self.next_seq = 0
         self._lock = threading.Lock()
         self._fd: int | None = None
+        #: True while this writer holds the file's lock (from open until close or the seal).
+        self._locked = False
         self._size = 0
         self._created = False
         self._dir_synced = True
@@ -196,11 +198,13 @@ class AuditLog:
         except OSError as exc:
             raise AuditWriteError(f"cannot open audit log {path}: {exc}") from exc
         try:
-            # Under the append lock: another process must not write (or we truncate) mid-read.
-            with _append_lock(fd):
-                self._size = os.fstat(fd).st_size
-                if self._size:
-                    self._resume_chain(path, fd, repair)
+            # One writer per file: the lock is taken here and held until close (or the run's
+            # seal), so no other writer can append (or read a chain that is about to change)
+            # while this one may still write; a run's records are contiguous in a log anyway.
+            _lock_for_writing(fd, path)
+            self._size = os.fstat(fd).st_size
+            if self._size:
+                self._resume_chain(path, fd, repair)
         except AuditWriteError:
             os.close(fd)
             raise
@@ -208,6 +212,7 @@ class AuditLog:
             os.close(fd)
             raise AuditWriteError(f"cannot read audit log {path}: {exc}") from exc
         self._fd = fd
+        self._locked = True
         # A new file's directory entry must be fsynced too, or a crash can lose the whole file.
         self._dir_synced = not self._created
 
@@ -260,6 +265,8 @@ class AuditLog:
     def _fail(self, message: str, cause: BaseException | None = None) -> AuditWriteError:
         if self._broken is None:
             self._broken = message
+            # A broken log never writes again: the next writer may have the file.
+            self._unlock()
         err = AuditWriteError(message)
         if cause is not None:
             err.__cause__ = cause
@@ -298,23 +305,17 @@ class AuditLog:
             fd = self._fd
             if fd is not None:
                 try:
-                    # Another writer (or a truncation) would fork the chain: refuse rather than
-                    # interleave. The advisory lock makes check-and-write one step across
-                    # processes (two writers that both saw the old size cannot both write).
-                    # (Taken inline, not through `_append_lock`: this is the per-record path.)
-                    if _fcntl is not None:
-                        _fcntl.flock(fd, _fcntl.LOCK_EX)
-                    try:
-                        size = os.lseek(fd, 0, os.SEEK_END)
-                        if size != self._size:
-                            raise self._fail(
-                                f"audit log {self.path} changed underneath this writer "
-                                f"(size {size}, expected {self._size}): is another process appending?"
-                            )
-                        _write_all(fd, data)
-                    finally:
-                        if _fcntl is not None:
-                            _fcntl.flock(fd, _fcntl.LOCK_UN)
+                    # No other writer can append (this one holds the file's lock), but a
+                    # process that ignores the lock can still write or truncate: a chain
+                    # forked that way is refused here, before anything follows it.
+                    size = os.lseek(fd, 0, os.SEEK_END)
+                    if size != self._size:
+                        raise self._fail(
+                            f"audit log {self.path} changed underneath this writer "
+                            f"(size {size}, expected {self._size}): something wrote to it "
+                            "without taking its lock"
+                        )
+                    _write_all(fd, data)
                     self._size += len(data)
                     if self.durability is Durability.ALWAYS:
                         self._fsync()
@@ -335,9 +336,12 @@ class AuditLog:
                 self._stored.update(record["stored"])
             if type == "run_finished":
                 self._sealed = True
-                if self._fd is not None and self.durability is not Durability.NONE:
-                    # The end of a run is a sync point even if the caller forgets to sync().
-                    self._fsync()
+                if self._fd is not None:
+                    if self.durability is not Durability.NONE:
+                        # The end of a run is a sync point even if the caller forgets to sync().
+                        self._fsync()
+                    # Nothing more can be written here: the next writer may open the file.
+                    self._unlock()
             return record
 
     def _run_started_fields(self, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -462,8 +466,18 @@ class AuditLog:
                 if self._broken is None and self.durability is not Durability.NONE:
                     self._fsync()
             finally:
+                self._unlock()
                 os.close(self._fd)
                 self._fd = None
+
+    def _unlock(self) -> None:
+        """Release the file's lock (caller holds `_lock`). Explicitly, not by closing the
+        descriptor: a process forked meanwhile shares it and would keep the lock alive."""
+        if self._locked and self._fd is not None:
+            self._locked = False
+            if _fcntl is not None:
+                with contextlib.suppress(OSError):
+                    _fcntl.flock(self._fd, _fcntl.LOCK_UN)
 
     def __enter__(self) -> AuditLog:
         return self
@@ -487,18 +501,23 @@ class AuditLog:
         return f"AuditLog({where!r}, run_id={self.run_id!r}, next_seq={self.next_seq}, {state})"
 
 
-@contextlib.contextmanager
-def _append_lock(fd: int) -> Iterator[None]:
-    """An exclusive advisory lock on the open file `fd` (flock: per open file, so two logs
-    in one process exclude each other too); a no-op where there is no fcntl."""
+def _lock_for_writing(fd: int, path: Path) -> None:
+    """Take the exclusive advisory lock on the open file `fd`, or refuse at once.
+
+    flock locks an open file description, so two logs on one file exclude each other in one
+    process too. Another writer holding it gets a named error, not a wait: a run's records
+    must be contiguous in its log, so the two could not share the file anyway. A no-op where
+    there is no fcntl (appends are then serialised within one process only).
+    """
     if _fcntl is None:  # pragma: no cover - Windows
-        yield
         return
-    _fcntl.flock(fd, _fcntl.LOCK_EX)
     try:
-        yield
-    finally:
-        _fcntl.flock(fd, _fcntl.LOCK_UN)
+        _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise AuditWriteError(
+            f"audit log {path} is being written by another writer (it holds the file's lock): "
+            "one writer per log file at a time; close it first or use another file"
+        ) from None
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -413,16 +413,48 @@ def test_a_damaged_last_record_is_refused(log_path: Path, mutate: Callable[[byte
         AuditLog(log_path, run_id="r1")
 
 
-def test_another_writer_on_the_same_file_is_detected(log_path: Path) -> None:
+def test_a_second_writer_on_the_same_file_is_refused_while_the_first_is_open(log_path: Path) -> None:
+    # One writer per file: the first holds the file's lock from open to close (or its seal).
     first = AuditLog(log_path, run_id="r1")
     first.append("run_started", mode="run", request=None, tools=[], config={})
-    second = AuditLog(log_path, run_id="r2")
-    second.append("run_started", mode="run", request=None, tools=[], config={})
+    with pytest.raises(AuditWriteError, match="being written by another writer"):
+        AuditLog(log_path, run_id="r2")
+    first.append("step_started", step_id="s", tool="t", effect="read", args={}, plan_hash="0" * 64)
+    assert not first.broken
+    first.close()
+    # Closed: the file is free, and the next writer continues the chain.
+    with AuditLog(log_path, run_id="r2") as second:
+        second.append("run_started", mode="run", request=None, tools=[], config={})
+    assert verify(log_path, check_schema=False).intact
+
+
+def test_a_sealed_run_frees_the_file_for_the_next_writer(log_path: Path) -> None:
+    first = AuditLog(log_path, run_id="r1")
+    simple_run(first)  # ends with run_finished: nothing more can follow it from this writer
+    with AuditLog(log_path, run_id="r2") as second:
+        second.append("run_started", mode="run", request=None, tools=[], config={})
+    first.close()
+    assert verify(log_path, check_schema=False).intact
+
+
+def test_a_write_that_ignores_the_lock_is_detected(log_path: Path) -> None:
+    first = AuditLog(log_path, run_id="r1")
+    first.append("run_started", mode="run", request=None, tools=[], config={})
+    with log_path.open("ab") as fh:  # no flock: a process that does not play by the rule
+        fh.write(b'{"note":"someone else"}\n')
     with pytest.raises(AuditWriteError, match="changed underneath"):
         first.append("step_started")
     assert first.broken
     first.close()
-    second.close()
+
+
+def test_truncation_underneath_the_writer_is_detected(log_path: Path) -> None:
+    first = AuditLog(log_path, run_id="r1")
+    first.append("run_started", mode="run", request=None, tools=[], config={})
+    os.truncate(log_path, 0)
+    with pytest.raises(AuditWriteError, match="changed underneath"):
+        first.append("step_started")
+    first.close()
 
 
 def test_appends_from_many_threads_form_one_chain(log_path: Path) -> None:

@@ -1,4 +1,9 @@
-"""Appends are serialised across processes: two writers racing on one log never fork its chain."""
+"""One writer per log file, across processes: two writers racing on one log never fork its chain.
+
+Each round both processes try to open the log for writing (holding their view of its chain)
+and append; the file's lock, taken at open and held until close, lets exactly one of them
+in, and the other is refused with a named error (`AuditWriteError`), at open.
+"""
 
 from __future__ import annotations
 
@@ -21,14 +26,19 @@ def _writer(path: str, name: str, barrier: Any, results: Any) -> None:
     for round_no in range(ROUNDS):
         # Both writers open the log (and read its last hash) before either appends: each
         # round, both hold the same view of the chain and race to extend it.
-        log = AuditLog(path, run_id=f"{name}-{round_no}", durability="none")
-        barrier.wait()
+        log: AuditLog | None
         try:
+            log = AuditLog(path, run_id=f"{name}-{round_no}", durability="none")
+        except AuditWriteError as exc:
+            assert "being written by another writer" in str(exc)
+            log = None
+        barrier.wait()
+        if log is None:
+            refused += 1
+        else:
             log.append("run_started", mode="execute", request=None, tools=[], config={"round": round_no})
             written += 1
-        except AuditWriteError:
-            refused += 1
-        log.close()
+            log.close()
         barrier.wait()
     results.put((name, written, refused))
 
@@ -48,8 +58,8 @@ def test_two_processes_appending_never_fork_the_chain(tmp_path: Path) -> None:
         assert worker.exitcode == 0
     written = sum(w for _, w, _ in outcome)
     refused = sum(r for _, _, r in outcome)
-    # Each round exactly one writer extends the chain and the other is refused (its view is
-    # stale): never both, which would leave two records claiming the same predecessor.
+    # Each round exactly one writer extends the chain and the other is refused (the first
+    # holds the file): never both, which would leave two records claiming the same predecessor.
     assert written == ROUNDS
     assert refused == ROUNDS
     report = verify(path, check_schema=False)
