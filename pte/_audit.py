@@ -61,7 +61,6 @@ __all__ = [
     "verify",
 ]
 
-from pte._audit_fast import without_member as _without_member
 from pte._audit_resume import (
     _check_format,
     _checked_last,
@@ -127,6 +126,13 @@ class AuditLog:
 
     `validate` True checks every record against the audit schema before writing it (a
     violation raises `AuditWriteError` like any other failed write).
+
+    One writer per file: opening a file for appending takes its exclusive advisory lock
+    (``flock``) and holds it until `close`, the run's seal (``run_finished``) or a failed
+    write; a second writer, in this process or another, is refused at open with
+    `AuditWriteError` ("being written by another writer"). A write by a process that ignores
+    the lock (or a truncation) is still caught: the next append finds the file's size changed
+    and fails closed.
 
     Thread-safe: appends from several threads are serialised.
     """
@@ -380,24 +386,30 @@ class AuditLog:
             "ts": self._clock(),
             "type": type,
             "prev": prev,
-            **self.redactor.redact_fields(type, fields),
         }
+        # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
+        record.update(self.redactor.redact_fields(type, fields))
         record["hash"] = _PLACEHOLDER
         encoded = canonical_bytes(record)
-        parts = _without_member(encoded, _PLACEHOLDER_MEMBER)
-        if parts is None:
+        head, found, tail = encoded.partition(_PLACEHOLDER_MEMBER)
+        if not found or _PLACEHOLDER_MEMBER in tail:
             del record["hash"]
             digest = sha256_hex(prev.encode("ascii") + canonical_bytes(record))
             record["hash"] = digest
             return record, digest, canonical_bytes(record) + b"\n"
+        # The placeholder member occurs once, so it is a top-level member (inside a string its
+        # quotes would be escaped): without it and one adjacent comma, the rest is the JCS
+        # form of the record without "hash" (`pte._audit_fast.without_member` does the same).
         hasher = hashlib.sha256(prev.encode("ascii"))
-        hasher.update(parts[0])
-        hasher.update(parts[1])
+        if tail[:1] == b",":
+            hasher.update(head)
+            hasher.update(tail[1:])
+        else:  # "hash" is the last member: drop the comma before it
+            hasher.update(head[:-1])
+            hasher.update(tail)
         digest = hasher.hexdigest()
         record["hash"] = digest
-        # The placeholder member occurs once (checked above): replace writes the digest there.
-        line = encoded.replace(_PLACEHOLDER_MEMBER, _HASH_KEY + digest.encode("ascii") + b'"')
-        return record, digest, line + b"\n"
+        return record, digest, b"".join((head, _HASH_KEY, digest.encode("ascii"), b'"', tail, b"\n"))
 
     def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
         """Raise the reason `append` cannot write (the caller holds the lock)."""

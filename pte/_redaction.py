@@ -293,7 +293,8 @@ class Redactor:
         """
         paths = STRUCTURE_FIELDS.get(record_type)
         if not paths:
-            return self.redact(dict(fields))  # type: ignore[no-any-return]
+            # `redact` copies as it goes: a plain dict needs no copy of its own first.
+            return self.redact(fields if type(fields) is dict else dict(fields))  # type: ignore[no-any-return]
         return self._redact_around(fields, [tuple(p.split(".")) for p in paths])
 
     def _redact_around(self, mapping: Mapping[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
