@@ -126,8 +126,10 @@ def join_parts(scans: list[Scan | None]) -> VerifyReport | None:
         stored.update(scan.stored)
         anchors.update(scan.anchors)
         before = scan
-    last = scans[-1]
-    whole = Scan(None, last.count, last.last_hash, 2, first.log_id, anchors, segments, stored, [], len(seen))
+    assert before is not None  # the last part
+    whole = Scan(
+        None, before.count, before.last_hash, 2, first.log_id, anchors, segments, stored, [], len(seen)
+    )
     return whole.report(runs_left_open(segments))
 
 
