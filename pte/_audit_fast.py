@@ -295,6 +295,7 @@ def _struct(
         fields,
         kw_only=True,
         forbid_unknown_fields=True,
+        gc=False,  # decoded JSON cannot hold a reference cycle: keep the structs out of the GC
         tag_field="type" if tag is not None else None,
         tag=tag if tag is not None else None,
     )
