@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from itertools import islice, pairwise
 from typing import Any
 
@@ -68,16 +69,20 @@ def verify_in_parts(
         if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
         else "spawn"
     )
-    with ProcessPoolExecutor(len(bounds) - 1, mp_context=multiprocessing.get_context(method)) as pool:
-        later = [
-            pool.submit(scan_part, os.fspath(path), lo, hi, check_schema, anchors) for lo, hi in bounds[1:]
-        ]
-        first = scan_part(os.fspath(path), *bounds[0], check_schema, anchors)
-        if first is None or first.issue is not None:
-            for future in later:
-                future.cancel()
-            return None
-        scans = [first, *(future.result() for future in later)]
+    file = os.fspath(path)
+    try:
+        with ProcessPoolExecutor(len(bounds) - 1, mp_context=multiprocessing.get_context(method)) as pool:
+            later = [pool.submit(scan_part, file, lo, hi, check_schema, anchors) for lo, hi in bounds[1:]]
+            first = scan_part(file, *bounds[0], check_schema, anchors)
+            if first is None or first.issue is not None:
+                for future in later:
+                    future.cancel()
+                return None
+            scans = [first, *(future.result() for future in later)]
+    except (OSError, BrokenProcessPool):
+        # No worker (a process limit) or a worker died (killed, out of memory): one pass,
+        # in this process, decides (and raises OSError itself if the file cannot be read).
+        return None
     return join_parts(scans)
 
 

@@ -11,6 +11,7 @@ that a later part resumes.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from hashlib import sha256
 from pathlib import Path
@@ -258,6 +259,25 @@ def test_verify_with_jobs_runs_the_parts_in_processes(monkeypatch: pytest.Monkey
         report = verify(path, jobs=4)
         assert report.to_dict() == verify(path).to_dict()
         assert report.issue is not None and report.issue.line == len(lines) - 2
+
+
+_PARENT = os.getpid()
+
+
+def _scan_or_die(*args: Any) -> Any:
+    """`scan_part` in this process; in a worker, death (as by the OOM killer)."""
+    if os.getpid() != _PARENT:
+        os._exit(9)
+    return scan_part(*args)
+
+
+def test_a_worker_that_dies_leaves_the_log_to_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "MIN_PART_BYTES", 4096)
+    monkeypatch.setattr(parallel, "scan_part", _scan_or_die)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(INTACT, tmp)
+        assert verify_in_parts(path, check_schema=True, anchors=ANCHORS, jobs=3) is None
+        assert verify(path, anchors=ANCHORS, jobs=3).to_dict() == _one_pass(path).to_dict()
 
 
 def test_a_small_or_format_1_log_is_verified_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
