@@ -274,10 +274,30 @@ def _scan_or_die(*args: Any) -> Any:
 def test_a_worker_that_dies_leaves_the_log_to_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "MIN_PART_BYTES", 4096)
     monkeypatch.setattr(parallel, "scan_part", _scan_or_die)
+    monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)  # fork: the worker runs the patch
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(INTACT, tmp)
         assert verify_in_parts(path, check_schema=True, anchors=ANCHORS, jobs=3) is None
         assert verify(path, anchors=ANCHORS, jobs=3).to_dict() == _one_pass(path).to_dict()
+
+
+def test_a_process_with_threads_starts_fresh_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With other threads running, fork is unsafe: the worker is a new interpreter (spawn)."""
+    monkeypatch.setattr(parallel, "MIN_PART_BYTES", 4096)
+    monkeypatch.setattr(parallel.threading, "active_count", lambda: 2)
+    started: list[str] = []
+    real = parallel.multiprocessing.get_context
+
+    def get_context(method: str) -> Any:
+        started.append(method)
+        return real(method)
+
+    monkeypatch.setattr(parallel.multiprocessing, "get_context", get_context)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(INTACT, tmp)
+        joined = verify_in_parts(path, check_schema=True, anchors=ANCHORS, jobs=2)
+        assert started == ["spawn"]
+        assert joined is not None and joined.to_dict() == _one_pass(path).to_dict()
 
 
 def test_a_small_or_format_1_log_is_verified_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
