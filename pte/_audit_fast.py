@@ -295,6 +295,7 @@ def _struct(
         fields,
         kw_only=True,
         forbid_unknown_fields=True,
+        gc=False,  # decoded JSON cannot hold a reference cycle: keep the structs out of the GC
         tag_field="type" if tag is not None else None,
         tag=tag if tag is not None else None,
     )
@@ -453,10 +454,10 @@ def without_member(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
     `member` (``"hash":"<64 hex>"``) must occur exactly once, which makes it a top-level
     member: inside a string value its quotes would be escaped. None otherwise.
     """
-    parts = line.split(member)
-    if len(parts) != 2:
+    at = line.find(member)
+    if at < 0 or line.find(member, at + 1) >= 0:
         return None
-    head, tail = parts
+    head, tail = line[:at], line[at + len(member) :]
     if tail[:1] == b",":  # not the last member: drop the comma after it
         tail = tail[1:]
     elif head[-1:] == b",":  # the last member: drop the comma before it

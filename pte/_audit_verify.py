@@ -8,20 +8,18 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import cache
 from hashlib import sha256 as _sha256
-from pathlib import Path
 from typing import Any
 
-import jsonschema_rs
 import orjson
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from pte._audit_content import approval_problem as approval_problem
 from pte._audit_content import content_problem as _content_problem
-from pte._audit_fast import FastPath, Unsupported, compile_fast_path, fast_errors, no_surrogate_pairs
+from pte._audit_fast import fast_errors, no_surrogate_pairs
 from pte._audit_fast import hash_of_line as _hash_of_line
+from pte._audit_schema import _checkers, _fast_path
+from pte._audit_schema import _schema_problem as _schema_problem
+from pte._audit_schema import load_audit_schema as load_audit_schema
 from pte._canonical import canonical_bytes, canonical_json_v1, is_canonical, sha256_hex
 from pte._canonical import loads as canonical_loads
 from pte._errors import PTEError
@@ -36,7 +34,6 @@ AUDIT_FORMAT = "pte-audit/2"
 #: Fields every record has; `AuditLog.append` sets them itself.
 _COMMON_FIELDS = frozenset({"seq", "run_id", "ts", "type", "prev", "hash"})
 
-_SCHEMA_FILE = "audit-record.schema.json"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -91,144 +88,6 @@ def records_by_run(records: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[
     for record in records:
         runs.setdefault(str(record.get("run_id")), []).append(dict(record))
     return runs
-
-
-# ---------------------------------------------------------------------------------------------
-# Schema
-# ---------------------------------------------------------------------------------------------
-
-
-def _schema_path() -> Path:
-    here = Path(__file__).resolve()
-    for candidate in (
-        here.parent / "_data" / "schemas" / _SCHEMA_FILE,
-        here.parents[1] / "schemas" / _SCHEMA_FILE,
-    ):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"{_SCHEMA_FILE} not found (broken installation?)")
-
-
-@cache
-def _schema_text() -> str:
-    return _schema_path().read_text(encoding="utf-8")
-
-
-def load_audit_schema() -> dict[str, Any]:
-    """The audit record JSON Schema (a fresh copy: the packaged one first, else the repo's)."""
-    schema: dict[str, Any] = json.loads(_schema_text())
-    return schema
-
-
-@dataclass(frozen=True)
-class _TypeChecker:
-    """The schema of one record type: a compiled (jsonschema-rs) check, and jsonschema to explain.
-
-    `fast` decides; the pure-Python `validator` only runs on a record `fast` rejects, to word
-    the message (its best match names the real problem), and decides alone for the rare
-    record jsonschema-rs cannot take in (a dict with non-string keys cannot come from JSON).
-    jsonschema-rs follows ECMA-262 regex semantics as JSON Schema requires: ``$`` does not
-    match before a trailing newline, as Python's `re` would.
-    """
-
-    validator: Draft202012Validator
-    fast: Any
-
-    def problem(self, record: Mapping[str, Any]) -> str | None:
-        """None when `record` is valid, else the best error message."""
-        try:
-            if self.fast.is_valid(record):
-                return None
-            first = next(iter(self.fast.iter_errors(record)), None)
-        except (ValueError, TypeError, OverflowError):
-            if self.validator.is_valid(record):
-                return None
-            first = None
-        error = best_match(self.validator.iter_errors(record))
-        if error is None:  # jsonschema-rs is stricter here: report its finding
-            if first is None:
-                return "invalid"
-            where = "$" + "".join(
-                f"[{part}]" if isinstance(part, int) else f".{part}" for part in first.instance_path
-            )
-            return str(first.message) + (f" (at {where})" if where != "$" else "")
-        where = error.json_path
-        return f"{error.message}" + (f" (at {where})" if where != "$" else "")
-
-
-@cache
-def _branches() -> dict[str, dict[str, Any]]:
-    """Record type -> its branch of the schema, dereferenced.
-
-    Dispatching on ``type`` is equivalent to the schema's ``oneOf`` (each branch pins ``type``
-    with ``const``) but validates one branch instead of all, and names the real problem
-    instead of "not valid under any of the given schemas". Each branch is used in
-    dereferenced form (resolving ``$ref`` through the registry for every record cost 7x).
-    """
-    schema = load_audit_schema()
-    defs = schema["$defs"]
-    out: dict[str, dict[str, Any]] = {}
-    for branch in schema["oneOf"]:
-        name = branch["$ref"].rsplit("/", 1)[-1]
-        type_name = defs[name]["properties"]["type"]["const"]
-        out[type_name] = {"$schema": schema["$schema"], **_inline_refs(defs[name], defs, frozenset())}
-    return out
-
-
-@cache
-def _checkers() -> dict[str, _TypeChecker]:
-    """One checker per record type, built once.
-
-    jsonschema needs ~20-100 µs per record, i.e. minutes for a million-record log, so each
-    branch is also compiled by jsonschema-rs (~2 µs per record), which decides.
-    """
-    return {
-        type_name: _TypeChecker(Draft202012Validator(inlined), jsonschema_rs.validator_for(inlined))
-        for type_name, inlined in _branches().items()
-    }
-
-
-@cache
-def _fast_path() -> FastPath | None:
-    """The schema compiled for `verify`'s fast path (pte._audit_fast), None if it cannot be.
-
-    ``run_started`` and ``approval`` always take the reference path: their checks (stored
-    content, signatures) need the parsed record. ``prev`` and ``hash`` need no pattern
-    check there: the fast path only accepts them equal to hashes it computed.
-    """
-    try:
-        return compile_fast_path(
-            _branches(),
-            exclude=frozenset({"run_started", "approval"}),
-            implied=frozenset({"prev", "hash"}),
-        )
-    except (Unsupported, TypeError):  # TypeError: a type this msgspec cannot build
-        return None  # the reference path alone then checks every line (tests require the fast one)
-
-
-def _inline_refs(node: Any, defs: Mapping[str, Any], seen: frozenset[str]) -> Any:
-    """`node` with every local ``{"$ref": "#/$defs/<name>"}`` replaced by that definition."""
-    if isinstance(node, list):
-        return [_inline_refs(item, defs, seen) for item in node]
-    if not isinstance(node, dict):
-        return node
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        name = ref.removeprefix("#/$defs/")
-        if name == ref or name not in defs or len(node) != 1:
-            raise ValueError(f"audit schema: unsupported $ref {ref!r} (only bare #/$defs/<name> refs)")
-        if name in seen:
-            raise ValueError(f"audit schema: recursive $ref {ref!r}")
-        return _inline_refs(defs[name], defs, seen | {name})
-    return {key: _inline_refs(value, defs, seen) for key, value in node.items()}
-
-
-def _schema_problem(record: Mapping[str, Any]) -> str | None:
-    rtype = record.get("type")
-    checker = _checkers().get(rtype) if isinstance(rtype, str) else None
-    if checker is None:
-        return f"unknown record type {rtype!r}"
-    return checker.problem(record)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,6 +199,7 @@ def verify(
     *,
     check_schema: bool = True,
     anchors: Collection[int] = (),
+    jobs: int = 1,
 ) -> VerifyReport:
     """Check a whole audit log, streaming (constant memory in the number of records).
 
@@ -360,215 +220,349 @@ def verify(
     grows with the number of runs, not of records. A missing or unreadable file raises
     OSError. `anchors`: record indexes whose hashes to report (`VerifyReport.anchors`), for
     checking checkpoints.
+
+    `jobs`: processes to verify a large format 2 file with, each taking a contiguous part
+    (pte._audit_parallel; docs/audit-format.md, "Verifying in parallel"). The report is the
+    one a single process gives: the parts are joined by the same rules, and a log in which
+    any part finds a problem is verified again from its start in this process, to name the
+    first problem.
     """
+    wanted = frozenset(anchors)
+    if jobs > 1 and isinstance(path, str | os.PathLike):
+        from pte._audit_parallel import verify_in_parts
+
+        report = verify_in_parts(path, check_schema=check_schema, anchors=wanted, jobs=jobs)
+        if report is not None:
+            return report
+    # A store (pte.stores) passes a run's lines instead of a file path.
+    source = open(path, "rb") if isinstance(path, str | os.PathLike) else nullcontext(path)  # noqa: SIM115
+    with source as fh:
+        scan = scan_lines(fh, WHOLE_LOG, check_schema=check_schema, anchors=wanted)
+    return scan.report(runs_left_open(scan.segments))
+
+
+@dataclass(frozen=True)
+class ScanStart:
+    """Where `scan_lines` begins: what the lines before its first one left behind.
+
+    `WHOLE_LOG` is a log's first line. A part of a log (pte._audit_parallel) starts from
+    what its own first line claims (``prev``, ``seq``, ``run_id``); joining the parts
+    checks those claims against the part before.
+    """
+
+    prev: str
+    count: int
+    run: str | None
+    whole: bool
+
+
+WHOLE_LOG = ScanStart(GENESIS_HASH, 0, None, True)
+
+
+@dataclass
+class Segment:
+    """Records of one run that follow each other in a scan.
+
+    A run's records are contiguous in a log, so a run has one segment, or one per part of
+    the log it spans when verifying in parts. `last_seq`: seq of its last record there.
+    """
+
+    run_id: str
+    begins: bool
+    resumes: str | None
+    sealed: bool = False
+    last_seq: int = -1
+
+
+@dataclass
+class Scan:
+    """What `scan_lines` found: the first issue (if any) and the state its lines leave."""
+
+    issue: VerifyIssue | None
+    count: int
+    last_hash: str
+    version: int
+    log_id: str | None
+    anchors: dict[int, str]
+    segments: list[Segment]
+    #: Content stored by the scanned ``run_started`` records (hash -> value), in order.
+    stored: dict[str, Any]
+    #: Format 2 ``run_started`` records whose stored content lies before the scanned part:
+    #: (seq, record, how many of `stored` came before it), checked when the parts are joined.
+    deferred: list[tuple[int, dict[str, Any], int]]
+    runs: int
+    #: Where the scan began (what its first line claimed, for a part of a log).
+    start: ScanStart = WHOLE_LOG
+
+    def report(self, open_runs: Mapping[str, int]) -> VerifyReport:
+        """The `VerifyReport` of a whole log scanned (`open_runs`: `runs_left_open`)."""
+        if self.issue is not None:
+            return VerifyReport(
+                self.count,
+                self.runs,
+                False,
+                False,
+                self.issue,
+                self.last_hash if self.count else None,
+                self.version,
+                self.log_id,
+                self.anchors,
+            )
+        if self.count == 0:
+            issue = VerifyIssue(0, None, "incomplete: the log holds no records")
+            return VerifyReport(0, 0, True, False, issue, None, self.version)
+        if open_runs:
+            run_id, seq = next(iter(open_runs.items()))
+            more = f" (and {len(open_runs) - 1} more)" if len(open_runs) > 1 else ""
+            # Every line of an intact log is one record: line = seq + 1.
+            issue = VerifyIssue(seq + 1, seq, f"incomplete: run {run_id} has no run_finished{more}")
+            return VerifyReport(
+                self.count,
+                self.runs,
+                True,
+                False,
+                issue,
+                self.last_hash,
+                self.version,
+                self.log_id,
+                self.anchors,
+            )
+        return VerifyReport(
+            self.count, self.runs, True, True, None, self.last_hash, self.version, self.log_id, self.anchors
+        )
+
+
+def runs_left_open(segments: Iterable[Segment]) -> dict[str, int]:
+    """Runs not sealed by ``run_finished`` nor resumed by a later run, in order of first
+    appearance -> the seq of their last record."""
+    open_runs: dict[str, int] = {}
+    for segment in segments:
+        if segment.begins and segment.resumes is not None:
+            # A resumed run is carried on (and sealed) by the run that resumes it.
+            open_runs.pop(segment.resumes, None)
+        if segment.sealed:
+            open_runs.pop(segment.run_id, None)
+        else:
+            open_runs[segment.run_id] = segment.last_seq
+    return open_runs
+
+
+def scan_lines(
+    lines: Iterable[bytes], start: ScanStart, *, check_schema: bool, anchors: frozenset[int]
+) -> Scan:
+    """Verify `lines` from `start` (see `verify`), up to the first problem."""
     checkers = _checkers() if check_schema else None
     fast_checks = {name: checker.fast.is_valid for name, checker in (checkers or {}).items()}
-    wanted = frozenset(anchors)
+    wanted = anchors
     found_anchors: dict[int, str] = {}
     stored: dict[str, Any] = {}
-    expected_prev = GENESIS_HASH
-    count = 0
+    deferred: list[tuple[int, dict[str, Any], int]] = []
+    expected_prev = start.prev
+    count = start.count
     version = 2
     log_id: str | None = None
-    current_run: str | None = None
+    current_run = start.run
+    segments: list[Segment] = []
     seen_runs: set[str] = set()
-    # Runs not sealed yet, in order of appearance (dict as an ordered set) -> (line, seq) of
-    # their latest record, for the "incomplete" issue.
-    open_runs: dict[str, tuple[int, int]] = {}
-    sealed: set[str] = set()
+    if current_run is not None:  # a part of a log that begins inside a run
+        segments.append(Segment(current_run, begins=False, resumes=None))
+        seen_runs.add(current_run)
+    current_sealed = False
 
-    def broken(line: int, seq: int | None, message: str) -> VerifyReport:
-        return VerifyReport(
-            records=count,
-            runs=len(seen_runs),
-            intact=False,
-            complete=False,
-            issue=VerifyIssue(line, seq, message),
-            last_hash=expected_prev if count else None,
-            format=version,
-            log_id=log_id,
-            anchors=found_anchors,
+    def scanned(issue: VerifyIssue | None) -> Scan:
+        if segments and not segments[-1].sealed:
+            segments[-1].last_seq = count - 1
+        return Scan(
+            issue,
+            count,
+            expected_prev,
+            version,
+            log_id,
+            found_anchors,
+            segments,
+            stored,
+            deferred,
+            len(seen_runs),
+            start,
         )
+
+    def broken(line: int, seq: int | None, message: str) -> Scan:
+        return scanned(VerifyIssue(line, seq, message))
 
     loads = orjson.loads
     fast = _fast_path()
     if fast is not None:
         decode, encode, hash_of = fast.decode, fast.encode, _hash_of_line
         finished = next((cls for cls, name in fast.types.items() if name == "run_finished"), None)
-    # A store (pte.stores) passes a run's lines instead of a file path.
-    source = open(path, "rb") if isinstance(path, str | os.PathLike) else nullcontext(path)  # noqa: SIM115
-    with source as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.endswith(b"\n"):
-                return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
-            body = raw[:-1]
-            if fast is not None and version == 2 and count:
-                # The fast path (pte._audit_fast): one C pass decodes and schema-checks the
-                # line; it is accepted here only when every check below would pass, else
-                # the reference path that follows decides and names the problem.
-                rec: Any
-                try:
-                    rec = decode(body)
-                except fast_errors:
-                    rec = None
-                if (
-                    rec is not None
-                    and rec.seq == count
-                    and rec.prev == expected_prev
-                    and rec.run_id == current_run
-                    and current_run not in sealed
-                    and encode(rec) == body
-                    and no_surrogate_pairs(body)
-                    and hash_of(expected_prev, body, rec.hash) == rec.hash
-                    and ((residual := fast.checks[rec.__class__]) is None or residual(rec))
-                ):
-                    expected_prev = rec.hash
-                    this_run: str = rec.run_id
-                    if rec.__class__ is finished:
-                        sealed.add(this_run)
-                        open_runs.pop(this_run, None)
-                    else:
-                        open_runs[this_run] = (number, count)
-                    if count in wanted:
-                        found_anchors[count] = expected_prev
-                    count += 1
-                    continue
+    for number, raw in enumerate(lines, start=1):
+        if not raw.endswith(b"\n"):
+            return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
+        body = raw[:-1]
+        if fast is not None and version == 2 and number > 1:
+            # The fast path (pte._audit_fast): one C pass decodes and schema-checks the
+            # line; it is accepted here only when every check below would pass, else
+            # the reference path that follows decides and names the problem.
+            rec: Any
             try:
-                if version == 2:
-                    record = loads(body)
-                    canonical = type(record) is dict and is_canonical(body, record)
-                else:
-                    record, canonical = _v1_line_problem(body)
-            except ValueError as exc:  # orjson.JSONDecodeError and UnicodeDecodeError are ValueErrors
-                return broken(number, None, f"not valid JSON: {exc}")
-            except RecursionError:
-                return broken(number, None, "not valid JSON for this reader: nested too deeply")
-            if type(record) is not dict:
-                return broken(number, None, "not a JSON object")
-            if number == 1 and record.get("format") is None and record.get("type") == "run_started":
-                version = 1  # a log written before format 2: its own rules, read-only
-                try:
-                    record, canonical = _v1_line_problem(body)
-                except (ValueError, RecursionError) as exc:
-                    return broken(number, None, f"not valid JSON: {exc}")
-            seq = record.get("seq")
-            # Any: once the checks below pass, each holds a non-empty str.
-            digest: Any = record.get("hash")
-            run_id: Any = record.get("run_id")
-            rtype: Any = record.get("type")
-            ts = record.get("ts")
-            # The usual case first, in a few comparisons: a well-formed record that links up
-            # (prev equal to a verified hash and a hash equal to a computed one are both hex).
-            if not (
-                canonical
-                and seq == count
-                and type(seq) is int
-                and record.get("prev") == expected_prev
-                and type(digest) is str
-                and type(run_id) is str
-                and run_id
-                and type(rtype) is str
-                and rtype
-                and type(ts) is str
-                and ts
-                and digest.isascii()
-                and _hash_of_line(expected_prev, body, digest) == digest
+                rec = decode(body)
+            except fast_errors:
+                rec = None
+            if (
+                rec is not None
+                and rec.seq == count
+                and rec.prev == expected_prev
+                and rec.run_id == current_run
+                and not current_sealed
+                and encode(rec) == body
+                and no_surrogate_pairs(body)
+                and hash_of(expected_prev, body, rec.hash) == rec.hash
+                and ((residual := fast.checks[rec.__class__]) is None or residual(rec))
             ):
-                # Otherwise every check in turn, so that the first problem is the one named.
-                seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-                if not canonical:
-                    form = "RFC 8785 canonical form" if version == 2 else "canonical form"
-                    return broken(number, seq, f"not in {form} (the line was edited)")
-                problem = _common_fields_problem(record)
+                expected_prev = rec.hash
+                if rec.__class__ is finished:
+                    current_sealed = segments[-1].sealed = True
+                    segments[-1].last_seq = count
+                if count in wanted:
+                    found_anchors[count] = expected_prev
+                count += 1
+                continue
+        try:
+            if version == 2:
+                record = loads(body)
+                canonical = type(record) is dict and is_canonical(body, record)
+            else:
+                record, canonical = _v1_line_problem(body)
+        except ValueError as exc:  # orjson.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return broken(number, None, f"not valid JSON: {exc}")
+        except RecursionError:
+            return broken(number, None, "not valid JSON for this reader: nested too deeply")
+        if type(record) is not dict:
+            return broken(number, None, "not a JSON object")
+        if (
+            start.whole
+            and number == 1
+            and record.get("format") is None
+            and record.get("type") == "run_started"
+        ):
+            version = 1  # a log written before format 2: its own rules, read-only
+            try:
+                record, canonical = _v1_line_problem(body)
+            except (ValueError, RecursionError) as exc:
+                return broken(number, None, f"not valid JSON: {exc}")
+        seq = record.get("seq")
+        # Any: once the checks below pass, each holds a non-empty str.
+        digest: Any = record.get("hash")
+        run_id: Any = record.get("run_id")
+        rtype: Any = record.get("type")
+        ts = record.get("ts")
+        # The usual case first, in a few comparisons: a well-formed record that links up
+        # (prev equal to a verified hash and a hash equal to a computed one are both hex).
+        if not (
+            canonical
+            and seq == count
+            and type(seq) is int
+            and record.get("prev") == expected_prev
+            and type(digest) is str
+            and type(run_id) is str
+            and run_id
+            and type(rtype) is str
+            and rtype
+            and type(ts) is str
+            and ts
+            and digest.isascii()
+            and _hash_of_line(expected_prev, body, digest) == digest
+        ):
+            # Otherwise every check in turn, so that the first problem is the one named.
+            seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+            if not canonical:
+                form = "RFC 8785 canonical form" if version == 2 else "canonical form"
+                return broken(number, seq, f"not in {form} (the line was edited)")
+            problem = _common_fields_problem(record)
+            if problem is not None:
+                return broken(number, seq, problem)
+            expected = _record_hash(record, version)
+            if expected != digest:
+                return broken(
+                    number,
+                    seq,
+                    f"hash mismatch: recorded {digest[:12]}…, content hashes to {expected[:12]}…",
+                )
+            if seq != count:
+                hint = " (a record is missing)" if seq is not None and seq > count else ""
+                return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
+            if record["prev"] != expected_prev:
+                return broken(
+                    number, seq, "prev is not the previous record's hash (records removed or reordered)"
+                )
+        if checkers is not None:
+            # The compiled check decides; `problem` (which words the message) only runs
+            # on a record it rejects or cannot take in.
+            is_valid = fast_checks.get(rtype)
+            try:
+                valid = is_valid is not None and is_valid(record)
+            except (ValueError, TypeError, OverflowError):
+                valid = False
+            if not valid:
+                checker = checkers.get(rtype)
+                if checker is None:
+                    return broken(number, seq, f"schema: unknown record type {rtype!r}")
+                problem = checker.problem(record)
                 if problem is not None:
-                    return broken(number, seq, problem)
-                expected = _record_hash(record, version)
-                if expected != digest:
-                    return broken(
-                        number,
-                        seq,
-                        f"hash mismatch: recorded {digest[:12]}…, content hashes to {expected[:12]}…",
-                    )
-                if seq != count:
-                    hint = " (a record is missing)" if seq is not None and seq > count else ""
-                    return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
-                if record["prev"] != expected_prev:
-                    return broken(
-                        number, seq, "prev is not the previous record's hash (records removed or reordered)"
-                    )
-            if checkers is not None:
-                # The compiled check decides; `problem` (which words the message) only runs
-                # on a record it rejects or cannot take in.
-                is_valid = fast_checks.get(rtype)
-                try:
-                    valid = is_valid is not None and is_valid(record)
-                except (ValueError, TypeError, OverflowError):
-                    valid = False
-                if not valid:
-                    checker = checkers.get(rtype)
-                    if checker is None:
-                        return broken(number, seq, f"schema: unknown record type {rtype!r}")
-                    problem = checker.problem(record)
-                    if problem is not None:
-                        return broken(number, seq, f"schema: {problem}")
-            if rtype == "run_started":
-                found = record.get("format")
-                if version == 2 and found != AUDIT_FORMAT:
-                    return broken(number, seq, f"run_started of format {found!r} in a {AUDIT_FORMAT} log")
-                if version == 1 and found is not None:
-                    return broken(number, seq, f"run_started of format {found!r} in a format 1 log")
-                if version == 2:
+                    return broken(number, seq, f"schema: {problem}")
+        if rtype == "run_started":
+            found = record.get("format")
+            if version == 2 and found != AUDIT_FORMAT:
+                return broken(number, seq, f"run_started of format {found!r} in a {AUDIT_FORMAT} log")
+            if version == 1 and found is not None:
+                return broken(number, seq, f"run_started of format {found!r} in a format 1 log")
+            if version == 2:
+                if not start.whole and _refers_before(record, stored):
+                    deferred.append((count, record, len(stored)))
+                else:
                     problem = _content_problem(record, stored)
                     if problem is not None:
                         return broken(number, seq, problem)
-            if rtype == "approval" and version == 2:
-                problem = approval_problem(record)
-                if problem is not None:
-                    return broken(number, seq, problem)
-            if run_id != current_run:
-                if run_id in seen_runs:
-                    return broken(number, seq, f"record of run {run_id} after run {current_run} began")
-                if rtype != "run_started":
-                    return broken(number, seq, f"run {run_id} does not begin with run_started")
-                seen_runs.add(run_id)
-                current_run = run_id
-                resumed = record.get("resumes")
-                if isinstance(resumed, str) and resumed in open_runs:
-                    # A resumed run is carried on (and sealed) by the run that resumes it.
-                    del open_runs[resumed]
-            elif run_id in sealed:
-                return broken(number, seq, f"{rtype} after run_finished of run {run_id}")
-            elif rtype == "run_started":
-                return broken(number, seq, f"second run_started in run {run_id}")
-            if rtype == "run_finished":
-                sealed.add(run_id)
-                open_runs.pop(run_id, None)
-            else:
-                open_runs[run_id] = (number, count)
-            if count == 0:
-                log_id = digest
-            if count in wanted:
-                found_anchors[count] = digest
-            expected_prev = digest
-            count += 1
+        if rtype == "approval" and version == 2:
+            problem = approval_problem(record)
+            if problem is not None:
+                return broken(number, seq, problem)
+        if run_id != current_run:
+            if run_id in seen_runs:
+                return broken(number, seq, f"record of run {run_id} after run {current_run} began")
+            if rtype != "run_started":
+                return broken(number, seq, f"run {run_id} does not begin with run_started")
+            if segments and not segments[-1].sealed:
+                segments[-1].last_seq = count - 1
+            resumed = record.get("resumes")
+            segments.append(
+                Segment(run_id, begins=True, resumes=resumed if isinstance(resumed, str) else None)
+            )
+            seen_runs.add(run_id)
+            current_run = run_id
+            current_sealed = False
+        elif current_sealed:
+            return broken(number, seq, f"{rtype} after run_finished of run {run_id}")
+        elif rtype == "run_started":
+            return broken(number, seq, f"second run_started in run {run_id}")
+        if rtype == "run_finished":
+            current_sealed = segments[-1].sealed = True
+            segments[-1].last_seq = count
+        if count == 0:
+            log_id = digest
+        if count in wanted:
+            found_anchors[count] = digest
+        expected_prev = digest
+        count += 1
+    return scanned(None)
 
-    last_hash = expected_prev if count else None
-    if count == 0:
-        return VerifyReport(
-            0, 0, True, False, VerifyIssue(0, None, "incomplete: the log holds no records"), None, version
-        )
-    if open_runs:
-        run_id, (line_no, seq_no) = next(iter(open_runs.items()))
-        more = f" (and {len(open_runs) - 1} more)" if len(open_runs) > 1 else ""
-        return VerifyReport(
-            count,
-            len(seen_runs),
-            True,
-            False,
-            VerifyIssue(line_no, seq_no, f"incomplete: run {run_id} has no run_finished{more}"),
-            last_hash,
-            version,
-            log_id,
-            found_anchors,
-        )
-    return VerifyReport(count, len(seen_runs), True, True, None, last_hash, version, log_id, found_anchors)
+
+def _refers_before(record: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
+    """True when a ``run_started`` refers to content neither it nor the scanned part stores
+    (in a part of a log: content stored before the part, checked when the parts are joined)."""
+    fresh = record.get("stored")
+    fresh_keys = fresh.keys() if isinstance(fresh, Mapping) else ()
+    for name in ("catalogue", "policy"):
+        ref = record.get(name)
+        if isinstance(ref, str) and ref not in stored and ref not in fresh_keys:
+            return True
+    return False

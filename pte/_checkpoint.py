@@ -317,11 +317,15 @@ def _problems(
 
 
 def verify_checkpoints(
-    log: str | os.PathLike[str], checkpoint_file: str | os.PathLike[str], public_key: Ed25519PublicKey
+    log: str | os.PathLike[str],
+    checkpoint_file: str | os.PathLike[str],
+    public_key: Ed25519PublicKey,
+    *,
+    jobs: int = 1,
 ) -> CheckpointReport:
-    """Verify `log` and check it against every checkpoint in `checkpoint_file`."""
+    """Verify `log` (`jobs`: as in `verify`) and check it against every checkpoint in `checkpoint_file`."""
     checkpoints = read_checkpoints(checkpoint_file)
-    report = verify(log, anchors=frozenset(cp.records - 1 for cp in checkpoints))
+    report = verify(log, anchors=frozenset(cp.records - 1 for cp in checkpoints), jobs=jobs)
     problem = next(_problems(checkpoints, public_key, report), None)
     covered = max(cp.records for cp in checkpoints)
     return CheckpointReport(problem is None, len(checkpoints), covered, problem, report)

@@ -6,6 +6,7 @@ Exit codes as for every command: 0 ok, 1 the log (or a checkpoint) does not hold
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -18,6 +19,23 @@ __all__ = ["add_audit_commands"]
 def _existing_log(path: str) -> str:
     input_file(path, "audit log")  # a missing, directory or FIFO path is a usage error
     return path
+
+
+#: `pte audit verify` uses one process per CPU by default, up to this many.
+_MAX_JOBS = 8
+
+
+def _jobs(value: str | None) -> int:
+    """``--jobs``: a positive count, or (not given) one per CPU up to `_MAX_JOBS`."""
+    if value is None:
+        return min(os.cpu_count() or 1, _MAX_JOBS)
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise UsageError(f"--jobs must be a positive whole number, not {value!r}")
+    return jobs
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
@@ -34,17 +52,18 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     log = _existing_log(args.log)
     if (args.checkpoint is None) != (args.public_key is None):
         raise UsageError("--checkpoint and --public-key go together")
+    jobs = _jobs(args.jobs)
     input_file(args.checkpoint, "checkpoint file")
     checkpoint: Any = None
     if args.checkpoint is not None:
         try:
             key = load_public_key(args.public_key)
-            checkpoint = verify_checkpoints(log, args.checkpoint, key)
+            checkpoint = verify_checkpoints(log, args.checkpoint, key, jobs=jobs)
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
         report = checkpoint.log
     else:
-        report = verify(log)
+        report = verify(log, jobs=jobs)
     ok = report.ok and (checkpoint is None or checkpoint.ok)
     if args.json:
         status = "ok" if report.ok else ("incomplete" if report.intact else "tampered")
@@ -170,6 +189,11 @@ def add_audit_commands(sub: Any) -> None:
     p.add_argument("log", metavar="LOG|STORE_URL")
     p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
     p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
+    p.add_argument(
+        "--jobs",
+        metavar="N",
+        help="processes to verify a large log file with, each taking a part (default: one per CPU, up to 8)",
+    )
     p.add_argument(
         "--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints (PEM file or env:NAME)"
     )

@@ -1223,7 +1223,7 @@ _SAMPLES = _sample_records()
 def test_fast_schema_check_agrees_with_jsonschema(data: st.DataObject) -> None:
     import copy
 
-    from pte._audit_verify import _checkers
+    from pte._audit_schema import _checkers
 
     record = copy.deepcopy(data.draw(st.sampled_from(_SAMPLES), label="record"))
     # The branch of the original type: a mutated `type` must then fail its const.
@@ -1268,14 +1268,14 @@ def _has_text_ending_in_newline(value: Any) -> bool:
 
 
 def test_every_record_type_has_a_fast_check() -> None:
-    from pte._audit_verify import _checkers
+    from pte._audit_schema import _checkers
 
     assert len(_checkers()) == len(load_audit_schema()["oneOf"]) >= 10
     assert all(checker.fast is not None for checker in _checkers().values())
 
 
 def test_the_compiled_check_decides_and_jsonschema_words_the_message() -> None:
-    from pte._audit_verify import _checkers
+    from pte._audit_schema import _checkers
 
     record = dict(next(r for r in _SAMPLES if r["type"] == "step_finished"))
     checker = _checkers()["step_finished"]

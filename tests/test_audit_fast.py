@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+import pte._audit_schema as audit_schema
 import pte._audit_verify as audit_verify
 from pte._audit_fast import (
     TIMESTAMP_PATTERN,
@@ -39,7 +40,7 @@ from pte._audit_verify import VerifyReport, load_audit_schema, verify
 from pte._canonical import is_canonical
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "audit_samples").glob("*.jsonl"))
-_COMPILED = audit_verify._fast_path()
+_COMPILED = audit_schema._fast_path()
 assert _COMPILED is not None
 FAST: FastPath = _COMPILED
 REFERENCE_SCHEMA = Draft202012Validator(load_audit_schema())
@@ -71,7 +72,7 @@ def fast_accepts(line: bytes) -> bool:
 
 def test_every_record_type_but_the_two_excluded_compiles() -> None:
     assert dict(FAST.skipped) == {"run_started": "excluded", "approval": "excluded"}
-    assert set(FAST.types.values()) == set(audit_verify._branches()) - {"run_started", "approval"}
+    assert set(FAST.types.values()) == set(audit_schema._branches()) - {"run_started", "approval"}
 
 
 def test_the_sample_logs_take_the_fast_path() -> None:
