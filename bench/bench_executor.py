@@ -6,7 +6,9 @@ and off. Each step still resolves its references, validates its arguments and ou
 against the tool's schemas, and runs the tool under its timeout (on a worker thread: see
 pte/_invoke.py). With the audit log on, each step also
 writes two hash-chained, redacted, canonical records (step_started before the call,
-step_finished after), each checked against another writer and handed to the OS at once.
+step_finished after), each checked against a change of the file by a writer that ignores its
+lock (one lseek; the lock itself is taken once, when the log is opened) and handed to the OS
+at once (one write).
 
 Baseline: the common LangGraph plan-and-execute design (LangGraph's plan-and-execute
 tutorial): a `StateGraph` whose `execute` node runs ONE step of the plan per invocation,
