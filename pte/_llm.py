@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
-from openai.types.chat import ChatCompletion
-
 from pte._compile_context import DEFAULT_LIMITS
 from pte._errors import LLMError, PTEError
 
 if TYPE_CHECKING:
+    # The SDK is imported where a client is built or called, not with this module: it takes
+    # ~0.4 s, which every `pte` command (audit verify, show, ...) would pay for nothing.
     import httpx2  # the HTTP library of the openai SDK (it calls it httpx in its docs)
+    import openai
+    from openai.types.chat import ChatCompletion
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -195,6 +196,8 @@ class OpenAIClient:
         self.seed = seed
         self._structured_outputs_supported: bool | None = None
         self._owns_http_client = http_client is None
+        import openai
+
         try:
             # SDK retries are off: this class retries itself so that `attempts` is exact and a
             # json_schema refusal answered with HTTP 500 (llama.cpp) is not retried as an outage.
@@ -265,6 +268,8 @@ class OpenAIClient:
             form = "json_schema"
         attempts = 0
         retries_left = self.max_retries
+        import openai
+
         while True:
             attempts += 1
             try:
@@ -316,6 +321,9 @@ class OpenAIClient:
     def _create(
         self, chat: list[dict[str, str]], schema: Mapping[str, Any] | None, schema_name: str, form: str
     ) -> ChatCompletion:
+        import openai
+        from openai.types.chat import ChatCompletion
+
         response_format: Any = openai.omit
         if schema is not None and form == "json_schema":
             response_format = {
