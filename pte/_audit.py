@@ -24,6 +24,7 @@ import hashlib
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -219,6 +220,9 @@ class AuditLog:
             raise AuditWriteError(f"cannot read audit log {path}: {exc}") from exc
         self._fd = fd
         self._locked = True
+        # A log dropped without close() must not hold the file (and its lock) until the
+        # process exits: when it is collected, its descriptor is closed. close() detaches this.
+        self._release = weakref.finalize(self, _release_file, fd)
         # A new file's directory entry must be fsynced too, or a crash can lose the whole file.
         self._dir_synced = not self._created
 
@@ -485,6 +489,7 @@ class AuditLog:
                     self._fsync()
             finally:
                 self._unlock()
+                self._release.detach()
                 os.close(self._fd)
                 self._fd = None
 
@@ -517,6 +522,14 @@ class AuditLog:
         where = str(self.path) if self.path is not None else "memory"
         state = "broken" if self.broken else "closed" if self._closed else "open"
         return f"AuditLog({where!r}, run_id={self.run_id!r}, next_seq={self.next_seq}, {state})"
+
+
+def _release_file(fd: int) -> None:
+    """Unlock and close the descriptor of an `AuditLog` collected without `close`."""
+    with contextlib.suppress(OSError):
+        if _fcntl is not None:
+            _fcntl.flock(fd, _fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def _lock_for_writing(fd: int, path: Path) -> None:

@@ -7,7 +7,9 @@ in, and the other is refused with a named error (`AuditWriteError`), at open.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,3 +67,35 @@ def test_two_processes_appending_never_fork_the_chain(tmp_path: Path) -> None:
     report = verify(path, check_schema=False)
     assert report.intact, report.issue
     assert report.records == ROUNDS
+
+
+def test_a_log_dropped_without_close_frees_the_file(tmp_path: Path) -> None:
+    """A writer that is never closed (an exception path, a forgotten log) must not keep every
+    later writer of the file out until the process exits: collected, it lets go."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, run_id="dropped", durability="none")
+    log.append("run_started", mode="execute", request=None, tools=[], config={})
+    with pytest.raises(AuditWriteError, match="being written by another writer"):
+        AuditLog(path, run_id="next", durability="none")
+    del log
+    gc.collect()
+    later = AuditLog(path, run_id="next", durability="none")
+    later.append("run_started", mode="execute", request=None, tools=[], config={})
+    later.close()
+    report = verify(path)
+    assert report.intact and report.records == 2 and report.runs == 2
+
+
+def test_a_closed_log_collected_later_closes_nothing_else(tmp_path: Path) -> None:
+    """close() closes the descriptor once: the collector must not close it again, by then
+    perhaps another file's descriptor of the same number."""
+    log = AuditLog(tmp_path / "a.jsonl", run_id="a", durability="none")
+    log.close()
+    other = os.open(tmp_path / "b.txt", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        del log
+        gc.collect()
+        os.fstat(other)  # still open (a second close of a reused number would break it)
+        assert os.write(other, b"x") == 1
+    finally:
+        os.close(other)
