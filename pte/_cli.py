@@ -453,9 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
-    if not args.quiet:
-        from pte._logs import configure_logging
+    from pte._logs import configure_logging, quiet_logging
 
+    if args.quiet:
+        quiet_logging()
+    else:
         json_lines = {"auto": None, "json": True, "console": False}[args.log_format]
         configure_logging(json_lines=json_lines)
     return run_command(args.func, args, lambda message: _fail_usage(parser, message))

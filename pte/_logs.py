@@ -19,11 +19,14 @@ from typing import IO, Any, TextIO, cast
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["configure_logging", "get_logger", "quiet_logging"]
 
 #: Whether the CLI sent logs to a terminal (progress lines are shown only then). Set only by
 #: `configure_logging`, which only the CLI calls.
 _to_terminal = False
+#: Whether structlog's configuration is the CLI's own (`configure_logging`), which
+#: `quiet_logging` may then undo; an application's configuration is never touched.
+_configured_here = False
 
 
 def configure_logging(
@@ -34,7 +37,7 @@ def configure_logging(
     `json_lines` None picks JSON unless the stream is a terminal. Without `file`, each
     logger writes to the ``sys.stderr`` of the moment it is made (so a replaced stderr is used).
     """
-    global _to_terminal
+    global _to_terminal, _configured_here
     stream = file if file is not None else sys.stderr
     if json_lines is None:
         json_lines = not stream.isatty()
@@ -58,6 +61,17 @@ def configure_logging(
         cache_logger_on_first_use=False,
     )
     _to_terminal = stream.isatty()
+    _configured_here = True
+
+
+def quiet_logging() -> None:
+    """``pte --quiet``: undo an earlier `configure_logging` of this process (``main`` called
+    twice in one process), so that no engine log reaches stderr; leave any other configuration."""
+    global _to_terminal, _configured_here
+    if _configured_here:
+        structlog.reset_defaults()
+        _configured_here = False
+        _to_terminal = False
 
 
 def is_terminal() -> bool:

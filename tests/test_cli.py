@@ -460,6 +460,20 @@ def test_execute_failing_step_fails_closed(
     assert err.startswith("failed_closed(step_failed):")
 
 
+def test_quiet_after_a_logging_run_in_the_same_process_logs_nothing(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`main` without --quiet configures logging; a later `main("--quiet", ...)` undoes it."""
+    plan = write_json(tmp_path / "fail.json", FAILING_PLAN)
+    first = ["execute", str(plan), "--tools", STOCK, "--audit", str(tmp_path / "a.jsonl")]
+    assert main(["--log-format", "json", *first]) == 1
+    logged = capsys.readouterr().err
+    assert '"event"' in logged and "get_invoice" in logged  # the engine's log lines
+    code, _, err = cli(capsys, "execute", str(plan), "--tools", STOCK, "--audit", str(tmp_path / "b.jsonl"))
+    assert code == 1
+    assert err.startswith("failed_closed(step_failed):"), err
+
+
 def test_execute_rejected_plan_is_logged_and_sealed(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
