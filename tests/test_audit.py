@@ -27,6 +27,7 @@ from pte._audit import (
     Durability,
     Redactor,
     VerifyReport,
+    format_timestamp,
     iter_records,
     load_audit_schema,
     read_records,
@@ -279,6 +280,12 @@ def test_default_run_id_and_timestamp_format() -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", log.run_id)
     assert AuditLog().run_id != log.run_id
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", record["ts"])
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_timestamp_is_isoformat_with_microseconds_and_z(moment: datetime) -> None:
+    expected = moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    assert format_timestamp(moment) == expected
 
 
 def test_append_returns_plain_json_values() -> None:

@@ -1,0 +1,103 @@
+"""`ToolSpec.to_kwargs`: plain parameters pass through exactly as pydantic would convert them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import Field
+
+from pte import ToolError, tool
+from pte._tool_spec import spec_of
+
+
+@tool
+def plain(n: int, text: str, ratio: float, flag: bool, note: str = "none", count: int = 3) -> int:
+    """Every parameter plain."""
+    return n
+
+
+def _via_pydantic(args: dict[str, Any]) -> dict[str, Any]:
+    spec = spec_of(plain)
+    model = spec._input_model.model_validate(args)
+    return {name: getattr(model, name) for name in spec._param_names}
+
+
+_VALUES = {
+    "n": st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.booleans()),
+    "text": st.text(),
+    "ratio": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**53), 2**53)),
+    "flag": st.booleans(),
+    "note": st.text(),
+    "count": st.one_of(st.integers(), st.booleans()),
+}
+
+
+@given(
+    st.fixed_dictionaries(
+        {k: _VALUES[k] for k in ("n", "text", "ratio", "flag")},
+        optional={k: _VALUES[k] for k in ("note", "count")},
+    )
+)
+def test_plain_parameters_get_what_pydantic_gives(args: dict[str, Any]) -> None:
+    spec = spec_of(plain)
+    try:
+        expected = _via_pydantic(args)
+    except Exception:
+        with pytest.raises(ToolError):
+            spec.to_kwargs(args)
+        return
+    got = spec.to_kwargs(args)
+    # An omitted parameter gets the function's own default, the one pydantic fills in.
+    filled = {"note": "none", "count": 3, **got}
+    assert filled == expected
+    assert {k: type(v) for k, v in filled.items()} == {k: type(v) for k, v in expected.items()}
+
+
+def test_plain_values_are_passed_as_they_are() -> None:
+    spec = spec_of(plain)
+    assert spec._plain_params is not None
+    args = {"n": 5, "text": "a", "ratio": 0.5, "flag": True}
+    out = spec.to_kwargs(args)
+    assert out == args and out is not args  # a new dict: the function may change it
+
+
+def test_a_value_of_another_type_is_converted_by_pydantic() -> None:
+    spec = spec_of(plain)
+    out = spec.to_kwargs({"n": 5.0, "text": "a", "ratio": 2, "flag": False})
+    assert type(out["n"]) is int and type(out["ratio"]) is float
+
+
+def test_an_unknown_parameter_is_refused_as_before() -> None:
+    with pytest.raises(ToolError) as caught:
+        spec_of(plain).to_kwargs({"n": 5, "text": "a", "ratio": 0.5, "flag": True, "other": 1})
+    assert caught.value.kind == "invalid_args"
+
+
+@tool
+def field_default(n: int = Field(default=7)) -> int:
+    """A pydantic Field default: only the model resolves it."""
+    return n
+
+
+@tool
+def constrained(n: Annotated[int, Field(ge=0)]) -> int:
+    """A constraint on the parameter."""
+    return n
+
+
+@tool
+def mixed(n: int, items: list[int]) -> int:
+    """One parameter that is not plain."""
+    return n
+
+
+@pytest.mark.parametrize("func", [field_default, constrained, mixed])
+def test_one_parameter_that_needs_pydantic_rules_the_shortcut_out(func: Any) -> None:
+    assert spec_of(func)._plain_params is None
+
+
+def test_a_field_default_is_resolved_when_the_argument_is_omitted() -> None:
+    assert spec_of(field_default).invoke({}) == 7
