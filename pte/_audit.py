@@ -408,16 +408,16 @@ class AuditLog:
         the encoding (a nested ``"hash"`` key holding it), the record is encoded twice.
         """
         prev = self.last_hash
+        # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
         record: dict[str, Any] = {
             "seq": self.next_seq,
             "run_id": self.run_id,
             "ts": self._clock(),
             "type": type,
             "prev": prev,
+            **self.redactor.redact_fields(type, fields),
+            "hash": _PLACEHOLDER,
         }
-        # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
-        record.update(self.redactor.redact_fields(type, fields))
-        record["hash"] = _PLACEHOLDER
         encoded = canonical_bytes(record)
         head, found, tail = encoded.partition(_PLACEHOLDER_MEMBER)
         if not found or _PLACEHOLDER_MEMBER in tail:

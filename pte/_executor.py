@@ -463,7 +463,7 @@ class _Run:
                 None,
                 duration_ms,
                 outcome.attempts,
-                tuple(settled(e) for e in outcome.retry_errors),
+                tuple(map(settled, outcome.retry_errors)),
             )
             self.available[step.id] = output
             for j in self.dependents[i]:
@@ -480,7 +480,7 @@ class _Run:
                 settled(error),
                 duration_ms,
                 outcome.attempts,
-                tuple(settled(e) for e in outcome.retry_errors),
+                tuple(map(settled, outcome.retry_errors)),
             )
             if i < self.stop_at:
                 self.stop_at = i

@@ -293,7 +293,7 @@ def copy_json(value: Any) -> Any:
     """
     if isinstance(value, dict):
         return {key: copy_json(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):  # a constant tuple: `list | tuple` builds a union per call
         return [copy_json(item) for item in value]
     return value
 

@@ -52,6 +52,7 @@ SinkProvenance = Literal["request", "trusted", "untrusted"]
 
 
 _TOOL_ATTR = "__pte_tool__"
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,7 +196,8 @@ class ToolSpec:
     def to_output(self, result: Any) -> Any:
         """The function's return value as JSON data (ToolError('invalid_output') if it has none)."""
         try:
-            output = to_jsonable_python(result)
+            # A JSON scalar is its own JSON form (pydantic would return it as is).
+            output = result if type(result) in _JSON_SCALARS else to_jsonable_python(result)
             # What cannot be written to the audit log (NaN, a lone surrogate) fails the step,
             # not the log. (The log encodes the record again; a bare number or plain JSON is
             # settled by orjson here without the reference encoder.)
