@@ -43,26 +43,12 @@ from pte._tools import DECIMAL_STRING_PATTERN
 
 __all__ = [
     "COMPARISONS",
-    "CONTROL_RULES",
     "check_control",
     "check_control_types",
     "condition_references",
 ]
 
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
-#: What the planner is told about for_each, when, require and continue (pte._prompts).
-CONTROL_RULES = """Control (optional): a step may carry "for_each": {"$ref": "<list>"} with \
-"max_items": N (1-1000): the tool is called once per element, and inside args \
-{"$ref": "<list>/*/<field>"} is the current element; the step's output is the list of the \
-calls' outputs. "when": CONDITION runs a step only if CONDITION holds (give "default": VALUE, \
-its output when skipped, if another step reads it; or put the reader under the same "when"). \
-CONDITION = {"eq"|"ne"|"lt"|"le"|"gt"|"ge": [A, B]} (A, B references or scalars; ordering for \
-numbers and dates only), {"and": [C, ...]}, {"or": [C, ...]}, {"not": C}, {"empty": REF}, \
-{"nonempty": REF}. A step {"id": ..., "require": CONDITION, "message": "..."} stops the run, \
-not done, with that message when CONDITION is false; later steps wait for it. If the rest of \
-the work depends on data you have not seen (a list of tasks on a page, text to summarise), end \
-the plan with "continue": {"name": {"$ref": ...}, ...} instead of "result": you will be shown \
-those values and plan the next stage."""
 
 _ORDERING = frozenset({"lt", "le", "gt", "ge"})
 _DECIMAL = re.compile(DECIMAL_STRING_PATTERN)
