@@ -73,6 +73,10 @@ class CompileContext:
     extras: dict[str, Any] = field(default_factory=dict)
     #: Prior steps that were per-item (`for_each`) steps: their output is a list (pte._control).
     prior_lists: frozenset[str] = frozenset()
+    #: Prior steps of generic tools: step id -> the exact output schema (per call, for a
+    #: for_each step) that step was compiled with, so that a later stage or replan checks its
+    #: references into them against that instantiation, not the tool's generic declaration.
+    prior_types: Mapping[str, st.Schema] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -98,11 +102,15 @@ class CompileContext:
         """The output schema of a step (and the root its ``$ref``s resolve against).
 
         For a generic tool it is the schema inferred for this step from its arguments; a
-        completed step of an earlier plan (a replan) has its tool's declared schema. A
-        for_each step's output is the list of its calls' outputs (pte._control).
+        completed step of an earlier plan (a replan, a later stage) has the schema it was
+        compiled with (`prior_types`), else its tool's declared one. A for_each step's output
+        is the list of its calls' outputs (pte._control).
         """
         if step_id in self.inferred:
             schema, root = self.inferred[step_id]
+        elif step_id not in self.index and step_id in self.prior_types:
+            schema = self.prior_types[step_id]
+            root = schema if isinstance(schema, Mapping) else {}
         else:
             producer = self.producer(step_id)
             schema, root = producer.output_schema, producer.output_schema

@@ -178,6 +178,7 @@ def compile_plan(
     checks: Sequence[CompileCheck] = (),
     prior: Mapping[str, str] | None = None,
     prior_lists: Iterable[str] = (),
+    prior_types: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Compile planner output into a frozen, hashed `Plan`, or raise `PlanRejected`.
 
@@ -188,6 +189,8 @@ def compile_plan(
     `prior` names steps completed earlier in the run (step id -> tool name): a replanned
     plan may reference their outputs, must not reuse their ids, and never re-runs them.
     `prior_lists` names those of them that were for_each steps (their output is a list).
+    `prior_types` gives the output schema each prior step of a generic tool was compiled with
+    (`Plan.output_schema`): references into them are checked against it.
     """
     if isinstance(text, bytes):
         try:
@@ -200,6 +203,7 @@ def compile_plan(
         limits=limits or DEFAULT_LIMITS,
         prior=dict(prior or {}),
         prior_lists=frozenset(prior_lists),
+        prior_types=dict(prior_types or {}),
     )
     for check in PIPELINE:
         check(ctx)

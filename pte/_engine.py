@@ -153,6 +153,11 @@ class _Run:
     prior_lists: set[str] = field(default_factory=set)
     #: Field-level labels of every step of every accepted plan (pte._labels).
     label_trees: dict[str, LabelTree] = field(default_factory=dict)
+    #: The output schema compile inferred for every step of a generic tool of every accepted
+    #: plan (its instantiation: `pick` with its fields, `sort_records` of its records, ...).
+    #: Later stages and replans check references into completed steps against these; replay
+    #: and resume rebuild them by compiling the recorded plans again.
+    output_types: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine:
@@ -420,6 +425,7 @@ class Engine:
                 checks=(policy_check, *self.checks),
                 prior=run.prior,
                 prior_lists=run.prior_lists,
+                prior_types={sid: run.output_types[sid] for sid in run.prior if sid in run.output_types},
             )
         except PlanRejected as rejection:
             self._record_rejection(run, origin, text, rejection)
@@ -427,6 +433,12 @@ class Engine:
         run.labels.update(policy_check.labels)
         run.input_labels.update(policy_check.input_labels)
         run.label_trees.update(policy_check.trees)
+        for step in plan.steps:  # a reused id (a failed step's) takes its new plan's type
+            inferred = plan.output_schema(step.id)
+            if inferred is None:
+                run.output_types.pop(step.id, None)
+            else:
+                run.output_types[step.id] = inferred
         if not run.shown_untrusted:
             run.request_literals |= plan_literals(plan) | continue_literals(plan)
         run.audit.append(

@@ -33,9 +33,9 @@ __all__ = [
 ]
 
 PLAN_FORMAT_VERSION = "1"
-STEP_ID_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+STEP_ID_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
-REF_RE = re.compile(r"[a-z][a-z0-9_]{0,31}(/([^~/]|~[01])*)*", re.DOTALL)
+REF_RE = re.compile(r"[a-z][a-z0-9_]{0,63}(/([^~/]|~[01])*)*", re.DOTALL)
 #: The pointer token that selects the current element of a `for_each` list (see pte._control).
 ELEMENT = "*"
 
@@ -94,7 +94,7 @@ class Reference:
 
 def _check_step_id(value: str) -> str:
     if not STEP_ID_RE.fullmatch(value):
-        raise ValueError(f"step id {value!r} must match ^[a-z][a-z0-9_]{{0,31}}$")
+        raise ValueError(f"step id {value!r} must match ^[a-z][a-z0-9_]{{0,63}}$")
     return value
 
 

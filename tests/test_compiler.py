@@ -256,7 +256,7 @@ def _mutated(mutate: Any) -> dict[str, Any]:
         (lambda d: d["steps"][0].update(id="Inv"), "$.steps[0].id", "'Inv'"),
         (lambda d: d["steps"][0].update(id="1inv"), "$.steps[0].id", "'1inv'"),
         (lambda d: d["steps"][0].update(id="inv\n"), "$.steps[0].id", "inv"),
-        (lambda d: d["steps"][0].update(id="a" * 33), "$.steps[0].id", "a" * 33),
+        (lambda d: d["steps"][0].update(id="a" * 65), "$.steps[0].id", "a" * 65),
         (lambda d: d["steps"][0].update(id=""), "$.steps[0].id", "''"),
         (lambda d: d["steps"][0].update(id=7), "$.steps[0].id", "string"),
         (lambda d: d["steps"][0].update(tool="1tool"), "$.steps[0].tool", "'1tool'"),

@@ -101,6 +101,8 @@ _DELETE = object()
         _with(["steps", 0, "args", "x"], [{"$ref": "zz_9"}, {"nested": {"$ref": "b/0"}}]),
         _with(["steps", 0, "args", "x"], {"ref": 1, "$$ref": 2, "$Ref": 3}),
         _with(["steps", 1, "after"], ["inv", "total", "zzz"]),  # unknown ids are compile's business
+        _with(["steps", 0, "id"], "family_reunion_emails_oldest_first_then_the_newest_ones_a"),
+        _with(["steps", 0, "id"], "a" * 64),
     ],
 )
 def test_accepted_by_both(doc: dict[str, Any]) -> None:
@@ -120,7 +122,7 @@ def test_accepted_by_both(doc: dict[str, Any]) -> None:
         _with(["steps", 0, "id"], "A"),
         _with(["steps", 0, "id"], "1a"),
         _with(["steps", 0, "id"], "a\n"),
-        _with(["steps", 0, "id"], "a" * 33),
+        _with(["steps", 0, "id"], "a" * 65),
         _with(["steps", 0, "id"], ""),
         _with(["steps", 0, "id"], 1),
         _with(["steps", 0, "tool"], "1x"),

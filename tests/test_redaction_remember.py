@@ -14,8 +14,8 @@ from pte._redaction import REDACTED, Redactor
 from tests.audit_runs import begun
 from tests.secrets_corpus import FREE_TEXT
 
-#: Texts a plan's records carry: step ids (schema: ``[a-z][a-z0-9_]{0,31}``), and others.
-STEP_IDS = st.from_regex(r"[a-z][a-z0-9_]{0,31}", fullmatch=True)
+#: Texts a plan's records carry: step ids (schema: ``[a-z][a-z0-9_]{0,63}``), and others.
+STEP_IDS = st.from_regex(r"[a-z][a-z0-9_]{0,63}", fullmatch=True)
 SECRET_TEXTS = st.sampled_from([text for _, text, _ in FREE_TEXT])
 TEXTS = st.one_of(STEP_IDS, SECRET_TEXTS, st.text(max_size=40))
 

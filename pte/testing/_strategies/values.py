@@ -230,7 +230,9 @@ def _pattern_strings(pattern: str) -> SearchStrategy[str]:
 
 
 _STEP_IDS = st.one_of(
-    st.sampled_from(["a", "b", "c", "inv", "total", "mail", "step_1", "x" * 32]),
+    st.sampled_from(
+        ["a", "b", "c", "inv", "total", "mail", "step_1", "x" * 64, "family_reunion_emails_oldest_first"]
+    ),
     _pattern_strings(STEP_ID_RE.pattern),
 )
 

@@ -1,0 +1,152 @@
+"""Plans as a model writes them (issue 25): long descriptive ids, types across stages,
+`when` defaults of any JSON value, and one repair of a fixable rejection.
+
+Every run here goes through the whole engine with a scripted model (`pte.testing`), is
+verified, and replays to the same records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pte import PlanRejected, ReasonCode, compile_plan
+from pte._audit import AuditLog, read_records, verify
+from pte._engine import Engine, EngineConfig, RunResult
+from pte._llm import ReplayClient
+from pte._replay import replay_file
+from pte._tools import Registry
+from pte.testing.cookbook import cookbook_registry, ref, step
+
+WORKSPACE = cookbook_registry("workspace")
+
+
+def plan(*steps: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"pte_plan": "1", "steps": list(steps), **extra}
+
+
+def run(
+    answers: list[Any], tmp_path: Path, registry: Registry = WORKSPACE, **config: Any
+) -> tuple[RunResult, list[dict[str, Any]]]:
+    """Run with the answers in order; the log verifies and replays the same."""
+    log = tmp_path / "run.jsonl"
+    llm = ReplayClient([a if isinstance(a, str) else json.dumps(a) for a in answers])
+    engine = Engine(registry, llm, config=EngineConfig(llm_answer=False, **config))
+    with AuditLog(log) as audit:
+        result = engine.run("a request", audit)
+    assert verify(log).ok
+    report = replay_file(log, registry=registry)
+    assert report.ok, report.render()
+    return result, read_records(log)
+
+
+# --- step ids -----------------------------------------------------------------------------------
+
+LONG_ID = "family_reunion_emails_oldest_first_then_the_newest_ones_sorted"[:60]
+
+
+def test_a_60_character_step_id_compiles_runs_and_is_recorded(tmp_path: Path) -> None:
+    assert len(LONG_ID) == 60
+    doc = plan(
+        step(LONG_ID, "search_emails", query="Budget review"),
+        step("how_many_budget_review_emails_were_found", "count", records=ref(f"{LONG_ID}/emails")),
+        result=ref("how_many_budget_review_emails_were_found/count"),
+    )
+    result, records = run([doc], tmp_path)
+    assert result.ok, result.message
+    assert result.result == 2
+    assert LONG_ID in {r.get("step_id") for r in records}
+
+
+def test_a_65_character_step_id_is_still_a_schema_violation() -> None:
+    doc = plan(step("a" * 65, "list_files"))
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(json.dumps(doc), WORKSPACE)
+    assert info.value.reason is ReasonCode.SCHEMA_VIOLATION
+
+
+# --- types across stages ------------------------------------------------------------------------
+
+
+def stage_one(*steps: dict[str, Any], hand: dict[str, Any]) -> dict[str, Any]:
+    return plan(*steps, **{"continue": hand})
+
+
+@pytest.mark.parametrize(
+    ("generic_step", "pointer", "expected"),
+    [
+        (
+            step("files_with_content", "pick", records=ref("all_files/files"), fields=["id", "content"]),
+            "files_with_content/records/2/content",
+            "Pancakes",
+        ),
+        (
+            step(
+                "latest_file",
+                "extreme_by",
+                records=ref("all_files/files"),
+                field="last_modified",
+                which="max",
+            ),
+            "latest_file/record/filename",
+            "team-roster.csv",
+        ),
+        (
+            step("files_by_size", "sort_records", records=ref("all_files/files"), by="size", descending=True),
+            "files_by_size/records/0/filename",
+            "team-roster.csv",
+        ),
+    ],
+    ids=["pick", "extreme_by", "sort_records"],
+)
+def test_a_later_stage_references_an_earlier_generic_step_by_its_exact_type(
+    generic_step: dict[str, Any], pointer: str, expected: str, tmp_path: Path
+) -> None:
+    first = stage_one(step("all_files", "list_files"), generic_step, hand={"shown": ref(generic_step["id"])})
+    second = plan(
+        step("first_line", "format_text", template="{v}", values={"v": ref(pointer)}),
+        result=ref("first_line/text"),
+    )
+    result, records = run([first, second], tmp_path)
+    assert result.ok, result.message
+    assert str(result.result).startswith(expected)
+    assert [r["origin"] for r in records if r["type"] == "plan_accepted"] == ["planner", "stage"]
+
+
+def test_a_later_stage_reference_outside_the_instantiation_is_refused(tmp_path: Path) -> None:
+    # `pick` kept id and content only: a later stage cannot read the owner it dropped.
+    first = stage_one(
+        step("all_files", "list_files"),
+        step("files_with_content", "pick", records=ref("all_files/files"), fields=["id", "content"]),
+        hand={"shown": ref("files_with_content")},
+    )
+    second = plan(
+        step("owner", "format_text", template="{v}", values={"v": ref("files_with_content/records/0/owner")}),
+        result=ref("owner/text"),
+    )
+    result, _ = run([first, second], tmp_path, max_replans=0)
+    assert result.status == "failed_closed"
+    assert result.reason is ReasonCode.BAD_REFERENCE
+    assert "'/records/0/owner'" in (result.message or "")
+
+
+def test_compile_plan_checks_prior_steps_against_prior_types() -> None:
+    prior = {"picked": "pick"}
+    kept = {
+        "type": "object",
+        "properties": {
+            "records": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"id": {"type": "string"}}},
+            },
+            "count": {"type": "integer"},
+        },
+        "required": ["records", "count"],
+    }
+    doc = plan(step("n", "format_text", template="{v}", values={"v": ref("picked/records/0/id")}))
+    with pytest.raises(PlanRejected):  # the generic declaration alone cannot prove the field
+        compile_plan(json.dumps(doc), WORKSPACE, prior=prior)
+    compile_plan(json.dumps(doc), WORKSPACE, prior=prior, prior_types={"picked": kept})
