@@ -332,7 +332,7 @@ class Engine:
             if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
                 config["llm"] = describe
         config.update(extra or {})
-        run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider)
+        run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider, run.audit.redactor)
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
         fields = run_started_fields(
             self.registry, self.policy.to_document(), run.audit.redactor.redact_structure

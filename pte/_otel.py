@@ -17,6 +17,9 @@ The ``run_started``, ``llm_call``, ``step_started`` and ``step_finished`` record
 run carry ``trace_id`` and ``span_id`` (W3C hex), so a trace links to its audit records and
 back. They are observability, not decisions: replay does not compare them (`TRACE_FIELDS`).
 
+Span attributes and status descriptions go through the run's `Redactor` (the audit log's),
+so a secret in an LLM error's text or a tool name is scrubbed in the trace exactly as in the log.
+
 Without opentelemetry, or with no provider configured (the API's non-recording default),
 nothing is added to any record and every hook costs one attribute check.
 """
@@ -25,7 +28,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pte._redaction import Redactor
 
 __all__ = ["TRACE_FIELDS", "RunTracer"]
 
@@ -55,16 +61,23 @@ def _ids(span: Any) -> dict[str, str]:
 
 
 class RunTracer:
-    """The spans of one run. Every method is a no-op when tracing is off."""
+    """The spans of one run. Every method is a no-op when tracing is off.
 
-    def __init__(self, run_id: str, mode: str, provider: Any = None) -> None:
+    `redactor` (the run's audit log's) scrubs every string attribute and status description
+    before it is set: a span is exported as written, outside the log's redaction.
+    """
+
+    def __init__(
+        self, run_id: str, mode: str, provider: Any = None, redactor: Redactor | None = None
+    ) -> None:
         tracer = _tracer(provider)
         self._tracer = tracer
+        self._redactor = redactor
         self._run: Any = None
         self._steps: dict[str, Any] = {}
         if tracer is None:
             return
-        span = tracer.start_span("pte.run", attributes={"pte.run_id": run_id, "pte.mode": mode})
+        span = tracer.start_span("pte.run", attributes=self._attrs({"pte.run_id": run_id, "pte.mode": mode}))
         if span.is_recording():
             self._run = span
             self._parent = _trace.set_span_in_context(span)
@@ -73,8 +86,29 @@ class RunTracer:
     def disabled(cls) -> RunTracer:
         """A tracer that records nothing (before a run starts, or without OpenTelemetry)."""
         tracer = cls.__new__(cls)
-        tracer._tracer, tracer._run, tracer._steps = None, None, {}
+        tracer._tracer, tracer._run, tracer._steps, tracer._redactor = None, None, {}, None
         return tracer
+
+    def _text(self, text: str) -> str:
+        """`text` as a span may carry it: through the run's redaction rules."""
+        return text if self._redactor is None else self._redactor.redact_text(text)
+
+    def _attrs(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        """Span attributes with every string (and string in a list) redacted."""
+        out: dict[str, Any] = {}
+        for key, value in attributes.items():
+            if isinstance(value, str):
+                value = self._text(value)
+            elif isinstance(value, list | tuple):
+                value = [self._text(v) if isinstance(v, str) else v for v in value]
+            out[key] = value
+        return out
+
+    def _set(self, span: Any, key: str, value: Any) -> None:
+        span.set_attributes(self._attrs({key: value}))
+
+    def _status(self, span: Any, code: Any, description: str | None = None) -> None:
+        span.set_status(Status(code, None if description is None else self._text(description)))
 
     @property
     def active(self) -> bool:
@@ -89,15 +123,15 @@ class RunTracer:
         if self._run is None:
             return
         for span in self._steps.values():
-            span.set_status(Status(StatusCode.ERROR, "the run ended before the step finished"))
+            self._status(span, StatusCode.ERROR, "the run ended before the step finished")
             span.end()
         self._steps.clear()
-        self._run.set_attribute("pte.status", status)
+        self._set(self._run, "pte.status", status)
         if reason:
-            self._run.set_attribute("pte.reason", reason)
-            self._run.set_status(Status(StatusCode.ERROR, reason))
+            self._set(self._run, "pte.reason", reason)
+            self._status(self._run, StatusCode.ERROR, reason)
         else:
-            self._run.set_status(Status(StatusCode.OK))
+            self._status(self._run, StatusCode.OK)
         self._run.end()
         self._run = None
 
@@ -111,7 +145,9 @@ class RunTracer:
             f"chat {model}",
             context=self._parent,
             kind=_trace.SpanKind.CLIENT,
-            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "pte.llm.role": role},
+            attributes=self._attrs(
+                {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "pte.llm.role": role}
+            ),
         )
 
     def llm_end(
@@ -129,16 +165,17 @@ class RunTracer:
             return {}
         ids = _ids(span)
         if model:
-            span.set_attribute("gen_ai.response.model", model)
+            self._set(span, "gen_ai.response.model", model)
         if usage:
             span.set_attribute("gen_ai.usage.input_tokens", int(usage.get("prompt_tokens", 0)))
             span.set_attribute("gen_ai.usage.output_tokens", int(usage.get("completion_tokens", 0)))
         if finish_reason:
-            span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+            self._set(span, "gen_ai.response.finish_reasons", [finish_reason])
         span.set_attribute("pte.llm.attempts", attempts)
         if error is not None:
             span.set_attribute("error.type", "llm_error")
-            span.set_status(Status(StatusCode.ERROR, error[:200]))
+            # Redacted whole, then cut: a cut first could split a secret past the rules' reach.
+            self._status(span, StatusCode.ERROR, self._text(error)[:200])
         span.end()
         return ids
 
@@ -155,12 +192,14 @@ class RunTracer:
                 f"execute_tool {tool}",
                 context=self._parent,
                 kind=_trace.SpanKind.INTERNAL,
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": tool,
-                    "pte.step.id": step_id,
-                    "pte.tool.effect": str(fields.get("effect")),
-                },
+                attributes=self._attrs(
+                    {
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": tool,
+                        "pte.step.id": step_id,
+                        "pte.tool.effect": str(fields.get("effect")),
+                    }
+                ),
             )
             self._steps[step_id] = span
             return _ids(span)
@@ -170,15 +209,15 @@ class RunTracer:
                 return {}
             ids = _ids(span)
             status = str(fields.get("status"))
-            span.set_attribute("pte.step.status", status)
+            self._set(span, "pte.step.status", status)
             duration = fields.get("duration_ms")
             if isinstance(duration, int | float):
                 span.set_attribute("pte.step.duration_ms", float(duration))
             error = fields.get("error")
             if status != "ok":
                 kind = error.get("kind") if isinstance(error, Mapping) else None
-                span.set_attribute("error.type", str(kind or "step_failed"))
-                span.set_status(Status(StatusCode.ERROR, str(kind or status)))
+                self._set(span, "error.type", str(kind or "step_failed"))
+                self._status(span, StatusCode.ERROR, str(kind or status))
             span.end(end_time=self._step_end(span, duration))
             return ids
         return {}

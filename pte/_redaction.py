@@ -1,13 +1,15 @@
 """Secret redaction for everything PTE records or prints: keys and free-text rules.
 
-Two kinds of rule, applied to values only:
+Two kinds of rule:
 
 - the value under a *secret key* (`DEFAULT_REDACT_KEYS`, plus any configured) is replaced
   whole, except inside recorded structure (`STRUCTURE_FIELDS`: tool schemas, the policy),
   where a key is a parameter's *name*, not a secret;
 - every string is scanned by a maintained rule set (`pte._secret_rules`: gitleaks' release
   rules plus PTE's additions, evaluated on RE2 in time linear in the text) and the secret
-  part of each finding becomes `REDACTED`.
+  part of each finding becomes `REDACTED`. Object keys are strings too: a credential used
+  as a key (a token mapped to its scopes) is scrubbed the same way (two keys that redact
+  alike are kept apart as ``[REDACTED]``, ``[REDACTED]#2``, ...).
 
 `Redactor.from_env` adds a deployment's own keys (``PTE_REDACT_KEYS``, comma-separated) and
 rule files (``PTE_SECRET_RULES``, gitleaks-format TOML paths separated by ``os.pathsep``).
@@ -80,6 +82,10 @@ _CACHED_TEXT_CHARS = 200
 
 _MIN_ENV_SECRET = 8
 _ENV_SECRETS = frozenset({"PTE_APPROVAL_KEY"})
+# Names the key rule would call secret that are not: the shell's working directories ("pwd"
+# is a password elsewhere). Scrubbing their values would erase every path under the working
+# directory from every record the CLI writes, irrecoverably, since the chain is hashed.
+_ENV_NOT_SECRETS = frozenset({"PWD", "OLDPWD"})
 
 #: Environment variables read by `Redactor.from_env`.
 ENV_KEYS = "PTE_REDACT_KEYS"
@@ -88,6 +94,20 @@ ENV_RULE_FILES = "PTE_SECRET_RULES"
 
 def _normalise_key(key: str) -> str:
     return key.lower().replace("-", "").replace("_", "")
+
+
+def _free_key(out: Mapping[Any, Any], name: Any) -> Any:
+    """`name`, or ``name#2``, ``name#3``...: the first that is not yet a key of `out`.
+
+    Two keys can redact to the same text (two tokens -> ``[REDACTED]``); each keeps its entry,
+    in order, instead of the later one silently replacing the earlier.
+    """
+    if name not in out:
+        return name
+    n = 2
+    while f"{name}#{n}" in out:
+        n += 1
+    return f"{name}#{n}"
 
 
 def _re2_source(pattern: str | re.Pattern[str]) -> str:
@@ -170,6 +190,8 @@ class Redactor:
         # is scrubbed verbatim wherever it turns up, whatever its format. Short values are
         # skipped: they would also match ordinary words.
         for name, value in env.items():
+            if name in _ENV_NOT_SECRETS:
+                continue
             if len(value) >= _MIN_ENV_SECRET and (redactor.is_secret_key(name) or name in _ENV_SECRETS):
                 redactor.add_secret(value)
         return redactor
@@ -276,25 +298,34 @@ class Redactor:
             out: dict[Any, Any] = {}
             key_cache = self._key_cache
             text_cache = self._text_cache
+            renamed = False
             for key, item in value.items():
                 if type(key) is str:
                     secret = key_cache.get(key)
                     if secret is None:
                         secret = self.is_secret_key(key)
+                    # A key is text too: a credential used as a key (a token -> its scopes)
+                    # is scrubbed like one in a value.
+                    name = text_cache.get(key)
+                    if name is None:
+                        name = self.redact_text(key)
+                    if name != key or renamed:
+                        renamed = True
+                        name = _free_key(out, name)
                     if secret and item is not None and item is not True and item is not False:
-                        out[key] = REDACTED
+                        out[name] = REDACTED
                         continue
                     # Inline the commonest cases: a known text and a number (no call each).
                     item_kind = type(item)
                     if item_kind is str:
                         cached = text_cache.get(item)
-                        out[key] = cached if cached is not None else self.redact_text(item)
+                        out[name] = cached if cached is not None else self.redact_text(item)
                     elif item_kind is int or item_kind is float:
-                        out[key] = item
+                        out[name] = item
                     else:
-                        out[key] = self.redact(item)
+                        out[name] = self.redact(item)
                 else:
-                    out[self._plain_key(key)] = self._redact_item(key, item)
+                    out[_free_key(out, self._plain_key(key))] = self._redact_item(key, item)
             return out
         if kind is int or kind is float or kind is bool or value is None:
             return value
@@ -311,7 +342,10 @@ class Redactor:
         if isinstance(value, str):
             return self.redact_text(str.__str__(value))
         if isinstance(value, Mapping):
-            return {self._plain_key(k): self.redact_structure(v) for k, v in value.items()}
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                out[_free_key(out, self._plain_key(key))] = self.redact_structure(item)
+            return out
         if isinstance(value, list | tuple):
             return [self.redact_structure(item) for item in value]
         return self._redact_other(value)
@@ -352,15 +386,18 @@ class Redactor:
         if isinstance(value, float):
             return float(value)
         if isinstance(value, Mapping):
-            return {self._plain_key(key): self._redact_item(key, item) for key, item in value.items()}
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                out[_free_key(out, self._plain_key(key))] = self._redact_item(key, item)
+            return out
         if isinstance(value, list | tuple):
             return [self.redact(item) for item in value]
         # Anything else is not JSON; the encoder will refuse it and the append fails closed.
         return value
 
-    @staticmethod
-    def _plain_key(key: Any) -> Any:
-        return str(key) if isinstance(key, str) else key
+    def _plain_key(self, key: Any) -> Any:
+        """A key as recorded: plain text, redacted like any text (non-text keys as they are)."""
+        return self.redact_text(str.__str__(key)) if isinstance(key, str) else key
 
     def _redact_item(self, key: Any, item: Any) -> Any:
         secret = isinstance(key, str) and self.is_secret_key(key)

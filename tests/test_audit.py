@@ -576,8 +576,9 @@ def test_add_secret_scrubs_exact_strings_everywhere() -> None:
     r.add_secret("hunter2")
     r.add_secret("")  # ignored
     r.add_secret("hunter2-long")
-    out = r.redact({"a": ["my hunter2 and hunter2-long"], "b": "nothing", "hunter2": "key kept"})
-    assert out == {"a": ["my [REDACTED] and [REDACTED]"], "b": "nothing", "hunter2": "key kept"}
+    out = r.redact({"a": ["my hunter2 and hunter2-long"], "b": "nothing", "hunter2": "value kept"})
+    # A key is text too (issue 23: a credential used as a key was recorded raw).
+    assert out == {"a": ["my [REDACTED] and [REDACTED]"], "b": "nothing", "[REDACTED]": "value kept"}
     with pytest.raises(TypeError):
         r.add_secret(123)  # type: ignore[arg-type]
 

@@ -246,3 +246,32 @@ def test_step_spans_last_as_long_as_the_steps(
         recorded = (span.attributes or {})["pte.step.duration_ms"]
         assert isinstance(recorded, float) and recorded >= 55
         assert length_ms >= 55, (name, length_ms, recorded)
+
+
+def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    # A provider's error often echoes the credential it refused. The log redacted it; the
+    # span status used to carry the raw text to the collector.
+    from secrets_corpus import FREE_TEXT
+
+    from pte._errors import LLMError
+
+    texts = [
+        (text, secret) for provider_name, text, secret in FREE_TEXT if provider_name in {"openai", "github"}
+    ]
+    for index, (text, secret) in enumerate(texts):
+        exporter.clear()
+
+        def down(messages: list[dict[str, str]], call: FunctionCall, text: str = text) -> str:
+            raise LLMError(f"401 Unauthorized: {text}", attempts=1)
+
+        log = tmp_path / f"{index}.jsonl"
+        with AuditLog(log) as audit:
+            Engine(REGISTRY, FunctionClient(down), tracer_provider=provider).run("x", audit)
+        assert secret not in log.read_text()
+        for span in exporter.get_finished_spans():
+            assert secret not in (span.status.description or ""), span.name
+            assert secret not in json.dumps(dict(span.attributes or {})), span.name
+        (chat,) = _by_name(exporter.get_finished_spans())["chat function"]
+        assert "[REDACTED]" in (chat.status.description or "")
