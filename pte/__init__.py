@@ -57,7 +57,8 @@ from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_s
 from pte._policy import Policy, PolicyError, load_policy
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
-from pte._report import ReportError, render_report, write_report
+from pte._report import ReportError, render_report, render_store_report, write_report
+from pte._run_view import RunView
 from pte._signing import KeyFileError
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
@@ -169,6 +170,7 @@ __all__ = [
     "RunInfo",
     "RunPaused",
     "RunResult",
+    "RunView",
     "SQLiteStore",
     "SchemaTool",
     "StepModel",
@@ -201,6 +203,7 @@ __all__ = [
     "read_records",
     "render_report",
     "render_result",
+    "render_store_report",
     "replay",
     "replay_file",
     "resume_file",

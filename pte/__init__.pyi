@@ -56,7 +56,8 @@ from pte._replay import ReplayReport as ReplayReport
 from pte._replay import replay_file as replay
 from pte._replay import replay_file as replay_file
 from pte._replay import resume_file as resume_file
-from pte._report import ReportError, render_report, write_report
+from pte._report import ReportError, render_report, render_store_report, write_report
+from pte._run_view import RunView
 from pte._runs import PausedRun as PausedRun
 from pte._runs import RunPaused as RunPaused
 from pte._runs import decide as decide
@@ -132,6 +133,7 @@ __all__ = [
     "RunInfo",
     "RunPaused",
     "RunResult",
+    "RunView",
     "SQLiteStore",
     "SchemaTool",
     "StepModel",
@@ -164,6 +166,7 @@ __all__ = [
     "read_records",
     "render_report",
     "render_result",
+    "render_store_report",
     "replay",
     "replay_file",
     "resume_file",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from pte._cli_deployment import EXIT_FAILED, EXIT_OK, _add_json, _print_json
@@ -49,6 +50,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         from pte import _cli_store as cli_store
 
         return cli_store.audit_verify(args)
+    from pte.stores import is_store_url
+
+    if is_store_url(args.log):
+        return _store_report(args)
     log = _existing_log(args.log)
     if (args.checkpoint is None) != (args.public_key is None):
         raise UsageError("--checkpoint and --public-key go together")
@@ -165,7 +170,10 @@ def cmd_audit_keygen(args: argparse.Namespace) -> int:
 def cmd_audit_report(args: argparse.Namespace) -> int:
     from pte._checkpoint import CheckpointError
     from pte._report import ReportError, write_report
+    from pte.stores import is_store_url
 
+    if is_store_url(args.log):
+        return _store_report(args)
     log = _existing_log(args.log)
     if (args.checkpoint is None) != (args.public_key is None):
         raise UsageError("--checkpoint and --public-key go together")
@@ -180,6 +188,29 @@ def cmd_audit_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {args.out!r}: {exc.strerror or exc}") from None
     print(f"report written to {path}")
+    return EXIT_OK
+
+
+def _store_report(args: argparse.Namespace) -> int:
+    """``pte audit report STORE_URL --run ID -o FILE``: one stored run, verified as stored."""
+    from pte._report import ReportError, render_store_report
+    from pte.stores import StoreError, open_store
+
+    if args.run is None:
+        raise UsageError("--run RUN_ID is required with a store URL")
+    if args.checkpoint is not None or args.public_key is not None:
+        raise UsageError("--checkpoint works on an audit log file, not a store URL")
+    output_file(args.out, "report")
+    try:
+        with open_store(args.log) as store:
+            page = render_store_report(store, args.run)
+    except (ReportError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        Path(args.out).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out!r}: {exc.strerror or exc}") from None
+    print(f"report written to {args.out}")
     return EXIT_OK
 
 
@@ -213,9 +244,11 @@ def add_audit_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_audit_checkpoint)
 
     p = sub.add_parser("report", help="one self-contained HTML page per log (or run) for auditors")
-    p.add_argument("log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
     p.add_argument("-o", "--out", required=True, metavar="FILE", help="the HTML file to write")
-    p.add_argument("--run", metavar="RUN_ID", help="only this run (default: every run in the log)")
+    p.add_argument(
+        "--run", metavar="RUN_ID", help="only this run (default: every run in the log; required with a store)"
+    )
     p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
     p.add_argument("--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints")
     p.set_defaults(func=cmd_audit_report)

@@ -1,15 +1,20 @@
 """`pte audit report LOG -o run.html`: one self-contained HTML page an auditor reads.
 
-The page holds, per run: the request; the plan as a DAG (inline SVG) with each step's tool,
-effect and provenance; the timeline with durations; approvals with signer and signature
-state; every policy decision with the data flows it judged; replans and their reasons; the
-LLM calls with tokens; and, at the top, whether the chain (and a signed checkpoint, when one
-is given) verifies. No script, no network, no external asset: a Content-Security-Policy of
-``default-src 'none'`` forbids them, so the page shows the same thing offline forever.
+The page holds, per run: a summary (status, steps by outcome, writes, people, policy
+decisions); the request; each plan as a DAG (inline SVG) and a table with every step's true
+outcome (read from `pte._run_view.RunView`: a `for_each` step with its elements, a `when`
+skipped or run with its condition, a `require` met or not) and, behind a disclosure, its
+arguments as planned and as called; approvals with signer and signature state; every policy
+decision; replans; the LLM calls with tokens; a collapsible timeline; and, at the top,
+whether the chain (and a signed checkpoint, when one is given) verifies. No script, no
+network, no external asset: a Content-Security-Policy of ``default-src 'none'`` forbids
+them, so the page shows the same thing offline forever. A run of a run store is reported
+the same way (`render_store_report`).
 
-Everything taken from the log is escaped (`html.escape`). Text that came from outside the
-deployment (the request, LLM answers, tool outputs, error messages) is also *marked*:
-shown in a ``.untrusted`` frame labelled as such, never as markup.
+Everything taken from the log is escaped (`html.escape`). Text from a source the deployment
+does not trust (LLM answers, outputs of tools not declared trusted, error messages) is also
+*marked*: shown in a ``.untrusted`` frame labelled as such; trusted tools' outputs and PTE's
+own text are shown plainly, so the frame keeps its meaning.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import html
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from string import Template
@@ -26,9 +30,10 @@ from typing import Any
 
 from pte._audit_verify import AuditFormatError, VerifyReport, approval_problem, iter_records, verify
 from pte._errors import PTEError
-from pte._fingerprint import expand_run_started, stored_contents
+from pte._fingerprint import stored_contents
+from pte._run_view import RunView, StepView, plan_references
 
-__all__ = ["ReportError", "render_report", "write_report"]
+__all__ = ["ReportError", "render_report", "render_store_report", "write_report"]
 
 _TEMPLATE = Path(__file__).with_name("report_template.html")
 
@@ -59,64 +64,13 @@ def _ts(value: Any) -> datetime | None:
         return None
 
 
-@dataclass
-class _Step:
-    id: str
-    tool: str
-    deps: list[str]
-    effect: str = "read"
-    provenance: str = "trusted"
-    sinks: list[Any] | None = None
-    requires_approval: bool = False
-    status: str = "not run"
-    duration_ms: float | None = None
-    output: Any = None
-    error: Any = None
-
-
-def _refs(value: Any) -> list[str]:
-    """The paths of every ``{"$ref": ...}`` inside `value`."""
-    found: list[str] = []
-    if isinstance(value, dict):
-        if set(value) == {"$ref"} and isinstance(value["$ref"], str):
-            return [value["$ref"]]
-        for item in value.values():
-            found += _refs(item)
-    elif isinstance(value, list):
-        for item in value:
-            found += _refs(item)
-    return found
-
-
-def _plan_steps(plan: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]]) -> list[_Step]:
-    steps = []
-    for raw in plan.get("steps") or []:
-        if not isinstance(raw, dict):
-            continue
-        deps = [ref.partition("/")[0] for ref in _refs(raw.get("args"))]
-        deps += [d for d in raw.get("after") or [] if isinstance(d, str)]
-        tool = tools.get(str(raw.get("tool")), {})
-        steps.append(
-            _Step(
-                id=str(raw.get("id")),
-                tool=str(raw.get("tool")),
-                deps=list(dict.fromkeys(deps)),
-                effect=str(tool.get("effect", "read")),
-                provenance=str(tool.get("provenance", "trusted")),
-                sinks=tool.get("sinks") or None,
-                requires_approval=bool(tool.get("requires_approval", False)),
-            )
-        )
-    return steps
-
-
-def _dag_svg(steps: Sequence[_Step]) -> str:
+def _dag_svg(steps: Sequence[StepView]) -> str:
     """The plan as a layered DAG: a column per dependency depth, arrows from inputs to users."""
     ids = {s.id for s in steps}
     depth: dict[str, int] = {}
     for step in steps:  # plan order is a topological order once compiled
         depth[step.id] = 1 + max((depth.get(d, 0) for d in step.deps if d in ids), default=-1)
-    columns: dict[int, list[_Step]] = {}
+    columns: dict[int, list[StepView]] = {}
     for step in steps:
         columns.setdefault(depth[step.id], []).append(step)
     box_w, box_h, gap_x, gap_y = 210, 74, 60, 18
@@ -161,21 +115,21 @@ def _badge(kind: str, text: str) -> str:
     return f'<span class="badge {_e(kind)}">{_e(text)}</span>'
 
 
-def _flows(step: _Step, plan_step: Mapping[str, Any], steps: Mapping[str, _Step]) -> list[str]:
+def _flows(step: StepView, steps: Mapping[str, StepView]) -> list[str]:
     """For each sink parameter of `step`: where its value comes from, with that source's provenance."""
     out = []
-    args = plan_step.get("args") if isinstance(plan_step.get("args"), dict) else {}
+    args = step.plan_args if isinstance(step.plan_args, dict) else {}
     for sink in step.sinks or []:
         if not isinstance(sink, list) or len(sink) != 2:
             continue
         param, allowed = sink
         sources = []
-        for ref in _refs((args or {}).get(param)):
+        for ref in plan_references(args.get(param)):
             source = steps.get(ref.partition("/")[0])
-            prov = source.provenance if source is not None else "unknown"
+            prov = source.provenance if source is not None else "an earlier stage"
             sources.append(f"{_e(ref)} ← {_e(source.tool if source else '?')} ({_e(prov)})")
         if not sources:
-            sources.append("a literal in the plan (request)")
+            sources.append("a literal in the plan")
         out.append(
             f"<li><code>{_e(step.tool)}.{_e(param)}</code> accepts {_e(', '.join(map(str, allowed)))}; "
             f"receives {'; '.join(sources)}</li>"
@@ -183,105 +137,179 @@ def _flows(step: _Step, plan_step: Mapping[str, Any], steps: Mapping[str, _Step]
     return out
 
 
-def _run_section(run_id: str, records: Sequence[Mapping[str, Any]], contents: Mapping[str, Any]) -> str:
-    started = expand_run_started(records[0], contents) if records else {}
-    tools = {str(t.get("name")): t for t in started.get("tools") or [] if isinstance(t, dict)}
-    t0 = _ts(records[0].get("ts")) if records else None
-    finished = next((r for r in reversed(records) if r.get("type") == "run_finished"), None)
-    status = str(finished.get("status")) if finished else "unfinished"
-    out = [f'<section class="run" data-run-id="{_e(run_id)}" data-status="{_e(status)}">']
-    out.append(f"<h2>Run <code>{_e(run_id)}</code> {_badge(status, status)}</h2>")
+def _framed(value: Any, trusted: bool) -> str:
+    """A value from the log: framed as untrusted unless its source is trusted."""
+    if trusted:
+        body = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
+        return f'<pre class="data">{_e(body)}</pre>'
+    return _untrusted(value, block=True)
+
+
+def _condition_text(step: StepView) -> str:
+    written = step.require if step.kind == "require" else step.when
+    if written is None:
+        return ""
+    text = f"<code>{_json(written)}</code>"
+    if step.condition is not None:
+        text += f" → <b>{_e(step.condition.outcome.replace('_', ' '))}</b>"
+        if step.condition.values is not None:
+            text += f' <span class="meta">(operands {_json(step.condition.values)})</span>'
+    else:
+        text += " → not evaluated"
+    return text
+
+
+def _step_details(step: StepView) -> str:
+    """The collapsible detail of one step: condition, arguments as written and as called, result."""
+    trusted = step.provenance == "trusted"
+    parts = []
+    condition = _condition_text(step)
+    if condition:
+        label = "require" if step.kind == "require" else "when"
+        parts.append(f'<p class="condition"><b>{label}</b> {condition}</p>')
+        if step.kind == "require" and step.status == "not met":
+            parts.append(f"<p>message: {_e(step.message or '')}</p>")
+    if step.kind == "for_each":
+        parts.append(f'<p class="loop"><b>for_each</b> <code>{_json(step.for_each)}</code></p>')
+    if step.plan_args is not None:
+        parts.append(
+            f'<p><b>arguments as planned</b></p><pre class="data">{_e(_pretty(step.plan_args))}</pre>'
+        )
+    if step.kind == "for_each":
+        rows = "".join(
+            f'<tr class="element" data-step-id="{_e(step.id)}[{e.index}]" data-index="{e.index}" '
+            f'data-status="{_e(e.status)}"><td>{e.index}</td>'
+            f"<td>{_badge(e.status, e.status)}</td><td>{_duration(e.duration_ms)}</td>"
+            f"<td>{_args(f'{step.id}[{e.index}]', e.args)}</td>"
+            f"<td>{_framed(e.error, False) if e.error is not None else _framed(e.output, trusted)}</td></tr>"
+            for e in step.elements
+        )
+        parts.append(
+            f"<p><b>{step.items if step.items is not None else 0} element(s)</b></p>"
+            '<table class="elements"><thead><tr><th>#</th><th>status</th><th>duration</th>'
+            f"<th>arguments (resolved)</th><th>output / error</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    elif step.args is not None:
+        parts.append(f"<p><b>arguments (resolved)</b></p>{_args(step.id, step.args)}")
+    if step.error is not None:
+        parts.append(f"<p><b>error</b></p>{_untrusted(step.error, block=True)}")
+    elif step.output is not None:
+        parts.append(f"<p><b>output</b> ({_e(step.provenance)})</p>{_framed(step.output, trusted)}")
+    if not parts:
+        return ""
+    return f"<details><summary>details</summary>{''.join(parts)}</details>"
+
+
+def _args(step_id: str, args: Any) -> str:
+    """Resolved arguments, as JSON; PTE resolved them, but their values may come from anywhere."""
+    text = json.dumps(args, ensure_ascii=False, indent=1, sort_keys=True)
+    return f'<pre class="data args" data-step-id="{_e(step_id)}">{_e(text)}</pre>'
+
+
+def _pretty(value: Any) -> str:
+    return (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True)
+    )
+
+
+def _duration(value: float | None) -> str:
+    return f"{float(value):.1f} ms" if isinstance(value, int | float) else "-"
+
+
+def _status_text(step: StepView) -> str:
+    if step.kind == "for_each" and step.items is not None:
+        done = sum(1 for e in step.elements if e.status == "ok")
+        return f"{step.status} ({done}/{step.items} elements)"
+    return step.status
+
+
+def _summary(view: RunView) -> str:
+    s = view.summary()
+    outcomes = ", ".join(f"{n} {_e(k)}" for k, n in s["outcomes"].items()) or "none"
+    rows = [
+        (
+            "status",
+            _badge(s["status"], s["status"]) + (f" <code>{_e(s['reason'])}</code>" if s["reason"] else ""),
+        ),
+        ("plans", _e(s["plans"])),
+        ("steps by outcome", outcomes),
+        ("writes", f"{_e(s['write_calls'])} call(s) in {_e(s['write_steps'])} write step(s)"),
+        (
+            "people",
+            f"{_e(s['approvals'])} approval(s), {_e(s['approvals_rejected'])} rejection(s), "
+            f"{_e(s['pauses'])} pause(s), {_e(s['endorsements'])} endorsement(s)",
+        ),
+        ("policy and compile decisions", f"{_e(s['policy_decisions'])} plan(s) refused"),
+        ("replans", _e(s["replans"])),
+        ("LLM calls", _e(s["llm_calls"])),
+    ]
+    body = "".join(f'<tr data-key="{_e(k)}"><th>{_e(k)}</th><td>{v}</td></tr>' for k, v in rows)
+    return f'<table class="summary">{body}</table>'
+
+
+def _run_section(view: RunView) -> str:
+    started = view.started
+    finished = view.finished
+    t0 = _ts(view.records[0].get("ts")) if view.records else None
+    out = [f'<section class="run" data-run-id="{_e(view.run_id)}" data-status="{_e(view.status)}">']
+    out.append(f"<h2>Run <code>{_e(view.run_id)}</code> {_badge(view.status, view.status)}</h2>")
+    out.append(_summary(view))
     if finished and finished.get("reason"):
         out.append(f'<p>Reason: <code class="reason">{_e(finished.get("reason"))}</code></p>')
-    out.append('<h3>Request</h3><div class="request">')
+    request = started.get("request")
     out.append(
-        _untrusted(started.get("request") if started.get("request") is not None else "(none)", block=True)
+        '<h3>Request</h3><div class="request"><pre class="request-text" title="the request, as given">'
+        f"{_e(request if request is not None else '(none)')}</pre></div>"
     )
-    out.append("</div>")
     out.append(
         f'<p class="meta">mode {_e(started.get("mode"))} · PTE {_e(started.get("pte_version", "?"))} · '
         f"{_e(started.get('format', 'format 1'))} · "
         f"model {_e((started.get('config') or {}).get('model', '-'))} · "
-        f"{len(tools)} tools · catalogue <code>{_e(str(started.get('catalogue', 'inline'))[:16])}</code> · "
+        f"{len(view.tools)} tools · catalogue "
+        f"<code>{_e(str(started.get('catalogue', 'inline'))[:16])}</code> · "
         f"policy <code>{_e(str(started.get('policy', '-'))[:16])}</code> · prompts "
         f"<code>{_e(str(started.get('prompts', '-'))[:16])}</code></p>"
     )
-
-    # Plans, each with its steps' outcomes.
-    plans = [r for r in records if r.get("type") == "plan_accepted"]
-    finishes: dict[str, Mapping[str, Any]] = {}
-    for r in records:
-        if r.get("type") == "step_finished":
-            finishes[f"{r.get('plan_hash', '')}:{r.get('step_id')}"] = r
-            finishes.setdefault(str(r.get("step_id")), r)
-    by_started: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        if r.get("type") == "step_started":
-            by_started.setdefault(str(r.get("plan_hash")), []).append(r)
-    for index, accepted in enumerate(plans, start=1):
-        plan = accepted.get("plan") if isinstance(accepted.get("plan"), dict) else {}
-        steps = _plan_steps(plan or {}, tools)
-        ran = {str(r.get("step_id")) for r in by_started.get(str(accepted.get("plan_hash")), [])}
-        plan_records = _records_of_plan(records, accepted)
-        for step in steps:
-            end = next(
-                (r for r in plan_records if r.get("type") == "step_finished" and r.get("step_id") == step.id),
-                None,
-            )
-            if end is not None:
-                step.status = str(end.get("status"))
-                step.duration_ms = end.get("duration_ms")
-                step.output = end.get("output")
-                step.error = end.get("error")
-            elif step.id in ran:
-                step.status = "started"
-        out.append(
-            f"<h3>Plan {index} ({_e(accepted.get('origin'))}) "
-            f"<code>{_e(str(accepted.get('plan_hash'))[:16])}</code></h3>"
-        )
-        out.append(f'<div class="dagbox">{_dag_svg(steps)}</div>')
+    for plan in view.plans:
+        out.append(f"<h3>Plan {plan.index} ({_e(plan.origin)}) <code>{_e(plan.plan_hash[:16])}</code></h3>")
+        out.append(f'<div class="dagbox">{_dag_svg(plan.steps)}</div>')
         out.append(
             '<table class="steps"><thead><tr><th>step</th><th>tool</th><th>effect</th><th>provenance</th>'
-            "<th>status</th><th>duration</th><th>output / error</th></tr></thead><tbody>"
+            "<th>status</th><th>duration</th><th>details</th></tr></thead><tbody>"
         )
-        for step in steps:
-            detail = (
-                _untrusted(step.error, block=True)
-                if step.error is not None
-                else (_untrusted(step.output, block=True) if step.output is not None else "")
-            )
-            labels = _badge(step.provenance, step.provenance)
+        for step in plan.steps:
+            labels = _badge(step.provenance, step.provenance) if step.tool is not None else "-"
             if step.sinks:
                 labels += " " + _badge("sink", "sink")
             if step.requires_approval:
                 labels += " " + _badge("approval", "needs approval")
-            duration = (
-                f"{float(step.duration_ms):.1f} ms" if isinstance(step.duration_ms, int | float) else "-"
-            )
+            items = f' data-items="{step.items}"' if step.items is not None else ""
             out.append(
-                f'<tr class="step" data-step-id="{_e(step.id)}" data-tool="{_e(step.tool)}" '
-                f'data-effect="{_e(step.effect)}" data-provenance="{_e(step.provenance)}" '
-                f'data-status="{_e(step.status)}"><td><code>{_e(step.id)}</code></td><td>{_e(step.tool)}</td>'
+                f'<tr class="step" data-step-id="{_e(step.id)}" data-kind="{_e(step.kind)}" '
+                f'data-tool="{_e(step.tool or "")}" data-effect="{_e(step.effect)}" '
+                f'data-provenance="{_e(step.provenance)}" data-status="{_e(step.status)}"{items}>'
+                f"<td><code>{_e(step.id)}</code></td><td>{_e(step.tool or step.kind)}</td>"
                 f"<td>{_badge(step.effect, step.effect)}</td><td>{labels}</td>"
-                f"<td>{_badge(step.status.replace(' ', '-'), step.status)}</td><td>{duration}</td>"
-                f"<td>{detail}</td></tr>"
+                f"<td>{_badge(step.status.replace(' ', '-'), _status_text(step))}</td>"
+                f"<td>{_duration(step.duration_ms)}</td><td>{_step_details(step)}</td></tr>"
             )
         out.append("</tbody></table>")
-        flows = []
-        raw_steps = {str(s.get("id")): s for s in (plan or {}).get("steps") or [] if isinstance(s, dict)}
-        by_id = {s.id: s for s in steps}
-        for step in steps:
-            flows += _flows(step, raw_steps.get(step.id, {}), by_id)
+        by_id = {s.id: s for s in plan.steps}
+        flows = [line for step in plan.steps for line in _flows(step, by_id)]
         if flows:
             out.append('<div class="policy accepted"><p>Policy: every sink receives data it accepts.</p><ul>')
             out += flows
             out.append("</ul></div>")
 
+    records = view.records
     out.append(_policy_decisions(records))
     out.append(_approvals(records))
     out.append(_replans(records))
     out.append(_llm_calls(records))
-    out.append(_timeline(records, t0))
+    out.append(
+        f'<details class="timeline"><summary>Timeline ({len(records)} records)</summary>'
+        f"{_timeline(records, t0)}</details>"
+    )
     if finished is not None:
         out.append('<h3>Outcome</h3><dl class="outcome">')
         out.append(f"<dt>status</dt><dd>{_e(finished.get('status'))}</dd>")
@@ -292,19 +320,6 @@ def _run_section(run_id: str, records: Sequence[Mapping[str, Any]], contents: Ma
         out.append("</dl>")
     out.append("</section>")
     return "\n".join(out)
-
-
-def _records_of_plan(
-    records: Sequence[Mapping[str, Any]], accepted: Mapping[str, Any]
-) -> list[Mapping[str, Any]]:
-    """The records after `accepted` up to the next plan_accepted."""
-    start = next(i for i, r in enumerate(records) if r is accepted)
-    out = []
-    for r in records[start + 1 :]:
-        if r.get("type") == "plan_accepted":
-            break
-        out.append(r)
-    return out
 
 
 def _policy_decisions(records: Sequence[Mapping[str, Any]]) -> str:
@@ -496,11 +511,25 @@ def render_report(
         if run_id not in runs:
             raise ReportError(f"no run {run_id!r} in {os.fspath(log)}")
         runs = {run_id: runs[run_id]}
-    contents = stored_contents(records)
-    sections = "\n".join(_run_section(rid, rs, contents) for rid, rs in runs.items())
     title = f"PTE audit report: {Path(log).name}" + (f" / {run_id}" if run_id else "")
+    return _page(title, _banner(report, cp_report), runs, stored_contents(records))
+
+
+def render_store_report(store: Any, run_id: str) -> str:
+    """The HTML report of one run of a run store (`pte.stores`), verified as stored."""
+    records = store.records(run_id)
+    if not records:
+        raise ReportError(f"no run {run_id!r} in {store.describe()}")
+    title = f"PTE audit report: {store.describe()} / {run_id}"
+    return _page(title, _banner(store.verify(run_id), None), {run_id: records}, stored_contents(records))
+
+
+def _page(
+    title: str, banner: str, runs: Mapping[str, Sequence[Mapping[str, Any]]], contents: Mapping[str, Any]
+) -> str:
+    sections = "\n".join(_run_section(RunView.fold(rid, rs, contents)) for rid, rs in runs.items())
     return Template(_TEMPLATE.read_text(encoding="utf-8")).substitute(
-        title=_e(title), banner=_banner(report, cp_report), runs=sections or "<p>No runs.</p>"
+        title=_e(title), banner=banner, runs=sections or "<p>No runs.</p>"
     )
 
 

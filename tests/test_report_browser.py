@@ -258,3 +258,114 @@ def test_approvals_show_their_signature_verified_from_the_log(
     assert row[1]["data-verified"] == "false"
     (banner,) = dom.find("div", id="verification")
     assert banner[1]["data-chain"] == "tampered"
+
+
+CONTROL_SAMPLES = ["control", "staged", "paused_then_approved"]
+
+
+def _true_outcomes(records: list[dict[str, object]]) -> dict[tuple[str, str], dict[str, object]]:
+    """(plan hash, step id) -> what the records say happened, worked out here from the raw records."""
+    out: dict[tuple[str, str], dict[str, object]] = {}
+    plan_hash = ""
+    steps: dict[str, dict[str, object]] = {}
+    for r in records:
+        kind = r["type"]
+        if kind == "plan_accepted":
+            plan_hash = str(r["plan_hash"])
+            steps = {str(s["id"]): s for s in r["plan"]["steps"]}  # type: ignore[index]
+            for step_id, step in steps.items():
+                out[(plan_hash, step_id)] = {"step": step, "status": "not run", "args": [], "elements": {}}
+            continue
+        step_id = str(r.get("step_id"))
+        base, _, index = step_id.partition("[")
+        entry = out.get((plan_hash, base))
+        if entry is None:
+            continue
+        if kind == "condition":
+            outcome = str(r["outcome"])
+            if r["kind"] == "require":
+                entry["status"] = "met" if outcome == "met" else "not met"
+            elif outcome == "skipped":
+                entry["status"] = "skipped"
+            entry["condition"] = outcome
+        elif kind == "for_each":
+            entry["items"] = r["items"]
+        elif kind == "step_started":
+            entry["args"].append((step_id, r["args"]))  # type: ignore[attr-defined]
+        elif kind == "step_finished":
+            if index:
+                entry["elements"][int(index.rstrip("]"))] = r["status"]  # type: ignore[index]
+            else:
+                entry["status"] = r["status"]
+    for entry in out.values():
+        if "items" in entry:
+            statuses = list(entry["elements"].values())  # type: ignore[attr-defined]
+            ok = len(statuses) == entry["items"] and all(s == "ok" for s in statuses)
+            entry["status"] = "ok" if ok else next((s for s in statuses if s != "ok"), "started")
+    return out
+
+
+@pytest.mark.parametrize("name", CONTROL_SAMPLES)
+def test_every_step_shows_its_true_outcome_in_chromium(name: str, rendered: dict[str, Elements]) -> None:
+    """for_each steps as N elements, `when` as skipped/ran with the condition, `require` as met or
+    not, and each call's resolved arguments: what an auditor needs, as the records say it."""
+    dom = rendered[name]
+    records = read_records(REPO / "audit_samples" / f"{name}.jsonl")
+    rows = [e for e in dom.find("tr") if "step" in e[1].get("class", "").split()]
+    shown_args = {
+        e[1]["data-step-id"]: json.loads("".join(e[2]))
+        for e in dom.find("pre")
+        if "args" in e[1].get("class", "")
+    }
+    conditions = ["".join(e[2]) for e in dom.find("b")]
+    outcomes = _true_outcomes(records)
+    assert outcomes
+    for (_plan, step_id), truth in outcomes.items():
+        (row,) = [e for e in rows if e[1]["data-step-id"] == step_id][:1]
+        assert row[1]["data-status"] == truth["status"], (step_id, row[1], truth)
+        assert row[1]["data-status"] != "not run" or not truth["args"]
+        if "items" in truth:
+            assert row[1]["data-items"] == str(truth["items"])
+            elements = dom.find("tr", **{"class": "element"})
+            mine = [e for e in elements if e[1]["data-step-id"].startswith(f"{step_id}[")]
+            assert len(mine) == truth["items"]
+            for e in mine:
+                assert e[1]["data-status"] == truth["elements"][int(e[1]["data-index"])]  # type: ignore[index]
+        for called_id, args in truth["args"]:  # type: ignore[attr-defined]
+            assert shown_args[called_id] == args
+        if "condition" in truth:
+            assert truth["condition"].replace("_", " ") in conditions  # type: ignore[attr-defined]
+    # The summary block comes first in each run's section.
+    assert dom.find("table", **{"class": "summary"})
+
+
+def test_a_stored_run_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pte audit report STORE_URL --run ID`: a run store's run, with its verification banner."""
+    from pte import Engine, load_registry
+    from pte.stores import open_store
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["--quiet", "ledger", "init", "--path", str(tmp_path / "ledger.sqlite")]) == 0
+    monkeypatch.setenv("PTE_LEDGER", str(tmp_path / "ledger.sqlite"))
+    plan = next(
+        r["plan"]
+        for r in read_records(REPO / "audit_samples" / "control.jsonl")
+        if r["type"] == "plan_accepted"
+    )
+    with open_store(url) as store, store.audit_log("stored-run") as audit:
+        assert Engine(load_registry(["backoffice", "calculator"])).execute(json.dumps(plan), audit).ok
+    out = tmp_path / "stored.html"
+    assert main(["audit", "report", url, "--run", "stored-run", "-o", str(out)]) == 0
+    dom = parse(dump_dom(out, tmp_path / "profile"))
+    (banner,) = dom.find("div", id="verification")
+    assert banner[1]["data-chain"] == "ok"
+    (section,) = dom.find("section", data_run_id="stored-run")
+    assert section[1]["data-status"] == "succeeded"
+    assert dom.find("tr", data_step_id="remind", data_status="ok", data_items="6")
+    for bad, message in ((["--run", "no-such-run"], "no run"), ([], "--run RUN_ID is required")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["audit", "report", url, *bad, "-o", str(out)])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
