@@ -12,6 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema_rs
+
+from pte import _generics
 from pte import _schema_types as st
 from pte._errors import PlanRejected, ReasonCode
 from pte._plan import Reference
@@ -77,6 +80,7 @@ class CompileContext:
     #: for_each step) that step was compiled with, so that a later stage or replan checks its
     #: references into them against that instantiation, not the tool's generic declaration.
     prior_types: Mapping[str, st.Schema] = field(default_factory=dict)
+    _default_outside: dict[tuple[str, bool], bool] = field(default_factory=dict, repr=False)
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -99,13 +103,22 @@ class CompileContext:
         return step_id in self.prior_lists
 
     def output_type(self, step_id: str) -> tuple[st.Schema, Mapping[str, Any]]:
-        """The output schema of a step (and the root its ``$ref``s resolve against).
+        """The output schema of a step as its readers see it (and the root its ``$ref``s resolve against).
 
         For a generic tool it is the schema inferred for this step from its arguments; a
         completed step of an earlier plan (a replan, a later stage) has the schema it was
         compiled with (`prior_types`), else its tool's declared one. A for_each step's output
-        is the list of its calls' outputs (pte._control).
+        is the list of its calls' outputs (pte._control). A step with a `when` default its
+        tool's output does not admit (``null``, a short message) gives either: the union.
         """
+        schema, root = self.tool_output_type(step_id)
+        found, default = self.default_outside(step_id)
+        if found:
+            return {"anyOf": [schema, _generics.literal_schema(default)]}, root
+        return schema, root
+
+    def tool_output_type(self, step_id: str) -> tuple[st.Schema, Mapping[str, Any]]:
+        """The output schema of a step when it runs (`output_type` without its default)."""
         if step_id in self.inferred:
             schema, root = self.inferred[step_id]
         elif step_id not in self.index and step_id in self.prior_types:
@@ -117,6 +130,29 @@ class CompileContext:
         if self.is_list_step(step_id):
             return {"type": "array", "items": schema, "$defs": root.get("$defs", {})}, root
         return schema, root
+
+    def default_outside(self, step_id: str) -> tuple[bool, Any]:
+        """(True, default) when a step of this plan has a `when` default that its tool's output
+        type does not admit (readers then see a union); else (False, None)."""
+        if step_id not in self.index:
+            return False, None
+        step = self.steps[self.index[step_id]]
+        if "default" not in step or "require" in step:
+            return False, None
+        key = (step_id, step_id in self.inferred)  # a generic step's type is final once inferred
+        outside = self._default_outside.get(key)
+        if outside is None:
+            schema, root = self.tool_output_type(step_id)
+            whole = schema
+            if isinstance(schema, Mapping) and "$defs" in root and "$defs" not in schema:
+                whole = {**schema, "$defs": root["$defs"]}
+            try:
+                plain = json.loads(json.dumps(whole, default=dict))
+                outside = not jsonschema_rs.validator_for(plain).is_valid(step["default"])
+            except (ValueError, TypeError):
+                outside = True  # a schema the validator cannot read proves nothing: the union is safe
+            self._default_outside[key] = outside
+        return (True, step["default"]) if outside else (False, None)
 
 
 CompileCheck = Callable[[CompileContext], None]

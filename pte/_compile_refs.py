@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from pte import _schema_types as st
+from pte._canonical import canonical_json
 from pte._compile_context import CompileContext, _reject
 from pte._errors import ReasonCode
-from pte._plan import Reference, is_reference
+from pte._plan import ELEMENT, Reference, is_reference
 
 __all__ = ["check_acyclic", "check_references", "check_tools_allowed", "check_unique_ids"]
 
@@ -123,12 +124,47 @@ def _check_ref_target(
 
 
 def _check_pointer(ctx: CompileContext, ref: Reference, where: tuple[str | int, ...]) -> None:
+    if ref.tokens:
+        _check_default_has(ctx, ref, where)
     if ref.tokens and _select(ctx, ref) is None:
         raise _reject(
             ReasonCode.BAD_REFERENCE,
             f"reference {str(ref)!r}: the output of {ctx.producer(ref.step).name!r} has no {ref.pointer!r}",
             *where,
         )
+
+
+def _selects(value: Any, tokens: tuple[str, ...]) -> bool:
+    """Whether a pointer selects something in a literal value ('*': in every element)."""
+    for n, token in enumerate(tokens):
+        if isinstance(value, dict) and token in value:
+            value = value[token]
+        elif isinstance(value, list) and token == ELEMENT:
+            return all(_selects(item, tokens[n + 1 :]) for item in value)
+        elif isinstance(value, list) and token.isdigit() and (token == "0" or token[0] != "0"):
+            if int(token) >= len(value):
+                return False
+            value = value[int(token)]
+        else:
+            return False
+    return True
+
+
+def _check_default_has(ctx: CompileContext, ref: Reference, where: tuple[str | int, ...]) -> None:
+    """A reader of a field of a step whose `when` default lacks that field would fail whenever
+    the step is skipped: refused, with what the reader would get instead."""
+    found, default = ctx.default_outside(ref.step)
+    if not found or _selects(default, ref.tokens):
+        return
+    shown = canonical_json(default)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    what = "null" if default is None else "missing"
+    raise _reject(
+        ReasonCode.BAD_REFERENCE,
+        f"reference {str(ref)!r}: {str(ref)!r} may be {what} when {ref.step!r} is skipped (its default is "
+        f"{shown}): read {ref.step!r} as a whole, or give it a default that has {ref.pointer!r}",
+        *where,
+    )
 
 
 def check_references(ctx: CompileContext) -> None:

@@ -13,8 +13,12 @@ before anything runs:
   compile time: equality needs comparable types, ordering needs numbers (JSON numbers and
   decimal strings, compared exactly) or instants (``date``/``date-time`` strings); a
   string ordering is refused. A step whose condition is false is recorded as skipped; its
-  output is its ``default`` if it has one. Without a default, only steps under the same
-  condition (their ``when`` equal to it, or an ``and`` that contains it) may read it.
+  output is its ``default`` if it has one: any JSON value (``null``, a short message). Its
+  readers see the union of the tool's output and the default's type, so a reader of a
+  field the default lacks is refused ("'lunch/x' may be null when 'lunch' is skipped") and
+  a reader of the whole value is fine where the union fits. Without a default, only steps
+  under the same condition (their ``when`` equal to it, or an ``and`` that contains it) may
+  read it.
 - **require** ends the run ``condition_not_met`` with its message when its condition is
   false: not a failure, no replan. Every later step of the plan waits for it.
 - **continue** hands named values to the next planning stage (see `pte._stages`).
@@ -24,14 +28,11 @@ The run-time half is `pte._control_run`, used by the executor; it never calls a 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
-
-import jsonschema_rs
 
 from pte import _schema_types as st
 from pte._canonical import canonical_json
@@ -259,8 +260,6 @@ def check_control_types(ctx: Any) -> None:
             ref = Reference.parse(step["for_each"]["$ref"])
             pointer(ref, ("steps", i, "for_each"))
             _check_list(ctx, ref, ("steps", i, "for_each"))
-        if "default" in step:
-            _check_default(ctx, i, step)
     if "continue" in ctx.document:
         for path, ref in _collect_checked(ctx.document["continue"], ctx, 2, "continue"):
             pointer(ref, ("continue", *path))
@@ -312,20 +311,6 @@ def _check_list(ctx: Any, ref: Reference, where: tuple[str | int, ...]) -> None:
         raise _reject(
             ReasonCode.INVALID_ARGS,
             f"for_each needs a list, but reference {str(ref)!r} gives {st.describe(schema, root)}",
-            *where,
-        )
-
-
-def _check_default(ctx: Any, i: int, step: Mapping[str, Any]) -> None:
-    default = step["default"]
-    where = ("steps", i, "default")
-    schema = json.loads(json.dumps(ctx.output_type(step["id"])[0], default=dict))
-    validator = jsonschema_rs.validator_for(schema)
-    if not validator.is_valid(default):
-        error = next(iter(validator.iter_errors(default)))
-        raise _reject(
-            ReasonCode.INVALID_ARGS,
-            f"step {step['id']!r}: the default does not fit the step's output: {error.message}",
             *where,
         )
 

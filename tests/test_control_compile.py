@@ -194,8 +194,22 @@ def test_reading_a_possibly_skipped_step_needs_a_default_or_the_same_condition()
     )
 
 
-def test_default_must_fit_the_output_and_be_a_literal() -> None:
-    rejected(plan(calc("x", when=BIG, default={"value": 1})), ReasonCode.INVALID_ARGS, "$.steps[1].default")
+def test_default_is_any_literal_and_readers_see_the_union() -> None:
+    reader = {
+        "id": "y",
+        "tool": "calculator",
+        "args": {"expression": "a", "variables": {"a": {"$ref": "x/value"}}},
+    }
+    # A default the tool's output does not admit is allowed (issue 25: models write null, or a
+    # short message): a reader of a field the default has sees the union of both types...
+    compiles(plan(calc("x", when=BIG, default={"value": 1}), reader))
+    # ...a reader of a field the default lacks would fail whenever the step is skipped.
+    err = rejected(plan(calc("x", when=BIG, default=None), reader), ReasonCode.BAD_REFERENCE)
+    assert "'x/value' may be null when 'x' is skipped" in err.message
+    err = rejected(plan(calc("x", when=BIG, default="no figure"), reader), ReasonCode.BAD_REFERENCE)
+    assert "'x/value' may be missing when 'x' is skipped" in err.message
+    # A reader of the whole value is fine where the union fits its parameter.
+    compiles(plan(calc("x", when=BIG, default=None), result={"figure": {"$ref": "x"}}))
     rejected(plan(calc("x", when=BIG, default={"$ref": "inv"})), ReasonCode.BAD_REFERENCE)
     rejected(plan(calc("x", default={"value": "0", "expression": ""})), ReasonCode.SCHEMA_VIOLATION)
     # A for_each's default is a list of outputs.

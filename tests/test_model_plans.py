@@ -12,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pte import PlanRejected, ReasonCode, compile_plan
 from pte._audit import AuditLog, read_records, verify
+from pte._canonical import canonical_json
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._llm import ReplayClient
 from pte._replay import replay_file
 from pte._tools import Registry
+from pte.testing import json_values
 from pte.testing.cookbook import cookbook_registry, ref, step
 
 WORKSPACE = cookbook_registry("workspace")
@@ -150,3 +154,95 @@ def test_compile_plan_checks_prior_steps_against_prior_types() -> None:
     with pytest.raises(PlanRejected):  # the generic declaration alone cannot prove the field
         compile_plan(json.dumps(doc), WORKSPACE, prior=prior)
     compile_plan(json.dumps(doc), WORKSPACE, prior=prior, prior_types={"picked": kept})
+
+
+# --- when defaults of any JSON value ------------------------------------------------------------
+
+PARTY_SEARCH = step("party_emails", "search_emails", query="summer party")  # finds nothing
+NEWEST_PARTY_EMAIL = {
+    **step(
+        "newest_party_email", "extreme_by", records=ref("party_emails/emails"), field="timestamp", which="max"
+    ),
+    "when": {"nonempty": ref("party_emails/emails")},
+    "default": None,
+}
+
+
+def test_a_null_default_is_what_whole_value_readers_get_when_the_step_is_skipped(tmp_path: Path) -> None:
+    note = step("note", "format_text", template="newest: {e}", values={"e": ref("newest_party_email")})
+    doc = plan(
+        PARTY_SEARCH,
+        NEWEST_PARTY_EMAIL,
+        note,
+        result={"email": ref("newest_party_email"), "note": ref("note/text")},
+    )
+    result, records = run([doc], tmp_path)
+    assert result.ok, result.message
+    assert result.result == {"email": None, "note": "newest: "}
+    skipped = [r for r in records if r["type"] == "condition" and r["step_id"] == "newest_party_email"]
+    assert skipped and skipped[0]["outcome"] == "skipped"
+
+
+def test_a_message_default_is_allowed_too(tmp_path: Path) -> None:
+    doc = plan(
+        PARTY_SEARCH, {**NEWEST_PARTY_EMAIL, "default": "no party e-mail"}, result=ref("newest_party_email")
+    )
+    result, _ = run([doc], tmp_path)
+    assert result.ok and result.result == "no party e-mail"
+
+
+def test_a_reader_of_a_field_of_a_null_default_is_refused_with_why(tmp_path: Path) -> None:
+    subject = step(
+        "subject", "format_text", template="{s}", values={"s": ref("newest_party_email/record/subject")}
+    )
+    doc = plan(PARTY_SEARCH, NEWEST_PARTY_EMAIL, subject, result=ref("subject/text"))
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(json.dumps(doc), WORKSPACE)
+    assert info.value.reason is ReasonCode.BAD_REFERENCE
+    assert (
+        "'newest_party_email/record/subject' may be null when 'newest_party_email' is skipped"
+        in info.value.message
+    )
+    assert info.value.path == "$.steps[2].args.values.s"
+    # The plan's result reading a field is refused the same way.
+    doc = plan(PARTY_SEARCH, NEWEST_PARTY_EMAIL, result=ref("newest_party_email/record/subject"))
+    with pytest.raises(PlanRejected, match="may be null when 'newest_party_email' is skipped"):
+        compile_plan(json.dumps(doc), WORKSPACE)
+
+
+def test_a_typed_parameter_does_not_take_a_possibly_null_value() -> None:
+    # send_email's subject is a string: the union string | null does not fit it.
+    subject = step("pick_subject", "first", records=ref("party_emails/emails"))
+    guarded = {**subject, "when": {"nonempty": ref("party_emails/emails")}, "default": None}
+    send = step(
+        "send", "send_email", recipients=["emma@work.example"], subject=ref("pick_subject"), body="hi"
+    )
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(json.dumps(plan(PARTY_SEARCH, guarded, send)), WORKSPACE)
+    assert info.value.reason is ReasonCode.INVALID_ARGS
+
+
+def _literal_default(value: Any) -> bool:
+    """A value a plan can hold as a default: no reference, no integer beyond a double's range."""
+    try:
+        return "$ref" not in canonical_json(value)
+    except ValueError:
+        return False
+
+
+@settings(max_examples=60, deadline=None)
+@given(default=json_values().filter(_literal_default), field=st.sampled_from(["record", "count", "x"]))
+def test_any_json_default_compiles_and_a_field_reader_needs_the_field_in_it(default: Any, field: str) -> None:
+    step_with_default = {**NEWEST_PARTY_EMAIL, "default": default}
+    whole = plan(PARTY_SEARCH, step_with_default, result=ref("newest_party_email"))
+    compile_plan(json.dumps(whole), WORKSPACE)
+    reader = plan(PARTY_SEARCH, step_with_default, result=ref(f"newest_party_email/{field}"))
+    fits_tool = isinstance(default, dict) and set(default) == {"record"}
+    has_field = isinstance(default, dict) and field in default
+    try:
+        compile_plan(json.dumps(reader), WORKSPACE)
+    except PlanRejected as rejection:
+        assert rejection.reason is ReasonCode.BAD_REFERENCE
+        assert not has_field or field != "record" or not fits_tool
+    else:
+        assert field == "record" and (has_field or fits_tool)
