@@ -48,6 +48,7 @@ from pte._cli_support import (
     run_command,
 )
 from pte._cli_support import UsageError as UsageError  # re-exported: pte._cli_store raises it
+from pte._cli_tools import add_tools_command
 from pte._errors import PlanRejected
 from pte._redaction import Redactor
 from pte._registry import Registry
@@ -410,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_commands(sub)
 
     cli_store.add_commands(sub, _add_tools, _add_json, _add_llm)
+
+    add_tools_command(sub)
 
     p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
     p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")

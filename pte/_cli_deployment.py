@@ -28,7 +28,7 @@ from pte._cli_support import (
 from pte._errors import FailedClosed, LLMError, PTEError, ToolPackError, ToolRegistrationError
 from pte._llm import DEFAULT_MAX_TOKENS
 from pte._redaction import Redactor
-from pte._registry import Registry, load_registry
+from pte._registry import STOCK_PACKS, Registry, load_registry
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "current_redactor", "set_redactor"]
 
@@ -60,7 +60,8 @@ def _packs(args: argparse.Namespace) -> list[str]:
     packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
     if not packs:
         raise UsageError(
-            "--tools is required: a stock pack name (backoffice, calculator, shaping), a .py file or a module"
+            f"--tools is required: a stock pack ({', '.join(STOCK_PACKS)}), an installed pack, a .py file "
+            "or a module (`pte tools` lists them)"
         )
     return packs
 
@@ -83,8 +84,8 @@ def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> Non
         action="append",
         metavar="PACK",
         required=required,
-        help="tool pack: a stock pack (backoffice, calculator, shaping), a .py file or a module; "
-        "repeat or comma-separate",
+        help=f"tool pack: a stock pack ({', '.join(STOCK_PACKS)}), an installed pack, a .py file or a "
+        "module; repeat or comma-separate (`pte tools` lists them)",
     )
     parser.add_argument(
         "--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools"
