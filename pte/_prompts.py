@@ -36,6 +36,7 @@ __all__ = [
 DATA_OPEN = "<<<PTE_DATA"
 DATA_CLOSE = "<<<END_PTE_DATA>>>"
 _MAX_DATA_CHARS = 4000
+_MAX_SAFE_INT = 2**53 - 1
 
 _WORKED_EXAMPLE = {
     "pte_plan": "1",
@@ -122,6 +123,31 @@ def _catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
     return f"[\n{lines}\n]"
 
 
+def _as_logged(value: Any) -> Any:
+    """`value` with every whole-number float as the integer it equals.
+
+    A prompt must read the same live and on replay, where the values come back from the log.
+    The log's canonical form (RFC 8785) writes the float ``10.0`` as ``10`` and ``-0.0`` as
+    ``0``, which every JSON reader returns as an int: so the prompt writes them as integers
+    from the start, and a tool's ``10.0`` renders ``10`` both times. Other floats survive the
+    round trip as they are (shortest round-trip digits); bools and ints are left alone.
+    """
+    kind = value.__class__
+    if kind is dict:
+        return {key: _as_logged(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_as_logged(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return int(value)
+        # Beyond 2**53 the log holds JCS's shortest digits (2.867331539323433e16 is written
+        # 28673315393234330, not int()'s ...332), which one reader returns as that int and
+        # another as the float: render those digits; JCS's ``1e+21`` and up stay floats.
+        text = canonical_json(float(value))
+        return int(text) if text.lstrip("-").isdigit() else float(value)
+    return value
+
+
 def data_block(label: str, value: Any, *, provenance: str | None = None, limit: int = _MAX_DATA_CHARS) -> str:
     """Wrap `value` as a delimited, labelled data block (clipped to `limit` characters).
 
@@ -130,7 +156,7 @@ def data_block(label: str, value: Any, *, provenance: str | None = None, limit: 
     text = (
         value
         if isinstance(value, str)
-        else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+        else json.dumps(_as_logged(value), ensure_ascii=False, sort_keys=True, default=str)
     )
     text = text.replace(DATA_OPEN, "<<<(pte_data)").replace(DATA_CLOSE, "<<<(end_pte_data)>>>")
     if len(text) > limit:
