@@ -472,6 +472,19 @@ def replay_run(
         status=result.status,
         reason=result.reason.value if result.reason else None,
         diffs=invoker.diffs,
+        note=_unchecked_keys_note(engine),
+    )
+
+
+def _unchecked_keys_note(engine: Engine) -> str | None:
+    """What a replay without trusted keys could not check about signed approvals (or None)."""
+    unchecked = getattr(engine.approval, "unchecked", None)
+    if not unchecked:
+        return None
+    return (
+        f"signed approval(s) by {', '.join(unchecked)} verified under the public key recorded in the "
+        "log only, which shows they are unaltered, not who signed them; give --approval-keys "
+        "(the deployment's approver keys) to check the signer"
     )
 
 
@@ -508,6 +521,8 @@ class ReplayReport:
                     f"run {run.run_id}: same decisions ({run.records} records) -> {run.status}"
                     + (f"({run.reason})" if run.reason else "")
                 )
+                if run.note:
+                    lines.append(f"  note: {run.note}")
             elif run.outcome == "same_incomplete":
                 lines.append(f"run {run.run_id}: same decisions as far as the log goes ({run.note})")
             else:

@@ -97,8 +97,8 @@ class _RecordedApprovals:
     For each plan that needs approval (by the replay's catalogue), the next recorded
     ``approval`` record of that plan hash is rebuilt into an `Approval` and must bind this
     plan and this catalogue's fingerprint, carry a signature that verifies (under `keys`
-    when given, else under its own public key; unsigned only when no keys are given) and
-    not be expired when it was recorded. The record the engine then writes is rebuilt from
+    when given, else under its own public key, noted in `unchecked`; unsigned only when no
+    keys are given) and not be expired when it was recorded. The record the engine then writes is rebuilt from
     the checked approval, so every recorded field (by, at, signed, ...) is compared.
     """
 
@@ -119,6 +119,8 @@ class _RecordedApprovals:
         self._registry = registry
         self._policy = policy
         self._keys = keys if keys else None
+        #: Signed approvals checked only under the key their record embeds (no trusted keys).
+        self.unchecked: list[str] = []
         # A format 1 run's approvals bound a fingerprint taken over format 1's canonical JSON.
         first = records[0] if records else {}
         self._canonical = canonical_json if "format" in first else canonical_json_v1
@@ -177,8 +179,19 @@ class _RecordedApprovals:
                     f"the recorded approval of plan {plan.hash} by {approval.by} does not verify under "
                     "any trusted approval key"
                 )
-        elif approval.signed and not approval.self_consistent():
-            raise ApprovalMissing(f"the recorded approval of plan {plan.hash} has a bad signature")
+            signed = True
+        elif approval.signed:
+            if not approval.self_consistent():
+                raise ApprovalMissing(f"the recorded approval of plan {plan.hash} has a bad signature")
+            # No trusted keys: the signature verifies under the key the record embeds, which
+            # proves the approval is unaltered since signing, not who signed. The recorded
+            # `signed` (verified under the deployment's keys when the run was made) is
+            # reproduced, and the report says the approver's key was not checked. A replay
+            # without keys runs nothing, so it grants nothing.
+            signed = record.get("signed") is True
+            self.unchecked.append(f"{approval.by} (key {approval.key_id})")
+        else:
+            signed = False
         when = record.get("ts")
         if isinstance(when, str):
             try:
@@ -189,7 +202,7 @@ class _RecordedApprovals:
                 raise ApprovalMissing(
                     f"the recorded approval of plan {plan.hash} had expired when it was used"
                 )
-        audit.append("approval", **approval.evidence(signed=self._keys is not None))
+        audit.append("approval", **approval.evidence(signed=signed))
 
 
 class _ReplayLLM:

@@ -12,7 +12,7 @@ import pytest
 from pte._audit import read_records, verify
 from pte._canonical import canonical_json, sha256_hex
 from pte._cli import main
-from pte._replay import replay_file
+from pte._replay import LogNotIntact, replay_file
 from pte._replay_authority import Deployment
 from pte._signing import TrustedKeys
 
@@ -52,10 +52,82 @@ def sample_deployment(path: Path) -> Deployment | None:
     return Deployment(keys=TrustedKeys.load(path.parent / "approver.pub"))
 
 
-def test_a_signed_approval_does_not_replay_as_signed_without_the_key() -> None:
+def test_a_signed_log_replays_without_the_key_and_says_the_signer_was_not_checked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: without keys, a recorded signature is checked under its own embedded key (#24).
+
+    That shows the approval is unaltered, not who signed it: the run replays the same, and
+    the report says so and names the key, so a reader knows to pass ``--approval-keys``.
+    """
+    signed = [p for p in SAMPLE_FILES if sample_deployment(p) is not None]
+    assert signed
+    for path in signed:
+        report = replay_file(path)
+        assert report.ok, report.render()
+        assert "not who signed them" in report.render() and "--approval-keys" in report.render()
+        # With the approver's key the same log replays, and nothing is left unchecked.
+        checked = replay_file(path, deployment=sample_deployment(path))
+        assert checked.ok and "note" not in checked.render()
+        assert main(["replay", str(path)]) == 0
+        assert "same decisions" in capsys.readouterr().out
+
+
+def _resigned(path: Path, tmp_path: Path, edit: Any) -> Path:
+    """`path` with its approval records edited, their ids and the chain re-derived (verify passes)."""
+    import dataclasses
+
+    from pte._approval import Approval
+
+    records = read_records(path)
+    for record in records:
+        if record["type"] == "approval":
+            edit(record)
+            fields: dict[str, Any] = {f.name: record.get(f.name) for f in dataclasses.fields(Approval)}
+            record["approval_id"] = Approval(**fields).id
+    out = tmp_path / path.name
+    _rehash(records, out)
+    return out
+
+
+def test_a_signed_record_whose_signature_is_gone_or_wrong_is_refused_without_keys(tmp_path: Path) -> None:
     path = next(p for p in SAMPLE_FILES if sample_deployment(p) is not None)
-    report = replay_file(path)
-    assert not report.ok and "approval.signed" in report.render()
+
+    def strip(record: dict[str, Any]) -> None:  # claims signed, carries no signature
+        record.update(signature=None, public_key=None, key_id=None)
+
+    def break_signature(record: dict[str, Any]) -> None:
+        record["signature"] = "00" * 64
+
+    with pytest.raises(LogNotIntact, match="marked signed carries no signature"):
+        replay_file(_resigned(path, tmp_path, strip))  # verify refuses it before replay
+    with pytest.raises(LogNotIntact, match="does not verify under its own public key"):
+        replay_file(_resigned(path, tmp_path, break_signature))
+
+
+def test_an_approval_re_signed_with_another_key_is_named_without_keys_and_refused_with_them(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    from pte._approval import Approval
+    from pte._signing import SigningKey
+
+    path = next(p for p in SAMPLE_FILES if sample_deployment(p) is not None)
+    forger = SigningKey.generate()
+    public = forger.public_key
+
+    def resign(record: dict[str, Any]) -> None:  # the same approval, signed by someone else
+        fields: dict[str, Any] = {f.name: record.get(f.name) for f in dataclasses.fields(Approval)}
+        fields.update(key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
+        message = Approval(**fields).message()
+        forged = dataclasses.replace(Approval(**fields), signature=forger.sign(message).hex())
+        record.update({k: v for k, v in forged.to_dict().items() if k != "pte_approval"})
+
+    forged = _resigned(path, tmp_path, resign)
+    without = replay_file(forged)
+    assert without.ok and public.key_id in without.render()
+    assert not replay_file(forged, deployment=sample_deployment(path)).ok
 
 
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
