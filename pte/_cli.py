@@ -416,8 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
     p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")
+    p.add_argument("--verbose", action="store_true", help="also print the engine's log lines (stderr)")
     _add_json(p)
-    p.set_defaults(func=cmd_demo)
+    # The demo's table is its output: engine logs would bury it, so they are opt-in here.
+    p.set_defaults(func=cmd_demo, quiet_unless_verbose=True)
 
     ledger = sub.add_parser("ledger", help="the sample back-office ledger").add_subparsers(
         dest="ledger_command", metavar="ACTION", required=True
@@ -458,7 +460,7 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     from pte._logs import configure_logging, quiet_logging
 
-    if args.quiet:
+    if args.quiet or (getattr(args, "quiet_unless_verbose", False) and not args.verbose):
         quiet_logging()
     else:
         json_lines = {"auto": None, "json": True, "console": False}[args.log_format]

@@ -342,3 +342,20 @@ def test_a_free_form_agent_loses_a_figure_pte_does_not(demo_run: DemoRun) -> Non
     plan_text = json.dumps(_accepted_plan(log))
     for figure in balances.values():
         assert str(figure) not in plan_text
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_demo_prints_its_table_without_log_lines_unless_verbose(tmp_path: Path, verbose: bool) -> None:
+    """A newcomer's first command shows its table, not 25 JSON log lines before it."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PTE_")}
+    repo = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+    argv = [sys.executable, "-m", "pte._cli", "demo", *(["--verbose"] if verbose else [])]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "all scenarios ended as expected" in out.stdout
+    logged = [line for line in out.stderr.splitlines() if '"event"' in line or "run_finished" in line]
+    assert bool(logged) is verbose, out.stderr[-2000:]
