@@ -5,50 +5,119 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 from pte import _prompts as prompts
 from pte._audit import read_records
+from pte._canonical import canonical_json
 from pte._fingerprint import prompts_hash
-from pte._generics import without_titles
+from pte._plan import STEP_ID_RE
 from pte._policy import Policy
-from pte._tools import load_registry
+from pte._tools import STOCK_PACKS, Registry, load_registry
+
+_PRIMITIVE = {"string": "str", "integer": "int", "number": "number", "boolean": "bool", "null": "null"}
 
 
-def _catalogue(messages: list[dict[str, str]]) -> list[dict[str, object]]:
-    system = messages[0]["content"]
-    start = system.index("[", system.index("The tools you may use"))
-    entries: list[dict[str, object]] = json.loads(system[start:])
-    return entries
+def _entries(text: str) -> dict[str, str]:
+    """Tool name -> its block (signature, labels line, description) in a rendered catalogue."""
+    tools = text[text.index("\nTools:\n") + 8 :] if "\nTools:\n" in text else text
+    blocks: dict[str, str] = {}
+    for block in tools.split("\n\n"):
+        name = re.match(r"[a-z_][a-z0-9_]*", block)
+        assert name is not None, block[:80]
+        blocks[name.group(0)] = block
+    return blocks
 
 
-def test_planner_prompt_lists_every_tool_with_schemas_effects_and_the_reference_rules() -> None:
-    registry = load_registry(["backoffice", "calculator"])
-    messages = prompts.planner_messages("Total the overdue invoices.", registry)
-    assert [m["role"] for m in messages] == ["system", "user"]
-    assert messages[1]["content"] == "Total the overdue invoices."
-    entries = {e["name"]: e for e in _catalogue(messages)}
-    assert set(entries) == set(registry.names)
+def _split_top(text: str) -> list[str]:
+    """`text` split at commas outside brackets and quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted or text[i + 1 : i + 2] == "=":  # inside text, or a bound (>=1, <=5)
+            continue
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    return [*parts, tail] if tail else parts
+
+
+def _primitive_words(schema: Any) -> set[str]:
+    """The notation's words for the JSON types a schema (and its anyOf members) admits."""
+    out: set[str] = set()
+    for node in [schema, *schema.get("anyOf", ())] if isinstance(schema, dict) else []:
+        kind = node.get("type")
+        if "x-pte-field" in node or "x-pte-regex" in node:  # text naming a field / a pattern
+            out.add("field<" if "x-pte-field" in node else "regex")
+        elif kind in _PRIMITIVE and "enum" not in node:
+            out.add(
+                "decimal" if node.get("pattern") == r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$" else _PRIMITIVE[kind]
+            )
+        for value in node.get("enum", ()):
+            out.add(canonical_json(value))
+    return out
+
+
+def _check_rendering(registry: Registry, policy: Policy) -> None:
+    """Every fact compile checks about a tool is in its rendering; expectations from the ToolSpec."""
+    text = prompts.catalogue_text(registry, policy)
+    blocks = _entries(text)
+    assert set(blocks) == set(registry.names)
     for spec in registry:
-        entry = entries[spec.name]
-        assert entry["effect"] == spec.effect
-        assert entry["input_schema"] == without_titles(spec.input_schema)
-        assert entry["output_schema"] == without_titles(spec.output_schema)
-        assert "title" not in json.dumps(entry["input_schema"]) or "title" in spec.input_schema.get(
-            "properties", {}
-        )
-    assert entries["read_document"]["output_provenance"] == "untrusted"
-    assert entries["send_payment"]["guarded_parameters"] == {
-        "amount": ["request", "trusted"],
-        "currency": ["request", "trusted"],
-        "iban": ["request", "trusted"],
-        "reference": ["request", "trusted"],
-    }
-    system = messages[0]["content"]
-    assert '{"$ref": "<step_id>/<JSON Pointer>"}' in system and '"pte_plan": "1"' in system  # rules + example
+        block = blocks[spec.name]
+        signature, *rest = block.split("\n")
+        params_text, output_text = signature.split(") -> ", 1)
+        params_text = re.sub(r" /\* .*? \*/", "", params_text[params_text.index("(") + 1 :])
+        inputs = spec.planner_input_schema
+        required = set(inputs.get("required", ()))
+        shown = {re.match(r"([A-Za-z_][\w-]*)(\??):", p).group(1): p for p in _split_top(params_text)}  # type: ignore[union-attr]
+        assert set(shown) == set(inputs.get("properties", {})), spec.name
+        for name, schema in inputs.get("properties", {}).items():
+            part = shown[name]
+            assert part.startswith(f"{name}: " if name in required else f"{name}?: "), (spec.name, part)
+            for word in _primitive_words(schema):
+                assert word in part, (spec.name, name, word, part)
+            if name not in required and schema.get("default") is not None:
+                assert f" = {canonical_json(schema['default'])}" in part, (spec.name, part)
+        output = dict(spec.output_schema)
+        for name in output.get("properties", {}):
+            assert re.search(rf"[{{ ]{re.escape(name)}\??: ", output_text), (spec.name, name)
+        for name, body in (output.get("$defs") or {}).items():
+            line = next(line for line in text.split("\n") if line.startswith(f"{name} = {{"))
+            for field in body.get("properties", {}):
+                assert f"{field}: " in line or f"{field}?: " in line, (name, field)
+        labels = rest[0][1:-1] if rest and rest[0].startswith("[") else ""
+        effective = policy.effective(spec.name, registry)
+        assert ("write" in labels.split("; ")) == (spec.effect == "write"), spec.name
+        assert ("needs approval" in labels) == spec.requires_approval, spec.name
+        if effective.output != "derived":
+            assert f"output {effective.output}" in labels, spec.name
+        for pointer, label in effective.fields.items():
+            if label != effective.output:
+                assert pointer in labels and f"{label} fields" in labels, (spec.name, pointer)
+        for param, allowed in effective.sinks.items():
+            guard = next(g for g in labels.split("; ") if g.startswith("guarded ") and param in g)
+            assert guard.endswith(": " + "|".join(sorted(allowed))), (spec.name, guard)
+        body = "\n".join(rest)
+        for line in spec.description.split("\n"):
+            if line.strip() and not re.search(r"[Rr]eturns? \{[\w, ]+\}", line):
+                assert line.strip() in body, (spec.name, line)
 
 
-def test_the_planner_is_told_what_a_policy_file_enforces() -> None:
+def test_every_stock_tool_is_rendered_with_every_fact_a_planner_needs() -> None:
+    registry = load_registry(STOCK_PACKS)
+    _check_rendering(registry, Policy.from_registry(registry))
+
+
+def test_a_policy_file_changes_what_the_planner_is_told() -> None:
     registry = load_registry(["backoffice"])
     policy = Policy.from_registry(registry).with_document(
         {
@@ -56,17 +125,54 @@ def test_the_planner_is_told_what_a_policy_file_enforces() -> None:
             "tools": {
                 "get_customer": {"output": "untrusted"},
                 "queue_reminder": {"sinks": {"message": ["request"]}},
+                "list_suppliers": {"fields": {"/suppliers/*/email": "untrusted"}},
             },
         }
     )
-    entries = {e["name"]: e for e in _catalogue(prompts.planner_messages("x", registry, policy))}
-    assert entries["get_customer"]["output_provenance"] == "untrusted"
-    assert entries["queue_reminder"]["guarded_parameters"] == {
-        "channel": ["request", "trusted"],
-        "invoice_id": ["request", "trusted"],
-        "message": ["request"],
-    }
-    assert "output_provenance" not in entries["get_invoice"]
+    _check_rendering(registry, policy)
+    blocks = _entries(prompts.catalogue_text(registry, policy))
+    assert "[output untrusted]" in blocks["get_customer"]
+    assert "guarded message: request" in blocks["queue_reminder"]
+    assert "untrusted fields /suppliers/*/email" in blocks["list_suppliers"]
+
+
+def test_the_planner_prompt_explains_labels_and_the_notation() -> None:
+    registry = load_registry(["backoffice", "calculator"])
+    messages = prompts.planner_messages("Total the overdue invoices.", registry)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[1]["content"] == "Total the overdue invoices."
+    system = messages[0]["content"]
+    for text in (
+        prompts.PLANNER_RULES,
+        prompts.LABEL_RULES,
+        prompts.CONTROL_RULES,
+        prompts.CATALOGUE_NOTATION,
+    ):
+        assert text in system
+    for word in ("request", "trusted", "untrusted", "guarded", "implicit", "when", "for_each", "literal"):
+        assert word in prompts.LABEL_RULES
+    assert '{"$ref": "<step_id>/<JSON Pointer>"}' in system and '"pte_plan": "1"' in system
+    assert (
+        f"{{0,{STEP_ID_RE.pattern.split('{0,')[1]}" in prompts.PLANNER_RULES
+    )  # the id rule compile enforces
+
+
+def test_generic_tools_are_short_signatures_and_shared_types_are_written_once() -> None:
+    registry = load_registry(["shaping", "text", "containers"])
+    text = prompts.catalogue_text(registry)
+    assert "x-pte" not in text and "$defs" not in text and "additionalProperties" not in text
+    blocks = _entries(text)
+    assert blocks["first"].startswith("first[T](records: T[]) -> {record: T}")
+    assert blocks["pick"].startswith(
+        "pick[R](records: R[], fields: field<R>[]) -> {records: Pick<R,fields>[], count: int}"
+    )
+    assert text.count("Entry = {") == 1
+
+
+def test_the_six_generic_packs_fit_in_a_small_prompt() -> None:
+    """bench/bench_prompt.py measures it against the JSON rendering (38.5k characters)."""
+    registry = load_registry(["calculator", "shaping", "text", "extract", "dates", "containers"])
+    assert len(prompts.catalogue_text(registry)) <= 16_000
 
 
 def test_data_blocks_cannot_be_closed_from_inside() -> None:

@@ -490,18 +490,14 @@ def calculator(
 
     `expression` (at most 1,000 characters) may use numbers, the names of `variables`,
     + - * / // % ** (exponent at most 10,000), parentheses, unary minus, comparisons
-    (== != < <= > >=, giving 1 for true and 0 for false), `and`/`or`/`not`,
-    `x if cond else y`, indexing a list variable (xs[0], xs[-1]) and the functions
-    sum, min, max, avg (= mean) over numbers and/or list variables (e.g. sum(amounts)),
-    len(list), abs(x), round(x, n), floor(x), ceil(x). Nothing else: no strings, no
-    attribute access, no other calls.
-    `variables` maps names to numbers, decimal strings ("1234.50") or lists of them, e.g.
-    {"amounts": ["10.50", "2.25"]}. Arithmetic keeps 34 significant digits, so
-    0.1 + 0.2 == 0.3 and sums of money amounts are exact. A share in percent is
-    `part / whole * 100`.
-    `places` rounds the result to that many decimal places; `rounding` ("half_even",
-    banker's rounding, or "half_up", commercial rounding) applies to `places` and round().
-    Returns {"value": decimal string, e.g. "12.75", "expression": the input}.
+    (== != < <= > >=: 1 true, 0 false), `and`/`or`/`not`, `x if cond else y`, indexing a
+    list variable (xs[0], xs[-1]), sum, min, max, avg (= mean) over numbers and/or lists
+    (sum(amounts)), len(list), abs(x), round(x, n), floor(x), ceil(x); nothing else.
+    `variables` maps names to numbers, decimal strings or lists of them, e.g.
+    {"amounts": ["10.50", "2.25"]}. 34 significant digits: 0.1 + 0.2 == 0.3, money sums
+    are exact. A share in percent is `part / whole * 100`.
+    `places` rounds the result; `rounding` (half_even: banker's, half_up: commercial)
+    applies to `places` and round(). `value` is a decimal string, e.g. "12.75".
     Fails on unknown names or functions, division by zero, or a list-valued result.
     """
     with decimal.localcontext(_context()):
