@@ -21,6 +21,7 @@ from pte import _schema_types as st
 from pte._compile_context import CompileContext, _reject, json_path
 from pte._compile_refs import _check_pointer, _collect_checked, _select
 from pte._errors import ReasonCode
+from pte._linear_patterns import ExplainingValidator
 from pte._plan import Reference, is_reference
 from pte._tool_spec import ToolSpec, is_small
 
@@ -213,7 +214,8 @@ def _infer(ctx: CompileContext, i: int, step: dict[str, Any], tool: ToolSpec) ->
     ctx.inferred[step["id"]] = (output, output if isinstance(output, Mapping) else {})
     concrete = _generics.thaw(_generics.substitute(tool.input_schema, env, args))
     assert isinstance(concrete, Mapping)
-    return _StepTypes(tool, concrete, jsonschema.Draft202012Validator(concrete))
+    # Explains a literal's mismatch: patterns on RE2, never Python's backtracking `re`.
+    return _StepTypes(tool, concrete, ExplainingValidator(concrete))
 
 
 def check_args(ctx: CompileContext) -> None:

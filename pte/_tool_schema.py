@@ -26,6 +26,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from pte._canonical import canonical_json
 from pte._errors import ToolError, ToolRegistrationError
+from pte._linear_patterns import ExplainingValidator
 from pte._tool_spec import Effect, OutputProvenance, ToolSpec
 
 __all__ = ["SchemaTool", "tool_from_schema"]
@@ -204,8 +205,8 @@ def tool_from_schema(
         provenance=provenance,
         sinks=MappingProxyType(sink_map),
         requires_approval=bool(requires_approval),
-        _input_validator=jsonschema.Draft202012Validator(inputs),
-        _output_validator=jsonschema.Draft202012Validator(outputs),
+        _input_validator=ExplainingValidator(inputs),
+        _output_validator=ExplainingValidator(outputs),
         _fast_input=jsonschema_rs.validator_for(inputs),
         _fast_output=jsonschema_rs.validator_for(outputs),
         is_async=inspect.iscoroutinefunction(func),

@@ -28,6 +28,7 @@ from pte import _generics
 from pte._canonical import canonical_bytes
 from pte._errors import ToolError, ToolRegistrationError
 from pte._idempotency import without_key
+from pte._linear_patterns import ExplainingValidator
 
 __all__ = [
     "Effect",
@@ -266,8 +267,8 @@ class ToolSpec:
             # Recorded so that the catalogue replays identically (no code runs in replay).
             is_async=entry.get("is_async") is True,
             idempotency_key=str(entry["idempotency_key"]) if entry.get("idempotency_key") else None,
-            _input_validator=jsonschema.Draft202012Validator(input_schema),
-            _output_validator=jsonschema.Draft202012Validator(output_schema),
+            _input_validator=ExplainingValidator(input_schema),
+            _output_validator=ExplainingValidator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),
             _fast_output=jsonschema_rs.validator_for(output_schema),
             # A log from before code hashes were recorded: no hash (describe() then omits it).

@@ -27,6 +27,7 @@ from pte import _generics
 from pte._errors import ToolRegistrationError
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._idempotency import key_schema_error
+from pte._linear_patterns import ExplainingValidator
 from pte._registry import STOCK_PACKS, Registry, load_pack, load_registry
 from pte._tool_spec import (
     _TOOL_ATTR,
@@ -342,8 +343,8 @@ def _build_spec(
         idempotency_key=idempotency_key,
         _input_model=input_model,
         _plain_params=MappingProxyType(plain) if plain is not None else None,
-        _input_validator=jsonschema.Draft202012Validator(input_schema),
-        _output_validator=jsonschema.Draft202012Validator(output_schema),
+        _input_validator=ExplainingValidator(input_schema),
+        _output_validator=ExplainingValidator(output_schema),
         _fast_input=jsonschema_rs.validator_for(input_schema),
         _fast_output=jsonschema_rs.validator_for(output_schema),
     )

@@ -46,10 +46,11 @@ def _fold(text: str, ignore_case: bool) -> str:
     return text.casefold() if ignore_case else text
 
 
-def _bounded(text: str) -> str:
-    if len(text) > MAX_TEXT_LENGTH:
+def _check_length(length: int) -> None:
+    """Refuse a result of `length` characters over the bound: called *before* it is built,
+    so a short plan cannot make a tool allocate hundreds of megabytes first."""
+    if length > MAX_TEXT_LENGTH:
         raise ValueError(f"the result would exceed {MAX_TEXT_LENGTH} characters")
-    return text
 
 
 class MatchResult(BaseModel):
@@ -300,10 +301,14 @@ def replace_text(text: str, old: str, new: str, ignore_case: bool = False) -> Te
     if not old:
         raise ValueError("old is empty")
     if ignore_case:
-        out = re.sub(re.escape(old), lambda _: new, text, flags=re.IGNORECASE)
+        pattern = re.compile(re.escape(old), flags=re.IGNORECASE)
+        # A literal matched ignoring case spans len(old) characters, like `old` itself.
+        count = sum(1 for _ in pattern.finditer(text))
     else:
-        out = text.replace(old, new)
-    return TextOut(text=_bounded(out))
+        pattern, count = None, text.count(old)
+    _check_length(len(text) + count * (len(new) - len(old)))
+    out = pattern.sub(lambda _: new, text) if pattern is not None else text.replace(old, new)
+    return TextOut(text=out)
 
 
 @tool(provenance="derived")
@@ -315,4 +320,5 @@ def slice_text(text: str, start: int = 0, end: int | None = None) -> TextOut:
 @tool(provenance="derived")
 def join_text(values: list[str], separator: str = ", ") -> TextOut:
     """Return {text}: `values` joined with `separator` (e.g. "\\n" for lines)."""
-    return TextOut(text=_bounded(separator.join(values)))
+    _check_length(sum(map(len, values)) + len(separator) * max(len(values) - 1, 0))
+    return TextOut(text=separator.join(values))
