@@ -84,13 +84,15 @@ def audit_verify(args: argparse.Namespace) -> int:
                     if ok
                     else ("incomplete" if report.intact and server is None else "tampered")
                 )
+                # The chain's own report first: its "ok" (sealed and intact) must not replace
+                # this one, which also counts a run paused for approval as ok.
                 results.append(
                     {
+                        **report.to_dict(),
                         "run_id": run_id,
                         "status": status,
                         "ok": ok,
                         "database_check": server,
-                        **report.to_dict(),
                     }
                 )
         except StoreError as exc:
