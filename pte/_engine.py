@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pte import _prompts as prompts
@@ -27,7 +27,7 @@ from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult
 from pte._fingerprint import run_started_fields
 from pte._flow import plan_literals
 from pte._labels import LabelTree
-from pte._llm import LLMClient, LLMResponse
+from pte._llm import LLMClient, LLMResponse, _usage
 from pte._logs import get_logger, is_terminal
 from pte._otel import RunTracer, TracedAudit
 from pte._plan import Plan, plan_schema
@@ -121,6 +121,20 @@ class RunResult:
             "llm_calls": self.llm_calls,
             "usage": self.usage,
         }
+
+
+def _checked_response(response: Any) -> LLMResponse:
+    """A client's answer as the log records it (and replay re-reads it): token counts complete."""
+    if not isinstance(response, LLMResponse):
+        raise LLMError(f"the model client returned {type(response).__name__}, not an LLMResponse")
+    usage = _usage(response.usage)
+    return response if usage == response.usage else replace(response, usage=usage)
+
+
+def _describe(exc: Exception) -> str:
+    """A raised exception as a one-line message: its type and text."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def render_result(result: Any) -> str:
@@ -348,8 +362,12 @@ class Engine:
         run.result.llm_calls += 1
         span = run.tracer.llm_start(role, self.llm.model)
         try:
-            response = self.llm.complete(messages, schema=schema)
-        except LLMError as exc:
+            response = _checked_response(self.llm.complete(messages, schema=schema))
+        except Exception as raised:  # any client failure ends the run, sealed
+            # A custom client may raise anything (a bug, its SDK's own errors): the run still
+            # ends failed_closed(llm_error) with the failure recorded, never with a traceback
+            # and an unsealed log. KeyboardInterrupt and SystemExit are not Exceptions.
+            exc = raised if isinstance(raised, LLMError) else LLMError(_describe(raised))
             trace_ids = run.tracer.llm_end(span, attempts=exc.attempts, error=exc.message)
             run.audit.append(
                 "llm_call",

@@ -13,11 +13,12 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records
+from pte._audit import AuditLog, read_records, verify
 from pte._engine import Engine, EngineConfig
 from pte._errors import LLMError, ReasonCode
 from pte._llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient
 from pte._logs import configure_logging
+from pte._replay import replay_file
 from pte._tools import Registry, tool
 from pte.testing import FakeOpenAIServer, FunctionCall, FunctionClient, Reply
 
@@ -161,6 +162,52 @@ def test_function_client_failure_fails_the_run_closed(tmp_path: Path) -> None:
     assert result.reason is ReasonCode.LLM_ERROR
     (call,) = [r for r in read_records(tmp_path / "a.jsonl") if r["type"] == "llm_call"]
     assert call["attempts"] == 4
+
+
+class _RaisingClient:
+    """A custom model client (no FunctionClient, no SDK): fails on call `fail_at` with `error`."""
+
+    model = "custom"
+
+    def __init__(self, error: BaseException | None, fail_at: int, answer: Any = None) -> None:
+        self.error, self.fail_at, self.answer, self.calls = error, fail_at, answer, 0
+
+    def complete(self, messages: Any, *, schema: Any = None, schema_name: str = "pte_plan") -> Any:
+        self.calls += 1
+        if self.calls < self.fail_at:
+            text = json.dumps(PLAN) if schema is not None else "done"
+            return LLMResponse(text, "custom", "stop", {}, "json_schema" if schema is not None else "text")
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("error", "answer", "message"),
+    [
+        (RuntimeError("connection pool\nexhausted"), None, "RuntimeError: connection pool exhausted"),
+        (KeyError("choices"), None, "KeyError: 'choices'"),
+        (ValueError(), None, "ValueError"),
+        (None, "a bare string", "the model client returned str, not an LLMResponse"),
+    ],
+)
+@pytest.mark.parametrize("fail_at", [1, 2], ids=["planner", "finalizer"])
+def test_a_custom_client_that_raises_ends_the_run_sealed_as_llm_error(
+    tmp_path: Path, error: BaseException | None, answer: Any, message: str, fail_at: int
+) -> None:
+    """#24: any exception from a model client (or a non-response) is a failed LLM call: the run
+    ends failed_closed(llm_error), the log is sealed with the failure recorded, and it replays."""
+    path = tmp_path / "a.jsonl"
+    client = _RaisingClient(error, fail_at, answer)
+    with AuditLog(path) as audit:
+        result = Engine(REGISTRY, client, config=EngineConfig(llm_answer=True)).run("x", audit)
+    assert (result.status, result.reason) == ("failed_closed", ReasonCode.LLM_ERROR)
+    assert message in (result.message or "")
+    assert verify(path).ok  # sealed with run_finished
+    records = read_records(path)
+    assert records[-1]["type"] == "run_finished" and records[-1]["reason"] == "llm_error"
+    assert [r["error"] for r in records if r["type"] == "llm_call"][-1] == message
+    assert replay_file(path).ok
 
 
 # -- logging as a library ----------------------------------------------------------------------

@@ -44,7 +44,8 @@ class FunctionClient:
 
     The function returns the answer's text (served with finish_reason "stop" and zero usage)
     or an `LLMResponse`, or raises `LLMError` to stand for a failed call. Any other exception
-    propagates unchanged: it is a bug in the function, not a model failure. `calls` keeps
+    propagates from `complete` unchanged; the engine, like for any model client that raises,
+    ends the run ``failed_closed(llm_error)`` recording its type and text. `calls` keeps
     each call's messages and schema for assertions.
     """
 
