@@ -303,6 +303,9 @@ class Engine:
                 )
             failure = self._execute(run, plan, log)
             if failure is not None:
+                # The same decision as `run` makes before a replan: a write whose effect is
+                # unknown ends needs_review whichever command ran it.
+                self._stop_if_effect_unknown(failure)
                 raise FailedClosed(
                     ReasonCode.STEP_FAILED,
                     f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}",
@@ -481,10 +484,15 @@ class Engine:
 
     def _execute(self, run: _Run, plan: Plan, log: Any) -> StepResult | None:
         progress = is_terminal()
-        total = len(plan)
+        # Progress counts this plan's steps: after a replan the run's earlier steps, and the
+        # elements of a for_each (pte._control), are not steps of the plan being executed.
+        plan_steps = {step.id for step in plan}
+        done: set[str] = set()
 
         def on_step(step: StepResult) -> None:
             run.result.steps.append(step)
+            if step.step_id in plan_steps:
+                done.add(step.step_id)
             if step.ok and not is_element(step.step_id):  # pte._control: elements are not plan steps
                 run.prior[step.step_id] = step.tool
             log.info(
@@ -493,7 +501,7 @@ class Engine:
                 tool=step.tool,
                 status=step.status,
                 duration_ms=round(step.duration_ms, 2),
-                **({"progress": f"{len(run.result.steps)}/{total}"} if progress else {}),
+                **({"progress": f"{len(done)}/{len(plan_steps)}"} if progress else {}),
             )
 
         # Step spans start and end where the step records are written (ids go into them).
@@ -532,9 +540,14 @@ class Engine:
         return label
 
     def _stop_if_effect_unknown(self, failure: StepResult) -> None:
-        """A non-idempotent write that timed out may or may not have taken effect: a replan could
-        repeat it, so a person must look first. A tool that raised SystemExit, KeyboardInterrupt
-        or another BaseException (`ToolError.fatal`) ends the run: it is not replanned around."""
+        """How a failed step ends the run when nothing may be tried after it: the one place
+        `run` (before a replan) and `execute` decide it.
+
+        A non-idempotent write that timed out may or may not have taken effect (and a write
+        for_each failed after earlier elements took effect): a replan could repeat it, so the
+        run ends needs_review and a person must look first. A tool that raised SystemExit,
+        KeyboardInterrupt or another BaseException (`ToolError.fatal`) ends the run: it is not
+        replanned around."""
         if failure.error is not None and failure.error.fatal:
             raise FailedClosed(
                 ReasonCode.STEP_FAILED,
