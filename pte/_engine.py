@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pte import _prompts as prompts
 from pte._approval_gate import _NoApprovals
@@ -22,8 +22,17 @@ from pte._audit import AuditLog
 from pte._compile_context import DEFAULT_LIMITS, CompileCheck, Limits
 from pte._compiler import compile_plan
 from pte._control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
+from pte._data_budget import DEFAULT_DATA_BUDGET
 from pte._errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
+from pte._exposure import (
+    PLANNER_DATA,
+    PlannerData,
+    completed_for_planner,
+    error_for_planner,
+    exposure_of,
+    literal_of,
+)
 from pte._fingerprint import run_started_fields
 from pte._flow import plan_literals
 from pte._labels import LabelTree
@@ -52,6 +61,22 @@ class EngineConfig:
     llm_answer: bool = True
     #: Plans a run may chain with `continue` (pte._stages): the first plan is stage 1.
     max_stages: int = 3
+    #: What stage planners, replanners and repair prompts are shown of untrusted data
+    #: (pte._exposure): ``handles`` (a reference, schema and labels in its place; the plan
+    #: stays as trusted as the first) or ``shown`` (the text itself; every call of a plan
+    #: written after that carries the ``untrusted`` label).
+    planner_data: PlannerData = "handles"
+    #: Characters per data block shown to a planner or the finalizer, cut at record
+    #: boundaries (pte._data_budget). None: the 4,000-character clip of older logs.
+    data_budget: int | None = DEFAULT_DATA_BUDGET
+
+    def __post_init__(self) -> None:
+        if self.planner_data not in PLANNER_DATA:
+            raise ValueError(f"planner_data must be one of {list(PLANNER_DATA)}, not {self.planner_data!r}")
+        if self.data_budget is not None and (type(self.data_budget) is not int or self.data_budget < 200):
+            raise ValueError(
+                f"data_budget must be an integer of at least 200 characters, not {self.data_budget!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +84,9 @@ class EngineConfig:
             "limits": self.limits.to_dict(),
             "llm_answer": self.llm_answer,
             "max_stages": self.max_stages,
+            # Recorded only where they differ from what a log without them means (from_dict).
+            **({"planner_data": self.planner_data} if self.planner_data != "shown" else {}),
+            **({"data_budget": self.data_budget} if self.data_budget is not None else {}),
         }
 
     @classmethod
@@ -72,6 +100,9 @@ class EngineConfig:
             limits=Limits(**limits),
             llm_answer=bool(data.get("llm_answer", True)),
             max_stages=int(data.get("max_stages", 3)),
+            # Logs recorded before these existed showed planners everything, clipped at 4,000.
+            planner_data=cast(PlannerData, data.get("planner_data", "shown")),
+            data_budget=data.get("data_budget"),
         )
 
 
@@ -156,9 +187,13 @@ class _Run:
     labels: dict[str, frozenset[str]] = field(default_factory=dict)
     #: Label set of every such step's arguments (what its error message may quote).
     input_labels: dict[str, frozenset[str]] = field(default_factory=dict)
-    #: Whether an LLM prompt of this run has shown untrusted data (sticky): later replans'
-    #: literals then count as untrusted, except values the first plan already had.
+    #: Whether an LLM prompt of this run has shown untrusted data (sticky): later plans'
+    #: literals then count as untrusted, except values the first plan already had, and every
+    #: call of such a plan carries the untrusted label (pte._exposure).
     shown_untrusted: bool = False
+    #: Whether a planner prompt of this run has shown trusted data (sticky): later literals
+    #: then count as trusted, not as the request (pte._exposure).
+    shown_trusted: bool = False
     #: Canonical JSON of the literals of plans written before any untrusted data was shown.
     request_literals: frozenset[str] = frozenset()
     #: OpenTelemetry spans of this run (inactive without a tracer provider).
@@ -265,16 +300,21 @@ class Engine:
                     completed=list(run.result.outputs),
                 )
                 log.info("replan", attempt=replans, failed_step=failure.step_id)
+                error, error_provenance = error_for_planner(
+                    self, run, failure.error.to_dict(), self._error_labels(run, failure)
+                )
                 messages = prompts.replanner_messages(
                     request,
                     self.registry,
                     plan.to_dict(),
-                    self._completed_view(run),
+                    completed_for_planner(self, run),
                     failure.step_id,
                     failure.tool,
-                    failure.error.to_dict(),
-                    error_provenance=self._error_provenance(run, failure),
+                    error,
+                    error_provenance=error_provenance,
                     policy=self.policy,
+                    budget=self.config.data_budget,
+                    handles=self.config.planner_data == "handles",
                 )
                 plan = self._plan(run, "replanner", messages)
             run.result.result = self._result_value(plan, run)
@@ -427,13 +467,15 @@ class Engine:
 
     def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
-        # A replanner that was shown untrusted output may have copied it into literals.
-        tainted = origin in ("replanner", "stage") and run.shown_untrusted
+        # A planner copies what it was shown into literals, and decides with it which
+        # references flow and which tools run (pte._exposure). A person's plan ("file") is theirs.
+        literal = "request" if origin == "file" else literal_of(run)
         return self.policy.check(
-            literal="untrusted" if tainted else "request",
+            literal=literal,
             prior=prior,
-            request_literals=run.request_literals if tainted else (),
+            request_literals=run.request_literals if literal != "request" else (),
             prior_trees={sid: run.label_trees[sid] for sid in run.prior if sid in run.label_trees},
+            exposure=() if origin == "file" else exposure_of(run),
         )
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
@@ -460,7 +502,7 @@ class Engine:
                 run.output_types.pop(step.id, None)
             else:
                 run.output_types[step.id] = inferred
-        if not run.shown_untrusted:
+        if policy_check.literal == "request":  # written from the request and catalogue alone
             run.request_literals |= plan_literals(plan) | continue_literals(plan)
         run.audit.append(
             "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
@@ -520,24 +562,19 @@ class Engine:
             return "untrusted"
         return "trusted"
 
-    def _error_provenance(self, run: _Run, failure: StepResult) -> str:
-        """How a failed step's error is labelled for the replanner, and whether it taints.
+    def _error_labels(self, run: _Run, failure: StepResult) -> frozenset[str]:
+        """The labels of a failed step's error message, for the replanner (pte._exposure).
 
         An error message is tool output like any other: it may quote third-party text the
         tool read, or the arguments it was given. So it carries the labels of the tool's
-        output provenance joined with those of the step's arguments, and showing untrusted
-        error text taints the literals of every later plan exactly as an untrusted output does.
+        output provenance joined with those of the step's arguments; shown to a planner,
+        untrusted error text exposes every later plan exactly as an untrusted output does.
         """
         output = run.labels.get(failure.step_id)
         inputs = run.input_labels.get(failure.step_id)
         if output is None or inputs is None:
-            labels: frozenset[str] = frozenset({"untrusted"})  # unknown: assume the worst
-        else:
-            labels = output | inputs
-        label = self._label(run, labels)
-        if label == "untrusted":
-            run.shown_untrusted = True
-        return label
+            return frozenset({"untrusted"})  # unknown: assume the worst
+        return output | inputs
 
     def _stop_if_effect_unknown(self, failure: StepResult) -> None:
         """How a failed step ends the run when nothing may be tried after it: the one place
@@ -570,13 +607,11 @@ class Engine:
             )
 
     def _completed_view(self, run: _Run) -> list[tuple[str, str, Any, str]]:
-        view = [
+        """Every completed step's output with its label, for the finalizer (it decides nothing)."""
+        return [
             (sid, tool, run.result.outputs[sid], self._label(run, run.labels.get(sid)))
             for sid, tool in run.prior.items()
         ]
-        if any(label == "untrusted" for *_, label in view):
-            run.shown_untrusted = True
-        return view
 
     def _result_value(self, plan: Plan, run: _Run) -> Any:
         try:
@@ -597,6 +632,7 @@ class Engine:
             run.result.result,
             self._completed_view(run),
             result_provenance=self._label(run, result_labels),
+            budget=self.config.data_budget,
         )
         response = self._call_llm(run, "finalizer", messages, None)
         if response.finish_reason == "length":

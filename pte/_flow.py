@@ -155,6 +155,9 @@ class _FlowGraph:
         self.labels: dict[str, frozenset[str]] = {}
         self.trees: dict[str, LabelTree] = {}
         self.prior_trees: Mapping[str, LabelTree] = {}
+        #: Labels of what the planner that wrote this plan was shown (pte._exposure): a planner
+        #: that read untrusted text chose every call, so this joins into each call's label.
+        self.exposure: frozenset[str] = frozenset()
 
     def entry(self, tool: str) -> ToolPolicy:
         return self.policy._entry(tool, self.registry)
@@ -209,7 +212,7 @@ class _FlowGraph:
     def implicit_labels(self, step: _StepView) -> frozenset[str]:
         """Labels of what decides whether and how often a step runs: its `when`, the require
         steps before it, and its for_each list's membership (pte._control)."""
-        out: set[str] = set()
+        out: set[str] = set(self.exposure)
         if step.when is not None:
             out |= self.condition_labels(step.when)
         for cond in step.requires:
@@ -289,7 +292,9 @@ class _FlowGraph:
     ) -> PlanRejected:
         label = next(lab for lab in _EXPLAIN_ORDER if lab in offending)
         accepts = " or ".join(lab for lab in LABELS if lab in allowed) or "no"
-        if step.for_each is not None and label in self.membership(step.for_each):
+        if label in self.exposure:
+            why = f"the plan was written by a planner that was shown {label} text (pte._exposure)"
+        elif step.for_each is not None and label in self.membership(step.for_each):
             why = f"the for_each list {str(step.for_each)!r} (its elements were chosen by {label} data)"
         else:
             conds = [c for c in (step.when, *step.requires) if c is not None]

@@ -270,6 +270,7 @@ class Policy:
         prior: Mapping[str, frozenset[str]] | None = None,
         request_literals: Iterable[str] = (),
         prior_trees: Mapping[str, LabelTree] | None = None,
+        exposure: Iterable[str] = (),
     ) -> PolicyCheck:
         """A compile check enforcing this policy; pass it to `compile_plan(checks=...)`.
 
@@ -279,9 +280,16 @@ class Policy:
         declared output label, or every label when that tool is derived (its inputs are
         unknown here, so assume the worst). `request_literals`: canonical JSON of literal values
         known to come from the request (see `plan_literals`); they stay ``request`` in a replan.
+        `exposure`: labels of what the plan's writer was shown (pte._exposure), joined into the
+        label of every call: ``{"untrusted"}`` makes every guarded sink of the plan refuse.
         """
         return PolicyCheck(
-            self, literal=literal, prior=prior, request_literals=request_literals, prior_trees=prior_trees
+            self,
+            literal=literal,
+            prior=prior,
+            request_literals=request_literals,
+            prior_trees=prior_trees,
+            exposure=exposure,
         )
 
     def label_plan(
@@ -339,10 +347,15 @@ class PolicyCheck:
         prior: Mapping[str, frozenset[str]] | None = None,
         request_literals: Iterable[str] = (),
         prior_trees: Mapping[str, LabelTree] | None = None,
+        exposure: Iterable[str] = (),
     ) -> None:
         if literal not in LABELS:
             raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
         self.policy = policy
+        #: Labels of what the plan's writer was shown, joined into every call (pte._exposure).
+        self.exposure: frozenset[str] = frozenset(
+            _checked_prior({"exposure": frozenset(exposure)})["exposure"]
+        )
         #: Field-level labels of prior steps (pte._labels); `prior` stays the whole-output view.
         self.prior_trees: Mapping[str, LabelTree] = MappingProxyType(dict(prior_trees or {}))
         #: Field-level labels of the last plan this check labelled.
@@ -369,11 +382,13 @@ class PolicyCheck:
             prior=self.prior if prior is None else prior,
             request_literals=self.request_literals if request_literals is None else request_literals,
             prior_trees=self.prior_trees,
+            exposure=self.exposure,
         )
 
     def __call__(self, ctx: CompileContext) -> None:
         graph = _flow_graph(self.policy, ctx, self.literal, self.prior, self.request_literals)
         graph.prior_trees = self.prior_trees
+        graph.exposure = self.exposure
         labels = graph.label_all()
         self.labels = labels
         self.input_labels = {step.id: graph.input_labels(step) for step in graph.steps}

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pte._canonical import canonical_json
 from pte._errors import FailedClosed, ReasonCode
 from pte._executor import resolve_result
+from pte._exposure import literal_of, value_for_planner
 from pte._plan import Plan, Reference, is_reference
 from pte._prompts import stage_messages
 
@@ -108,16 +109,25 @@ def next_stage(engine: Engine, run: _Run, request: str, plan: Plan, stage: int) 
             f"the plan hands values to planning stage {stage}; max_stages is {limit}",
         )
     resolved = stage_values(plan, run.result.outputs)
-    literal = "untrusted" if run.shown_untrusted else "request"
+    literal = literal_of(run)
     shown: dict[str, tuple[Any, Any, str]] = {}
     recorded: dict[str, list[str]] = {}
     for name, expr in plan.continue_values.items():
         labels = value_labels(expr, run.label_trees, run.labels, literal, run.request_literals)
-        shown[name] = (expr, resolved[name], "untrusted" if "untrusted" in labels else "trusted")
+        # pte._exposure: handles in place of untrusted parts, or the text (and exposure).
+        value, provenance = value_for_planner(engine, run, expr, resolved[name], labels)
+        shown[name] = (expr, value, provenance)
         recorded[name] = sorted(labels)
-    if any("untrusted" in labels for labels in recorded.values()):
-        run.shown_untrusted = True  # later literals may be copies of what the model saw
     run.audit.append("stage", stage=stage, plan_hash=plan.hash, values=plan.continue_values, labels=recorded)
     completed = [(sid, tool) for sid, tool in run.prior.items()]
-    messages = stage_messages(request, engine.registry, engine.policy, stage, shown, completed)
+    messages = stage_messages(
+        request,
+        engine.registry,
+        engine.policy,
+        stage,
+        shown,
+        completed,
+        budget=engine.config.data_budget,
+        handles=engine.config.planner_data == "handles",
+    )
     return engine._plan(run, "stage", messages)

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
 from pte._audit import AuditLog, Redactor, read_records, verify
 from pte._compiler import compile_plan
-from pte._engine import Engine, RunResult
+from pte._engine import Engine, EngineConfig, RunResult
 from pte._errors import PlanRejected, ReasonCode
 from pte._llm import ReplayClient
 from pte._policy import Policy, plan_literals
@@ -366,12 +366,14 @@ def run(
     *,
     payload: str = "ignore_previous",
     fx_failures: int = 0,
+    config: EngineConfig | None = None,
 ) -> tuple[RunResult, ReplayClient, Path]:
     STATE.update(payload=PAYLOADS[payload], attachment=attachment_for(payload), fx_failures=fx_failures)
     llm = ReplayClient(responses)
     engine = Engine(
         REGISTRY,
         llm,
+        config=config,
         checks=[POLICY.check()],
         approval=approval_hook(store, keys=KEYS, registry=REGISTRY, policy=Policy.from_registry(REGISTRY)),
     )
@@ -579,9 +581,18 @@ def test_a_fake_plan_with_allowed_tools_still_needs_approval(tmp_path: Path, sto
     assert CALLS == []
 
 
+#: The replanner reads untrusted outputs (pte._exposure): what these tests look at.
+SHOWN = EngineConfig(planner_data="shown")
+
+
 def test_fake_closing_delimiter_stays_inside_its_block(tmp_path: Path, store: ApprovalStore) -> None:
     _, llm, _ = run(
-        tmp_path, store, [FIRST_FLAKY, REPLAN_HONEST, FINAL_ANSWER], payload="fake_delimiter", fx_failures=1
+        tmp_path,
+        store,
+        [FIRST_FLAKY, REPLAN_HONEST, FINAL_ANSWER],
+        payload="fake_delimiter",
+        fx_failures=1,
+        config=SHOWN,
     )
     user = llm.calls[1]["messages"][1]["content"]
     _, blocks = split_blocks(user)
@@ -599,11 +610,16 @@ def test_oversized_output_is_clipped_in_prompts_but_recorded_whole(
     tmp_path: Path, store: ApprovalStore
 ) -> None:
     _, llm, log = run(
-        tmp_path, store, [FIRST_FLAKY, REPLAN_HONEST, FINAL_ANSWER], payload="oversized_1mb", fx_failures=1
+        tmp_path,
+        store,
+        [FIRST_FLAKY, REPLAN_HONEST, FINAL_ANSWER],
+        payload="oversized_1mb",
+        fx_failures=1,
+        config=SHOWN,
     )
     user = llm.calls[1]["messages"][1]["content"]
     assert len(user) < 50_000
-    assert "more characters clipped" in user
+    assert "characters not shown]" in user  # the whole body, never half of it (pte._data_budget)
     finished = [r for r in read_records(log) if r["type"] == "step_finished" and r["step_id"] == "mail"]
     assert len(finished[0]["output"]["body"]) == len(CANARY) + 1 + 1_000_000
 
@@ -616,7 +632,9 @@ def test_deeply_nested_output_is_data_like_any_other(tmp_path: Path, store: Appr
     att = next(
         b for b in split_blocks(llm.calls[1]["messages"][1]["content"])[1] if "tool=read_attachment" in b[0]
     )
-    assert att[0].endswith("provenance=untrusted")
+    # The replanner is shown a handle in place of the untrusted attachment (pte._handles).
+    assert att[0].endswith("provenance=trusted (untrusted parts as handles)")
+    assert '"pte_handle": "att"' in att[1] and CANARY not in att[1]
 
 
 def test_pathologically_deep_output_fails_the_step_not_the_engine(

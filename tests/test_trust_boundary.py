@@ -19,7 +19,7 @@ from pte._approval import ApprovalGate, ApprovalStore, approve, catalogue_finger
 from pte._audit import AuditLog, read_records, verify
 from pte._cli import main
 from pte._compiler import compile_plan
-from pte._engine import Engine
+from pte._engine import Engine, EngineConfig
 from pte._errors import ReasonCode, ToolRegistrationError
 from pte._llm import ReplayClient
 from pte._policy import Policy, PolicyError
@@ -380,7 +380,11 @@ def test_untrusted_error_text_copied_by_the_replanner_is_refused_at_the_sink(
     gate = ApprovalGate(store, registry, keys=TrustedKeys([signer.public_key]), policy=policy)
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
-        result = Engine(registry, llm, policy=policy, approval=gate).run("record the remittance", audit)
+        # planner_data="shown": the replanner reads the error text (pte._exposure; by default it
+        # is withheld, tests/test_planner_exposure.py).
+        shown = EngineConfig(planner_data="shown")
+        engine = Engine(registry, llm, policy=policy, approval=gate, config=shown)
+        result = engine.run("record the remittance", audit)
     assert (result.status, result.reason) == ("failed_closed", ReasonCode.POLICY_VIOLATION)
     assert "send_payment.iban" in (result.message or "")
     assert "written by a replanner that was shown untrusted data" in (result.message or "")
@@ -411,7 +415,8 @@ def test_a_trusted_tools_error_quoting_untrusted_arguments_is_untrusted(
     llm = ReplayClient([json.dumps(first), json.dumps(remind)])
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
-        result = Engine(registry, llm).run("check the invoice in DOC-004", audit)
+        shown = EngineConfig(planner_data="shown")  # the error text is shown (pte._exposure)
+        result = Engine(registry, llm, config=shown).run("check the invoice in DOC-004", audit)
     assert result.reason is ReasonCode.POLICY_VIOLATION
     assert "written by a replanner that was shown untrusted data" in (result.message or "")
     replanner = next(r for r in read_records(log) if r["type"] == "llm_call" and r["role"] == "replanner")
