@@ -59,6 +59,7 @@ from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
 from pte._report import ReportError, render_report, render_store_report, write_report
 from pte._run_view import RunView
+from pte._selection import Selection
 from pte._signing import KeyFileError
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
@@ -173,6 +174,7 @@ __all__ = [
     "RunView",
     "SQLiteStore",
     "SchemaTool",
+    "Selection",
     "StepModel",
     "StepResult",
     "Store",

@@ -64,6 +64,7 @@ from pte._runs import decide as decide
 from pte._runs import pausing_gate as pausing_gate
 from pte._runs import resume_run as resume_run
 from pte._runs import run_in_store as run_in_store
+from pte._selection import Selection
 from pte._signing import KeyFileError as KeyFileError
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
@@ -136,6 +137,7 @@ __all__ = [
     "RunView",
     "SQLiteStore",
     "SchemaTool",
+    "Selection",
     "StepModel",
     "StepResult",
     "Store",

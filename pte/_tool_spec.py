@@ -29,6 +29,7 @@ from pte._canonical import canonical_bytes
 from pte._errors import ToolError, ToolRegistrationError
 from pte._idempotency import without_key
 from pte._linear_patterns import ExplainingValidator
+from pte._selection import SELECTION_KEY, Selection
 
 __all__ = [
     "Effect",
@@ -118,6 +119,11 @@ class ToolSpec:
     def generic(self) -> bool:
         """True when the schemas hold type variables: each step's output type is inferred."""
         return _generics.has_markers(self.input_schema) or _generics.has_markers(self.output_schema)
+
+    @functools.cached_property
+    def selection(self) -> Selection | None:
+        """How the output is made of the inputs, for precise labels (`pte._selection`); None if undeclared."""
+        return Selection.of_schema(self.output_schema) if self.provenance == "derived" else None
 
     @functools.cached_property
     def _param_validators(self) -> dict[str, Any]:
@@ -289,7 +295,9 @@ class ToolSpec:
             "description": self.description,
             "effect": self.effect,
             "input_schema": _generics.without_titles(self.planner_input_schema),
-            "output_schema": _generics.without_titles(self.output_schema),
+            "output_schema": _generics.without_titles(
+                {k: v for k, v in self.output_schema.items() if k != SELECTION_KEY}
+            ),
         }
         if self.provenance == "untrusted":
             entry["output_provenance"] = "untrusted"

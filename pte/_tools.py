@@ -29,6 +29,7 @@ from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, R
 from pte._idempotency import key_schema_error
 from pte._linear_patterns import ExplainingValidator
 from pte._registry import STOCK_PACKS, Registry, load_pack, load_registry
+from pte._selection import SELECTION_KEY, Selection
 from pte._tool_spec import (
     _TOOL_ATTR,
     Effect,
@@ -51,6 +52,7 @@ __all__ = [
     "RegexGroups",
     "RegexPattern",
     "Registry",
+    "Selection",
     "ToolSpec",
     "load_pack",
     "load_registry",
@@ -225,6 +227,7 @@ def _build_spec(
     backoff_s: float = 0.1,
     retry_on: Iterable[type[BaseException]] = (),
     idempotency_key: str | None = None,
+    selection: Selection | None = None,
 ) -> ToolSpec:
     qualname = getattr(func, "__qualname__", repr(func))
     if not callable(func):
@@ -310,6 +313,8 @@ def _build_spec(
             input_schema = dict(input_schema)
             input_schema["required"] = [k for k in input_schema["required"] if k != idempotency_key]
 
+    if selection is not None:
+        output_schema = _with_selection(tool_name, selection, provenance, input_schema, output_schema)
     doc = description if description is not None else inspect.getdoc(func) or ""
     # In declaration order: policy checks walk sinks in this order (and the first violation is
     # the one reported), so `describe` records it as a list, which canonical JSON keeps in order.
@@ -348,6 +353,28 @@ def _build_spec(
         _fast_input=jsonschema_rs.validator_for(input_schema),
         _fast_output=jsonschema_rs.validator_for(output_schema),
     )
+
+
+def _with_selection(
+    tool_name: str,
+    selection: Selection,
+    provenance: OutputProvenance,
+    input_schema: Mapping[str, Any],
+    output_schema: dict[str, Any],
+) -> dict[str, Any]:
+    """The output schema carrying the selection (`pte._selection`), once it is checked."""
+    if not isinstance(selection, Selection):
+        raise ToolRegistrationError(f"tool {tool_name!r}: selection must be a pte.Selection")
+    if provenance != "derived":
+        raise ToolRegistrationError(
+            f"tool {tool_name!r}: a selection describes how a derived tool's output is made of its "
+            "inputs; declare provenance='derived'"
+        )
+    try:
+        selection.check(tool_name, input_schema.get("properties") or {})
+    except ValueError as exc:
+        raise ToolRegistrationError(str(exc)) from None
+    return {**output_schema, SELECTION_KEY: selection.to_json()}
 
 
 #: The most retries a tool may declare (each is a further call of an idempotent tool).
@@ -414,6 +441,7 @@ def tool(
     backoff_s: float = 0.1,
     retry_on: Iterable[type[BaseException]] = (),
     idempotency_key: str | None = None,
+    selection: Selection | None = None,
 ) -> Callable[[_F], _F]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -432,6 +460,7 @@ def tool(
     backoff_s: float = 0.1,
     retry_on: Iterable[type[BaseException]] = (),
     idempotency_key: str | None = None,
+    selection: Selection | None = None,
 ) -> Any:
     """Declare a typed function as a PTE tool, bare (``@tool``) or with options (``@tool(effect="write")``).
 
@@ -454,6 +483,10 @@ def tool(
       derived per call (run, plan, step, element); the tool must give two calls with the same
       key the effect of one. A plan cannot set it; resume re-calls an interrupted call with
       the same key instead of ending ``needs_review`` (see `pte._idempotency`).
+    - `selection`: for a ``derived`` tool that selects, orders, groups or aggregates: which
+      output parts are copied from which inputs and which input fields decide
+      (`pte.Selection`), so each output field keeps its own labels plus the decision's
+      instead of the union of every argument's (docs/operations.md).
 
     Raises `ToolRegistrationError` when a parameter or the return value has no type hint,
     or a hint gives no JSON Schema.
@@ -475,6 +508,7 @@ def tool(
             backoff_s=backoff_s,
             retry_on=retry_on,
             idempotency_key=idempotency_key,
+            selection=selection,
         )
         setattr(f, _TOOL_ATTR, spec)
         return f

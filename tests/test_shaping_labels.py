@@ -189,8 +189,9 @@ def test_a_lookalike_shaping_tool_keeps_the_union(tmp_path: Path, monkeypatch: p
 def test_a_log_that_passes_off_another_tool_as_the_stock_one_does_not_replay(
     registry: Registry, tmp_path: Path
 ) -> None:
-    """Field precision follows the recorded code hash: a re-chained log whose `first` claims other
-    code replays to a refused plan, a divergence, not to the recorded payment."""
+    """Field precision follows the recorded declaration: a re-chained log whose `first` has no
+    selection in its output schema (and claims other code) replays to a refused plan, a
+    divergence, not to the recorded payment."""
     doc = plan(TX, SORTED, LATEST, pay({"$ref": "latest/record/iban"}, {"$ref": "latest/record/amount"}))
     task = Task(registry, tmp_path, "Pay my most recent transfer again.", doc)
     assert task.status == "succeeded", task.result.message
@@ -198,11 +199,23 @@ def test_a_log_that_passes_off_another_tool_as_the_stock_one_does_not_replay(
     started = records[0]
     # Format 2: the catalogue is stored once, by its hash; a coherent forgery rewrites both.
     catalogue = [
-        {**t, "code_sha256": "0" * 64} if t["name"] == "first" else t
+        {
+            **t,
+            "code_sha256": "0" * 64,
+            "output_schema": {k: v for k, v in t["output_schema"].items() if k != "x-pte-selection"},
+        }
+        if t["name"] == "first"
+        else t
         for t in started["stored"].pop(started["catalogue"])
     ]
     started["catalogue"] = hash_json(catalogue)
     started["stored"][started["catalogue"]] = catalogue
+    forged = next(t for t in catalogue if t["name"] == "first")
+    for entry in started["tools"]:
+        if entry["name"] == "first":  # the fingerprint's schema hash, rewritten to match
+            entry["schema_hash"] = hash_json(
+                {"input_schema": forged["input_schema"], "output_schema": forged["output_schema"]}
+            )
     edited = tmp_path / "edited.jsonl"
     _rehash(records, edited)
     assert verify(edited).intact

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from pte import FieldName, tool
+from pte import FieldName, Selection, tool
 
 __all__ = [
     "count_by",
@@ -42,6 +42,8 @@ __all__ = [
 T = TypeVar("T")
 V = TypeVar("V")
 R = TypeVar("R", bound=dict[str, Any])
+#: Plain values kept or ordered by comparing the values themselves (`pte._selection`).
+_VALUES_BY_THEMSELVES = Selection({"/values/*": "values/*"}, decides=("values/*",))
 _NUMERIC_RE = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -148,7 +150,7 @@ def _sort_key(values: list[Any]) -> Callable[[Any], Any]:
     raise ValueError("the values mix numbers and text; cannot order them")
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/records/*/value": "object/*"}))
 def entries(object: dict[str, V]) -> EntryList[V]:
     """Turn an object into records: {records: [{key, value}], count}, in the object's order.
 
@@ -159,7 +161,7 @@ def entries(object: dict[str, V]) -> EntryList[V]:
     return EntryList[Any](records=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/value": "object/{key}"}))
 def get_key(object: dict[str, V], key: str) -> Item[V]:
     """Return {value}: object[key], where `key` may come from data. A missing key is an error
     naming the keys there are."""
@@ -169,19 +171,19 @@ def get_key(object: dict[str, V], key: str) -> Item[V]:
     return Item[Any](value=object[key])
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection(inputs=("object",)))
 def keys(object: dict[str, Any]) -> ValueList[str]:
     """Return {values, count}: the object's keys, in order."""
     return ValueList[str](values=list(object), count=len(object))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection(inputs=("object",)))
 def has_key(object: dict[str, Any], key: str) -> Flag:
     """Return {result}: whether the object has `key`."""
     return Flag(result=key in object)
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=_VALUES_BY_THEMSELVES)
 def filter_values(
     values: list[T],
     op: Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "contains", "starts_with", "ends_with"],
@@ -224,7 +226,7 @@ def filter_values(
     return ValueList[Any](values=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=_VALUES_BY_THEMSELVES)
 def sort_values(values: list[T], descending: bool = False) -> ValueList[T]:
     """Return {values, count} sorted: numbers (and decimal strings) by value, else text order."""
     items = [_scalar(v, f"item {i}") for i, v in enumerate(values)]
@@ -232,7 +234,7 @@ def sort_values(values: list[T], descending: bool = False) -> ValueList[T]:
     return ValueList[Any](values=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=_VALUES_BY_THEMSELVES)
 def unique(values: list[T], ignore_case: bool = False) -> ValueList[T]:
     """Return {values, count}: each value once, first occurrence kept, order kept."""
     seen: set[str] = set()
@@ -246,7 +248,7 @@ def unique(values: list[T], ignore_case: bool = False) -> ValueList[T]:
     return ValueList[Any](values=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/values/*": "values/*"}, decides=("values/*", "remove")))
 def difference(values: list[T], remove: list[T], ignore_case: bool = False) -> ValueList[T]:
     """Return {values, count}: the items of `values` that are not in `remove` (order kept)."""
     gone = {_folded(v, "an item of remove", ignore_case) for v in remove}
@@ -254,7 +256,7 @@ def difference(values: list[T], remove: list[T], ignore_case: bool = False) -> V
     return ValueList[Any](values=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/values/*": "values/*"}, decides=("values/*", "other")))
 def intersection(values: list[T], other: list[T], ignore_case: bool = False) -> ValueList[T]:
     """Return {values, count}: the items of `values` that are also in `other` (order of `values`)."""
     keep = {_folded(v, "an item of other", ignore_case) for v in other}
@@ -262,7 +264,7 @@ def intersection(values: list[T], other: list[T], ignore_case: bool = False) -> 
     return ValueList[Any](values=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection(decides=("items/*/{field}",)))
 def count_by(
     items: list[Any],
     field: Annotated[str | None, Field(description="Records: the field to count by.")] = None,
@@ -285,14 +287,14 @@ def count_by(
     return Counts(groups=groups, count=len(groups))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/records/*/item": "items/*"}))
 def rank(items: list[T]) -> RankList[T]:
     """Number the items: {records: [{rank, item}], count}, rank 1 for the first (e.g. after a sort)."""
     out = [Ranked[Any](rank=i + 1, item=item) for i, item in enumerate(items)]
     return RankList[Any](records=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/record": "records/*"}, decides=("records/*/{field}",)))
 def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Literal["max", "min"]) -> One[R]:
     """Return {record}: the record with the largest (max) or smallest (min) `field`.
 

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
-from pte import FieldName, FieldOf, PickOf, tool
+from pte import FieldName, FieldOf, PickOf, Selection, tool
 
 __all__ = [
     "count",
@@ -336,11 +336,20 @@ def _render(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
+#: Records kept whole, in input order or another (`pte._selection`: labels stay per field).
+_ROWS = Selection({"/records/*": "records/*"})
+
+
+def _rows_by(param: str) -> Selection:
+    """Records kept whole, chosen or ordered by the field argument `param` names."""
+    return Selection({"/records/*": "records/*"}, decides=(f"records/*/{{{param}}}",))
+
+
 #: A field name of the records given to the same step (compile checks it against their type).
 FieldOfR = Annotated[str, FieldName(R)]
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/records/*": "records/*/{fields}"}))
 def pick(
     records: list[R], fields: Annotated[list[str], FieldName(R)]
 ) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
@@ -357,7 +366,7 @@ def pick(
     return RecordsResult(records=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, FieldOf(R, "field")]]:
     """Return {values, count}: the value of `field` from every record, in order (a column).
 
@@ -368,7 +377,7 @@ def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, Fiel
     return ValuesResult(values=values, count=len(values))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
     """Return {values, count}: `field` from every record as decimal strings, in order (a typed column).
 
@@ -381,7 +390,7 @@ def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
     return NumbersResult(values=numbers, count=len(numbers))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck_text(records: list[R], field: FieldOfR) -> TextValuesResult:
     """Return {values, count}: `field` from every record as text, in order (a typed column).
 
@@ -395,7 +404,7 @@ def pluck_text(records: list[R], field: FieldOfR) -> TextValuesResult:
     return TextValuesResult(values=values, count=len(values))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=_rows_by("field"))
 def filter_records(
     records: list[R],
     field: FieldOfR,
@@ -421,7 +430,7 @@ def filter_records(
     return RecordsResult(records=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=_rows_by("by"))
 def sort_records(records: list[R], by: FieldOfR, descending: bool = False) -> RecordsResult[R]:
     """Sort records by the field `by`; returns {records, count}.
 
@@ -454,14 +463,14 @@ def _sort_keys(values: list[Any], by: str) -> list[Any]:
     raise ValueError(f"field {by!r} mixes numbers and text (or holds lists/objects); cannot sort")
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=_ROWS)
 def take(records: list[T], n: Annotated[int, Field(ge=0)]) -> RecordsResult[T]:
     """Return {records, count}: the first `n` items (all if fewer), e.g. the top n after sort_records."""
     out = records[:n]
     return RecordsResult(records=out, count=len(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection(decides=("records/*/{field}",)))
 def sum_field(records: list[R], field: FieldOfR) -> SumResult:
     """Return {total, count}: the exact decimal sum of `field` over all records.
 
@@ -477,7 +486,7 @@ def sum_field(records: list[R], field: FieldOfR) -> SumResult:
     return SumResult(total=total, count=len(values))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection(decides=("records/*/{key}", "records/*/{field}")))
 def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResult:
     """Group records by the value of `key` and sum `field` exactly in each group; returns {groups, count}.
 
@@ -537,13 +546,13 @@ def format_text(template: str, values: dict[str, Any]) -> TextResult:
     return TextResult(text="".join(out))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection(inputs=("records",)))
 def count(records: list[Any]) -> CountResult:
     """Return {count}: the number of items in a list (records, ids or any JSON values)."""
     return CountResult(count=len(records))
 
 
-@tool(provenance="derived")
+@tool(provenance="derived", selection=Selection({"/record": "records/*"}))
 def first(records: list[T]) -> RecordResult[T]:
     """Return {record}: the first item of a non-empty list (e.g. the top one after sort_records).
 
