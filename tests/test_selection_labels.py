@@ -220,7 +220,7 @@ def _sent_by_me(subjects: list[Any], dates: list[str]) -> list[dict[str, Any]]:
 
 
 #: Any value a tool could return for the attacker's field (what JSON and the audit log can hold).
-_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=20)
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | _TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),

@@ -43,6 +43,8 @@ TOOLS = {
     "filter_records",
     "sort_records",
     "take",
+    "zip_lists",
+    "join_records",
     "sum_field",
     "group_sum",
     "format_text",

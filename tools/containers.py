@@ -25,6 +25,8 @@ from pydantic import BaseModel, Field
 from pte import FieldName, Selection, tool
 
 __all__ = [
+    "coalesce",
+    "concat",
     "count_by",
     "difference",
     "entries",
@@ -36,6 +38,7 @@ __all__ = [
     "keys",
     "rank",
     "sort_values",
+    "top_key",
     "unique",
 ]
 
@@ -92,6 +95,11 @@ class RankList(BaseModel, Generic[T]):
 
 class One(BaseModel, Generic[T]):
     record: T
+
+
+class KeyValue(BaseModel, Generic[V]):
+    key: str
+    value: V
 
 
 def _number(value: Any) -> Decimal | None:
@@ -299,11 +307,12 @@ def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Lit
     """Return {record}: the record with the largest (max) or smallest (min) `field`.
 
     Numbers and decimal strings by value, ISO dates as text; ties: the first one. Records
-    without the field or with null are skipped; none left is an error.
+    without the field or with null are skipped; none left (an empty list) fails the step.
     """
     present = [r for r in records if r.get(field) is not None]
     if not present:
-        raise ValueError(f"no record has a value for {field!r}")
+        what = "the list is empty" if not records else f"no record has a value for {field!r}"
+        raise ValueError(f'{what}: there is no {which}; guard the step with when {{"nonempty": ...}}')
     key = _sort_key([r[field] for r in present])
     best = present[0]
     for record in present[1:]:
@@ -311,3 +320,52 @@ def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Lit
         if (a > b) if which == "max" else (a < b):
             best = record
     return One[Any](record=best)
+
+
+@tool(provenance="derived", selection=Selection({"/values/*": "lists/*/*"}))
+def concat(lists: list[list[T]]) -> ValueList[T]:
+    """Join lists end to end (flatten one level): {values, count}, in order.
+
+    e.g. lists [{"$ref": "a/records"}, {"$ref": "b/records"}], or the list of lists one
+    step returns. Empty lists add nothing; no lists give an empty list.
+    """
+    out = [item for part in lists for item in part]
+    return ValueList[Any](values=out, count=len(out))
+
+
+@tool(provenance="derived")
+def top_key(object: dict[str, V], which: Literal["max", "min"] = "max") -> KeyValue[V]:
+    """Return {key, value}: the key whose value is largest (max) or smallest (min), e.g. the most
+    frequent name of a count map {"alice": 3, "bob": 5}. Numbers and decimal strings by value,
+    else text order; ties: the first key. An empty object fails the step.
+    """
+    if not object:
+        raise ValueError(f"the object is empty: there is no {which} key")
+    values = [_scalar(v, f"the value of {k!r}") for k, v in object.items()]
+    key = _sort_key(values)
+    best = 0
+    for i in range(1, len(values)):
+        a, b = key(values[i]), key(values[best])
+        if (a > b) if which == "max" else (a < b):
+            best = i
+    name = list(object)[best]
+    return KeyValue[Any](key=name, value=object[name])
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (str, list, dict)) and not value)
+
+
+@tool(provenance="derived")
+def coalesce(values: list[T], default: T | None = None) -> Item[T]:
+    """Return {value}: the first of `values` that is not empty (null, "", [] or {}).
+
+    e.g. values [{"$ref": "a/phone"}, {"$ref": "b/phone"}]. When every value is empty:
+    `default` if given, else the step fails.
+    """
+    for value in values:
+        if not _empty(value):
+            return Item[Any](value=value)
+    if default is None:
+        raise ValueError(f"all {len(values)} values are empty (null, '', [] or {{}}) and no default is given")
+    return Item[Any](value=default)

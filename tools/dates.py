@@ -4,7 +4,9 @@ Values are ISO 8601 strings: "2024-05-15" (a date), "2024-05-15T13:00:00" (a loc
 or "2024-05-15T13:00:00+02:00" (an instant). Human formats ("June 10th 2024 at 1 PM",
 "15.05.2024 13:00") are read by python-dateutil, a well-kept parser, with no guess from
 "today": a date without a year is an error, never the current year. Durations are ISO
-8601 too ("PT1H30M", "P2D"). Every tool is pure and ``provenance="derived"``.
+8601 too ("PT1H30M", "P2D"). Every tool is pure and ``provenance="derived"``, except
+``clock``: a ``read`` of the deployment's clock (``trusted``), whose output the audit log
+records like any read, so replay serves the recorded time.
 
 This module is loaded by file path (``pte.load_pack("dates")``), so it must not
 import anything from the ``tools`` directory.
@@ -13,6 +15,7 @@ import anything from the ``tools`` directory.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -26,6 +29,7 @@ from pte._generics import compile_regex
 
 __all__ = [
     "add_duration",
+    "clock",
     "convert_timezone",
     "day_bounds",
     "extract_dates",
@@ -57,6 +61,8 @@ _DURATION_RE = re.compile(
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 # strftime directives that depend only on the value (no locale-dependent %c, %x, %X).
 _FORMAT_DIRECTIVES = set("aAbBdHIjmMpSyYzZ%fGuVw")
+#: The environment variable naming the deployment's time zone for `clock` (IANA; default UTC).
+TIMEZONE_ENV = "PTE_TIMEZONE"
 #: A sentinel default: any field dateutil fills from it was missing in the text.
 _NO_DEFAULT = dt.datetime(1, 1, 1)
 
@@ -270,3 +276,27 @@ def convert_timezone(
             raise ValueError(f"{value!r} has no time zone: say which one it is in with assume")
         parsed = parsed.replace(tzinfo=_zone(assume))
     return _describe(parsed.astimezone(_zone(timezone)), True)
+
+
+class Now(BaseModel):
+    today: str = Field(description="Today's date, 'YYYY-MM-DD', in `timezone`.")
+    now: str = Field(description="The current time, 'YYYY-MM-DDTHH:MM:SS+zone', whole seconds.")
+    timezone: str = Field(description="The IANA time zone used.")
+    weekday: str = Field(description="Today: 'Monday' ... 'Sunday'.")
+
+
+@tool(effect="read", provenance="trusted")
+def clock(timezone: str | None = None) -> Now:
+    """Return {today, now, timezone, weekday}: the current date and time.
+
+    timezone: an IANA name (e.g. 'Europe/Berlin'); default: the deployment's (PTE_TIMEZONE,
+    else UTC). Use it for "today", "next week", payment dates: never guess the date from data.
+    """
+    name = timezone or os.environ.get(TIMEZONE_ENV) or "UTC"
+    current = dt.datetime.now(_zone(name)).replace(microsecond=0)
+    return Now(
+        today=current.date().isoformat(),
+        now=current.isoformat(),
+        timezone=name,
+        weekday=_WEEKDAYS[current.weekday()],
+    )

@@ -37,6 +37,7 @@ __all__ = [
     "first",
     "format_text",
     "group_sum",
+    "join_records",
     "pick",
     "pluck",
     "pluck_numbers",
@@ -44,6 +45,7 @@ __all__ = [
     "sort_records",
     "sum_field",
     "take",
+    "zip_lists",
 ]
 
 #: Longest text `format_text` produces, in characters.
@@ -74,6 +76,11 @@ Record = dict[str, Any]
 R = TypeVar("R", bound=Record)
 #: Items of any type.
 T = TypeVar("T")
+#: The left and right items of a pairing or a join.
+L = TypeVar("L")
+S = TypeVar("S")
+RL = TypeVar("RL", bound=Record)
+RS = TypeVar("RS", bound=Record)
 
 
 class RecordsResult(BaseModel, Generic[T]):
@@ -124,6 +131,16 @@ class CountResult(BaseModel):
 
 class RecordResult(BaseModel, Generic[T]):
     record: T = Field(description="The record, of the input's type.")
+
+
+class Pair(BaseModel, Generic[L, S]):
+    left: L = Field(description="The item from `left`.")
+    right: S = Field(description="The item from `right`.")
+
+
+class PairsResult(BaseModel, Generic[L, S]):
+    records: list[Pair[L, S]] = Field(description="One {left, right} per pair, in order.")
+    count: int = Field(description="Number of pairs.")
 
 
 def _context() -> decimal.Context:
@@ -261,6 +278,20 @@ def _text_test(op: str, needle: str, ignore_case: bool) -> Callable[[str], bool]
 
 
 def _matcher(op: str, value: Any, ignore_case: bool = False) -> Callable[[Any], bool]:
+    if op == "has_key":
+        if not isinstance(value, str):
+            raise ValueError(f"op 'has_key' needs a key (text) as value, got {_describe(value)}")
+
+        def has(v: Any) -> bool:
+            if v is None:
+                return False
+            if not isinstance(v, dict):
+                raise ValueError(
+                    f"op 'has_key' needs an object field, but the field holds {_kind(v)} {_describe(v)}"
+                )
+            return value in v
+
+        return has
     if ignore_case and isinstance(value, str) and op in ("eq", "ne"):
         folded = value.casefold()
         same: Callable[[Any], bool] = lambda v: isinstance(v, str) and v.casefold() == folded  # noqa: E731
@@ -355,8 +386,8 @@ def pick(
 ) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
     """Keep only `fields` in each record (a projection); returns {records, count}.
 
-    A field a record lacks is left out of that record; a field that no record has is an
-    error (a typo). Record order is unchanged.
+    A field a record lacks is left out of that record. An empty list gives an empty result;
+    in a non-empty list, a field that no record has is an error (a typo). Order is unchanged.
     """
     if not fields:
         raise ValueError("fields is empty: name at least one field to keep")
@@ -408,7 +439,20 @@ def pluck_text(records: list[R], field: FieldOfR) -> TextValuesResult:
 def filter_records(
     records: list[R],
     field: FieldOfR,
-    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "contains", "starts_with", "ends_with", "has_word"],
+    op: Literal[
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "in",
+        "contains",
+        "starts_with",
+        "ends_with",
+        "has_word",
+        "has_key",
+    ],
     value: Any,
     ignore_case: bool = False,
 ) -> RecordsResult[R]:
@@ -418,11 +462,13 @@ def filter_records(
     lt/le/gt/ge: numbers (or decimal strings) by value, ISO 8601 dates/timestamps as
     instants ("2024-05-15 13:00" vs "2024-05-15T10:00:00"), other text in text order;
     mixing a number and text is an error.
-    contains/starts_with/ends_with/has_word (a whole word): on a text field; contains also
-    tests membership in a list field. A field holding another type is an error, not "no match".
-    in: the field's value is one of `value` (a list).
+    contains/starts_with/ends_with/has_word (a whole word): on a text field; contains on a
+    list field: the list has an item equal to `value`. A field holding another type is an
+    error, not "no match". in: the field's value is one of `value` (a list).
+    has_key: the field is an object that has the key `value`.
     ignore_case: text comparisons (eq, ne, in and the text ops) ignore letter case.
-    Records without the field (or with null) never match; a field no record has is an error.
+    Records without the field (or with null) never match. An empty list gives an empty
+    result; in a non-empty list, a field that no record has is an error (a typo).
     """
     _check_field(records, field)
     matches = _matcher(op, value, ignore_case)
@@ -554,10 +600,82 @@ def count(records: list[Any]) -> CountResult:
 
 @tool(provenance="derived", selection=Selection({"/record": "records/*"}))
 def first(records: list[T]) -> RecordResult[T]:
-    """Return {record}: the first item of a non-empty list (e.g. the top one after sort_records).
+    """Return {record}: the first item (e.g. the top one after sort_records).
 
-    An empty list is an error.
+    An empty list fails the step: guard it with when {"nonempty": ...} if it may be empty.
     """
     if not records:
-        raise ValueError("the list of records is empty")
+        raise ValueError("the list is empty: there is no first item")
     return RecordResult(record=records[0])
+
+
+@tool(
+    provenance="derived",
+    selection=Selection({"/records/*/left": "left/*", "/records/*/right": "right/*"}),
+)
+def zip_lists(left: list[L], right: list[S]) -> PairsResult[L, S]:
+    """Pair two lists by position: {records: [{left, right}], count} (left[0] with right[0], ...).
+
+    Both lists must have the same length (a mismatch is an error, never a silent cut);
+    two empty lists give no pairs.
+    """
+    if len(left) != len(right):
+        raise ValueError(
+            f"left has {len(left)} items and right {len(right)}: zip_lists pairs lists of one length"
+        )
+    pairs = [Pair[Any, Any](left=a, right=b) for a, b in zip(left, right, strict=True)]
+    return PairsResult[Any, Any](records=pairs, count=len(pairs))
+
+
+@tool(
+    provenance="derived",
+    selection=Selection(
+        {"/records/*/left": "left/*", "/records/*/right": "right/*"},
+        decides=("left/*/{left_field}", "right/*/{right_field}"),
+    ),
+)
+def join_records(
+    left: list[RL],
+    right: list[RS],
+    left_field: Annotated[str, FieldName(RL)],
+    right_field: Annotated[str, FieldName(RS)],
+    ignore_case: bool = False,
+) -> PairsResult[RL, RS]:
+    """Join records where left[left_field] equals right[right_field]: {records: [{left, right}], count}.
+
+    An inner join: each matching pair once, in left order then right order; records without
+    a match (or with the field missing or null) are left out. Numbers and decimal strings
+    compare by value; ignore_case for text. An empty list on either side gives no pairs.
+    """
+    _check_field(left, left_field)
+    _check_field(right, right_field)
+    index: dict[str, list[Record]] = {}
+    for record in right:
+        value = record.get(right_field)
+        if value is not None:
+            index.setdefault(_join_key(value, ignore_case), []).append(record)
+    pairs = []
+    for item in left:
+        value = item.get(left_field)
+        if value is None:
+            continue
+        for match in index.get(_join_key(value, ignore_case), ()):
+            pairs.append(Pair[Any, Any](left=item, right=match))
+            if len(pairs) > MAX_JOIN_PAIRS:
+                raise ValueError(
+                    f"the join gives more than {MAX_JOIN_PAIRS} pairs: join on a more specific field"
+                )
+    return PairsResult[Any, Any](records=pairs, count=len(pairs))
+
+
+#: Most pairs `join_records` returns (a join on a repeated value grows as the product).
+MAX_JOIN_PAIRS = 100_000
+
+
+def _join_key(value: Any, ignore_case: bool) -> str:
+    number = _numeric(value)
+    if number is not None:
+        return "n:" + _plain(number.normalize())
+    if isinstance(value, str):
+        return "s:" + (value.casefold() if ignore_case else value)
+    return "j:" + json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
