@@ -13,10 +13,12 @@ names need not be Python identifiers (``from``, ``x-request-id``). It may be ``a
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -43,6 +45,23 @@ _REF_KEYWORDS = ("$ref", "$dynamicRef")
 @dataclass(frozen=True, eq=False)
 class SchemaTool(ToolSpec):
     """A `ToolSpec` whose function takes the validated arguments as one dict (see `tool_from_schema`)."""
+
+    #: What the function runs besides its own code (canonical JSON; `tool_from_schema`'s `runs`).
+    runs_json: str | None = field(repr=False, default=None)
+
+    @functools.cached_property
+    def code_sha256(self) -> str:
+        """SHA-256 of the function's code and of what it runs (`runs`).
+
+        An importer's functions are one closure for every tool it makes: without `runs`, an
+        MCP tool, another server's tool of the same name and an OpenAPI operation would all
+        hash alike, and an approval would not bind what actually runs.
+        """
+        code = ToolSpec.code_sha256.func(self)  # type: ignore[attr-defined]
+        if self._recorded_code_sha256 is not None or self.runs_json is None:
+            return str(code)
+        text = canonical_json({"function": code, "runs": json.loads(self.runs_json)})
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def invoke(self, args: Mapping[str, Any]) -> Any:
         """Call the function with already-validated `args`; an async function is run to completion."""
@@ -141,6 +160,7 @@ def tool_from_schema(
     provenance: OutputProvenance = "trusted",
     sinks: Mapping[str, Iterable[str] | str] | None = None,
     requires_approval: bool = False,
+    runs: Mapping[str, Any] | None = None,
 ) -> SchemaTool:
     """A tool from its JSON Schemas and a callable, for catalogues that have no Python signatures.
 
@@ -151,6 +171,9 @@ def tool_from_schema(
     - `func(args)`: takes the arguments as one dict and returns JSON data (or an awaitable of it).
     - `effect`, `timeout_s`, `idempotent`, `provenance`, `sinks`, `requires_approval`: as for `pte.tool`;
       `sinks` name properties of the input schema.
+    - `runs`: JSON data naming what `func` runs besides its own code (an importer's server
+      command, spec and operation, its version): part of `code_sha256`, so that an approval,
+      which binds the code hash, binds what actually runs.
 
     Raises `ToolRegistrationError` for a bad name, a schema that is not valid JSON Schema, an
     input schema that is not an object, a ``$ref`` to another document, or a sink that is not
@@ -210,4 +233,14 @@ def tool_from_schema(
         _fast_input=jsonschema_rs.validator_for(inputs),
         _fast_output=jsonschema_rs.validator_for(outputs),
         is_async=inspect.iscoroutinefunction(func),
+        runs_json=_runs_json(name, runs),
     )
+
+
+def _runs_json(tool_name: str, runs: Mapping[str, Any] | None) -> str | None:
+    if runs is None:
+        return None
+    try:
+        return canonical_json(dict(runs))
+    except (TypeError, ValueError) as exc:
+        raise ToolRegistrationError(f"tool {tool_name!r}: runs must be JSON data: {exc}") from None

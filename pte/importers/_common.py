@@ -11,6 +11,7 @@ come from the manifest, else from conservative defaults (``write``, not idempote
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -27,8 +28,16 @@ from pte._registry import Registry
 from pte._resources import load_schema
 from pte._tool_schema import SchemaFunction, tool_from_schema
 from pte._tool_spec import Effect
+from pte._version import __version__
 
-__all__ = ["ImportManifest", "ImportRefused", "SourceTool", "build_registry", "fingerprint"]
+__all__ = [
+    "ImportManifest",
+    "ImportRefused",
+    "SourceTool",
+    "build_registry",
+    "fingerprint",
+    "importer_version",
+]
 
 #: The planner reads descriptions; a source cannot flood the prompt through one.
 MAX_DESCRIPTION_CHARS = 2000
@@ -97,6 +106,17 @@ def _how_to_declare(kind: str, name: str) -> str:
     )
 
 
+def importer_version(module: str) -> str:
+    """SHA-256 of an importer's code: its module's source and this shared module's, with
+    PTE's version. Part of what every imported tool's code hash binds."""
+    texts = [__version__]
+    for name in (module, __name__):
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        texts.append(sha256_hex(Path(origin).read_bytes()) if origin else name)
+    return sha256_hex("\n".join(texts))
+
+
 def build_registry(
     kind: str,
     sources: Iterable[SourceTool],
@@ -105,13 +125,21 @@ def build_registry(
     manifest: ImportManifest | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     prefix: str = "",
     only: Iterable[str] | None = None,
+    runs: Callable[[SourceTool], Mapping[str, Any]] | None = None,
 ) -> Registry:
     """PTE tools for `sources`, as the manifest declares them; refuses what cannot be typed.
 
     With a manifest, exactly the tools it lists are imported (each must exist in the source);
     without one, every source tool (or those named in `only`). Every problem is collected
     and raised together as one `ImportRefused`, so nothing is half imported.
+
+    Each tool's code hash binds what runs (`pte.tool_from_schema`'s `runs`): the importer
+    (`kind` and `importer_version` of `make_func`'s module), the source's definition of the
+    tool (`fingerprint`) and what `runs(source)` names (a server command, a spec and an
+    operation): an approval of one imported tool never carries over to another that shares
+    its name and the importer's code.
     """
+    version = importer_version(make_func.__module__)
     by_name = {tool.name: tool for tool in sources}
     declared = ImportManifest.load(manifest) if manifest is not None else None
     if only is not None:
@@ -174,6 +202,13 @@ def build_registry(
                     sinks=declaration.get("sinks"),
                     requires_approval=declaration.get("requires_approval", False),
                     timeout_s=declaration.get("timeout_s", 30.0),
+                    runs={
+                        "importer": kind,
+                        "importer_version": version,
+                        "source_tool": name,
+                        "definition": fingerprint(source),
+                        **(dict(runs(source)) if runs is not None else {}),
+                    },
                 )
             )
         except ToolRegistrationError as exc:

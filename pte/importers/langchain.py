@@ -10,10 +10,16 @@ import manifest or, for a tool made from a function (``@tool``, ``StructuredTool
 from that function's return annotation, exactly as `pte.tool` derives it. A tool with neither is
 refused with the manifest entry to write. Tools are called with ``invoke`` (``ainvoke`` for
 async-only tools); effect and provenance default to ``write`` and ``untrusted`` as for every importer.
+A `ToolException` fails the step, also for a tool whose ``handle_tool_error`` would have
+returned the error text as its answer. Each tool's code hash binds its class, its function's
+code and the langchain-core version, so an approval binds what runs.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import inspect
+import marshal
 import os
 import typing
 from collections.abc import Iterable, Mapping
@@ -21,12 +27,16 @@ from typing import Any
 
 from pydantic import PydanticUserError, TypeAdapter
 
-from pte._errors import ImportRefused, ImportSourceError
+from pte._canonical import sha256_hex
+from pte._errors import ImportRefused, ImportSourceError, ToolError
 from pte._registry import Registry
 from pte._tool_schema import SchemaFunction
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["import_langchain_tools"]
+
+#: Longest error text from a tool kept in a step's error (it reaches the audit log and replans).
+_MAX_ERROR_CHARS = 2000
 
 
 def _return_schema(tool: Any) -> dict[str, Any] | None:
@@ -76,7 +86,7 @@ def import_langchain_tools(
     Raises `ImportRefused` listing every tool that cannot be typed.
     """
     try:
-        from langchain_core.tools import BaseTool
+        from langchain_core.tools import BaseTool, ToolException
     except ImportError:
         raise ImportSourceError(
             "the LangChain importer needs langchain-core: pip install 'pte[langchain]'"
@@ -88,18 +98,73 @@ def import_langchain_tools(
         by_name[str(tool.name)] = tool
 
     def make_func(source: SourceTool, output_schema: Mapping[str, Any]) -> SchemaFunction:
-        tool = by_name[source.name]
+        tool = _raising(by_name[source.name])
         if getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None:
 
             async def acall(args: dict[str, Any]) -> Any:
-                return await tool.ainvoke(args)
+                try:
+                    return await tool.ainvoke(args)
+                except ToolException as exc:
+                    raise _failed(tool, exc) from None
 
             return acall
 
         def call(args: dict[str, Any]) -> Any:
-            return tool.invoke(args)
+            try:
+                return tool.invoke(args)
+            except ToolException as exc:
+                raise _failed(tool, exc) from None
 
         return call
 
+    def runs(source: SourceTool) -> Mapping[str, Any]:
+        return _what_runs(by_name[source.name])
+
     sources = [_source_tool(tool) for tool in by_name.values()]
-    return build_registry("LangChain", sources, make_func, manifest=manifest, prefix=prefix, only=only)
+    return build_registry(
+        "LangChain", sources, make_func, manifest=manifest, prefix=prefix, only=only, runs=runs
+    )
+
+
+def _raising(tool: Any) -> Any:
+    """`tool` with LangChain's error handling off, so a failure fails the step.
+
+    A tool with ``handle_tool_error`` (or ``handle_validation_error``) set turns a
+    `ToolException` into a returned error string for an agent to read: through PTE that
+    string would be recorded as the step's successful output. Off, the exception reaches PTE,
+    which records a failed step (and replans, with the error, where `pte run` may).
+    """
+    if not getattr(tool, "handle_tool_error", False) and not getattr(tool, "handle_validation_error", False):
+        return tool
+    return tool.model_copy(update={"handle_tool_error": False, "handle_validation_error": False})
+
+
+def _failed(tool: Any, exc: Exception) -> ToolError:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    clipped = text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
+    return ToolError("tool_error", f"LangChain tool {tool.name!r} failed: {clipped}")
+
+
+def _what_runs(tool: Any) -> dict[str, Any]:
+    """What an imported LangChain tool runs: its class, its function's (or ``_run``'s) code,
+    and the langchain-core that calls it (`build_registry` binds it into the code hash)."""
+    kind = type(tool)
+    function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    target = function if function is not None else getattr(kind, "_run", None) or kind
+    try:
+        code = sha256_hex(inspect.getsource(inspect.unwrap(target)))
+    except (OSError, TypeError):
+        compiled = getattr(target, "__code__", None)
+        code = sha256_hex(marshal.dumps(compiled)) if compiled is not None else repr(target)
+    return {
+        "class": f"{kind.__module__}.{kind.__qualname__}",
+        "code": code,
+        "langchain_core": _langchain_version(),
+    }
+
+
+def _langchain_version() -> str | None:
+    try:
+        return str(importlib.metadata.version("langchain-core"))
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -63,9 +63,18 @@ class MCPConnection:
     """
 
     def __init__(
-        self, open_transport: Any, *, label: str, timeout_s: float = 30.0, call_timeout_s: float = 3600.0
+        self,
+        open_transport: Any,
+        *,
+        label: str,
+        timeout_s: float = 30.0,
+        call_timeout_s: float = 3600.0,
+        server: Mapping[str, Any] | None = None,
     ) -> None:
         self.label = label
+        #: What serves the tools (transport, command and arguments or URL; never environment
+        #: values or headers): imported tools' code hashes bind it.
+        self.server: dict[str, Any] = dict(server) if server is not None else {"label": label}
         self.timeout_s = timeout_s
         self.call_timeout_s = call_timeout_s
         self._open_transport = open_transport
@@ -105,7 +114,14 @@ class MCPConnection:
         def open_transport() -> Any:
             return mcp.stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
-        return cls(open_transport, label=f"stdio:{command}", timeout_s=timeout_s)
+        server = {
+            "transport": "stdio",
+            "command": command,
+            "args": list(args),
+            "cwd": os.fspath(cwd) if cwd is not None else None,
+            "env": sorted(env) if env is not None else None,  # names only: values may be secrets
+        }
+        return cls(open_transport, label=f"stdio:{command}", timeout_s=timeout_s, server=server)
 
     @classmethod
     def http(
@@ -120,7 +136,7 @@ class MCPConnection:
             client = create_mcp_http_client(headers=dict(headers) if headers else None)
             return _owning(client, streamable_http_client(url, http_client=client))
 
-        return cls(open_transport, label=url, timeout_s=timeout_s)
+        return cls(open_transport, label=url, timeout_s=timeout_s, server={"transport": "http", "url": url})
 
     # -- the background session ---------------------------------------------------------------
 
@@ -319,4 +335,18 @@ def import_mcp_tools(
         call.__qualname__ = call.__name__ = f"mcp_{name}"
         return call
 
-    return build_registry("MCP", sources, make_func, manifest=manifest, prefix=prefix, only=only)
+    def runs(source: SourceTool) -> Mapping[str, Any]:
+        return {"server": connection.server, "sdk": _sdk_version()}
+
+    return build_registry(
+        "MCP", sources, make_func, manifest=manifest, prefix=prefix, only=only, runs=runs
+    )
+
+
+def _sdk_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp")
+    except PackageNotFoundError:
+        return None

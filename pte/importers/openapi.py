@@ -24,6 +24,7 @@ fails its step.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pte import _json as strict_json
+from pte._canonical import hash_json, sha256_hex
 from pte._errors import OpenAPIError, ToolError
 from pte._registry import Registry
 from pte._tool_schema import SchemaFunction
@@ -349,4 +351,21 @@ def import_openapi(
     def make_func(source: SourceTool, output_schema: Mapping[str, Any]) -> SchemaFunction:
         return _caller(by_name[source.name], base_url, http, timeout_s)
 
-    return build_registry("OpenAPI", sources, make_func, manifest=manifest, prefix=prefix, only=only)
+    try:
+        spec_sha256 = hash_json(document)
+    except ValueError:  # a number JCS cannot write (an integer beyond 2**53): Python's form then
+        spec_sha256 = sha256_hex(json.dumps(document, sort_keys=True, default=str))
+
+    def runs(source: SourceTool) -> Mapping[str, Any]:
+        operation = by_name[source.name]
+        return {
+            "base_url": base_url,
+            "method": operation.method,
+            "path": operation.path,
+            "parameters": {str(p.get("name")): p.get("in") for p in operation.parameters},
+            "spec_sha256": spec_sha256,
+        }
+
+    return build_registry(
+        "OpenAPI", sources, make_func, manifest=manifest, prefix=prefix, only=only, runs=runs
+    )
