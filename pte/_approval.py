@@ -1,7 +1,10 @@
-"""Approvals: a person approves one exact plan, reviewed against one exact catalogue, once.
+"""Approvals: a person approves one run of one exact plan, reviewed against one exact catalogue, once.
 
 An approval binds
 
+- the run id (format 3): approving a plan is approving one run of it, which executes the
+  plan's approved writes once; a copy of the approval (a store row, a file line) names that
+  run and lets no other run do anything,
 - the plan hash (SHA-256 of the plan's canonical JSON: any change to any step, argument or
   reference is a different plan),
 - the *catalogue fingerprint* of the tools that plan calls (`catalogue_fingerprint`: their
@@ -25,9 +28,10 @@ The store is a JSON Lines file: approvals (``{"pte_approval": "2", ...}``) and c
 (``{"consumed": APPROVAL_ID, ...}``). Lines of the old HMAC format (PTE < 0.2) are read but
 never count; the refusal says so and how to re-approve.
 
-The signed message is the ASCII line ``pte-approval-v2`` followed by ``\\n`` and the
+The signed message is the ASCII line ``pte-approval-v3`` followed by ``\\n`` and the
 canonical JSON (`pte._canonical`) of ``{"pte_approval", "plan_hash", "catalogue", "by", "at",
-"expires", "key_id"}``. Each ``approval`` audit record carries all those fields, the public
+"expires", "key_id", "run"}`` (format 2: ``pte-approval-v2`` and no ``run``; such approvals
+are read as evidence and never count). Each ``approval`` audit record carries all those fields, the public
 key and the signature, so an auditor can check it with nothing but the log and the key.
 """
 
@@ -38,6 +42,7 @@ import hashlib
 import os
 import re
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -76,8 +81,10 @@ __all__ = [
     "tool_code_hash",
 ]
 
-APPROVAL_FORMAT = "2"
-_DOMAIN = b"pte-approval-v2\n"
+APPROVAL_FORMAT = "3"
+#: Format 2 approved a plan (any run of it); format 3 approves one run of it.
+_PLAN_FORMAT = "2"
+_DOMAINS = {"2": b"pte-approval-v2\n", "3": b"pte-approval-v3\n"}
 #: How long an approval stays valid unless `approve` is told otherwise.
 DEFAULT_VALIDITY = timedelta(hours=24)
 
@@ -91,12 +98,14 @@ SIGNING_KEY_FILE_ENV = "PTE_APPROVAL_SIGNING_KEY_FILE"
 LEGACY_KEY_ENV = "PTE_APPROVAL_KEY"
 
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
+_RUN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")  # pte.stores.RUN_ID_PATTERN
 _SIG_RE = re.compile(r"[0-9a-f]{128}")
 # ISO-8601 UTC, as `approve` writes it; no newline or quote can occur.
 _TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
-_APPROVAL_KEYS = frozenset(
+_APPROVAL_KEYS_V2 = frozenset(
     {"pte_approval", "plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature"}
 )
+_APPROVAL_KEYS = _APPROVAL_KEYS_V2 | {"run"}
 _LEGACY_KEYS = frozenset({"plan_hash", "by", "at", "signature"})
 _CONSUMED_KEYS = frozenset({"consumed", "plan_hash", "step_id", "run_id", "at"})
 
@@ -128,7 +137,12 @@ def _check_by(by: Any) -> None:
 
 @dataclass(frozen=True)
 class Approval:
-    """One person's approval of one plan against one catalogue, until `expires`."""
+    """One person's approval of one run of one plan against one catalogue, until `expires`.
+
+    `run`: the run id it approves (format 3). Only that run may execute the plan's approved
+    writes, once; an approval without one (format 2, PTE < 0.4) approved a plan, is kept
+    readable as evidence and never lets anything run.
+    """
 
     plan_hash: str
     #: `catalogue_fingerprint` of the plan's tools as the approver reviewed them.
@@ -142,8 +156,11 @@ class Approval:
     key_id: str | None = None
     public_key: str | None = None
     signature: str | None = None
+    run: str | None = None
 
     def __post_init__(self) -> None:
+        if self.run is not None and (not isinstance(self.run, str) or not _RUN_RE.fullmatch(self.run)):
+            raise ValueError(f"run must be a run id, not {self.run!r}")
         for name in ("plan_hash", "catalogue"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
@@ -172,10 +189,15 @@ class Approval:
         """SHA-256 of its canonical JSON: what consumption records name."""
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
 
+    @property
+    def format(self) -> str:
+        """``3`` (binds a run) or ``2`` (binds only a plan: evidence, never authority)."""
+        return APPROVAL_FORMAT if self.run is not None else _PLAN_FORMAT
+
     def message(self) -> bytes:
         """The exact bytes that are signed (see the module docs)."""
         signed = {
-            "pte_approval": APPROVAL_FORMAT,
+            "pte_approval": self.format,
             "plan_hash": self.plan_hash,
             "catalogue": self.catalogue,
             "by": self.by,
@@ -183,7 +205,9 @@ class Approval:
             "expires": self.expires,
             "key_id": self.key_id,
         }
-        return _DOMAIN + canonical_json(signed).encode("utf-8")
+        if self.run is not None:
+            signed["run"] = self.run
+        return _DOMAINS[self.format] + canonical_json(signed).encode("utf-8")
 
     def self_consistent(self) -> bool:
         """Signed, its key id names its public key, and the signature verifies under that key."""
@@ -210,8 +234,8 @@ class Approval:
 
     def to_dict(self) -> dict[str, Any]:
         """The store's JSON form."""
-        return {
-            "pte_approval": APPROVAL_FORMAT,
+        data: dict[str, Any] = {
+            "pte_approval": self.format,
             "plan_hash": self.plan_hash,
             "catalogue": self.catalogue,
             "by": self.by,
@@ -221,6 +245,9 @@ class Approval:
             "public_key": self.public_key,
             "signature": self.signature,
         }
+        if self.run is not None:
+            data["run"] = self.run
+        return data
 
     def evidence(self, *, signed: bool) -> dict[str, Any]:
         """The fields of an ``approval`` audit record (`signed`: verified under a trusted key)."""
@@ -230,10 +257,16 @@ class Approval:
     @classmethod
     def from_dict(cls, data: Any) -> Approval:
         """Parse the store's JSON form (ValueError when it is malformed)."""
-        if not isinstance(data, dict) or set(data) != _APPROVAL_KEYS:
-            raise ValueError(f"an approval has exactly the keys {sorted(_APPROVAL_KEYS)}")
-        if data["pte_approval"] != APPROVAL_FORMAT:
-            raise ValueError(f"unknown approval format {data['pte_approval']!r}")
+        if not isinstance(data, dict):
+            raise ValueError("an approval is a JSON object")
+        version = data.get("pte_approval")
+        keys = {APPROVAL_FORMAT: _APPROVAL_KEYS, _PLAN_FORMAT: _APPROVAL_KEYS_V2}.get(str(version))
+        if keys is None:
+            raise ValueError(f"unknown approval format {version!r}")
+        if set(data) != keys:
+            raise ValueError(f"an approval (format {version}) has exactly the keys {sorted(keys)}")
+        if version == APPROVAL_FORMAT and data["run"] is None:
+            raise ValueError("a format 3 approval names the run it approves")
         return cls(**{k: v for k, v in data.items() if k != "pte_approval"})
 
 
@@ -419,16 +452,19 @@ def approve(
     store: ApprovalStore,
     *,
     catalogue: str,
+    run: str | None = None,
     signing_key: SigningKey | None = None,
     at: datetime | None = None,
     valid_for: timedelta = DEFAULT_VALIDITY,
 ) -> Approval:
-    """Record that `by` approves exactly `plan` against `catalogue` (`catalogue_fingerprint`).
+    """Record that `by` approves one run of exactly `plan` against `catalogue` (`catalogue_fingerprint`).
 
+    `run`: the run id it approves (default: a new one, ``approval.run``); only a run with that
+    id can use it, so the run executes with ``AuditLog(..., run_id=approval.run)``.
     Signed with `signing_key` when given. Valid from `at` (default now) for `valid_for`.
     """
     approval = make_approval(
-        plan.hash, by, catalogue=catalogue, signing_key=signing_key, at=at, valid_for=valid_for
+        plan.hash, by, catalogue=catalogue, run=run, signing_key=signing_key, at=at, valid_for=valid_for
     )
     store.add(approval)
     return approval
@@ -439,16 +475,19 @@ def make_approval(
     by: str,
     *,
     catalogue: str,
+    run: str | None = None,
     signing_key: SigningKey | None = None,
     at: datetime | None = None,
     valid_for: timedelta = DEFAULT_VALIDITY,
 ) -> Approval:
-    """An approval of `plan_hash` against `catalogue` (signed with `signing_key` when given), not stored."""
+    """An approval of run `run` (default: a new run id) of `plan_hash` against `catalogue`
+    (signed with `signing_key` when given), not stored."""
     _check_by(by)
     if valid_for <= timedelta(0):
         raise ValueError("valid_for must be positive")
     when = at if at is not None else _utc_now()
     fields: dict[str, Any] = {
+        "run": run if run is not None else uuid.uuid4().hex,
         "plan_hash": plan_hash,
         "catalogue": catalogue,
         "by": by,

@@ -87,7 +87,7 @@ class ApprovalGate:
         self._steps: OrderedDict[int, tuple[PlanStep, Approval, str, str]] = OrderedDict()
 
     def __call__(self, plan: Plan, audit: AuditLog) -> None:
-        approval = self.check(plan, run_id=audit.run_id)
+        approval = self.check(plan, run_id=audit.run_id, resuming=getattr(audit, "continues_run", False))
         if approval is None:
             return
         audit.append("approval", **approval.evidence(signed=self.keys is not None))
@@ -101,8 +101,12 @@ class ApprovalGate:
             while len(self._steps) > 8192:
                 self._steps.popitem(last=False)
 
-    def check(self, plan: Plan, *, run_id: str | None = None) -> Approval | None:
-        """The approval that lets `plan` run (None when none is needed); raises when none does."""
+    def check(self, plan: Plan, *, run_id: str | None = None, resuming: bool = False) -> Approval | None:
+        """The approval that lets `plan` run as run `run_id` (None when none is needed); raises
+        when none does. `run_id` None: any run's (the CLI picks the run `pte approve` created).
+        `resuming`: the run continues, and the writes it already consumed the approval for are
+        refused step by step (`guard`) rather than here; a fresh start of a run id that
+        consumed its approval is refused here, before anything runs."""
         tools = requires_approval(plan, self.registry)
         if not tools:
             return None
@@ -127,7 +131,7 @@ class ApprovalGate:
         reasons: list[str] = []
         valid: list[Approval] = []
         for approval in reversed(found):
-            why = self._why_not(approval, fingerprint, now)
+            why = self._why_not(approval, fingerprint, now, run_id)
             if why is None:
                 valid.append(approval)
             else:
@@ -142,20 +146,26 @@ class ApprovalGate:
                 if approval_id == approval.id
                 and step_id.split("[", 1)[0] in wanted  # a step, or an element ``id[i]`` of it
                 # Resume of the run that used it: the guard decides step by step.
-                and c.run_id != run_id
+                and not (resuming and c.run_id == run_id)
             ]
             if not used:
                 return approval
             earlier = used[0]
         raise ApprovalConsumed(_consumed_message(valid[-1], earlier))
 
-    def refusal(self, approval: Approval, plan: Plan) -> str | None:
-        """Why `approval` does not let `plan` run here (None: it does, consumption aside)."""
+    def refusal(self, approval: Approval, plan: Plan, run_id: str | None = None) -> str | None:
+        """Why `approval` does not let `plan` run here as run `run_id` (None: it does, consumption aside)."""
         if approval.plan_hash != plan.hash:
             return f"it approves plan {approval.plan_hash}, not {plan.hash}"
-        return self._why_not(approval, catalogue_fingerprint(self.registry, plan, self.policy), self.clock())
+        fingerprint = catalogue_fingerprint(self.registry, plan, self.policy)
+        return self._why_not(approval, fingerprint, self.clock(), run_id)
 
-    def _why_not(self, approval: Approval, fingerprint: str, now: datetime) -> str | None:
+    def _why_not(self, approval: Approval, fingerprint: str, now: datetime, run_id: str | None) -> str | None:
+        if approval.run is None:
+            return (
+                "it approves a plan, not a run (format 2, PTE < 0.4): approve it again "
+                "(pte approve PLAN_FILE binds the run that then executes)"
+            )
         if approval.catalogue != fingerprint:
             return (
                 f"approved against catalogue {approval.catalogue[:12]}…, but this deployment's tools "
@@ -172,6 +182,8 @@ class ApprovalGate:
             return "bad signature"
         if approval.expired(now):
             return f"expired at {approval.expires}"
+        if run_id is not None and approval.run != run_id:
+            return f"it approves run {approval.run}, not run {run_id}"
         return None
 
     def guard(self, invoker: Any) -> Any:

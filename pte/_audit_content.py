@@ -73,6 +73,8 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
         return f"approval is malformed: {exc}"
     if approval.id != record.get("approval_id"):
         return "approval_id is not the hash of the approval"
+    if approval.run is not None and approval.run != record.get("run_id"):
+        return "the approval approves another run"
     if approval.signature is None:
         return "approval marked signed carries no signature" if record.get("signed") is True else None
     if not approval.self_consistent():
@@ -81,4 +83,14 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
 
 
 #: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
-_APPROVAL_FIELDS = ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
+_APPROVAL_FIELDS = (
+    "plan_hash",
+    "catalogue",
+    "by",
+    "at",
+    "expires",
+    "key_id",
+    "public_key",
+    "signature",
+    "run",
+)

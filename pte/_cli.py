@@ -25,6 +25,7 @@ from pte._cli_deployment import (
     _add_tools,
     _approvals_path,
     _engine,
+    _gate,
     _llm,
     _open_audit,
     _packs,
@@ -124,6 +125,37 @@ def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: st
     )
 
 
+def _run_id_arg(args: argparse.Namespace) -> str | None:
+    from pte.stores import StoreError, check_run_id
+
+    if args.run_id is None:
+        return None
+    try:
+        return check_run_id(args.run_id)
+    except StoreError as exc:
+        raise UsageError(f"--run-id: {exc}") from None
+
+
+def _approved_run(registry: Registry, args: argparse.Namespace, text: str) -> str | None:
+    """The run `pte approve PLAN_FILE` created for this plan: the newest approval of it in the
+    deployment's store that counts here and has not been used. None: no such approval (the run
+    gets a new id, and the gate says why it cannot run if it needs one)."""
+    from pte._compiler import compile_plan
+    from pte._errors import ApprovalConsumed, PTEError
+
+    policy = _policy(registry, args)
+    gate = _gate(registry, args, policy)
+    try:
+        plan = compile_plan(text, registry, checks=[policy.check()])
+        approval = gate.check(plan)
+    except ApprovalConsumed:  # its run already ran: run it again, so that it is refused as such
+        used = [a for a in gate.store.find(plan.hash) if gate.refusal(a, plan) is None]
+        approval = used[-1] if used else None
+    except PTEError:
+        return None
+    return approval.run if approval is not None else None
+
+
 def cmd_execute(args: argparse.Namespace) -> int:
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
@@ -131,7 +163,8 @@ def cmd_execute(args: argparse.Namespace) -> int:
     stored = _in_store(registry, None, args, plan_text=text)
     if stored is not None:
         return stored
-    audit = _open_audit(args.audit, durability=args.durability)
+    run_id = _run_id_arg(args) or _approved_run(registry, args, text)
+    audit = _open_audit(args.audit, durability=args.durability, run_id=run_id)
     with audit:
         result = _engine(registry, None, args).execute(text, audit)
     return _report_run(result, args, args.audit)
@@ -144,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stored = _in_store(registry, llm, args, request=args.request)
     if stored is not None:
         return stored
-    audit = _open_audit(args.audit, durability=args.durability)
+    audit = _open_audit(args.audit, durability=args.durability, run_id=_run_id_arg(args))
     with audit:
         result = _engine(registry, llm, args).run(args.request, audit)
     return _report_run(result, args, args.audit)
@@ -217,8 +250,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
         else "unsigned (give --signing-key or $PTE_APPROVAL_SIGNING_KEY_FILE to sign)"
     )
     print(
-        f"approved plan {plan.hash} by {args.by} at {approval.at} until {approval.expires}, {signed}; "
-        f"recorded in {args.approvals}"
+        f"approved run {approval.run} of plan {plan.hash} by {args.by} at {approval.at} until "
+        f"{approval.expires}, {signed}; recorded in {args.approvals}\n"
+        f"execute it (once) with: pte execute {args.plan_file} --approvals {args.approvals} --audit LOG"
     )
     return EXIT_OK
 
@@ -309,7 +343,10 @@ def _add_run_store(parser: argparse.ArgumentParser) -> None:
     from pte import _cli_store as cli_store
 
     cli_store.add_store(parser)
-    parser.add_argument("--run-id", help="with --store: the run id (default: a new one)")
+    parser.add_argument(
+        "--run-id",
+        help="the run id (default: with --store a new one; else the run `pte approve` created, or a new one)",
+    )
     parser.add_argument(
         "--approval-ttl", type=float, metavar="SECONDS", help="with --store: how long a paused run waits"
     )

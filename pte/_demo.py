@@ -239,7 +239,7 @@ def run_scenario(
     workdir: Path,
     *,
     audit_path: Path | None = None,
-    audit_factory: Callable[[Path], AuditLog] | None = None,
+    audit_factory: Callable[..., AuditLog] | None = None,
 ) -> DemoOutcome:
     """Run one scenario against the ledger in $PTE_LEDGER, writing its audit log under `workdir`."""
     from pte._approval import approve, catalogue_fingerprint
@@ -248,10 +248,15 @@ def run_scenario(
     path = audit_path or workdir / f"{scenario.name}.jsonl"
     store = ApprovalStore(workdir / "approvals.jsonl")
     policy = Policy.from_registry(registry)
+    run_id = None
     if scenario.approve_by:
-        # The person reviewed the plan file (`pte plan`) and approved its exact hash (`pte approve`).
+        # The person reviewed the plan file (`pte plan`) and approved one run of its exact hash
+        # (`pte approve`); that run is the one that executes.
         plan = compile_plan(scenario.responses[0], registry, checks=[policy.check()])
-        approve(plan, scenario.approve_by, store, catalogue=catalogue_fingerprint(registry, plan, policy))
+        approval = approve(
+            plan, scenario.approve_by, store, catalogue=catalogue_fingerprint(registry, plan, policy)
+        )
+        run_id = approval.run
     engine = Engine(
         registry,
         ReplayClient(scenario.responses, model="recorded-demo-responses"),
@@ -259,7 +264,7 @@ def run_scenario(
         policy=policy,
         approval=approval_hook(store, registry=registry, policy=policy),
     )
-    audit = audit_factory(path) if audit_factory else AuditLog(path)
+    audit = audit_factory(path, run_id=run_id) if audit_factory else AuditLog(path, run_id=run_id)
     with audit:
         result = engine.run(scenario.request, audit)
     report = verify(path)

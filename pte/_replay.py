@@ -235,6 +235,8 @@ class CheckingAuditLog(AuditLog):
         super().__init__(None, run_id=run_id, keep=True)
         self._expected = deque((line, rec) for line, rec in expected if rec.get("type") not in _ANNOTATIONS)
         self._forward = forward
+        #: Resume: the run continues (an approval it consumed earlier is its own, step by step).
+        self.continues_run = forward is not None
         self._redacted_hashes = _RedactedPlanHashes()
         self.checked = 0
         self.resumed_at: int | None = None

@@ -161,12 +161,27 @@ class _RecordedApprovals:
         record = queue.popleft()
         fields = {
             k: record.get(k)
-            for k in ("plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature")
+            for k in (
+                "plan_hash",
+                "catalogue",
+                "by",
+                "at",
+                "expires",
+                "key_id",
+                "public_key",
+                "signature",
+                "run",
+            )
         }
         try:
             approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
         except (TypeError, ValueError) as exc:
             raise ApprovalMissing(f"the recorded approval of plan {plan.hash} is malformed: {exc}") from None
+        if approval.run is not None and approval.run != audit.run_id:
+            raise ApprovalMissing(
+                f"the recorded approval of plan {plan.hash} approves run {approval.run}, "
+                f"not this run {audit.run_id}"
+            )
         fingerprint = catalogue_fingerprint(self._registry, plan, self._policy, canonical=self._canonical)
         if approval.catalogue != fingerprint:
             raise ApprovalMissing(

@@ -172,7 +172,7 @@ def pausing_gate(
                 continue
             if deadline is not None and decision.at > deadline:
                 continue  # given after the deadline: does not count
-            approval = _decision_approval(store, decision, plan, checker)
+            approval = _decision_approval(store, decision, plan, checker, run_id)
             if approval is None:
                 continue
             audit.append("approval", **approval.evidence(signed=keys is not None))
@@ -205,18 +205,24 @@ def pausing_gate(
 
 
 def _decision_approval(
-    store: Store, decision: Decision, plan: Plan, checker: ApprovalGate
+    store: Store, decision: Decision, plan: Plan, checker: ApprovalGate, run_id: str
 ) -> Approval | None:
-    """The stored approval behind an approving decision, if it lets `plan` run here."""
+    """The stored approval behind an approving decision, if it lets `plan` run here as `run_id`.
+
+    A decision row is a pointer, not evidence: what counts is an approval that names this
+    run itself (under the approver's signature when keys are configured). A row copied to
+    another run, or an approval of another run of the same plan, lets nothing run.
+    """
     for data in getattr(store, "approvals_data", lambda _h: [])(decision.plan_hash):
         try:
             approval = Approval.from_dict(data)
         except ValueError:
             continue  # an old (HMAC) or malformed approval never counts
         if (
-            approval.by == decision.by
+            approval.run == run_id
+            and approval.by == decision.by
             and approval.at == decision.at
-            and checker.refusal(approval, plan) is None
+            and checker.refusal(approval, plan, run_id) is None
         ):
             return approval
     return None
@@ -261,14 +267,14 @@ def decide(
     missing = [t for t in tools if not isinstance(t, str) or t not in recorded]
     if missing:
         raise StoreError(f"run {run_id}'s plan calls tools its record does not describe: {missing}")
-    policy = _recorded_policy(recorded, (started.get("config") or {}).get("policy"))
-    catalogue = catalogue_fingerprint(recorded, [str(t) for t in tools], policy)
+    catalogue = catalogue_fingerprint(recorded, [str(t) for t in tools], _run_policy(records, recorded))
     if valid_for is None and info.expires_at is not None:
         valid_for = max(_parse_time(info.expires_at) - moment, timedelta(seconds=1))
     approval = make_approval(
         info.plan_hash,
         by,
         catalogue=catalogue,
+        run=run_id,
         signing_key=signing_key,
         at=moment,
         valid_for=valid_for or DEFAULT_APPROVAL_TTL,
@@ -276,6 +282,23 @@ def decide(
     decision = Decision(run_id, info.plan_hash, "approved" if approve else "rejected", by, approval.at, note)
     store.decide(decision, approval.to_dict() if approve else None)
     return decision
+
+
+def _run_policy(records: Sequence[Mapping[str, Any]], recorded: Registry) -> Any:
+    """The policy the run was planned under, as its gate fingerprints it.
+
+    Format 2 stores the policy by hash (``run_started.policy``, the document in ``stored``);
+    `expand_run_started` puts it back in ``config.policy``. A run that recorded none ran under
+    its tools' own guarded declarations (`Policy.from_registry`), which is what the gate uses.
+    """
+    from pte._fingerprint import expand_run_started, stored_contents
+    from pte._policy import Policy
+
+    started = expand_run_started(records[0], stored_contents(records)) if records else {}
+    document = (started.get("config") or {}).get("policy")
+    if document is None:
+        return Policy.from_registry(recorded)
+    return _recorded_policy(recorded, document)
 
 
 def run_in_store(

@@ -164,17 +164,19 @@ def test_a_signed_approval_is_the_ed25519_signature_of_the_documented_message(st
     plan = compiled()
     approval = give(plan, store, at=AT, valid_for=timedelta(hours=2))
     assert approval.expires == "2026-11-01T11:30:00.000000Z"
+    assert approval.run is not None  # a new run, the one this approval lets execute
     message = (
-        b"pte-approval-v2\n"
+        b"pte-approval-v3\n"
         + canonical_json(
             {
-                "pte_approval": "2",
+                "pte_approval": "3",
                 "plan_hash": plan.hash,
                 "catalogue": fingerprint(plan),
                 "by": "alice",
                 "at": "2026-11-01T09:30:00.000000Z",
                 "expires": "2026-11-01T11:30:00.000000Z",
                 "key_id": SIGNER.public_key.key_id,
+                "run": approval.run,
             }
         ).encode()
     )
@@ -245,11 +247,13 @@ def test_an_expired_approval_is_refused(store: ApprovalStore) -> None:
 
 def test_an_approval_binds_the_catalogue_code_included(store: ApprovalStore, tmp_path: Path) -> None:
     plan = compiled()
-    give(plan, store)
+    given = give(plan, store)
     other = Registry([get_supplier, _other_send_payment()])
     assert fingerprint(plan, other) != fingerprint(plan)
     log = tmp_path / "audit.jsonl"
-    result = Engine(other, None, approval=gate(store, registry=other)).execute(plan_text(), AuditLog(log))
+    result = Engine(other, None, approval=gate(store, registry=other)).execute(
+        plan_text(), AuditLog(log, run_id=given.run)
+    )
     assert result.reason is ReasonCode.APPROVAL_MISSING and CALLS == []
     assert "fingerprint" in (result.message or "")
     # A weaker policy is a different catalogue too.
@@ -346,7 +350,9 @@ def test_the_audit_record_carries_enough_to_check_the_signature(tmp_path: Path, 
     plan = compiled()
     given = give(plan, store)
     log = tmp_path / "audit.jsonl"
-    result = Engine(REGISTRY, None, approval=gate(store)).execute(plan_text(), AuditLog(log))
+    result = Engine(REGISTRY, None, approval=gate(store)).execute(
+        plan_text(), AuditLog(log, run_id=given.run)
+    )
     assert result.ok, result.message
     assert CALLS == ["get_supplier", "send_payment"]
     (record,) = records_of(log, "approval")
@@ -360,9 +366,11 @@ def test_the_audit_record_carries_enough_to_check_the_signature(tmp_path: Path, 
 
 def test_one_approval_pays_once(tmp_path: Path, store: ApprovalStore) -> None:
     """Attack: the same signed approval used three times for a non-idempotent payment."""
-    give(compiled(), store)
+    given = give(compiled(), store)
     results = [
-        Engine(REGISTRY, None, approval=gate(store)).execute(plan_text(), AuditLog(tmp_path / f"{i}.jsonl"))
+        Engine(REGISTRY, None, approval=gate(store)).execute(
+            plan_text(), AuditLog(tmp_path / f"{i}.jsonl", run_id=given.run)
+        )
         for i in range(3)
     ]
     assert [r.status for r in results] == ["succeeded", "failed_closed", "failed_closed"]
@@ -373,9 +381,16 @@ def test_one_approval_pays_once(tmp_path: Path, store: ApprovalStore) -> None:
         assert records_of(tmp_path / f"{i}.jsonl", "step_started") == []
     consumed = [json.loads(line) for line in store.path.read_text().splitlines() if '"consumed"' in line]
     assert [(c["step_id"], c["run_id"]) for c in consumed] == [("pay", results[0].run_id)]
-    # A second approval is a second payment, on purpose.
-    give(compiled(), store, by="bob")
-    again = Engine(REGISTRY, None, approval=gate(store)).execute(plan_text(), AuditLog(tmp_path / "4.jsonl"))
+    # Another run of the same plan is not approved by it.
+    other = Engine(REGISTRY, None, approval=gate(store)).execute(plan_text(), AuditLog(tmp_path / "o.jsonl"))
+    assert other.reason is ReasonCode.APPROVAL_MISSING and f"approves run {given.run}" in (
+        other.message or ""
+    )
+    # A second approval (of a second run) is a second payment, on purpose.
+    bob = give(compiled(), store, by="bob")
+    again = Engine(REGISTRY, None, approval=gate(store)).execute(
+        plan_text(), AuditLog(tmp_path / "4.jsonl", run_id=bob.run)
+    )
     assert again.ok and CALLS.count("send_payment") == 2
 
 
@@ -412,20 +427,22 @@ def test_plans_without_guarded_tools_run_without_approval(tmp_path: Path, store:
 def test_gate_with_an_in_memory_log(store: ApprovalStore) -> None:
     hook = gate(store)
     plan = compiled()
-    audit = begun(AuditLog(None))
+    audit = begun(AuditLog(None, run_id="r-memory"))
     with pytest.raises(ApprovalMissing):
         hook(plan, audit)
-    give(plan, store)
+    give(plan, store, run="r-memory")
     hook(plan, audit)
     assert [r["type"] for r in audit.records[1:]] == ["approval"]
 
 
 def test_a_replanned_plan_needs_its_own_approval(tmp_path: Path, store: ApprovalStore) -> None:
     first = plan_text(supplier="missing")  # its first step fails at run time
-    give(compiled(first), store)
+    give(compiled(first), store, run="r-replan")
     llm = ReplayClient([first, plan_text(supplier="S2")])
     log = tmp_path / "audit.jsonl"
-    result = Engine(REGISTRY, llm, approval=gate(store)).run("pay supplier S1", AuditLog(log))
+    result = Engine(REGISTRY, llm, approval=gate(store)).run(
+        "pay supplier S1", AuditLog(log, run_id="r-replan")
+    )
     assert (result.status, result.reason) == ("failed_closed", ReasonCode.APPROVAL_MISSING)
     assert CALLS == ["get_supplier"]  # the failed lookup; the replanned payment never ran
     assert len(records_of(log, "approval")) == 1
@@ -467,13 +484,19 @@ def test_a_for_each_payment_consumes_the_approval_per_element(tmp_path: Path, st
     )
     policy = Policy.from_registry(registry)
     plan = compile_plan(text, registry, checks=[policy.check()])
-    approve(plan, "alice", store, catalogue=catalogue_fingerprint(registry, plan, policy), signing_key=SIGNER)
+    given = approve(
+        plan, "alice", store, catalogue=catalogue_fingerprint(registry, plan, policy), signing_key=SIGNER
+    )
     hook = approval_hook(store, registry=registry, keys=KEYS, policy=policy)
-    first = Engine(registry, None, policy=policy, approval=hook).execute(text, AuditLog(tmp_path / "1.jsonl"))
+    first = Engine(registry, None, policy=policy, approval=hook).execute(
+        text, AuditLog(tmp_path / "1.jsonl", run_id=given.run)
+    )
     assert first.ok, first.message
     assert CALLS.count("send_payment") == 2
     consumed = [json.loads(line) for line in store.path.read_text().splitlines() if '"consumed"' in line]
     assert sorted(c["step_id"] for c in consumed) == ["pay[0]", "pay[1]"]
-    again = Engine(registry, None, policy=policy, approval=hook).execute(text, AuditLog(tmp_path / "2.jsonl"))
+    again = Engine(registry, None, policy=policy, approval=hook).execute(
+        text, AuditLog(tmp_path / "2.jsonl", run_id=given.run)
+    )
     assert again.reason is ReasonCode.APPROVAL_CONSUMED
     assert CALLS.count("send_payment") == 2

@@ -104,6 +104,7 @@ def every_type(log: AuditLog) -> None:
         PLAN_HASH,
         "alice",
         catalogue="c" * 64,
+        run=log.run_id,
         signing_key=SigningKey.generate(),
         at=datetime(2026, 11, 22, 2, 30, tzinfo=UTC),
     )

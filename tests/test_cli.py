@@ -657,7 +657,7 @@ def test_approve_then_execute_a_payment(
 
     code, out, _ = cli(capsys, "approve", str(plan), "--by", "controller@example.com", *common)
     assert code == 0
-    assert "approved plan" in out and "unsigned" in out
+    assert "approved run" in out and "unsigned" in out
     stored = [json.loads(line) for line in store.read_text(encoding="utf-8").splitlines()]
     assert [a["by"] for a in stored] == ["controller@example.com"]
 

@@ -348,6 +348,10 @@ def _state() -> Iterator[None]:
     CALLS.clear()
 
 
+#: The run the controller approves (approvals bind a run).
+RUN = "run-approved-by-the-controller"
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> ApprovalStore:
     """Approvals for the honest plans only: an injected plan is never approved."""
@@ -355,7 +359,7 @@ def store(tmp_path: Path) -> ApprovalStore:
     for text, prior in ((FIRST_DIRECT, None), (FIRST_FLAKY, None), (REPLAN_HONEST, PRIOR_AT_REPLAN)):
         plan = compile_plan(text, REGISTRY, prior=prior)
         fingerprint = catalogue_fingerprint(REGISTRY, plan, Policy.from_registry(REGISTRY))
-        approve(plan, "controller@example.com", approvals, catalogue=fingerprint, signing_key=SIGNER)
+        approve(plan, "controller@example.com", approvals, catalogue=fingerprint, signing_key=SIGNER, run=RUN)
     return approvals
 
 
@@ -378,7 +382,7 @@ def run(
         approval=approval_hook(store, keys=KEYS, registry=REGISTRY, policy=Policy.from_registry(REGISTRY)),
     )
     log = tmp_path / "audit.jsonl"
-    with AuditLog(log) as audit:
+    with AuditLog(log, run_id=RUN) as audit:  # the run the controller approved
         result = engine.run("Pay invoice 7 from ACME (supplier S-1): 120.00 EUR.", audit)
     check_invariants(result, llm, log)
     return result, llm, log
@@ -650,7 +654,7 @@ def test_pathologically_deep_output_fails_the_step_not_the_engine(
         approval=approval_hook(store, keys=KEYS, registry=REGISTRY, policy=Policy.from_registry(REGISTRY)),
     )
     log = tmp_path / "deep.jsonl"
-    with AuditLog(log) as audit:
+    with AuditLog(log, run_id=RUN) as audit:
         result = engine.run("Pay invoice 7.", audit)
     check_invariants(result, llm, log)
     assert (result.status, result.reason) == ("failed_closed", ReasonCode.POLICY_VIOLATION)

@@ -141,9 +141,11 @@ def forge_unsealed_log(
     text = json.dumps(plan)
     attacker_store = ApprovalStore(tmp_path / "attacker-approvals.jsonl")
     compiled = compile_plan(text, registry, checks=[policy.check()])
-    approve(compiled, "mallory", attacker_store, catalogue=catalogue_fingerprint(registry, compiled, policy))
+    given = approve(
+        compiled, "mallory", attacker_store, catalogue=catalogue_fingerprint(registry, compiled, policy)
+    )
     full = tmp_path / "attacker-full.jsonl"
-    with AuditLog(full) as audit:
+    with AuditLog(full, run_id=given.run) as audit:
         result = Engine(
             registry, None, policy=policy, approval=ApprovalGate(attacker_store, registry, policy=policy)
         ).execute(text, audit)

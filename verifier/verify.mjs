@@ -85,14 +85,18 @@ function publicKeyFromRaw(hex) {
   return createPublicKey({ key: Buffer.concat([ED25519_SPKI_PREFIX, Buffer.from(hex, "hex")]), format: "der", type: "spki" });
 }
 
-const APPROVAL_DOMAIN = "pte-approval-v2\n";
+// Format 3 approves one run (its `run` is signed); format 2 approved a plan.
+const APPROVAL_DOMAINS = { "2": "pte-approval-v2\n", "3": "pte-approval-v3\n" };
 const APPROVAL_SIGNED = ["plan_hash", "catalogue", "by", "at", "expires", "key_id"];
 const HEX128 = /^[0-9a-f]{128}$/;
 
 /** An `approval` record (docs/audit-format.md, "Approvals"): its id, and its signature when signed. */
 function checkApproval(n, record) {
-  const stored = { pte_approval: "2" };
+  const version = record.run === undefined ? "2" : "3";
+  if (version === "3" && record.run !== record.run_id) throw new Issue(n, "the approval approves another run");
+  const stored = { pte_approval: version };
   for (const name of [...APPROVAL_SIGNED, "public_key", "signature"]) stored[name] = record[name] ?? null;
+  if (version === "3") stored.run = record.run;
   if (sha256Hex(jcs(stored)) !== record.approval_id) throw new Issue(n, "approval_id is not the hash of the approval");
   if (record.signature === null || record.signature === undefined) {
     if (record.signed === true) throw new Issue(n, "approval marked signed carries no signature");
@@ -103,9 +107,10 @@ function checkApproval(n, record) {
     throw new Issue(n, "approval signature or public key is malformed");
   }
   if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "approval key_id does not name its public key");
-  const signed = { pte_approval: "2" };
+  const signed = { pte_approval: version };
   for (const name of APPROVAL_SIGNED) signed[name] = record[name] ?? null;
-  const message = Buffer.from(APPROVAL_DOMAIN + jcs(signed), "utf8");
+  if (version === "3") signed.run = record.run;
+  const message = Buffer.from(APPROVAL_DOMAINS[version] + jcs(signed), "utf8");
   if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
     throw new Issue(n, "approval signature does not verify");
   }
