@@ -412,7 +412,7 @@ def _description(spec: ToolSpec) -> str:
 def _tool_text(spec: ToolSpec, writer: _Writer, registry: Registry, policy: Policy | None) -> str:
     inputs = spec.planner_input_schema
     variables = _type_variables(inputs, {})
-    _type_variables(spec.output_schema, variables)
+    _type_variables(spec.planner_output_schema, variables)
     head = spec.name
     if variables:
         # The notation says R is a record and other variables any value; say so only otherwise.
@@ -423,7 +423,7 @@ def _tool_text(spec: ToolSpec, writer: _Writer, registry: Registry, policy: Poli
     params = [writer.field(n, props[n], n in required) for n in _ordered(props, required)]
     if inputs.get("additionalProperties", False) not in (False, None):
         params.append("...")
-    lines = [f"{head}({', '.join(params)}) -> {writer.type(spec.output_schema)}"]
+    lines = [f"{head}({', '.join(params)}) -> {writer.type(spec.planner_output_schema)}"]
     labels = _labels_line(spec, registry, policy)
     if labels:
         lines.append(f"[{labels}]")
@@ -435,7 +435,7 @@ def catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
     """The tool catalogue as the planner is shown it: shared types once, then one entry per tool."""
     types = _Types()
     writers = [
-        (spec, _Writer(types.add_tool((spec.planner_input_schema, spec.output_schema), d), d))
+        (spec, _Writer(types.add_tool((spec.planner_input_schema, spec.planner_output_schema), d), d))
         for spec in registry
         for d in (spec.description,)
     ]

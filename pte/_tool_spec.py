@@ -288,6 +288,14 @@ class ToolSpec:
             return self.input_schema
         return without_key(self.input_schema, self.idempotency_key)
 
+    @functools.cached_property
+    def planner_output_schema(self) -> Mapping[str, Any]:
+        """The output schema a planner is shown: without the selection declaration (`pte._selection`),
+        which the policy reads and a plan has no use for."""
+        if SELECTION_KEY not in self.output_schema:
+            return self.output_schema
+        return MappingProxyType({k: v for k, v in self.output_schema.items() if k != SELECTION_KEY})
+
     def catalogue_entry(self) -> dict[str, Any]:
         """What a planner is shown about this tool (schemas without pydantic's generated titles)."""
         entry: dict[str, Any] = {
@@ -295,9 +303,7 @@ class ToolSpec:
             "description": self.description,
             "effect": self.effect,
             "input_schema": _generics.without_titles(self.planner_input_schema),
-            "output_schema": _generics.without_titles(
-                {k: v for k, v in self.output_schema.items() if k != SELECTION_KEY}
-            ),
+            "output_schema": _generics.without_titles(self.planner_output_schema),
         }
         if self.provenance == "untrusted":
             entry["output_provenance"] = "untrusted"

@@ -160,19 +160,14 @@ def _sort_key(values: list[Any]) -> Callable[[Any], Any]:
 
 @tool(provenance="derived", selection=Selection({"/records/*/value": "object/*"}))
 def entries(object: dict[str, V]) -> EntryList[V]:
-    """Turn an object into records: {records: [{key, value}], count}, in the object's order.
-
-    e.g. {"Hotel A": "Rating: 4.2", "Hotel B": "Rating: 3.9"} gives records
-    [{"key": "Hotel A", "value": "Rating: 4.2"}, ...], ready for filter/sort/first.
-    """
+    """An object as records [{key, value}], in the object's order, ready for filter/sort/first."""
     out = [Entry[Any](key=k, value=v) for k, v in object.items()]
     return EntryList[Any](records=out, count=len(out))
 
 
 @tool(provenance="derived", selection=Selection({"/value": "object/{key}"}))
 def get_key(object: dict[str, V], key: str) -> Item[V]:
-    """Return {value}: object[key], where `key` may come from data. A missing key is an error
-    naming the keys there are."""
+    """Return {value}: object[key], where `key` may come from data; a missing key is an error."""
     if key not in object:
         known = ", ".join(list(object)[:20]) or "none"
         raise ValueError(f"no key {key!r}; the object has: {known}")
@@ -198,10 +193,10 @@ def filter_values(
     value: Any,
     ignore_case: bool = False,
 ) -> ValueList[T]:
-    """Keep the plain values (text, numbers) that satisfy `op` `value`; returns {values, count}.
+    """Keep the plain values that satisfy `op` `value`, order kept.
 
-    Numbers and decimal strings compare by value; contains/starts_with/ends_with test text;
-    in: the value is one of `value` (a list). ignore_case for text. Order is kept.
+    Numbers and decimal strings by value; contains/starts_with/ends_with on text; in: one of
+    `value` (a list); ignore_case for text.
     """
     items = [_scalar(v, f"item {i}") for i, v in enumerate(values)]
     if op == "in" and not isinstance(value, list):
@@ -236,7 +231,7 @@ def filter_values(
 
 @tool(provenance="derived", selection=_VALUES_BY_THEMSELVES)
 def sort_values(values: list[T], descending: bool = False) -> ValueList[T]:
-    """Return {values, count} sorted: numbers (and decimal strings) by value, else text order."""
+    """Sorted: numbers (and decimal strings) by value, else text order."""
     items = [_scalar(v, f"item {i}") for i, v in enumerate(values)]
     out = sorted(items, key=_sort_key(items), reverse=descending)
     return ValueList[Any](values=out, count=len(out))
@@ -277,10 +272,10 @@ def count_by(
     items: list[Any],
     field: Annotated[str | None, Field(description="Records: the field to count by.")] = None,
 ) -> Counts:
-    """Count occurrences; returns {groups: [{key, count}], count}, most frequent first.
+    """Count occurrences, most frequent first: each plain value, or with `field` records by that
+    field's value.
 
-    Without `field`: count each plain value of the list. With `field`: count records by
-    the value of that field (records without it are an error).
+    A record without the field is an error.
     """
     tally: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -297,17 +292,17 @@ def count_by(
 
 @tool(provenance="derived", selection=Selection({"/records/*/item": "items/*"}))
 def rank(items: list[T]) -> RankList[T]:
-    """Number the items: {records: [{rank, item}], count}, rank 1 for the first (e.g. after a sort)."""
+    """Number the items, rank 1 for the first (e.g. after a sort)."""
     out = [Ranked[Any](rank=i + 1, item=item) for i, item in enumerate(items)]
     return RankList[Any](records=out, count=len(out))
 
 
 @tool(provenance="derived", selection=Selection({"/record": "records/*"}, decides=("records/*/{field}",)))
 def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Literal["max", "min"]) -> One[R]:
-    """Return {record}: the record with the largest (max) or smallest (min) `field`.
+    """Return {record}: the record with the largest (max) or smallest (min) `field`; ties: the first.
 
-    Numbers and decimal strings by value, ISO dates as text; ties: the first one. Records
-    without the field or with null are skipped; none left (an empty list) fails the step.
+    Numbers and decimal strings by value, ISO dates as text; null is skipped. None left
+    (an empty list) fails the step.
     """
     present = [r for r in records if r.get(field) is not None]
     if not present:
@@ -324,20 +319,16 @@ def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Lit
 
 @tool(provenance="derived", selection=Selection({"/values/*": "lists/*/*"}))
 def concat(lists: list[list[T]]) -> ValueList[T]:
-    """Join lists end to end (flatten one level): {values, count}, in order.
-
-    e.g. lists [{"$ref": "a/records"}, {"$ref": "b/records"}], or the list of lists one
-    step returns. Empty lists add nothing; no lists give an empty list.
-    """
+    """Lists end to end (flatten one level), e.g. lists [{"$ref": "a/records"}, {"$ref": "b/records"}]."""
     out = [item for part in lists for item in part]
     return ValueList[Any](values=out, count=len(out))
 
 
 @tool(provenance="derived")
 def top_key(object: dict[str, V], which: Literal["max", "min"] = "max") -> KeyValue[V]:
-    """Return {key, value}: the key whose value is largest (max) or smallest (min), e.g. the most
-    frequent name of a count map {"alice": 3, "bob": 5}. Numbers and decimal strings by value,
-    else text order; ties: the first key. An empty object fails the step.
+    """The key with the largest (max) or smallest (min) value, e.g. of a count map; ties: the first.
+
+    An empty object fails the step.
     """
     if not object:
         raise ValueError(f"the object is empty: there is no {which} key")
@@ -358,11 +349,7 @@ def _empty(value: Any) -> bool:
 
 @tool(provenance="derived")
 def coalesce(values: list[T], default: T | None = None) -> Item[T]:
-    """Return {value}: the first of `values` that is not empty (null, "", [] or {}).
-
-    e.g. values [{"$ref": "a/phone"}, {"$ref": "b/phone"}]. When every value is empty:
-    `default` if given, else the step fails.
-    """
+    """The first of `values` that is not null, "", [] or {}; if none, `default`, else the step fails."""
     for value in values:
         if not _empty(value):
             return Item[Any](value=value)

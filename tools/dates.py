@@ -172,12 +172,12 @@ def _describe(value: dt.datetime, with_time: bool) -> DateTime:
 
 @tool(provenance="derived")
 def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = None) -> DateTime:
-    """Read a date or date-time in any common format; returns {value, date, time, weekday}.
+    """Read a date or date-time in any common format ("June 10th 2024 at 1 PM", "15.05.2024",
+    "05/15/2024 9:30").
 
-    Accepts ISO 8601 and human forms: "June 10th 2024 at 1 PM" -> "2024-06-10T13:00:00",
-    "15.05.2024" -> "2024-05-15", "05/15/2024 9:30". dayfirst: read "03/04/2024" as 3 April.
-    timezone (IANA name): attach it to a value that has none (values with an offset keep it).
-    A text without year, month or day is an error (no guessing from today).
+    dayfirst: "03/04/2024" is 3 April. timezone (IANA): attached to a value without an offset.
+    No year, month or day is an error (no guessing from today).
+    Returns {value, date, time, weekday}.
     """
     value, with_time = _parse(text, dayfirst)
     if timezone is not None and value.tzinfo is None:
@@ -187,10 +187,11 @@ def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = Non
 
 @tool(provenance="derived")
 def extract_dates(text: str, dayfirst: bool = False) -> DateList:
-    """Find dates and date-times in free text; returns {values, count} as ISO 8601, in order.
+    """Dates and date-times in free text as ISO 8601, in order of appearance.
 
-    Recognises ISO ("2024-05-15T13:00"), "June 10th, 2024 at 1 PM", "10 June 2024",
-    "15.05.2024 13:00" and "05/15/2024" (dayfirst for "15/05/2024"-style text).
+    ISO, "June 10th, 2024 at 1 PM", "10 June 2024", "15.05.2024 13:00", "05/15/2024" (dayfirst:
+    "15/05/2024").
+    Returns {values, count}.
     """
     values = []
     for found in _DATE_RE.finditer(text):
@@ -219,10 +220,10 @@ def format_datetime(value: str, pattern: str) -> Text:
 
 @tool(provenance="derived")
 def add_duration(value: str, duration: str, subtract: bool = False) -> DateTime:
-    """Add (or with subtract, take away) an ISO 8601 duration; returns {value, date, time, weekday}.
+    """Add (subtract: take away) an ISO 8601 duration ("PT90M", "P1D", "P1M": calendar months).
 
-    duration e.g. "PT90M", "P1D", "P1M" (calendar months: Jan 31 + P1M = Feb 29 in 2024).
-    A date stays a date unless the duration has hours, minutes or seconds.
+    A date stays a date unless the duration has a time part.
+    Returns {value, date, time, weekday}.
     """
     parsed, with_time = _parse(value)
     delta = _duration(duration)
@@ -233,10 +234,10 @@ def add_duration(value: str, duration: str, subtract: bool = False) -> DateTime:
 
 @tool(provenance="derived")
 def time_between(start: str, end: str) -> Duration:
-    """How long from `start` to `end`; returns {iso, seconds, minutes, hours, days}.
+    """How long from `start` to `end` (e.g. iso "PT1H30M", minutes 90); both with a time zone, or
+    neither.
 
-    e.g. "2024-05-15T12:30:00" to "2024-05-15T14:00:00" gives iso "PT1H30M", minutes 90.
-    Both must have a time zone, or neither.
+    Returns {iso, seconds, minutes, hours, days}: minutes, hours, days whole (truncated).
     """
     a, b = _value(start), _value(end)
     if (a.tzinfo is None) != (b.tzinfo is None):
@@ -266,9 +267,9 @@ def convert_timezone(
     timezone: Annotated[str, Field(description="IANA name, e.g. 'Europe/Berlin', or 'UTC'.")],
     assume: str | None = None,
 ) -> DateTime:
-    """Express a date-time in another time zone; returns {value, date, time, weekday}.
+    """Express a date-time in another time zone; a value without an offset is read in `assume`.
 
-    A value without an offset is read in `assume` (an IANA name); without `assume` that is an error.
+    Returns {value, date, time, weekday}.
     """
     parsed = _value(value)
     if parsed.tzinfo is None:
@@ -287,10 +288,10 @@ class Now(BaseModel):
 
 @tool(effect="read", provenance="trusted")
 def clock(timezone: str | None = None) -> Now:
-    """Return {today, now, timezone, weekday}: the current date and time.
+    """Return {today, now, timezone, weekday}: the current date and time in `timezone`.
 
-    timezone: an IANA name (e.g. 'Europe/Berlin'); default: the deployment's (PTE_TIMEZONE,
-    else UTC). Use it for "today", "next week", payment dates: never guess the date from data.
+    timezone: IANA; default: the deployment's. Use it for "today" and dates relative to it;
+    never guess the date from data.
     """
     name = timezone or os.environ.get(TIMEZONE_ENV) or "UTC"
     current = dt.datetime.now(_zone(name)).replace(microsecond=0)

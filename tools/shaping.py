@@ -384,10 +384,11 @@ FieldOfR = Annotated[str, FieldName(R)]
 def pick(
     records: list[R], fields: Annotated[list[str], FieldName(R)]
 ) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
-    """Keep only `fields` in each record (a projection); returns {records, count}.
+    """Keep only `fields` in each record (a field a record lacks is left out); returns {records,
+    count}, order kept.
 
-    A field a record lacks is left out of that record. An empty list gives an empty result;
-    in a non-empty list, a field that no record has is an error (a typo). Order is unchanged.
+    An empty list gives an empty result; a field no record of a non-empty list has is an error (a
+    typo).
     """
     if not fields:
         raise ValueError("fields is empty: name at least one field to keep")
@@ -399,10 +400,8 @@ def pick(
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, FieldOf(R, "field")]]:
-    """Return {values, count}: the value of `field` from every record, in order (a column).
-
-    Every record must have the field. `values` has the field's type (e.g. a list of
-    strings for an e-mail field), so it can feed a typed parameter.
+    """Return {values, count}: the value of `field` from every record, in order (a column typed as the
+    field). Every record must have it.
     """
     values = _required(records, field)
     return ValuesResult(values=values, count=len(values))
@@ -410,11 +409,8 @@ def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, Fiel
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
-    """Return {values, count}: `field` from every record as decimal strings, in order (a typed column).
-
-    Like pluck, but every value must be a number or decimal string, and `values` is typed
-    as decimal strings, so it can feed the calculator (variables {"xs": ...}, sum(xs)) or
-    any decimal parameter. Every record must have the field.
+    """Return {values, count}: like pluck, as decimal strings (values must be numbers or decimal
+    strings), e.g. for calculator variables.
     """
     values = _required(records, field)
     numbers = [_number_of(value, f"record {index} field {field!r}") for index, value in enumerate(values)]
@@ -423,11 +419,7 @@ def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck_text(records: list[R], field: FieldOfR) -> TextValuesResult:
-    """Return {values, count}: `field` from every record as text, in order (a typed column).
-
-    Like pluck, but every value must be a string (e.g. invoice ids), and `values` is
-    typed as a list of strings. Every record must have the field.
-    """
+    """Return {values, count}: like pluck, typed as strings (every value must be a string)."""
     values = _required(records, field)
     for index, value in enumerate(values):
         if not isinstance(value, str):
@@ -458,17 +450,13 @@ def filter_records(
 ) -> RecordsResult[R]:
     """Keep the records whose `field` satisfies `op` `value`; returns {records, count}, order kept.
 
-    eq/ne: equality; numbers and decimal strings compare by value ("120.50" eq 120.5).
-    lt/le/gt/ge: numbers (or decimal strings) by value, ISO 8601 dates/timestamps as
-    instants ("2024-05-15 13:00" vs "2024-05-15T10:00:00"), other text in text order;
-    mixing a number and text is an error.
-    contains/starts_with/ends_with/has_word (a whole word): on a text field; contains on a
-    list field: the list has an item equal to `value`. A field holding another type is an
-    error, not "no match". in: the field's value is one of `value` (a list).
-    has_key: the field is an object that has the key `value`.
-    ignore_case: text comparisons (eq, ne, in and the text ops) ignore letter case.
-    Records without the field (or with null) never match. An empty list gives an empty
-    result; in a non-empty list, a field that no record has is an error (a typo).
+    eq ne lt le gt ge: numbers and decimal strings by value ("120.50" eq 120.5), ISO dates and
+    timestamps as instants, else text order; a number against text is an error.
+    contains starts_with ends_with has_word (a whole word): a text field; contains on a list
+    field: it has an item equal to `value`. has_key: an object field has the key `value`.
+    in: the field is one of `value` (a list). Another field type is an error, not "no match".
+    ignore_case: for text. Missing or null fields never match. An empty list gives an empty
+    result; a field no record of a non-empty list has is an error (a typo).
     """
     _check_field(records, field)
     matches = _matcher(op, value, ignore_case)
@@ -478,12 +466,10 @@ def filter_records(
 
 @tool(provenance="derived", selection=_rows_by("by"))
 def sort_records(records: list[R], by: FieldOfR, descending: bool = False) -> RecordsResult[R]:
-    """Sort records by the field `by`; returns {records, count}.
+    """Return {records, count}: a stable sort by the field `by`: numbers and decimal strings by value,
+    ISO dates as instants, else text.
 
-    The sort is stable (ties keep their input order). Values compare numerically when all
-    are numbers or decimal strings, as instants when all are ISO 8601 dates/timestamps,
-    else as text (all must then be text). Records where the field is missing or null come
-    last, in either direction.
+    Mixed types are an error; records with the field missing or null come last.
     """
     _check_field(records, by)
     present = [record for record in records if record.get(by) is not None]
@@ -518,11 +504,10 @@ def take(records: list[T], n: Annotated[int, Field(ge=0)]) -> RecordsResult[T]:
 
 @tool(provenance="derived", selection=Selection(decides=("records/*/{field}",)))
 def sum_field(records: list[R], field: FieldOfR) -> SumResult:
-    """Return {total, count}: the exact decimal sum of `field` over all records.
+    """Return {total, count}: the exact decimal sum of `field` (numbers or decimal strings; every
+    record must have it).
 
-    Values must be numbers or decimal strings ("120.50"); `total` is a decimal string.
-    Every record must have the field. Does not convert currencies: filter first.
-    An empty list gives total "0", count 0.
+    An empty list gives "0". Does not convert currencies: filter first.
     """
     values = _required(records, field)
     total = Decimal(0)
@@ -534,11 +519,10 @@ def sum_field(records: list[R], field: FieldOfR) -> SumResult:
 
 @tool(provenance="derived", selection=Selection(decides=("records/*/{key}", "records/*/{field}")))
 def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResult:
-    """Group records by the value of `key` and sum `field` exactly in each group; returns {groups, count}.
+    """Return {groups, count}: per distinct value of `key`, the exact decimal sum of `field`; groups
+    sorted by key (as text).
 
-    `groups` is a list of {key, total, count} sorted by key (key as text, total as a
-    decimal string), e.g. key "currency", field "outstanding" gives one total per currency.
-    Every record must have both fields.
+    Every record must have both fields, e.g. key "currency", field "outstanding".
     """
     keys = _required(records, key)
     values = _required(records, field)
@@ -614,10 +598,8 @@ def first(records: list[T]) -> RecordResult[T]:
     selection=Selection({"/records/*/left": "left/*", "/records/*/right": "right/*"}),
 )
 def zip_lists(left: list[L], right: list[S]) -> PairsResult[L, S]:
-    """Pair two lists by position: {records: [{left, right}], count} (left[0] with right[0], ...).
-
-    Both lists must have the same length (a mismatch is an error, never a silent cut);
-    two empty lists give no pairs.
+    """Return {records, count}: pair two lists of one length by position (left[0] with right[0], ...);
+    other lengths are an error.
     """
     if len(left) != len(right):
         raise ValueError(
@@ -641,11 +623,10 @@ def join_records(
     right_field: Annotated[str, FieldName(RS)],
     ignore_case: bool = False,
 ) -> PairsResult[RL, RS]:
-    """Join records where left[left_field] equals right[right_field]: {records: [{left, right}], count}.
+    """Return {records, count}: an inner join, every pair where left[left_field] equals
+    right[right_field], in left then right order.
 
-    An inner join: each matching pair once, in left order then right order; records without
-    a match (or with the field missing or null) are left out. Numbers and decimal strings
-    compare by value; ignore_case for text. An empty list on either side gives no pairs.
+    Numbers and decimal strings by value; ignore_case for text; missing or null fields never match.
     """
     _check_field(left, left_field)
     _check_field(right, right_field)
