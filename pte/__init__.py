@@ -54,7 +54,7 @@ from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, R
 from pte._labels import LabelTree, provenance
 from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Policy, PolicyError, load_policy
+from pte._policy import Decided, Policy, PolicyError, load_policy
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
 from pte._report import ReportError, render_report, render_store_report, write_report
@@ -126,6 +126,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointReport",
     "ConditionNotMet",
+    "Decided",
     "Durability",
     "Engine",
     "EngineConfig",

@@ -47,7 +47,7 @@ from pte._llm import ReplayClient as ReplayClient
 from pte._llm import ReplayDataError as ReplayDataError
 from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Policy, PolicyError, load_policy
+from pte._policy import Decided, Policy, PolicyError, load_policy
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
 from pte._replay import LogNotIntact as LogNotIntact
@@ -89,6 +89,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointReport",
     "ConditionNotMet",
+    "Decided",
     "Durability",
     "Engine",
     "EngineConfig",

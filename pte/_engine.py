@@ -34,7 +34,7 @@ from pte._exposure import (
     literal_of,
 )
 from pte._fingerprint import run_started_fields
-from pte._flow import plan_literals
+from pte._flow import Decided, plan_literals
 from pte._labels import LabelTree
 from pte._llm import LLMClient, LLMResponse, _usage
 from pte._logs import get_logger, is_terminal
@@ -207,6 +207,10 @@ class _Run:
     #: Later stages and replans check references into completed steps against these; replay
     #: and resume rebuild them by compiling the recorded plans again.
     output_types: dict[str, Any] = field(default_factory=dict)
+    #: What decided that the current plan runs at all (docs/labels.md), and what decides that
+    #: a plan after it runs: its requires and failures joined in (`PolicyCheck.completion`).
+    decided: Decided = field(default_factory=Decided)
+    completion: Decided = field(default_factory=Decided)
 
 
 class Engine:
@@ -476,6 +480,7 @@ class Engine:
             request_literals=run.request_literals if literal != "request" else (),
             prior_trees={sid: run.label_trees[sid] for sid in run.prior if sid in run.label_trees},
             exposure=() if origin == "file" else exposure_of(run),
+            decided=_decided_for(run, origin),
         )
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
@@ -502,6 +507,7 @@ class Engine:
                 run.output_types.pop(step.id, None)
             else:
                 run.output_types[step.id] = inferred
+        run.decided, run.completion = policy_check.decided, policy_check.completion
         if policy_check.literal == "request":  # written from the request and catalogue alone
             run.request_literals |= plan_literals(plan) | continue_literals(plan)
         run.audit.append(
@@ -675,3 +681,15 @@ class Engine:
             "run_finished", status=result.status, reason=result.reason.value if result.reason else None
         )
         return result
+
+
+def _decided_for(run: _Run, origin: PlanOrigin) -> Decided:
+    """What decides that a new plan runs at all (docs/labels.md): a stage runs only if the plan
+    before it ended, so every require and failure of that plan; a replan is recovery toward the
+    same request, so the failure that triggered it does not count (a replanner shown its
+    untrusted text is exposed: pte._exposure), only the requires that held."""
+    if origin == "stage":
+        return run.completion
+    if origin == "replanner":
+        return Decided(run.completion.conditions, run.decided.failures)
+    return Decided()

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pte._labels import ANY, LabelTree
+from pte._labels import LabelTree
 
 __all__ = ["HANDLE_KEY", "SchemaOf", "error_view", "handle_view", "is_clean", "schema_at"]
 
@@ -118,13 +118,13 @@ def handle_view(
             return {
                 key: view(sub, child, seen | child.own if child else seen, (*tokens, str(key)))
                 for key, sub in item.items()
-                for child in [node.children.get(str(key)) or node.children.get(ANY)]
+                for child in [node.child(str(key))]
             }
         if isinstance(item, list):
             return [
                 view(sub, child, seen | child.own if child else seen, (*tokens, str(index)))
                 for index, sub in enumerate(item)
-                for child in [node.children.get(str(index)) or node.children.get(ANY)]
+                for child in [node.child(str(index))]
             ]
         return handle(tokens, below)
 

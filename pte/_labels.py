@@ -12,6 +12,14 @@ selected) and every label below the selected part:
 
 `membership` is what a ``for_each`` over a list inherits for every call: the labels of
 whoever chose which elements the list has (the path down to it), not the elements' contents.
+`length` is the same set read as a list's *length label*: what ``empty`` / ``nonempty``
+conditions, ``for_each`` counts and a ``require`` on a list depend on. A list's own labels
+(its node, not its elements) are who chose how many elements, and which, it has: the source
+list's length joined with, after a filter, the fields its predicate read (pte._shaping_labels).
+
+Element-specific labels never replace the ``*`` labels: a label on ``/items/0/note`` is
+combined with the one on ``/items/*/note`` (the most restrictive wins, as both are kept),
+and selecting ``/items/*`` (every element) collects every element-specific label too.
 """
 
 from __future__ import annotations
@@ -84,11 +92,26 @@ class LabelTree:
             out |= child.everything()
         return frozenset(out)
 
+    def child(self, token: str) -> LabelTree | None:
+        """The labels of the part at `token`: an element-specific entry combined with the ``*``
+        entry (never one instead of the other); for ``*`` itself, every entry. None when no
+        entry covers it (the part is uniform: this node's own labels cover it)."""
+        if token == ANY:
+            found = list(self.children.values())
+        else:
+            found = [c for c in (self.children.get(token), self.children.get(ANY)) if c is not None]
+        if not found:
+            return None
+        out = found[0]
+        for other in found[1:]:
+            out = _combine(out, other)
+        return out
+
     def _walk(self, tokens: Iterable[str]) -> tuple[set[str], LabelTree | None]:
         node = self
         seen = set(node.own)
         for token in tokens:
-            child = node.children.get(token) or node.children.get(ANY)
+            child = node.child(token)
             if child is None:
                 return seen, None  # uniform below `node`: its own labels cover the rest
             node = child
@@ -107,6 +130,12 @@ class LabelTree:
         seen, _ = self._walk(tokens)
         return frozenset(seen)
 
+    def length(self, tokens: Iterable[str]) -> frozenset[str]:
+        """The length label of the list (or string, or object) a pointer selects: who chose how
+        many elements, and which, it has (what ``empty`` / ``nonempty`` and a for_each count
+        depend on): the labels on the path down to it and its own, not its elements'."""
+        return self.membership(tokens)
+
     def subtree(self, tokens: Iterable[str]) -> LabelTree:
         """The tree of the selected part, with the labels on the way down added to its own."""
         seen, node = self._walk(tokens)
@@ -120,6 +149,22 @@ class LabelTree:
         if extra <= self.own:
             return self
         return LabelTree(self.own | extra, self.children)
+
+
+def _combine(a: LabelTree, b: LabelTree) -> LabelTree:
+    """Two label trees of the same part (an element's entry and the ``*`` entry) as one: every
+    label of either, at every depth (the most restrictive wins because both are kept)."""
+    if a is b:
+        return a
+    children: dict[str, LabelTree] = {}
+    for key in {*a.children, *b.children}:
+        mine, theirs = a.children.get(key), b.children.get(key)
+        if key != ANY:  # an entry one side lacks is covered there by its '*' entry, if any
+            mine = mine or a.children.get(ANY)
+            theirs = theirs or b.children.get(ANY)
+        parts = [c for c in (mine, theirs) if c is not None]
+        children[key] = parts[0] if len(parts) == 1 else _combine(parts[0], parts[1])
+    return LabelTree(a.own | b.own, MappingProxyType(children))
 
 
 def provenance(label: Literal["trusted", "untrusted"]) -> Any:

@@ -42,7 +42,7 @@ import jsonschema
 from pte import _json as strict_json
 from pte._compile_context import CompileContext, json_path
 from pte._errors import PTEError
-from pte._flow import LABELS, _checked_prior, _flow_graph, _output_labels, plan_literals
+from pte._flow import LABELS, Decided, _checked_prior, _flow_graph, _output_labels, plan_literals
 from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan
 from pte._registry import Registry
@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_MODES",
     "LABELS",
     "POLICY_FORMAT_VERSION",
+    "Decided",
     "DefaultMode",
     "Label",
     "Policy",
@@ -271,6 +272,7 @@ class Policy:
         request_literals: Iterable[str] = (),
         prior_trees: Mapping[str, LabelTree] | None = None,
         exposure: Iterable[str] = (),
+        decided: Decided | None = None,
     ) -> PolicyCheck:
         """A compile check enforcing this policy; pass it to `compile_plan(checks=...)`.
 
@@ -282,6 +284,9 @@ class Policy:
         known to come from the request (see `plan_literals`); they stay ``request`` in a replan.
         `exposure`: labels of what the plan's writer was shown (pte._exposure), joined into the
         label of every call: ``{"untrusted"}`` makes every guarded sink of the plan refuse.
+        `decided`: run-level labels of what decided that this plan runs at all (the requires and
+        failures of the earlier stages and plans: the last check's `PolicyCheck.completion`);
+        every call of the plan carries them (docs/labels.md).
         """
         return PolicyCheck(
             self,
@@ -290,6 +295,7 @@ class Policy:
             request_literals=request_literals,
             prior_trees=prior_trees,
             exposure=exposure,
+            decided=decided,
         )
 
     def label_plan(
@@ -348,6 +354,7 @@ class PolicyCheck:
         request_literals: Iterable[str] = (),
         prior_trees: Mapping[str, LabelTree] | None = None,
         exposure: Iterable[str] = (),
+        decided: Decided | None = None,
     ) -> None:
         if literal not in LABELS:
             raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
@@ -367,6 +374,11 @@ class PolicyCheck:
         self.labels: dict[str, frozenset[str]] = {}
         #: The labels of each step's arguments (what its error message may quote).
         self.input_labels: dict[str, frozenset[str]] = {}
+        #: Run-level labels of what decided that the plan runs at all (see `Policy.check`).
+        self.decided = decided or Decided()
+        #: What decides whether anything after the last plan this check labelled runs (a next
+        #: stage, a replan): `decided` joined with every require and failure of that plan.
+        self.completion: Decided = self.decided
 
     def configured(
         self,
@@ -374,6 +386,7 @@ class PolicyCheck:
         literal: str | None = None,
         prior: Mapping[str, frozenset[str]] | None = None,
         request_literals: Iterable[str] | None = None,
+        decided: Decided | None = None,
     ) -> PolicyCheck:
         """The same check for another compile: a replan's literal rule and completed steps."""
         return PolicyCheck(
@@ -383,14 +396,16 @@ class PolicyCheck:
             request_literals=self.request_literals if request_literals is None else request_literals,
             prior_trees=self.prior_trees,
             exposure=self.exposure,
+            decided=self.decided if decided is None else decided,
         )
 
     def __call__(self, ctx: CompileContext) -> None:
-        graph = _flow_graph(self.policy, ctx, self.literal, self.prior, self.request_literals)
+        graph = _flow_graph(self.policy, ctx, self.literal, self.prior, self.request_literals, self.decided)
         graph.prior_trees = self.prior_trees
         graph.exposure = self.exposure
         labels = graph.label_all()
         self.labels = labels
+        self.completion = graph.completion
         self.input_labels = {step.id: graph.input_labels(step) for step in graph.steps}
         self.trees = {sid: graph.trees[sid] for sid in labels}
         ctx.extras["provenance"] = dict(labels)

@@ -805,5 +805,12 @@ def test_stock_pack_rejects_an_iban_from_a_document_with_the_full_flow() -> None
     )
 
     trusted = text.replace('"iban": {"$ref": "s2/iban"}, "amount"', '"iban": {"$ref": "s1/iban"}, "amount"')
-    accepted = compile_plan(trusted, registry, checks=[policy.check()])
+    # s3 formats the document's IBAN and runs before the payment: whether it fails depends on
+    # untrusted data, and that decides whether the payment runs (docs/labels.md, failures).
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(trusted, registry, checks=[policy.check()])
+    assert "step 's3' (format_text) runs before it and may fail on untrusted data" in info.value.message
+    without = json.loads(trusted)
+    del without["steps"][2]
+    accepted = compile_plan(json.dumps(without), registry, checks=[policy.check()])
     assert [s.tool for s in accepted.steps][-1] == "send_payment"
