@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pte._compile_context import DEFAULT_LIMITS
 from pte._errors import LLMError, PTEError
+from pte._llm_endpoint import EndpointMemory, context_tokens, props_url
 
 if TYPE_CHECKING:
     # The SDK is imported where a client is built or called, not with this module: it takes
@@ -68,6 +69,8 @@ _REFUSAL_STATUSES = frozenset({400, 422, 500, 501})
 _REFUSAL_MARKERS = ("response_format", "json_schema", "'text' or 'json_object'", "structured output")
 
 _MAX_DETAIL_CHARS = 500
+#: How long the one ``/props`` request may take (it is answered from memory by llama.cpp).
+_PROPS_TIMEOUT_S = 5.0
 
 #: Output-token bound of every request unless configured: room for a plan of a quarter of the
 #: default plan byte limit (JSON averages 3-4 bytes a token), capped at 16,384, what current
@@ -150,9 +153,14 @@ class OpenAIClient:
     is never retried into a different one, and a timed-out request is never retried either:
     the server may still be generating it, and a retry would pile a second generation on top.
 
-    `max_tokens` bounds every answer (`DEFAULT_MAX_TOKENS` unless given; None sends no bound);
-    JSON answers also stop at `RUNAWAY_STOPS` (a model stuck emitting whitespace). The key
-    never appears in messages, `describe` or `repr`.
+    `max_tokens` bounds every answer (`DEFAULT_MAX_TOKENS` unless given; None sends no bound),
+    capped by the context a local server reports (llama.cpp's ``/props``, asked once:
+    `output_bound`); JSON answers also stop at `RUNAWAY_STOPS` (a model stuck emitting
+    whitespace). A timed-out request is cancelled by closing its connection.
+
+    `deployment_dir` (else ``$PTE_DEPLOYMENT_DIR``): where a ``json_schema`` refusal is
+    remembered per endpoint and model (`pte._llm_endpoint`), so that a new process asks
+    that server in JSON mode at once. The key never appears in messages, `describe` or `repr`.
     """
 
     def __init__(
@@ -168,6 +176,7 @@ class OpenAIClient:
         seed: int | None = None,
         extra_headers: Mapping[str, str] | None = None,
         http_client: httpx2.Client | None = None,
+        deployment_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
@@ -214,11 +223,31 @@ class OpenAIClient:
         # OpenAI and Azure reject `max_tokens` for reasoning models and want `max_completion_tokens`;
         # vLLM, Ollama and llama.cpp have long understood only `max_tokens`.
         self._max_tokens_param = "max_completion_tokens" if self._is_openai_host() else "max_tokens"
+        # pte._llm_endpoint: the server's context (asked once, llama.cpp's /props), and a
+        # json_schema refusal remembered per endpoint and model in the deployment directory.
+        self._context_tokens: int | None = None
+        self._context_asked = False
+        self._memory = EndpointMemory.configured(deployment_dir)
+        self._memory_key = f"{self._endpoint()} {self.model}"
+        if self._memory is not None and self._memory.refuses_json_schema(self._memory_key):
+            self._structured_outputs_supported = False
 
     @property
     def structured_outputs_supported(self) -> bool | None:
         """Whether the server takes ``json_schema`` response formats: None until a schema call tells."""
         return self._structured_outputs_supported
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The context the server reports (llama.cpp's ``/props``), once asked; None: not reported."""
+        return self._context_tokens
+
+    @property
+    def output_bound(self) -> int | None:
+        """The output-token bound sent: `max_tokens`, capped by a context the server reports."""
+        if self.max_tokens is None or self._context_tokens is None:
+            return self.max_tokens
+        return min(self.max_tokens, self._context_tokens)
 
     @property
     def describe(self) -> dict[str, Any]:
@@ -259,6 +288,7 @@ class OpenAIClient:
         in the system message, and the client keeps using ``json_object`` from then on.
         """
         started = time.perf_counter()
+        self._ask_context()
         chat = [dict(m) for m in messages]
         if schema is None:
             form = "text"
@@ -278,16 +308,22 @@ class OpenAIClient:
                 if form == "json_schema" and _is_json_schema_refusal(exc):
                     # Not a transport failure: the same question in the other form, no retry spent.
                     self._structured_outputs_supported = False
+                    if self._memory is not None:  # and the next process asks in JSON mode at once
+                        self._memory.remember_json_schema_refusal(self._memory_key)
                     form = "json_object"
                     continue
                 delay = self._retry_delay(exc, retries_left)
                 if delay is None:
                     raise LLMError(self._status_message(exc, attempts), attempts=attempts) from None
             except openai.APITimeoutError:
-                # Not retried: the server may still be busy with this very request.
+                # Not retried: the server may still be busy with this very request. The HTTP
+                # client has closed its connection (an unread response cannot be reused), which
+                # is how a request is cancelled: llama.cpp's server stops generating for a
+                # client that hung up (tests/test_llm_endpoint.py).
                 raise LLMError(
                     f"timed out after {self.timeout_s:g}s waiting for {self._where()}"
-                    f"{_attempts_note(attempts)}; not retried (the server may still be generating)",
+                    f"{_attempts_note(attempts)}; the request was cancelled (connection closed) "
+                    "and not retried",
                     attempts=attempts,
                 ) from None
             except openai.APIConnectionError as exc:
@@ -336,8 +372,9 @@ class OpenAIClient:
         options: dict[str, Any] = {}
         if schema is not None:
             options["stop"] = list(RUNAWAY_STOPS)
-        if self.max_tokens is not None:
-            options[self._max_tokens_param] = self.max_tokens
+        bound = self.output_bound
+        if bound is not None:
+            options[self._max_tokens_param] = bound
         if self.temperature is not None:
             options["temperature"] = self.temperature
         if self.seed is not None:
@@ -372,6 +409,30 @@ class OpenAIClient:
             attempts=attempts,
             duration_ms=(time.perf_counter() - started) * 1000.0,
         )
+
+    def _ask_context(self) -> None:
+        """Ask a local server once for its context (llama.cpp: ``GET /props``), to cap the bound.
+
+        Only with a bound to cap and a base URL that is not OpenAI's (whose API reports no
+        context); any failure (a 404 from vLLM or Ollama, no answer) leaves the bound as set.
+        """
+        if self._context_asked:
+            return
+        self._context_asked = True
+        if self.max_tokens is None or self.base_url is None or self._is_openai_host():
+            return
+        import httpx2
+        import openai
+
+        try:
+            response = self._sdk.get(
+                props_url(self.base_url),
+                cast_to=httpx2.Response,
+                options={"timeout": min(self.timeout_s, _PROPS_TIMEOUT_S), "max_retries": 0},
+            )
+            self._context_tokens = context_tokens(response.json())
+        except (openai.OpenAIError, httpx2.HTTPError, ValueError):
+            return
 
     def _retry_delay(self, exc: openai.APIStatusError | None, retries_left: int) -> float | None:
         """Seconds to wait before retrying, or None when this failure must not be retried."""

@@ -79,8 +79,9 @@ def test_openai_client_uses_the_callers_http_client() -> None:
     response = client.complete([{"role": "user", "content": "hi"}], schema={"type": "object"})
     assert response.text == json.dumps(PLAN)
     assert response.model == "transport-model"
-    assert [r.url.path for r in seen] == ["/v1/chat/completions"]
-    assert seen[0].headers["x-corp-proxy"] == "yes"  # the caller's client settings are in force
+    # A local server is asked once for its context (llama.cpp's /props), through the same client.
+    assert [r.url.path for r in seen] == ["/props", "/v1/chat/completions"]
+    assert all(r.headers["x-corp-proxy"] == "yes" for r in seen)  # the caller's client settings are in force
     client.close()
     assert not http.is_closed  # the caller's client is the caller's to close
     http.close()

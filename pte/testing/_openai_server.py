@@ -14,6 +14,8 @@ scripted in order; every request body is kept for assertions.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import sys
 import threading
 import time
@@ -59,6 +61,11 @@ class FakeOpenAIServer:
     * ``GET /v1/models`` lists the one model; any other path is a 404.
     * ``refuse_json_schema=True`` imitates llama.cpp's server: a request whose
       ``response_format.type`` is ``"json_schema"`` gets HTTP 500 and consumes no reply.
+    * ``context_tokens=N`` answers ``GET /props`` as llama.cpp does (its per-slot context,
+      ``default_generation_settings.n_ctx``); without it ``/props`` is a 404, as on OpenAI.
+    * ``slots=N`` serves at most N requests at once (llama.cpp's ``--parallel``); the others
+      wait for a slot. A request whose client hangs up while its reply is being "generated"
+      (a `Reply.delay_s`) is abandoned at once, as llama.cpp does, and counted in `cancelled`.
 
     `requests` holds every JSON body received on the completions route, in order;
     `request_headers` the matching headers (lower-cased names).
@@ -72,8 +79,17 @@ class FakeOpenAIServer:
         model: str = "fake-model",
         host: str = "127.0.0.1",
         port: int = 0,
+        context_tokens: int | None = None,
+        slots: int | None = None,
     ) -> None:
         self.refuse_json_schema = refuse_json_schema
+        self.context_tokens = context_tokens
+        self.slots = slots
+        #: Requests abandoned because their client hung up while the reply was being generated.
+        self.cancelled = 0
+        #: How many ``GET /props`` requests arrived.
+        self.props_requests = 0
+        self._slots = threading.BoundedSemaphore(slots) if slots is not None else None
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
@@ -208,6 +224,32 @@ class FakeOpenAIServer:
             "usage": usage,
         }
 
+    def _props(self) -> dict[str, Any] | None:
+        with self._lock:
+            self.props_requests += 1
+        if self.context_tokens is None:
+            return None
+        return {
+            "default_generation_settings": {"n_ctx": self.context_tokens, "params": {"n_predict": -1}},
+            "total_slots": self.slots or 1,
+            "model_path": f"/models/{self.model}.gguf",
+        }
+
+    def _generate(self, delay_s: float, connection: Any) -> bool:
+        """Wait out a reply's generation time; False when the client hung up (or the server is
+        stopping) first, which abandons the reply as llama.cpp abandons a disconnected request."""
+        deadline = time.monotonic() + delay_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            if self._stopping.wait(min(left, 0.02)):
+                return False
+            if _hung_up(connection):
+                with self._lock:
+                    self.cancelled += 1
+                return False
+
     def _models(self) -> dict[str, Any]:
         return {
             "object": "list",
@@ -225,6 +267,17 @@ class _QuietServer(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], OSError):
             return
         super().handle_error(request, client_address)
+
+
+def _hung_up(connection: Any) -> bool:
+    """Whether the peer closed `connection` (readable with nothing to read: end of stream)."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        if not readable:
+            return False
+        return bool(connection.recv(1, socket.MSG_PEEK) == b"")
+    except (OSError, ValueError):
+        return True
 
 
 def _error(code: int, message: str, kind: str) -> dict[str, Any]:
@@ -258,6 +311,12 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self._path() == "/v1/models":
                 self._send(200, server._models())
+            elif self._path() == "/props":
+                props = server._props()
+                if props is None:
+                    self._send(404, _error(404, f"no route for GET {self.path}", "not_found"))
+                else:
+                    self._send(200, props)
             else:
                 self._send(404, _error(404, f"no route for GET {self.path}", "not_found"))
 
@@ -275,11 +334,21 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, _error(400, "request body is not a JSON object", "invalid_request_error"))
                 return
             server._record(body, {k.lower(): v for k, v in self.headers.items()})
-            status, payload, delay_s = server._next_reply(body)
-            if delay_s > 0 and server._stopping.wait(delay_s):
-                # The server is stopping: drop the connection instead of answering late.
-                self.close_connection = True
-                return
-            self._send(status, payload)
+            slot = server._slots
+            if slot is not None:
+                while not slot.acquire(timeout=0.05):  # wait for a free slot, as a busy server does
+                    if server._stopping.is_set() or _hung_up(self.connection):
+                        self.close_connection = True
+                        return
+            try:
+                status, payload, delay_s = server._next_reply(body)
+                if delay_s > 0 and not server._generate(delay_s, self.connection):
+                    # The client hung up, or the server is stopping: drop the request.
+                    self.close_connection = True
+                    return
+                self._send(status, payload)
+            finally:
+                if slot is not None:
+                    slot.release()
 
     return _Handler
