@@ -91,3 +91,42 @@ def test_every_stock_data_operation_is_used_by_some_task() -> None:
         "calculator",
     ):
         assert wanted in used, wanted
+
+
+GUARDED = [task for task in TASKS if task.guarded]
+
+
+def test_model_written_tasks_use_the_new_operations_under_the_guarded_policy() -> None:
+    """Issue #25/#26: at least ten tasks written as a model writes them (descriptive step ids),
+    each compiled under the default guarded policy (run_task applies it) with its outcome asserted."""
+    assert len(GUARDED) >= 10
+    used = {step.get("tool") for task in GUARDED for step in task.steps}
+    for wanted in ("zip_lists", "join_records", "clock", "concat", "coalesce", "top_key", "extreme_by"):
+        assert wanted in used, wanted
+    assert any(step.get("default", 0) is None for task in GUARDED for step in task.steps)  # a null default
+    for task in GUARDED:
+        assert all(len(step["id"]) >= 8 for step in task.steps), task.name
+
+
+@pytest.mark.parametrize(
+    ("name", "step_id", "field", "untrusted_field"),
+    [
+        ("pay_back_latest_sent_transaction", "latest_sent_transaction", "field", "subject"),
+        ("delete_largest_file", "largest_file", "field", "filename"),
+    ],
+)
+def test_the_same_task_selecting_by_an_untrusted_field_is_refused(
+    name: str, step_id: str, field: str, untrusted_field: str
+) -> None:
+    """The guarded tasks pass because their selections read trusted fields only: the same plan
+    choosing its record by a third party's text fails closed before anything runs."""
+    from pte._errors import PlanRejected, ReasonCode
+
+    task = next(t for t in GUARDED if t.name == name)
+    steps = [dict(s, args=dict(s["args"])) for s in task.steps]
+    next(s for s in steps if s["id"] == step_id)["args"][field] = untrusted_field
+    steered = Task(task.name, task.domain, task.request, steps, task.result, guarded=True)
+    with pytest.raises(PlanRejected) as caught:
+        run_task(steered)
+    assert caught.value.reason is ReasonCode.POLICY_VIOLATION
+    assert "untrusted" in caught.value.message

@@ -348,7 +348,7 @@ def _empty(value: Any) -> bool:
 
 
 @tool(provenance="derived")
-def coalesce(values: list[T], default: T | None = None) -> Item[T]:
+def coalesce(values: list[T | None], default: T | None = None) -> Item[T]:
     """The first of `values` that is not null, "", [] or {}; if none, `default`, else the step fails."""
     for value in values:
         if not _empty(value):

@@ -3,7 +3,10 @@
 A `Task` is a request, the plan a planner should write for it *without having seen the
 data*, and the exact outcome. `run_task` compiles the plan against the domain's fixture
 pack (`pte.testing.domains`) plus every stock pack, runs it, and returns the result;
-`dishonest_literals` lists literals the plan could only know from the data.
+`dishonest_literals` lists literals the plan could only know from the data. A task marked
+`guarded` must also compile under the default guarded policy: the domain's own labels
+(third parties' free text untrusted, the rest trusted), every parameter of a write tool
+accepting only request or trusted data.
 
 The honesty rule, mechanically checked: every literal string or number given to a
 domain tool, every `value` a stock matching tool compares with, and every number in a
@@ -23,6 +26,7 @@ from typing import Any
 from pte._compiler import compile_plan
 from pte._executor import ExecutionResult, Executor
 from pte._plan import Plan, is_reference
+from pte._policy import Policy
 from pte._tools import STOCK_PACKS, Registry, load_pack, load_registry
 
 __all__ = ["Task", "cookbook_registry", "dishonest_literals", "ref", "run_task", "step"]
@@ -55,6 +59,8 @@ class Task:
     expect_result: Any = None
     #: step id -> the exact output that step must produce (typically the write steps).
     expect_outputs: Mapping[str, Any] = field(default_factory=dict)
+    #: The plan must compile under the default guarded policy (`Policy.from_registry`).
+    guarded: bool = False
 
     def document(self) -> dict[str, Any]:
         """The plan document."""
@@ -73,7 +79,8 @@ def cookbook_registry(domain: str) -> Registry:
 def run_task(task: Task, registry: Registry | None = None) -> tuple[Plan, ExecutionResult]:
     """Compile and execute a task's plan (raises `PlanRejected` if it does not compile)."""
     registry = registry or cookbook_registry(task.domain)
-    plan = compile_plan(json.dumps(task.document()), registry)
+    checks = [Policy.from_registry(registry).check()] if task.guarded else []
+    plan = compile_plan(json.dumps(task.document()), registry, checks=checks)
     return plan, Executor(registry).run(plan)
 
 
@@ -100,13 +107,15 @@ def dishonest_literals(task: Task) -> list[str]:
     domain_tools = set(load_pack(f"pte.testing.domains.{task.domain}").names)
     problems = []
     for item in task.steps:
-        args = item["args"]
+        args = item.get("args", {})
         checked: list[Any] = []
-        if item["tool"] in domain_tools:
+        if item.get("tool") in domain_tools:
             checked = list(_literals(args))
-        elif item["tool"] in _MATCHING_TOOLS and "value" in args:
+        elif item.get("tool") in _MATCHING_TOOLS and "value" in args:
             checked = list(_literals(args["value"]))
-        elif item["tool"] == "calculator":
+        elif item.get("tool") == "coalesce" and "default" in args:
+            checked = list(_literals(args["default"]))  # the fallback value is data too
+        elif item.get("tool") == "calculator":
             checked = re.findall(r"\d+(?:\.\d+)?", str(args.get("expression", "")))
         problems += [f"{item['id']}: {lit!r}" for lit in checked if not _occurs(lit, task.request)]
     return problems

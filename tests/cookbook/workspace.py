@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pte.testing.cookbook import Task, ref, step
 
 D = "workspace"
+ME = "emma@work.example"
+#: What the clock will say tomorrow is (the clock reads UTC unless PTE_TIMEZONE says otherwise).
+TOMORROW = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date().isoformat()
 
 TASKS = [
     Task(
@@ -182,5 +187,160 @@ TASKS = [
         ],
         result=ref("i/records/0/lines"),
         expect_result=["2 eggs", "250 ml milk", "120 g flour"],
+    ),
+    # --- written the way a model writes them: descriptive ids; guarded: compiles under the default
+    # guarded policy, where e-mail subjects and bodies and file names and contents are untrusted.
+    Task(
+        "delete_largest_file",
+        D,
+        "Delete my largest file.",
+        [
+            step("all_files", "list_files"),
+            step("largest_file", "extreme_by", records=ref("all_files/files"), field="size", which="max"),
+            step("delete_largest_file", "delete_file", file_id=ref("largest_file/record/id")),
+        ],
+        expect_outputs={"delete_largest_file": {"deleted": {"id": "f2", "filename": "team-roster.csv"}}},
+        guarded=True,
+    ),
+    Task(
+        "focus_time_tomorrow_from_the_clock",
+        D,
+        "Block 'Focus time' in my calendar tomorrow from 09:00 to 10:00, with only me, emma@work.example.",
+        [
+            step("current_time", "clock"),
+            step("tomorrow", "add_duration", value=ref("current_time/today"), duration="P1D"),
+            step(
+                "focus_start",
+                "format_text",
+                template="{day} 09:00",
+                values={"day": ref("tomorrow/date")},
+            ),
+            step(
+                "focus_end",
+                "format_text",
+                template="{day} 10:00",
+                values={"day": ref("tomorrow/date")},
+            ),
+            step(
+                "create_focus_time",
+                "create_calendar_event",
+                title="Focus time",
+                start_time=ref("focus_start/text"),
+                end_time=ref("focus_end/text"),
+                participants=["emma@work.example"],
+            ),
+        ],
+        expect_outputs={
+            "create_focus_time": {
+                "created": {
+                    "title": "Focus time",
+                    "start": f"{TOMORROW} 09:00",
+                    "end": f"{TOMORROW} 10:00",
+                    "participants": [ME],
+                }
+            }
+        },
+        guarded=True,
+    ),
+    Task(
+        "subjects_of_holiday_emails_from_lisa_none_found",
+        D,
+        "Which e-mails about 'holiday' did lisa@partner.example send me? Give their subjects.",
+        [
+            step("holiday_emails", "search_emails", query="holiday"),
+            step(
+                "holiday_emails_from_lisa",
+                "filter_records",
+                records=ref("holiday_emails/emails"),
+                field="sender",
+                op="eq",
+                value="lisa@partner.example",
+            ),
+            step(
+                "subjects_only",
+                "pick",
+                records=ref("holiday_emails_from_lisa/records"),
+                fields=["subject"],
+            ),
+            step("holiday_subjects", "pluck", records=ref("subjects_only/records"), field="subject"),
+        ],
+        result=ref("holiday_subjects/values"),
+        expect_result=[],
+        guarded=True,
+    ),
+    Task(
+        "email_everyone_in_two_meetings_except_me",
+        D,
+        "E-mail everyone invited to 'Team sync' or 'Project kickoff' except me (emma@work.example), "
+        "subject 'Agenda', body 'Agenda attached.'",
+        [
+            step("team_sync_events", "search_calendar_events", query="Team sync"),
+            step("kickoff_events", "search_calendar_events", query="Project kickoff"),
+            step(
+                "all_invitees",
+                "concat",
+                lists=[
+                    ref("team_sync_events/events/0/participants"),
+                    ref("kickoff_events/events/0/participants"),
+                ],
+            ),
+            step("distinct_invitees", "unique", values=ref("all_invitees/values")),
+            step(
+                "invitees_but_me",
+                "difference",
+                values=ref("distinct_invitees/values"),
+                remove=["emma@work.example"],
+            ),
+            step(
+                "send_agenda",
+                "send_email",
+                recipients=ref("invitees_but_me/values"),
+                subject="Agenda",
+                body="Agenda attached.",
+            ),
+        ],
+        expect_outputs={
+            "send_agenda": {
+                "sent": {
+                    "recipients": [
+                        "tom@work.example",
+                        "ana@work.example",
+                        "lisa@partner.example",
+                        "raj@work.example",
+                    ],
+                    "subject": "Agenda",
+                    "body": "Agenda attached.",
+                }
+            }
+        },
+        guarded=True,
+    ),
+    Task(
+        "tell_tom_the_kickoff_location_or_online",
+        D,
+        "Tell tom@work.example where 'Project kickoff' takes place, subject 'Kickoff location'; "
+        "if it has no location, say 'online'.",
+        [
+            step("kickoff_events", "search_calendar_events", query="Project kickoff"),
+            step(
+                "kickoff_location",
+                "coalesce",
+                values=[ref("kickoff_events/events/0/location")],
+                default="online",
+            ),
+            step(
+                "tell_tom_location",
+                "send_email",
+                recipients=["tom@work.example"],
+                subject="Kickoff location",
+                body=ref("kickoff_location/value"),
+            ),
+        ],
+        expect_outputs={
+            "tell_tom_location": {
+                "sent": {"recipients": ["tom@work.example"], "subject": "Kickoff location", "body": "online"}
+            }
+        },
+        guarded=True,
     ),
 ]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel
 
-from pte import tool
+from pte import provenance, tool
+
+#: Text someone else wrote (an e-mail's subject and body, a shared file's name and content).
+Foreign = Annotated[str, provenance("untrusted")]
 
 USER = "emma@work.example"
 
@@ -13,8 +18,8 @@ class Email(BaseModel):
     id: str
     sender: str
     recipients: list[str]
-    subject: str
-    body: str
+    subject: Foreign
+    body: Foreign
     timestamp: str
     read: bool
 
@@ -39,11 +44,11 @@ class Events(BaseModel):
 
 class File(BaseModel):
     id: str
-    filename: str
+    filename: Foreign
     owner: str
     size: int
     last_modified: str
-    content: str
+    content: Foreign
 
 
 class Files(BaseModel):
@@ -155,14 +160,14 @@ FILES = [
 ]
 
 
-@tool(provenance="untrusted")
+@tool
 def search_emails(query: str) -> Emails:
     """E-mails whose subject or body contains `query` (case-insensitive), oldest first."""
     q = query.casefold()
     return Emails(emails=[e for e in EMAILS if q in e.subject.casefold() or q in e.body.casefold()])
 
 
-@tool(provenance="untrusted")
+@tool
 def get_unread_emails() -> Emails:
     """All unread e-mails, oldest first."""
     return Emails(emails=[e for e in EMAILS if not e.read])
@@ -181,13 +186,13 @@ def search_calendar_events(query: str) -> Events:
     return Events(events=[e for e in EVENTS if q in e.title.casefold() or q in e.description.casefold()])
 
 
-@tool(provenance="untrusted")
+@tool
 def list_files() -> Files:
     """All files in the cloud drive (content is the file's text)."""
     return Files(files=FILES)
 
 
-@tool(provenance="untrusted")
+@tool
 def search_files_by_filename(filename: str) -> Files:
     """Files whose name contains `filename`."""
     return Files(files=[f for f in FILES if filename.casefold() in f.filename.casefold()])
@@ -217,3 +222,12 @@ def share_file(file_id: str, email: str, permission: str) -> dict[str, object]:
     if permission not in ("r", "rw"):
         raise ValueError("permission must be 'r' or 'rw'")
     return {"shared": {"file_id": file_id, "email": email, "permission": permission}}
+
+
+@tool(effect="write")
+def delete_file(file_id: str) -> dict[str, object]:
+    """Delete a file from the cloud drive; returns what was deleted."""
+    found = next((f for f in FILES if f.id == file_id), None)
+    if found is None:
+        raise ValueError(f"no file {file_id!r}")
+    return {"deleted": {"id": found.id, "filename": found.filename}}
