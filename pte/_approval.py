@@ -387,28 +387,54 @@ class ApprovalStore:
         """Append one approval (fsynced: an approval someone was told about must not vanish)."""
         self._append(canonical_json(approval.to_dict()) + "\n")
 
-    def consume(self, approval: Approval, plan_hash: str, step_id: str, run_id: str) -> Consumption:
+    def consume(
+        self, approval: Approval, plan_hash: str, step_id: str, run_id: str, *, recall: bool = False
+    ) -> Consumption:
         """Record that `approval` runs `step_id` now; `ApprovalConsumed` if it already ran it.
 
         Check and write happen under one exclusive lock on the store file: of two processes
-        racing for the same approval and step, exactly one gets it.
+        racing for the same approval and step, exactly one gets it. `recall`: the step's tool
+        takes an idempotency key and this is the same run calling the same step again (resume
+        after a crash): the earlier consumption stands for it, the tool applies the key once,
+        and nothing is appended.
         """
         used = Consumption(approval.id, plan_hash, step_id, run_id, _format_time(_utc_now()))
+        again: list[Consumption] = []
 
         def check(contents: _StoreContents) -> None:
             earlier = contents.consumed.get((approval.id, step_id))
-            if earlier is not None:
-                raise ApprovalConsumed(_consumed_message(approval, earlier))
+            if earlier is None:
+                return
+            if recall and earlier.run_id == run_id and earlier.plan_hash == plan_hash:
+                again.append(earlier)
+                raise _Recalled
+            raise ApprovalConsumed(_consumed_message(approval, earlier, run_id))
 
-        self._append(canonical_json(used.to_dict()) + "\n", check)
+        try:
+            self._append(canonical_json(used.to_dict()) + "\n", check)
+        except _Recalled:
+            return again[0]
         return used
 
 
-def _consumed_message(approval: Approval, earlier: Consumption) -> str:
+class _Recalled(Exception):
+    """Internal: a keyed re-call of a step its run already consumed the approval for."""
+
+
+def _consumed_message(approval: Approval, earlier: Consumption, run_id: str | None = None) -> str:
+    if run_id is not None and earlier.run_id == run_id:
+        # The same run, the same step again: its first call may have taken effect. Approving
+        # again would pay twice; a person must look at what happened.
+        return (
+            f"run {run_id} already used its approval by {approval.by} to start step {earlier.step_id!r} "
+            f"({earlier.at}); that call's effect is unknown and the tool takes no idempotency key, so "
+            "it is not called again: check whether it took effect (the run needs review); do not "
+            "approve it again to retry"
+        )
     return (
         f"the approval of plan {approval.plan_hash} by {approval.by} was already used to run step "
         f"{earlier.step_id!r} (run {earlier.run_id}, {earlier.at}); a non-idempotent write runs at most "
-        "once per approval: approve the plan again to run it again"
+        "once per approval (an approval approves one run)"
     )
 
 

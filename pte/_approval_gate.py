@@ -208,7 +208,7 @@ class ApprovalGate:
             return  # a plan that needed no approval: nothing to consume
         _, approval, plan_hash, run_id = entry
         try:
-            self.store.consume(approval, plan_hash, step.id, run_id)
+            self.store.consume(approval, plan_hash, step.id, run_id, recall=spec.idempotency_key is not None)
         except ApprovalStoreError as exc:
             raise ApprovalMissing(
                 f"cannot record the use of the approval of plan {plan_hash}: {exc}"

@@ -197,17 +197,38 @@ def _gate_factory(store: Store, args: argparse.Namespace) -> Any:
 
 
 def approvals_list(args: argparse.Namespace) -> int:
+    """``pte approvals list``: the waiting runs, each with the plan its verified records hold.
+
+    The plan hash and plan come from the run's hash-verified ``plan_accepted`` record
+    (`pte._runs.awaiting_plan`), never from the ``pte_runs`` columns; a run whose records do
+    not show one is listed as unreviewable, with the reason, and no plan.
+    """
+    from pte._runs import awaiting_plan
+
+    shown: list[tuple[Any, str | None, dict[str, Any] | None, str | None]] = []
     with _store(args.store) as store:
-        waiting = store.runs("awaiting_approval")
+        for info in store.runs("awaiting_approval"):
+            try:
+                shown.append((info, *awaiting_plan(store, info.run_id), None))
+            except StoreError as exc:
+                shown.append((info, None, None, str(exc)))
     if args.json:
-        _print_json([{**info.to_dict(), "plan": info.plan} for info in waiting])
+        _print_json(
+            [
+                {**info.to_dict(), "plan_hash": hash_, "plan": plan, "problem": problem}
+                for info, hash_, plan, problem in shown
+            ]
+        )
         return EXIT_OK
-    if not waiting:
+    if not shown:
         print("no run is awaiting approval")
-    for info in waiting:
-        print(f"{info.run_id}  plan {info.plan_hash}  tools {','.join(info.tools)}  until {info.expires_at}")
-        if args.plans and info.plan is not None:
-            print(json.dumps(info.plan, indent=2, ensure_ascii=False))
+    for info, hash_, plan, problem in shown:
+        if problem is not None:
+            print(f"{info.run_id}  CANNOT BE REVIEWED: {problem}")
+            continue
+        print(f"{info.run_id}  plan {hash_}  tools {','.join(info.tools)}  until {info.expires_at}")
+        if args.plans and plan is not None:
+            print(json.dumps(plan, indent=2, ensure_ascii=False))
     return EXIT_OK
 
 

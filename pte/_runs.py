@@ -59,6 +59,7 @@ __all__ = [
     "DEFAULT_APPROVAL_TTL",
     "PausedRun",
     "RunPaused",
+    "awaiting_plan",
     "decide",
     "pausing_gate",
     "resume_run",
@@ -228,6 +229,39 @@ def _decision_approval(
     return None
 
 
+def awaiting_plan(store: Store, run_id: str) -> tuple[str, dict[str, Any]]:
+    """The plan hash and plan run `run_id` waits with, read from its verified records.
+
+    Never from the ``pte_runs`` columns (a copy any writer of the database can change): the
+    run's chain must verify, its last record must be ``run_paused``, and the plan shown is the
+    ``plan_accepted`` record's plan whose canonical JSON hashes to the paused plan hash. So what
+    a person reviews is exactly what the hash they sign names, and what resume re-drives.
+    `StoreError` when the run cannot show such a plan.
+    """
+    from pte._canonical import canonical_json, sha256_hex
+
+    report = store.verify(run_id)
+    if not report.intact:
+        raise StoreError(f"run {run_id} does not verify in {store.describe()}: {report.issue}")
+    records = store.records(run_id)
+    if not records or records[-1].get("type") != "run_paused":
+        raise StoreError(f"run {run_id} is not waiting for approval (its last record is not run_paused)")
+    plan_hash = records[-1].get("plan_hash")
+    for record in reversed(records):
+        plan = record.get("plan")
+        if (
+            record.get("type") == "plan_accepted"
+            and record.get("plan_hash") == plan_hash
+            and isinstance(plan, dict)
+            and sha256_hex(canonical_json(plan)) == plan_hash
+        ):
+            return str(plan_hash), plan
+    raise StoreError(
+        f"run {run_id} records no plan that hashes to {plan_hash} (a redacted or rewritten plan): "
+        "there is nothing a person could review and approve"
+    )
+
+
 def decide(
     store: Store,
     run_id: str,
@@ -249,9 +283,11 @@ def decide(
         raise StoreError(f"no run {run_id} in {store.describe()}")
     if info.status != "awaiting_approval" or info.plan_hash is None:
         raise StoreError(f"run {run_id} is {info.status}, not awaiting approval")
-    if plan_hash is not None and plan_hash != info.plan_hash:
+    # What waits is what the run's verified records say, never the run table's copy.
+    waiting_hash, waiting_plan = awaiting_plan(store, run_id)
+    if plan_hash is not None and plan_hash != waiting_hash:
         raise StoreError(
-            f"run {run_id} waits with plan {info.plan_hash}, not {plan_hash}: review the plan it waits with"
+            f"run {run_id} waits with plan {waiting_hash}, not {plan_hash}: review the plan it waits with"
         )
     moment = now if now is not None else datetime.now(UTC)
     if info.expires_at is not None and moment > _parse_time(info.expires_at):
@@ -263,7 +299,7 @@ def decide(
     records = store.records(run_id)
     started = records[0] if records else {}
     recorded = _recorded_registry(started)
-    tools = [s.get("tool") for s in (info.plan or {}).get("steps", ()) if isinstance(s, dict)]
+    tools = [s.get("tool") for s in waiting_plan.get("steps", ()) if isinstance(s, dict)]
     missing = [t for t in tools if not isinstance(t, str) or t not in recorded]
     if missing:
         raise StoreError(f"run {run_id}'s plan calls tools its record does not describe: {missing}")
@@ -271,7 +307,7 @@ def decide(
     if valid_for is None and info.expires_at is not None:
         valid_for = max(_parse_time(info.expires_at) - moment, timedelta(seconds=1))
     approval = make_approval(
-        info.plan_hash,
+        waiting_hash,
         by,
         catalogue=catalogue,
         run=run_id,
@@ -279,7 +315,7 @@ def decide(
         at=moment,
         valid_for=valid_for or DEFAULT_APPROVAL_TTL,
     )
-    decision = Decision(run_id, info.plan_hash, "approved" if approve else "rejected", by, approval.at, note)
+    decision = Decision(run_id, waiting_hash, "approved" if approve else "rejected", by, approval.at, note)
     store.decide(decision, approval.to_dict() if approve else None)
     return decision
 

@@ -158,3 +158,118 @@ def test_a_store_approval_counts_for_a_write_guarded_only_by_the_default(store: 
     decide(store, "g", by="alice", approve=True, signing_key=SIGNER)
     result = _resume(store, "g", registry)
     assert result.status == "succeeded", result
+
+
+# --- 2. the approver is shown a copy, not the plan they sign -----------------------------------
+
+
+def test_the_approver_sees_the_plan_the_records_hash_to_not_the_run_table_copy(
+    store: Store, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack 2: the store writer puts a 12.40 EUR plan in ``pte_runs.plan``; the run's records
+    hold the 9,800 EUR plan whose hash the approver signs. The listing shows the records' plan."""
+    from pte._cli import main
+
+    big = PAY.replace('"120.00"', '"9800.00"')
+    paused = _start(store, "big", plan=big)
+    decoy = json.loads(PAY.replace('"120.00"', '"12.40"'))
+    _sql(store, "UPDATE pte_runs SET plan = ? WHERE run_id = 'big'", (json.dumps(decoy),))
+    assert main(["--quiet", "approvals", "list", "--plans", "--store", store.url]) == 0
+    out = capsys.readouterr().out
+    assert "9800.00" in out and "12.40" not in out
+    assert main(["--quiet", "approvals", "list", "--store", store.url, "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (
+        listed["plan_hash"] == paused.plan_hash and listed["plan"]["steps"][1]["args"]["amount"] == "9800.00"
+    )
+    # The hash the approver signs names what they were shown, and what resume runs.
+    decision = decide(store, "big", by="alice", approve=True, signing_key=SIGNER)
+    assert decision.plan_hash == paused.plan_hash
+    assert _resume(store, "big").status == "succeeded"
+    with sqlite3.connect(ledger) as conn:
+        assert conn.execute("SELECT amount FROM payments_out").fetchall() == [("9800.00",)]
+
+
+def test_a_paused_run_whose_records_were_edited_cannot_be_reviewed(
+    store: Store, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The writer edits the plan inside the records instead: the chain breaks, nothing is shown."""
+    from pte._cli import main
+    from pte.stores import StoreError
+
+    _start(store, "edited", plan=PAY.replace('"120.00"', '"9800.00"'))
+    _sql(store, "UPDATE pte_records SET line = REPLACE(line, '9800.00', '12.40') WHERE run_id = 'edited'")
+    assert main(["--quiet", "approvals", "list", "--plans", "--store", store.url]) == 0
+    out = capsys.readouterr().out
+    assert "CANNOT BE REVIEWED" in out and "12.40" not in out
+    with pytest.raises(StoreError, match="does not verify"):
+        decide(store, "edited", by="alice", approve=True, signing_key=SIGNER)
+
+
+# --- 6. a keyed, approved write that crashed after its effect -----------------------------------
+
+WORLD: dict[str, Path] = {}
+
+
+class Transfer(BaseModel):
+    transfer_id: str
+
+
+@tool(effect="write", requires_approval=True, idempotency_key="key", sinks={"account": ["request"]})
+def transfer(account: str, amount: str, key: str) -> Transfer:
+    """A payment API with idempotency keys: a known key pays nothing and returns the first transfer."""
+    with sqlite3.connect(WORLD["db"]) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS t (key TEXT PRIMARY KEY, account TEXT, amount TEXT)")
+        conn.execute("INSERT OR IGNORE INTO t VALUES (?, ?, ?)", (key, account, amount))
+    return Transfer(transfer_id=f"T-{key[-8:]}")
+
+
+KEYED = json.dumps(
+    {
+        "pte_plan": "1",
+        "steps": [{"id": "pay", "tool": "transfer", "args": {"account": "DE89", "amount": "9800.00"}}],
+        "result": {"$ref": "pay/transfer_id"},
+    }
+)
+
+
+def _transfers() -> int:
+    with sqlite3.connect(WORLD["db"]) as conn:
+        return int(conn.execute("SELECT count(*) FROM t").fetchone()[0])
+
+
+def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp_path: Path) -> None:
+    """Attack 6: the run crashed after the keyed payment took effect. Before, resume said
+    "approve the plan again" (which pays twice). Now the keyed re-call completes the run, once."""
+    from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
+    from pte._audit import AuditLog
+    from pte._compiler import compile_plan
+    from pte._policy import Policy
+    from pte._replay import resume_file
+    from pte._replay_authority import Deployment
+
+    WORLD["db"] = tmp_path / "world.sqlite"
+    registry = Registry([transfer])
+    policy = Policy.from_registry(registry)
+    approvals = ApprovalStore(tmp_path / "approvals.jsonl")
+    plan = compile_plan(KEYED, registry, checks=[policy.check()])
+    given = approve(
+        plan, "alice", approvals, catalogue=catalogue_fingerprint(registry, plan, policy), signing_key=SIGNER
+    )
+    full = tmp_path / "full.jsonl"
+    gate = approval_hook(approvals, registry=registry, keys=KEYS, policy=policy)
+    with AuditLog(full, run_id=given.run) as audit:
+        assert Engine(registry, policy=policy, approval=gate).execute(KEYED, audit).ok
+    assert _transfers() == 1
+    # The crash: the log ends right after the payment's write-ahead record (the effect happened).
+    lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "step_started")
+    crashed = tmp_path / "crashed.jsonl"
+    crashed.write_text("".join(lines[: cut + 1]), encoding="utf-8")
+    deployment = Deployment(
+        policy=policy, approvals=approval_hook(approvals, registry=registry, keys=KEYS, policy=policy)
+    )
+    result = resume_file(crashed, registry, deployment=deployment)
+    assert result.ok, result.message
+    assert "approve" not in (result.message or "")
+    assert _transfers() == 1  # the keyed re-call applied the same key: one payment

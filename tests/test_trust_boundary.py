@@ -533,6 +533,7 @@ def test_a_paid_run_cut_back_to_its_approval_is_not_paid_again_on_resume(
     code, out, _ = cli(capsys, "resume", str(log), *flags, "--json")
     assert code == 1
     doc = json.loads(out)
-    assert doc["reason"] == "approval_consumed" and "already used to run step 'pay'" in doc["message"]
+    assert doc["reason"] == "approval_consumed" and "already used its approval" in doc["message"]
+    assert "to start step 'pay'" in doc["message"] and "do not approve it again" in doc["message"]
     assert count(deployment["ledger"], "payments_out") == 1
     assert verify(log).ok  # the refusal is recorded, sealed

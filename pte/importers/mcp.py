@@ -338,9 +338,7 @@ def import_mcp_tools(
     def runs(source: SourceTool) -> Mapping[str, Any]:
         return {"server": connection.server, "sdk": _sdk_version()}
 
-    return build_registry(
-        "MCP", sources, make_func, manifest=manifest, prefix=prefix, only=only, runs=runs
-    )
+    return build_registry("MCP", sources, make_func, manifest=manifest, prefix=prefix, only=only, runs=runs)
 
 
 def _sdk_version() -> str | None:
