@@ -28,6 +28,7 @@ from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult
 from pte._exposure import (
     PLANNER_DATA,
     PlannerData,
+    catalogue_exposed,
     completed_for_planner,
     error_for_planner,
     exposure_of,
@@ -394,6 +395,8 @@ class Engine:
                 config["llm"] = describe
         config.update(extra or {})
         run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider, run.audit.redactor)
+        # Untouched third-party text in the catalogue (pte.importers): every planner reads it.
+        run.shown_untrusted = mode != "execute" and catalogue_exposed(self.registry)
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
         fields = run_started_fields(
             self.registry, self.policy.to_document(), run.audit.redactor.redact_structure

@@ -294,7 +294,9 @@ class _Run:
         self.owner_calls = OwnerCalls(self.completions, self.new_owner)
 
     def _is_write(self, i: int) -> bool:
-        return self.specs[i].effect == "write"
+        # A read with effects is scheduled and written ahead like a write (resume must know).
+        spec = self.specs[i]
+        return spec.effect == "write" or spec.read_effects
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -403,7 +405,7 @@ class _Run:
             # Its turn to be recorded: the intent goes first, as it would one step at a time
             # (a write is only ever started at its turn).
             self._record_started(i)
-        if spec.effect == "write":
+        if spec.effect == "write" or spec.read_effects:
             if self.audit is not None:
                 self.audit.sync()  # write-ahead: the intent is durable before the side effect
             self.write_running = True

@@ -28,13 +28,27 @@ from pte._plan import Reference, is_reference
 
 if TYPE_CHECKING:
     from pte._engine import Engine, _Run
+    from pte._registry import Registry
 
-__all__ = ["PLANNER_DATA", "PlannerData", "completed_for_planner", "exposure_of", "literal_of"]
+__all__ = [
+    "PLANNER_DATA",
+    "PlannerData",
+    "catalogue_exposed",
+    "completed_for_planner",
+    "exposure_of",
+    "literal_of",
+]
 
 #: How a stage planner, replanner or repair prompt is shown untrusted data.
 PlannerData = Literal["handles", "shown"]
 PLANNER_DATA: tuple[str, ...] = ("handles", "shown")
 _UNTRUSTED = frozenset({"untrusted"})
+
+
+def catalogue_exposed(registry: Registry) -> bool:
+    """Whether the catalogue a planner reads holds third-party text (pte.importers): it is
+    framed as untrusted, and the planner that read it writes an exposed plan."""
+    return any(spec.third_party_text for spec in registry)
 
 
 def literal_of(run: _Run) -> str:

@@ -47,6 +47,7 @@ from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan
 from pte._registry import Registry
 from pte._resources import load_schema
+from pte._storage import Landing, check_stores, parse_stores
 from pte._tool_spec import OutputProvenance, ToolSpec
 
 __all__ = [
@@ -87,6 +88,11 @@ class ToolPolicy:
     sinks: Mapping[str, frozenset[str]]
     #: Field-level provenance (pte._labels): JSON Pointer into the output -> its label.
     fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: Where a parameter's value is stored (pte._storage): parameter -> (read tool, pointer)s.
+    stores: Mapping[str, tuple[Landing, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Egress: every parameter no sink declaration names accepts only request/trusted data,
+    #: as a write's do in guarded mode (a read whose URL or query reaches a third party).
+    egress: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The policy-file form of this entry."""
@@ -95,6 +101,13 @@ class ToolPolicy:
             out["sinks"] = {param: sorted(allowed) for param, allowed in sorted(self.sinks.items())}
         if self.fields:
             out["fields"] = dict(sorted(self.fields.items()))
+        if self.egress:
+            out["egress"] = True
+        if self.stores:
+            out["stores"] = {
+                param: [{"read": read, "field": pointer} for read, pointer in landings]
+                for param, landings in sorted(self.stores.items())
+            }
         return out
 
     def output_tree(self) -> LabelTree | None:
@@ -143,6 +156,8 @@ class Policy:
         #: ``guarded``: every parameter of a ``write`` tool that no declaration names accepts
         #: only request/trusted data. ``open``: only declared sinks are guarded.
         self.default: DefaultMode = default
+        # Labels survive storage (pte._storage): refused here, so no such policy ever exists.
+        check_stores(self, self.sources[-1] if self.sources else "<policy>", PolicyError)
 
     @classmethod
     def from_registry(cls, registry: Registry, *, default: DefaultMode = "guarded") -> Policy:
@@ -253,12 +268,19 @@ class Policy:
                 except ValueError as exc:
                     raise PolicyError(f"policy {source!r}: tool {name!r}: {exc}") from None
                 fields[pointer] = label
+            stores = dict(current.stores)
+            for param, landings in parse_stores(entry.get("stores", {})).items():
+                _check_sink_param(source, name, param, self._registry)
+                stores[param] = landings
             if fields and output == "derived":
                 raise PolicyError(
                     f"policy {source!r}: tool {name!r} is derived (its output has its inputs' labels); "
                     "'fields' applies to trusted or untrusted outputs"
                 )
-            tools[name] = ToolPolicy(output, _frozen_sinks(sinks), MappingProxyType(fields))
+            egress = bool(entry.get("egress", current.egress))
+            tools[name] = ToolPolicy(
+                output, _frozen_sinks(sinks), MappingProxyType(fields), MappingProxyType(stores), egress
+            )
         default = cast(DefaultMode, document.get("default", self.default))
         return Policy(tools, registry=self._registry, sources=(*self.sources, source), default=default)
 
@@ -323,7 +345,10 @@ class Policy:
                 raise KeyError(tool)
             # A tool outside this policy's registry: its own declarations are all we know.
             entry = _declared(spec)
-        if self.default != "guarded" or spec is None or spec.effect != "write":
+        guard_all = entry.egress or (
+            self.default == "guarded" and spec is not None and spec.effect == "write"
+        )
+        if spec is None or not guard_all:
             return entry
         params = spec.input_schema.get("properties") or {}
         # The idempotency key is the engine's, never a plan's: not a sink (pte._idempotency).

@@ -329,7 +329,9 @@ class RecordedInvoker:
         if not queue:
             return self._unrecorded(spec, args, step)
         recorded = queue.popleft()
-        if self._live is not None and self._live_reads and (spec.effect == "read" or self._allow_writes):
+        # A read with effects is never re-run (pte._exposure): replaying it would repeat them.
+        rerun = not spec.read_effects and (spec.effect == "read" or self._allow_writes)
+        if self._live is not None and self._live_reads and rerun:
             self._diff(spec, args, step, recorded)
         if recorded.get("status") == "ok":
             return recorded.get("output")
@@ -360,11 +362,13 @@ class RecordedInvoker:
         # must reach the same one.
         in_flight = self._started.get(step.id, 0) >= self._calls[step.id]
         # A tool with an idempotency key is re-called with the same key (pte._idempotency).
-        if in_flight and spec.effect == "write" and not spec.idempotent and spec.idempotency_key is None:
+        unsafe = spec.effect == "write" and not spec.idempotent and spec.idempotency_key is None
+        if in_flight and (unsafe or spec.read_effects):  # a read with effects: as a write
+            why = "has effects" if spec.read_effects else "is not idempotent"
             raise FailedClosed(
                 ReasonCode.NEEDS_REVIEW,
                 f"step {step.id!r} ({spec.name}) was started before the interruption and may or may not have "
-                f"taken effect; {spec.name} is not idempotent, so it is not re-run. Check its effect, then "
+                f"taken effect; {spec.name} {why}, so it is not re-run. Check its effect, then "
                 "finish the work with a new plan.",
                 f"$.steps[?(@.id=={step.id!r})]",
             )

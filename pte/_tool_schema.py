@@ -161,6 +161,8 @@ def tool_from_schema(
     sinks: Mapping[str, Iterable[str] | str] | None = None,
     requires_approval: bool = False,
     runs: Mapping[str, Any] | None = None,
+    read_effects: bool = False,
+    third_party_text: Iterable[str] = (),
 ) -> SchemaTool:
     """A tool from its JSON Schemas and a callable, for catalogues that have no Python signatures.
 
@@ -174,6 +176,9 @@ def tool_from_schema(
     - `runs`: JSON data naming what `func` runs besides its own code (an importer's server
       command, spec and operation, its version): part of `code_sha256`, so that an approval,
       which binds the code hash, binds what actually runs.
+    - `read_effects`: a ``read`` with effects, never re-run by resume or ``replay --live``.
+    - `third_party_text`: where text from an outside catalogue remains in `description` and
+      the schemas (importers set it): a planner shown it writes an exposed plan (pte._exposure).
 
     Raises `ToolRegistrationError` for a bad name, a schema that is not valid JSON Schema, an
     input schema that is not an object, a ``$ref`` to another document, or a sink that is not
@@ -228,6 +233,8 @@ def tool_from_schema(
         provenance=provenance,
         sinks=MappingProxyType(sink_map),
         requires_approval=bool(requires_approval),
+        read_effects=bool(read_effects),
+        third_party_text=tuple(third_party_text),
         _input_validator=ExplainingValidator(inputs),
         _output_validator=ExplainingValidator(outputs),
         _fast_input=jsonschema_rs.validator_for(inputs),

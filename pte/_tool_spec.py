@@ -85,6 +85,12 @@ class ToolSpec:
     is_async: bool = False
     #: The parameter PTE fills with a per-call idempotency key (`pte._idempotency`), or None.
     idempotency_key: str | None = None
+    #: A ``read`` that has effects (an HTTP GET that triggers something, a visit a third
+    #: party sees): resume and ``replay --live`` never re-run it (pte._exposure docs).
+    read_effects: bool = False
+    #: Where third-party text the deployment did not replace remains in the description or
+    #: schemas of an imported tool (pte.importers): shown to a planner, it exposes the plan.
+    third_party_text: tuple[str, ...] = ()
     _input_model: type[BaseModel] = field(repr=False, default=BaseModel)
     _input_validator: Any = field(repr=False, default=None)
     _output_validator: Any = field(repr=False, default=None)
@@ -236,6 +242,8 @@ class ToolSpec:
             **({"isolation": self.isolation} if self.isolation != "thread" else {}),
             **({"is_async": True} if self.is_async else {}),
             **({"idempotency_key": self.idempotency_key} if self.idempotency_key else {}),
+            **({"read_effects": True} if self.read_effects else {}),
+            **({"third_party_text": list(self.third_party_text)} if self.third_party_text else {}),
         }
 
     @classmethod
@@ -273,6 +281,8 @@ class ToolSpec:
             # Recorded so that the catalogue replays identically (no code runs in replay).
             is_async=entry.get("is_async") is True,
             idempotency_key=str(entry["idempotency_key"]) if entry.get("idempotency_key") else None,
+            read_effects=entry.get("read_effects") is True,
+            third_party_text=tuple(str(where) for where in entry.get("third_party_text") or ()),
             _input_validator=ExplainingValidator(input_schema),
             _output_validator=ExplainingValidator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),

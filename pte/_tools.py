@@ -228,6 +228,7 @@ def _build_spec(
     retry_on: Iterable[type[BaseException]] = (),
     idempotency_key: str | None = None,
     selection: Selection | None = None,
+    read_effects: bool = False,
 ) -> ToolSpec:
     qualname = getattr(func, "__qualname__", repr(func))
     if not callable(func):
@@ -241,6 +242,8 @@ def _build_spec(
         )
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ToolRegistrationError(f"tool {tool_name!r}: timeout_s must be a positive number")
+    if read_effects and effect != "read":
+        raise ToolRegistrationError(f"tool {tool_name!r}: read_effects marks a read (a write has effects)")
     is_async = inspect.iscoroutinefunction(func)
     _check_execution_options(
         tool_name, func, effect, idempotent, is_async, isolation, retries, backoff_s, tuple(retry_on)
@@ -346,6 +349,7 @@ def _build_spec(
         retry_on=tuple(retry_on),
         is_async=is_async,
         idempotency_key=idempotency_key,
+        read_effects=bool(read_effects),
         _input_model=input_model,
         _plain_params=MappingProxyType(plain) if plain is not None else None,
         _input_validator=ExplainingValidator(input_schema),
@@ -442,6 +446,7 @@ def tool(
     retry_on: Iterable[type[BaseException]] = (),
     idempotency_key: str | None = None,
     selection: Selection | None = None,
+    read_effects: bool = False,
 ) -> Callable[[_F], _F]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -461,6 +466,7 @@ def tool(
     retry_on: Iterable[type[BaseException]] = (),
     idempotency_key: str | None = None,
     selection: Selection | None = None,
+    read_effects: bool = False,
 ) -> Any:
     """Declare a typed function as a PTE tool, bare (``@tool``) or with options (``@tool(effect="write")``).
 
@@ -487,6 +493,8 @@ def tool(
       output parts are copied from which inputs and which input fields decide
       (`pte.Selection`), so each output field keeps its own labels plus the decision's
       instead of the union of every argument's (docs/operations.md).
+    - `read_effects`: a ``read`` whose call has effects (an HTTP GET that triggers something, a
+      visit a third party sees): resume and ``replay --live`` never re-run it.
 
     Raises `ToolRegistrationError` when a parameter or the return value has no type hint,
     or a hint gives no JSON Schema.
@@ -509,6 +517,7 @@ def tool(
             retry_on=retry_on,
             idempotency_key=idempotency_key,
             selection=selection,
+            read_effects=read_effects,
         )
         setattr(f, _TOOL_ATTR, spec)
         return f

@@ -202,8 +202,11 @@ def test_an_injected_description_cannot_reach_a_guarded_sink(crm: MCPConnection,
     log = tmp_path / "inj.jsonl"
     with AuditLog(log) as audit:
         result = Engine(registry, FunctionClient(obedient_planner)).run("show C001's notes", audit)
-    # The payment needs a person's approval of this exact plan: the run ends before any step runs.
-    assert result.reason is ReasonCode.APPROVAL_MISSING
+    # The description is the server's text, framed as untrusted (the manifest did not replace
+    # it): the planner that read it is the attacker's, and the IBAN it copied counts as
+    # untrusted (pte._exposure). Refused before any step runs (and before any approval).
+    assert result.reason is ReasonCode.POLICY_VIOLATION
+    assert "send_payment.iban" in (result.message or "") and "untrusted" in (result.message or "")
     assert result.steps == []
     assert not [r for r in read_records(log) if r["type"] == "step_started"]
 

@@ -29,6 +29,7 @@ from pte._resources import load_schema
 from pte._tool_schema import SchemaFunction, tool_from_schema
 from pte._tool_spec import Effect
 from pte._version import __version__
+from pte.importers._text import scrub
 
 __all__ = [
     "ImportManifest",
@@ -53,6 +54,9 @@ class SourceTool:
     output_schema: Mapping[str, Any] | None
     #: The effect when the manifest declares none (the importer's own knowledge, else "write").
     default_effect: Effect = "write"
+    #: Whether the call's arguments reach a third party when the manifest says nothing (an
+    #: OpenAPI GET: its URL and query): every parameter is then a guarded sink (egress).
+    default_egress: bool = False
 
     def definition(self) -> dict[str, Any]:
         """The parts a manifest pin covers."""
@@ -187,7 +191,18 @@ def build_registry(
                 f'(^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$); rename it: {{"tools": {{"{name}": {{"name": "..."}}}}}}'
             )
             continue
-        description = declaration.get("description", source.description) or ""
+        text = _deployment_text(source, declaration, input_schema, output_schema)
+        if isinstance(text, str):
+            problems.append(f"{kind} tool {name!r}: {text}")
+            continue
+        description, input_schema, output_schema, third_party = text
+        effect = declaration.get("effect", source.default_effect)
+        sinks = dict(declaration.get("sinks") or {})
+        if declaration.get("egress", source.default_egress and effect == "read"):
+            # Egress: what a read sends (URL, query) reaches a third party; open a parameter
+            # by declaring it a sink that accepts untrusted data.
+            for param in input_schema.get("properties") or {}:
+                sinks.setdefault(param, ["request", "trusted"])
         try:
             specs.append(
                 tool_from_schema(
@@ -196,10 +211,10 @@ def build_registry(
                     input_schema=input_schema,
                     output_schema=output_schema,
                     func=make_func(source, output_schema),
-                    effect=declaration.get("effect", source.default_effect),
+                    effect=effect,
                     idempotent=declaration.get("idempotent"),
                     provenance=declaration.get("provenance", "untrusted"),
-                    sinks=declaration.get("sinks"),
+                    sinks=sinks or None,
                     requires_approval=declaration.get("requires_approval", False),
                     timeout_s=declaration.get("timeout_s", 30.0),
                     runs={
@@ -209,6 +224,8 @@ def build_registry(
                         "definition": fingerprint(source),
                         **(dict(runs(source)) if runs is not None else {}),
                     },
+                    read_effects=bool(declaration.get("side_effects", False)) and effect == "read",
+                    third_party_text=third_party,
                 )
             )
         except ToolRegistrationError as exc:
@@ -216,3 +233,40 @@ def build_registry(
     if problems:
         raise ImportRefused(f"cannot import {len(problems)} {kind} tool(s):\n- " + "\n- ".join(problems))
     return Registry(specs)
+
+
+def _deployment_text(
+    source: SourceTool,
+    declaration: Mapping[str, Any],
+    input_schema: Mapping[str, Any],
+    output_schema: Mapping[str, Any],
+) -> tuple[str, dict[str, Any], dict[str, Any], list[str]] | str:
+    """The description and schemas with the manifest's text applied (pte.importers._text), and
+    where the source's own text is left; a message when a parameter override names no parameter."""
+    drop = declaration.get("source_text", "keep") == "drop"
+    inputs, kept = scrub(input_schema, "input_schema", drop=drop)
+    outputs, kept_out = scrub(output_schema, "output_schema", drop=drop)
+    kept += kept_out
+    properties = inputs.get("properties") or {}
+    for param, override in (declaration.get("parameters") or {}).items():
+        if param not in properties or not isinstance(properties[param], dict):
+            return (
+                f"the manifest describes parameter {param!r}, which it does not take ({sorted(properties)})"
+            )
+        if "description" not in override:
+            continue  # the source's text stays (and counts as kept)
+        text = override["description"]
+        properties[param].pop("description", None)
+        if text is not None:
+            properties[param]["description"] = text  # the deployment's own words
+        pointer = f"input_schema/properties/{param.replace('~', '~0').replace('/', '~1')}/description"
+        kept = [where for where in kept if where != pointer]
+    if "description" in declaration:
+        description = declaration["description"] or ""
+    elif drop:
+        description = ""
+    else:
+        description = source.description or ""
+        if description:
+            kept.insert(0, "description")
+    return description, inputs, outputs, kept

@@ -185,6 +185,8 @@ class _Operation:
             input_schema=self.input_schema(),
             output_schema=self.output_schema(),
             default_effect="read" if self.method in _READ_METHODS else "write",
+            # The URL and query of a GET go to the server: guarded unless the manifest opens them.
+            default_egress=self.method in _READ_METHODS,
         )
 
     def input_schema(self) -> dict[str, Any] | None:
