@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pte._audit_verify import VerifyReport, verify
 from pte._canonical import canonical_bytes
 from pte._errors import PTEError
+from pte._key_files import read_key_file
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -76,14 +77,11 @@ def _key_text(spec: str, what: str) -> bytes:
         if not value:
             raise CheckpointError(f"{what}: environment variable {name} is not set")
         return value.encode("utf-8")
+    # Regular files only, bounded: a FIFO named as a key file must not hang the command.
     try:
-        with open(spec, "rb") as fh:
-            data = fh.read(64 * 1024 + 1)
-    except OSError as exc:
-        raise CheckpointError(f"{what}: cannot read {spec}: {exc.strerror or exc}") from None
-    if len(data) > 64 * 1024:
-        raise CheckpointError(f"{what}: {spec} is too large to be a key")
-    return data
+        return read_key_file(spec, what)
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def _raw32(data: bytes, what: str) -> bytes:

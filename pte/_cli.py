@@ -38,8 +38,11 @@ from pte._cli_deployment import (
     set_redactor,
 )
 from pte._cli_support import (
+    MAX_APPROVAL_TTL_S,
+    MAX_VALID_FOR_HOURS,
     InputFileError,
     add_execution_flags,
+    bounded_float,
     guarded,
     non_empty_text,
     non_negative_int,
@@ -348,7 +351,10 @@ def _add_run_store(parser: argparse.ArgumentParser) -> None:
         help="the run id (default: with --store a new one; else the run `pte approve` created, or a new one)",
     )
     parser.add_argument(
-        "--approval-ttl", type=float, metavar="SECONDS", help="with --store: how long a paused run waits"
+        "--approval-ttl",
+        type=bounded_float(MAX_APPROVAL_TTL_S, "seconds"),
+        metavar="SECONDS",
+        help="with --store: how long a paused run waits (at most 365 days: 31536000)",
     )
 
 
@@ -419,7 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the approver's Ed25519 private key (PEM; default $PTE_APPROVAL_SIGNING_KEY_FILE)",
     )
     p.add_argument(
-        "--valid-for", type=float, default=24.0, metavar="HOURS", help="how long the approval counts (24)"
+        "--valid-for",
+        type=bounded_float(MAX_VALID_FOR_HOURS, "hours"),
+        default=24.0,
+        metavar="HOURS",
+        help="how long the approval counts (24; at most 8760)",
     )
     _add_tools(p, required=False)
     cli_store.add_store(p)
@@ -494,6 +504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    # A shell cannot pass a NUL byte, but main() can be called with one: no path, URL or
+    # name may hold it (open() and friends raise ValueError deep inside a command).
+    if argv is not None and any("\x00" in str(arg) for arg in argv):
+        _fail_usage(parser, "an argument contains a NUL byte")
     args = parser.parse_args(argv)
     from pte._logs import configure_logging, quiet_logging
 

@@ -18,6 +18,7 @@ from typing import Any
 from pte._cli_support import (
     UsageError,
     execution_settings,
+    http_url,
     input_file,
     non_negative_int,
     output_file,
@@ -218,7 +219,9 @@ def _llm(args: argparse.Namespace) -> Any:
 
 def _add_llm(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)")
+    parser.add_argument(
+        "--base-url", type=http_url, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)"
+    )
     parser.add_argument(
         "--timeout", type=positive_float, default=60.0, help="seconds per LLM request (default 60)"
     )

@@ -16,7 +16,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pte._cli_support import add_execution_flags, execution_settings
+from pte._cli_support import (
+    MAX_APPROVAL_TTL_S,
+    MAX_SUBMIT_COUNT,
+    MAX_VISIBILITY_TIMEOUT_S,
+    MAX_WORKER_PROCESSES,
+    add_execution_flags,
+    bounded_float,
+    bounded_int,
+    check_broker_url,
+    execution_settings,
+    store_file,
+)
 from pte._errors import FailedClosed, PTEError
 from pte.stores import Store, StoreError, open_store
 
@@ -39,6 +50,7 @@ def _store(url: str | None) -> Store:
     url = url or os.environ.get("PTE_STORE")
     if not url:
         raise _usage_error()("--store is required (or set PTE_STORE): sqlite:///path.db or postgresql://…")
+    store_file(url)
     try:
         return open_store(url)
     except StoreError as exc:
@@ -338,7 +350,7 @@ def _broker(args: argparse.Namespace) -> str:
     broker = getattr(args, "broker", None) or os.environ.get("PTE_BROKER")
     if not broker:
         raise _usage_error()("--broker is required (or set PTE_BROKER): redis://host:6379/0")
-    return str(broker)
+    return check_broker_url(str(broker))
 
 
 def _enqueue(args: argparse.Namespace, run_ids: list[str]) -> None:
@@ -455,18 +467,31 @@ def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
     add_tools(p)
     add_store(p)
     p.add_argument("--broker", help="Celery broker URL, e.g. redis://127.0.0.1:6379/0 (default $PTE_BROKER)")
-    p.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--concurrency",
+        type=bounded_int(1, MAX_WORKER_PROCESSES),
+        default=1,
+        help=f"worker processes (default 1, at most {MAX_WORKER_PROCESSES})",
+    )
     p.add_argument("--name", help="worker node name")
     p.add_argument(
         "--visibility-timeout",
-        type=float,
+        type=bounded_float(MAX_VISIBILITY_TIMEOUT_S, "seconds"),
         default=60.0,
-        help="seconds before an unacknowledged run is delivered again (default 60)",
+        help="seconds before an unacknowledged run is delivered again (default 60, at most 7 days)",
     )
     p.add_argument(
-        "--approval-ttl", type=float, help="seconds a paused run waits for a decision (default 86400)"
+        "--approval-ttl",
+        type=bounded_float(MAX_APPROVAL_TTL_S, "seconds"),
+        help="seconds a paused run waits for a decision (default 86400, at most 365 days: 31536000)",
     )
-    p.add_argument("--loglevel", default="WARNING")
+    p.add_argument(
+        "--loglevel",
+        default="WARNING",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="the worker's log level (default WARNING)",
+    )
     add_execution_flags(p)
     add_llm(p)
     p.set_defaults(func=cmd_worker)
@@ -477,7 +502,12 @@ def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
     add_tools(p)
     add_store(p)
     p.add_argument("--broker", help="Celery broker URL (default $PTE_BROKER)")
-    p.add_argument("--count", type=int, default=1, help="submit this many runs of the plan")
+    p.add_argument(
+        "--count",
+        type=bounded_int(1, MAX_SUBMIT_COUNT),
+        default=1,
+        help=f"submit this many runs of the plan (at most {MAX_SUBMIT_COUNT:,})",
+    )
     p.add_argument("--run-id", help="the run id (with --count 1)")
     add_json(p)
     p.set_defaults(func=cmd_submit)

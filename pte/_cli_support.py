@@ -5,7 +5,8 @@
   first, so it stays valid JSON.
 - `read_bounded` / `require_regular_file`: input files must be regular files (a FIFO would
   hang the read, ``/dev/zero`` would never end) and are read up to a byte limit plus one.
-- argparse ``type=`` validators: `positive_float`, `non_negative_int`, `non_empty_text`.
+- argparse ``type=`` validators: `positive_float`, `non_negative_int`, `non_empty_text`, and
+  `bounded_float` / `bounded_int` for options with a documented maximum (``MAX_*``).
 - `guarded`: runs a command so that a closed pipe, Ctrl-C (exit 130) or an unexpected error
   ends it with a one-line message and an exit code, never a traceback.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -24,13 +26,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from pte._errors import PTEError
 from pte._redaction import Redactor
 
 __all__ = [
     "EXIT_INTERRUPTED",
+    "MAX_APPROVAL_TTL_S",
+    "MAX_SUBMIT_COUNT",
+    "MAX_VALID_FOR_HOURS",
+    "MAX_VISIBILITY_TIMEOUT_S",
+    "MAX_WORKER_PROCESSES",
     "RedactingWriter",
     "UsageError",
+    "bounded_float",
+    "bounded_int",
+    "check_broker_url",
     "guarded",
+    "http_url",
     "input_file",
     "non_empty_text",
     "non_negative_int",
@@ -41,8 +53,11 @@ __all__ = [
     "redacted_output",
     "require_regular_file",
     "run_command",
+    "store_file",
 ]
 
+#: Exit code of a usage error (as argparse's).
+EXIT_USAGE = 2
 #: Exit code after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -196,6 +211,21 @@ def output_file(path: str, what: str) -> Path:
     return target
 
 
+def store_file(url: str) -> None:
+    """Refuse a file-backed store URL (a path, ``jsonl:``, ``sqlite:``) naming a directory, a
+    FIFO or a device, or a directory that does not exist: opening a FIFO would hang the command.
+    Database URLs (``postgresql://``) are left to the store."""
+    if url.startswith(("postgresql://", "postgres://")) or ("://" in url and not url.startswith("sqlite:")):
+        return
+    path = url.removeprefix("jsonl:")
+    if url.startswith("sqlite:"):
+        path = url.removeprefix("sqlite:")
+        path = path[2:] if path.startswith("//") else path
+        if path == ":memory:" or not path:
+            return
+    output_file(path, "run store")
+
+
 # --- argument validators ------------------------------------------------------------------
 
 
@@ -229,6 +259,51 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: Most runs one ``pte submit`` may enqueue (``--count``).
+MAX_SUBMIT_COUNT = 10_000
+#: Longest a paused run may wait for a decision (``--approval-ttl``), in seconds: 365 days.
+MAX_APPROVAL_TTL_S = 365 * 86_400.0
+#: Longest an approval may count (``pte approve --valid-for``), in hours: 365 days.
+MAX_VALID_FOR_HOURS = 365 * 24.0
+#: Longest a broker may hold an unacknowledged run (``--visibility-timeout``), in seconds: 7 days.
+MAX_VISIBILITY_TIMEOUT_S = 7 * 86_400.0
+#: Most worker processes one ``pte worker`` starts (``--concurrency``).
+MAX_WORKER_PROCESSES = 256
+
+
+def bounded_float(maximum: float, unit: str) -> Callable[[str], float]:
+    """argparse type: a finite number > 0 and at most `maximum` (NaN, infinities refused).
+
+    Checked when the command line is read, before any work: an infinite or NaN duration would
+    otherwise fail every task later (or overflow a `timedelta`) instead of the command itself.
+    """
+
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} is over the maximum of {maximum:g} {unit}")
+        return value
+
+    parse.__name__ = "bounded_float"
+    return parse
+
+
+def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
+    """argparse type: a whole number from `minimum` to `maximum` (``1e11`` is not a whole number)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be from {minimum} to {maximum}")
+        return value
+
+    parse.__name__ = "bounded_int"
+    return parse
+
+
 def add_execution_flags(parser: argparse.ArgumentParser) -> None:
     """``--max-concurrency N`` and ``--serial-writes``: how the deployment lets steps overlap."""
     parser.add_argument(
@@ -250,6 +325,38 @@ def execution_settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_concurrency": getattr(args, "max_concurrency", None) or DEFAULT_CONCURRENCY,
         "serial_writes": bool(getattr(args, "serial_writes", False)),
     }
+
+
+def http_url(text: str) -> str:
+    """argparse type: an ``http://`` or ``https://`` URL with a host and no spaces or control
+    characters (which the HTTP client would refuse only at the first request, mid-run)."""
+    from urllib.parse import urlsplit
+
+    if any(c.isspace() or ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
+        raise argparse.ArgumentTypeError("a URL must not contain spaces or control characters")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} is not an http:// or https:// URL with a host")
+    return text
+
+
+def check_broker_url(url: str) -> str:
+    """`url` if it names a broker transport Celery can load (``redis://``, ``amqp://``...);
+    else `UsageError` (Celery would raise KeyError or ImportError deep inside the worker)."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if not scheme or any(c.isspace() or ord(c) < 0x20 for c in url):
+        raise UsageError(f"--broker {url[:200]!r} is not a broker URL (e.g. redis://127.0.0.1:6379/0)")
+    from kombu.transport import resolve_transport
+
+    try:
+        resolve_transport(scheme.split("+", 1)[0])
+    except (KeyError, ImportError) as exc:
+        raise UsageError(f"--broker {url[:200]!r}: no such broker transport ({exc})") from None
+    return url
 
 
 def non_empty_text(text: str) -> str:
@@ -298,6 +405,9 @@ def guarded(run: Callable[[], int], *, debug: bool = False) -> int:
 
     - a closed stdout (``pte replay LOG | head -1``): exit 1, quietly;
     - Ctrl-C: exit 130 (the engine has sealed the run as ``interrupted`` on its way out);
+    - a file name too long for the system (from the command line): exit 2;
+    - another `OSError`, or a `PTEError` (a failure PTE named: a store, a log, a key file):
+      one line naming it, exit 1;
     - any other exception: a one-line "internal error" on stderr, exit 1 (the traceback
       only with ``PTE_DEBUG=1``).
 
@@ -319,6 +429,22 @@ def guarded(run: Callable[[], int], *, debug: bool = False) -> int:
         return 1
     except (SystemExit, GeneratorExit):
         raise
+    except OSError as exc:
+        if debug:
+            raise
+        if exc.errno == errno.ENAMETOOLONG:  # a path given on the command line: a usage error
+            _print_err(f"pte: error: file name too long: {str(exc.filename)[:80]!r}…")
+            return EXIT_USAGE
+        _print_err(f"pte: error: {exc.strerror or exc}" + (f": {exc.filename!r}" if exc.filename else ""))
+        return 1
+    except PTEError as exc:
+        # A failure PTE itself named (a store, a log, a key file): say which, not "internal".
+        if debug:
+            raise
+        reason = getattr(exc, "reason", None)
+        name = getattr(reason, "value", None) or type(exc).__name__
+        _print_err(f"pte: error ({name}): {str(exc)[:500]}")
+        return 1
     except BaseException as exc:  # Exception, or a BaseException some tool or library raised
         if debug:
             raise

@@ -16,13 +16,13 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from pte._errors import PTEError
+from pte._key_files import read_key_file
 
 __all__ = ["KeyFileError", "PublicKey", "SigningKey", "TrustedKeys"]
 
@@ -147,10 +147,11 @@ class TrustedKeys(Mapping[str, PublicKey]):
 
 
 def _read(path: str | os.PathLike[str], what: str) -> bytes:
+    # Regular files only, bounded: a FIFO named as a key file must not hang the command.
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise KeyFileError(f"cannot read {what} file {os.fspath(path)!r}: {exc.strerror or exc}") from None
+        return read_key_file(path, what)
+    except ValueError as exc:
+        raise KeyFileError(str(exc)) from None
 
 
 def _first_line(exc: BaseException) -> str:

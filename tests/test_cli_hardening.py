@@ -249,6 +249,10 @@ def test_a_closed_stdout_pipe_ends_quietly(tmp_path: Path) -> None:
     assert "BrokenPipe" not in err
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_seals_the_run_as_interrupted_and_exits_130(tmp_path: Path) -> None:
     pack = tmp_path / "ending.py"
     pack.write_text(ENDING_PACK, encoding="utf-8")
@@ -276,6 +280,10 @@ def test_ctrl_c_seals_the_run_as_interrupted_and_exits_130(tmp_path: Path) -> No
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As at a terminal: SIGINT at its default, so Python turns it into KeyboardInterrupt.
+        # A suite run in the background (`pytest &`, nohup) has SIGINT ignored, and a child
+        # inherits that: it would sleep through the Ctrl-C (issue 28).
+        preexec_fn=_sigint_default,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -295,6 +303,25 @@ def test_ctrl_c_seals_the_run_as_interrupted_and_exits_130(tmp_path: Path) -> No
     assert records[-1]["status"] == "failed_closed"
     assert records[-1]["reason"] == "interrupted"
     assert verify(log).ok
+
+
+def test_the_ctrl_c_test_holds_when_the_suite_runs_in_the_background(tmp_path: Path) -> None:
+    # Re-run the Ctrl-C test in a pytest whose SIGINT is ignored, as under `pytest &`.
+    script = (
+        "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', 'seals_the_run_as_interrupted', "
+        "sys.argv[1]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(Path(__file__))],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "1 passed" in done.stdout
 
 
 @pytest.mark.parametrize("tool", ["quit_zero", "interrupt", "base_exception"])
