@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // An independent verifier of PTE audit logs (format pte-audit/2), written from
-// docs/audit-format.md alone, with Node's standard library only. It shares no code with
+// docs/audit-format.md and schemas/audit-record.schema.json alone, with Node's standard
+// library only (the schema's keywords are checked by the small checker below). It shares no code with
 // PTE: JCS (RFC 8785) comes from JavaScript itself (JSON.stringify writes numbers and
 // strings exactly as RFC 8785 requires; keys are sorted by UTF-16 code unit here).
 //
@@ -11,6 +12,9 @@
 
 import { createHash, createPublicKey, verify as cryptoVerify } from "node:crypto";
 import { readFileSync } from "node:fs";
+
+// The record schema (docs/audit-format.md section 2, step 4), read from the repository.
+const SCHEMA_URL = new URL("../schemas/audit-record.schema.json", import.meta.url);
 
 export const FORMAT = "pte-audit/2";
 const GENESIS = "0".repeat(64);
@@ -59,6 +63,149 @@ function parseStrict(text) {
   // A line is only accepted when it is the JCS form of what it parses to, and a duplicate
   // key would vanish from that form: the byte comparison catches duplicates too.
   return value;
+}
+
+// ---------------------------------------------------------------------------------------
+// The record schema: the JSON Schema 2020-12 keywords schemas/audit-record.schema.json uses
+// ---------------------------------------------------------------------------------------
+
+// Annotations (no effect on validity) and the assertions this checker implements. Any other
+// keyword in the schema stops the verifier: a check it cannot make is never skipped.
+const ANNOTATIONS = new Set(["$schema", "$id", "$defs", "$comment", "title", "description", "examples", "default"]);
+const ASSERTIONS = new Set([
+  "$ref", "type", "enum", "const", "required", "properties", "additionalProperties", "items",
+  "propertyNames", "anyOf", "oneOf", "allOf", "not", "if", "then", "else", "minimum", "maximum",
+  "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+]);
+
+let recordSchema = null;
+
+function loadRecordSchema() {
+  if (recordSchema === null) {
+    const root = JSON.parse(readFileSync(SCHEMA_URL, "utf8"));
+    // Record type -> its branch of the root oneOf (each branch pins `type` with const).
+    const branches = new Map();
+    for (const branch of root.oneOf) {
+      const target = resolveRef(root, branch.$ref);
+      branches.set(target.properties.type.const, branch);
+    }
+    const { oneOf, ...common } = root;
+    recordSchema = { root, common, branches, patterns: new Map() };
+  }
+  return recordSchema;
+}
+
+function resolveRef(root, ref) {
+  if (typeof ref !== "string" || !ref.startsWith("#/$defs/")) throw new Error(`schema: unsupported $ref ${ref}`);
+  const target = root.$defs[ref.slice("#/$defs/".length)];
+  if (target === undefined) throw new Error(`schema: unresolved $ref ${ref}`);
+  return target;
+}
+
+function jsonType(v) {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "array";
+  if (typeof v === "number") return Number.isInteger(v) ? "integer" : "number";
+  return typeof v; // boolean, string, object
+}
+
+function isType(v, t) {
+  const k = jsonType(v);
+  return k === t || (t === "number" && k === "integer");
+}
+
+function where(path) {
+  return path === "" ? "" : ` (at $${path})`;
+}
+
+/** The first way `value` breaks `schema` (a message), or null when it is valid. */
+function schemaProblem(value, schema, ctx, path) {
+  if (schema === true) return null;
+  if (schema === false) return `no value is allowed here${where(path)}`;
+  for (const k of Object.keys(schema)) {
+    if (!ANNOTATIONS.has(k) && !ASSERTIONS.has(k)) throw new Error(`schema: unsupported keyword ${k}`);
+  }
+  if (schema.$ref !== undefined) {
+    const p = schemaProblem(value, resolveRef(ctx.root, schema.$ref), ctx, path);
+    if (p) return p;
+  }
+  if (schema.type !== undefined) {
+    const types = Array.isArray(schema.type) ? schema.type : [schema.type];
+    if (!types.some((t) => isType(value, t))) return `${jsonType(value)} is not of type ${types.join(" or ")}${where(path)}`;
+  }
+  if ("const" in schema && jcs(value) !== jcs(schema.const)) return `${jcs(schema.const)} was expected${where(path)}`;
+  if (schema.enum !== undefined && !schema.enum.some((e) => jcs(e) === jcs(value))) {
+    return `not one of ${jcs(schema.enum)}${where(path)}`;
+  }
+  if (typeof value === "number") {
+    if (schema.minimum !== undefined && value < schema.minimum) return `less than ${schema.minimum}${where(path)}`;
+    if (schema.maximum !== undefined && value > schema.maximum) return `more than ${schema.maximum}${where(path)}`;
+    if (schema.exclusiveMinimum !== undefined && value <= schema.exclusiveMinimum) return `not over ${schema.exclusiveMinimum}${where(path)}`;
+    if (schema.exclusiveMaximum !== undefined && value >= schema.exclusiveMaximum) return `not under ${schema.exclusiveMaximum}${where(path)}`;
+  }
+  if (typeof value === "string") {
+    const length = [...value].length; // in code points, as JSON Schema counts
+    if (schema.minLength !== undefined && length < schema.minLength) return `shorter than ${schema.minLength}${where(path)}`;
+    if (schema.maxLength !== undefined && length > schema.maxLength) return `longer than ${schema.maxLength}${where(path)}`;
+    if (schema.pattern !== undefined) {
+      let regex = ctx.patterns.get(schema.pattern);
+      if (regex === undefined) ctx.patterns.set(schema.pattern, (regex = new RegExp(schema.pattern, "u")));
+      if (!regex.test(value)) return `does not match ${schema.pattern}${where(path)}`;
+    }
+  }
+  if (Array.isArray(value)) {
+    if (schema.minItems !== undefined && value.length < schema.minItems) return `fewer than ${schema.minItems} items${where(path)}`;
+    if (schema.maxItems !== undefined && value.length > schema.maxItems) return `more than ${schema.maxItems} items${where(path)}`;
+    if (schema.items !== undefined) {
+      for (let i = 0; i < value.length; i++) {
+        const p = schemaProblem(value[i], schema.items, ctx, `${path}[${i}]`);
+        if (p) return p;
+      }
+    }
+  } else if (jsonType(value) === "object") {
+    for (const name of schema.required ?? []) {
+      if (!Object.prototype.hasOwnProperty.call(value, name)) return `missing required ${JSON.stringify(name)}${where(path)}`;
+    }
+    const props = schema.properties ?? {};
+    for (const [k, v] of Object.entries(value)) {
+      if (schema.propertyNames !== undefined) {
+        const q = schemaProblem(k, schema.propertyNames, ctx, `${path}.${k} (name)`);
+        if (q) return q;
+      }
+      const sub = Object.prototype.hasOwnProperty.call(props, k) ? props[k] : schema.additionalProperties;
+      if (sub === undefined) continue;
+      if (sub === false) return `unexpected member ${JSON.stringify(k)}${where(path)}`;
+      const p = schemaProblem(v, sub, ctx, `${path}.${k}`);
+      if (p) return p;
+    }
+  }
+  for (const sub of schema.allOf ?? []) {
+    const p = schemaProblem(value, sub, ctx, path);
+    if (p) return p;
+  }
+  if (schema.anyOf !== undefined && !schema.anyOf.some((sub) => schemaProblem(value, sub, ctx, path) === null)) {
+    return `matches none of the allowed forms${where(path)}`;
+  }
+  if (schema.oneOf !== undefined && schema.oneOf.filter((sub) => schemaProblem(value, sub, ctx, path) === null).length !== 1) {
+    return `does not match exactly one of the allowed forms${where(path)}`;
+  }
+  if (schema.not !== undefined && schemaProblem(value, schema.not, ctx, path) === null) return `matches a form that is not allowed${where(path)}`;
+  if (schema.if !== undefined) {
+    const branch = schemaProblem(value, schema.if, ctx, path) === null ? schema.then : schema.else;
+    if (branch !== undefined) {
+      const p = schemaProblem(value, branch, ctx, path);
+      if (p) return p;
+    }
+  }
+  return null;
+}
+
+/** Step 4 of verifying a line: the record against its type's branch of the record schema. */
+export function recordProblem(record) {
+  const ctx = loadRecordSchema();
+  const branch = ctx.branches.get(record.type);
+  if (branch === undefined) return `unknown record type ${JSON.stringify(record.type)}`;
+  return schemaProblem(record, ctx.common, ctx, "") ?? schemaProblem(record, branch, ctx, "");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -216,6 +363,8 @@ export function verifyLog(buf) {
       delete body.hash;
       const digest = sha256Hex(record.prev, jcs(body));
       if (digest !== record.hash) throw new Issue(n, "hash mismatch");
+      const problem = recordProblem(record);
+      if (problem !== null) throw new Issue(n, `schema: ${problem}`);
       const type = record.type;
       if (i === 0) {
         if (type !== "run_started" || record.format !== FORMAT) {
