@@ -174,8 +174,15 @@ class AuditLog:
         repair_partial_tail: bool = False,
         validate: bool = False,
         writer: RecordWriter | None = None,
+        anchors: Any = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
+        #: The deployment's anchors (`pte._anchors.Anchors`, with its signing key): every `sync`
+        #: (the write-ahead point, a pause, the seal) signs where the run has got to.
+        self.anchors = anchors
+        #: How many anchors this run has as far as this writer knows (`Anchors.sign`): 0 for a
+        #: fresh run, the verified count for a resumed one (set by resume).
+        self.anchored = 0
         # A store's writer (pte.stores) takes the records instead of a file.
         self._writer = writer if path is None else None
         self.run_id = run_id if run_id is not None else uuid.uuid4().hex
@@ -485,9 +492,21 @@ class AuditLog:
                     self._writer.sync()
                 except (OSError, PTEError) as exc:
                     raise self._fail(f"cannot sync the run's store: {exc}", exc) from exc
-            if self._fd is None or self.durability is Durability.NONE:
-                return
-            self._fsync()
+            if self._fd is not None and self.durability is not Durability.NONE:
+                self._fsync()
+            if self.anchors is not None and self._begun:
+                self._anchor()
+
+    def _anchor(self) -> None:
+        # Under self._lock: the anchor names exactly the record just made durable.
+        from pte._anchors import AnchorError
+
+        try:
+            self.anchored = self.anchors.sign(
+                self.run_id, self.next_seq - 1, self.last_hash, expected=self.anchored
+            )
+        except AnchorError as exc:
+            raise self._fail(f"cannot anchor run {self.run_id}: {exc}") from None
 
     def close(self) -> None:
         """Sync (per durability) and close the file; idempotent. Later appends raise."""

@@ -333,6 +333,7 @@ class RecordedInvoker:
         rerun = not spec.read_effects and (spec.effect == "read" or self._allow_writes)
         if self._live is not None and self._live_reads and rerun:
             self._diff(spec, args, step, recorded)
+
         if recorded.get("status") == "ok":
             return recorded.get("output")
         error = recorded.get("error") or {}

@@ -57,6 +57,7 @@ class Deployment:
     - `config`: the engine config (None: the recorded one).
     - `approvals`: the approval gate over the deployment's store (resume, ``--allow-writes``).
     - `keys`: trusted approval public keys, to re-check recorded approvals' signatures.
+    - `anchors`: the deployment's anchors (signing key and file, `pte._anchors`).
     """
 
     registry: Registry | None = None
@@ -68,6 +69,9 @@ class Deployment:
     #: ``model`` and ``llm`` entries of ``run_started.config``); None: the recorded ones.
     model: str | None = None
     llm: Mapping[str, Any] | None = None
+    #: The deployment's anchors (`pte._anchors.Anchors`): resume checks the run against them,
+    #: re-runs the reads of its unsigned tail, and anchors what it appends.
+    anchors: Any = None
 
     def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
         recorded = started.get("config") or {}

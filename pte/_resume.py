@@ -19,7 +19,7 @@ from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive, _iter_runs, _verified
 from pte._replay_authority import Deployment, _engine_for, _llm_for
 
-__all__ = ["resume_file"]
+__all__ = ["check_anchors", "recheck_unsigned_tail", "resume_file"]
 
 
 def resume_file(
@@ -57,7 +57,10 @@ def resume_file(
     deployment = replace(deployment, registry=registry)
     gate = deployment.approvals
     run_id = str(records[0]["run_id"])
+    anchored, unsigned_after = check_anchors(deployment.anchors, run_id, records, str(path))
     live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
+    if unsigned_after is not None:
+        recheck_unsigned_tail(records, registry, unsigned_after, str(path))
     invoker = RecordedInvoker(records, live=live_invoker, resume=True)
     engine = _engine_for(
         records,
@@ -68,9 +71,76 @@ def resume_file(
         gate=gate or _no_gate(registry),
         stored=stored,
     )
-    with AuditLog(path, run_id=run_id, repair_partial_tail=True) as forward:
+    with AuditLog(path, run_id=run_id, repair_partial_tail=True, anchors=deployment.anchors) as forward:
+        forward.anchored = anchored
         audit = CheckingAuditLog(run, run_id=run_id, forward=forward)
         return _drive(engine, records[0], audit)
+
+
+def check_anchors(
+    anchors: Any, run_id: str, records: list[dict[str, Any]], where: str
+) -> tuple[int, int | None]:
+    """(anchor count, seq after which records are unsigned) for resuming `run_id`; (0, None)
+    without a deployment key. `FailedClosed(needs_review)` when the run falls short of its
+    anchors or its anchored records were rewritten (`pte._anchors`)."""
+    from pte._anchors import AnchorError
+
+    if anchors is None:
+        return 0, None
+    try:
+        count, last = anchors.check(run_id, records)
+    except AnchorError as exc:
+        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{where}: {exc}; not resumed") from None
+    return count, (last if last is not None else -1)
+
+
+def recheck_unsigned_tail(
+    records: list[dict[str, Any]], registry: Registry, unsigned_after: int, where: str
+) -> None:
+    """Call again every read recorded after seq `unsigned_after` (no anchor vouches for it) and
+    refuse (`FailedClosed(needs_review)`) when one returns something else than the log says.
+
+    A log writer without the deployment key can edit and re-hash what follows the last anchor
+    (a crash leaves such a tail: the reads since the last write). Resume does not trust it:
+    before anything runs, the recorded reads are made again with their recorded arguments.
+    A read whose world has changed since is refused too (fail closed: a person decides).
+    """
+    from pte._errors import ToolError
+
+    started: dict[str, Any] = {}
+    live = LiveInvoker()
+    for record in records:
+        kind = record.get("type")
+        if kind == "step_started":
+            started[str(record.get("step_id"))] = record.get("args")
+            continue
+        seq = record.get("seq")
+        if kind != "step_finished" or not isinstance(seq, int) or seq <= unsigned_after:
+            continue
+        name = record.get("tool")
+        if not isinstance(name, str) or name not in registry or registry[name].effect != "read":
+            continue
+        spec = registry[name]
+        step_id = str(record.get("step_id"))
+        args = started.get(step_id)
+        try:
+            output: Any = live(spec, dict(args) if isinstance(args, dict) else {}, None)  # type: ignore[arg-type]
+            spec.validate_output(output)
+            now: Any = {"status": "ok", "output": output}
+        except ToolError as exc:
+            now = {"status": "failed", "error": exc.to_dict()}
+        then = (
+            {"status": "ok", "output": record.get("output")}
+            if record.get("status") == "ok"
+            else {"status": "failed", "error": record.get("error")}
+        )
+        if now != then:
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW,
+                f"{where}: step {step_id!r} ({name}) is recorded after the run's last signed anchor, and "
+                "calling it again returns something else than the log says: the log may have been edited "
+                "and re-hashed after the deployment last signed it; not resumed",
+            )
 
 
 def _no_gate(registry: Registry) -> Callable[[Plan, AuditLog], None]:

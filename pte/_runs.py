@@ -344,9 +344,12 @@ def run_in_store(
     run_id: str | None = None,
     plan_text: str | None = None,
     request: str | None = None,
+    anchors: Any = None,
 ) -> RunResult | PausedRun:
-    """Start a run in `store`: `engine.execute(plan_text)` or `engine.run(request)`."""
-    with store.audit_log(run_id) as audit:
+    """Start a run in `store`: `engine.execute(plan_text)` or `engine.run(request)`.
+
+    `anchors`: the deployment's anchors (`pte._anchors`): the run signs its progress there."""
+    with store.audit_log(run_id, anchors=anchors) as audit:
         try:
             if plan_text is not None:
                 return engine.execute(plan_text, audit)
@@ -364,8 +367,13 @@ def resume_run(
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
     policy: Any = None,
+    anchors: Any = None,
 ) -> RunResult | PausedRun:
     """Continue run `run_id` of `store`: verify it, re-drive its records, go on live.
+
+    `anchors`: the deployment's anchors (`pte._anchors`): a run that falls short of them or
+    was rewritten is refused, the reads of its unsigned tail are called again, and what the
+    resume appends is anchored.
 
     The run's stored chain must verify first (a tampered run is never acted on). Completed
     steps are not re-run; an interrupted non-idempotent write ends it `needs_review` (as
@@ -382,7 +390,14 @@ def resume_run(
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} has no records to resume")
     if any(r.get("type") == "run_finished" for r in records):
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} is already finished; nothing to resume")
+    from pte._resume import check_anchors
+
+    anchored, unsigned_after = check_anchors(anchors, run_id, records, f"run {run_id} in {store.describe()}")
     numbered = list(enumerate(records, start=1))
+    if unsigned_after is not None:
+        from pte._resume import recheck_unsigned_tail
+
+        recheck_unsigned_tail(records, registry, unsigned_after, f"run {run_id} in {store.describe()}")
     invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
     deployment = Deployment(registry=registry, policy=policy)
     engine = _engine_for(
@@ -393,7 +408,8 @@ def resume_run(
         checks_factory,
         gate=gate,
     )
-    with store.audit_log(run_id) as forward:
+    with store.audit_log(run_id, anchors=anchors) as forward:
+        forward.anchored = anchored
         audit = CheckingAuditLog(numbered, run_id=run_id, forward=forward)
         try:
             return _drive(engine, records[0], audit)

@@ -273,3 +273,170 @@ def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp
     assert result.ok, result.message
     assert "approve" not in (result.message or "")
     assert _transfers() == 1  # the keyed re-call applied the same key: one payment
+
+
+# --- 3, 4, 5: with a deployment key, a log writer cannot cut, re-hash or replay a run -----------
+
+DEPLOYMENT = SigningKey.generate()
+
+
+def _anchors(path: Path) -> Any:
+    from pte._anchors import Anchors
+
+    return Anchors(path, key=DEPLOYMENT)
+
+
+def _rehash(records: list[dict[str, Any]], path: Path) -> None:
+    """Re-chain edited records into a log that verifies (what a log writer without a key can do)."""
+    from pte._canonical import canonical_json, sha256_hex
+
+    prev = "0" * 64
+    with path.open("w", encoding="utf-8") as fh:
+        for record in records:
+            record = {k: v for k, v in record.items() if k != "hash"}
+            record["prev"] = prev
+            prev = record["hash"] = sha256_hex(prev + canonical_json(record))
+            fh.write(canonical_json(record) + "\n")
+
+
+class _Paid:
+    """A signed approval of one run of PAY, in a fresh approval store, and the deployment's gate."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
+        from pte._compiler import compile_plan
+        from pte._policy import Policy
+
+        self.policy = Policy.from_registry(REGISTRY)
+        self.approvals = ApprovalStore(tmp_path / "approvals.jsonl")
+        plan = compile_plan(PAY, REGISTRY, checks=[self.policy.check()])
+        fingerprint = catalogue_fingerprint(REGISTRY, plan, self.policy)
+        self.approval = approve(plan, "alice", self.approvals, catalogue=fingerprint, signing_key=SIGNER)
+        self.gate = lambda: approval_hook(self.approvals, registry=REGISTRY, keys=KEYS, policy=self.policy)
+
+    def execute(self, log: Path, anchors: Any) -> Any:
+        from pte._audit import AuditLog
+
+        with AuditLog(log, run_id=self.approval.run, anchors=anchors) as audit:
+            return Engine(REGISTRY, policy=self.policy, approval=self.gate()).execute(PAY, audit)
+
+    def resume(self, log: Path, anchors: Any) -> Any:
+        from pte._replay import resume_file
+        from pte._replay_authority import Deployment
+
+        deployment = Deployment(policy=self.policy, approvals=self.gate(), anchors=anchors)
+        return resume_file(log, REGISTRY, deployment=deployment)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _cut_before(path: Path, out: Path, kind: str, step: str | None = None) -> None:
+    records = _records(path)
+    cut = next(
+        i for i, r in enumerate(records) if r["type"] == kind and (step is None or r.get("step_id") == step)
+    )
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    out.write_text("".join(lines[:cut]), encoding="utf-8")
+
+
+def test_a_consumed_line_deleted_from_the_approval_store_pays_nothing_again(
+    tmp_path: Path, ledger: Path
+) -> None:
+    """Attack 3: the approval store's ``consumed`` line is deleted and the approved run executed
+    again (in a fresh log). The run's write-ahead anchor is its consumption, in the signed chain."""
+    paid = _Paid(tmp_path)
+    anchors = _anchors(tmp_path / "anchors.jsonl")
+    assert paid.execute(tmp_path / "1.jsonl", anchors).ok
+    store = paid.approvals.path
+    kept = [
+        line
+        for line in store.read_text(encoding="utf-8").splitlines(keepends=True)
+        if '"consumed"' not in line
+    ]
+    store.write_text("".join(kept), encoding="utf-8")
+    again = paid.execute(tmp_path / "2.jsonl", anchors)
+    assert again.status == "failed_closed" and "executes its writes once" in (again.message or "")
+    assert _payments(ledger) == 1
+
+
+def test_a_finished_log_truncated_before_its_write_is_not_resumed(tmp_path: Path, ledger: Path) -> None:
+    """Attack 5: a paid run's log is cut just before the payment and resumed: refused."""
+    paid = _Paid(tmp_path)
+    anchors = _anchors(tmp_path / "anchors.jsonl")
+    log = tmp_path / "paid.jsonl"
+    assert paid.execute(log, anchors).ok
+    _cut_before(log, log, "step_started", "pay")
+    paid.approvals.path.write_text(
+        "".join(
+            line
+            for line in paid.approvals.path.read_text(encoding="utf-8").splitlines(keepends=True)
+            if '"consumed"' not in line
+        ),
+        encoding="utf-8",
+    )  # and the writer of the approval store helps: consumption undone there too
+    from pte._errors import FailedClosed
+
+    with pytest.raises(FailedClosed, match="falls short of its signed anchor"):
+        paid.resume(log, anchors)
+    assert _payments(ledger) == 1
+
+
+def test_a_re_hashed_read_output_before_an_anchor_is_refused(tmp_path: Path, ledger: Path) -> None:
+    """Attack 4: the run crashed after the payment's write-ahead record; the attacker edits the
+    supplier's IBAN in the recorded read and re-chains the log. The anchor's head no longer matches."""
+    from pte._errors import FailedClosed
+
+    paid = _Paid(tmp_path)
+    anchors = _anchors(tmp_path / "anchors.jsonl")
+    log = tmp_path / "paid.jsonl"
+    assert paid.execute(log, anchors).ok
+    records = _records(log)
+    crash = next(i for i, r in enumerate(records) if r["type"] == "step_started" and r["step_id"] == "pay")
+    records = records[: crash + 1]
+    for r in records:
+        if r["type"] == "step_finished" and r["step_id"] == "sup":
+            r["output"]["iban"] = "GB33BUKB20201555555555"
+        if r["type"] == "step_started" and r["step_id"] == "pay":
+            r["args"]["iban"] = "GB33BUKB20201555555555"
+    _rehash(records, log)
+    with pytest.raises(FailedClosed, match="not the one the deployment signed"):
+        paid.resume(log, anchors)
+    assert _payments(ledger) == 1
+
+
+def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: Path, ledger: Path) -> None:
+    """Attack 4, before any anchor: the run crashed after reading the IBAN, before the payment.
+    The tail is unsigned; resume calls the read again, sees the edit, and pays nothing."""
+    paid = _Paid(tmp_path)
+    scratch = tmp_path / "scratch.jsonl"
+    assert paid.execute(scratch, _anchors(tmp_path / "scratch-anchors.jsonl")).ok
+    with sqlite3.connect(ledger) as conn:
+        conn.execute("DELETE FROM payments_out")
+    # The crash: the log ends after the read; nothing was anchored yet (no write had started).
+    crashed = tmp_path / "crashed.jsonl"
+    _cut_before(scratch, crashed, "step_started", "pay")
+    paid.approvals.path.write_text(
+        "".join(
+            line
+            for line in paid.approvals.path.read_text(encoding="utf-8").splitlines(keepends=True)
+            if '"consumed"' not in line
+        ),
+        encoding="utf-8",
+    )
+    anchors = _anchors(tmp_path / "anchors.jsonl")  # the deployment's: no anchor of this run
+    records = _records(crashed)
+    for r in records:
+        if r["type"] == "step_finished" and r["step_id"] == "sup":
+            r["output"]["iban"] = "GB33BUKB20201555555555"
+    edited = tmp_path / "edited.jsonl"
+    _rehash(records, edited)
+    from pte._errors import FailedClosed
+
+    with pytest.raises(FailedClosed, match="after the run's last signed anchor"):
+        paid.resume(edited, anchors)
+    assert _payments(ledger) == 0
+    # The honest crashed log resumes: the read is called again, agrees, and the payment runs once.
+    assert paid.resume(crashed, anchors).ok
+    assert _payments(ledger) == 1
