@@ -115,9 +115,12 @@ def importer_version(module: str) -> str:
     PTE's version. Part of what every imported tool's code hash binds."""
     texts = [__version__]
     for name in (module, __name__):
-        spec = importlib.util.find_spec(name)
-        origin = spec.origin if spec is not None else None
-        texts.append(sha256_hex(Path(origin).read_bytes()) if origin else name)
+        try:
+            spec = importlib.util.find_spec(name)
+            origin = spec.origin if spec is not None else None
+            texts.append(sha256_hex(Path(origin).read_bytes()) if origin else name)
+        except (ImportError, ValueError, OSError):  # e.g. a make_func defined in __main__
+            texts.append(name)
     return sha256_hex("\n".join(texts))
 
 
