@@ -175,13 +175,13 @@ def _walk(
 
 
 def _child(node: LabelTree, key: str) -> LabelTree:
-    return node.children.get(key) or node.children.get(ANY) or _EMPTY
+    """The labels of one part (an element-specific entry combined with the ``*`` one)."""
+    return node.child(key) or _EMPTY
 
 
 def _elements(node: LabelTree) -> LabelTree:
-    """The labels of any one element of a list (or value of an object): all its children joined."""
-    children = list(node.children.values())
-    return functools.reduce(_join, children) if children else _EMPTY
+    """The labels of any one element of a list (or value of an object): all its entries combined."""
+    return node.child(ANY) or _EMPTY
 
 
 def _join(a: LabelTree, b: LabelTree) -> LabelTree:

@@ -103,6 +103,30 @@ def _cases(src: Any) -> dict[str, list[dict[str, Any]]]:
             step("x", "difference", values=ref("y/values"), remove=["z@z.example"]),
             ("x/values/0"),
         ],
+        "split+zip_lists": [
+            step("y", "split_text", text=src),
+            step("x", "zip_lists", left=ref("y/values"), right=ref("y/values")),
+            ("x/records/0/right"),
+        ],
+        "split+rank+join_records": [
+            step("y", "split_text", text=src),
+            step("e", "rank", items=ref("y/values")),
+            step(
+                "x",
+                "join_records",
+                left=ref("e/records"),
+                right=ref("e/records"),
+                left_field="rank",
+                right_field="rank",
+            ),
+            ("x/records/0/left/item"),
+        ],
+        "split+concat": [
+            step("y", "split_text", text=src),
+            step("x", "concat", lists=[ref("y/values"), ["x"]]),
+            ("x/values/0"),
+        ],
+        "coalesce": [step("x", "coalesce", values=[src], default="x"), ("x/value")],
     }
 
 
@@ -135,6 +159,8 @@ def test_keys_of_untrusted_objects_stay_untrusted() -> None:
         ([step("e", "entries", object=ref("mail/by_sender"))], "e/records/0/key"),
         ([step("k", "keys", object=ref("mail/by_sender"))], "k/values/0"),
         ([step("g", "get_key", object=ref("mail/by_sender"), key="eve")], "g/value"),
+        ([step("t", "top_key", object=ref("mail/by_sender"))], "t/key"),
+        ([step("t", "top_key", object=ref("mail/by_sender"))], "t/value"),
         (
             [
                 step(

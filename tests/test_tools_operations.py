@@ -406,3 +406,9 @@ def test_the_clock_is_recorded_like_any_read_and_replays_exactly(tmp_path: Path)
     assert verify(log).ok
     # Replay serves the recorded time, whenever it runs: the same decisions, no divergence.
     assert replay_file(log).ok
+    # The recorded time is evidence like any output: an edited date breaks the chain.
+    text = log.read_text(encoding="utf-8")
+    forged = (today - dt.timedelta(days=400)).isoformat()
+    log.write_text(text.replace(f'"today":"{today.isoformat()}"', f'"today":"{forged}"', 1), encoding="utf-8")
+    assert log.read_text(encoding="utf-8") != text
+    assert not verify(log).intact
