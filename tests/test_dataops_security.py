@@ -54,7 +54,7 @@ def registry() -> Registry:
 
 
 # Each case: steps from a text source `src` (a reference to a string) to a string `out`.
-def _cases(src: Any) -> dict[str, list[dict[str, Any]]]:
+def _cases(src: Any) -> dict[str, list[Any]]:  # steps, then the pointer read
     return {
         "extract iban": [step("x", "extract", text=src, kind="iban"), ("x/values/0")],
         "extract_amounts": [step("x", "extract_amounts", text=src), ("x/records/0/amount")],
@@ -236,7 +236,8 @@ def test_inferred_types_come_from_the_deployment_tools_not_the_plan() -> None:
 
 
 def _first_output(reg: Registry) -> dict[str, Any]:
-    return json.loads(json.dumps(dict(reg["first"].output_schema), default=dict))
+    out: dict[str, Any] = json.loads(json.dumps(dict(reg["first"].output_schema), default=dict))
+    return out
 
 
 def test_a_run_through_generic_ops_replays_from_the_log_alone(tmp_path: Path) -> None:
