@@ -337,3 +337,52 @@ def test_a_malformed_recorded_selection_gives_no_precision() -> None:
     assert pte.Selection.from_json({"output": {"/x": "a/*"}}) is None
     sel = pte.Selection({"/x/*": "a/*"}, decides=("a/*/{f}",))
     assert pte.Selection.from_json(sel.to_json()) == sel
+
+
+class KeptRows(BaseModel):
+    kept: list[Row]
+
+
+@pte.tool(provenance="derived", selection=pte.Selection({"/kept/*": "items/*"}, decides=("items/*/{key}",)))
+def keep_rows(items: list[Row], key: str) -> KeptRows:
+    """Keep the rows whose `key` field is not empty."""
+    return KeptRows(kept=[row for row in items if getattr(row, key, "")])
+
+
+def test_a_user_selection_is_recorded_and_replays_from_the_log_alone(tmp_path: Any) -> None:
+    """The declaration travels in the recorded output schema: a run whose guarded write takes a
+    trusted field out of a user tool's selection replays with the same decision from the log."""
+    from pte._audit import AuditLog, read_records
+    from pte._engine import Engine, EngineConfig
+    from pte._llm import ReplayClient
+    from pte._replay import replay_file
+
+    registry = _registry()
+    registry.register(keep_rows)
+    policy = Policy.from_registry(registry).with_document(
+        {"pte_policy": "1", "tools": {"rows": {"output": "trusted", "fields": {"/rows/*/f3": "untrusted"}}}}
+    )
+    doc = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "source_rows", "tool": "rows", "args": {}},
+            {
+                "id": "kept_rows",
+                "tool": "keep_rows",
+                "args": {"items": {"$ref": "source_rows/rows"}, "key": "f0"},
+            },
+            {"id": "write_it", "tool": "sink", "args": {"value": {"$ref": "kept_rows/kept/0/f1"}}},
+        ],
+    }
+    log = tmp_path / "selection.jsonl"
+    engine = Engine(
+        registry, ReplayClient([json.dumps(doc)]), config=EngineConfig(llm_answer=False), policy=policy
+    )
+    with AuditLog(log) as audit:
+        result = engine.run("Write the first kept row's f1.", audit)
+    assert result.status == "succeeded", result.message
+    started = next(r for r in read_records(log) if r["type"] == "run_started")
+    catalogue = started["stored"][started["catalogue"]]
+    recorded = next(t for t in catalogue if t["name"] == "keep_rows")
+    assert recorded["output_schema"]["x-pte-selection"] == keep_rows.__pte_tool__.selection.to_json()  # type: ignore[attr-defined]
+    assert replay_file(log).ok
