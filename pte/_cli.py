@@ -43,6 +43,7 @@ from pte._cli_support import (
     InputFileError,
     add_execution_flags,
     bounded_float,
+    bounded_int,
     guarded,
     non_empty_text,
     non_negative_int,
@@ -399,6 +400,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-replans", type=non_negative_int, default=2)
     p.add_argument(
         "--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer"
+    )
+    p.add_argument(
+        "--planner-data",
+        choices=["handles", "shown"],
+        default="handles",
+        help="what later planners see of untrusted data: handles (default) or the text, which "
+        "exposes their plans (docs/planner-exposure.md)",
+    )
+    p.add_argument(
+        "--data-budget",
+        type=bounded_int(200, 1_000_000),
+        default=16_000,
+        metavar="CHARS",
+        help="characters per data block shown to a planner or the finalizer (default 16000)",
     )
     _add_approvals(p)
     p.add_argument("--durability", choices=["always", "batch", "none"], default="batch")

@@ -184,10 +184,14 @@ def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
 
 
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
+    from pte._data_budget import DEFAULT_DATA_BUDGET
     from pte._engine import Engine, EngineConfig
 
     config = EngineConfig(
-        max_replans=getattr(args, "max_replans", 2), llm_answer=not getattr(args, "no_llm_answer", False)
+        max_replans=getattr(args, "max_replans", 2),
+        llm_answer=not getattr(args, "no_llm_answer", False),
+        planner_data=getattr(args, "planner_data", "handles"),
+        data_budget=getattr(args, "data_budget", DEFAULT_DATA_BUDGET),
     )
     policy = _policy(registry, args)
     gate = approval if approval is not None else _gate(registry, args, policy)

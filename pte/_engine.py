@@ -74,9 +74,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.planner_data not in PLANNER_DATA:
             raise ValueError(f"planner_data must be one of {list(PLANNER_DATA)}, not {self.planner_data!r}")
-        if self.data_budget is not None and (type(self.data_budget) is not int or self.data_budget < 200):
+        budget = self.data_budget
+        if budget is not None and (type(budget) is not int or not 200 <= budget <= 1_000_000):
             raise ValueError(
-                f"data_budget must be an integer of at least 200 characters, not {self.data_budget!r}"
+                f"data_budget must be an integer from 200 to 1,000,000 characters, not {budget!r}"
             )
 
     def to_dict(self) -> dict[str, Any]:

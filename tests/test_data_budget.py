@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, Registry, tool
+from pte._audit import read_records
 from pte._data_budget import render_budgeted
 from pte._llm import ReplayClient
 from pte._prompts import DATA_CLOSE, DATA_OPEN, data_block
@@ -135,3 +136,34 @@ def test_a_stage_planner_sees_whole_records_and_how_many_more_there_are(tmp_path
     block = prompt.split(DATA_OPEN, 1)[1].split(">>>\n", 1)[1].split(f"\n{DATA_CLOSE}", 1)[0]
     *records, marker = json.loads(block)
     assert records == files(800)[: len(records)] and MORE.match(marker)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    from pte._cli import main
+
+    try:
+        code = main(["--quiet", *argv])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--data-budget", "5"], ["--data-budget", "1e6"], ["--data-budget", "nan"], ["--planner-data", "all"]],
+)
+def test_cli_refuses_a_bad_budget_or_mode(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    code, err = _cli(capsys, "run", "x", "--tools", "calculator", *flags)
+    assert code == 2 and flags[0] in err
+
+
+def test_cli_records_the_mode_and_budget(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    answers = tmp_path / "answers.json"
+    plan = {"pte_plan": "1", "steps": [{"id": "c", "tool": "calculator", "args": {"expression": "1+1"}}]}
+    answers.write_text(json.dumps([json.dumps({**plan, "result": {"$ref": "c/value"}})]), encoding="utf-8")
+    log = tmp_path / "run.jsonl"
+    argv = ["run", "one plus one", "--tools", "calculator", "--replay-responses", str(answers)]
+    code, err = _cli(capsys, *argv, "--no-llm-answer", "--audit", str(log), "--data-budget", "900")
+    assert code == 0, err
+    started = read_records(log)[0]
+    assert started["config"]["data_budget"] == 900 and started["config"]["planner_data"] == "handles"

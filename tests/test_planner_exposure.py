@@ -262,3 +262,40 @@ def test_a_handle_view_keeps_trusted_fields_and_hides_untrusted_structure() -> N
     # A list whose membership an outsider chose (search results): the list itself is a handle.
     view, _ = handle_view(value, LabelTree.from_fields({"trusted"}, {"/files": "untrusted"}), "ls")
     assert view["files"] == {HANDLE_KEY: "ls/files", "labels": ["trusted", "untrusted"]}
+
+
+# --- tamper ------------------------------------------------------------------------------------
+
+
+def _rechain(records: list[dict[str, Any]]) -> bytes:
+    """The records with seq, prev and hash recomputed: a consistent rewrite of the log."""
+    from hashlib import sha256
+
+    import rfc8785
+
+    prev, out = "0" * 64, b""
+    for seq, record in enumerate(records):
+        body = {k: v for k, v in record.items() if k != "hash"}
+        body["seq"], body["prev"] = seq, prev
+        prev = sha256(prev.encode() + rfc8785.dumps(body)).hexdigest()
+        out += rfc8785.dumps({**body, "hash": prev}) + b"\n"
+    return out
+
+
+@pytest.mark.parametrize("edit", ["planner_data", "data_budget"])
+def test_a_log_rewritten_to_another_view_diverges_on_replay(tmp_path: Path, edit: str) -> None:
+    # Someone rewrites (and re-chains) a log so that it claims the stage planner read the
+    # untrusted contents: replay rebuilds the prompts from the claimed config and finds the
+    # recorded ones different.
+    honest = plan({"id": "rm", "tool": "delete_file", "args": {"file_id": 1}}, result={"$ref": "rm"})
+    result, log = run(ReplayClient([STAGE1, honest]), tmp_path, "Delete old.log.")
+    assert result.ok
+    records = read_records(log)
+    records[0]["config"][edit] = "shown" if edit == "planner_data" else 200
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_bytes(_rechain(records))
+    assert verify(tampered).intact
+    report = replay_file(tampered, registry=REGISTRY)
+    assert not report.ok
+    divergence = report.runs[0].divergence
+    assert divergence is not None and divergence.record_type in ("run_started", "llm_call")
