@@ -122,6 +122,12 @@ def recheck_unsigned_tail(
             continue
         spec = registry[name]
         step_id = str(record.get("step_id"))
+        if spec.read_effects:  # calling it again would repeat its effects (pte._exposure docs)
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW,
+                f"{where}: step {step_id!r} ({name}) is recorded after the run's last signed anchor and "
+                "has effects, so it is not called again to check it; not resumed",
+            )
         args = started.get(step_id)
         try:
             output: Any = live(spec, dict(args) if isinstance(args, dict) else {}, None)  # type: ignore[arg-type]

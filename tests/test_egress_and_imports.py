@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, Registry, compile_plan, tool
 from pte._audit import read_records, verify
+from pte._errors import FailedClosed
 from pte._llm import ReplayClient
 from pte._replay import replay_file
 from pte._resume import resume_file
@@ -275,3 +276,23 @@ def test_a_parameter_description_copied_as_a_literal_counts_untrusted(tmp_path: 
     assert result.reason is not None and result.reason.value == "policy_violation"
     assert "pay.body" in (result.message or "") and "untrusted" in (result.message or "")
     assert result.steps == []
+
+
+def test_an_unsigned_tail_read_with_effects_is_not_called_again_to_check_it() -> None:
+    from pte._resume import recheck_unsigned_tail
+
+    VISITS.clear()
+    records: list[dict[str, Any]] = [
+        {"type": "step_started", "seq": 3, "step_id": "p", "args": {"url": "https://t.example"}},
+        {
+            "type": "step_finished",
+            "seq": 4,
+            "step_id": "p",
+            "tool": "ping_tracker",
+            "status": "ok",
+            "output": {"seen": 1},
+        },
+    ]
+    with pytest.raises(FailedClosed, match="has effects, so it is not called again"):
+        recheck_unsigned_tail(records, Registry([ping_tracker]), 2, "resume")
+    assert VISITS == []
