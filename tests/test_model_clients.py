@@ -11,6 +11,8 @@ from typing import Any
 import httpx2
 import pytest
 import structlog
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte._audit import AuditLog, read_records, verify
@@ -208,6 +210,24 @@ def test_a_custom_client_that_raises_ends_the_run_sealed_as_llm_error(
     records = read_records(path)
     assert records[-1]["type"] == "run_finished" and records[-1]["reason"] == "llm_error"
     assert [r["error"] for r in records if r["type"] == "llm_call"][-1] == message
+    assert replay_file(path).ok
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kind=st.sampled_from([RuntimeError, ValueError, KeyError, TimeoutError, ConnectionError, AssertionError]),
+    text=st.text(max_size=60),
+)
+def test_any_client_exception_seals_the_run_and_replays(
+    tmp_path_factory: pytest.TempPathFactory, kind: type[Exception], text: str
+) -> None:
+    """Property (#24): whatever a client raises, and whatever its text, the run ends
+    failed_closed(llm_error), the log verifies sealed, and it replays the same."""
+    path = tmp_path_factory.mktemp("raising") / "a.jsonl"
+    with AuditLog(path) as audit:
+        result = Engine(REGISTRY, _RaisingClient(kind(text), 1)).run("x", audit)
+    assert result.reason is ReasonCode.LLM_ERROR
+    assert verify(path).ok
     assert replay_file(path).ok
 
 
