@@ -536,15 +536,17 @@ class Engine:
 
     def _execute(self, run: _Run, plan: Plan, log: Any) -> StepResult | None:
         progress = is_terminal()
-        # Progress counts this plan's steps: after a replan the run's earlier steps, and the
-        # elements of a for_each (pte._control), are not steps of the plan being executed.
+        # Progress counts this plan's steps: after a replan the run's earlier steps are not
+        # steps of the plan being executed, and a for_each is one step however many elements.
         plan_steps = {step.id for step in plan}
         done: set[str] = set()
 
         def on_step(step: StepResult) -> None:
             run.result.steps.append(step)
-            if step.step_id in plan_steps:
-                done.add(step.step_id)
+            # A for_each's elements (``each[0]``, ...) count as their one step of the plan.
+            own = step.step_id.split("[", 1)[0] if is_element(step.step_id) else step.step_id
+            if own in plan_steps:
+                done.add(own)
             if step.ok and not is_element(step.step_id):  # pte._control: elements are not plan steps
                 run.prior[step.step_id] = step.tool
             log.info(

@@ -47,7 +47,13 @@ def broken(key: str) -> str:
     raise RuntimeError("backend offline")
 
 
-REGISTRY = Registry([slow_transfer, lookup, broken])
+@tool(effect="read")
+def keys() -> list[str]:
+    """Three keys."""
+    return ["x", "y", "z"]
+
+
+REGISTRY = Registry([slow_transfer, lookup, broken, keys])
 TRANSFER = json.dumps(
     {"pte_plan": "1", "steps": [{"id": "t", "tool": "slow_transfer", "args": {"amount": 5}}]}
 )
@@ -114,3 +120,26 @@ def test_progress_counts_the_current_plan_after_a_replan(tmp_path: Path, termina
     events = [json.loads(line) for line in terminal.getvalue().splitlines()]
     progress = [(e["step"], e["progress"]) for e in events if e.get("event") == "step_finished"]
     assert progress == [("a", "1/2"), ("b", "2/2"), ("c", "1/1")]
+
+
+def test_progress_counts_a_for_each_as_one_step_of_its_plan(tmp_path: Path, terminal: _Terminal) -> None:
+    plan = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "k", "tool": "keys", "args": {}},
+            {
+                "id": "each",
+                "tool": "lookup",
+                "for_each": {"$ref": "k"},
+                "max_items": 5,
+                "args": {"key": {"$ref": "k/*"}},
+            },
+        ],
+    }
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        result = Engine(REGISTRY, config=EngineConfig(llm_answer=False)).execute(json.dumps(plan), audit)
+    assert result.ok, result.message
+    events = [json.loads(line) for line in terminal.getvalue().splitlines()]
+    progress = [e["progress"] for e in events if e.get("event") == "step_finished"]
+    assert progress and all(int(done) <= int(total) == 2 for done, total in (p.split("/") for p in progress))
+    assert progress[-1] == "2/2"
