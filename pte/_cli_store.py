@@ -13,7 +13,6 @@ import json
 import os
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from pte._cli_support import (
@@ -21,11 +20,14 @@ from pte._cli_support import (
     MAX_SUBMIT_COUNT,
     MAX_VISIBILITY_TIMEOUT_S,
     MAX_WORKER_PROCESSES,
+    InputFileError,
     add_execution_flags,
     bounded_float,
     bounded_int,
+    broker_problem,
     check_broker_url,
     execution_settings,
+    read_bounded,
     store_file,
 )
 from pte._errors import FailedClosed, PTEError
@@ -414,10 +416,13 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> 
     if args.request is not None:
         job = {"mode": "run", "request": args.request, "tools": packs, "policy": policy_document}
     else:
-        if not Path(args.plan_file).is_file():
-            raise _usage_error()(f"plan file {args.plan_file!r} does not exist")
-        text = Path(args.plan_file).read_text(encoding="utf-8")
+        text = _plan_text(args.plan_file)
         job = {"mode": "execute", "plan_text": text, "tools": packs, "policy": policy_document}
+    broker = _broker(args)
+    problem = broker_problem(broker)  # before anything is stored: no run is left stranded
+    if problem is not None:
+        print(f"not submitted: {problem}", file=sys.stderr)
+        return EXIT_FAILED
     with _store(args.store) as store:
         try:
             run_ids = [
@@ -427,13 +432,32 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> 
         except StoreError as exc:
             print(f"not submitted: {exc}", file=sys.stderr)
             return EXIT_FAILED
-    _enqueue(args, run_ids)
+    try:
+        _enqueue(args, run_ids)
+    except Exception as exc:  # the broker went away since the check: say which runs are stored
+        print(
+            f"stored but not enqueued (the broker {broker!r} failed: {exc}): {' '.join(run_ids)}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     if args.json:
         _print_json({"submitted": run_ids})
     else:
         for run_id in run_ids:
             print(run_id)
     return EXIT_OK
+
+
+def _plan_text(path: str) -> str:
+    """A plan file: regular, UTF-8, read up to the plan byte limit plus one (the worker's
+    compile then rejects a longer text as plan_too_large)."""
+    from pte._compile_context import DEFAULT_LIMITS
+
+    try:
+        text, _ = read_bounded(path, "plan file", DEFAULT_LIMITS.max_bytes)
+    except InputFileError as exc:
+        raise _usage_error()(str(exc)) from None
+    return text
 
 
 def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:

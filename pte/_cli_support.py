@@ -40,6 +40,7 @@ __all__ = [
     "UsageError",
     "bounded_float",
     "bounded_int",
+    "broker_problem",
     "check_broker_url",
     "guarded",
     "http_url",
@@ -357,6 +358,18 @@ def check_broker_url(url: str) -> str:
     except (KeyError, ImportError) as exc:
         raise UsageError(f"--broker {url[:200]!r}: no such broker transport ({exc})") from None
     return url
+
+
+def broker_problem(url: str, timeout_s: float = 5.0) -> str | None:
+    """Why the broker at `url` cannot be reached now (one try, bounded), or None."""
+    from kombu.connection import Connection
+
+    try:
+        with Connection(url, connect_timeout=timeout_s) as connection:  # type: ignore[no-untyped-call]
+            connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout_s)
+    except Exception as exc:  # kombu's OperationalError, a socket error, a bad URL
+        return f"cannot reach the broker {url!r}: {exc}"
+    return None
 
 
 def non_empty_text(text: str) -> str:

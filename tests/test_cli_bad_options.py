@@ -307,3 +307,33 @@ def test_a_named_failure_is_not_an_internal_error(work: Path) -> None:
     done = _pte(work, "resume", "some-run", "--tools", "calculator", "--store", "notjson")
     assert done.returncode in (1, 2), done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_submit_to_an_unreachable_broker_stores_nothing_and_says_so(work: Path) -> None:
+    store = f"sqlite:///{work}/submit.db"
+    done = _pte(work, "submit", "plan.json", "--tools", "calculator", "--store", store, "--broker", NOWHERE)
+    assert done.returncode == 1, done.stderr
+    assert "not submitted: cannot reach the broker" in done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    from pte.stores import open_store
+
+    with open_store(store) as opened:
+        assert opened.runs() == []
+
+
+def test_submit_reads_a_plan_file_as_every_command_does(work: Path) -> None:
+    (work / "latin1.json").write_bytes(b'{"pte_plan": "1", "note": "caf\xe9"}')
+    for plan, message in (("latin1.json", "not UTF-8"), ("fifo", "not a regular file"), ("dir", "directory")):
+        done = _pte(
+            work,
+            "submit",
+            plan,
+            "--tools",
+            "calculator",
+            "--store",
+            STORE.format(work=work),
+            "--broker",
+            NOWHERE,
+        )
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
