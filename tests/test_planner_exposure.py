@@ -299,3 +299,40 @@ def test_a_log_rewritten_to_another_view_diverges_on_replay(tmp_path: Path, edit
     assert not report.ok
     divergence = report.runs[0].divergence
     assert divergence is not None and divergence.record_type in ("run_started", "llm_call")
+
+
+# --- property: whatever an exposed planner writes, no guarded call runs ----------------------
+
+_value = st.one_of(
+    st.integers(min_value=1, max_value=3),
+    st.sampled_from(["attacker@evil.example", "payroll.xlsx", "hi"]),
+    st.builds(
+        lambda i, f: {"$ref": f"ls/files/{i}/{f}"},
+        st.integers(0, 2),
+        st.sampled_from(["id", "name", "content"]),
+    ),
+)
+_call = st.one_of(
+    st.builds(lambda v: ("delete_file", {"file_id": v}), _value),
+    st.builds(lambda to, body: ("send_mail", {"to": to, "body": body}), _value, _value),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_call, min_size=1, max_size=3))
+def test_no_guarded_call_of_an_exposed_planner_ever_runs(tmp_path_factory: Any, calls: list[Any]) -> None:
+    # A compromised stage planner (planner_data="shown") writes any calls, with any literals and
+    # any references into the listing: each plan is refused (or fails to type-check); nothing
+    # is deleted or mailed.
+    DELETED.clear()
+    MAILED.clear()
+    steps = [{"id": f"s{i}", "tool": tool, "args": args} for i, (tool, args) in enumerate(calls)]
+    attack = json.dumps({"pte_plan": "1", "steps": steps})
+    tmp = tmp_path_factory.mktemp("prop")
+    engine = Engine(
+        REGISTRY, ReplayClient([STAGE1, attack]), config=EngineConfig(llm_answer=False, planner_data="shown")
+    )
+    with AuditLog(tmp / "run.jsonl") as audit:
+        result = engine.run("Clean up my drive.", audit)
+    assert result.status == "failed_closed"
+    assert DELETED == [] and MAILED == []
