@@ -2,9 +2,9 @@
 fields it returns and of the fields its decision read, nothing else.
 
 - a property test over generated chains of selections (filter, sort, extreme, first, take,
-  pick, pluck) on records whose fields carry mixed labels: the labels of what a reference
-  reads are exactly the read field's labels, the decision fields' labels, the source's own
-  (trusted) and the plan's literals (request);
+  pick, pluck, zip, join, concat, rank, count_by) on records whose fields carry mixed
+  labels: the labels of what a reference reads are exactly the read field's labels, the
+  decision fields' labels, the source's own (trusted) and the plan's literals (request);
 - injection tests: an attacker who controls only an untrusted field cannot change which record
   a trusted-field selection picks (run with the attacker's values varied by hypothesis), and
   can when the selection reads that field, where the guarded sink then refuses the plan;
@@ -117,7 +117,8 @@ def chains(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str, set[str], frozen
         steps.append({"id": f"selection_{i}", "tool": tool, "args": args})
         current = f"selection_{i}/records"
     returned = draw(st.sampled_from(FIELDS))
-    ending = draw(st.sampled_from(["one", "pick", "pluck"]))
+    ending = draw(st.sampled_from(["one", "pick", "pluck", "zip", "join", "concat", "rank", "count_by"]))
+    rows_ref = {"$ref": current}
     if ending == "one":
         tool = draw(st.sampled_from(sorted(_ONE_OPS)))
         param, extra = _ONE_OPS[tool]
@@ -132,6 +133,30 @@ def chains(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str, set[str], frozen
         returned = kept[0]
         steps.append({"id": "picked", "tool": "pick", "args": {"records": {"$ref": current}, "fields": kept}})
         pointer = f"picked/records/0/{returned}"
+    elif ending == "zip":
+        steps.append({"id": "paired", "tool": "zip_lists", "args": {"left": rows_ref, "right": rows_ref}})
+        pointer = f"paired/records/0/{draw(st.sampled_from(['left', 'right']))}/{returned}"
+    elif ending == "join":
+        on = draw(st.sampled_from(FIELDS))
+        decided.add(on)
+        joined = {
+            "left": rows_ref,
+            "right": {"$ref": "source_rows/rows"},
+            "left_field": on,
+            "right_field": on,
+        }
+        steps.append({"id": "joined", "tool": "join_records", "args": joined})
+        pointer = f"joined/records/0/{draw(st.sampled_from(['left', 'right']))}/{returned}"
+    elif ending == "concat":
+        both = [rows_ref, {"$ref": "source_rows/rows"}]
+        steps.append({"id": "merged", "tool": "concat", "args": {"lists": both}})
+        pointer = f"merged/values/0/{returned}"
+    elif ending == "rank":
+        steps.append({"id": "ranked", "tool": "rank", "args": {"items": rows_ref}})
+        pointer = f"ranked/records/0/item/{returned}"
+    elif ending == "count_by":
+        steps.append({"id": "counted", "tool": "count_by", "args": {"items": rows_ref, "field": returned}})
+        pointer = "counted/groups/0/key"
     else:
         steps.append(
             {"id": "column", "tool": "pluck", "args": {"records": {"$ref": current}, "field": returned}}
@@ -164,7 +189,7 @@ def test_a_selection_carries_exactly_its_returned_and_decision_fields_labels(
 ) -> None:
     steps, pointer, fields, untrusted = case
     # The literals (field names, operators, n) are the request's; the source rows are trusted.
-    literals = any(set(step["args"]) - {"records"} for step in steps)
+    literals = any(set(step["args"]) - {"records", "items", "left", "right", "lists"} for step in steps)
     expected = {"trusted", "request"} if literals else {"trusted"}
     for name in fields:
         expected |= _label(name, untrusted)
