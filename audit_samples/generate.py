@@ -34,6 +34,7 @@ SAMPLES = {
     "invalid_json": "invalid_json",
     "disallowed_tool": "tool_not_allowed",
     "bad_args": "bad_args",
+    "repaired": "repaired_plan",
     "replans_exhausted": "replans_exhausted",
     "policy_violation": "injected_iban_blocked",
     "approval_missing": "payment_unapproved",

@@ -131,6 +131,11 @@ def _summary(record: Mapping[str, Any]) -> str:
             f"attempt {get('attempt')} after {get('failed_step')} failed ({_error_text(get('error'))}) "
             f"completed={_ids(get('completed'))}"
         )
+    if kind == "repair":  # pte._repair
+        return (
+            f"attempt {get('attempt')}: the {get('origin')}'s plan sent back ({get('reason')} at "
+            f"{get('path')}: {_short(get('message'), 80)})"
+        )
     # pte._control / pte._stages
     if kind == "condition":
         tail = _error_text(get("error")) if get("error") else _short(get("values"))

@@ -160,7 +160,27 @@ SCENARIOS: tuple[Scenario, ...] = (
         ],
         expect_status="failed_closed",
         expect_reason="invalid_args",
-        note="an integer wired into a list parameter, caught before anything runs",
+        max_replans=0,
+        note="an integer wired into a list parameter, caught before anything runs (max_replans=0: no repair)",
+    ),
+    Scenario(
+        name="repaired_plan",
+        request="Queue reminders for the overdue invoices.",
+        responses=[
+            _plan(
+                _step("overdue_invoices", "list_overdue_invoices", days=30),
+                _step("queue_reminders", "send_reminders", invoice_ids=_ref("overdue_invoices/count")),
+                result=_ref("queue_reminders/queued"),
+            ),
+            _plan(
+                _step("overdue_invoices", "list_overdue_invoices", days=30),
+                _step("queue_reminders", "send_reminders", invoice_ids=_ref("overdue_invoices/ids")),
+                result=_ref("queue_reminders/queued"),
+            ),
+            "Reminders were queued for the 10 invoices more than 30 days overdue.",
+        ],
+        expect_status="succeeded",
+        note="the same mistake, sent back once with the compiler's reason: the repaired plan runs",
     ),
     Scenario(
         name="replans_exhausted",
@@ -192,6 +212,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         ],
         expect_status="failed_closed",
         expect_reason="policy_violation",
+        max_replans=0,
         note="an untrusted e-mail's IBAN wired into a payment: refused before any step runs",
     ),
     Scenario(

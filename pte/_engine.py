@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 from pte import _prompts as prompts
 from pte._approval_gate import _NoApprovals
 from pte._audit import AuditLog
+from pte._call_role import call_role
 from pte._compile_context import DEFAULT_LIMITS, CompileCheck, Limits
 from pte._compiler import compile_plan
 from pte._control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
@@ -43,13 +44,14 @@ from pte._otel import RunTracer, TracedAudit
 from pte._plan import Plan, plan_schema
 from pte._policy import Policy, PolicyCheck
 from pte._registry import Registry
+from pte._repair import may_repair, repair
 from pte._stages import continue_literals, next_stage
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
 
 #: condition_not_met: a `require` step's condition was false (pte._control): not a failure.
 RunStatus = Literal["succeeded", "failed_closed", "condition_not_met"]
-PlanOrigin = Literal["planner", "replanner", "file", "stage"]
+PlanOrigin = Literal["planner", "replanner", "file", "stage", "repair"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,12 @@ class EngineConfig:
                 f"data_budget must be an integer from 200 to 1,000,000 characters, not {budget!r}"
             )
 
+    #: Send a plan rejected for a reason the planner can fix back to it once, as a replan
+    #: counted against `max_replans` (pte._repair); `max_replans=0` disables it too.
+    repair: bool = True
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "max_replans": self.max_replans,
             "limits": self.limits.to_dict(),
             "llm_answer": self.llm_answer,
@@ -90,6 +96,9 @@ class EngineConfig:
             **({"planner_data": self.planner_data} if self.planner_data != "shown" else {}),
             **({"data_budget": self.data_budget} if self.data_budget is not None else {}),
         }
+        if self.repair:  # absent: no repair, as in every run recorded before it existed
+            out["repair"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
@@ -105,6 +114,8 @@ class EngineConfig:
             # Logs recorded before these existed showed planners everything, clipped at 4,000.
             planner_data=cast(PlannerData, data.get("planner_data", "shown")),
             data_budget=data.get("data_budget"),
+            # A run recorded before repair existed never repaired: its replay must not either.
+            repair=bool(data.get("repair", False)),
         )
 
 
@@ -213,6 +224,8 @@ class _Run:
     #: a plan after it runs: its requires and failures joined in (`PolicyCheck.completion`).
     decided: Decided = field(default_factory=Decided)
     completion: Decided = field(default_factory=Decided)
+    #: Replans used so far: after a failed step, or to repair a rejected plan (pte._repair).
+    replans: int = 0
 
 
 class Engine:
@@ -279,7 +292,6 @@ class Engine:
         try:
             self._start(run, mode="run", request=request)
             plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
-            replans = 0
             stage = 1
             while True:
                 failure = self._execute(run, plan, log)
@@ -290,22 +302,22 @@ class Engine:
                     plan = next_stage(self, run, request, plan, stage)
                     continue
                 self._stop_if_effect_unknown(failure)
-                if replans >= self.config.max_replans:
+                if run.replans >= self.config.max_replans:
                     raise FailedClosed(
                         ReasonCode.REPLANS_EXHAUSTED,
                         f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}; "
                         f"{self.config.max_replans} replan(s) allowed, all used",
                     )
-                replans += 1
+                run.replans += 1
                 assert failure.error is not None
                 audit.append(
                     "replan",
-                    attempt=replans,
+                    attempt=run.replans,
                     failed_step=failure.step_id,
                     error=failure.error.to_dict(),
                     completed=list(run.result.outputs),
                 )
-                log.info("replan", attempt=replans, failed_step=failure.step_id)
+                log.info("replan", attempt=run.replans, failed_step=failure.step_id)
                 error, error_provenance = error_for_planner(
                     self, run, failure.error.to_dict(), self._error_labels(run, failure)
                 )
@@ -413,7 +425,8 @@ class Engine:
         run.result.llm_calls += 1
         span = run.tracer.llm_start(role, self.llm.model)
         try:
-            response = _checked_response(self.llm.complete(messages, schema=schema))
+            with call_role(role):
+                response = _checked_response(self.llm.complete(messages, schema=schema))
         except Exception as raised:  # any client failure ends the run, sealed
             # A custom client may raise anything (a bug, its SDK's own errors): the run still
             # ends failed_closed(llm_error) with the failure recorded, never with a traceback
@@ -463,6 +476,16 @@ class Engine:
     def _plan(
         self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]], *, gate: bool = True
     ) -> Plan:
+        text = self._ask_plan(run, role, messages)
+        try:
+            return self._accept(run, role, text, gate=gate)
+        except PlanRejected as rejection:
+            if not may_repair(self.config, run.replans, role, rejection):
+                raise
+            return repair(self, run, role, messages, text, rejection, gate=gate)
+
+    def _ask_plan(self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]]) -> str:
+        """The planner's answer text; a cut-off answer is a rejection (invalid_json), recorded."""
         response = self._call_llm(run, role, messages, plan_schema())
         if response.finish_reason == "length":
             # A cut-off answer is never completed or repaired into a plan.
@@ -471,7 +494,7 @@ class Engine:
             )
             self._record_rejection(run, role, response.text, rejection)
             raise rejection
-        return self._accept(run, role, response.text, gate=gate)
+        return response.text
 
     def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}

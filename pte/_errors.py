@@ -51,6 +51,20 @@ PLAN_REASONS: frozenset[ReasonCode] = frozenset(
 )
 
 
+#: Plan rejections a planner can fix from the compiler's reason, path and message: the engine
+#: sends such a plan back once, as a replan (`pte._repair`). The others (invalid JSON, a
+#: schema violation, a tool outside the allow-list, a plan over the limits) end the run at once.
+REPAIRABLE_REASONS: frozenset[ReasonCode] = frozenset(
+    {
+        ReasonCode.BAD_REFERENCE,
+        ReasonCode.INVALID_ARGS,
+        ReasonCode.PLAN_CYCLE,
+        ReasonCode.DUPLICATE_STEP_ID,
+        ReasonCode.POLICY_VIOLATION,
+    }
+)
+
+
 class PTEError(Exception):
     """Base class of every error PTE raises on purpose."""
 

@@ -34,6 +34,7 @@ __all__ = [
     "data_block",
     "finalizer_messages",
     "planner_messages",
+    "repair_messages",
     "replanner_messages",
     "stage_messages",
 ]
@@ -677,3 +678,35 @@ def stage_messages(
         ]
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def repair_messages(
+    messages: Sequence[Mapping[str, str]],
+    rejected_text: str,
+    rejection: Mapping[str, Any],
+    *,
+    literals: str,
+) -> list[dict[str, str]]:
+    """The repair's messages (pte._repair): the conversation that produced a rejected plan, the
+    plan as the model wrote it, and the rejection (reason, JSON path, message) to fix.
+
+    `literals`: what literals of the corrected plan count as (``request``, ``trusted`` or
+    ``untrusted``: the rule of `LABEL_RULES`, from what the run has shown a model so far).
+    """
+    rule = {
+        "request": "Literals you write count as request.",
+        "trusted": "Literals you write count as trusted (you have been shown data).",
+        "untrusted": "Literals you write count as untrusted, and so does every call of your plan (you "
+        "have been shown untrusted data): take values that must be trusted by reference.",
+    }[literals]
+    note = (
+        f"PTE rejected this plan before running anything: {rejection['reason']} at {rejection['path']}: "
+        f"{rejection['message']}\n"
+        "Write the whole plan again, corrected, as one JSON object (no prose): the same rules, the same "
+        f"tools, the same completed steps. This is the plan's only second chance. {rule}"
+    )
+    return [
+        *({"role": m["role"], "content": m["content"]} for m in messages),
+        {"role": "assistant", "content": rejected_text},
+        {"role": "user", "content": note},
+    ]

@@ -99,6 +99,8 @@ DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
     "condition": ("step_id", "kind", "outcome", "values", "error", "plan_hash"),
     "for_each": ("step_id", "tool", "items", "error", "plan_hash"),
     "stage": ("stage", "plan_hash", "values", "labels"),
+    # pte._repair
+    "repair": ("attempt", "origin", "reason", "message", "path"),
 }
 #: Annotations written by resume; the engine itself never produces them.
 _ANNOTATIONS = frozenset({"run_resumed", "run_paused"})

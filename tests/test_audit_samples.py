@@ -25,6 +25,7 @@ EXPECTED_END = {
     "invalid_json": ("failed_closed", "invalid_json"),
     "disallowed_tool": ("failed_closed", "tool_not_allowed"),
     "bad_args": ("failed_closed", "invalid_args"),
+    "repaired": ("succeeded", None),
     "replans_exhausted": ("failed_closed", "replans_exhausted"),
     "policy_violation": ("failed_closed", "policy_violation"),
     "approval_missing": ("failed_closed", "approval_missing"),

@@ -22,7 +22,7 @@ from pte._engine import Engine, EngineConfig, RunResult
 from pte._llm import ReplayClient
 from pte._replay import replay_file
 from pte._tools import Registry
-from pte.testing import json_values
+from pte.testing import ScriptedModel, json_values
 from pte.testing.cookbook import cookbook_registry, ref, step
 
 WORKSPACE = cookbook_registry("workspace")
@@ -246,3 +246,175 @@ def test_any_json_default_compiles_and_a_field_reader_needs_the_field_in_it(defa
         assert not has_field or field != "record" or not fits_tool
     else:
         assert field == "record" and (has_field or fits_tool)
+
+
+# --- repair: a fixable rejection goes back to the planner once ------------------------------------
+
+
+def scripted_run(
+    model: ScriptedModel, tmp_path: Path, request: str = "a request", **config: Any
+) -> tuple[RunResult, list[dict[str, Any]]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log = tmp_path / "run.jsonl"
+    engine = Engine(WORKSPACE, model, config=EngineConfig(llm_answer=False, **config))
+    with AuditLog(log) as audit:
+        result = engine.run(request, audit)
+    assert verify(log).ok
+    report = replay_file(log, registry=WORKSPACE)
+    assert report.ok and [r.outcome for r in report.runs] == ["same"], report.render()
+    return result, read_records(log)
+
+
+UNREAD = step("unread_emails", "get_unread_emails")
+#: `count` of the e-mails list, written with a pointer the output does not have ("/messages").
+WRONG_POINTER = plan(
+    UNREAD,
+    step("how_many_unread", "count", records=ref("unread_emails/messages")),
+    result=ref("how_many_unread/count"),
+)
+FIXED = plan(
+    UNREAD,
+    step("how_many_unread", "count", records=ref("unread_emails/emails")),
+    result=ref("how_many_unread/count"),
+)
+
+
+def test_a_rejected_plan_is_repaired_in_one_replan(tmp_path: Path) -> None:
+    model = ScriptedModel(planner=[WRONG_POINTER], repair=[FIXED])
+    result, records = scripted_run(model, tmp_path)
+    assert result.ok, result.message
+    assert result.result == 4
+    assert model.roles == ["planner", "repair"] and model.unused() == {}
+    kinds = [(r["type"], r.get("origin") or r.get("role")) for r in records if r["type"] != "step_started"]
+    assert kinds[:5] == [
+        ("run_started", None),
+        ("llm_call", "planner"),
+        ("plan_rejected", "planner"),
+        ("repair", "planner"),
+        ("llm_call", "repair"),
+    ]
+    assert ("plan_accepted", "repair") in kinds
+    repair = next(r for r in records if r["type"] == "repair")
+    assert repair["attempt"] == 1 and repair["reason"] == "bad_reference"
+    assert repair["path"] == "$.steps[1].args.records"
+    # The model is shown its own plan and exactly what was wrong with it, where.
+    messages = model.calls[1]["messages"]
+    assert messages[: len(model.calls[0]["messages"])] == model.calls[0]["messages"]
+    assert messages[-2] == {"role": "assistant", "content": json.dumps(WRONG_POINTER)}
+    assert "bad_reference at $.steps[1].args.records" in messages[-1]["content"]
+    assert "'/messages'" in messages[-1]["content"]
+    assert "Literals you write count as request." in messages[-1]["content"]
+
+
+def test_a_plan_that_is_not_repaired_ends_replans_exhausted(tmp_path: Path) -> None:
+    model = ScriptedModel(planner=[WRONG_POINTER], repair=[WRONG_POINTER])
+    result, records = scripted_run(model, tmp_path)
+    assert result.status == "failed_closed"
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED
+    assert "sent back once" in (result.message or "") and "bad_reference" in (result.message or "")
+    assert [r["origin"] for r in records if r["type"] == "plan_rejected"] == ["planner", "repair"]
+    assert not any(r["type"] == "step_started" for r in records)
+    assert result.llm_calls == 2  # one second chance, not max_replans of them
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ("Sure! I would call get_unread_emails and count them.", ReasonCode.INVALID_JSON),
+        ({"pte_plan": "1", "steps": []}, ReasonCode.SCHEMA_VIOLATION),
+        (plan(step("wipe", "delete_everything")), ReasonCode.TOOL_NOT_ALLOWED),
+        (plan(*[step(f"s{i}", "list_files") for i in range(251)]), ReasonCode.PLAN_TOO_LARGE),
+    ],
+    ids=["invalid_json", "schema_violation", "tool_not_allowed", "plan_too_large"],
+)
+def test_faults_a_model_cannot_fix_from_a_reason_still_stop_at_once(
+    answer: Any, reason: ReasonCode, tmp_path: Path
+) -> None:
+    model = ScriptedModel(planner=[answer], repair=[FIXED])
+    result, records = scripted_run(model, tmp_path)
+    assert result.status == "failed_closed" and result.reason is reason
+    assert result.llm_calls == 1 and model.unused() == {"repair": 1}
+    assert not any(r["type"] == "repair" for r in records)
+
+
+def test_max_replans_zero_disables_repair(tmp_path: Path) -> None:
+    model = ScriptedModel(planner=[WRONG_POINTER], repair=[FIXED])
+    result, _ = scripted_run(model, tmp_path, max_replans=0)
+    assert result.reason is ReasonCode.BAD_REFERENCE and model.unused() == {"repair": 1}
+    model = ScriptedModel(planner=[WRONG_POINTER], repair=[FIXED])
+    result, _ = scripted_run(model, tmp_path / "off", repair=False)
+    assert result.reason is ReasonCode.BAD_REFERENCE and model.unused() == {"repair": 1}
+
+
+def test_a_repair_uses_a_replan(tmp_path: Path) -> None:
+    # max_replans=1: the repair takes it, so a later failed step is not replanned.
+    failing = plan(
+        UNREAD,
+        step("how_many_unread", "count", records=ref("unread_emails/emails")),
+        step("missing_file", "search_files_by_filename", filename="no-such-file.txt"),
+        step("first_missing", "first", records=ref("missing_file/files")),  # fails: an empty list
+        result=ref("how_many_unread/count"),
+    )
+    broken = {
+        **failing,
+        "steps": [*failing["steps"][:1], step("how_many_unread", "count", records=ref("x/y"))],
+    }
+    model = ScriptedModel(planner=[broken], repair=[failing])
+    result, records = scripted_run(model, tmp_path, max_replans=1)
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED, result.message
+    assert "1 replan(s) allowed, all used" in (result.message or "")
+    assert not any(r["type"] == "replan" for r in records)
+
+
+def test_a_run_recorded_before_repair_replays_without_it() -> None:
+    assert EngineConfig.from_dict({"max_replans": 2}).repair is False
+    assert EngineConfig.from_dict(EngineConfig().to_dict()).repair is True
+
+
+def test_a_repair_after_untrusted_data_was_shown_cannot_launder_a_literal(tmp_path: Path) -> None:
+    # Injection: stage 1 hands an untrusted e-mail to stage 2, whose planner (the attacker's,
+    # once it has read it) wires the e-mail's sender into send_email: policy_violation. The
+    # repair copies the address as a literal: after untrusted data was shown, a literal is
+    # untrusted too, so the repaired plan is refused as well and nothing is sent.
+    first = stage_one(
+        step("budget_emails", "search_emails", query="Budget review"),
+        hand={"latest": ref("budget_emails/emails/1")},
+    )
+    by_reference = plan(
+        step(
+            "forward_to_sender",
+            "send_email",
+            recipients=[ref("budget_emails/emails/1/sender")],
+            subject="Numbers",
+            body="Attached.",
+        ),
+        result=ref("forward_to_sender"),
+    )
+    as_literal = plan(
+        step(
+            "forward_to_sender",
+            "send_email",
+            recipients=["lisa@partner.example"],
+            subject="Numbers",
+            body="x",
+        ),
+        result=ref("forward_to_sender"),
+    )
+    model = ScriptedModel(planner=[first], stage=[by_reference], repair=[as_literal])
+    result, records = scripted_run(model, tmp_path, planner_data="shown")  # the e-mail is shown
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED
+    assert "policy_violation" in (result.message or "")
+    assert [r["origin"] for r in records if r["type"] == "plan_rejected"] == ["stage", "repair"]
+    assert not any(r["type"] == "step_started" and r["tool"] == "send_email" for r in records)
+    assert "count as untrusted" in model.calls[-1]["messages"][-1]["content"]
+
+
+def test_a_tampered_repair_record_is_caught(tmp_path: Path) -> None:
+    model = ScriptedModel(planner=[WRONG_POINTER], repair=[FIXED])
+    scripted_run(model, tmp_path)
+    log = tmp_path / "run.jsonl"
+    lines = log.read_text(encoding="utf-8").splitlines()
+    n = next(i for i, line in enumerate(lines) if '"type":"repair"' in line)
+    lines[n] = lines[n].replace('"reason":"bad_reference"', '"reason":"invalid_args"')
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert not verify(log).ok

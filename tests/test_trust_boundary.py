@@ -378,7 +378,8 @@ def test_untrusted_error_text_copied_by_the_replanner_is_refused_at_the_sink(
         catalogue=catalogue_fingerprint(registry, compiled, policy),
         signing_key=signer,
     )
-    llm = ReplayClient([json.dumps(first), json.dumps(hijacked)])
+    # Sent back once (pte._repair), the fooled replanner writes the same plan again.
+    llm = ReplayClient([json.dumps(first), json.dumps(hijacked), json.dumps(hijacked)])
     gate = ApprovalGate(store, registry, keys=TrustedKeys([signer.public_key]), policy=policy)
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
@@ -387,7 +388,10 @@ def test_untrusted_error_text_copied_by_the_replanner_is_refused_at_the_sink(
         shown = EngineConfig(planner_data="shown")
         engine = Engine(registry, llm, policy=policy, approval=gate, config=shown)
         result = engine.run("record the remittance", audit)
-    assert (result.status, result.reason) == ("failed_closed", ReasonCode.POLICY_VIOLATION)
+    assert (result.status, result.reason) == ("failed_closed", ReasonCode.REPLANS_EXHAUSTED)
+    assert (result.message or "").count("policy_violation") == 2
+    repair = next(r for r in read_records(log) if r["type"] == "llm_call" and r["role"] == "repair")
+    assert "count as untrusted" in repair["messages"][-1]["content"]
     assert "send_payment.iban" in (result.message or "")
     assert "written by a replanner that was shown untrusted data" in (result.message or "")
     replanner = next(r for r in read_records(log) if r["type"] == "llm_call" and r["role"] == "replanner")
@@ -414,12 +418,13 @@ def test_a_trusted_tools_error_quoting_untrusted_arguments_is_untrusted(
             {"id": "rem", "tool": "queue_reminder", "args": {"invoice_id": "INV-1006", "message": "Pay now"}}
         ],
     }
-    llm = ReplayClient([json.dumps(first), json.dumps(remind)])
+    llm = ReplayClient([json.dumps(first), json.dumps(remind), json.dumps(remind)])
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
         shown = EngineConfig(planner_data="shown")  # the error text is shown (pte._exposure)
         result = Engine(registry, llm, config=shown).run("check the invoice in DOC-004", audit)
-    assert result.reason is ReasonCode.POLICY_VIOLATION
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED
+    assert (result.message or "").count("policy_violation") == 2
     assert "written by a replanner that was shown untrusted data" in (result.message or "")
     replanner = next(r for r in read_records(log) if r["type"] == "llm_call" and r["role"] == "replanner")
     assert "error provenance=untrusted" in replanner["messages"][-1]["content"]

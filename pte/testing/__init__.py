@@ -4,7 +4,9 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
 
 - `FakeOpenAIServer` / `Reply`: an OpenAI-compatible server on loopback with scripted answers.
 - `FunctionClient`: an LLM client answering from a Python function of the messages (like
-  Pydantic AI's ``FunctionModel``); `ReplayClient`: one serving recorded answers in order.
+  Pydantic AI's ``FunctionModel``); `ReplayClient`: one serving recorded answers in order;
+  `ScriptedModel`: one answering planner, replanner, stage, repair and finalizer calls each
+  from its own script (docs/planning.md).
 - `valid_plans(registry)`: plan documents that compile against a registry, with well-typed
   references; `invalid_plans(registry, reason)`: plan text rejected with exactly `reason`;
   `invalid_plan_cases(registry)`: (reason, text) pairs over every compile-time reason;
@@ -25,6 +27,7 @@ from pte.testing._control_strategies import CONTROL_REASONS, control_plans, inva
 from pte.testing._data_plans import DataCase, data_plans
 from pte.testing._function_client import FunctionCall, FunctionClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
+from pte.testing._scripted_model import ScriptedModel, ScriptExhausted
 from pte.testing._strategies import (
     COMPILE_REASONS,
     invalid_plan_cases,
@@ -43,6 +46,8 @@ __all__ = [
     "FunctionClient",
     "ReplayClient",
     "Reply",
+    "ScriptExhausted",
+    "ScriptedModel",
     "control_plans",
     "data_plans",
     "example_registry",

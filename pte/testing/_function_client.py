@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pte._call_role import current_role
 from pte._errors import LLMError
 from pte._llm import LLMResponse
 
@@ -28,6 +29,9 @@ class FunctionCall:
     #: The JSON Schema the answer must match (the plan schema for planner/replanner calls), or None.
     schema: Mapping[str, Any] | None
     schema_name: str
+    #: What the engine calls for: ``planner``, ``replanner``, ``stage``, ``repair`` or
+    #: ``finalizer`` (`pte._call_role`); None when the client is called outside an engine.
+    role: str | None = None
 
     @property
     def wants_json(self) -> bool:
@@ -72,7 +76,9 @@ class FunctionClient:
         started = time.perf_counter()
         chat = [dict(m) for m in messages]
         self.calls.append({"messages": chat, "schema": dict(schema) if schema is not None else None})
-        call = FunctionCall(number=len(self.calls), schema=schema, schema_name=schema_name)
+        call = FunctionCall(
+            number=len(self.calls), schema=schema, schema_name=schema_name, role=current_role()
+        )
         answer = self.function([dict(m) for m in chat], call)
         if isinstance(answer, LLMResponse):
             return answer

@@ -8,6 +8,13 @@ pack (`pte.testing.domains`) plus every stock pack, runs it, and returns the res
 (third parties' free text untrusted, the rest trusted), every parameter of a write tool
 accepting only request or trusted data.
 
+A `ModelTask` is a task as a model plays it through the whole engine: what the model
+answers as planner, stage planner, repairer or replanner (`pte.testing.ScriptedModel`), written
+the way models write plans (descriptive ids, ``null`` defaults, a wrong pointer the compiler
+sends back), and the exact end: status, reason, result and the records that show it.
+`run_model_task` runs one with the default engine config and policy, writes its audit log,
+and checks that the log verifies and replays the same.
+
 The honesty rule, mechanically checked: every literal string or number given to a
 domain tool, every `value` a stock matching tool compares with, and every number in a
 calculator expression must occur in the request (case-insensitive). Field names, ops,
@@ -21,15 +28,27 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from pte._audit import AuditLog, read_records, verify
 from pte._compiler import compile_plan
+from pte._engine import Engine, EngineConfig, RunResult
 from pte._executor import ExecutionResult, Executor
 from pte._plan import Plan, is_reference
 from pte._policy import Policy
 from pte._tools import STOCK_PACKS, Registry, load_pack, load_registry
 
-__all__ = ["Task", "cookbook_registry", "dishonest_literals", "ref", "run_task", "step"]
+__all__ = [
+    "ModelTask",
+    "Task",
+    "cookbook_registry",
+    "dishonest_literals",
+    "ref",
+    "run_model_task",
+    "run_task",
+    "step",
+]
 
 #: Stock tools whose `value` argument is data to compare with (it must come from the request).
 _MATCHING_TOOLS = ("filter_records", "filter_values", "text_match")
@@ -82,6 +101,56 @@ def run_task(task: Task, registry: Registry | None = None) -> tuple[Plan, Execut
     checks = [Policy.from_registry(registry).check()] if task.guarded else []
     plan = compile_plan(json.dumps(task.document()), registry, checks=checks)
     return plan, Executor(registry).run(plan)
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    """A task as a model plays it: its answers per role, and the exact end of the run."""
+
+    name: str
+    domain: str
+    request: str
+    #: The plan documents (or texts) the model answers, per role, in order.
+    planner: list[Any]
+    stage: list[Any] = field(default_factory=list)
+    repair: list[Any] = field(default_factory=list)
+    replanner: list[Any] = field(default_factory=list)
+    expect_status: str = "succeeded"
+    expect_reason: str | None = None
+    #: The exact result value of a run that succeeds.
+    expect_result: Any = None
+    #: record type -> how many of them the log holds (e.g. {"repair": 1}).
+    expect_records: Mapping[str, int] = field(default_factory=dict)
+    #: A text the run's message must contain (why it ended).
+    expect_message: str | None = None
+    #: The reasons of the run's plan rejections, in order (what the compiler sent back).
+    expect_rejected: tuple[str, ...] = ()
+
+
+def run_model_task(
+    task: ModelTask, log: Path, registry: Registry | None = None
+) -> tuple[RunResult, list[dict[str, Any]]]:
+    """Run `task` through the engine with a `ScriptedModel`; return the result and the records.
+
+    The default `EngineConfig` (repair on, `max_replans` 2) and the domain's default policy,
+    with the answer rendered from the result (no finalizer). Raises AssertionError if the log
+    does not verify or replay the same, or if the script was not used exactly.
+    """
+    from pte._replay import replay_file
+    from pte.testing._scripted_model import ScriptedModel
+
+    registry = registry or cookbook_registry(task.domain)
+    model = ScriptedModel(
+        planner=task.planner, stage=task.stage, repair=task.repair, replanner=task.replanner
+    )
+    engine = Engine(registry, model, config=EngineConfig(llm_answer=False))
+    with AuditLog(log) as audit:
+        result = engine.run(task.request, audit)
+    assert verify(log).ok, f"{task.name}: the audit log does not verify"
+    report = replay_file(log, registry=registry)
+    assert report.ok, f"{task.name}: {report.render()}"
+    assert model.unused() == {}, f"{task.name}: the run did not ask for {model.unused()}"
+    return result, read_records(log)
 
 
 def _literals(value: Any) -> Iterator[Any]:
