@@ -20,9 +20,9 @@ from pte._audit import AuditLog, read_records, verify
 from pte._canonical import canonical_json
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._llm import ReplayClient
-from pte._replay import replay_file
+from pte._replay import replay_file, resume_file
 from pte._tools import Registry
-from pte.testing import ScriptedModel, json_values
+from pte.testing import DataCase, ScriptedModel, data_plans, json_values
 from pte.testing.cookbook import cookbook_registry, ref, step
 
 WORKSPACE = cookbook_registry("workspace")
@@ -418,3 +418,68 @@ def test_a_tampered_repair_record_is_caught(tmp_path: Path) -> None:
     lines[n] = lines[n].replace('"reason":"bad_reference"', '"reason":"invalid_args"')
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert not verify(log).ok
+
+
+# --- property: a reference valid inside a plan stays valid from a later stage ---------------------
+
+
+def _pointers(schema: Any, depth: int = 3) -> list[str]:
+    """Pointers a value of `schema` has for sure: required properties, and element 0 of lists."""
+    if depth == 0 or not isinstance(schema, dict):
+        return []
+    out: list[str] = []
+    if schema.get("type") == "object" or "properties" in schema:
+        for name in schema.get("required", []):
+            sub = schema.get("properties", {}).get(name)
+            if sub is not None and "/" not in name and "~" not in name:
+                out += [name, *(f"{name}/{p}" for p in _pointers(sub, depth - 1))]
+    if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
+        out += [f"0/{p}" for p in _pointers(schema["items"], depth - 1)]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=data_plans())
+def test_a_later_stage_references_generic_steps_by_their_instantiation(case: DataCase) -> None:
+    """Every pointer a generic step's inferred type guarantees can be referenced from a later
+    stage: completed steps keep the exact types they were compiled with."""
+    first = compile_plan(json.dumps(case.document), case.registry)
+    types = {
+        s.id: t for s in first.steps if s.for_each is None and (t := first.output_schema(s.id)) is not None
+    }
+    refs = {
+        f"r{i}": ref(f"{sid}/{p}")
+        for i, (sid, p) in enumerate((sid, p) for sid, t in types.items() for p in _pointers(t))
+    }
+    if not refs:
+        return
+    later = plan(step("stage_two_marker", "count", records=[]), result=refs)
+    compile_plan(
+        json.dumps(later),
+        case.registry,
+        prior={s.id: s.tool for s in first.steps},
+        prior_lists={s.id for s in first.steps if s.for_each is not None},
+        prior_types=types,
+    )
+
+
+def test_resume_rebuilds_the_instantiations_a_later_stage_was_compiled_against(tmp_path: Path) -> None:
+    first = stage_one(
+        step("all_files", "list_files"),
+        step("files_with_content", "pick", records=ref("all_files/files"), fields=["id", "content"]),
+        hand={"shown": ref("files_with_content")},
+    )
+    second = plan(
+        step("first_line", "split_text", text=ref("files_with_content/records/0/content")),
+        result=ref("first_line/values/0"),
+    )
+    result, _ = run([first, second], tmp_path)
+    log = tmp_path / "run.jsonl"
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if '"origin":"stage"' in line and "plan_accepted" in line)
+    crashed = tmp_path / "crashed.jsonl"
+    crashed.write_text("".join(lines[: cut + 1]), encoding="utf-8")  # the process died here
+    resumed = resume_file(crashed, WORKSPACE)
+    assert resumed.ok, resumed.message
+    assert resumed.result == result.result == "# Trip to Lisbon"
+    assert verify(crashed).ok

@@ -119,9 +119,11 @@ def test_a_stage_planner_shown_untrusted_text_cannot_choose_what_a_write_gets(tm
     # planner_data="shown": the stage planner reads the note and obeys it. Its plan uses no
     # literal at all; the file id it picks is the drive's own. Before pte._exposure this deleted
     # payroll.xlsx; now every call of a plan written after untrusted text carries its label.
-    llm = ReplayClient([STAGE1, HIJACKED])
+    # Sent back once with the reason (pte._repair), the compromised planner writes it again.
+    llm = ReplayClient([STAGE1, HIJACKED, HIJACKED])
     result, _ = run(llm, tmp_path, "Clean up my drive.", planner_data="shown")
-    assert (result.status, result.reason and result.reason.value) == ("failed_closed", "policy_violation")
+    assert (result.status, result.reason and result.reason.value) == ("failed_closed", "replans_exhausted")
+    assert "policy_violation" in (result.message or "")
     assert "shown untrusted text" in (result.message or "")
     assert "delete_file.file_id" in (result.message or "")
     assert DELETED == []
@@ -158,8 +160,9 @@ def test_a_handle_passed_on_by_reference_keeps_its_label(tmp_path: Path) -> None
         {"id": "m", "tool": "send_mail", "args": {"to": {"$ref": "ls/files/2/content"}, "body": "hi"}},
         result={"$ref": "m"},
     )
-    result, _ = run(ReplayClient([STAGE1, leak]), tmp_path, "Clean up my drive.")
-    assert result.reason is not None and result.reason.value == "policy_violation"
+    result, _ = run(ReplayClient([STAGE1, leak, leak]), tmp_path, "Clean up my drive.")
+    assert result.reason is not None and result.reason.value == "replans_exhausted"  # repaired alike
+    assert "policy_violation" in (result.message or "")
     assert "ls/files/2/content" in (result.message or "") and MAILED == []
 
 
@@ -172,10 +175,12 @@ def test_a_literal_of_a_planner_shown_trusted_data_is_trusted_not_request(tmp_pa
 
     registry = Registry([list_files, notify])
     second = plan({"id": "n", "tool": "notify", "args": {"to": "payroll.xlsx"}}, result={"$ref": "n"})
-    engine = Engine(registry, ReplayClient([STAGE1, second]), config=EngineConfig(llm_answer=False))
+    answers = ReplayClient([STAGE1, second, second])  # sent back once, written alike
+    engine = Engine(registry, answers, config=EngineConfig(llm_answer=False))
     with AuditLog(tmp_path / "n.jsonl") as audit:
         result = engine.run("tell the owner", audit)
-    assert result.reason is not None and result.reason.value == "policy_violation"
+    assert result.reason is not None and result.reason.value == "replans_exhausted"
+    assert "policy_violation" in (result.message or "")
     assert "would receive trusted data" in (result.message or "")
 
 
@@ -199,8 +204,10 @@ def test_an_error_quoting_untrusted_input_is_withheld_from_the_replanner(tmp_pat
     # Shown the error text instead, the same replan is the attacker's.
     DELETED.clear()
     (tmp_path / "shown").mkdir()
-    result, _ = run(ReplayClient([first, honest]), tmp_path / "shown", "x", planner_data="shown")
-    assert result.reason is not None and result.reason.value == "policy_violation" and DELETED == []
+    answers = ReplayClient([first, honest, honest])  # sent back once (pte._repair), written alike
+    result, _ = run(answers, tmp_path / "shown", "x", planner_data="shown")
+    assert result.reason is not None and result.reason.value == "replans_exhausted" and DELETED == []
+    assert "policy_violation" in (result.message or "")
 
 
 # --- handle views ------------------------------------------------------------------------------

@@ -268,6 +268,31 @@ MODEL_TASKS = [
         expect_rejected=("duplicate_step_id",),
     ),
     ModelTask(
+        "cycle_through_after_repaired",
+        "chat",
+        "How many messages are in the channel 'general'?",
+        planner=[
+            plan(
+                {
+                    **step("general_channel_messages", "read_channel_messages", channel="general"),
+                    "after": ["count_them"],
+                },
+                step("count_them", "count", records=ref("general_channel_messages/messages")),
+                result=ref("count_them/count"),
+            )
+        ],
+        repair=[
+            plan(
+                step("general_channel_messages", "read_channel_messages", channel="general"),
+                step("count_them", "count", records=ref("general_channel_messages/messages")),
+                result=ref("count_them/count"),
+            )
+        ],
+        expect_result=4,
+        expect_rejected=("plan_cycle",),
+        expect_records={"repair": 1},
+    ),
+    ModelTask(
         "untrusted_recipient_repaired_with_the_address_from_the_request",
         "workspace",
         "Reply 'Received, thanks.' to the 'Budget review' e-mail; the sender is lisa@partner.example.",
