@@ -167,3 +167,29 @@ def test_cli_records_the_mode_and_budget(capsys: pytest.CaptureFixture[str], tmp
     assert code == 0, err
     started = read_records(log)[0]
     assert started["config"]["data_budget"] == 900 and started["config"]["planner_data"] == "handles"
+
+
+def test_the_finalizer_sees_whole_records_within_the_budget(tmp_path: Path) -> None:
+    from pte.testing import FunctionCall, FunctionClient
+
+    seen: list[str] = []
+
+    def model(messages: list[dict[str, str]], call: FunctionCall) -> str:
+        if call.wants_json:
+            return json.dumps(
+                {
+                    "pte_plan": "1",
+                    "steps": [{"id": "ls", "tool": "list_drive", "args": {}}],
+                    "result": {"$ref": "ls"},
+                }
+            )
+        seen.append(messages[1]["content"])
+        return "You have 800 files."
+
+    engine = Engine(Registry([list_drive]), FunctionClient(model), config=EngineConfig(data_budget=3000))
+    with AuditLog(tmp_path / "run.jsonl") as audit:
+        result = engine.run("how many files do I have?", audit)
+    assert result.ok and result.answer == "You have 800 files."
+    (prompt,) = seen
+    assert "more records not shown" in prompt and "characters clipped" not in prompt
+    assert len(prompt) < 2 * 3000 + 1000  # the result block and the step block, each in budget
