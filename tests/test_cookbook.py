@@ -113,6 +113,7 @@ def test_model_written_tasks_use_the_new_operations_under_the_guarded_policy() -
     [
         ("pay_back_latest_sent_transaction", "latest_sent_transaction", "field", "subject"),
         ("delete_largest_file", "largest_file", "field", "filename"),
+        ("tip_a_payee_only_if_i_paid_them_before", "sent_to_that_payee", "field", "subject"),
     ],
 )
 def test_the_same_task_selecting_by_an_untrusted_field_is_refused(
