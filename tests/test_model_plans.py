@@ -12,17 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pte import PlanRejected, ReasonCode, compile_plan
 from pte._audit import AuditLog, read_records, verify
 from pte._canonical import canonical_json
 from pte._engine import Engine, EngineConfig, RunResult
+from pte._errors import REPAIRABLE_REASONS
 from pte._llm import ReplayClient
 from pte._replay import replay_file, resume_file
 from pte._tools import Registry
-from pte.testing import DataCase, ScriptedModel, data_plans, json_values
+from pte.testing import DataCase, ScriptedModel, data_plans, example_registry, invalid_plan_cases, json_values
 from pte.testing.cookbook import cookbook_registry, ref, step
 
 WORKSPACE = cookbook_registry("workspace")
@@ -483,3 +484,27 @@ def test_resume_rebuilds_the_instantiations_a_later_stage_was_compiled_against(t
     assert resumed.ok, resumed.message
     assert resumed.result == result.result == "# Trip to Lisbon"
     assert verify(crashed).ok
+
+
+# --- property: exactly the fixable rejections are sent back, once -------------------------------
+
+EXAMPLE = example_registry()
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=invalid_plan_cases(EXAMPLE))
+def test_exactly_the_fixable_rejections_are_sent_back_once(case: tuple[ReasonCode, str]) -> None:
+    reason, text = case
+    assume(text.strip())  # an empty answer is a failed model call (llm_error), not a plan
+    model = ScriptedModel(planner=[text], repair=[text])  # the model writes the same plan again
+    audit = AuditLog(None)
+    result = Engine(EXAMPLE, model, config=EngineConfig(llm_answer=False)).run("a request", audit)
+    repairs = [r for r in audit.records if r["type"] == "repair"]
+    rejected = [r["reason"] for r in audit.records if r["type"] == "plan_rejected"]
+    if reason in REPAIRABLE_REASONS:
+        assert [r["reason"] for r in repairs] == [reason.value] and rejected == [reason.value] * 2
+        assert result.reason is ReasonCode.REPLANS_EXHAUSTED and model.roles == ["planner", "repair"]
+    else:
+        assert repairs == [] and rejected == [reason.value] and model.roles == ["planner"]
+        assert result.reason is reason
+    assert not any(r["type"] == "step_started" for r in audit.records)
