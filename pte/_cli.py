@@ -399,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_llm(p)
     p.add_argument("--max-replans", type=non_negative_int, default=2)
     p.add_argument(
+        "--no-repair",
+        action="store_true",
+        help="end the run on any rejected plan instead of sending a fixable one back once (docs/planning.md)",
+    )
+    p.add_argument(
         "--no-llm-answer", action="store_true", help="render the plan's result instead of an LLM answer"
     )
     p.add_argument(

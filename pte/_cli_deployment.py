@@ -189,6 +189,7 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
 
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2),
+        repair=not getattr(args, "no_repair", False),
         llm_answer=not getattr(args, "no_llm_answer", False),
         planner_data=getattr(args, "planner_data", "handles"),
         data_budget=getattr(args, "data_budget", DEFAULT_DATA_BUDGET),

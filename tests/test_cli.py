@@ -815,6 +815,25 @@ def test_run_fails_closed_on_prose(tmp_path: Path, ledger: Path, capsys: pytest.
     assert verify(log).ok
 
 
+@pytest.mark.parametrize("no_repair", [False, True], ids=["repair", "no-repair"])
+def test_run_sends_a_fixable_plan_back_once_unless_no_repair(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], no_repair: bool
+) -> None:
+    repaired = scenario("repaired_plan")
+    responses = write_json(tmp_path / "responses.json", list(repaired.responses))
+    log = tmp_path / "run.jsonl"
+    args = ["run", repaired.request, "--tools", STOCK, "--audit", str(log), "--replay-responses"]
+    code, out, _ = cli(capsys, *args, str(responses), "--json", *(["--no-repair"] if no_repair else []))
+    doc = json.loads(out)
+    if no_repair:
+        assert (code, doc["reason"], doc["llm_calls"]) == (1, "invalid_args", 1)
+        assert "repair" not in record_types(log)
+    else:
+        assert (code, doc["status"], doc["llm_calls"]) == (0, "succeeded", 3)
+        assert record_types(log).count("repair") == 1
+    assert verify(log).ok and replay_file(log).ok
+
+
 @pytest.mark.parametrize(
     "content", [None, {"not": "a list"}, "{broken"], ids=["missing", "not-a-list", "not-json"]
 )
