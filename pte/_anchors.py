@@ -37,7 +37,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +54,7 @@ __all__ = [
     "AnchorError",
     "Anchors",
     "anchors_from_env",
+    "run_problem",
 ]
 
 #: The deployment's private key (executing machines), its public key (verifiers), the file.
@@ -247,6 +248,24 @@ class Anchors:
                         fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
             except OSError as exc:
                 raise AnchorError(f"cannot write anchors file {str(self.path)!r}: {exc}") from None
+
+
+def run_problem(anchors: Anchors, run_id: str, records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why run `run_id`'s records (as stored) are not what the deployment anchored; None: they are.
+
+    Besides `Anchors.check`: a sealed run that the deployment never anchored is not one it ran
+    with its key (a run rewritten or made up by a writer of the log or store)."""
+    try:
+        count, _ = anchors.check(run_id, records)
+    except AnchorError as exc:
+        return str(exc)
+    sealed = any(r.get("type") == "run_finished" for r in records if r.get("run_id") == run_id)
+    if sealed and count == 0:
+        return (
+            f"run {run_id} is sealed but the deployment never anchored it "
+            "(made up, or rewritten, without the deployment key)"
+        )
+    return None
 
 
 def anchors_from_env(environ: Mapping[str, str] | None = None, *, signing: bool = True) -> Anchors | None:

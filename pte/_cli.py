@@ -284,6 +284,39 @@ def cmd_keys_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """``pte init``: the deployment's signing key, so that runs anchor their progress (`pte._anchors`)."""
+    from pte._anchors import ANCHORS_FILE_ENV, DEPLOYMENT_KEY_ENV, DEPLOYMENT_PUBLIC_KEY_ENV
+    from pte._signing import SigningKey
+
+    where = Path(args.dir)
+    private = where / "deployment.key"
+    public = where / "deployment.key.pub"
+    anchors = where / "deployment.key.anchors.jsonl"
+    for path in (private, public):
+        if path.exists():
+            raise UsageError(f"{path} exists; refusing to replace a deployment key (its anchors need it)")
+    key = SigningKey.generate()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key.to_pem())
+        public.write_bytes(key.public_key.to_pem())
+    except OSError as exc:
+        raise UsageError(f"cannot write the deployment key: {exc}") from None
+    print(
+        f"deployment key {key.public_key.key_id[:16]}… created.\n"
+        f"executing machines (pte execute/run/resume, workers):\n"
+        f"  export {DEPLOYMENT_KEY_ENV}={private.resolve()}\n"
+        f"  export {ANCHORS_FILE_ENV}={anchors.resolve()}   # keep it apart from logs and stores\n"
+        f"verifiers (pte audit verify):\n"
+        f"  export {DEPLOYMENT_PUBLIC_KEY_ENV}={public.resolve()} {ANCHORS_FILE_ENV}={anchors.resolve()}\n"
+        "approvers' keys: pte keys generate --private approver.pem --public approver.pub"
+    )
+    return EXIT_OK
+
+
 def cmd_ledger_init(args: argparse.Namespace) -> int:
     from pte._registry import load_pack
 
@@ -456,6 +489,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-hash", help="with --store: the plan hash you reviewed")
     p.add_argument("--broker", help="with --store: also queue the run so a worker continues it")
     p.set_defaults(func=cmd_approve)
+
+    p = sub.add_parser("init", help="create the deployment's signing key (runs anchor their progress)")
+    p.add_argument("--dir", default=".", metavar="DIR", help="where the key goes (default: here)")
+    p.set_defaults(func=cmd_init)
 
     keys = sub.add_parser("keys", help="approval signing keys").add_subparsers(
         dest="keys_command", metavar="ACTION", required=True

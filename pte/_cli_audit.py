@@ -39,6 +39,23 @@ def _jobs(value: str | None) -> int:
     return jobs
 
 
+def _anchor_problem(log: Any) -> str | None:
+    """With a deployment key configured: the first run of `log` that is not as it was anchored."""
+    from pte._anchors import run_problem
+    from pte._cli_deployment import _deployment_anchors
+    from pte._replay import _iter_runs
+
+    anchors = _deployment_anchors()
+    if anchors is None:
+        return None
+    for run in _iter_runs(log):
+        records = [r for _, r in run]
+        problem = run_problem(anchors, str(records[0].get("run_id")), records) if records else None
+        if problem is not None:
+            return problem
+    return None
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from pte._audit import verify
     from pte._checkpoint import CheckpointError, load_public_key, verify_checkpoints
@@ -69,6 +86,13 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         report = checkpoint.log
     else:
         report = verify(log, jobs=jobs)
+    anchored = _anchor_problem(log) if report.intact else None
+    if anchored is not None:
+        if args.json:
+            _print_json({"status": "tampered", **report.to_dict(), "anchors": anchored})
+        else:
+            print(f"FAILED: {anchored}")
+        return EXIT_FAILED
     ok = report.ok and (checkpoint is None or checkpoint.ok)
     if args.json:
         status = "ok" if report.ok else ("incomplete" if report.intact else "tampered")

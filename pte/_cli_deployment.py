@@ -129,10 +129,21 @@ def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
     return [_policy(registry, args).check()]
 
 
+def _deployment_anchors() -> Any:
+    """The deployment's anchors (`pte._anchors`) from the environment, or None (no key)."""
+    from pte._anchors import AnchorError, anchors_from_env
+
+    try:
+        return anchors_from_env()
+    except AnchorError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _open_audit(path: str, **kwargs: Any) -> Any:
     from pte._audit import AuditLog
 
     target = output_file(path, "audit log")
+    kwargs.setdefault("anchors", _deployment_anchors())
     try:
         return AuditLog(target, redactor=_redactor, **kwargs)
     except FailedClosed as exc:

@@ -40,7 +40,15 @@ def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
     if registry is None and args.policy is not None:
         raise UsageError("--policy needs --tools (the policy applies to the deployment's tools)")
     gate = _gate(registry, args, policy) if registry is not None else None
-    return Deployment(registry=registry, policy=policy, approvals=gate, keys=_approval_keys(args))
+    from pte._cli_deployment import _deployment_anchors
+
+    return Deployment(
+        registry=registry,
+        policy=policy,
+        approvals=gate,
+        keys=_approval_keys(args),
+        anchors=_deployment_anchors() if registry is not None else None,
+    )
 
 
 def _refusal(what: str, log: str, exc: Exception, args: argparse.Namespace) -> int:

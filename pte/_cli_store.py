@@ -80,6 +80,9 @@ def _run_ids(store: Store, run: str | None) -> list[str]:
 
 def audit_verify(args: argparse.Namespace) -> int:
     """``pte audit verify URL [--run ID]``: every run (or one) verified as stored."""
+    from pte._anchors import run_problem
+
+    anchors = _anchors()
     with _store(args.log) as store:
         try:
             run_ids = _run_ids(store, args.run)
@@ -88,6 +91,10 @@ def audit_verify(args: argparse.Namespace) -> int:
                 report = store.verify(run_id)
                 in_db = getattr(store, "verify_in_database", None)
                 server = in_db(run_id) if in_db is not None else None
+                if server is None and anchors is not None and report.intact:
+                    # The deployment's signed anchors, kept outside the database: a consistent
+                    # rewrite of the run's rows verifies as a chain, not against them.
+                    server = run_problem(anchors, run_id, store.records(run_id))
                 info = store.run(run_id)
                 paused = info is not None and info.status == "awaiting_approval"
                 ok = report.intact and server is None and (report.complete or paused)
@@ -202,8 +209,16 @@ def run_or_execute(
 
     with _store(args.store) as store:
         engine = engine_factory(_gate_factory(store, args))
-        result = run_in_store(engine, store, run_id=args.run_id, plan_text=plan_text, request=request)
+        result = run_in_store(
+            engine, store, run_id=args.run_id, plan_text=plan_text, request=request, anchors=_anchors()
+        )
         return report(result, args, store)
+
+
+def _anchors() -> Any:
+    from pte._cli_deployment import _deployment_anchors
+
+    return _deployment_anchors()
 
 
 def _gate_factory(store: Store, args: argparse.Namespace) -> Any:
@@ -261,7 +276,9 @@ def approvals_expire(args: argparse.Namespace, registry: Any) -> int:
             if not _expired(info.expires_at) or store.decisions(info.run_id):
                 continue
             try:
-                result = resume_run(store, info.run_id, registry, gate=_gate(store, registry, args))
+                result = resume_run(
+                    store, info.run_id, registry, gate=_gate(store, registry, args), anchors=_anchors()
+                )
             except FailedClosed as exc:
                 print(f"{info.run_id}: cannot end it: {exc.message}", file=sys.stderr)
                 continue
@@ -338,7 +355,9 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
                 )
                 return EXIT_FAILED
         try:
-            result = resume_run(store, args.log, registry, gate=_gate(store, registry, args), llm=llm)
+            result = resume_run(
+                store, args.log, registry, gate=_gate(store, registry, args), llm=llm, anchors=_anchors()
+            )
         except FailedClosed as exc:
             print(f"cannot resume: {exc.message}", file=sys.stderr)
             return EXIT_FAILED

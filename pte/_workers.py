@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pte._anchors import anchors_from_env
 from pte._errors import FailedClosed, PTEError, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY
 from pte._llm import LLMClient
@@ -208,12 +209,15 @@ def process_run(
         except FailedClosed as refused:
             return _refuse(store, run_id, refused)
         gate = pausing_gate(store, job_registry, keys=keys, ttl=ttl)
+        anchors = anchors_from_env()  # the worker's deployment key (its environment), never the job's
         if info.records == 0:
             engine = job_engine(job, job_registry, gate, llm, policy, execution)
             if job.get("plan_text") is not None:
-                result = run_in_store(engine, store, run_id=run_id, plan_text=str(job["plan_text"]))
+                result = run_in_store(
+                    engine, store, run_id=run_id, plan_text=str(job["plan_text"]), anchors=anchors
+                )
             elif llm is not None and isinstance(job.get("request"), str):
-                result = run_in_store(engine, store, run_id=run_id, request=job["request"])
+                result = run_in_store(engine, store, run_id=run_id, request=job["request"], anchors=anchors)
             else:
                 return _refuse(
                     store,
@@ -224,7 +228,7 @@ def process_run(
                     ),
                 )
         else:
-            result = resume_run(store, run_id, job_registry, gate=gate, llm=llm)
+            result = resume_run(store, run_id, job_registry, gate=gate, llm=llm, anchors=anchors)
         return result.status if isinstance(result, PausedRun) else str(result.status)
     finally:
         store.release(run_id, owner)

@@ -56,7 +56,7 @@ def _log_records(*, crashed: bool = True) -> list[dict[str, Any]]:
     def add(name: str, suffix: str, **run_started: Any) -> str:
         run_id = ""
         for record in _records(name):
-            run_id = f"{record['run_id']}-{suffix}"
+            run_id = f"{record['run_id']}-{suffix}" if suffix else str(record["run_id"])
             record = dict(record, run_id=run_id)
             if record["type"] == "run_started":
                 record.update(run_started)
@@ -74,7 +74,7 @@ def _log_records(*, crashed: bool = True) -> list[dict[str, Any]]:
     if crashed:
         lost = add("crashed_mid_run", "c")
         add("success_with_write", "d", resumes=lost)
-    add("paused_then_approved", "e")
+    add("paused_then_approved", "")  # its approval signs its run id: keep it (used once)
     add("staged", "f")
     add("policy_violation", "g")
     add("success", "h")

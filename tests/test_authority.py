@@ -440,3 +440,121 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
     # The honest crashed log resumes: the read is called again, agrees, and the payment runs once.
     assert paid.resume(crashed, anchors).ok
     assert _payments(ledger) == 1
+
+
+# --- 7. a consistently rewritten sealed store run ----------------------------------------------
+
+
+def _rewrite_store_run(store: Store, run_id: str, edit: Any) -> None:
+    """Edit a stored run's records and re-hash all of its rows (and the store's own seal
+    checkpoint), as a database writer without the deployment key can."""
+    from pte._canonical import canonical_json, sha256_hex
+
+    records = store.records(run_id)
+    edit(records)
+    prev = "0" * 64
+    for record in records:
+        record = {k: v for k, v in record.items() if k != "hash"}
+        record["prev"] = prev
+        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
+        _sql(
+            store,
+            "UPDATE pte_records SET prev = ?, hash = ?, line = ? WHERE run_id = ? AND seq = ?",
+            (record["prev"], record["hash"], canonical_json(record), run_id, record["seq"]),
+        )
+    _sql(store, "UPDATE pte_checkpoints SET hash = ? WHERE run_id = ?", (prev, run_id))
+
+
+def test_a_consistently_rewritten_sealed_store_run_is_refused_with_the_deployment_key(
+    store: Store,
+    ledger: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Attack 7: a sealed run's recorded IBAN is rewritten and every row re-hashed in the
+    database. The chain verifies (even the server's own check); the anchors outside it do not."""
+    from pte._cli import main
+
+    key_file = tmp_path / "deployment.key"
+    key_file.write_bytes(DEPLOYMENT.to_pem())
+    _start(store, "sealed")
+    decide(store, "sealed", by="alice", approve=True, signing_key=SIGNER)
+    anchors = _anchors(tmp_path / "deployment.key.anchors.jsonl")
+    assert resume_run(
+        store, "sealed", REGISTRY, gate=pausing_gate(store, REGISTRY, keys=KEYS), anchors=anchors
+    ).ok
+
+    def edit(records: list[dict[str, Any]]) -> None:
+        for r in records:
+            if r["type"] == "step_finished" and r["step_id"] == "sup":
+                r["output"]["iban"] = "GB33BUKB20201555555555"
+
+    _rewrite_store_run(store, "sealed", edit)
+    assert store.verify("sealed").ok  # the chain alone cannot tell
+    assert main(["--quiet", "audit", "verify", store.url, "--run", "sealed"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("PTE_DEPLOYMENT_KEY_FILE", str(key_file))
+    assert main(["--quiet", "audit", "verify", store.url, "--run", "sealed"]) == 1
+    assert "not the one the deployment signed" in capsys.readouterr().out
+
+
+def test_a_run_made_up_in_the_store_is_not_the_deployments(
+    store: Store,
+    ledger: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A store writer runs a whole payment run elsewhere and inserts it: it verifies as a chain,
+    but the deployment never anchored it."""
+    from pte._cli import main
+
+    key_file = tmp_path / "deployment.key"
+    key_file.write_bytes(DEPLOYMENT.to_pem())
+    registry = load_registry(["calculator"])
+    plan = '{"pte_plan": "1", "steps": [{"id": "a", "tool": "calculator", "args": {"expression": "1+1"}}]}'
+    assert run_in_store(Engine(registry), store, run_id="forged", plan_text=plan).ok  # no key: unanchored
+    monkeypatch.setenv("PTE_DEPLOYMENT_KEY_FILE", str(key_file))
+    assert main(["--quiet", "audit", "verify", store.url, "--run", "forged"]) == 1
+    assert "never anchored" in capsys.readouterr().out
+
+
+# --- the CLI: pte init, and a log cut before its write -----------------------------------------
+
+
+def test_pte_init_then_a_cut_log_is_not_resumed_by_the_cli(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pte._cli import main
+
+    assert main(["--quiet", "init", "--dir", str(tmp_path / "deploy")]) == 0
+    assert "PTE_DEPLOYMENT_KEY_FILE" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:  # never replaced
+        main(["--quiet", "init", "--dir", str(tmp_path / "deploy")])
+    assert usage.value.code == 2
+    capsys.readouterr()
+    monkeypatch.setenv("PTE_DEPLOYMENT_KEY_FILE", str(tmp_path / "deploy" / "deployment.key"))
+    plan = tmp_path / "post.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "pte_plan": "1",
+                "steps": [
+                    {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
+                    {"id": "mail", "tool": "queue_reminder", "args": {"invoice_id": {"$ref": "inv/ids/0"}}},
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    log = tmp_path / "audit.jsonl"
+    tools = ["--tools", "backoffice"]
+    assert main(["--quiet", "execute", str(plan), *tools, "--audit", str(log)]) == 0
+    assert (tmp_path / "deploy" / "deployment.key.anchors.jsonl").exists()
+    assert main(["--quiet", "audit", "verify", str(log)]) == 0
+    _cut_before(log, log, "step_started", "mail")
+    capsys.readouterr()
+    assert main(["--quiet", "resume", str(log), *tools]) == 1
+    assert "falls short of its signed anchor" in capsys.readouterr().err
+    assert main(["--quiet", "audit", "verify", str(log)]) == 1
