@@ -148,7 +148,7 @@ those values and plan the next stage."""
 #: How the catalogue is written (shown once, above it).
 CATALOGUE_NOTATION = """How the tools are written: name(param: TYPE, opt?: TYPE = default) -> OUTPUT, \
 then [its labels], then what it does. "?" marks an optional parameter, its default after "=" \
-(none shown: null, or left out); no other parameters are accepted. TYPE: str, int, number, \
+(none shown: null, false for a bool, or left out); no other parameters are accepted. TYPE: str, int, number, \
 bool, null, any; decimal = a decimal string such as "12.50"; str(date) = a string in that \
 format; "a"|"b" = one of these values; A|B = either; T[] = a list of T; {a: T, b?: U} = an \
 object (b may be absent); {[key]: T} = any keys; ", ..." = more keys allowed; 0..28, >=1 = \
@@ -182,6 +182,8 @@ class _Types:
 
     def __init__(self) -> None:
         self.by_body: dict[str, str] = {}  # canonical JSON of a definition -> its shown name
+        #: An object type's shape (without documentation) -> its name, to name inline copies.
+        self.shapes: dict[str, str] = {}
         #: (shown name, definition, the defining tool's local names, its description).
         self.order: list[tuple[str, Mapping[str, Any], Mapping[str, str], str]] = []
 
@@ -202,6 +204,8 @@ class _Types:
                 self.by_body[key] = shown
                 taken.add(shown)
                 self.order.append((shown, body, local, described))
+                if "$ref" not in _jcs(body):
+                    self.shapes.setdefault(_jcs(_undocumented(body)), shown)
             local[name] = shown
         return local
 
@@ -209,8 +213,12 @@ class _Types:
 class _Writer:
     """Writes JSON Schemas in the catalogue's notation (CATALOGUE_NOTATION)."""
 
-    def __init__(self, names: Mapping[str, str], described: str) -> None:
+    def __init__(
+        self, names: Mapping[str, str], described: str, shapes: Mapping[str, str] | None = None
+    ) -> None:
         self.names = names
+        #: Named object types by shape: an inline object of the same shape is written by name.
+        self.shapes = shapes or {}
         #: The tool's own description: a field it names is not described again.
         self.described = described
 
@@ -220,6 +228,10 @@ class _Writer:
             return "any"
         if not isinstance(node, Mapping):
             return _jcs(node)
+        if node.get("type") == "object" and self.shapes:
+            named = self.shapes.get(_jcs(_undocumented(node)))
+            if named is not None:
+                return named
         node = {k: v for k, v in node.items() if k not in _UNSHOWN}
         if not node:
             return "any"
@@ -272,9 +284,9 @@ class _Writer:
         return shown if not rest else f"{shown} & {self.type(rest)}"
 
     def _member(self, node: Any) -> str:
-        """`node` as a member of a union or a list: bracketed unless it is one word or object."""
+        """`node` as a member of a union or a list: bracketed if a union or a phrase at top level."""
         text = self.type(node)
-        return f"({text})" if (" " in text or "|" in text) and not text.startswith("{") else text
+        return f"({text})" if _top_level(text, " |") else text
 
     def _string(self, node: dict[str, Any]) -> str:
         node.pop("type")
@@ -333,12 +345,14 @@ class _Writer:
     def field(self, name: str, node: Any, required: bool) -> str:
         """``name: TYPE`` (required) or ``name?: TYPE = default``, then its description if the
         tool's own description does not already speak of it."""
+        key = _key(name)
         if required:
-            text = f"{name}: {self.type(node)}"
+            text = f"{key}: {self.type(node)}"
         else:
-            text = f"{name}?: {self.type(node)}"
-            if isinstance(node, Mapping) and node.get("default", False) is not None:
-                text += f" = {_jcs(node['default'])}" if "default" in node else ""
+            text = f"{key}?: {self.type(node)}"
+            default = node.get("default") if isinstance(node, Mapping) else None
+            if default is not None and default is not False:  # the notation's implied defaults
+                text += f" = {_jcs(default)}"
         note = node.get("description") if isinstance(node, Mapping) else None
         if isinstance(note, str) and note.strip() and not self._mentioned(name):
             text += f" /* {note.strip()} */"
@@ -346,6 +360,47 @@ class _Writer:
 
     def _mentioned(self, name: str) -> bool:
         return re.search(rf"\b{re.escape(name)}\b", self.described) is not None
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+
+
+def _key(name: str) -> str:
+    """A property name as written: plain, or as a JSON string when it could read as notation
+    (a name from an imported schema may hold ", x: str" or "?")."""
+    return name if _PLAIN_KEY.fullmatch(name) else _jcs(name)
+
+
+def _undocumented(node: Any) -> Any:
+    """`node` without documentation keywords and ``$defs`` (property names are kept)."""
+    if isinstance(node, list):
+        return [_undocumented(v) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    return {
+        k: {p: _undocumented(s) for p, s in v.items()}
+        if k == "properties" and isinstance(v, Mapping)
+        else _undocumented(v)
+        for k, v in node.items()
+        if k not in ("title", "description", "examples", "$defs")
+    }
+
+
+def _top_level(text: str, chars: str) -> bool:
+    """Whether one of `chars` occurs in `text` outside brackets and quotes."""
+    depth, quoted = 0, False
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted or (ch in "<>" and text[i + 1 : i + 2] == "="):  # text, or a bound (>=1)
+            continue
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif depth == 0 and ch in chars:
+            return True
+    return False
 
 
 def _ordered(props: Mapping[str, Any], required: Sequence[str]) -> list[str]:
@@ -401,27 +456,29 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
     groups: dict[str, list[str]] = {}
     for param, allowed in sinks.items():
         groups.setdefault("|".join(sorted(allowed)) or "nothing", []).append(param)
-    parts.extend(f"guarded {', '.join(params)}: {allowed}" for allowed, params in groups.items())
+    parts.extend(f"guarded {', '.join(map(_key, params))}: {allowed}" for allowed, params in groups.items())
     return "; ".join(parts)
 
 
-#: "Return {a, b}: ..." / "...; returns {a, b}." / "Returns {a, b}." in a description.
+#: An output shape written in a description: {a, b} or {a: [{x, y}], b}, one level of nesting.
+_SHAPE = r"\{((?:[^{}\[\]]|\[\{[^{}]*\}\])+)\}"
+#: "Return SHAPE: ..." / "...; returns SHAPE." / "Returns SHAPE." in a description.
 _RESTATED = re.compile(
-    r"^Return \{([\w, ]+)\}: |;? returns \{([\w, ]+)\}(?=[,.;])|\s*Returns \{([\w, ]+)\}\."
+    rf"^Return {_SHAPE}: |(?:;| and)? returns? {_SHAPE}(?=[,.;]| as )|\s*Returns {_SHAPE}\."
 )
 
 
 def _description(spec: ToolSpec) -> str:
-    """The tool's description, without a phrase that only lists its output's fields (the
+    """The tool's description without a phrase that only restates its output's fields (the
     signature shows them), paragraphs on consecutive lines."""
     fields = set((spec.output_schema.get("properties") or {}).keys())
 
     def cut(match: re.Match[str]) -> str:
-        named = {f.strip() for f in next(g for g in match.groups() if g is not None).split(",")}
+        shape = next(g for g in match.groups() if g is not None)
+        named = {part.split(":")[0].strip() for part in re.sub(r"\[\{[^{}]*\}\]", "", shape).split(",")}
         return "" if named == fields else match.group(0)
 
-    text = _RESTATED.sub(cut, spec.description.strip())
-    return (text[:1].upper() + text[1:]).replace("\n\n", "\n")
+    return _RESTATED.sub(cut, spec.description.strip()).replace("\n\n", "\n")
 
 
 #: Frames an imported tool's text that its source wrote and the deployment did not replace.
@@ -460,7 +517,12 @@ def catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
     """The tool catalogue as the planner is shown it: shared types once, then one entry per tool."""
     types = _Types()
     writers = [
-        (spec, _Writer(types.add_tool((spec.planner_input_schema, spec.planner_output_schema), d), d))
+        (
+            spec,
+            _Writer(
+                types.add_tool((spec.planner_input_schema, spec.planner_output_schema), d), d, types.shapes
+            ),
+        )
         for spec in registry
         for d in (spec.description,)
     ]

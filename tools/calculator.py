@@ -486,7 +486,7 @@ def calculator(
     places: Annotated[int, Field(ge=0, le=28)] | None = None,
     rounding: Literal["half_even", "half_up"] = "half_even",
 ) -> CalcResult:
-    """Evaluate an arithmetic expression exactly in decimal (no floating point) and return {value}.
+    """Evaluate an arithmetic expression exactly in decimal (no floating point).
 
     `expression` (at most 1,000 characters) may use numbers, the names of `variables`,
     + - * / // % ** (exponent at most 10,000), parentheses, unary minus, comparisons

@@ -126,7 +126,7 @@ def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: 
     upper case ("DE89 3704 0044 0532 0130 00" -> "DE89370400440532013000").
     email: e-mail addresses. url: http(s):// or www. URLs, without trailing punctuation.
     number: decimal numbers as decimal strings, thousands commas removed ("1,234.5" -> "1234.5").
-    unique (default true): each value once, first occurrence kept.
+    unique: each value once, first occurrence kept.
     """
     if kind == "iban":
         values = _ibans(text)

@@ -105,7 +105,6 @@ def text_match(
 ) -> MatchResult:
     """Return {matched}: whether `text` contains / starts with / ends with / equals `value`,
     or has it as a whole word (has_word: "rent" matches "Rent due" but not "parent").
-    ignore_case defaults to true.
     """
     haystack, needle = _fold(text, ignore_case), _fold(value, ignore_case)
     if mode == "has_word":
