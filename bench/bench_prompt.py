@@ -1,17 +1,21 @@
-"""Planner prompt size for the stock catalogue: characters and (approximate) tokens, before and after.
+"""Planner prompt size for the stock catalogue: the catalogue as signatures against the JSON
+Schemas it replaced, measured in the same run.
 
-The planner sees every allowed tool's name, description and schemas, so each new stock tool
-costs prompt tokens on every run. This prints the system prompt's size for:
+The planner sees every allowed tool, so the catalogue is most of every planner, replan and
+stage prompt (issue #25: a request was 50-86k characters, 38.5k of them the six generic
+packs). `pte._prompts.catalogue_text` writes each tool as a signature (shared types once,
+type variables named once, labels on one line); the old rendering, one JCS object per tool
+with its raw input and output schemas (as `pte._prompts` wrote it before), is kept here only,
+to measure against.
 
-- the recorded baseline: the three original stock packs (28 tools) as main shipped them
-  before the data operations (commit e214c2b, measured with this same counter);
-- the three original packs today (same tools, compact catalogue text);
-- every stock pack today (the data operations included).
+Printed for the six generic packs (calculator, shaping, text, extract, dates, containers),
+for the 47 of their tools that issue #25 counted, and for the whole stock catalogue (with
+the back-office pack): characters and approximate tokens of the catalogue section, and of
+the whole planner system prompt (rules, notation, worked example, catalogue), new / old.
 
 Tokens: tiktoken needs its BPE files from a non-registry host, so this counts the pieces of
 cl100k's pre-tokenizer (words with their leading space, runs of 1-3 digits, punctuation
 runs, whitespace); BPE only splits long pieces further, so it is a close lower bound.
-JSON-heavy text is mostly short pieces. ``chars / 4`` is printed next to it as a check.
 
     PYTHONPATH=. python bench/bench_prompt.py
 """
@@ -19,39 +23,131 @@ JSON-heavy text is mostly short pieces. ``chars / 4`` is printed next to it as a
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from pte._prompts import planner_messages
-from pte._tools import STOCK_PACKS, load_registry
+from pte._canonical import canonical_json
+from pte._policy import Policy
+from pte._prompts import catalogue_text, planner_messages
+from pte._tools import STOCK_PACKS, Registry, load_registry
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.
 _PIECES = re.compile(
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\w]?[^\W\d_]+|\d{1,3}| ?[^\s\w]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
-#: Measured on commit e214c2b (before the data operations): tools, characters, pieces.
-BASELINE = (28, 53_150, 14_294)
+GENERIC_PACKS = ("calculator", "shaping", "text", "extract", "dates", "containers")
+#: The generic tools issue #25 measured (38.5k characters as JSON); later ones are left out.
+ISSUE_25_TOOLS = frozenset(
+    {
+        "calculator",
+        "percentage",
+        "to_number",
+        "to_integer",
+        "pick",
+        "pluck",
+        "pluck_numbers",
+        "pluck_text",
+        "filter_records",
+        "sort_records",
+        "take",
+        "sum_field",
+        "group_sum",
+        "format_text",
+        "count",
+        "first",
+        "text_match",
+        "regex_extract",
+        "extract_into",
+        "split_text",
+        "parse_fields",
+        "section",
+        "transform_text",
+        "replace_text",
+        "slice_text",
+        "join_text",
+        "extract",
+        "extract_amounts",
+        "parse_datetime",
+        "extract_dates",
+        "format_datetime",
+        "add_duration",
+        "time_between",
+        "day_bounds",
+        "convert_timezone",
+        "entries",
+        "get_key",
+        "keys",
+        "has_key",
+        "filter_values",
+        "sort_values",
+        "unique",
+        "difference",
+        "intersection",
+        "count_by",
+        "rank",
+        "extreme_by",
+    }
+)
 
 
-def size(packs: tuple[str, ...]) -> tuple[int, int, int]:
-    registry = load_registry(packs)
-    text = planner_messages("x", registry)[0]["content"]
-    return len(registry), len(text), len(_PIECES.findall(text))
+def old_catalogue(registry: Registry, policy: Policy) -> str:
+    """The JSON rendering the signatures replaced: each tool's schemas as JCS, one per line."""
+    entries: list[dict[str, Any]] = []
+    for spec in registry:
+        entry = spec.catalogue_entry()
+        entry.pop("output_provenance", None)
+        entry.pop("guarded_parameters", None)
+        output = policy.output_label(spec.name)
+        if output != "trusted":
+            entry["output_provenance"] = output
+        sinks = policy.sinks(spec.name)
+        if sinks:
+            entry["guarded_parameters"] = {param: sorted(allowed) for param, allowed in sinks.items()}
+        entries.append(entry)
+    return "[\n" + ",\n".join(canonical_json(e) for e in entries) + "\n]"
+
+
+def measure(registry: Registry) -> dict[str, tuple[int, int]]:
+    """(characters, pieces) of the catalogue and of the planner system prompt, new and old."""
+    policy = Policy.from_registry(registry)
+    new_catalogue = catalogue_text(registry, policy)
+    old = old_catalogue(registry, policy)
+    system = planner_messages("x", registry, policy)[0]["content"]
+    old_system = system.replace(new_catalogue, old)
+    assert old_system != system
+    return {
+        name: (len(text), len(_PIECES.findall(text)))
+        for name, text in (
+            ("catalogue new", new_catalogue),
+            ("catalogue old", old),
+            ("prompt new", system),
+            ("prompt old", old_system),
+        )
+    }
 
 
 def main() -> None:
+    generic = load_registry(GENERIC_PACKS)
     rows = [
-        ("baseline: 3 packs, before (e214c2b)", BASELINE),
-        ("3 original packs, now", size(("backoffice", "calculator", "shaping"))),
-        (f"all {len(STOCK_PACKS)} stock packs, now", size(STOCK_PACKS)),
+        (
+            f"{len(ISSUE_25_TOOLS)} generic tools of #25",
+            Registry([s for s in generic if s.name in ISSUE_25_TOOLS]),
+        ),
+        (f"six generic packs ({len(generic)} tools)", generic),
+        ("whole stock catalogue", load_registry(STOCK_PACKS)),
     ]
     print(
-        f"{'planner system prompt':40} {'tools':>6} {'chars':>8} {'~tokens':>8} {'chars/4':>8} {'x base':>7}"
+        f"{'':32} {'tools':>5} {'':10} {'chars new':>10} {'old':>8} {'ratio':>6} {'~tok new':>9} {'old':>7}"
     )
-    for label, (tools, chars, pieces) in rows:
-        print(f"{label:40} {tools:6d} {chars:8,d} {pieces:8,d} {chars // 4:8,d} {pieces / BASELINE[2]:7.2f}")
-    tools, _, pieces = rows[-1][1]
-    added = tools - BASELINE[0]
-    per_tool = (pieces - rows[1][1][2]) / added if added else 0
-    print(f"\n{added} tools added, ~{per_tool:.0f} tokens each on average")
+    for label, registry in rows:
+        sizes = measure(registry)
+        for part in ("catalogue", "prompt"):
+            new_chars, new_tok = sizes[f"{part} new"]
+            old_chars, old_tok = sizes[f"{part} old"]
+            print(
+                f"{label:32} {len(registry):5d} {part:10} {new_chars:10,d} {old_chars:8,d} "
+                f"{new_chars / old_chars:6.2f} {new_tok:9,d} {old_tok:7,d}"
+            )
+            label = ""
 
 
 if __name__ == "__main__":

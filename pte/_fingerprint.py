@@ -7,7 +7,7 @@ A format 2 ``run_started`` (docs/audit-format.md) records, next to the request:
   of its code (``code_hash``, SHA-256 of the function's source text);
 - ``catalogue``: the hash of the full catalogue (every tool's `ToolSpec.describe`, with
   descriptions and schemas), ``policy``: the hash of the policy document, ``prompts``: the
-  hash of the prompt templates' code;
+  hash of the code that writes what a model is shown (`PROMPT_MODULES`);
 - ``stored``: the catalogue and policy themselves, keyed by hash, the first time the log
   holds them. A log of a million runs of the same deployment holds its catalogue once.
 
@@ -30,6 +30,7 @@ from pte._registry import Registry
 from pte._tool_spec import ToolSpec
 
 __all__ = [
+    "PROMPT_MODULES",
     "code_hash",
     "expand_run_started",
     "prompts_hash",
@@ -73,14 +74,23 @@ def tool_fingerprint(spec: ToolSpec, entry: Mapping[str, Any] | None = None) -> 
     }
 
 
+#: The modules that write text a model is shown: every prompt text and template lives in
+#: `pte._prompts`; the others render data for it (budget markers, handles, withheld notes).
+PROMPT_MODULES = ("pte._prompts", "pte._data_budget", "pte._handles", "pte._exposure")
+
+
 @cache
 def prompts_hash() -> str:
-    """SHA-256 of the source of `pte._prompts`, the module that writes every LLM prompt."""
-    # Read as a file, not imported: the executor's side of PTE never loads the prompt code
+    """SHA-256 over the source of `PROMPT_MODULES` (name, NUL, source, NUL, in order): editing
+    any text a model is shown changes the ``prompts`` hash a ``run_started`` records."""
+    # Read as files, not imported: the executor's side of PTE never loads the prompt code
     # (tests/test_executor_isolation.py).
-    spec = importlib.util.find_spec("pte._prompts")
-    assert spec is not None and spec.origin is not None
-    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for name in PROMPT_MODULES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        digest.update(name.encode() + b"\0" + Path(spec.origin).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def run_started_fields(

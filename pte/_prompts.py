@@ -165,15 +165,26 @@ and X's; regex = an RE2 pattern."""
 _DEF_PREFIX = "#/$defs/"
 _VAR, _FIELD, _FIELD_OF, _PICK = "x-pte-var", "x-pte-field", "x-pte-field-of", "x-pte-pick"
 _REGEX, _GROUPS, _EXTEND, _LABEL = "x-pte-regex", "x-pte-regex-groups", "x-pte-extend", "x-pte-provenance"
-#: Keywords the notation does not show: documentation, and labels (stated on the labels line).
-_UNSHOWN = frozenset({"title", "description", "examples", "default", "$defs", _LABEL})
+#: Keywords the notation does not show: documentation, labels (stated on the labels line), and
+#: how a selection's output labels follow its inputs (pte._shaping_labels; LABEL_RULES says it in
+#: general: a selection carries the labels of the fields it returns and of those it decided on).
+_UNSHOWN = frozenset({"title", "description", "examples", "default", "$defs", _LABEL, "x-pte-selection"})
 _RECORD = {"type": "object", "additionalProperties": True}
 _SHORT = {"string": "str", "integer": "int", "number": "number", "boolean": "bool", "null": "null"}
 _DECIMAL_PATTERN = r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"
 
 
 def _jcs(value: Any) -> str:
-    return canonical_json(value)
+    return canonical_json(_plain(value))
+
+
+def _plain(value: Any) -> Any:
+    """`value` with read-only mappings (a `ToolSpec`'s frozen schemas) as dicts, for JCS."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 class _Types:
@@ -223,7 +234,14 @@ class _Writer:
         self.described = described
 
     def type(self, node: Any) -> str:
-        """`node` in the catalogue's notation."""
+        """`node` in the catalogue's notation; as its JSON when it has a shape the notation
+        does not know (an imported schema may use any JSON Schema form, or odd markers)."""
+        try:
+            return self._type(node)
+        except (TypeError, ValueError, AttributeError, KeyError):
+            return _jcs(node)
+
+    def _type(self, node: Any) -> str:
         if node is True or node == {}:
             return "any"
         if not isinstance(node, Mapping):
@@ -272,6 +290,8 @@ class _Writer:
             return self._string(node)
         if kind in ("integer", "number"):
             return self._number(node)
+        if isinstance(kind, list) and set(node) == {"type"} and all(k in _SHORT for k in kind):
+            return "|".join(_SHORT[k] for k in kind)  # "type": ["string", "null"]
         if kind in _SHORT and len(node) == 1:
             return _SHORT[kind]
         if kind == "array":
@@ -387,17 +407,18 @@ def _undocumented(node: Any) -> Any:
 
 
 def _top_level(text: str, chars: str) -> bool:
-    """Whether one of `chars` occurs in `text` outside brackets and quotes."""
-    depth, quoted = 0, False
+    """Whether one of `chars` occurs in `text` outside brackets and JSON strings. ``<`` opens only
+    after a name (``field<R>``), so a bound (``<5``, ``>=1``) is no bracket."""
+    depth, angles, quoted, escaped = 0, 0, False, False
     for i, ch in enumerate(text):
-        if ch == '"':
-            quoted = not quoted
-        elif quoted or (ch in "<>" and text[i + 1 : i + 2] == "="):  # text, or a bound (>=1)
-            continue
-        elif ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
+        if quoted:
+            quoted, escaped = (ch != '"' or escaped), (ch == "\\" and not escaped)
+        elif ch == '"':
+            quoted = True
+        elif ch in "([{" or (ch == "<" and i > 0 and text[i - 1].isalnum()):
+            depth, angles = depth + 1, angles + (ch == "<")
+        elif ch in ")]}" or (ch == ">" and angles > 0):
+            depth, angles = depth - 1, angles - (ch == ">")
         elif depth == 0 and ch in chars:
             return True
     return False
@@ -462,9 +483,10 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
 
 #: An output shape written in a description: {a, b} or {a: [{x, y}], b}, one level of nesting.
 _SHAPE = r"\{((?:[^{}\[\]]|\[\{[^{}]*\}\])+)\}"
-#: "Return SHAPE: ..." / "...; returns SHAPE." / "Returns SHAPE." in a description.
+#: "Return SHAPE: ..." / "...; returns SHAPE." / "Returns SHAPE." / "...: SHAPE." in a description.
 _RESTATED = re.compile(
     rf"^Return {_SHAPE}: |(?:;| and)? returns? {_SHAPE}(?=[,.;]| as )|\s*Returns {_SHAPE}\."
+    rf"|: {_SHAPE}(?=[,.;(]| \()"
 )
 
 
@@ -478,7 +500,9 @@ def _description(spec: ToolSpec) -> str:
         named = {part.split(":")[0].strip() for part in re.sub(r"\[\{[^{}]*\}\]", "", shape).split(",")}
         return "" if named == fields else match.group(0)
 
-    return _RESTATED.sub(cut, spec.description.strip()).replace("\n\n", "\n")
+    text = _RESTATED.sub(cut, spec.description.strip()).replace("\n\n", "\n")
+    # "Return {a}: the first item" -> "The first item" (not "object[key]", "`field` ...").
+    return text[:1].upper() + text[1:] if re.match(r"[a-z]+ ", text) else text
 
 
 #: Frames an imported tool's text that its source wrote and the deployment did not replace.

@@ -516,7 +516,7 @@ def percentage(
     """Return {value}: `part` as a percentage of `whole` (part / whole * 100), exact in decimal.
 
     `part` and `whole` are numbers or decimal strings in the same unit (e.g. two amounts in
-    one currency). The result is rounded half-even to `places` decimals (default 2), e.g.
+    one currency). The result is rounded half-even to `places` decimals, e.g.
     part "25", whole "200" gives {"value": "12.50"}. Fails when `whole` is zero.
     """
     with decimal.localcontext(_context()):

@@ -193,7 +193,7 @@ def split_text(
 ) -> TextList:
     """Split `text` into parts; returns {values, count}.
 
-    separator null (default): into lines. strip: trim each part; skip_empty: drop empty
+    separator null: into lines. strip: trim each part; skip_empty: drop empty
     parts; strip_bullets: drop a leading "- ", "* ", "• ", "1. " from each part (a listing).
     """
     if separator == "":
