@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pte import _prompts as prompts
-from pte._audit import read_records
+from pte._audit import AuditLog, read_records
 from pte._canonical import canonical_json
+from pte._engine import Engine
 from pte._errors import ToolRegistrationError
 from pte._fingerprint import PROMPT_MODULES, prompts_hash
 from pte._plan import STEP_ID_RE
@@ -23,6 +24,7 @@ from pte._policy import Policy
 from pte._replay import replay_file
 from pte._tool_schema import tool_from_schema
 from pte._tools import STOCK_PACKS, Registry, load_registry
+from pte.testing import ScriptedModel
 
 _PRIMITIVE = {"string": "str", "integer": "int", "number": "number", "boolean": "bool", "null": "null"}
 
@@ -235,20 +237,37 @@ def _texts_outside_prompts(min_len: int = 16) -> dict[str, str]:
     return out
 
 
-def test_no_module_but_prompts_writes_text_a_model_is_shown() -> None:
-    """Every model call recorded in the audit samples (planner, replanner, stage, finalizer, …;
-    their replay compares the messages, so they are what today's code sends) is built from
-    pte/_prompts.py alone: no string of another ``pte`` module appears in a message, except
-    where it is data (the request, the catalogue's own descriptions and schemas, a model's
-    answer) or is spelled in pte/_prompts.py too (then editing it there changes the hash)."""
+def _repaired_run(tmp_path: Path) -> Path:
+    """A run whose first plan is rejected (a reference into nothing) and repaired."""
+
+    def plan(part: Any) -> dict[str, Any]:
+        step: dict[str, Any] = {"id": "a", "tool": "percentage", "args": {"part": part, "whole": 2}}
+        return {"pte_plan": "1", "steps": [step], "result": {"$ref": "a/value"}}
+
+    bad, good = plan({"$ref": "b/x"}), plan(1)
+    model = ScriptedModel(planner=[json.dumps(bad)], repair=[json.dumps(good)], finalizer=["Half."])
+    log = tmp_path / "repair.jsonl"
+    with AuditLog(log) as audit:
+        result = Engine(load_registry(["calculator"]), model).run("What share is 1 of 2?", audit)
+    assert result.status == "succeeded", result.message
+    return log
+
+
+def test_no_module_but_prompts_writes_text_a_model_is_shown(tmp_path: Path) -> None:
+    """Every model call recorded in the audit samples and in a repaired run (planner, replanner,
+    stage, repair, finalizer; replay compares the messages, so they are what today's code
+    sends) is built from the prompt modules alone: no string of another ``pte`` module appears
+    in a message, except where it is data (the request, the catalogue's own descriptions and
+    schemas, a model's answer, a rejection's message) or is spelled in pte/_prompts.py too
+    (then editing it there changes the hash)."""
     own = (_PTE / "_prompts.py").read_text(encoding="utf-8")
     others = {text: where for text, where in _texts_outside_prompts().items() if text not in own}
     roles: set[str] = set()
     leaks: set[tuple[str, str, str]] = set()
-    for path in sorted(_SAMPLES.glob("*.jsonl")):
+    for path in [*sorted(_SAMPLES.glob("*.jsonl")), _repaired_run(tmp_path)]:
         records = list(read_records(path))
         data = json.dumps(
-            [[r.get("stored"), r.get("request"), r.get("response"), r.get("raw")] for r in records],
+            [[r.get(k) for k in ("stored", "request", "response", "raw", "message")] for r in records],
             ensure_ascii=False,
         )
         for record in records:
@@ -261,7 +280,7 @@ def test_no_module_but_prompts_writes_text_a_model_is_shown() -> None:
                 for text, where in others.items()
                 if text in shown and text not in data
             }
-    assert {"planner", "replanner", "stage", "finalizer"} <= roles
+    assert {"planner", "replanner", "stage", "repair", "finalizer"} <= roles
     assert not leaks, sorted(leaks)
 
 
