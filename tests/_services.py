@@ -21,6 +21,39 @@ from pathlib import Path
 
 import pytest
 
+#: The system packages the full suite uses (Debian names), as the README lists them.
+SYSTEM_PACKAGES = {
+    "node": "nodejs",
+    "chromium": "chromium",
+    "redis-server": "redis-server",
+    "postgresql": "postgresql",
+}
+
+
+def require_system(what: str, found: str | None) -> str:
+    """`found` (a program's path), or: skip with the reason, but under CI=true fail.
+
+    A newcomer's machine may lack a service; the test then says what is missing instead
+    of failing obscurely. CI installs everything (.ci/run), so there a missing one is an error.
+    """
+    if found:
+        return found
+    reason = f"{what} is not installed: apt-get install -y {SYSTEM_PACKAGES[what]} (.ci/run does this)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def node() -> str:
+    """The Node.js binary (the independent audit verifier and the RFC 8785 cross-check)."""
+    return require_system("node", shutil.which("node") or shutil.which("nodejs"))
+
+
+def chromium() -> str:
+    """The Chromium binary (the HTML report rendered in a real browser)."""
+    found = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+    return require_system("chromium", found)
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -45,9 +78,8 @@ def _as_postgres(argv: list[str]) -> list[str]:
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
     """A throwaway PostgreSQL cluster on a free loopback port; yields its URL."""
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        pytest.fail("PostgreSQL is not installed: apt-get install -y postgresql (.ci/run does this)")
+    initdb = require_system("postgresql", _pg_bin("initdb"))
+    pg_ctl = require_system("postgresql", _pg_bin("pg_ctl"))
     base = tempfile.mkdtemp(prefix="pte-pg-")
     os.chmod(base, 0o755)
     data = Path(base) / "data"
@@ -80,9 +112,7 @@ def postgres_server() -> Iterator[str]:
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
     """A throwaway Redis server (no persistence) on a free loopback port; yields its URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("Redis is not installed: apt-get install -y redis-server (.ci/run does this)")
+    binary = require_system("redis-server", shutil.which("redis-server"))
     port = free_port()
     base = tempfile.mkdtemp(prefix="pte-redis-")
     proc = subprocess.Popen(

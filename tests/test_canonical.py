@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import struct
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import _services
 import orjson
 import pytest
 import rfc8785
@@ -190,9 +190,7 @@ def test_a_line_written_by_orjson_is_judged_exactly(value: Any) -> None:
 
 
 def _node() -> str:
-    node = shutil.which("node") or shutil.which("nodejs")
-    assert node is not None, "node is required (.ci/run installs nodejs)"
-    return node
+    return _services.node()
 
 
 def test_hashing_equals_an_independent_implementation_in_javascript(tmp_path: Path) -> None:

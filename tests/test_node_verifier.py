@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _services
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -33,9 +34,7 @@ VERIFIER = REPO / "verifier" / "verify.mjs"
 
 
 def _node() -> str:
-    node = shutil.which("node") or shutil.which("nodejs")
-    assert node is not None, "node is required (.ci/run installs nodejs)"
-    return node
+    return _services.node()
 
 
 def node_verify(log: Path, checkpoint: Path | None = None, public_key: Path | None = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import _services
 import pytest
 
 from pte._audit import GENESIS_HASH, AuditLog, read_records, verify
@@ -27,11 +28,7 @@ SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))
 
 
 def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise AssertionError("Chromium is required (.ci/run installs the Debian chromium package)")
+    return _services.chromium()
 
 
 def dump_dom(page: Path, profile: Path) -> str:
