@@ -187,7 +187,8 @@ def render_result(result: Any) -> str:
         return "The plan completed. It declares no result."
     if isinstance(result, str):
         return result
-    return json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False)
+    # As the log holds it (a whole-number float as an integer): replay renders it from the log.
+    return json.dumps(prompts._as_logged(result), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 @dataclass

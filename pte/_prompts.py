@@ -475,7 +475,9 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
         if pointers:
             parts.append(f"{label} fields {', '.join(pointers)}")
     groups: dict[str, list[str]] = {}
-    for param, allowed in sinks.items():
+    # By name: live, guarded defaults follow the parameters' declaration order, but a catalogue
+    # read back from a log has them in JCS order; the prompt must render the same for replay.
+    for param, allowed in sorted(sinks.items()):
         groups.setdefault("|".join(sorted(allowed)) or "nothing", []).append(param)
     parts.extend(f"guarded {', '.join(map(_key, params))}: {allowed}" for allowed, params in groups.items())
     return "; ".join(parts)

@@ -131,3 +131,27 @@ def test_the_same_task_selecting_by_an_untrusted_field_is_refused(
         run_task(steered)
     assert caught.value.reason is ReasonCode.POLICY_VIOLATION
     assert "untrusted" in caught.value.message
+
+
+@pytest.mark.parametrize("task", GUARDED, ids=[t.name for t in GUARDED])
+def test_guarded_tasks_run_through_the_engine_and_replay_from_the_log(task: Task, tmp_path: Any) -> None:
+    """The engine enforces the default guarded policy on its own; the run's log replays exactly
+    (the clock's reading, a skipped step's null default, the selections' labels)."""
+    import json
+
+    from pte._audit import AuditLog
+    from pte._engine import Engine, EngineConfig
+    from pte._llm import ReplayClient
+    from pte._replay import replay_file
+
+    registry = cookbook_registry(task.domain)
+    log = tmp_path / "task.jsonl"
+    engine = Engine(
+        registry, ReplayClient([json.dumps(task.document())]), config=EngineConfig(llm_answer=False)
+    )
+    with AuditLog(log) as audit:
+        result = engine.run(task.request, audit)
+    assert result.status == "succeeded", result.message
+    for step_id, expected in task.expect_outputs.items():
+        assert result.outputs[step_id] == expected, step_id
+    assert replay_file(log).ok

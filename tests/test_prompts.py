@@ -431,3 +431,31 @@ def test_any_schema_renders_with_every_parameter_and_never_raises(
     signature = block.split("\n")[0]
     params_text = re.sub(r" /\* .*? \*/", "", signature[signature.index("(") + 1 : signature.index(") -> ")])
     assert sorted(_name(p) for p in _split_top(params_text)) == sorted(params)
+
+
+def test_a_write_tool_with_several_guarded_parameters_replays_the_same_prompt(tmp_path: Path) -> None:
+    """Guarded defaults follow the declaration order live and JCS order in a recorded catalogue:
+    the prompt names them sorted, so the replayed planner prompt is the recorded one."""
+    import pte
+    from pte._audit import AuditLog
+    from pte._engine import Engine, EngineConfig
+    from pte._llm import ReplayClient
+    from pte._replay import replay_file
+
+    @pte.tool(effect="write")
+    def share(file_id: str, email: str, permission: str) -> dict[str, str]:
+        """Share a file."""
+        return {"shared": file_id}
+
+    registry = Registry([share])
+    text = prompts.catalogue_text(registry, Policy.from_registry(registry))
+    assert "guarded email, file_id, permission: request|trusted" in text
+    doc = {
+        "pte_plan": "1",
+        "steps": [{"id": "s", "tool": "share", "args": {"file_id": "f", "email": "e", "permission": "r"}}],
+    }
+    log = tmp_path / "share.jsonl"
+    with AuditLog(log) as audit:
+        engine = Engine(registry, ReplayClient([json.dumps(doc)]), config=EngineConfig(llm_answer=False))
+        assert engine.run("Share f with e.", audit).status == "succeeded"
+    assert replay_file(log).ok
