@@ -399,6 +399,9 @@ class PolicyCheck:
         self.labels: dict[str, frozenset[str]] = {}
         #: The labels of each step's arguments (what its error message may quote).
         self.input_labels: dict[str, frozenset[str]] = {}
+        #: The labels of what decides whether each call runs (docs/labels.md): its condition,
+        #: list, the requires and failures before it, the run-level `decided` labels.
+        self.decisions: dict[str, frozenset[str]] = {}
         #: Run-level labels of what decided that the plan runs at all (see `Policy.check`).
         self.decided = decided or Decided()
         #: What decides whether anything after the last plan this check labelled runs (a next
@@ -432,6 +435,7 @@ class PolicyCheck:
         self.labels = labels
         self.completion = graph.completion
         self.input_labels = {step.id: graph.input_labels(step) for step in graph.steps}
+        self.decisions = {step.id: graph.implicit_labels(step) for step in graph.steps}
         self.trees = {sid: graph.trees[sid] for sid in labels}
         ctx.extras["provenance"] = dict(labels)
         violation = graph.first_violation()

@@ -120,6 +120,16 @@ def test_a_require_in_stage_one_decides_a_stage_two_write(registry: Registry, tm
     assert payments() == []
 
 
+def test_a_hand_off_that_may_select_nothing_decides_the_next_stage(registry: Registry) -> None:
+    # Stage 2 runs only if every continue value exists: the page's first task may not.
+    policy = Policy.from_registry(registry)
+    for pointer, decides in (("page/tasks/0", True), ("page/text", False)):
+        check = policy.check()
+        doc = plan(PAGE, **{"continue": {"x": {"$ref": pointer}}})
+        pte.compile_plan(json.dumps(doc), registry, checks=[check])
+        assert ("untrusted" in check.completion.conditions) is decides, pointer
+
+
 def test_a_failure_on_untrusted_input_decides_the_later_writes(registry: Registry) -> None:
     # Formatting the page's text fails or not as the page's author likes (a template value
     # it cannot render): the payment after it would run only if it did not.
