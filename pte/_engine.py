@@ -225,6 +225,8 @@ class _Run:
     #: a plan after it runs: its requires and failures joined in (`PolicyCheck.completion`).
     decided: Decided = field(default_factory=Decided)
     completion: Decided = field(default_factory=Decided)
+    #: What decides whether the plan being asked for now runs (see `_decided_for`).
+    deciding: Decided = field(default_factory=Decided)
     #: Replans used so far: after a failed step, or to repair a rejected plan (pte._repair).
     replans: int = 0
 
@@ -498,6 +500,8 @@ class Engine:
         return response.text
 
     def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
+        if origin != "repair":  # a repair answers the same request for a plan as the one it repairs
+            run.deciding = _decided_for(run, origin)
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
         # A planner copies what it was shown into literals, and decides with it which
         # references flow and which tools run (pte._exposure). A person's plan ("file") is theirs.
@@ -508,7 +512,7 @@ class Engine:
             request_literals=run.request_literals if literal != "request" else (),
             prior_trees={sid: run.label_trees[sid] for sid in run.prior if sid in run.label_trees},
             exposure=() if origin == "file" else exposure_of(run),
-            decided=_decided_for(run, origin),
+            decided=run.deciding,
         )
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:

@@ -109,13 +109,15 @@ def test_a_require_in_stage_one_decides_a_stage_two_write(registry: Registry, tm
     article = {**PAGE, "args": {"url": "https://news.example/article"}}  # no tasks today
     stage1 = plan(article, need, BOB, **{"continue": {"to": {"$ref": "bob/email"}}})
     stage2 = plan(pay(), result={"$ref": "pay/id"})
-    llm = ReplayClient([json.dumps(stage1), json.dumps(stage2)])
+    # The refusal goes back to the stage planner once (a repair): the same plan is refused again.
+    llm = ReplayClient([json.dumps(stage1), json.dumps(stage2), json.dumps(stage2)])
     engine = Engine(
         registry, llm, config=EngineConfig(llm_answer=False), policy=Policy.from_registry(registry)
     )
     with AuditLog(tmp_path / "run.jsonl") as audit:
         result = engine.run("Pay the rent unless the page lists tasks.", audit)
-    assert result.reason is ReasonCode.POLICY_VIOLATION, result.message
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED, result.message  # refused, repaired, refused
+    assert "policy_violation" in (result.message or "")
     assert "an earlier stage or plan of the run" in (result.message or "")
     assert payments() == []
 
