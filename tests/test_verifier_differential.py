@@ -1,15 +1,15 @@
 """Differential test: the Node verifier and `pte audit verify` agree on generated tamperings.
 
-Hypothesis takes a format 2 sample log, edits one record (a field's value, a value's type,
-a member added or removed, at any depth), then re-chains every hash from there on, as
-someone who can write the file can. The chain then holds; only the record schema and the
-content checks (docs/audit-format.md) can refuse the record. Both verifiers must reach the
-same verdict (ok, intact, and the record count and head hashes when intact). Before the
-Node verifier checked the schema, 69 of 186 such tamperings were accepted by Node and
-refused by Python.
+Hypothesis takes a format 2 sample log, edits one record (a field's value, a value's type, a
+member added or removed, at any depth), sometimes re-keys edited stored content by its new
+hash, then re-chains every hash from there on, as someone who can write the file can. The
+chain then holds; only the record schema and the content checks (docs/audit-format.md) can
+refuse the record. Both verifiers must reach the same verdict (ok, intact, and the record
+count and head hashes when intact). Before the Node verifier checked the schema, 69 of 186
+such tamperings were accepted by Node and refused by Python.
 
-Node runs once for the whole test (a small driver imports verifier/verify.mjs and reads
-log paths on stdin), so hundreds of examples cost seconds.
+Node runs once for the whole test (a small driver imports verifier/verify.mjs and reads log
+paths on stdin), so hundreds of examples cost seconds.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,7 @@ def tamperings(draw: st.DrawFn) -> tuple[str, list[dict[str, Any]], str]:
     path, container = draw(st.sampled_from(list(_containers(record))))
     keys = list(container) if isinstance(container, dict) else list(range(len(container)))
     op = draw(st.sampled_from(["edit", "retype", "add", "remove"] if keys else ["add"]))
+    key: Any
     if op == "add":
         if isinstance(container, dict):
             key = draw(
@@ -161,7 +162,32 @@ def tamperings(draw: st.DrawFn) -> tuple[str, list[dict[str, Any]], str]:
             new = draw(json_values)
             assume(new != container[key])
             container[key] = new
-    return name, records, f"{op} at record {index} {list(path)}{'' if key is None else [key]}"
+    rekeyed = draw(st.booleans()) and _rekey(record)
+    done = f"{op} at record {index} {list(path)}{'' if key is None else [key]}"
+    return name, records, done + (" (stored content re-keyed)" if rekeyed else "")
+
+
+def _rekey(record: dict[str, Any]) -> bool:
+    """Re-key edited stored content by its new hash, and the references to it: what a writer
+    who knows the format does so that only the content checks can still catch the edit."""
+    stored = record.get("stored")
+    if not isinstance(stored, dict):
+        return False
+    renamed: dict[str, str] = {}
+    fresh: dict[str, Any] = {}
+    for key, value in stored.items():
+        try:
+            new = hashlib.sha256(canonical_bytes(value)).hexdigest()
+        except (ValueError, TypeError):
+            new = key
+        fresh[new] = value
+        if new != key:
+            renamed[key] = new
+    record["stored"] = fresh
+    for name in ("catalogue", "policy", "prompts"):
+        if record.get(name) in renamed:
+            record[name] = renamed[record[name]]
+    return bool(renamed)
 
 
 def _rechain(records: list[dict[str, Any]]) -> bytes | None:
@@ -215,3 +241,34 @@ def test_both_verifiers_agree_on_every_rechained_tampering(
     assert data is not None
     mine, theirs = _verdicts(node, data)
     assert _agree(mine, theirs), (name, what, mine["issue"], theirs["issue"], mine["ok"], theirs["ok"])
+
+
+def _catalogue(record: dict[str, Any]) -> list[Any]:
+    catalogue: list[Any] = record["stored"][record["catalogue"]]
+    return catalogue
+
+
+CONTENT_TAMPERINGS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "a null catalogue entry": lambda r: _catalogue(r).append(None),
+    "a number as catalogue entry": lambda r: _catalogue(r).__setitem__(0, 5),
+    "a list as catalogue entry": lambda r: _catalogue(r).__setitem__(0, []),
+    "an object as catalogue": lambda r: r["stored"].__setitem__(r["catalogue"], {"a": 1}),
+    "a tool twice in the catalogue": lambda r: _catalogue(r).append(dict(_catalogue(r)[0])),
+    "a tool's effect changed in the catalogue": lambda r: _catalogue(r)[0].__setitem__("effect", "write"),
+    "a tool's schema changed in the catalogue": lambda r: _catalogue(r)[0].__setitem__("input_schema", {}),
+    "the catalogue emptied": lambda r: _catalogue(r).clear(),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CONTENT_TAMPERINGS))
+def test_both_verifiers_agree_on_rekeyed_content_tamperings(node: NodeVerifier, what: str) -> None:
+    # Stored content edited and re-keyed by its new hash: only the content checks can refuse it
+    # (a null entry used to crash the Node verifier instead of refusing the log).
+    records = json.loads(json.dumps(RECORDS["success"]))
+    CONTENT_TAMPERINGS[what](records[0])
+    assert _rekey(records[0])
+    data = _rechain(records)
+    assert data is not None
+    mine, theirs = _verdicts(node, data)
+    assert _agree(mine, theirs), (what, mine["issue"], theirs["issue"])
+    assert not mine["ok"]

@@ -424,7 +424,8 @@ function checkRunStarted(n, record, stored) {
   }
   if (record.catalogue !== undefined) {
     const catalogue = stored.get(record.catalogue);
-    if (!Array.isArray(catalogue)) throw new Issue(n, "the stored catalogue is not a list");
+    const isObject = (t) => t !== null && typeof t === "object" && !Array.isArray(t);
+    if (!Array.isArray(catalogue) || !catalogue.every(isObject)) throw new Issue(n, "the stored catalogue is not a list of tools");
     const byName = new Map(catalogue.map((t) => [t.name, t]));
     const tools = record.tools ?? [];
     if (tools.length !== catalogue.length || tools.some((t) => !byName.has(t.name))) {
