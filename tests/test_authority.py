@@ -558,3 +558,23 @@ def test_pte_init_then_a_cut_log_is_not_resumed_by_the_cli(
     assert main(["--quiet", "resume", str(log), *tools]) == 1
     assert "falls short of its signed anchor" in capsys.readouterr().err
     assert main(["--quiet", "audit", "verify", str(log)]) == 1
+
+
+def test_a_keyed_approved_store_write_that_crashed_after_its_effect_completes_once(
+    store: Store, tmp_path: Path
+) -> None:
+    """Attack 6 in a store: the approved run crashed after the keyed transfer took effect
+    (its rows end at the write-ahead record); resume completes it with the same key, once."""
+    WORLD["db"] = tmp_path / "world.sqlite"
+    registry = Registry([transfer])
+    _start(store, "k", registry, KEYED)
+    decide(store, "k", by="alice", approve=True, signing_key=SIGNER)
+    assert _resume(store, "k", registry).ok
+    assert _transfers() == 1
+    started = next(r["seq"] for r in store.records("k") if r["type"] == "step_started")
+    _sql(store, "DELETE FROM pte_records WHERE run_id = 'k' AND seq > ?", (started,))
+    _sql(store, "DELETE FROM pte_checkpoints WHERE run_id = 'k'")
+    _sql(store, "UPDATE pte_runs SET status = 'running', reason = NULL WHERE run_id = 'k'")
+    result = _resume(store, "k", registry)
+    assert result.ok, result
+    assert _transfers() == 1
