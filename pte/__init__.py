@@ -86,6 +86,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "replay": ("pte._replay", "replay_file"),
     "replay_file": ("pte._replay", "replay_file"),
     "resume_file": ("pte._replay", "resume_file"),
+    "AnchorError": ("pte._anchors", "AnchorError"),
+    "Anchors": ("pte._anchors", "Anchors"),
+    "anchors_from_env": ("pte._anchors", "anchors_from_env"),
     "PausedRun": ("pte._runs", "PausedRun"),
     "RunPaused": ("pte._runs", "RunPaused"),
     "decide": ("pte._runs", "decide"),
@@ -113,6 +116,8 @@ compile = compile_plan
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "AnchorError",
+    "Anchors",
     "Approval",
     "ApprovalConsumed",
     "ApprovalMissing",
@@ -187,6 +192,7 @@ __all__ = [
     "TransientError",
     "VerifyReport",
     "__version__",
+    "anchors_from_env",
     "approval_hook",
     "approve",
     "canonical_json",

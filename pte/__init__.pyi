@@ -1,5 +1,8 @@
 """Type stub of `pte`: the same names as __init__.py, with the lazily imported ones imported eagerly."""
 
+from pte._anchors import AnchorError as AnchorError
+from pte._anchors import Anchors as Anchors
+from pte._anchors import anchors_from_env as anchors_from_env
 from pte._approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
 from pte._audit import AuditLog, Durability
 from pte._audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
@@ -76,6 +79,8 @@ compile = compile_plan
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "AnchorError",
+    "Anchors",
     "Approval",
     "ApprovalConsumed",
     "ApprovalMissing",
@@ -150,6 +155,7 @@ __all__ = [
     "TransientError",
     "VerifyReport",
     "__version__",
+    "anchors_from_env",
     "approval_hook",
     "approve",
     "canonical_json",

@@ -117,14 +117,17 @@ class Anchors:
         self.key = key
         self.public = key.public_key if key is not None else public
         self._lock = threading.Lock()
+        # (file identity, bytes checked, chain head, last line, lines, anchors): `_read` checks
+        # only what was appended since, so a long-lived anchors file costs little per write.
+        self._cache: tuple[tuple[int, int], int, str, bytes, int, list[Anchor]] | None = None
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _parse(self, data: bytes) -> list[Anchor]:
+    def _parse(self, data: bytes, prev: str = _GENESIS, first_line: int = 1) -> tuple[list[Anchor], str]:
+        """Anchors in `data` (whole lines) continuing the chain at `prev`; and the new chain head."""
         assert self.public is not None
         out: list[Anchor] = []
-        prev = _GENESIS
-        for number, raw in enumerate(data.split(b"\n"), start=1):
+        for number, raw in enumerate(data.split(b"\n"), start=first_line):
             if not raw.strip():
                 continue
             where = f"anchors file {str(self.path)!r} line {number}"
@@ -154,11 +157,33 @@ class Anchors:
                 raise AnchorError(f"{where}: the signature does not verify (forged or edited)")
             out.append(anchor)
             prev = hashlib.sha256(raw + b"\n").hexdigest()
-        return out
+        return out, prev
 
     def _read(self, fh: Any) -> list[Anchor]:
+        """Every anchor, checked. Lines already checked by this object are not checked again:
+        only what was appended since (the file's identity, size and last line still match)."""
+        stat = os.fstat(fh.fileno())
+        cached = self._cache
+        if cached is not None:
+            ident, size, prev, last, lines, anchors = cached
+            fh.seek(size - len(last))
+            if ident == (stat.st_dev, stat.st_ino) and stat.st_size >= size and fh.read(len(last)) == last:
+                tail = fh.read()
+                cut = tail.rfind(b"\n") + 1  # whole lines only
+                more, prev = self._parse(tail[:cut], prev, lines + 1)
+                if more:
+                    anchors = anchors + more
+                    last = tail[:cut].rstrip(b"\n").rsplit(b"\n", 1)[-1] + b"\n"
+                    lines += tail[:cut].count(b"\n")
+                    self._cache = (ident, size + cut, prev, last, lines, anchors)
+                return anchors
         fh.seek(0)
-        return self._parse(fh.read())
+        data = fh.read()
+        cut = data.rfind(b"\n") + 1
+        anchors, prev = self._parse(data[:cut])
+        last = data[:cut].rstrip(b"\n").rsplit(b"\n", 1)[-1] + b"\n" if cut else b""
+        self._cache = ((stat.st_dev, stat.st_ino), cut, prev, last, data[:cut].count(b"\n"), anchors)
+        return anchors
 
     def all(self) -> list[Anchor]:
         """Every anchor, checked (chain and signatures), oldest first; none when the file is missing."""
@@ -229,12 +254,8 @@ class Anchors:
                                 f"{expected}: the run already ran (or runs now) elsewhere, from another "
                                 "copy of its log; a run id executes its writes once"
                             )
-                        fh.seek(0, os.SEEK_END)
-                        prev = _GENESIS
-                        if anchors:
-                            fh.seek(0)
-                            last_line = fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1] + b"\n"
-                            prev = hashlib.sha256(last_line).hexdigest()
+                        assert self._cache is not None
+                        prev = self._cache[2]
                         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
                         unsigned = Anchor(run_id, seq, head, stamp, prev, self.key.public_key.key_id, "")
                         signature = self.key.sign(unsigned.message()).hex()

@@ -578,3 +578,36 @@ def test_a_keyed_approved_store_write_that_crashed_after_its_effect_completes_on
     result = _resume(store, "k", registry)
     assert result.ok, result
     assert _transfers() == 1
+
+
+# --- the anchors file itself ------------------------------------------------------------------
+
+
+def test_the_anchors_file_refuses_forged_edited_and_removed_lines(tmp_path: Path) -> None:
+    from pte._anchors import AnchorError, Anchors
+
+    path = tmp_path / "anchors.jsonl"
+    signer = Anchors(path, key=DEPLOYMENT)
+    assert signer.sign("r1", 3, "a" * 64, expected=0) == 1
+    assert signer.sign("r2", 5, "b" * 64, expected=0) == 1
+    assert signer.sign("r1", 9, "c" * 64, expected=1) == 2
+    assert signer.sign("r1", 9, "c" * 64, expected=2) == 2  # the same point again: nothing new
+    with pytest.raises(AnchorError, match="executes its writes once"):
+        signer.sign("r1", 12, "d" * 64, expected=1)  # a writer that did not verify them all
+    reader = Anchors(path, public=DEPLOYMENT.public_key)
+    assert [a.seq for a in reader.for_run("r1")] == [3, 9]
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    for damaged, why in (
+        ([lines[0], lines[2]], "chain is broken"),  # a line removed from the middle
+        ([lines[0].replace('"seq":3', '"seq":4'), *lines[1:]], "does not verify"),  # edited
+        ([*lines, lines[-1]], "chain is broken"),  # a line replayed
+    ):
+        path.write_text("".join(damaged), encoding="utf-8")
+        with pytest.raises(AnchorError, match=why):
+            Anchors(path, public=DEPLOYMENT.public_key).all()
+    path.write_text("".join(lines), encoding="utf-8")
+    forger = Anchors(tmp_path / "other.jsonl", key=SigningKey.generate())
+    forger.sign("r1", 20, "e" * 64, expected=0)
+    path.write_text("".join(lines) + (tmp_path / "other.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(AnchorError, match=r"chain is broken|not the deployment's key"):
+        Anchors(path, public=DEPLOYMENT.public_key).all()
