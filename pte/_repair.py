@@ -75,6 +75,8 @@ def repair(
     # The same rule as the policy check of the answer (Engine._policy_check, pte._exposure).
     request = prompts.repair_messages(messages, rejected_text, rejection.to_dict(), literals=literal_of(run))
     text = engine._ask_plan(run, "repair", request)
+    # Checked as the plan it corrects: what decided that one (a stage's requires and failures)
+    # decides this one too (Engine._policy_check keeps run.deciding for a repair).
     try:
         return engine._accept(run, "repair", text, gate=gate)
     except PlanRejected as again:

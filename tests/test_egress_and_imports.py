@@ -123,11 +123,15 @@ def test_a_literal_url_from_an_exposed_planner_never_reaches_get_webpage(tmp_pat
     stage1 = plan({"id": "mail", "tool": "read_mail", "args": {}}, **{"continue": {"mail": {"$ref": "mail"}}})
     visit = plan({"id": "page", "tool": "get_webpage", "args": {"url": EVIL_URL}}, result={"$ref": "page"})
     engine = Engine(
-        registry, ReplayClient([stage1, visit]), config=EngineConfig(llm_answer=False, planner_data="shown")
+        # visit twice: sent back once (pte._repair), the exposed planner writes it again.
+        registry,
+        ReplayClient([stage1, visit, visit]),
+        config=EngineConfig(llm_answer=False, planner_data="shown"),
     )
     with AuditLog(tmp_path / "run.jsonl") as audit:
         result = engine.run("Summarise my latest e-mail.", audit)
-    assert result.reason is not None and result.reason.value == "policy_violation"
+    assert result.reason is not None and result.reason.value == "replans_exhausted"
+    assert "policy_violation" in (result.message or "")
     assert "get_webpage.url" in (result.message or "")
     assert [s.tool for s in result.steps] == ["read_mail"]  # the visit never ran
 
@@ -273,7 +277,9 @@ def test_a_parameter_description_copied_as_a_literal_counts_untrusted(tmp_path: 
 
     with AuditLog(tmp_path / "run.jsonl") as audit:
         result = Engine(registry, FunctionClient(planner)).run("Refund my last order.", audit)
-    assert result.reason is not None and result.reason.value == "policy_violation"
+    # Sent back once (pte._repair), the planner copies the IBAN again: refused again.
+    assert result.reason is not None and result.reason.value == "replans_exhausted"
+    assert "policy_violation" in (result.message or "")
     assert "pay.body" in (result.message or "") and "untrusted" in (result.message or "")
     assert result.steps == []
 

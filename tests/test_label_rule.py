@@ -109,7 +109,9 @@ def test_a_require_in_stage_one_decides_a_stage_two_write(registry: Registry, tm
     article = {**PAGE, "args": {"url": "https://news.example/article"}}  # no tasks today
     stage1 = plan(article, need, BOB, **{"continue": {"to": {"$ref": "bob/email"}}})
     stage2 = plan(pay(), result={"$ref": "pay/id"})
-    # The refusal goes back to the stage planner once (a repair): the same plan is refused again.
+    # Sent back once (pte._repair), the stage planner writes the same plan again: the repair is
+    # checked as the stage plan it corrects (stage 1's require decides it too), so it is refused
+    # again. Checked with no decision (a bug once), the same plan paid.
     llm = ReplayClient([json.dumps(stage1), json.dumps(stage2), json.dumps(stage2)])
     engine = Engine(
         registry, llm, config=EngineConfig(llm_answer=False), policy=Policy.from_registry(registry)

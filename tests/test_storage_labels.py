@@ -132,7 +132,11 @@ def round_trip(policy: Policy, tmp_path: Path) -> Any:
         "result": {"$ref": "pay/id"},
     }
     engine = Engine(
-        REGISTRY, ReplayClient([json.dumps(plan)]), config=EngineConfig(llm_answer=False), policy=policy
+        # Twice: a refused plan is sent back once (pte._repair) and written the same way again.
+        REGISTRY,
+        ReplayClient([json.dumps(plan)] * 2),
+        config=EngineConfig(llm_answer=False),
+        policy=policy,
     )
     with AuditLog(tmp_path / "run.jsonl") as audit:
         return engine.run("Schedule my rent and settle what my landlord asked for.", audit)
@@ -142,7 +146,8 @@ def test_declared_untrusted_the_label_survives_the_round_trip(tmp_path: Path) ->
     fields = {"get_scheduled_transactions": {"fields": {"/*/subject": "untrusted"}}}
     policy = Policy.from_registry(REGISTRY).with_document(policy_document(**fields))
     result = round_trip(policy, tmp_path)
-    assert result.reason is not None and result.reason.value == "policy_violation"
+    assert result.reason is not None and result.reason.value == "replans_exhausted"  # refused twice
+    assert "policy_violation" in (result.message or "")
     assert "send_money.recipient" in (result.message or "") and "scheduled/0/subject" in (
         result.message or ""
     )
