@@ -26,6 +26,7 @@ Exactly-once effects from at-least-once delivery:
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import uuid
@@ -49,6 +50,10 @@ TASK_NAME = "pte.run"
 QUEUE = "pte"
 
 
+#: Longest a paused run may wait for a decision (``pte worker --approval-ttl``): 365 days.
+MAX_APPROVAL_TTL_S = 365 * 86_400.0
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """What a worker serves: set from ``pte worker``'s flags (the deployment), not from jobs."""
@@ -66,6 +71,17 @@ class WorkerConfig:
     #: --max-concurrency/--serial-writes``; `pte.Executor`).
     max_concurrency: int = DEFAULT_CONCURRENCY
     serial_writes: bool = False
+
+    def __post_init__(self) -> None:
+        # Checked when the worker is configured, not per task: a NaN or infinite TTL made
+        # every paused run fail (timedelta refuses it) long after `pte worker` started.
+        ttl = self.approval_ttl_s
+        if not (isinstance(ttl, int | float) and math.isfinite(ttl) and 0 < ttl <= MAX_APPROVAL_TTL_S):
+            raise ValueError(
+                f"approval TTL must be a number of seconds in (0, {MAX_APPROVAL_TTL_S:g}], not {ttl!r}"
+            )
+        if not (isinstance(self.max_concurrency, int) and self.max_concurrency >= 1):
+            raise ValueError(f"max_concurrency must be a whole number >= 1, not {self.max_concurrency!r}")
 
     def to_env(self) -> dict[str, str]:
         return {

@@ -337,3 +337,23 @@ def test_submit_reads_a_plan_file_as_every_command_does(work: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert message in done.stderr
+
+
+@pytest.mark.parametrize("ttl", [float("nan"), float("inf"), -1.0, 0.0, MAX_APPROVAL_TTL_S * 2])
+def test_a_worker_configuration_refuses_a_bad_approval_ttl(
+    ttl: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Below the CLI too: the worker's environment is read in each worker process, where a
+    # NaN TTL used to fail every paused run instead of the configuration.
+    from pte._errors import PTEError
+    from pte._workers import MAX_APPROVAL_TTL_S as WORKER_MAX
+    from pte._workers import WorkerConfig
+
+    assert WORKER_MAX == MAX_APPROVAL_TTL_S  # the CLI's documented maximum is the worker's
+    with pytest.raises(ValueError, match="approval TTL"):
+        WorkerConfig("sqlite:s.db", ("calculator",), ttl)
+    monkeypatch.setenv("PTE_WORKER_STORE", "sqlite:s.db")
+    monkeypatch.setenv("PTE_WORKER_TOOLS", "calculator")
+    monkeypatch.setenv("PTE_WORKER_APPROVAL_TTL", str(ttl))
+    with pytest.raises(PTEError, match="approval TTL"):
+        WorkerConfig.from_env()
