@@ -30,6 +30,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pte._version import __version__
+
 if TYPE_CHECKING:
     from pte._redaction import Redactor
 
@@ -48,8 +50,6 @@ except ImportError:  # the optional extra is not installed: every hook is a no-o
 def _tracer(provider: Any) -> Any:
     if _trace is None:
         return None
-    from pte import __version__
-
     return _trace.get_tracer("pte", __version__, tracer_provider=provider)
 
 
