@@ -20,12 +20,12 @@ from pte import _generics
 from pte import _schema_types as st
 from pte._compile_context import CompileContext, _reject, json_path
 from pte._compile_refs import _check_pointer, _collect_checked, _select
-from pte._errors import ReasonCode
+from pte._errors import PlanRejected, ReasonCode
 from pte._linear_patterns import ExplainingValidator
 from pte._plan import Reference, is_reference
 from pte._tool_spec import ToolSpec, is_small
 
-__all__ = ["check_args"]
+__all__ = ["check_args", "check_idempotency_keys"]
 
 
 class _Mismatch(NamedTuple):
@@ -268,3 +268,24 @@ def check_args(ctx: CompileContext) -> None:
         for path, ref in _collect_checked(ctx.document["result"], ctx, 2, "result"):
             if ref.step in ctx.inferred:
                 _check_pointer(ctx, ref, ("result", *path))
+
+
+def check_idempotency_keys(ctx: CompileContext) -> None:
+    """invalid_args: a step supplies the idempotency key parameter of its tool.
+
+    The key is the engine's (see the module docstring); a plan, or data a plan references,
+    setting it could make two different payments look like one to the tool, or one payment
+    look like two.
+    """
+    for i, step in enumerate(ctx.steps):
+        tool = ctx.registry.get(step.get("tool")) if isinstance(step.get("tool"), str) else None
+        param = getattr(tool, "idempotency_key", None)
+        args = step.get("args")
+        if tool is None or param is None or not isinstance(args, dict) or param not in args:
+            continue
+        raise PlanRejected(
+            ReasonCode.INVALID_ARGS,
+            f"step {step.get('id')!r} ({tool.name}): {param!r} is the tool's idempotency key; PTE "
+            "derives it for every call, a plan cannot set it",
+            json_path(("steps", i, "args", param)),
+        )

@@ -19,12 +19,11 @@ import jsonschema_rs
 from pte import _json as strict_json
 from pte import _schema_types as st
 from pte._canonical import canonical_json, sha256_hex
-from pte._compile_args import check_args
+from pte._compile_args import check_args, check_idempotency_keys
 from pte._compile_context import DEFAULT_LIMITS, CompileCheck, CompileContext, Limits, _reject, json_path
 from pte._compile_refs import check_acyclic, check_references, check_tools_allowed, check_unique_ids
 from pte._control import check_control, check_control_types
 from pte._errors import PlanRejected, ReasonCode
-from pte._idempotency import check_idempotency_keys
 from pte._nesting import count_values, nests_deeper_than, outside_strings
 from pte._plan import Plan, build_plan, plan_schema
 from pte._registry import Registry

@@ -39,8 +39,8 @@ from pte._canonical import canonical_json
 from pte._compile_context import json_path
 from pte._compile_refs import _check_pointer, _check_ref_target, _collect_checked, _select
 from pte._errors import PlanRejected, ReasonCode
+from pte._linear_patterns import DECIMAL_STRING_PATTERN
 from pte._plan import ELEMENT, Reference, is_reference
-from pte._tools import DECIMAL_STRING_PATTERN
 
 __all__ = [
     "COMPARISONS",

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from pte._canonical import canonical_json
 from pte._control import COMPARISONS, _instant
 from pte._errors import FailedClosed, PTEError, ReasonCode, ToolError
+from pte._linear_patterns import DECIMAL_STRING_PATTERN
 from pte._plan import ELEMENT, Plan, PlanStep, Reference, is_reference
-from pte._tools import DECIMAL_STRING_PATTERN
 
 if TYPE_CHECKING:
     from pte._audit import AuditLog

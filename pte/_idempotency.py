@@ -10,8 +10,9 @@ the run id (the audit log's, chosen by the engine), the plan's hash and the step
 (``id[i]`` for an element of a ``for_each``): `derive_key`. Nothing a planner or a tool output
 can choose goes in but the step id, which is unique within a plan and hashed together with
 the run id, so no plan can make two runs, two plans or two steps share a key. The compiler
-refuses a plan that supplies the parameter itself (`check_idempotency_keys`, ``invalid_args``),
-the planner never sees it in the catalogue, and the executor overwrites it anyway.
+refuses a plan that supplies the parameter itself (``invalid_args``, a check in
+`pte._compile_args`), the planner never sees it in the catalogue, and the executor
+overwrites it anyway.
 
 The key is part of the step's arguments, so it is written in its ``step_started`` record
 (the write-ahead record) before the call. On resume, a step of such a tool whose
@@ -32,9 +33,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pte._canonical import canonical_json
-from pte._errors import PlanRejected, ReasonCode
 
-__all__ = ["KEY_PREFIX", "check_idempotency_keys", "derive_key", "key_schema_error"]
+__all__ = ["KEY_PREFIX", "derive_key", "key_schema_error"]
 
 #: Every derived key starts with this (then 64 hex digits): easy to recognise in a tool's store.
 KEY_PREFIX = "pte-"
@@ -69,26 +69,3 @@ def without_key(input_schema: Mapping[str, Any], param: str) -> dict[str, Any]:
     if "required" in schema:
         schema["required"] = [k for k in schema["required"] if k != param]
     return schema
-
-
-def check_idempotency_keys(ctx: Any) -> None:
-    """invalid_args: a step supplies the idempotency key parameter of its tool.
-
-    The key is the engine's (see the module docstring); a plan, or data a plan references,
-    setting it could make two different payments look like one to the tool, or one payment
-    look like two.
-    """
-    for i, step in enumerate(ctx.steps):
-        tool = ctx.registry.get(step.get("tool")) if isinstance(step.get("tool"), str) else None
-        param = getattr(tool, "idempotency_key", None)
-        args = step.get("args")
-        if tool is None or param is None or not isinstance(args, dict) or param not in args:
-            continue
-        from pte._compile_context import json_path  # the compiler imports this module
-
-        raise PlanRejected(
-            ReasonCode.INVALID_ARGS,
-            f"step {step.get('id')!r} ({tool.name}): {param!r} is the tool's idempotency key; PTE "
-            "derives it for every call, a plan cannot set it",
-            json_path(("steps", i, "args", param)),
-        )

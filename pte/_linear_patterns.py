@@ -2,7 +2,7 @@
 
 `jsonschema`'s `pattern` keyword runs Python's backtracking `re`. The schemas PTE explains
 with it come from tools, and a tool's pattern can take polynomial or exponential time on a
-hostile string: pydantic's decimal-string pattern (`pte._tools.DECIMAL_STRING_PATTERN`) is
+hostile string: pydantic's decimal-string pattern (`DECIMAL_STRING_PATTERN`) is
 cubic, so a 2.5 KB argument cost about 24 s to explain, at compile and again at run time,
 outside any tool timeout. `ExplainingValidator` checks `pattern` instead:
 
@@ -26,9 +26,13 @@ import jsonschema
 import jsonschema_rs
 import re2
 
-__all__ = ["DECIMAL_STRING_RE2", "ExplainingValidator", "pattern_matcher"]
+__all__ = ["DECIMAL_STRING_PATTERN", "DECIMAL_STRING_RE2", "ExplainingValidator", "pattern_matcher"]
 
-#: `pte._tools.DECIMAL_STRING_PATTERN` without its lookahead: a sign, then digits with at most
+#: A decimal number written as a string (no exponent), as pydantic 2.13 and earlier declared it
+#: (`pte._tools` writes it into the schemas of `Decimal` parameters).
+DECIMAL_STRING_PATTERN = r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"
+
+#: `DECIMAL_STRING_PATTERN` without its lookahead: a sign, then digits with at most
 #: one point, at least one digit (the lookahead only refused strings of signs and points).
 DECIMAL_STRING_RE2 = r"^[+-]?(?:\d+\.?\d*|\.?\d+)$"
 
@@ -36,8 +40,6 @@ DECIMAL_STRING_RE2 = r"^[+-]?(?:\d+\.?\d*|\.?\d+)$"
 @functools.lru_cache(maxsize=1024)
 def pattern_matcher(pattern: str) -> Callable[[str], bool]:
     """A linear-time (or bounded) test of whether `pattern` matches somewhere in a string."""
-    from pte._tools import DECIMAL_STRING_PATTERN
-
     source = DECIMAL_STRING_RE2 if pattern == DECIMAL_STRING_PATTERN else pattern
     try:
         regex = re2.compile(source)

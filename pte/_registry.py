@@ -16,8 +16,10 @@ from typing import Any
 
 import jsonschema
 
+from pte import _json as strict_json
 from pte._errors import ToolPackError, ToolRegistrationError
-from pte._resources import data_dir
+from pte._packs import installed_packs
+from pte._resources import data_dir, load_schema
 from pte._tool_spec import _TOOL_ATTR, ToolSpec, _format_error, spec_of
 
 __all__ = ["STOCK_PACKS", "Registry", "load_pack", "load_registry"]
@@ -136,9 +138,7 @@ def load_pack(ref: str | Path | ModuleType) -> Registry:
                 raise ToolPackError(f"tool pack file {text!r} does not exist")
             module = _import_path(path)
         else:
-            from pte._packs import entry_point_pack  # local: _packs imports this module
-
-            installed = entry_point_pack(text)
+            installed = _entry_point_pack(text)
             if installed is not None:
                 return installed
             try:
@@ -176,9 +176,6 @@ def load_registry(
 
 
 def _apply_manifest(registry: Registry, path: Path) -> Registry:
-    from pte import _json as strict_json
-    from pte._resources import load_schema
-
     try:
         doc = strict_json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -191,3 +188,32 @@ def _apply_manifest(registry: Registry, path: Path) -> Registry:
     if "allow" in doc:
         registry = registry.allow(doc["allow"])
     return registry.deny(doc.get("deny", ()))
+
+
+def _entry_point_pack(name: str) -> Registry | None:
+    """The registry of the installed pack `name`, or None when no distribution declares one."""
+    found = installed_packs().get(name)
+    if found is None:
+        return None
+    try:
+        target = found.load()
+    except Exception as exc:
+        raise ToolPackError(
+            f"tool pack {name!r} ({found.value}) failed to load: {type(exc).__name__}: {exc}"
+        ) from None
+    if isinstance(target, ModuleType):
+        registry = Registry.from_module(target)
+    elif isinstance(target, Registry):
+        registry = target
+    elif callable(target):
+        registry = target()
+        if not isinstance(registry, Registry):
+            raise ToolPackError(f"tool pack {name!r} ({found.value}) did not return a pte.Registry")
+    else:
+        raise ToolPackError(
+            f"tool pack {name!r} ({found.value}) is neither a module, a Registry, "
+            "nor a function returning one"
+        )
+    if not len(registry):
+        raise ToolPackError(f"tool pack {name!r} ({found.value}) defines no tools")
+    return registry

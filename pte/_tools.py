@@ -27,7 +27,7 @@ from pte import _generics
 from pte._errors import ToolRegistrationError
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._idempotency import key_schema_error
-from pte._linear_patterns import ExplainingValidator
+from pte._linear_patterns import DECIMAL_STRING_PATTERN, ExplainingValidator
 from pte._registry import STOCK_PACKS, Registry, load_pack, load_registry
 from pte._selection import SELECTION_KEY, Selection
 from pte._tool_spec import (
@@ -61,10 +61,6 @@ __all__ = [
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-#: A decimal number written as a string (no exponent), as pydantic 2.13 and earlier declared it.
-DECIMAL_STRING_PATTERN = r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"
 
 
 class _JsonSchema(GenerateJsonSchema):

@@ -18,8 +18,13 @@ from hypothesis import strategies as st
 
 from pte import PlanRejected, Registry, compile_plan, tool
 from pte._errors import ToolError
-from pte._linear_patterns import DECIMAL_STRING_RE2, ExplainingValidator, pattern_matcher
-from pte._tools import DECIMAL_STRING_PATTERN, spec_of
+from pte._linear_patterns import (
+    DECIMAL_STRING_PATTERN,
+    DECIMAL_STRING_RE2,
+    ExplainingValidator,
+    pattern_matcher,
+)
+from pte._tools import spec_of
 
 
 @tool
