@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 import pte
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry, ReplayClient
@@ -218,3 +220,48 @@ def test_the_planner_prompt_states_the_label_rule(registry: Registry) -> None:
         "pay", registry, plan(pay()), [], "pay", "send_money", {"kind": "x", "message": "y"}
     )
     assert LABEL_RULE in replan[0]["content"]
+
+
+# --- what the rule relies on: the executor decides in execution order -----------------------------
+
+
+class _Done(BaseModel):
+    ok: bool
+
+
+CALLS: list[str] = []
+
+
+@pte.tool
+def slow_check(text: str) -> _Done:
+    """A read that fails on the text it is given (after a while: concurrent steps could go on)."""
+    time.sleep(0.05)
+    raise ValueError(f"cannot read {text!r}")
+
+
+@pte.tool(effect="write", idempotent=True)
+def record(note: str) -> _Done:
+    """A write."""
+    CALLS.append(note)
+    return _Done(ok=True)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_failure_stops_exactly_the_steps_after_it_in_execution_order(concurrency: int) -> None:
+    # The analysis counts a step as decided by every step before it in Plan.order, and by none
+    # after it: the executor runs a write only once every step before it has succeeded.
+    registry = Registry([slow_check, record])
+    before = plan(
+        {"id": "c", "tool": "slow_check", "args": {"text": "x"}},
+        {"id": "w", "tool": "record", "args": {"note": "after the check"}},
+    )
+    after = plan(
+        {"id": "w", "tool": "record", "args": {"note": "before the check"}},
+        {"id": "c", "tool": "slow_check", "args": {"text": "x"}},
+    )
+    for doc, expected in ((before, []), (after, ["before the check"])):
+        CALLS.clear()
+        compiled = pte.compile_plan(json.dumps(doc), registry)
+        execution = pte.Executor(registry, max_concurrency=concurrency).run(compiled)
+        assert execution.failure is not None and execution.failure.step_id == "c"
+        assert expected == CALLS
