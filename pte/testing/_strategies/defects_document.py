@@ -143,7 +143,7 @@ _BAD_REFS: list[Json] = [
     {"$ref": "a\n"},
     {"$ref": "a b"},
     {"$ref": "/a"},
-    {"$ref": "x" * 33},
+    {"$ref": "x" * 65},
 ]
 
 
