@@ -278,7 +278,8 @@ def check_idempotency_keys(ctx: CompileContext) -> None:
     look like two.
     """
     for i, step in enumerate(ctx.steps):
-        tool = ctx.registry.get(step.get("tool")) if isinstance(step.get("tool"), str) else None
+        name = step.get("tool")
+        tool = ctx.registry.get(name) if isinstance(name, str) else None
         param = getattr(tool, "idempotency_key", None)
         args = step.get("args")
         if tool is None or param is None or not isinstance(args, dict) or param not in args:

@@ -32,7 +32,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pte import _schema_types as st
 from pte._canonical import canonical_json
@@ -42,10 +42,8 @@ from pte._labels import LabelTree
 from pte._plan import Plan, Reference, is_reference
 from pte._registry import Registry
 from pte._shaping_labels import shaped_tree
+from pte._tool_policy import PolicyEntries, ToolPolicy, output_labels
 from pte._tool_spec import ToolSpec
-
-if TYPE_CHECKING:
-    from pte._policy import Policy, ToolPolicy
 
 __all__ = ["LABELS", "Decided", "plan_literals"]
 
@@ -68,15 +66,6 @@ def _checked_prior(prior: Mapping[str, frozenset[str]] | None) -> dict[str, froz
             raise ValueError(f"prior labels of {step_id!r} name unknown labels {sorted(frozen - _ALL)}")
         out[step_id] = frozen
     return out
-
-
-def _output_labels(output: str) -> frozenset[str] | None:
-    """The fixed label set of a tool kind; None for derived (it depends on the arguments)."""
-    if output == "trusted":
-        return frozenset({"trusted"})
-    if output == "untrusted":
-        return frozenset({"untrusted"})
-    return None
 
 
 @dataclass(frozen=True)
@@ -190,7 +179,7 @@ class _FlowGraph:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: PolicyEntries,
         registry: Registry | None,
         steps: Sequence[_StepView],
         order: Sequence[str],
@@ -241,11 +230,11 @@ class _FlowGraph:
         self.completion = Decided()
 
     def entry(self, tool: str) -> ToolPolicy:
-        return self.policy._entry(tool, self.registry)
+        return self.policy.effective(tool, self.registry)
 
     def spec(self, tool: str) -> ToolSpec | None:
         """The tool itself (the policy entry says what it is declared as, not what code it runs)."""
-        for registry in (self.registry, self.policy._registry):
+        for registry in (self.registry, self.policy.registry):
             spec = registry.get(tool) if registry is not None else None
             if spec is not None:
                 return spec
@@ -501,13 +490,13 @@ class _FlowGraph:
     def fixed_output(self, tool: str) -> frozenset[str] | None:
         """The fixed labels of a source tool; None for derived tools and tools nobody declares."""
         try:
-            return _output_labels(self.entry(tool).output)
+            return output_labels(self.entry(tool).output)
         except KeyError:
             return None
 
 
 def _flow_graph(
-    policy: Policy,
+    policy: PolicyEntries,
     plan: Plan | CompileContext,
     literal: str,
     prior: Mapping[str, frozenset[str]] | None,
@@ -551,7 +540,7 @@ def _flow_graph(
             )
             for s in plan.steps
         ]
-        registry, prior_tools = policy._registry, {}
+        registry, prior_tools = policy.registry, {}
         handed = _references(plan.continue_values) if plan.continues else []
     steps = []
     requires: dict[str, tuple[int, Any]] = {}

@@ -31,7 +31,6 @@ import dataclasses
 import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -42,12 +41,13 @@ import jsonschema
 from pte import _json as strict_json
 from pte._compile_context import CompileContext, json_path
 from pte._errors import PTEError
-from pte._flow import LABELS, Decided, _checked_prior, _flow_graph, _output_labels, plan_literals
+from pte._flow import LABELS, Decided, _checked_prior, _flow_graph, plan_literals
 from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan
 from pte._registry import Registry
 from pte._resources import load_schema
-from pte._storage import Landing, check_stores, parse_stores
+from pte._storage import check_stores, parse_stores
+from pte._tool_policy import ToolPolicy
 from pte._tool_spec import OutputProvenance, ToolSpec
 
 __all__ = [
@@ -77,45 +77,6 @@ _GUARDED = frozenset({"request", "trusted"})
 
 class PolicyError(PTEError):
     """A policy file (or document) cannot be used: unreadable, invalid, or naming unknown tools."""
-
-
-@dataclass(frozen=True)
-class ToolPolicy:
-    """What the policy says about one tool: its output provenance and its sink parameters."""
-
-    output: OutputProvenance
-    #: Sink parameters: parameter name -> the labels it accepts.
-    sinks: Mapping[str, frozenset[str]]
-    #: Field-level provenance (pte._labels): JSON Pointer into the output -> its label.
-    fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    #: Where a parameter's value is stored (pte._storage): parameter -> (read tool, pointer)s.
-    stores: Mapping[str, tuple[Landing, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    #: Egress: every parameter no sink declaration names accepts only request/trusted data,
-    #: as a write's do in guarded mode (a read whose URL or query reaches a third party).
-    egress: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """The policy-file form of this entry."""
-        out: dict[str, Any] = {"output": self.output}
-        if self.sinks:
-            out["sinks"] = {param: sorted(allowed) for param, allowed in sorted(self.sinks.items())}
-        if self.fields:
-            out["fields"] = dict(sorted(self.fields.items()))
-        if self.egress:
-            out["egress"] = True
-        if self.stores:
-            out["stores"] = {
-                param: [{"read": read, "field": pointer} for read, pointer in landings]
-                for param, landings in sorted(self.stores.items())
-            }
-        return out
-
-    def output_tree(self) -> LabelTree | None:
-        """The labels of the tool's output by field; None for a derived tool."""
-        fixed = _output_labels(self.output)
-        if fixed is None:
-            return None
-        return LabelTree.from_fields(fixed, self.fields) if self.fields else LabelTree(fixed)
 
 
 def _declared(spec: ToolSpec) -> ToolPolicy:
@@ -158,6 +119,11 @@ class Policy:
         self.default: DefaultMode = default
         # Labels survive storage (pte._storage): refused here, so no such policy ever exists.
         check_stores(self, self.sources[-1] if self.sources else "<policy>", PolicyError)
+
+    @property
+    def registry(self) -> Registry | None:
+        """The catalogue this policy was built over (None: the tools' own declarations only)."""
+        return self._registry
 
     @classmethod
     def from_registry(cls, registry: Registry, *, default: DefaultMode = "guarded") -> Policy:

@@ -21,21 +21,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from pte._errors import PTEError
 from pte._labels import parse_field_pointer
-
-if TYPE_CHECKING:
-    from pte._policy import Policy
+from pte._tool_policy import Landing, PolicyEntries
 
 __all__ = ["Landing", "check_stores"]
 
-#: (read tool, JSON Pointer into its output, ``*`` for every element or key)
-Landing = tuple[str, str]
-
-
-def check_stores(policy: Policy, source: str, error: type[PTEError]) -> None:
+def check_stores(policy: PolicyEntries, source: str, error: type[PTEError]) -> None:
     """Raise `error` when a write parameter open to untrusted data lands in a field its read
     declares trusted (see the module docstring); also when a declaration names no such read."""
     for writer, entry in sorted(policy.tools.items()):
@@ -49,7 +42,7 @@ def check_stores(policy: Policy, source: str, error: type[PTEError]) -> None:
 
 
 def _check_one(
-    policy: Policy,
+    policy: PolicyEntries,
     source: str,
     error: type[PTEError],
     writer: str,

@@ -22,9 +22,11 @@ from pte._compiler import CompileContext, compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, PTEError, ReasonCode
 from pte._executor import Executor
+from pte._flow import LABELS, plan_literals
 from pte._plan import Plan, PlanStep
-from pte._policy import LABELS, Policy, PolicyCheck, PolicyError, ToolPolicy, load_policy, plan_literals
+from pte._policy import Policy, PolicyCheck, PolicyError, load_policy
 from pte._resources import load_schema
+from pte._tool_policy import ToolPolicy
 from pte._tools import Registry, ToolSpec, tool
 
 # --- the catalogue ---------------------------------------------------------------------------
