@@ -54,6 +54,7 @@ BASES: dict[str, list[str]] = {
     "submit": ["submit", "plan.json", "--tools", "calculator", "--store", "sqlite:s.db", "--broker", NOWHERE],
     "tools": ["tools"],
     "ledger init": ["ledger", "init", "--path", "led.db"],
+    "init": ["init", "--dir", "deployment"],
 }
 
 HOSTILE = [
