@@ -207,6 +207,20 @@ def test_nonempty_on_a_list_filtered_on_an_untrusted_field_is_refused(registry: 
     compiles(registry, plan(TX, pay(when={"nonempty": {"$ref": "tx/transactions"}})))
 
 
+def test_a_payment_guarded_by_nonempty_on_a_trusted_filter_runs(registry: Registry, tmp_path: Path) -> None:
+    # "If I paid my landlord before, pay the rent again": the cookbook task of issue 26, class 2.
+    guarded = pay(amount="1200.00", when={"nonempty": {"$ref": "fr/records"}})
+    doc = plan(TX, _filtered("iban", IBAN), guarded, result={"$ref": "fr/count"})
+    llm = ReplayClient([json.dumps(doc)])
+    policy = Policy.from_registry(registry).with_document(BANK)
+    engine = Engine(registry, llm, config=EngineConfig(llm_answer=False), policy=policy)
+    with AuditLog(tmp_path / "run.jsonl") as audit:
+        result = engine.run("If I paid DE89370400440532013000 before, pay it 1200.00 again.", audit)
+    assert result.status == "succeeded", result.message
+    assert payments() == [(IBAN, "1200.00")]
+    assert pte.verify(tmp_path / "run.jsonl").ok and pte.replay_file(tmp_path / "run.jsonl").ok
+
+
 # --- the rule in the prompt ----------------------------------------------------------------------
 
 
