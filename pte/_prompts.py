@@ -126,6 +126,8 @@ CONTROL_RULES = """Control (optional): a step may carry "for_each": {"$ref": "<l
 {"$ref": "<list>/*/<field>"} is the current element; the step's output is the list of the \
 calls' outputs. "when": CONDITION runs a step only if CONDITION holds (give "default": VALUE, \
 its output when skipped, if another step reads it; or put the reader under the same "when"). \
+VALUE is any JSON value (null, a short message); a reader gets the tool's output or VALUE, so \
+read a field of the step only if VALUE has that field too, else read the step whole. \
 CONDITION = {"eq"|"ne"|"lt"|"le"|"gt"|"ge": [A, B]} (A, B references or scalars; ordering for \
 numbers and dates only), {"and": [C, ...]}, {"or": [C, ...]}, {"not": C}, {"empty": REF}, \
 {"nonempty": REF}. A step {"id": ..., "require": CONDITION, "message": "..."} stops the run, \
