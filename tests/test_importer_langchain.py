@@ -70,12 +70,15 @@ def pay_invoice(memo: str) -> str:
     raise AssertionError("must not run")
 
 
+# The write (`fetch_rate`: an undeclared import is a write) runs first: after `scale`, whose
+# input is the untrusted quote, it would run only if `scale` did not fail on untrusted data,
+# and the label rule refuses that (docs/labels.md, "Failures").
 PLAN = {
     "pte_plan": "1",
     "steps": [
+        {"id": "r", "tool": "fetch_rate", "args": {"currency": "USD"}},
         {"id": "q", "tool": "get_quote", "args": {"symbol": "ACME"}},
         {"id": "s", "tool": "scale", "args": {"value": {"$ref": "q/price_cents"}, "factor": 3}},
-        {"id": "r", "tool": "fetch_rate", "args": {"currency": "USD"}},
     ],
     "result": {"total": {"$ref": "s"}, "rate": {"$ref": "r"}},
 }
@@ -104,7 +107,7 @@ def test_langchain_tools_compile_run_and_replay(tmp_path: Path) -> None:
     assert result.result == {"total": 3702, "rate": 1.1}
     assert replay_file(log).ok
     bad = json.loads(json.dumps(PLAN))
-    bad["steps"][1]["args"]["value"] = {"$ref": "q/symbol"}
+    bad["steps"][2]["args"]["value"] = {"$ref": "q/symbol"}
     with pytest.raises(PlanRejected) as caught:
         compile_plan(json.dumps(bad), registry)
     assert caught.value.reason is ReasonCode.INVALID_ARGS
