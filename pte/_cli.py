@@ -217,13 +217,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
+    from pte import _cli_store as cli_store
     from pte._approval import ApprovalStore, approve, catalogue_fingerprint, signing_key_from_env
     from pte._compiler import compile_plan
     from pte._signing import KeyFileError
 
-    if args.store is not None:  # pte approve RUN_ID --store URL: a paused run's plan
-        from pte import _cli_store as cli_store
-
+    if cli_store.uses_store(args, args.plan_file):  # pte approve RUN_ID [--store URL]: a paused run's plan
         args.target = args.plan_file
         return cli_store.decide(args, approve=True)
     registry = _registry(args)

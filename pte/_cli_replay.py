@@ -90,12 +90,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from pte import _cli_store as cli_store
     from pte._audit import AuditFormatError
     from pte._replay import LogNotIntact, ReplayDivergence, resume_file
 
-    if args.store is not None:  # pte resume RUN_ID --store URL
-        from pte import _cli_store as cli_store
-
+    if cli_store.uses_store(args, args.log):  # pte resume RUN_ID [--store URL, or $PTE_STORE]
         llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
         return cli_store.resume(args, _registry(args), llm)
     input_file(args.log, "audit log")

@@ -59,6 +59,20 @@ def _store(url: str | None) -> Store:
         raise _usage_error()(str(exc)) from None
 
 
+def uses_store(args: argparse.Namespace, target: str | None = None) -> bool:
+    """Whether a command that takes ``--store`` works on the run store.
+
+    ``--store URL`` says so; without it, ``$PTE_STORE`` does, unless the command's positional
+    argument names an existing file (``pte approve plan.json`` or ``pte resume run.jsonl``
+    with ``PTE_STORE`` set in the shell still mean the file). A run id is never a path.
+    """
+    if getattr(args, "store", None) is not None:
+        return True
+    if not os.environ.get("PTE_STORE"):
+        return False
+    return target is None or not os.path.lexists(target)
+
+
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 

@@ -1,0 +1,91 @@
+"""The operator's commands with the deployment's environment: ``PTE_STORE`` stands for
+``--store`` in every command that takes it (docs/operator.md)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from pte._cli import main
+from pte._tools import load_pack
+from pte.stores import open_store
+
+PAY = """{"pte_plan": "1", "steps": [
+ {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
+ {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
+  "currency": "EUR", "reference": "Invoice 7"}}
+], "result": {"$ref": "pay/payment_id"}}"""
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
+    path = tmp_path / "ledger.sqlite"
+    module.create_sample_ledger(path, overwrite=True)
+    monkeypatch.setenv("PTE_LEDGER", str(path))
+    return path
+
+
+def _payments(ledger: Path) -> int:
+    with sqlite3.connect(ledger) as conn:
+        return int(conn.execute("SELECT count(*) FROM payments_out").fetchone()[0])
+
+
+def test_pte_store_alone_stands_for_store_in_every_store_command(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite://{tmp_path / 'env.db'}"
+    monkeypatch.setenv("PTE_STORE", url)
+    monkeypatch.delenv("PTE_BROKER", raising=False)
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "pay.json"
+    plan.write_text(PAY, encoding="utf-8")
+    q = ["--quiet"]
+    for run_id in ("e1", "e2", "e3"):
+        assert main([*q, "execute", str(plan), "--tools", "backoffice", "--run-id", run_id]) == 0
+        assert f"awaiting_approval: run {run_id}" in capsys.readouterr().out
+    assert main([*q, "approvals", "list", "--json"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == ["e1", "e2", "e3"]
+    # The README's worker recipe: `pte approve RUN_ID --by alice` with only PTE_STORE set.
+    assert main([*q, "approve", "e1", "--by", "alice"]) == 0
+    assert "approved: plan" in capsys.readouterr().out
+    assert main([*q, "reject", "e2", "--by", "bob"]) == 0
+    capsys.readouterr()
+    assert main([*q, "resume", "e1", "--tools", "backoffice", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "succeeded"
+    assert main([*q, "resume", "e2", "--tools", "backoffice"]) == 1
+    assert "approval_rejected" in capsys.readouterr().err
+    assert main([*q, "approvals", "expire", "--tools", "backoffice", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []  # e3's deadline is tomorrow
+    assert main([*q, "audit", "verify", url, "--run", "e1"]) == 0
+    assert _payments(ledger) == 1
+    with open_store(url) as store:
+        assert store.run("e3").status == "awaiting_approval"  # type: ignore[union-attr]
+
+
+def test_with_pte_store_set_an_existing_plan_file_is_still_a_plan_file(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PTE_STORE", f"sqlite://{tmp_path / 'env.db'}")
+    plan = tmp_path / "pay.json"
+    plan.write_text(PAY, encoding="utf-8")
+    approvals = tmp_path / "approvals.jsonl"
+    argv = ["--quiet", "approve", str(plan), "--by", "alice", "--tools", "backoffice"]
+    assert main([*argv, "--approvals", str(approvals)]) == 0
+    assert "approved run" in capsys.readouterr().out and approvals.exists()
+
+
+def test_an_unknown_run_with_pte_store_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PTE_STORE", f"sqlite://{tmp_path / 'env.db'}")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--quiet", "approve", "nope", "--by", "alice"]) == 1
+    assert "not recorded" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quiet", "resume", "nope", "--tools", "backoffice"])
+    assert exit_info.value.code == 2
