@@ -46,8 +46,8 @@ from pte._labels import LabelTree, provenance
 from pte._llm import LLMClient as LLMClient
 from pte._llm import LLMResponse as LLMResponse
 from pte._llm import OpenAIClient as OpenAIClient
-from pte._llm import ReplayClient as ReplayClient
 from pte._llm import ReplayDataError as ReplayDataError
+from pte._llm_replay import ReplayClient as ReplayClient
 from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Decided, Policy, PolicyError, load_policy
@@ -58,8 +58,8 @@ from pte._replay import ReplayDivergence as ReplayDivergence
 from pte._replay import ReplayReport as ReplayReport
 from pte._replay import replay_file as replay
 from pte._replay import replay_file as replay_file
-from pte._replay import resume_file as resume_file
 from pte._report import ReportError, render_report, render_store_report, write_report
+from pte._resume import resume_file as resume_file
 from pte._run_view import RunView
 from pte._runs import PausedRun as PausedRun
 from pte._runs import RunPaused as RunPaused

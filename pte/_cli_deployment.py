@@ -212,7 +212,8 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
 
 def _llm(args: argparse.Namespace) -> Any:
     if getattr(args, "replay_responses", None):
-        from pte._llm import ReplayClient, ReplayDataError
+        from pte._llm import ReplayDataError
+        from pte._llm_replay import ReplayClient
 
         input_file(args.replay_responses, "--replay-responses file")
         try:

@@ -92,7 +92,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from pte import _cli_store as cli_store
     from pte._audit import AuditFormatError
-    from pte._replay import LogNotIntact, ReplayDivergence, resume_file
+    from pte._replay import LogNotIntact, ReplayDivergence
+    from pte._resume import resume_file
 
     if cli_store.uses_store(args, args.log):  # pte resume RUN_ID [--store URL, or $PTE_STORE]
         llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None

@@ -18,7 +18,7 @@ from typing import Any
 from pte._approval import ApprovalStore, approval_hook
 from pte._audit import AuditLog, verify
 from pte._engine import Engine, EngineConfig, RunResult
-from pte._llm import ReplayClient
+from pte._llm_replay import ReplayClient
 from pte._policy import Policy
 from pte._registry import Registry, load_registry
 

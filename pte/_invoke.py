@@ -33,10 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pte._errors import ToolError, TransientError
+from pte._attempt import Attempt, attempt_sync, classify
+from pte._errors import ToolError
+from pte._process import call_in_process
 from pte._tool_spec import ToolSpec
 
-__all__ = ["CallOutcome", "attempt_sync", "settled", "start_call"]
+__all__ = ["CallOutcome", "settled", "start_call"]
 
 #: How long a cancelled async attempt gets to stop before it is abandoned.
 CANCEL_GRACE_S = 1.0
@@ -65,32 +67,6 @@ def settled(error: ToolError) -> ToolError:
     error.__context__ = None
     error.__cause__ = None
     return error
-
-
-#: One attempt's result: (output, error, transient).
-Attempt = tuple[Any, ToolError | None, bool]
-
-
-def classify(spec: ToolSpec, exc: BaseException) -> Attempt:
-    """An exception raised by a tool, as an attempt result."""
-    if isinstance(exc, ToolError):
-        return None, exc, isinstance(exc, TransientError)
-    text = f"{type(exc).__name__}: {exc}"
-    if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt, ...: the run stops there
-        return (
-            None,
-            ToolError("tool_error", f"{text} (a BaseException: the run is stopped)", fatal=True),
-            False,
-        )
-    return None, ToolError("tool_error", text), isinstance(exc, spec.retry_on)
-
-
-def attempt_sync(spec: ToolSpec, args: dict[str, Any]) -> Attempt:
-    """One attempt of a plain tool, in the calling thread; never raises."""
-    try:
-        return spec.invoke(args), None, False
-    except BaseException as exc:  # every way a tool can end is a result here
-        return classify(spec, exc)
 
 
 async def _attempt_async(spec: ToolSpec, args: dict[str, Any]) -> Attempt:
@@ -254,8 +230,6 @@ class _Call:
             future.add_done_callback(lambda f: _async_done(ref, attempt, f))
             deadline = spec.timeout_s + CANCEL_GRACE_S
         elif spec.isolation == "process":
-            from pte._process import call_in_process
-
             _WORKERS.submit(lambda: self._finished(attempt, call_in_process(spec, self.args, self)))
             deadline = None  # the worker thread waits with the timeout and kills on expiry
         else:

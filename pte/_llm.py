@@ -42,7 +42,6 @@ __all__ = [
     "LLMClient",
     "LLMResponse",
     "OpenAIClient",
-    "ReplayClient",
     "ReplayDataError",
 ]
 
@@ -572,8 +571,3 @@ def _usage(raw: object) -> dict[str, int]:
         if not usage["total_tokens"]:
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     return usage
-
-
-# Recorded answers (`ReplayClient`) live in pte/_llm_replay.py; re-exported here, where every
-# LLM client has always been importable from.
-from pte._llm_replay import ReplayClient  # noqa: E402

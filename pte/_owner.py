@@ -40,8 +40,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from pte._attempt import attempt_sync
 from pte._errors import ToolError
-from pte._invoke import _TIMERS, CallOutcome, attempt_sync
+from pte._invoke import _TIMERS, CallOutcome
 from pte._tool_spec import ToolSpec
 
 __all__ = ["HAND_OVER_S", "OwnerCalls", "Superseded", "may_run_on_owner"]

@@ -22,6 +22,7 @@ import sys
 import threading
 from typing import Any
 
+from pte._attempt import attempt_sync
 from pte._errors import ToolError
 from pte._tool_spec import ToolSpec, spec_of
 
@@ -64,8 +65,6 @@ def _load_tool(ref: _ToolRef) -> ToolSpec:
 
 def _worker_main(conn: Any, ref: _ToolRef) -> None:
     """The worker process: load the tool, then answer calls until the pipe closes."""
-    from pte._invoke import attempt_sync
-
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # its own group: a kill on timeout reaches anything it started
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the operator's Ctrl-C is the parent's to handle

@@ -69,7 +69,6 @@ __all__ = [
     "RunReplay",
     "replay_file",
     "replay_run",
-    "resume_file",
 ]
 
 #: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
@@ -624,7 +623,3 @@ def replay_file(
             )
         )
     return ReplayReport(str(path), runs)
-
-
-# Resume lives in its own module (it goes live); it stays importable from here.
-from pte._resume import resume_file  # noqa: E402

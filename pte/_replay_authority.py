@@ -23,7 +23,8 @@ from pte._engine import Engine, EngineConfig
 from pte._errors import ApprovalConsumed, ApprovalMissing, ApprovalRejected, LLMError, ReasonCode
 from pte._executor import ToolInvoker
 from pte._fingerprint import expand_run_started, stored_contents
-from pte._llm import LLMClient, LLMResponse, ReplayClient
+from pte._llm import LLMClient, LLMResponse
+from pte._llm_replay import ReplayClient
 from pte._plan import Plan
 from pte._policy import Policy
 from pte._registry import Registry

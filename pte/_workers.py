@@ -133,7 +133,7 @@ def worker_llm(settings: Mapping[str, Any]) -> LLMClient | None:
     if not settings:
         return None
     if settings.get("replay_responses"):
-        from pte._llm import ReplayClient
+        from pte._llm_replay import ReplayClient
 
         return ReplayClient.from_file(settings["replay_responses"])
     from pte._llm import OpenAIClient

@@ -12,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
+from pte import ReplayClient
 from pte._approval import (
     Approval,
     ApprovalGate,
@@ -29,7 +30,6 @@ from pte._canonical import canonical_json
 from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import ApprovalConsumed, ApprovalMissing, ReasonCode
-from pte._llm import ReplayClient
 from pte._plan import Plan
 from pte._policy import Policy
 from pte._signing import KeyFileError, SigningKey, TrustedKeys

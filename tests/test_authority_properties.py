@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from pte import resume_file
 from pte._anchors import Anchors
 from pte._audit import AuditLog
 from pte._canonical import canonical_json, sha256_hex
@@ -26,7 +27,6 @@ from pte._engine import Engine
 from pte._errors import PTEError
 from pte._policy import Policy
 from pte._registry import Registry
-from pte._replay import resume_file
 from pte._replay_authority import Deployment
 from pte._signing import SigningKey
 from pte._tools import tool

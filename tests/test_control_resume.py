@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from pte import resume_file
 from pte._audit import read_records, verify
 from pte._errors import ReasonCode
-from pte._replay import replay_file, resume_file
+from pte._replay import replay_file
 from pte._tools import Registry, load_registry
 from tests.packs import world
 
@@ -149,9 +150,9 @@ def test_a_staged_run_with_skipped_steps_resumes_from_any_record(
 ) -> None:
     """Cut a two-stage run (with a skipped step and a for_each) after every record; resume
     finishes it with the same effects, and the finished log verifies and replays."""
+    from pte import ReplayClient
     from pte._audit import AuditLog
     from pte._engine import Engine, EngineConfig
-    from pte._llm import ReplayClient
 
     stage1 = {
         "pte_plan": "1",

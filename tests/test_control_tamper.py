@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._engine import Engine, EngineConfig
-from pte._llm import ReplayClient
 from pte._replay import replay_file
 from pte._tools import load_registry
 from tests.packs import world

@@ -139,9 +139,9 @@ def test_guarded_tasks_run_through_the_engine_and_replay_from_the_log(task: Task
     (the clock's reading, a skipped step's null default, the selections' labels)."""
     import json
 
+    from pte import ReplayClient
     from pte._audit import AuditLog
     from pte._engine import Engine, EngineConfig
-    from pte._llm import ReplayClient
     from pte._replay import replay_file
 
     registry = cookbook_registry(task.domain)

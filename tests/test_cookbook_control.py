@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig, RunResult
-from pte._llm import ReplayClient
 from pte._policy import Policy
 from pte._replay import replay_file
 from pte._tools import Registry, load_registry

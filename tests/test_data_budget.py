@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, Registry, tool
+from pte import AuditLog, Engine, EngineConfig, Registry, ReplayClient, tool
 from pte._audit import read_records
 from pte._data_budget import render_budgeted
-from pte._llm import ReplayClient
 from pte._prompts import DATA_CLOSE, DATA_OPEN, data_block
 
 MORE = re.compile(r"^… (\d+) more records? not shown$")

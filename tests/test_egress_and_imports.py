@@ -10,10 +10,19 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, Registry, compile_plan, tool
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    PlanRejected,
+    Policy,
+    Registry,
+    ReplayClient,
+    compile_plan,
+    tool,
+)
 from pte._audit import read_records, verify
 from pte._errors import FailedClosed
-from pte._llm import ReplayClient
 from pte._replay import replay_file
 from pte._resume import resume_file
 from pte.importers._text import scrub

@@ -620,7 +620,7 @@ def test_a_timed_out_non_idempotent_write_is_not_replanned(tmp_path: Path) -> No
     """Its effect is unknown: a replan could repeat it, so the run ends needs_review."""
     import time as _time
 
-    from pte._llm import ReplayClient
+    from pte import ReplayClient
 
     calls: list[str] = []
 

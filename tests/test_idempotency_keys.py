@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 
 import pte
+from pte import resume_file
 from pte._audit import AuditLog, read_records, verify
 from pte._canonical import canonical_json
 from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, ReasonCode, ToolRegistrationError
 from pte._idempotency import derive_key
-from pte._replay import replay_file, resume_file
+from pte._replay import replay_file
 from pte._tools import Registry, ToolSpec, load_registry, spec_of
 from tests.packs import world
 from tests.test_audit_samples import _rehash

@@ -23,13 +23,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from pte import ReplayClient
 from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
 from pte._audit import AuditLog, Redactor, read_records, verify
 from pte._call_role import current_role
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._errors import PlanRejected, ReasonCode
-from pte._llm import LLMResponse, ReplayClient
+from pte._llm import LLMResponse
 from pte._llm_replay import _Recorded
 from pte._policy import Policy, plan_literals
 from pte._prompts import DATA_CLOSE, DATA_OPEN

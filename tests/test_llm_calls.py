@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from pte import ReplayClient
 from pte._audit import AuditLog
 from pte._engine import Engine, EngineConfig, RunResult
-from pte._llm import LLMClient, OpenAIClient, ReplayClient
+from pte._llm import LLMClient, OpenAIClient
 from pte._tools import Registry, tool
 from pte.testing import FakeOpenAIServer
 

@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._engine import Engine, EngineConfig
 from pte._errors import LLMError, ReasonCode
-from pte._llm import LLMClient, LLMResponse, OpenAIClient, ReplayClient
+from pte._llm import LLMClient, LLMResponse, OpenAIClient
 from pte._logs import configure_logging
 from pte._replay import replay_file
 from pte._tools import Registry, tool

@@ -15,13 +15,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pte import PlanRejected, ReasonCode, compile_plan
+from pte import PlanRejected, ReasonCode, ReplayClient, compile_plan, resume_file
 from pte._audit import AuditLog, read_records, verify
 from pte._canonical import canonical_json
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._errors import REPAIRABLE_REASONS
-from pte._llm import ReplayClient
-from pte._replay import replay_file, resume_file
+from pte._replay import replay_file
 from pte._tools import Registry
 from pte.testing import DataCase, ScriptedModel, data_plans, example_registry, invalid_plan_cases, json_values
 from pte.testing.cookbook import cookbook_registry, ref, step

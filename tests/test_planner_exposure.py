@@ -16,10 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, LabelTree, Registry, provenance, tool
+from pte import AuditLog, Engine, EngineConfig, LabelTree, Registry, ReplayClient, provenance, tool
 from pte._audit import read_records, verify
 from pte._handles import HANDLE_KEY, handle_view
-from pte._llm import ReplayClient
 from pte._prompts import DATA_CLOSE, DATA_OPEN
 from pte._replay import replay_file
 from pte.testing import FunctionCall, FunctionClient

@@ -27,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pte import ReplayClient
 from pte._audit import read_records, verify
 from pte._canonical import canonical_json
 from pte._demo import SCENARIOS, demo_registry, run_scenario
 from pte._engine import EngineConfig
-from pte._llm import ReplayClient
 from pte._policy import Policy
 from pte._replay import IGNORED_FIELDS, Deployment, LogNotIntact, replay_file
 from pte._tools import load_pack

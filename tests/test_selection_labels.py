@@ -377,9 +377,9 @@ def keep_rows(items: list[Row], key: str) -> KeptRows:
 def test_a_user_selection_is_recorded_and_replays_from_the_log_alone(tmp_path: Any) -> None:
     """The declaration travels in the recorded output schema: a run whose guarded write takes a
     trusted field out of a user tool's selection replays with the same decision from the log."""
+    from pte import ReplayClient
     from pte._audit import AuditLog, read_records
     from pte._engine import Engine, EngineConfig
-    from pte._llm import ReplayClient
     from pte._replay import replay_file
 
     registry = _registry()

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, Policy, Registry, tool
-from pte._llm import ReplayClient
+from pte import AuditLog, Engine, EngineConfig, Policy, Registry, ReplayClient, tool
 from pte._policy import PolicyError, load_policy
 
 ATTACKER = "GB33BUKB20201555555555"

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import pte
+from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig
 from pte._errors import PlanRejected, ReasonCode
 from pte._executor import Executor
-from pte._llm import ReplayClient
 from pte._policy import Policy
 from pte._replay import replay_file
 from pte._tools import Registry, load_registry

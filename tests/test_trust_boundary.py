@@ -15,13 +15,13 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 
+from pte import ReplayClient
 from pte._approval import ApprovalGate, ApprovalStore, approve, catalogue_fingerprint
 from pte._audit import AuditLog, read_records, verify
 from pte._cli import main
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig
 from pte._errors import ReasonCode, ToolRegistrationError
-from pte._llm import ReplayClient
 from pte._policy import Policy, PolicyError
 from pte._signing import SigningKey, TrustedKeys
 from pte._tools import Registry, load_pack, load_registry, tool

@@ -311,7 +311,7 @@ def test_request_jobs_are_planned_with_the_workers_own_llm(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A submitted request is planned by the worker's LLM endpoint; without one it is refused."""
-    from pte._llm import ReplayClient
+    from pte import ReplayClient
     from pte._tools import load_registry
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))

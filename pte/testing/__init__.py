@@ -21,7 +21,7 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
 
 from __future__ import annotations
 
-from pte._llm import ReplayClient
+from pte._llm_replay import ReplayClient
 from pte.testing._catalogue import example_registry
 from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
 from pte.testing._data_plans import DataCase, data_plans
