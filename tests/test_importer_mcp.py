@@ -204,8 +204,9 @@ def test_an_injected_description_cannot_reach_a_guarded_sink(crm: MCPConnection,
         result = Engine(registry, FunctionClient(obedient_planner)).run("show C001's notes", audit)
     # The description is the server's text, framed as untrusted (the manifest did not replace
     # it): the planner that read it is the attacker's, and the IBAN it copied counts as
-    # untrusted (pte._exposure). Refused before any step runs (and before any approval).
-    assert result.reason is ReasonCode.POLICY_VIOLATION
+    # untrusted (pte._exposure). Refused before any step runs (and before any approval); the
+    # repair (pte._repair) gives the fooled model its second chance, and it writes the same plan.
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED
     assert "send_payment.iban" in (result.message or "") and "untrusted" in (result.message or "")
     assert result.steps == []
     assert not [r for r in read_records(log) if r["type"] == "step_started"]
