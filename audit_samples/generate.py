@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,6 +40,7 @@ SAMPLES = {
     "policy_violation": "injected_iban_blocked",
     "approval_missing": "payment_unapproved",
     "approved_payment": "payment_approved",
+    "endorsed_payment": "bill_endorsed",
 }
 
 #: The plan the crashed run executes: reads, then two idempotent writes.
@@ -200,6 +202,18 @@ def main() -> int:
             outcome = run_scenario(by_name[scenario], registry, workdir, audit_path=target)
             status = "ok" if outcome.as_expected else "UNEXPECTED"
             print(f"{target.name:28} {outcome.result.status:14} {outcome.result.reason or '-'}  {status}")
+        # The person shown the bill's IBAN and amount rejects them (pte._endorsement).
+        rejected = replace(
+            by_name["bill_endorsed"],
+            name="endorsement_rejected",
+            endorse_reject=True,
+            expect_status="failed_closed",
+            expect_reason="endorsement_rejected",
+        )
+        target = HERE / "endorsement_rejected.jsonl"
+        target.unlink(missing_ok=True)
+        outcome = run_scenario(rejected, registry, workdir, audit_path=target)
+        print(f"{target.name:28} {outcome.result.status:14} {outcome.result.reason or '-'}")
         control = HERE / "control.jsonl"
         control.unlink(missing_ok=True)
         print(f"{control.name:28} {control_sample(control)}")

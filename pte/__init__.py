@@ -30,6 +30,16 @@ from pte._checkpoint import (
 from pte._compile_context import DEFAULT_LIMITS, Limits
 from pte._compiler import compile_plan
 from pte._control_run import ConditionNotMet
+from pte._endorsement import (
+    Endorsement,
+    EndorsementGate,
+    EndorsementRejected,
+    EndorsementRequest,
+    EndorsementStore,
+    EndorsementStoreError,
+    endorse,
+    pending_endorsement,
+)
 from pte._errors import (
     ApprovalConsumed,
     ApprovalMissing,
@@ -53,6 +63,7 @@ from pte._executor import ExecutionResult, Executor, StepResult
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._labels import LabelTree, provenance
 from pte._logs import configure_logging
+from pte._pause import RunPaused
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Decided, Policy, PolicyError, load_policy
 from pte._redaction import Redactor
@@ -90,7 +101,6 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Anchors": ("pte._anchors", "Anchors"),
     "anchors_from_env": ("pte._anchors", "anchors_from_env"),
     "PausedRun": ("pte._runs", "PausedRun"),
-    "RunPaused": ("pte._runs", "RunPaused"),
     "decide": ("pte._runs", "decide"),
     "pausing_gate": ("pte._runs", "pausing_gate"),
     "resume_run": ("pte._runs", "resume_run"),
@@ -133,6 +143,12 @@ __all__ = [
     "ConditionNotMet",
     "Decided",
     "Durability",
+    "Endorsement",
+    "EndorsementGate",
+    "EndorsementRejected",
+    "EndorsementRequest",
+    "EndorsementStore",
+    "EndorsementStoreError",
     "Engine",
     "EngineConfig",
     "ExecutionResult",
@@ -200,6 +216,7 @@ __all__ = [
     "compile_plan",
     "configure_logging",
     "decide",
+    "endorse",
     "hash_json",
     "iter_records",
     "load_pack",
@@ -207,6 +224,7 @@ __all__ = [
     "load_registry",
     "open_store",
     "pausing_gate",
+    "pending_endorsement",
     "plan_schema",
     "provenance",
     "read_records",

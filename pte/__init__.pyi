@@ -17,6 +17,30 @@ from pte._checkpoint import (
 from pte._compile_context import DEFAULT_LIMITS, Limits
 from pte._compiler import compile_plan
 from pte._control_run import ConditionNotMet
+from pte._endorsement import (
+    Endorsement as Endorsement,
+)
+from pte._endorsement import (
+    EndorsementGate as EndorsementGate,
+)
+from pte._endorsement import (
+    EndorsementRejected as EndorsementRejected,
+)
+from pte._endorsement import (
+    EndorsementRequest as EndorsementRequest,
+)
+from pte._endorsement import (
+    EndorsementStore as EndorsementStore,
+)
+from pte._endorsement import (
+    EndorsementStoreError as EndorsementStoreError,
+)
+from pte._endorsement import (
+    endorse as endorse,
+)
+from pte._endorsement import (
+    pending_endorsement as pending_endorsement,
+)
 from pte._engine import Engine as Engine
 from pte._engine import EngineConfig as EngineConfig
 from pte._engine import RunResult as RunResult
@@ -49,6 +73,7 @@ from pte._llm import OpenAIClient as OpenAIClient
 from pte._llm import ReplayDataError as ReplayDataError
 from pte._llm_replay import ReplayClient as ReplayClient
 from pte._logs import configure_logging
+from pte._pause import RunPaused as RunPaused
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Decided, Policy, PolicyError, load_policy
 from pte._redaction import Redactor
@@ -62,7 +87,6 @@ from pte._report import ReportError, render_report, render_store_report, write_r
 from pte._resume import resume_file as resume_file
 from pte._run_view import RunView
 from pte._runs import PausedRun as PausedRun
-from pte._runs import RunPaused as RunPaused
 from pte._runs import decide as decide
 from pte._runs import pausing_gate as pausing_gate
 from pte._runs import resume_run as resume_run
@@ -96,6 +120,12 @@ __all__ = [
     "ConditionNotMet",
     "Decided",
     "Durability",
+    "Endorsement",
+    "EndorsementGate",
+    "EndorsementRejected",
+    "EndorsementRequest",
+    "EndorsementStore",
+    "EndorsementStoreError",
     "Engine",
     "EngineConfig",
     "ExecutionResult",
@@ -163,6 +193,7 @@ __all__ = [
     "compile_plan",
     "configure_logging",
     "decide",
+    "endorse",
     "hash_json",
     "iter_records",
     "load_pack",
@@ -170,6 +201,7 @@ __all__ = [
     "load_registry",
     "open_store",
     "pausing_gate",
+    "pending_endorsement",
     "plan_schema",
     "provenance",
     "read_records",

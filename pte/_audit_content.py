@@ -82,6 +82,26 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
     return None
 
 
+def endorsement_problem(record: Mapping[str, Any]) -> str | None:
+    """An ``endorsement``/``endorsement_rejected`` record: its id is its hash, it names its own
+    run, and a signature verifies under its own key (docs/audit-format.md, "Endorsements")."""
+    from pte._endorsement import Endorsement
+
+    try:
+        made = Endorsement.from_record(record)
+    except (TypeError, ValueError) as exc:
+        return f"endorsement is malformed: {exc}"
+    if made.id != record.get("endorsement_id"):
+        return "endorsement_id is not the hash of the endorsement"
+    if made.run != record.get("run_id"):
+        return "the endorsement is about another run"
+    if made.signature is None:
+        return "endorsement marked signed carries no signature" if record.get("signed") is True else None
+    if not made.self_consistent():
+        return "endorsement signature does not verify under its own public key"
+    return None
+
+
 #: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
 _APPROVAL_FIELDS = (
     "plan_hash",

@@ -118,14 +118,14 @@ def _checkers() -> dict[str, _TypeChecker]:
 def _fast_path() -> FastPath | None:
     """The schema compiled for `verify`'s fast path (pte._audit_fast), None if it cannot be.
 
-    ``run_started`` and ``approval`` always take the reference path: their checks (stored
-    content, signatures) need the parsed record. ``prev`` and ``hash`` need no pattern
+    ``run_started``, ``approval`` and the endorsement records always take the reference
+    path: their checks (stored content, signatures) need the parsed record. ``prev`` and ``hash`` need no pattern
     check there: the fast path only accepts them equal to hashes it computed.
     """
     try:
         return compile_fast_path(
             _branches(),
-            exclude=frozenset({"run_started", "approval"}),
+            exclude=frozenset({"run_started", "approval", "endorsement", "endorsement_rejected"}),
             implied=frozenset({"prev", "hash"}),
         )
     except (Unsupported, TypeError):  # TypeError: a type this msgspec cannot build

@@ -15,6 +15,7 @@ import orjson
 
 from pte._audit_content import approval_problem as approval_problem
 from pte._audit_content import content_problem as _content_problem
+from pte._audit_content import endorsement_problem
 from pte._audit_fast import fast_errors, no_surrogate_pairs
 from pte._audit_fast import hash_of_line as _hash_of_line
 from pte._audit_schema import _checkers, _fast_path
@@ -522,8 +523,8 @@ def scan_lines(
                     problem = _content_problem(record, stored)
                     if problem is not None:
                         return broken(number, seq, problem)
-        if rtype == "approval" and version == 2:
-            problem = approval_problem(record)
+        if rtype in ("approval", "endorsement", "endorsement_rejected") and version == 2:
+            problem = approval_problem(record) if rtype == "approval" else endorsement_problem(record)
             if problem is not None:
                 return broken(number, seq, problem)
         if run_id != current_run:

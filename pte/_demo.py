@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from pte._approval import ApprovalStore, approval_hook
-from pte._audit import AuditLog, verify
+from pte._audit import AuditLog, read_records, verify
+from pte._endorsement import EndorsementGate, EndorsementStore, endorse, pending_endorsement
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._llm_replay import ReplayClient
+from pte._pause import RunPaused
 from pte._policy import Policy
 from pte._registry import Registry, load_registry
 
@@ -54,6 +56,11 @@ class Scenario:
     max_replans: int = 2
     approve_by: str | None = None
     note: str = ""
+    #: pte._endorsement: the run pauses at a call whose value only a person can vouch for;
+    #: this person endorses the exact value shown (signed) and the run is resumed.
+    endorse_by: str | None = None
+    #: ...or rejects it (the run ends failed_closed(endorsement_rejected)).
+    endorse_reject: bool = False
 
 
 _THREE_FIGURES = _plan(
@@ -87,6 +94,28 @@ _SUPPLIER_PAYMENT = _plan(
     ),
     result=_ref("pay/payment_id"),
 )
+
+_BILL_PAYMENT = _plan(
+    _step("bill", "read_document", document_id="DOC-001"),
+    _step(
+        "pay",
+        "send_payment",
+        iban=_ref("bill/iban"),
+        amount=_ref("bill/amount"),
+        currency=_ref("bill/currency"),
+        reference="RB-5512",
+    ),
+    result=_ref("pay/payment_id"),
+)
+
+#: The deployment's policy for the endorsement scenario: a payment's details read from a
+#: document may be endorsed by a person, value by value, instead of being refused.
+ENDORSE_POLICY: dict[str, Any] = {
+    "pte_policy": "1",
+    "tools": {
+        "send_payment": {"on_violation": {"iban": "endorse", "amount": "endorse", "currency": "endorse"}}
+    },
+}
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -234,6 +263,19 @@ SCENARIOS: tuple[Scenario, ...] = (
         approve_by="controller@example.com",
         note="the same plan after `pte approve` recorded its hash",
     ),
+    Scenario(
+        name="bill_endorsed",
+        request="Pay the bill in document DOC-001.",
+        responses=[
+            _BILL_PAYMENT,
+            "Payment PO-0001 of EUR 612.40 to the IBAN in the bill (endorsed by a person) was submitted.",
+        ],
+        expect_status="succeeded",
+        approve_by="controller@example.com",
+        endorse_by="controller@example.com",
+        note="the IBAN and amount exist only in the bill (untrusted): the run pauses at send_payment "
+        "showing them and their source; a person endorses exactly those values; it resumes and pays once",
+    ),
 )
 
 
@@ -269,30 +311,75 @@ def run_scenario(
     path = audit_path or workdir / f"{scenario.name}.jsonl"
     store = ApprovalStore(workdir / "approvals.jsonl")
     policy = Policy.from_registry(registry)
+    if scenario.endorse_by:
+        policy = policy.with_document(ENDORSE_POLICY, source="<demo endorsement policy>")
     run_id = None
     if scenario.approve_by:
         # The person reviewed the plan file (`pte plan`) and approved one run of its exact hash
         # (`pte approve`); that run is the one that executes.
-        plan = compile_plan(scenario.responses[0], registry, checks=[policy.check()])
+        plan = compile_plan(
+            scenario.responses[0], registry, checks=[policy.check(endorsable=bool(scenario.endorse_by))]
+        )
         approval = approve(
             plan, scenario.approve_by, store, catalogue=catalogue_fingerprint(registry, plan, policy)
         )
         run_id = approval.run
+    gate = approval_hook(store, registry=registry, policy=policy)
+    endorsements = EndorsementGate(EndorsementStore(workdir / "endorsements.jsonl"))
     engine = Engine(
         registry,
         ReplayClient(scenario.responses, model="recorded-demo-responses"),
         config=EngineConfig(max_replans=scenario.max_replans),
         policy=policy,
-        approval=approval_hook(store, registry=registry, policy=policy),
+        approval=gate,
+        endorsement=endorsements if scenario.endorse_by else None,
     )
     audit = audit_factory(path, run_id=run_id) if audit_factory else AuditLog(path, run_id=run_id)
-    with audit:
-        result = engine.run(scenario.request, audit)
+    extra: dict[str, Any] = {}
+    try:
+        with audit:
+            result = engine.run(scenario.request, audit)
+    except RunPaused:
+        # The person sees the exact values and where they come from, and endorses them.
+        from pte._resume import resume_file
+        from pte._replay_authority import Deployment  # imports the engine, as the demo does
+
+        request = pending_endorsement(read_records(path))
+        assert request is not None and scenario.endorse_by is not None
+        extra["endorsement_request"] = request.describe()
+        endorse(
+            endorsements.store,
+            request,
+            scenario.endorse_by,
+            reject=scenario.endorse_reject,
+            note="not our supplier's account" if scenario.endorse_reject else None,
+            signing_key=_demo_key(workdir),
+        )
+        deployment = Deployment(registry=registry, policy=policy, approvals=gate, endorsements=endorsements)
+        result = resume_file(
+            path,
+            registry,
+            llm=ReplayClient(scenario.responses[1:], model="recorded-demo-responses"),
+            deployment=deployment,
+        )
     report = verify(path)
     as_expected = result.status == scenario.expect_status and (
         (result.reason.value if result.reason else None) == scenario.expect_reason
     )
-    return DemoOutcome(scenario, result, path, report.ok, as_expected and report.ok)
+    return DemoOutcome(scenario, result, path, report.ok, as_expected and report.ok, extra)
+
+
+def _demo_key(workdir: Path) -> Any:
+    """The demo approver's Ed25519 key (made once per demo directory; never a real key)."""
+    from pte._signing import SigningKey
+
+    path = workdir / "demo-approver.key"
+    if path.exists():
+        return SigningKey.load(path)
+    key = SigningKey.generate()
+    path.write_bytes(key.to_pem())
+    path.chmod(0o600)
+    return key
 
 
 def _table(outcomes: Sequence[DemoOutcome]) -> str:
@@ -333,7 +420,8 @@ def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
         try:
             registry = demo_registry()
             # Only this demo's own files: --out may point at a directory holding other logs.
-            for stale in [workdir / f"{s.name}.jsonl" for s in SCENARIOS] + [workdir / "approvals.jsonl"]:
+            own = ("approvals.jsonl", "endorsements.jsonl", "demo-approver.key")
+            for stale in [workdir / f"{s.name}.jsonl" for s in SCENARIOS] + [workdir / name for name in own]:
                 stale.unlink(missing_ok=True)
             outcomes = [run_scenario(s, registry, workdir) for s in SCENARIOS]
         finally:

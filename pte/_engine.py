@@ -24,6 +24,7 @@ from pte._compile_context import DEFAULT_LIMITS, CompileCheck, Limits
 from pte._compiler import compile_plan
 from pte._control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
 from pte._data_budget import DEFAULT_DATA_BUDGET
+from pte._endorsement import _Point, reset_point, set_point
 from pte._errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
 from pte._exposure import (
@@ -229,6 +230,8 @@ class _Run:
     deciding: Decided = field(default_factory=Decided)
     #: Replans used so far: after a failed step, or to repair a rejected plan (pte._repair).
     replans: int = 0
+    #: plan hash -> the steps that need an endorsement (pte._endorsement): step -> {param: why}.
+    endorse: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
 
 
 class Engine:
@@ -251,6 +254,9 @@ class Engine:
       (`pte._otel`); None uses the global one. Without opentelemetry installed, no spans.
     - `max_concurrency`, `serial_writes`: how many steps may run at once, and whether a
       write runs alone (`Executor`). The records do not depend on either.
+    - `endorsement`: the endorsement gate (`pte.EndorsementGate`, docs/endorsement.md): a
+      call whose value only a person can vouch for pauses the run (`pte.RunPaused`) instead
+      of the plan being refused.
     """
 
     def __init__(
@@ -267,8 +273,13 @@ class Engine:
         tracer_provider: Any = None,
         max_concurrency: int = DEFAULT_CONCURRENCY,
         serial_writes: bool = False,
+        endorsement: Any = None,
     ) -> None:
         self.registry = registry
+        #: The endorsement gate (`pte._endorsement.EndorsementGate`): with one, a plan whose
+        #: only violations are values reaching ``on_violation: "endorse"`` sinks compiles, and
+        #: the run pauses at each such call for a person. None: such plans are refused.
+        self.endorsement = endorsement
         self.llm = llm
         self.config = config or EngineConfig()
         guard = getattr(approval, "guard", None)
@@ -410,6 +421,8 @@ class Engine:
             if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
                 config["llm"] = describe
         config.update(extra or {})
+        if self.endorsement is not None:  # replay compiles as the run did (pte._endorsement)
+            config["endorsement"] = True
         run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider, run.audit.redactor)
         # Untouched third-party text in the catalogue (pte.importers): every planner reads it.
         run.shown_untrusted = mode != "execute" and catalogue_exposed(self.registry)
@@ -513,6 +526,7 @@ class Engine:
             prior_trees={sid: run.label_trees[sid] for sid in run.prior if sid in run.label_trees},
             exposure=() if origin == "file" else exposure_of(run),
             decided=run.deciding,
+            endorsable=self.endorsement is not None,
         )
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
@@ -542,9 +556,17 @@ class Engine:
         run.decided, run.completion = policy_check.decided, policy_check.completion
         if policy_check.literal == "request":  # written from the request and catalogue alone
             run.request_literals |= plan_literals(plan) | continue_literals(plan)
+        endorsing = {sid: sorted(params) for sid, params in policy_check.endorsements.items()}
         run.audit.append(
-            "plan_accepted", origin=origin, plan_hash=plan.hash, plan=plan.to_dict(), order=list(plan.order)
+            "plan_accepted",
+            origin=origin,
+            plan_hash=plan.hash,
+            plan=plan.to_dict(),
+            order=list(plan.order),
+            **({"needs_endorsement": endorsing} if endorsing else {}),
         )
+        if endorsing:
+            run.endorse[plan.hash] = policy_check.endorsements
         run.result.plans.append(plan)
         if gate:
             self.approval(plan, run.audit)
@@ -588,9 +610,13 @@ class Engine:
 
         # Step spans start and end where the step records are written (ids go into them).
         audit: Any = TracedAudit(run.audit, run.tracer) if run.tracer.active else run.audit
+        needs = run.endorse.get(plan.hash)
+        point = _Point(self.endorsement, audit, plan.hash, needs) if needs and self.endorsement else None
+        token = set_point(point)
         try:
             execution = self.executor.run(plan, audit, completed=run.result.outputs, on_step=on_step)
         finally:
+            reset_point(token)
             note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         run.result.outputs = execution.outputs
         note_completed(plan, run.result.outputs, run.prior, run.prior_lists)

@@ -33,6 +33,8 @@ class ReasonCode(StrEnum):
     #: A plan handed values to more planning stages than `max_stages` allows (pte._stages).
     STAGES_EXHAUSTED = "stages_exhausted"
     INTERRUPTED = "interrupted"
+    #: A person rejected the value a paused run waited with at a call (pte._endorsement).
+    ENDORSEMENT_REJECTED = "endorsement_rejected"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.

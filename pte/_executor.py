@@ -51,6 +51,7 @@ from typing import Any, Literal, Protocol
 
 from pte._audit import AuditLog
 from pte._control_run import is_controlled, run_with_control
+from pte._endorsement import check_call as check_endorsement
 from pte._errors import AuditWriteError, ToolError
 from pte._idempotency import derive_key
 from pte._invoke import _WORKERS, CallOutcome, settled, start_call
@@ -401,6 +402,10 @@ class _Run:
         if invalid is not None:
             self.completions.put((i, CallOutcome(error=invalid)))
             return
+        # A call whose value needs a person's endorsement (pte._endorsement): pause, refuse or
+        # record the endorsement it consumes, before its intent is recorded. Such a step is a
+        # write, started only at its turn, so everything before it is recorded.
+        check_endorsement(step.id, spec.name, args)
         if i == self.next:
             # Its turn to be recorded: the intent goes first, as it would one step at a time
             # (a write is only ever started at its turn).

@@ -393,6 +393,16 @@ class _FlowGraph:
     # -- sinks -----------------------------------------------------------------------------
 
     def first_violation(self) -> PlanRejected | None:
+        for violation in self.violations():
+            return violation[2]
+        return None
+
+    def violations(self) -> Iterator[tuple[_StepView, str | None, PlanRejected]]:
+        """Every sink violation in plan order: (step, parameter, rejection).
+
+        The parameter is None for an implicit flow (whether and how often the call happens
+        depends on the data): only a value can be endorsed (pte._endorsement), not that.
+        """
         for step in self.steps:  # plan order, so the first violation is the first one a reader meets
             sinks = self.entry(step.tool).sinks
             for param, allowed in sinks.items():
@@ -400,14 +410,14 @@ class _FlowGraph:
                     labels = self.value_labels(_components(step.args[param]))
                     offending = labels - allowed
                     if offending:
-                        return self.violation(step, param, allowed, offending)
+                        yield step, param, self.violation(step, param, allowed, offending)
             implicit = self.implicit_labels(step) if sinks else frozenset()
             for param, allowed in sinks.items():
                 # Whether (and how often) the call happens is itself a flow into every sink
                 # (explained after the explicit flows: those are what a reader fixes first).
                 if implicit - allowed:
-                    return self.implicit_violation(step, param, allowed, implicit - allowed)
-        return None
+                    yield step, None, self.implicit_violation(step, param, allowed, implicit - allowed)
+                    break
 
     def implicit_violation(
         self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]

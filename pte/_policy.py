@@ -244,8 +244,20 @@ class Policy:
                     "'fields' applies to trusted or untrusted outputs"
                 )
             egress = bool(entry.get("egress", current.egress))
+            endorse = set(current.endorse)
+            for param, action in entry.get("on_violation", {}).items():
+                _check_sink_param(source, name, param, self._registry)
+                if action == "endorse":
+                    endorse.add(param)
+                else:
+                    endorse.discard(param)
             tools[name] = ToolPolicy(
-                output, _frozen_sinks(sinks), MappingProxyType(fields), MappingProxyType(stores), egress
+                output,
+                _frozen_sinks(sinks),
+                MappingProxyType(fields),
+                MappingProxyType(stores),
+                egress,
+                frozenset(endorse),
             )
         default = cast(DefaultMode, document.get("default", self.default))
         return Policy(tools, registry=self._registry, sources=(*self.sources, source), default=default)
@@ -261,6 +273,7 @@ class Policy:
         prior_trees: Mapping[str, LabelTree] | None = None,
         exposure: Iterable[str] = (),
         decided: Decided | None = None,
+        endorsable: bool = False,
     ) -> PolicyCheck:
         """A compile check enforcing this policy; pass it to `compile_plan(checks=...)`.
 
@@ -275,6 +288,10 @@ class Policy:
         `decided`: run-level labels of what decided that this plan runs at all (the requires and
         failures of the earlier stages and plans: the last check's `PolicyCheck.completion`);
         every call of the plan carries them (docs/labels.md).
+        `endorsable`: the engine can pause for a person's endorsement (pte._endorsement): a
+        plan whose only violations are values reaching sinks the policy marks
+        ``on_violation: "endorse"`` (of write tools) compiles, those steps listed in
+        `PolicyCheck.endorsements`. Without it (the default) such a plan is refused as before.
         """
         return PolicyCheck(
             self,
@@ -284,6 +301,7 @@ class Policy:
             prior_trees=prior_trees,
             exposure=exposure,
             decided=decided,
+            endorsable=endorsable,
         )
 
     def label_plan(
@@ -346,6 +364,7 @@ class PolicyCheck:
         prior_trees: Mapping[str, LabelTree] | None = None,
         exposure: Iterable[str] = (),
         decided: Decided | None = None,
+        endorsable: bool = False,
     ) -> None:
         if literal not in LABELS:
             raise ValueError(f"literal must be one of {list(LABELS)}, not {literal!r}")
@@ -373,6 +392,10 @@ class PolicyCheck:
         #: What decides whether anything after the last plan this check labelled runs (a next
         #: stage, a replan): `decided` joined with every require and failure of that plan.
         self.completion: Decided = self.decided
+        self.endorsable = endorsable
+        #: Steps of the last plan this check accepted that need a person's endorsement:
+        #: step id -> {parameter: the violation's explanation (its provenance chain)}.
+        self.endorsements: dict[str, dict[str, str]] = {}
 
     def configured(
         self,
@@ -391,6 +414,7 @@ class PolicyCheck:
             prior_trees=self.prior_trees,
             exposure=self.exposure,
             decided=self.decided if decided is None else decided,
+            endorsable=self.endorsable,
         )
 
     def __call__(self, ctx: CompileContext) -> None:
@@ -404,9 +428,22 @@ class PolicyCheck:
         self.decisions = {step.id: graph.implicit_labels(step) for step in graph.steps}
         self.trees = {sid: graph.trees[sid] for sid in labels}
         ctx.extras["provenance"] = dict(labels)
-        violation = graph.first_violation()
-        if violation is not None:
-            raise violation
+        self.endorsements = {}
+        needs: dict[str, dict[str, str]] = {}
+        for step, param, violation in graph.violations():
+            if not (self.endorsable and param is not None and self._endorsable(graph, step.tool, param)):
+                raise violation
+            needs.setdefault(step.id, {})[param] = violation.message
+        self.endorsements = needs
+        if needs:
+            ctx.extras["needs_endorsement"] = {sid: sorted(params) for sid, params in needs.items()}
+
+    @staticmethod
+    def _endorsable(graph: Any, tool: str, param: str) -> bool:
+        # Only a write's call waits at its turn, after every earlier step is recorded: the
+        # place a run can pause for a person without losing or repeating anything.
+        spec = graph.spec(tool)
+        return spec is not None and spec.effect == "write" and param in graph.entry(tool).endorse
 
     def __repr__(self) -> str:
         return f"PolicyCheck(literal={self.literal!r}, prior={len(self.prior)} step(s))"

@@ -104,7 +104,10 @@ is trusted), untrusted (written by third parties: "output untrusted", or listed 
 on the labels of what it read: a reference or a selection (filter, sort, first, extreme, \
 pick) carries the labels of the fields it returns and of the fields it decided on.
 - "guarded p: request|trusted" means parameter p accepts only values with those labels: \
-untrusted data can never reach it, whatever the request says.
+untrusted data can never reach it, whatever the request says. "endorsable p": the deployment \
+lets a person vouch for p's value: a plan may reference untrusted data into p when the request \
+asks to act on that data; the run then stops at that call, shows a person the exact value \
+and its source, and calls the tool only if they endorse it (take the value by reference).
 - """
     + LABEL_RULE
     + """
@@ -461,9 +464,12 @@ def _type_variables(node: Any, out: dict[str, str]) -> dict[str, str]:
 
 def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> str:
     """Effect, approval and labels as compile enforces them (policy files included)."""
+    endorsable: list[str] = []
     if policy is not None:
         entry = policy.effective(spec.name, registry)
         output, sinks, fields = entry.output, entry.sinks, dict(entry.fields)
+        if spec.effect == "write":  # pte._endorsement: only a write's value can be endorsed
+            endorsable = sorted(p for p in entry.endorse if p in sinks)
     else:
         output, sinks = spec.provenance, spec.sinks
         fields = schema_fields(spec.output_schema) if output != "derived" else {}
@@ -482,6 +488,8 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
     for param, allowed in sorted(sinks.items()):
         groups.setdefault("|".join(sorted(allowed)) or "nothing", []).append(param)
     parts.extend(f"guarded {', '.join(map(_key, params))}: {allowed}" for allowed, params in groups.items())
+    if endorsable:
+        parts.append(f"endorsable {', '.join(map(_key, endorsable))}")
     return "; ".join(parts)
 
 

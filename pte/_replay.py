@@ -90,6 +90,9 @@ DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
     "plan_rejected": ("origin", "reason", "message", "path"),
     "approval": ("plan_hash", "by"),
     "approval_rejected": ("plan_hash", "by", "note"),
+    # pte._endorsement
+    "endorsement": ("step_id", "element", "value_hash", "by"),
+    "endorsement_rejected": ("step_id", "element", "value_hash", "by", "note"),
     "step_started": ("step_id", "tool", "effect", "args"),
     "step_finished": ("step_id", "tool", "status", "output", "error"),
     "replan": ("attempt", "failed_step", "error", "completed"),

@@ -19,8 +19,16 @@ from typing import Any
 from pte._approval import Approval, ApprovalGate, catalogue_fingerprint, requires_approval
 from pte._audit import AuditLog
 from pte._canonical import canonical_json, canonical_json_v1
+from pte._endorsement import Endorsement, EndorsementRejected, EndorsementRequest
 from pte._engine import Engine, EngineConfig
-from pte._errors import ApprovalConsumed, ApprovalMissing, ApprovalRejected, LLMError, ReasonCode
+from pte._errors import (
+    ApprovalConsumed,
+    ApprovalMissing,
+    ApprovalRejected,
+    FailedClosed,
+    LLMError,
+    ReasonCode,
+)
 from pte._executor import ToolInvoker
 from pte._fingerprint import expand_run_started, stored_contents
 from pte._llm import LLMClient, LLMResponse
@@ -73,6 +81,10 @@ class Deployment:
     #: The deployment's anchors (`pte._anchors.Anchors`): resume checks the run against them,
     #: re-runs the reads of its unsigned tail, and anchors what it appends.
     anchors: Any = None
+    #: The endorsement gate over the deployment's endorsement store (`pte.EndorsementGate`):
+    #: resume takes decisions from it; None: recorded endorsements are re-checked as evidence
+    #: (replay), and a call without one is where the recorded run paused.
+    endorsements: Any = None
 
     def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
         recorded = started.get("config") or {}
@@ -311,6 +323,79 @@ def _engine_for(
         gate if gate is not None else _RecordedApprovals(run_records, registry, policy, deployment.keys)
     )
     checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
+    endorsement = None
+    if (started.get("config") or {}).get("endorsement") is True:  # the run could pause for a person
+        endorsement = deployment.endorsements or RecordedEndorsements(run_records, deployment.keys)
     return Engine(
-        registry, llm, config=config, invoker=invoker, checks=checks, policy=policy, approval=approvals
+        registry,
+        llm,
+        config=config,
+        invoker=invoker,
+        checks=checks,
+        policy=policy,
+        approval=approvals,
+        endorsement=endorsement,
     )
+
+
+class RecordedEndorsements:
+    """Replay's endorsement gate: recorded endorsements are evidence, re-checked, never trusted.
+
+    Each call that needs endorsement takes the next recorded ``endorsement`` (or
+    ``endorsement_rejected``) record for its step and element; it must bind this run, step,
+    element and the replayed values' hash, and its signature must verify (under `keys` when
+    given, else under the key the record embeds). A call the recording has no decision for
+    is where the recorded run paused: the replay ends there.
+    """
+
+    def __init__(self, records: Sequence[Mapping[str, Any]], keys: TrustedKeys | None = None) -> None:
+        self._recorded: dict[tuple[str, Any], list[Mapping[str, Any]]] = {}
+        for record in records:
+            if record.get("type") in ("endorsement", "endorsement_rejected"):
+                key = (str(record.get("step_id")), record.get("element"))
+                self._recorded.setdefault(key, []).append(record)
+        self.keys = keys if keys else None
+
+    def at_call(self, request: EndorsementRequest, audit: Any) -> None:
+        queue = self._recorded.get((request.step_id, request.element))
+        if not queue:
+            from pte._replay import _LogEnded  # pte._replay imports this module
+
+            raise _LogEnded(
+                f"the recorded run paused for an endorsement at step {request.step_id!r} ({request.tool})"
+            )
+        record = queue.pop(0)
+        try:
+            made = Endorsement.from_record(record)
+        except (TypeError, ValueError) as exc:
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW, f"a recorded endorsement is malformed: {exc}"
+            ) from None
+        if not made.binds(audit.run_id, request.step_id, request.element, request.value_hash):
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW,
+                f"the recorded endorsement by {made.by} does not bind this run's call at step "
+                f"{request.step_id!r} with these values",
+            )
+        if self.keys is not None:
+            if not made.verify(self.keys):
+                raise FailedClosed(
+                    ReasonCode.NEEDS_REVIEW,
+                    f"the recorded endorsement by {made.by} does not verify under any trusted approval key",
+                )
+            signed = True
+        elif made.signed:
+            if not made.self_consistent():
+                raise FailedClosed(
+                    ReasonCode.NEEDS_REVIEW, f"the recorded endorsement by {made.by} has a bad signature"
+                )
+            signed = record.get("signed") is True
+        else:
+            signed = False
+        if made.decision == "rejected":
+            audit.append("endorsement_rejected", **made.evidence(signed=signed))
+            raise EndorsementRejected(
+                f"{made.by} rejected the value of {request.tool} at step {request.step_id!r}"
+                + (f": {made.note}" if made.note else "")
+            )
+        audit.append("endorsement", **made.evidence(signed=signed))

@@ -39,9 +39,10 @@ from pte._approval import (
 )
 from pte._audit import AuditLog
 from pte._engine import Engine, RunResult
-from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, PTEError, ReasonCode
+from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, ReasonCode
 from pte._executor import LiveInvoker
 from pte._llm import LLMClient
+from pte._pause import RunPaused
 from pte._plan import Plan
 from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive
@@ -68,17 +69,6 @@ __all__ = [
 
 #: How long a paused run waits for a decision by default.
 DEFAULT_APPROVAL_TTL = timedelta(hours=24)
-
-
-class RunPaused(PTEError):
-    """Raised by the pausing gate after ``run_paused`` is recorded: the run waits for a person."""
-
-    def __init__(self, run_id: str, plan: Plan, tools: list[str], expires_at: str) -> None:
-        super().__init__(f"run {run_id} awaits approval of plan {plan.hash} ({', '.join(tools)})")
-        self.run_id = run_id
-        self.plan = plan
-        self.tools = tools
-        self.expires_at = expires_at
 
 
 @dataclass

@@ -46,6 +46,9 @@ class ToolPolicy:
     #: Egress: every parameter no sink declaration names accepts only request/trusted data,
     #: as a write's do in guarded mode (a read whose URL or query reaches a third party).
     egress: bool = False
+    #: Sink parameters whose violation a person may endorse value by value (pte._endorsement)
+    #: instead of the plan being refused: ``on_violation: {"param": "endorse"}``.
+    endorse: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         """The policy-file form of this entry."""
@@ -56,6 +59,8 @@ class ToolPolicy:
             out["fields"] = dict(sorted(self.fields.items()))
         if self.egress:
             out["egress"] = True
+        if self.endorse:
+            out["on_violation"] = dict.fromkeys(sorted(self.endorse), "endorse")
         if self.stores:
             out["stores"] = {
                 param: [{"read": read, "field": pointer} for read, pointer in landings]

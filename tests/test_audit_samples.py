@@ -34,6 +34,8 @@ EXPECTED_END = {
     "staged": ("succeeded", None),
     "paused_then_approved": ("succeeded", None),
     "paused_then_rejected": ("failed_closed", "approval_rejected"),
+    "endorsed_payment": ("succeeded", None),
+    "endorsement_rejected": ("failed_closed", "endorsement_rejected"),
 }
 
 

@@ -140,7 +140,8 @@ def test_readme_says_the_demo_uses_recorded_responses() -> None:
 
 
 def test_out_dir_keeps_one_log_per_scenario(demo_run: DemoRun) -> None:
-    logs = sorted(p.name for p in demo_run.out_dir.glob("*.jsonl") if p.name != "approvals.jsonl")
+    stores = ("approvals.jsonl", "endorsements.jsonl")
+    logs = sorted(p.name for p in demo_run.out_dir.glob("*.jsonl") if p.name not in stores)
     assert logs == sorted(f"{name}.jsonl" for name in NAMES)
     for name in NAMES:
         assert demo_run.scenario(name)["audit"] == str(demo_run.out_dir / f"{name}.jsonl")

@@ -263,6 +263,34 @@ function checkApproval(n, record) {
   }
 }
 
+// An endorsement (docs/audit-format.md, "Endorsements"): one person's decision on the exact
+// values of one call of one run.
+const ENDORSEMENT_DOMAIN = "pte-endorsement-v1\n";
+const ENDORSEMENT_SIGNED = ["run", "step_id", "element", "value_hash", "decision", "by", "at", "note", "key_id"];
+
+/** An `endorsement` or `endorsement_rejected` record: its id, its run, and its signature when signed. */
+function checkEndorsement(n, record) {
+  if (record.run !== record.run_id) throw new Issue(n, "the endorsement is about another run");
+  const stored = { pte_endorsement: "1" };
+  for (const name of [...ENDORSEMENT_SIGNED, "public_key", "signature"]) stored[name] = record[name] ?? null;
+  if (sha256Hex(jcs(stored)) !== record.endorsement_id) throw new Issue(n, "endorsement_id is not the hash of the endorsement");
+  if (record.signature === null || record.signature === undefined) {
+    if (record.signed === true) throw new Issue(n, "endorsement marked signed carries no signature");
+    return;
+  }
+  const pub = record.public_key;
+  if (typeof pub !== "string" || !HEX64.test(pub) || typeof record.signature !== "string" || !HEX128.test(record.signature)) {
+    throw new Issue(n, "endorsement signature or public key is malformed");
+  }
+  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "endorsement key_id does not name its public key");
+  const signed = { pte_endorsement: "1" };
+  for (const name of ENDORSEMENT_SIGNED) signed[name] = record[name] ?? null;
+  const message = Buffer.from(ENDORSEMENT_DOMAIN + jcs(signed), "utf8");
+  if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
+    throw new Issue(n, "endorsement signature does not verify");
+  }
+}
+
 function verifySignature(publicKey, message, signatureB64) {
   let sig;
   try {
@@ -374,6 +402,7 @@ export function verifyLog(buf) {
       }
       if (type === "run_started") checkRunStarted(n, record, stored);
       if (type === "approval") checkApproval(n, record);
+      if (type === "endorsement" || type === "endorsement_rejected") checkEndorsement(n, record);
       const run = record.run_id;
       if (run !== currentRun) {
         if (seenRuns.has(run)) throw new Issue(n, `record of run ${run} after run ${currentRun} began`);
