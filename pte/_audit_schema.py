@@ -119,8 +119,9 @@ def _fast_path() -> FastPath | None:
     """The schema compiled for `verify`'s fast path (pte._audit_fast), None if it cannot be.
 
     ``run_started``, ``approval`` and the endorsement records always take the reference
-    path: their checks (stored content, signatures) need the parsed record. ``prev`` and ``hash`` need no pattern
-    check there: the fast path only accepts them equal to hashes it computed.
+    path: their checks (stored content, signatures) need the parsed record. ``prev`` and
+    ``hash`` need no pattern check there: the fast path only accepts them equal to hashes it
+    computed.
     """
     try:
         return compile_fast_path(
