@@ -341,8 +341,8 @@ def run_scenario(
             result = engine.run(scenario.request, audit)
     except RunPaused:
         # The person sees the exact values and where they come from, and endorses them.
-        from pte._resume import resume_file
         from pte._replay_authority import Deployment  # imports the engine, as the demo does
+        from pte._resume import resume_file
 
         request = pending_endorsement(read_records(path))
         assert request is not None and scenario.endorse_by is not None
