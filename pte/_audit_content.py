@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from hashlib import sha256 as _sha256
 from typing import Any
 
-from pte._canonical import canonical_bytes
+from pte._canonical import canonical_bytes, canonical_json
+from pte._signing import KeyFileError, PublicKey
 
-__all__ = ["approval_problem", "content_problem"]
+__all__ = ["approval_problem", "content_problem", "endorsement_problem"]
 
 
 #: Fingerprint members that must equal the catalogue entry's (docs/audit-format.md).
@@ -84,22 +85,35 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
 
 def endorsement_problem(record: Mapping[str, Any]) -> str | None:
     """An ``endorsement``/``endorsement_rejected`` record: its id is its hash, it names its own
-    run, and a signature verifies under its own key (docs/audit-format.md, "Endorsements")."""
-    from pte._endorsement import Endorsement
+    run, and a signature verifies under its own key (docs/audit-format.md, section 7b).
 
-    try:
-        made = Endorsement.from_record(record)
-    except (TypeError, ValueError) as exc:
-        return f"endorsement is malformed: {exc}"
-    if made.id != record.get("endorsement_id"):
-        return "endorsement_id is not the hash of the endorsement"
-    if made.run != record.get("run_id"):
+    Checked from the record alone (as verifier/verify.mjs does), not through the module that
+    makes endorsements."""
+    if record.get("run") != record.get("run_id"):
         return "the endorsement is about another run"
-    if made.signature is None:
+    stored: dict[str, Any] = {"pte_endorsement": "1"}
+    for name in (*_ENDORSEMENT_SIGNED, "public_key", "signature"):
+        stored[name] = record.get(name)
+    if _sha256(canonical_json(stored).encode("utf-8")).hexdigest() != record.get("endorsement_id"):
+        return "endorsement_id is not the hash of the endorsement"
+    signature, public = record.get("signature"), record.get("public_key")
+    if signature is None:
         return "endorsement marked signed carries no signature" if record.get("signed") is True else None
-    if not made.self_consistent():
+    try:
+        raw, sig = bytes.fromhex(str(public)), bytes.fromhex(str(signature))
+        key = PublicKey.from_raw(raw)
+    except (ValueError, KeyFileError):
+        return "endorsement signature or public key is malformed"
+    if _sha256(raw).hexdigest() != record.get("key_id"):
+        return "endorsement key_id does not name its public key"
+    signed = {"pte_endorsement": "1", **{name: record.get(name) for name in _ENDORSEMENT_SIGNED}}
+    if not key.verify(sig, b"pte-endorsement-v1\n" + canonical_json(signed).encode("utf-8")):
         return "endorsement signature does not verify under its own public key"
     return None
+
+
+#: The signed members of an endorsement record (pte._endorsement, verifier/verify.mjs).
+_ENDORSEMENT_SIGNED = ("run", "step_id", "element", "value_hash", "decision", "by", "at", "note", "key_id")
 
 
 #: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
