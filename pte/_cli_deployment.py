@@ -74,8 +74,22 @@ def _registry(args: argparse.Namespace) -> Registry:
     input_file(getattr(args, "policy", None), "policy file")
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
-        return load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
+        registry = load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
     except (ToolPackError, ToolRegistrationError) as exc:
+        raise UsageError(str(exc)) from None
+    return _with_procedures(registry, args)
+
+
+def _with_procedures(registry: Registry, args: argparse.Namespace) -> Registry:
+    """The registry with the procedures of --procedures DIR (checked against its allow-list)."""
+    folder = getattr(args, "procedures", None)
+    if not folder:
+        return registry
+    from pte._procedures import ProcedureError, load_procedures
+
+    try:
+        return registry.with_procedures(load_procedures(folder, registry))
+    except ProcedureError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -92,7 +106,17 @@ def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> Non
         "--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools"
     )
     parser.add_argument("--manifest", metavar="FILE", help="a tool manifest narrowing the allow-list")
+    add_procedures_option(parser)
     parser.add_argument("--policy", metavar="FILE", help="a data-flow policy file (compliance-owned)")
+
+
+def add_procedures_option(parser: argparse.ArgumentParser) -> None:
+    """--procedures DIR: the deployment's procedure files (docs/procedures.md)."""
+    parser.add_argument(
+        "--procedures",
+        metavar="DIR",
+        help="a folder of procedure files (*.json) plans may call like tools (docs/procedures.md)",
+    )
 
 
 def _add_approvals(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from pte._cli_deployment import (
     EXIT_FAILED,
     EXIT_OK,
+    add_procedures_option,
     _add_approvals,
     _add_json,
     _add_llm,
@@ -134,6 +135,7 @@ def add_replay_commands(sub: Any) -> None:
         "--tools", action="append", metavar="PACK", help="the deployment's packs (else the recorded schemas)"
     )
     p.add_argument("--policy", metavar="FILE", help="the deployment's policy file (with --tools)")
+    add_procedures_option(p)
     p.add_argument("--live", action="store_true", help="re-run read tools for real and diff their outputs")
     p.add_argument("--allow-writes", action="store_true", help="with --live: re-run write tools too")
     _add_approvals(p)

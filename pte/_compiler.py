@@ -88,6 +88,23 @@ def parse_json(ctx: CompileContext) -> None:
     ctx.document = value
 
 
+def expand_procedure_calls(ctx: CompileContext) -> None:
+    """Inline every call of a deployment procedure (pte._procedures) before any other check.
+
+    Everything after this sees only the steps that run: types, labels, policy and limits are
+    checked on the inlined body exactly as if the planner had written it.
+    """
+    procedures = getattr(ctx.registry, "procedures", None)
+    if not procedures:
+        return
+    from pte._procedures import expand_procedures
+
+    expanded = expand_procedures(ctx.document, procedures)
+    if expanded is not ctx.document:
+        ctx.document = expanded
+        ctx.canonical = canonical_json(expanded)
+
+
 def check_step_count(ctx: CompileContext) -> None:
     """plan_too_large: more than `max_steps` steps (before the schema walks them all)."""
     steps = ctx.document.get("steps")
@@ -156,6 +173,7 @@ def check_schema(ctx: CompileContext) -> None:
 PIPELINE: tuple[CompileCheck, ...] = (
     check_size,
     parse_json,
+    expand_procedure_calls,
     check_step_count,
     check_schema,
     check_unique_ids,

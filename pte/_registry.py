@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,8 +33,16 @@ class Registry:
 
     def __init__(self, tools: Iterable[ToolSpec | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, ToolSpec] = {}
+        #: The deployment's procedures (pte._procedures), inlined by compile; set by with_procedures.
+        self.procedures: Mapping[str, Any] = {}
         for item in tools:
             self.register(item)
+
+    def with_procedures(self, procedures: Mapping[str, Any]) -> Registry:
+        """This allow-list with procedures (`pte.load_procedures`) a plan may call like tools."""
+        out = Registry(self)
+        out.procedures = dict(procedures)
+        return out
 
     def register(self, item: ToolSpec | Callable[..., Any]) -> ToolSpec:
         """Add a tool (a decorated function or a `ToolSpec`); a second tool of the same name is refused."""
