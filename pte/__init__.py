@@ -66,6 +66,7 @@ from pte._logs import configure_logging
 from pte._pause import RunPaused
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Decided, Policy, PolicyError, load_policy
+from pte._procedures import Procedure, ProcedureError, load_procedures
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
 from pte._report import ReportError, render_report, render_store_report, write_report
@@ -179,6 +180,8 @@ __all__ = [
     "PlanStep",
     "Policy",
     "PolicyError",
+    "Procedure",
+    "ProcedureError",
     "ReasonCode",
     "Redactor",
     "Reference",
@@ -221,6 +224,7 @@ __all__ = [
     "iter_records",
     "load_pack",
     "load_policy",
+    "load_procedures",
     "load_registry",
     "open_store",
     "pausing_gate",

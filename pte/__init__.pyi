@@ -76,6 +76,7 @@ from pte._logs import configure_logging
 from pte._pause import RunPaused as RunPaused
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Decided, Policy, PolicyError, load_policy
+from pte._procedures import Procedure, ProcedureError, load_procedures
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
 from pte._replay import LogNotIntact as LogNotIntact
@@ -156,6 +157,8 @@ __all__ = [
     "PlanStep",
     "Policy",
     "PolicyError",
+    "Procedure",
+    "ProcedureError",
     "ReasonCode",
     "Redactor",
     "Reference",
@@ -198,6 +201,7 @@ __all__ = [
     "iter_records",
     "load_pack",
     "load_policy",
+    "load_procedures",
     "load_registry",
     "open_store",
     "pausing_gate",

@@ -13,7 +13,6 @@ from typing import Any
 from pte._cli_deployment import (
     EXIT_FAILED,
     EXIT_OK,
-    add_procedures_option,
     _add_approvals,
     _add_json,
     _add_llm,
@@ -25,6 +24,7 @@ from pte._cli_deployment import (
     _print_json,
     _registry,
     _report_run,
+    add_procedures_option,
 )
 from pte._cli_store import add_store
 from pte._cli_support import UsageError, input_file

@@ -135,9 +135,7 @@ def _params_used(value: Any) -> Iterable[str]:
             yield from _params_used(item)
 
 
-def load_procedures(
-    folder: str | Path | Iterable[Procedure], registry: Any
-) -> dict[str, Procedure]:
+def load_procedures(folder: str | Path | Iterable[Procedure], registry: Any) -> dict[str, Procedure]:
     """The procedures of a folder (every ``*.json`` file), checked against `registry`.
 
     Refused (`ProcedureError`, naming the procedure): a file that is not a procedure, two
@@ -241,14 +239,18 @@ def _call_args(step: Mapping[str, Any], proc: Procedure, index: int) -> dict[str
         raise _reject(
             ReasonCode.INVALID_ARGS,
             f"procedure {proc.name!r} has no parameter(s) {unknown}; it takes {sorted(props)}",
-            "steps", index, "args",
+            "steps",
+            index,
+            "args",
         )
     for name in params.get("required", []):
         if name not in args:
             raise _reject(
                 ReasonCode.INVALID_ARGS,
                 f"procedure {proc.name!r} needs argument {name!r}",
-                "steps", index, "args",
+                "steps",
+                index,
+                "args",
             )
     for name, schema in props.items():
         if name not in args:
@@ -265,7 +267,10 @@ def _call_args(step: Mapping[str, Any], proc: Procedure, index: int) -> dict[str
             raise _reject(
                 ReasonCode.INVALID_ARGS,
                 f"argument {name!r} of procedure {proc.name!r}: {errors[0].message[:200]}",
-                "steps", index, "args", name,
+                "steps",
+                index,
+                "args",
+                name,
             )
     return args
 
@@ -285,7 +290,7 @@ def _expand_level(
     calls: dict[str, tuple[list[str], Any]] = {}  # call id -> (body step ids, result value)
     out: list[Any] = []
     for index, step in enumerate(steps):
-        proc = procedures.get(step.get("tool")) if isinstance(step, dict) else None
+        proc = procedures.get(str(step.get("tool"))) if isinstance(step, dict) else None
         if proc is None:
             out.append(step)
             continue
@@ -295,7 +300,9 @@ def _expand_level(
                     ReasonCode.INVALID_ARGS,
                     f"a call of procedure {proc.name!r} cannot have {key!r} (call it from a plan "
                     "step without it, or write the steps inline)",
-                    "steps", index, key,
+                    "steps",
+                    index,
+                    key,
                 )
         call_id = step["id"]
         args = _call_args(step, proc, index)

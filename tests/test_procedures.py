@@ -1,0 +1,393 @@
+"""Procedures (#29): files loaded against the allow-list, calls inlined at compile, evidence in the log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+from pydantic import BaseModel
+
+from pte._audit import AuditLog, read_records, verify
+from pte._cli import main
+from pte._compiler import compile_plan
+from pte._engine import Engine
+from pte._errors import PlanRejected, ReasonCode
+from pte._policy import Policy
+from pte._procedures import Procedure, ProcedureError, load_procedures, step_path
+from pte._tools import Registry, load_registry, tool
+
+BALANCE_REPORT: dict[str, Any] = {
+    "pte_procedure": "1",
+    "name": "balance_report",
+    "description": "What one customer owes, the overdue part too.",
+    "parameters": {
+        "type": "object",
+        "properties": {"customer_id": {"type": "string"}},
+        "required": ["customer_id"],
+    },
+    "plan": {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "balance", "tool": "customer_balance", "args": {"customer_id": {"$param": "customer_id"}}}
+        ],
+        "result": {"owes": {"$ref": "balance/open_total"}, "overdue": {"$ref": "balance/overdue_total"}},
+    },
+}
+
+TWO_CALLS: dict[str, Any] = {
+    "pte_plan": "1",
+    "steps": [
+        {"id": "first", "tool": "balance_report", "args": {"customer_id": "C002"}},
+        {"id": "second", "tool": "balance_report", "args": {"customer_id": "C004"}},
+    ],
+    "result": {"c002": {"$ref": "first/owes"}, "c004": {"$ref": "second"}},
+}
+
+PAY_SUPPLIER: dict[str, Any] = {
+    "pte_procedure": "1",
+    "name": "pay_supplier",
+    "description": "Pay an amount to an IBAN with a reference.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "iban": {"type": "string"},
+            "amount": {"type": "string"},
+            "reference": {"type": "string"},
+        },
+        "required": ["iban", "amount", "reference"],
+    },
+    "plan": {
+        "pte_plan": "1",
+        "steps": [
+            {
+                "id": "pay",
+                "tool": "send_payment",
+                "args": {
+                    "iban": {"$param": "iban"},
+                    "amount": {"$param": "amount"},
+                    "currency": "EUR",
+                    "reference": {"$param": "reference"},
+                },
+            }
+        ],
+        "result": {"$ref": "pay"},
+    },
+}
+
+
+def _folder(tmp_path: Path, *docs: dict[str, Any]) -> Path:
+    folder = tmp_path / "procedures"
+    folder.mkdir(exist_ok=True)
+    for doc in docs:
+        (folder / f"{doc['name']}.json").write_text(json.dumps(doc), encoding="utf-8")
+    return folder
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(["--quiet", *argv])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "ledger.sqlite"
+    code, out, _ = _cli(capsys, "ledger", "init", "--path", str(path))
+    assert code == 0, out
+    monkeypatch.setenv("PTE_LEDGER", str(path))
+    return path
+
+
+def test_execute_calls_one_procedure_twice_verify_and_replay(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _folder(tmp_path, BALANCE_REPORT)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(TWO_CALLS), encoding="utf-8")
+    log = tmp_path / "audit.jsonl"
+    deployment = ["--tools", "backoffice", "--procedures", str(folder)]
+    code, out, err = _cli(capsys, "execute", str(plan), *deployment, "--audit", str(log), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["result"]["c002"] == "44574.39"
+    assert doc["result"]["c004"]["owes"] == "5630.19"
+    # The nested customer_balance calls are steps of the log, in order, with their path.
+    started = [r for r in read_records(log) if r["type"] == "step_started"]
+    assert [(r["step_id"], r["tool"]) for r in started] == [
+        ("first__balance", "customer_balance"),
+        ("second__balance", "customer_balance"),
+    ]
+    assert [step_path(r["step_id"]) for r in started] == ["first/balance", "second/balance"]
+    assert verify(log).ok
+    assert _cli(capsys, "audit", "verify", str(log))[0] == 0
+    code, out, _ = _cli(capsys, "replay", str(log), *deployment)
+    assert code == 0 and "same decisions" in out
+
+
+def test_a_body_outside_the_allow_list_is_refused_before_anything_runs(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _folder(tmp_path, BALANCE_REPORT, PAY_SUPPLIER)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(TWO_CALLS), encoding="utf-8")
+    log = tmp_path / "audit.jsonl"
+    allow = "customer_balance,get_supplier"  # send_payment is not allowed in this deployment
+    code, _, err = _cli(
+        capsys,
+        "execute",
+        str(plan),
+        "--tools",
+        "backoffice",
+        "--allow",
+        allow,
+        "--procedures",
+        str(folder),
+        "--audit",
+        str(log),
+    )
+    assert code == 2
+    assert "procedure 'pay_supplier' calls tool 'send_payment'" in err and "allow-list" in err
+    assert not log.exists()
+
+
+def test_load_refuses_cycles_and_bad_files(tmp_path: Path) -> None:
+    registry = load_registry(["backoffice"])
+
+    def calling(name: str, callee: str) -> Procedure:
+        doc = {**BALANCE_REPORT, "name": name}
+        doc["plan"] = {**BALANCE_REPORT["plan"], "steps": [{"id": "inner", "tool": callee, "args": {}}]}
+        doc["plan"]["result"] = {"$ref": "inner"}
+        return Procedure.from_document(doc)
+
+    with pytest.raises(ProcedureError, match=r"'a' calls itself: a -> a"):
+        load_procedures([calling("a", "a")], registry)
+    with pytest.raises(ProcedureError, match=r"calls itself: a -> b -> a"):
+        load_procedures([calling("a", "b"), calling("b", "a")], registry)
+    with pytest.raises(ProcedureError, match="not a procedure file"):
+        Procedure.from_document({"pte_procedure": "1", "name": "x"})
+    with pytest.raises(ProcedureError, match=r"undeclared|do not declare"):
+        Procedure.from_document({**BALANCE_REPORT, "parameters": {"type": "object", "properties": {}}})
+    with pytest.raises(ProcedureError, match="name of a tool"):
+        load_procedures([Procedure.from_document({**BALANCE_REPORT, "name": "get_invoice"})], registry)
+    bad = {
+        **BALANCE_REPORT,
+        "plan": {
+            **BALANCE_REPORT["plan"],
+            "steps": [{"id": "a__b", "tool": "customer_balance", "args": {"customer_id": "C1"}}],
+        },
+    }
+    with pytest.raises(ProcedureError, match="separator"):
+        Procedure.from_document(bad)
+    (tmp_path / "broken.json").write_text("{", encoding="utf-8")
+    with pytest.raises(ProcedureError, match=r"broken\.json"):
+        load_procedures(tmp_path, registry)
+
+
+def test_untrusted_iban_argument_to_a_paying_procedure_is_refused_at_compile() -> None:
+    base = load_registry(["backoffice"])
+    registry = base.with_procedures(load_procedures([Procedure.from_document(PAY_SUPPLIER)], base))
+    check = Policy.from_registry(registry).check()
+
+    def plan(iban_from: str) -> str:
+        return json.dumps(
+            {
+                "pte_plan": "1",
+                "steps": [
+                    {"id": "doc", "tool": "read_document", "args": {"document_id": "DOC-004"}},
+                    {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S002"}},
+                    {
+                        "id": "pay",
+                        "tool": "pay_supplier",
+                        "args": {"iban": {"$ref": iban_from}, "amount": "10.00", "reference": "INV 1"},
+                    },
+                ],
+                "result": {"$ref": "pay/payment_id"},
+            }
+        )
+
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(plan("doc/iban"), registry, checks=[check])
+    assert info.value.reason is ReasonCode.POLICY_VIOLATION
+    assert "pay__pay" in str(info.value)
+    compiled = compile_plan(plan("sup/iban"), registry, checks=[check])  # the trusted IBAN compiles
+    assert compiled.order[-1] == "pay__pay"
+
+
+def test_call_rejections_name_the_call() -> None:
+    base = load_registry(["backoffice"])
+    registry = base.with_procedures(load_procedures([Procedure.from_document(BALANCE_REPORT)], base))
+
+    def rejected(args: dict[str, Any], **extra: Any) -> PlanRejected:
+        text = json.dumps(
+            {"pte_plan": "1", "steps": [{"id": "x", "tool": "balance_report", "args": args, **extra}]}
+        )
+        with pytest.raises(PlanRejected) as info:
+            compile_plan(text, registry)
+        return info.value
+
+    assert rejected({}).reason is ReasonCode.INVALID_ARGS
+    assert rejected({"customer_id": 7}).reason is ReasonCode.INVALID_ARGS
+    assert rejected({"customer_id": "C1", "other": 1}).reason is ReasonCode.INVALID_ARGS
+    cond = {"when": {"eq": [1, 1]}}
+    assert rejected({"customer_id": "C1"}, **cond).reason is ReasonCode.INVALID_ARGS
+    # A reference into the result the body does not have.
+    text = json.dumps(
+        {
+            "pte_plan": "1",
+            "steps": [
+                {"id": "x", "tool": "balance_report", "args": {"customer_id": "C1"}},
+                {"id": "y", "tool": "get_customer", "args": {"customer_id": {"$ref": "x/nope"}}},
+            ],
+        }
+    )
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(text, registry)
+    assert info.value.reason is ReasonCode.BAD_REFERENCE
+    # Injection: a plan cannot smuggle a $param into its own steps to read another call's argument.
+    text = json.dumps(
+        {
+            "pte_plan": "1",
+            "steps": [
+                {"id": "y", "tool": "get_customer", "args": {"customer_id": {"$param": "customer_id"}}}
+            ],
+        }
+    )
+    with pytest.raises(PlanRejected):
+        compile_plan(text, registry)
+
+
+def test_an_edited_procedure_is_another_version(tmp_path: Path) -> None:
+    one = Procedure.from_document(BALANCE_REPORT)
+    edited = json.loads(json.dumps(BALANCE_REPORT))
+    edited["plan"]["steps"][0]["tool"] = "get_customer"
+    assert Procedure.from_document(edited).version != one.version
+    assert Procedure.from_document(json.loads(json.dumps(BALANCE_REPORT))).version == one.version
+
+
+# --- property: calling a procedure == running its inlined body ----------------------------------
+
+EFFECTS: list[tuple[str, Any]] = []
+
+
+class Out(BaseModel):
+    value: str
+
+
+@tool(effect="read", provenance="trusted")
+def trusted_value(key: str) -> Out:
+    """A trusted read."""
+    return Out(value="T" + key)
+
+
+@tool(effect="read", provenance="untrusted")
+def untrusted_value(key: str) -> Out:
+    """An untrusted read."""
+    return Out(value="U" + key)
+
+
+@tool(effect="write", sinks={"target": ["request", "trusted"]})
+def guarded_write(target: str, note: str) -> Out:
+    """A write whose target may only come from the request or a trusted tool."""
+    EFFECTS.append(("guarded_write", (target, note)))
+    return Out(value="w:" + target)
+
+
+PROPERTY_TOOLS = Registry([trusted_value, untrusted_value, guarded_write])
+SOURCES = ("request", "trusted", "untrusted")
+
+
+@hs.composite
+def call_and_inline(draw: hs.DrawFn) -> tuple[dict[str, Any], str, str]:
+    """A procedure (reads then a guarded write on its parameters), a calling plan, the hand-inlined plan."""
+    params = draw(hs.lists(hs.sampled_from(["p", "q", "r"]), min_size=1, max_size=3, unique=True))
+    target = draw(hs.sampled_from(params))
+    note = draw(hs.sampled_from([*params, "literal"]))
+    read_key = draw(hs.sampled_from(params))
+    sources = {p: draw(hs.sampled_from(SOURCES)) for p in params}
+    body: list[dict[str, Any]] = [
+        {"id": "look", "tool": "trusted_value", "args": {"key": {"$param": read_key}}},
+        {
+            "id": "write",
+            "tool": "guarded_write",
+            "args": {
+                "target": {"$param": target},
+                "note": "fixed" if note == "literal" else {"$param": note},
+            },
+        },
+    ]
+    procedure = {
+        "pte_procedure": "1",
+        "name": "proc",
+        "description": "generated",
+        "parameters": {
+            "type": "object",
+            "properties": {p: {"type": "string"} for p in params},
+            "required": params,
+        },
+        "plan": {
+            "pte_plan": "1",
+            "steps": body,
+            "result": {"w": {"$ref": "write/value"}, "l": {"$ref": "look"}},
+        },
+    }
+    outer = [
+        {"id": "t", "tool": "trusted_value", "args": {"key": "1"}},
+        {"id": "u", "tool": "untrusted_value", "args": {"key": "2"}},
+    ]
+    arg = {"request": "IBAN-REQ", "trusted": {"$ref": "t/value"}, "untrusted": {"$ref": "u/value"}}
+    call_args = {p: arg[s] for p, s in sources.items()}
+    calling = {
+        "pte_plan": "1",
+        "steps": [*outer, {"id": "c", "tool": "proc", "args": call_args}],
+        "result": {"$ref": "c/w"},
+    }
+
+    def sub(value: Any) -> Any:
+        if isinstance(value, dict) and "$param" in value:
+            return call_args[value["$param"]]
+        if isinstance(value, dict):
+            return {k: sub(v) for k, v in value.items()}
+        return value
+
+    inlined_body: list[Any] = []
+    for step in body:
+        new = sub(step)
+        new["id"] = "c__" + step["id"]
+        inlined_body.append(new)
+    inlined = {"pte_plan": "1", "steps": [*outer, *inlined_body], "result": {"$ref": "c__write/value"}}
+    return procedure, json.dumps(calling), json.dumps(inlined)
+
+
+def _outcome(registry: Registry, text: str, tmp: Path) -> tuple[Any, ...]:
+    policy = Policy.from_registry(registry)
+    try:
+        plan = compile_plan(text, registry, checks=[policy.check()])
+    except PlanRejected as exc:
+        return ("rejected", exc.reason, exc.path)
+    EFFECTS.clear()
+    log = tmp / f"{plan.hash}.jsonl"
+    log.unlink(missing_ok=True)
+    with AuditLog(log) as audit:
+        result = Engine(registry, None, policy=policy).execute(text, audit)
+    steps = [(r["step_id"], r.get("tool")) for r in read_records(log) if r["type"] == "step_finished"]
+    return ("ran", plan.hash, result.status, result.result, list(EFFECTS), steps)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=call_and_inline())
+def test_calling_a_procedure_equals_running_its_inlined_body(
+    case: tuple[dict[str, Any], str, str], tmp_path: Path
+) -> None:
+    procedure, calling, inlined = case
+    registry = PROPERTY_TOOLS.with_procedures(
+        load_procedures([Procedure.from_document(procedure)], PROPERTY_TOOLS)
+    )
+    assert _outcome(registry, calling, tmp_path) == _outcome(registry, inlined, tmp_path)
