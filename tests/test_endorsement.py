@@ -1,0 +1,375 @@
+"""Endorsements (#26): a person vouches for one exact value at one call of one run, once.
+
+Plans are written the way a model writes them (`pte.testing.ScriptedModel`), through the
+public API. "Pay the bill in this file": the IBAN and amount exist only in the bill
+(untrusted); the policy lets a person endorse them. The run pauses at the payment showing
+both values and their source; an endorsement of exactly those values by a trusted key lets
+it pay once; a tampered one, a reused one, one for another value, another step or another
+run does not count; a rejection ends ``failed_closed(endorsement_rejected)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import pte
+from pte import (
+    AuditLog,
+    Endorsement,
+    EndorsementGate,
+    EndorsementRequest,
+    EndorsementStore,
+    Engine,
+    Policy,
+    Registry,
+    RunPaused,
+    endorse,
+    pending_endorsement,
+    read_records,
+    tool,
+    verify,
+)
+from pte._replay_authority import Deployment
+from pte._resume import resume_file
+from pte._signing import SigningKey, TrustedKeys
+from pte.testing import ScriptedModel
+
+BILL_IBAN = "DE44500105175407324931"
+OTHER_IBAN = "GB29NWBK60161331926819"
+PAID: list[dict[str, str]] = []
+
+
+class Bill(BaseModel):
+    iban: str
+    amount: str
+    text: str
+
+
+class Receipt(BaseModel):
+    payment_id: str
+
+
+@tool(provenance="untrusted")
+def read_bill(file: str) -> Bill:
+    """Read a bill file (third-party text)."""
+    return Bill(iban=BILL_IBAN, amount="120.50", text=f"Please pay EUR 120.50 to {BILL_IBAN} ({file})")
+
+
+@tool(effect="write")
+def pay(iban: str, amount: str, reference: str = "") -> Receipt:
+    """Pay (guarded by the default policy: every parameter accepts only request/trusted data)."""
+    PAID.append({"iban": iban, "amount": amount, "reference": reference})
+    return Receipt(payment_id=f"P-{len(PAID)}")
+
+
+REGISTRY = Registry([read_bill, pay])
+ENDORSE = {"pte_policy": "1", "tools": {"pay": {"on_violation": {"iban": "endorse", "amount": "endorse"}}}}
+POLICY = Policy.from_registry(REGISTRY).with_document(ENDORSE)
+REQUEST = "Pay the bill in bill-december.txt"
+
+
+def bill_plan(step: str = "pay_bill", reference: str = "bill-december") -> dict[str, Any]:
+    """The plan a model writes for REQUEST: the bill's IBAN and amount by reference."""
+    return {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "bill", "tool": "read_bill", "args": {"file": "bill-december.txt"}},
+            {
+                "id": step,
+                "tool": "pay",
+                "args": {
+                    "iban": {"$ref": "bill/iban"},
+                    "amount": {"$ref": "bill/amount"},
+                    "reference": reference,
+                },
+            },
+        ],
+        "result": {"$ref": f"{step}/payment_id"},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_payments() -> None:
+    PAID.clear()
+
+
+@pytest.fixture
+def signer() -> SigningKey:
+    return SigningKey.generate()
+
+
+@pytest.fixture
+def gate(tmp_path: Path, signer: SigningKey) -> EndorsementGate:
+    return EndorsementGate(
+        EndorsementStore(tmp_path / "endorsements.jsonl"), keys=TrustedKeys([signer.public_key])
+    )
+
+
+def start(
+    log: Path, gate: EndorsementGate | None, plan: dict[str, Any] | None = None
+) -> pte.RunResult | None:
+    """Run REQUEST with a model that writes `plan`; None when the run paused."""
+    # max_replans=0: a refused plan is not sent back for repair (the script has one plan).
+    engine = Engine(
+        REGISTRY,
+        ScriptedModel(planner=[plan or bill_plan()]),
+        config=pte.EngineConfig(max_replans=0),
+        policy=POLICY,
+        endorsement=gate,
+    )
+    with AuditLog(log) as audit:
+        try:
+            return engine.run(REQUEST, audit)
+        except RunPaused:
+            return None
+
+
+def resume(log: Path, gate: EndorsementGate) -> pte.RunResult:
+    deployment = Deployment(policy=POLICY, endorsements=gate)
+    return resume_file(log, REGISTRY, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
+
+
+def request_of(log: Path) -> EndorsementRequest:
+    request = pending_endorsement(read_records(log))
+    assert request is not None
+    return request
+
+
+def test_the_run_pauses_at_the_payment_showing_the_values_and_their_source(
+    tmp_path: Path, gate: EndorsementGate
+) -> None:
+    log = tmp_path / "run.jsonl"
+    assert start(log, gate) is None
+    assert PAID == []
+    records = read_records(log)
+    accepted = next(r for r in records if r["type"] == "plan_accepted")
+    assert accepted["needs_endorsement"] == {"pay_bill": ["amount", "iban"]}
+    assert [r.get("step_id") for r in records if r["type"] == "step_finished"] == ["bill"]
+    request = request_of(log)
+    assert request.step_id == "pay_bill" and request.element is None and request.tool == "pay"
+    assert dict(request.values) == {"amount": "120.50", "iban": BILL_IBAN}
+    assert "pay.iban ← bill/iban ← read_bill (untrusted)" in request.provenance["iban"]
+    shown = request.describe()
+    assert BILL_IBAN in shown and "120.50" in shown and "read_bill (untrusted)" in shown
+    assert verify(log).intact
+
+
+def test_endorsed_it_resumes_and_pays_once_and_replays(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    made = endorse(gate.store, request_of(log), "alice", signing_key=signer)
+    result = resume(log, gate)
+    assert result.status == "succeeded", result.message
+    assert PAID == [{"iban": BILL_IBAN, "amount": "120.50", "reference": "bill-december"}]
+    types = [r["type"] for r in read_records(log)]
+    assert types.index("endorsement") == types.index("step_started", types.index("run_resumed")) - 1
+    record = next(r for r in read_records(log) if r["type"] == "endorsement")
+    assert record["endorsement_id"] == made.id and record["signed"] is True
+    assert verify(log).ok
+    # Replay re-checks the signature and its binding to the replayed values, and runs nothing.
+    report = pte.replay_file(log, registry=REGISTRY, deployment=Deployment(policy=POLICY, keys=gate.keys))
+    assert report.ok, report.render()
+    assert len(PAID) == 1
+    # Resume of a finished run does nothing: the endorsement is never asked for or used again.
+    with pytest.raises(pte.FailedClosed):
+        resume(log, gate)
+    assert len(PAID) == 1
+
+
+def test_rejected_ends_failed_closed_endorsement_rejected(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    endorse(gate.store, request_of(log), "bob", reject=True, note="not our supplier", signing_key=signer)
+    result = resume(log, gate)
+    assert (result.status, result.reason) == ("failed_closed", pte.ReasonCode.ENDORSEMENT_REJECTED)
+    assert "not our supplier" in (result.message or "")
+    assert PAID == []
+    assert "endorsement_rejected" in [r["type"] for r in read_records(log)]
+    assert verify(log).ok
+
+
+def _still_paused(log: Path, gate: EndorsementGate, why: str) -> None:
+    paid = len(PAID)
+    with pytest.raises(RunPaused):
+        resume(log, gate)
+    assert len(PAID) == paid
+    last = read_records(log)[-1]
+    assert last["type"] == "run_paused" and last["reason"] == "awaiting_endorsement"
+    assert why in last["message"], last["message"]
+
+
+def test_a_tampered_endorsement_is_refused(tmp_path: Path, gate: EndorsementGate, signer: SigningKey) -> None:
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    made = endorse(EndorsementStore(tmp_path / "scratch.jsonl"), request_of(log), "alice", signing_key=signer)
+    fields = {k: v for k, v in made.to_dict().items() if k != "pte_endorsement"}
+    gate.store.add(Endorsement(**{**fields, "by": "mallory"}))  # the signer's name edited
+    _still_paused(log, gate, "bad signature")
+
+
+def test_an_unsigned_or_untrusted_endorsement_is_refused(tmp_path: Path, gate: EndorsementGate) -> None:
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    endorse(gate.store, request_of(log), "anyone")  # a store writer without a key
+    endorse(gate.store, request_of(log), "eve", signing_key=SigningKey.generate())
+    _still_paused(log, gate, "not a trusted approval key")
+    assert "unsigned" in read_records(log)[-1]["message"]
+
+
+def test_an_endorsement_of_another_value_is_refused(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    request = request_of(log)
+    other = {**request.values, "iban": OTHER_IBAN}
+    endorse(
+        gate.store,
+        EndorsementRequest(
+            **{**request.__dict__, "values": other, "value_hash": pte._endorsement.value_hash(other)}
+        ),
+        "alice",
+        signing_key=signer,
+    )
+    _still_paused(log, gate, "another value")
+
+
+def test_an_endorsement_of_another_step_does_not_count(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    request = request_of(log)
+    endorse(
+        gate.store, EndorsementRequest(**{**request.__dict__, "step_id": "bill"}), "alice", signing_key=signer
+    )
+    endorse(gate.store, EndorsementRequest(**{**request.__dict__, "element": 0}), "alice", signing_key=signer)
+    _still_paused(log, gate, "needs a person's endorsement")
+
+
+def test_an_endorsement_is_never_authority_for_another_run(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    start(first, gate)
+    start(second, gate)  # the same plan, the same values: another run
+    endorse(gate.store, request_of(first), "alice", signing_key=signer)
+    _still_paused(second, gate, "needs a person's endorsement")
+    assert resume(first, gate).ok
+    assert len(PAID) == 1
+    # A copy of the consumed endorsement, rewritten to name the second run, breaks its signature.
+    made = next(iter(gate.store))
+    copied = Endorsement(
+        **{k: v for k, v in made.to_dict().items() if k != "pte_endorsement"}
+        | {"run": request_of(second).run_id}
+    )
+    gate.store.add(copied)
+    _still_paused(second, gate, "bad signature")
+    assert len(PAID) == 1
+
+
+def test_a_consumed_endorsement_is_not_reused_by_another_call(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    """Single use in the store: a consumption line names the call that used it."""
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    made = endorse(gate.store, request_of(log), "alice", signing_key=signer)
+    assert gate.store.consume(made, "another-run", "pay_bill", None) is None  # used elsewhere first
+    _still_paused(log, gate, "already used")
+    assert PAID == []
+
+
+def test_replay_refuses_a_rewritten_endorsement_record(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    """Tamper: the endorsement record edited (another signer) and the chain re-hashed."""
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    endorse(gate.store, request_of(log), "alice", signing_key=signer)
+    resume(log, gate)
+    records = [dict(r) for r in read_records(log)]
+    for record in records:
+        if record["type"] == "endorsement":
+            record["by"] = "mallory"
+    log.write_bytes(_rechain(records))
+    assert not verify(log).ok  # the id and the signature no longer match
+
+
+def _rechain(records: list[dict[str, Any]]) -> bytes:
+    """The records with seq, prev and hash recomputed: a consistent rewrite of the log."""
+    from hashlib import sha256
+
+    import rfc8785
+
+    prev, out = "0" * 64, b""
+    for seq, record in enumerate(records):
+        body = {k: v for k, v in record.items() if k != "hash"}
+        body["seq"], body["prev"] = seq, prev
+        prev = sha256(prev.encode() + rfc8785.dumps(body)).hexdigest()
+        out += rfc8785.dumps({**body, "hash": prev}) + b"\n"
+    return out
+
+
+def test_without_an_endorsement_gate_the_plan_is_refused_as_before(tmp_path: Path) -> None:
+    result = start(tmp_path / "run.jsonl", None)
+    assert result is not None
+    assert (result.status, result.reason) == ("failed_closed", pte.ReasonCode.POLICY_VIOLATION)
+    assert PAID == []
+
+
+def test_a_refuse_sink_still_refuses_the_plan(tmp_path: Path, gate: EndorsementGate) -> None:
+    """Only the parameters the policy marks endorse: reference (guarded, refuse) from the bill is refused."""
+    plan = bill_plan()
+    plan["steps"][1]["args"]["reference"] = {"$ref": "bill/text"}
+    result = start(tmp_path / "run.jsonl", gate, plan)
+    assert result is not None and result.reason == pte.ReasonCode.POLICY_VIOLATION
+    assert PAID == []
+
+
+def test_injection_an_untrusted_value_never_reaches_an_endorsable_sink_unendorsed(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    """The bill's text asks for another IBAN; whatever the model copies or references, the
+    payment runs only with the exact value a person endorsed."""
+    plans = [bill_plan()]
+    injected = bill_plan()
+    injected["steps"][1]["args"]["iban"] = {"$ref": "bill/text"}  # the attacker's text itself
+    plans.append(injected)
+    for n, plan in enumerate(plans):
+        log = tmp_path / f"run{n}.jsonl"
+        assert start(log, gate, plan) is None, "an untrusted value reached the sink without a pause"
+        assert PAID == []
+        # An endorsement a store writer adds for another value, or unsigned, never lets it run.
+        endorse(gate.store, request_of(log), "mallory")
+        with pytest.raises(RunPaused):
+            resume(log, gate)
+        assert PAID == []
+        paused = read_records(log)[-1]
+        assert paused["endorsement"]["values"] == dict(request_of(log).values)
+
+
+def test_policy_schema_and_cli_schema_know_on_violation(capsys: pytest.CaptureFixture[str]) -> None:
+    from pte._cli import main
+
+    assert main(["schema", "policy"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    tool_schema = schema["$defs"]["tool"]["properties"]["on_violation"]
+    assert tool_schema["additionalProperties"] == {"enum": ["refuse", "endorse"]}
+    with pytest.raises(pte.PolicyError):
+        Policy.from_registry(REGISTRY).with_document(
+            {"pte_policy": "1", "tools": {"pay": {"on_violation": {"iban": "allow"}}}}
+        )
+    with pytest.raises(pte.PolicyError):
+        Policy.from_registry(REGISTRY).with_document(
+            {"pte_policy": "1", "tools": {"pay": {"on_violation": {"nope": "endorse"}}}}
+        )
