@@ -398,3 +398,75 @@ def expand_procedures(document: dict[str, Any], procedures: Mapping[str, Procedu
         if not changed:
             return document
     raise _reject(ReasonCode.PLAN_TOO_LARGE, f"procedures nest deeper than {MAX_NESTING} levels", "steps")
+
+
+# --- what the planner is shown ------------------------------------------------------------------
+
+
+def _schema_at(schema: Any, tokens: Sequence[str], root: Mapping[str, Any]) -> Any:
+    """The sub-schema a JSON pointer selects in a tool's output schema ({} when it cannot tell)."""
+    for token in tokens:
+        for _ in range(8):  # follow local $refs ("#/$defs/Name")
+            ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+            if not (isinstance(ref, str) and ref.startswith("#/")):
+                break
+            target: Any = root
+            for part in ref[2:].split("/"):
+                target = target.get(part, {}) if isinstance(target, Mapping) else {}
+            schema = target
+        if not isinstance(schema, Mapping):
+            return {}
+        if token in (schema.get("properties") or {}):
+            schema = schema["properties"][token]
+        elif (token.isdigit() or token == "*") and isinstance(schema.get("items"), Mapping):
+            schema = schema["items"]
+        else:
+            return {}
+    return _plain(schema)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def procedure_output_schema(
+    proc: Procedure, registry: Any, procedures: Mapping[str, Procedure], _depth: int = 0
+) -> dict[str, Any]:
+    """The type of a procedure's result, from the output schemas of the body's tools."""
+    steps = {s["id"]: s for s in proc.body["steps"] if "tool" in s}
+
+    def of(value: Any) -> Any:
+        if _is_ref(value):
+            ref = Reference.parse(value["$ref"])
+            step = steps.get(ref.step)
+            if step is None:
+                return {}
+            tool = step["tool"]
+            if tool in procedures and _depth < MAX_NESTING:
+                schema: Any = procedure_output_schema(procedures[tool], registry, procedures, _depth + 1)
+            elif tool in registry:
+                schema = registry[tool].planner_output_schema
+            else:
+                return {}
+            if "for_each" in step:
+                schema = {"type": "array", "items": schema}
+            return _schema_at(schema, ref.tokens, schema)
+        if isinstance(value, dict):
+            props = {k: of(v) for k, v in value.items()}
+            return {"type": "object", "properties": props, "required": list(props)}
+        if isinstance(value, list):
+            return {"type": "array"}
+        if isinstance(value, bool):
+            return {"type": "boolean"}
+        if isinstance(value, (int, float)):
+            return {"type": "number"}
+        if isinstance(value, str):
+            return {"type": "string"}
+        return {"type": "null"}
+
+    out = of(proc.body.get("result"))
+    return dict(out) if isinstance(out, Mapping) else {}

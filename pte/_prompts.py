@@ -549,6 +549,31 @@ def _tool_text(spec: ToolSpec, writer: _Writer, registry: Registry, policy: Poli
     return "\n".join(lines)
 
 
+#: Heads the deployment's procedures (pte._procedures) in the catalogue.
+PROCEDURES_INTRO = """Procedures: approved plans you call exactly like a tool ({"id": "x", "tool": NAME, \
+"args": {...}}; read its result as {"$ref": "x/..."}). A call takes no for_each, when or default. \
+Its steps run as steps x__STEP, under the rules of the tools it lists."""
+
+
+def _procedures_text(registry: Registry, types: _Types) -> str:
+    from pte._procedures import procedure_output_schema
+
+    entries = [PROCEDURES_INTRO]
+    for proc in registry.procedures.values():
+        inputs = dict(proc.parameters)
+        output = procedure_output_schema(proc, registry, registry.procedures)
+        writer = _Writer(types.add_tool((inputs, output), proc.description), proc.description, types.shapes)
+        required = list(inputs.get("required", ()))
+        props = inputs.get("properties") or {}
+        params = [writer.field(n, props[n], n in required) for n in _ordered(props, required)]
+        runs = ", ".join(dict.fromkeys(proc.tools))
+        entries.append(
+            f"{proc.name}({', '.join(params)}) -> {writer.type(output)}\n[procedure; runs {runs}]\n"
+            f"{proc.description.strip()}"
+        )
+    return "\n\n".join(entries)
+
+
 def catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
     """The tool catalogue as the planner is shown it: shared types once, then one entry per tool."""
     types = _Types()
@@ -563,6 +588,8 @@ def catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
         for d in (spec.description,)
     ]
     tools = "\n\n".join(_tool_text(spec, writer, registry, policy) for spec, writer in writers)
+    if getattr(registry, "procedures", None):
+        tools += "\n\n" + _procedures_text(registry, types)
     if not types.order:
         return tools
     shared = "\n".join(f"{name} = {_Writer(local, d).type(body)}" for name, body, local, d in types.order)

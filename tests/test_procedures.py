@@ -18,6 +18,7 @@ from pte._engine import Engine
 from pte._errors import PlanRejected, ReasonCode
 from pte._policy import Policy
 from pte._procedures import Procedure, ProcedureError, load_procedures, step_path
+from pte._replay import replay_file
 from pte._tools import Registry, load_registry, tool
 
 BALANCE_REPORT: dict[str, Any] = {
@@ -391,3 +392,29 @@ def test_calling_a_procedure_equals_running_its_inlined_body(
         load_procedures([Procedure.from_document(procedure)], PROPERTY_TOOLS)
     )
     assert _outcome(registry, calling, tmp_path) == _outcome(registry, inlined, tmp_path)
+
+
+def test_a_model_is_shown_procedures_as_tools_and_calls_one(tmp_path: Path, ledger: Path) -> None:
+    from pte._replay_authority import Deployment
+    from pte.testing import ScriptedModel
+
+    base = load_registry(["backoffice"])
+    registry = base.with_procedures(load_procedures([Procedure.from_document(BALANCE_REPORT)], base))
+    shown: list[str] = []
+
+    def planner(messages: list[dict[str, str]], call: Any) -> dict[str, Any]:
+        shown.append("\n".join(m["content"] for m in messages))
+        return TWO_CALLS
+
+    model = ScriptedModel(planner=[planner], finalizer=["C002 owes 44574.39."])
+    log = tmp_path / "model.jsonl"
+    with AuditLog(log) as audit:
+        result = Engine(registry, model).run("What do C002 and C004 owe?", audit)
+    assert result.ok, result.message
+    assert "balance_report(customer_id: str) -> {owes: decimal, overdue: decimal}" in shown[0]
+    assert "[procedure; runs customer_balance]" in shown[0]
+    steps = [r["step_id"] for r in read_records(log) if r["type"] == "step_finished"]
+    assert steps == ["first__balance", "second__balance"]
+    assert replay_file(log, deployment=Deployment(registry=registry)).ok
+    # Without the procedures the same log does not replay (the deployment decides, not the log).
+    assert not replay_file(log, deployment=Deployment(registry=base)).ok
