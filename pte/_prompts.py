@@ -770,27 +770,37 @@ def finalizer_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+def _completed_line(step_id: str, tool: str, output: Mapping[str, Any] | None) -> str:
+    if output is None:
+        return f"- {step_id} (tool {tool})"
+    names = {name: name for name in output.get("$defs") or {}}
+    return f"- {step_id} (tool {tool}) -> {_Writer(names, '').type(output)}"
+
+
 def stage_messages(
     request: str,
     registry: Registry,
     policy: Policy | None,
     stage: int,
     values: Mapping[str, tuple[Any, Any, str]],
-    completed: list[tuple[str, str]],
+    completed: Sequence[tuple[str, str, Mapping[str, Any] | None]],
     *,
     budget: int | None = None,
     handles: bool = False,
 ) -> list[dict[str, str]]:
     """The planner's messages for stage `stage`: `values` maps a name to (expression, value,
-    provenance); `completed` lists (step id, tool) of the steps already run. Each value's
-    block holds at most `budget` characters; `handles`: untrusted parts are handles."""
+    provenance); `completed` lists (step id, tool, output type) of the steps already run, the
+    type being what the step was compiled with when it is not the tool's declared output (a
+    generic tool's instantiation: `pick` with its fields), so references into it can be
+    written. Each value's block holds at most `budget` characters; `handles`: untrusted parts
+    are handles."""
     blocks = [
         data_block(
             f"value={name} from={json.dumps(expr, ensure_ascii=False)}", value, provenance=prov, budget=budget
         )
         for name, (expr, value, prov) in values.items()
     ]
-    steps = "\n".join(f"- {sid} (tool {tool})" for sid, tool in completed) or "(none)"
+    steps = "\n".join(_completed_line(sid, tool, kind) for sid, tool, kind in completed) or "(none)"
     system = (
         f"{_rules()}\n\n{STAGE_INTRO.format(stage=stage)}\n{DATA_RULE}\n\n"
         f"{_handle_rules(handles)}{_tools(registry, policy)}"

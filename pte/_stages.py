@@ -119,7 +119,9 @@ def next_stage(engine: Engine, run: _Run, request: str, plan: Plan, stage: int) 
         shown[name] = (expr, value, provenance)
         recorded[name] = sorted(labels)
     run.audit.append("stage", stage=stage, plan_hash=plan.hash, values=plan.continue_values, labels=recorded)
-    completed = [(sid, tool) for sid, tool in run.prior.items()]
+    # A generic step's output type is its instantiation (fields picked, records sorted): shown,
+    # so that the next stage can write references into it (the compiler checks them against it).
+    completed = [(sid, tool, run.output_types.get(sid)) for sid, tool in run.prior.items()]
     messages = stage_messages(
         request,
         engine.registry,

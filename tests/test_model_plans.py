@@ -120,6 +120,23 @@ def test_a_later_stage_references_an_earlier_generic_step_by_its_exact_type(
     assert [r["origin"] for r in records if r["type"] == "plan_accepted"] == ["planner", "stage"]
 
 
+def test_the_stage_planner_is_shown_the_type_a_generic_step_was_compiled_with(tmp_path: Path) -> None:
+    """A model can only write `files_with_content/records/0/content` if it sees that `pick`
+    kept `content`: the stage prompt lists each completed generic step with its instantiation."""
+    generic = step("files_with_content", "pick", records=ref("all_files/files"), fields=["id", "content"])
+    first = stage_one(
+        step("all_files", "list_files"), generic, hand={"shown": ref("files_with_content/count")}
+    )
+    second = plan(step("n", "format_text", template="{v}", values={"v": ref("files_with_content/count")}))
+    result, records = run([first, second], tmp_path)
+    assert result.ok, result.message
+    (stage_call,) = [r for r in records if r["type"] == "llm_call" and r["role"] == "stage"]
+    prompt = "\n".join(m["content"] for m in stage_call["messages"])
+    (line,) = [ln for ln in prompt.splitlines() if ln.startswith("- files_with_content (tool pick)")]
+    assert "content" in line and "id" in line and "owner" not in line, line
+    assert "- all_files (tool list_files)\n" in prompt + "\n"  # a plain tool: its catalogue type
+
+
 def test_a_later_stage_reference_outside_the_instantiation_is_refused(tmp_path: Path) -> None:
     # `pick` kept id and content only: a later stage cannot read the owner it dropped.
     first = stage_one(
