@@ -240,7 +240,7 @@ def _summary(view: RunView) -> str:
             f"{_e(s['pauses'])} pause(s), {_e(s['endorsements'])} endorsement(s)",
         ),
         ("policy and compile decisions", f"{_e(s['policy_decisions'])} plan(s) refused"),
-        ("replans", _e(s["replans"])),
+        ("replans and repairs", f"{_e(s['replans'])} replan(s), {_e(s['repairs'])} repair(s)"),
         ("LLM calls", _e(s["llm_calls"])),
     ]
     body = "".join(f'<tr data-key="{_e(k)}"><th>{_e(k)}</th><td>{v}</td></tr>' for k, v in rows)
@@ -384,17 +384,27 @@ def _approvals(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _replans(records: Sequence[Mapping[str, Any]]) -> str:
-    rows = [r for r in records if r.get("type") == "replan"]
+    """Replans after a failed step, and repairs: a rejected plan sent back to its planner once."""
+    rows = [r for r in records if r.get("type") in ("replan", "repair")]
     if not rows:
         return ""
     out = [
-        '<h3>Replans</h3><table class="replans"><thead><tr><th>attempt</th><th>failed step</th>'
-        "<th>reason</th><th>kept</th></tr></thead><tbody>"
+        '<h3>Replans and repairs</h3><table class="replans"><thead><tr><th>kind</th><th>attempt</th>'
+        "<th>failed step / rejected at</th><th>reason</th><th>kept</th></tr></thead><tbody>"
     ]
     for r in rows:
+        if r.get("type") == "repair":
+            out.append(
+                f'<tr class="repair" data-reason="{_e(r.get("reason"))}"><td>repair of the '
+                f"{_e(r.get('origin'))}'s plan</td><td>{_e(r.get('attempt'))}</td>"
+                f"<td><code>{_e(r.get('path'))}</code></td>"
+                f"<td><code>{_e(r.get('reason'))}</code> {_untrusted(r.get('message', ''))}</td>"
+                "<td>-</td></tr>"
+            )
+            continue
         error = r.get("error") or {}
         out.append(
-            f'<tr class="replan"><td>{_e(r.get("attempt"))}</td>'
+            f'<tr class="replan"><td>replan</td><td>{_e(r.get("attempt"))}</td>'
             f"<td><code>{_e(r.get('failed_step'))}</code></td>"
             f"<td><code>{_e(error.get('kind'))}</code> {_untrusted(error.get('message', ''))}</td>"
             f"<td>{_e(', '.join(map(str, r.get('completed') or [])) or '-')}</td></tr>"

@@ -174,6 +174,7 @@ class RunView:
             "endorsements": len(self.of_type("endorsement")),
             "policy_decisions": len(self.of_type("plan_rejected")),
             "replans": len(self.of_type("replan")),
+            "repairs": len(self.of_type("repair")),
             "llm_calls": len(self.of_type("llm_call")),
         }
 

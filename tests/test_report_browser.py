@@ -144,6 +144,8 @@ def test_the_report_of_every_sample_in_chromium(sample: Path, rendered: dict[str
             assert dom.find("tr", data_kind="approval") or dom.find("tr", data_kind="run_paused")
         if "replan" in types:
             assert dom.find("tr", **{"class": "replan"})
+        for repair in (r for r in run if r["type"] == "repair"):
+            assert dom.find("tr", **{"class": "repair"}, data_reason=repair["reason"])
         for rejected in (r for r in run if r["type"] == "plan_rejected"):
             assert dom.find("tr", data_reason=rejected["reason"])
         calls = [r for r in run if r["type"] == "llm_call"]
