@@ -240,7 +240,7 @@ def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
 
 def reference_verify(path: Path) -> VerifyReport:
     """verify() with the fast path off: every line through the reference checks."""
-    import pte._audit_verify as audit_verify
+    import pte._audit_scan as audit_verify
 
     compiled = audit_verify._fast_path
     audit_verify._fast_path = lambda: None  # type: ignore[assignment]

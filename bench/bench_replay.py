@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     labels = {
         "execute": "original execution (baseline: Engine.execute, log written)",
-        "verify": "pte._audit.verify (chain + canonical form + schema)",
+        "verify": "pte._audit_verify.verify (chain + canonical form + schema)",
         "replay": "pte._replay.replay_file (engine re-driven, every decision compared)",
     }
     print(f"  {'':<68} {'records/s':>11} {'best':>11}")

@@ -5,7 +5,8 @@ from pte._anchors import Anchors as Anchors
 from pte._anchors import anchors_from_env as anchors_from_env
 from pte._approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
 from pte._audit import AuditLog, Durability
-from pte._audit_verify import AuditFormatError, VerifyReport, iter_records, read_records, verify
+from pte._audit_scan import VerifyReport
+from pte._audit_verify import AuditFormatError, iter_records, read_records, verify
 from pte._canonical import canonical_json, hash_json
 from pte._checkpoint import (
     Checkpoint,

@@ -30,13 +30,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pte._canonical import canonical_bytes, sha256_hex
 from pte._errors import AuditWriteError, PTEError
-
-if TYPE_CHECKING:
-    from pte.stores import RecordWriter
 
 try:  # POSIX; elsewhere appends are serialised within one process only
     import fcntl as _fcntl
@@ -45,21 +42,12 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = [
     "AUDIT_FORMAT",
-    "DEFAULT_REDACT_KEYS",
     "GENESIS_HASH",
     "REDACTED",
     "AuditFormatError",
     "AuditLog",
     "Durability",
-    "Redactor",
-    "VerifyIssue",
-    "VerifyReport",
-    "iter_records",
-    "load_audit_schema",
-    "read_records",
-    "records_by_run",
-    "render_timeline",
-    "verify",
+    "RecordWriter",
 ]
 
 from pte._audit_resume import (
@@ -69,18 +57,13 @@ from pte._audit_resume import (
     _read_tail,
     _stored_hashes,
 )
-from pte._audit_verify import (
-    _COMMON_FIELDS,
-    AUDIT_FORMAT,
-    _schema_problem,
-)
-from pte._audit_verify import (
-    GENESIS_HASH as GENESIS_HASH,
-)
+from pte._audit_scan import _COMMON_FIELDS, AUDIT_FORMAT
+from pte._audit_scan import GENESIS_HASH as GENESIS_HASH
+from pte._audit_schema import _schema_problem
 from pte._audit_verify import (
     AuditFormatError as AuditFormatError,
 )
-from pte._redaction import REDACTED
+from pte._redaction import REDACTED, Redactor
 from pte._version import __version__
 
 # The hash member as `AuditLog._serialise` first encodes it (any 64 hex digits would do).
@@ -126,6 +109,27 @@ def format_timestamp(moment: datetime) -> str:
 
 
 _TS_FORMAT = "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ"
+
+
+class RecordWriter(Protocol):
+    """Where one run's `AuditLog` puts its records (the seam between the log and a store)."""
+
+    def head(self) -> tuple[int, str, bool]:
+        """``(next_seq, last_hash, sealed)`` of the chain this writer continues."""
+        ...
+
+    def write(self, record: Mapping[str, Any], line: bytes) -> None:
+        """Store one record durably enough to survive the process; `line` is its canonical
+        line (newline included). Raises `StoreError` or `OSError` when it cannot."""
+        ...
+
+    def sync(self) -> None:
+        """Make every record written so far durable (the write-ahead point)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the writer holds; idempotent."""
+        ...
 
 
 class AuditLog:
@@ -612,17 +616,3 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(dfd)
-
-
-# Re-exported: the audit log's public API stays importable from here.
-from pte._audit_show import render_timeline  # noqa: E402
-from pte._audit_verify import (  # noqa: E402
-    VerifyIssue,
-    VerifyReport,
-    iter_records,
-    load_audit_schema,
-    read_records,
-    records_by_run,
-    verify,
-)
-from pte._redaction import DEFAULT_REDACT_KEYS, Redactor  # noqa: E402

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from pte._audit_content import content_problem
-from pte._audit_verify import (
+from pte._audit_scan import (
     AUDIT_FORMAT,
     WHOLE_LOG,
     Scan,

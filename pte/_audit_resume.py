@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from pte._audit_verify import AUDIT_FORMAT, _common_fields_problem, _record_hash_problem
+from pte._audit_scan import AUDIT_FORMAT, _common_fields_problem, _record_hash_problem
 from pte._canonical import canonical_json
 from pte._errors import AuditWriteError
 

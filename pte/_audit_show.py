@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from pte._audit_verify import _COMMON_FIELDS
+from pte._audit_scan import _COMMON_FIELDS
 from pte._canonical import canonical_json
 
 # ---------------------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from pte._audit_verify import VerifyReport, verify
+from pte._audit_scan import VerifyReport
+from pte._audit_verify import verify
 from pte._canonical import canonical_bytes
 from pte._errors import PTEError
 from pte._key_files import read_key_file

@@ -57,7 +57,7 @@ def _anchor_problem(log: Any) -> str | None:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from pte._audit import verify
+    from pte._audit_verify import verify
     from pte._checkpoint import CheckpointError, load_public_key, verify_checkpoints
     from pte.stores import is_store_url
 
@@ -127,8 +127,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_show(args: argparse.Namespace) -> int:
-    from pte._audit import AuditFormatError, iter_records
+    from pte._audit import AuditFormatError
     from pte._audit_show import render_record
+    from pte._audit_verify import iter_records
     from pte.stores import is_store_url
 
     if is_store_url(args.log):

@@ -149,7 +149,7 @@ def audit_verify(args: argparse.Namespace) -> int:
 
 
 def audit_show(args: argparse.Namespace) -> int:
-    from pte._audit import render_timeline
+    from pte._audit_show import render_timeline
 
     if args.run is None:
         raise _usage_error()("--run RUN_ID is required with a store URL")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pte._approval import ApprovalStore, approval_hook
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._endorsement import EndorsementGate, EndorsementStore, endorse, pending_endorsement
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._llm_replay import ReplayClient

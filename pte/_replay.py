@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pte._audit import AuditFormatError, AuditLog, VerifyReport, iter_records, verify
+from pte._audit import AuditFormatError, AuditLog
+from pte._audit_scan import VerifyReport
+from pte._audit_verify import iter_records, verify
 from pte._canonical import canonical_json
 from pte._engine import Engine, RunResult
 from pte._errors import (

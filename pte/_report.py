@@ -28,7 +28,9 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from pte._audit_verify import AuditFormatError, VerifyReport, approval_problem, iter_records, verify
+from pte._audit_content import approval_problem
+from pte._audit_scan import VerifyReport
+from pte._audit_verify import AuditFormatError, iter_records, verify
 from pte._errors import PTEError
 from pte._fingerprint import stored_contents
 from pte._run_view import RunView, StepView, plan_references

@@ -25,7 +25,8 @@ from pte._approval import (
     requires_approval,
     signing_key_from_env,
 )
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
 from pte._compiler import compile_plan
 from pte._engine import Engine

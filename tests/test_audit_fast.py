@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+import pte._audit_scan as audit_verify
 import pte._audit_schema as audit_schema
-import pte._audit_verify as audit_verify
 from pte._audit_fast import (
     TIMESTAMP_PATTERN,
     FastPath,
@@ -36,7 +36,9 @@ from pte._audit_fast import (
     fast_errors,
     no_surrogate_pairs,
 )
-from pte._audit_verify import VerifyReport, load_audit_schema, verify
+from pte._audit_scan import VerifyReport
+from pte._audit_schema import load_audit_schema
+from pte._audit_verify import verify
 from pte._canonical import is_canonical
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "audit_samples").glob("*.jsonl"))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pte._audit import read_records, verify
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json, sha256_hex
 from pte._cli import main
 from pte._replay import LogNotIntact, replay_file
@@ -333,7 +333,7 @@ def test_every_record_of_every_kind_of_run_is_valid_against_the_audit_schema() -
     """Checked with the reference jsonschema validator, independently of `verify`'s own checks."""
     import jsonschema
 
-    from pte._audit import load_audit_schema
+    from pte._audit_schema import load_audit_schema
 
     schema = load_audit_schema()
     validator = jsonschema.Draft202012Validator(schema)

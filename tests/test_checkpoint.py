@@ -172,7 +172,8 @@ def test_wrong_key_kinds_are_refused(tmp_path: Path) -> None:
 def test_cutting_whole_sealed_runs_is_caught_only_by_the_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._audit import AuditLog, verify
+    from pte._audit import AuditLog
+    from pte._audit_verify import verify
 
     log = tmp_path / "two_runs.jsonl"
     for run_id in ("first", "second"):

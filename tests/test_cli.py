@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pte import __version__
-from pte._audit import read_records, verify
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
 from pte._cli import main
 from pte._demo import SCENARIOS

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._cli import main
 from tests.audit_runs import begun
 

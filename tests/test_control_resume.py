@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pte import resume_file
-from pte._audit import read_records, verify
+from pte._audit_verify import read_records, verify
 from pte._errors import ReasonCode
 from pte._replay import replay_file
 from pte._tools import Registry, load_registry

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._engine import Engine, RunResult
 from pte._replay import replay_file
 from pte._tools import Registry, load_registry

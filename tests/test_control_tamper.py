@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from pte import ReplayClient
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._engine import Engine, EngineConfig
 from pte._replay import replay_file
 from pte._tools import load_registry

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from pte import ReplayClient
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._policy import Policy

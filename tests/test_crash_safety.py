@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from pte._audit import read_records, verify
+from pte._audit_verify import read_records, verify
 
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 10

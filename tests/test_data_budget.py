@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, Registry, ReplayClient, tool
-from pte._audit import read_records
+from pte._audit_verify import read_records
 from pte._data_budget import render_budgeted
 from pte._prompts import DATA_CLOSE, DATA_OPEN, data_block
 

@@ -18,7 +18,8 @@ import pytest
 from pydantic import BaseModel
 
 from pte import compile_plan
-from pte._audit import AuditLog, verify
+from pte._audit import AuditLog
+from pte._audit_verify import verify
 from pte._engine import Engine
 from pte._errors import PlanRejected
 from pte._policy import Policy

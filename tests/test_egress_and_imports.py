@@ -21,7 +21,7 @@ from pte import (
     compile_plan,
     tool,
 )
-from pte._audit import read_records, verify
+from pte._audit_verify import read_records, verify
 from pte._errors import FailedClosed
 from pte._replay import replay_file
 from pte._resume import resume_file

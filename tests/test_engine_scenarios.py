@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._engine import Engine, EngineConfig, RunResult, render_result
 from pte._errors import ReasonCode
 from pte._llm import OpenAIClient

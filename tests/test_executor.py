@@ -27,7 +27,9 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 import pte._audit
-from pte._audit import AuditLog, load_audit_schema, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_schema import load_audit_schema
+from pte._audit_verify import read_records, verify
 from pte._canonical import sha256_hex
 from pte._compiler import compile_plan
 from pte._engine import Engine

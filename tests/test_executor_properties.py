@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import resume_file
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._engine import Engine
 from pte._replay import DECISION_FIELDS, replay_file
 from pte._tools import Registry, load_registry

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, load_audit_schema, read_records
+from pte._audit import AuditLog
+from pte._audit_schema import load_audit_schema
+from pte._audit_verify import read_records
 from pte._compiler import compile_plan
 from pte._errors import ToolRegistrationError, TransientError
 from pte._executor import Executor

@@ -30,7 +30,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json, is_canonical, sha256_hex
 from pte._compiler import compile_plan
 from pte._engine import Engine

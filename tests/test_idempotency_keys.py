@@ -22,7 +22,8 @@ import pytest
 
 import pte
 from pte import resume_file
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
 from pte._compiler import compile_plan
 from pte._engine import Engine

@@ -20,7 +20,8 @@ import pytest
 pytest.importorskip("mcp", reason="the MCP importer is an optional extra: pip install 'pte[mcp]'")
 
 from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
-from pte._audit import AuditLog, read_records
+from pte._audit import AuditLog
+from pte._audit_verify import read_records
 from pte._engine import Engine, EngineConfig
 from pte._replay import replay_file
 from pte.importers import ImportRefused, fingerprint

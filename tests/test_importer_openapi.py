@@ -21,7 +21,8 @@ from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 
 from pte import PlanRejected, ReasonCode, compile_plan
-from pte._audit import AuditLog, read_records
+from pte._audit import AuditLog
+from pte._audit_verify import read_records
 from pte._engine import Engine, EngineConfig
 from pte._replay import replay_file
 from pte.importers import ImportRefused, fingerprint

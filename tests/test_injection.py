@@ -25,7 +25,8 @@ from pydantic import BaseModel
 
 from pte import ReplayClient
 from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
-from pte._audit import AuditLog, Redactor, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._call_role import current_role
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig, RunResult
@@ -34,6 +35,7 @@ from pte._llm import LLMResponse
 from pte._llm_replay import _Recorded
 from pte._policy import Policy, plan_literals
 from pte._prompts import DATA_CLOSE, DATA_OPEN
+from pte._redaction import Redactor
 from pte._signing import SigningKey, TrustedKeys
 from pte._tools import Registry, tool
 

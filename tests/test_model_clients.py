@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import ReplayClient
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._engine import Engine, EngineConfig
 from pte._errors import LLMError, ReasonCode
 from pte._llm import LLMClient, LLMResponse, OpenAIClient

@@ -16,7 +16,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pte import PlanRejected, ReasonCode, ReplayClient, compile_plan, resume_file
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._errors import REPAIRABLE_REASONS

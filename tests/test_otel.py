@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from pte._audit import AuditLog, read_records
-from pte._audit_verify import verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._engine import Engine, EngineConfig
 from pte._errors import ReasonCode
 from pte._llm import LLMResponse

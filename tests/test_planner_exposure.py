@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, LabelTree, Registry, ReplayClient, provenance, tool
-from pte._audit import read_records, verify
+from pte._audit_verify import read_records, verify
 from pte._handles import HANDLE_KEY, handle_view
 from pte._prompts import DATA_CLOSE, DATA_OPEN
 from pte._replay import replay_file

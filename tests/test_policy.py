@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._compiler import CompileContext, compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, PTEError, ReasonCode

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._cli import main
 from pte._compiler import compile_plan
 from pte._engine import Engine

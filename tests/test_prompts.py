@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pte import _prompts as prompts
-from pte._audit import AuditLog, read_records
+from pte._audit import AuditLog
+from pte._audit_verify import read_records
 from pte._canonical import canonical_json
 from pte._engine import Engine
 from pte._errors import ToolRegistrationError

@@ -39,7 +39,7 @@ from pte import (
     resume_file,
     verify,
 )
-from pte._audit import read_records
+from pte._audit_verify import read_records
 from pte._canonical import canonical_json
 from pte._replay import RecordedInvoker, replay_run
 

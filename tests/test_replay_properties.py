@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import ReplayClient
-from pte._audit import read_records, verify
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
 from pte._demo import SCENARIOS, demo_registry, run_scenario
 from pte._engine import EngineConfig

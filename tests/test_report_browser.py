@@ -17,7 +17,8 @@ from pathlib import Path
 import _services
 import pytest
 
-from pte._audit import GENESIS_HASH, AuditLog, read_records, verify
+from pte._audit import GENESIS_HASH, AuditLog
+from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_bytes, sha256_hex
 from pte._cli import main
 from pte._fingerprint import expand_run_started, stored_contents

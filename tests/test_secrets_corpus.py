@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import re2
 
-from pte._audit import verify
+from pte._audit_verify import verify
 from pte._fingerprint import expand_run_started, stored_contents
 from pte._redaction import REDACTED, Redactor
 from pte._secret_rules import SecretRules, default_rule_files

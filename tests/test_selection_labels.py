@@ -378,7 +378,8 @@ def test_a_user_selection_is_recorded_and_replays_from_the_log_alone(tmp_path: A
     """The declaration travels in the recorded output schema: a run whose guarded write takes a
     trusted field out of a user tool's selection replays with the same decision from the log."""
     from pte import ReplayClient
-    from pte._audit import AuditLog, read_records
+    from pte._audit import AuditLog
+    from pte._audit_verify import read_records
     from pte._engine import Engine, EngineConfig
     from pte._replay import replay_file
 

@@ -17,7 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte._audit import verify
+from pte._audit_verify import verify
 from pte._canonical import hash_json
 from pte._compiler import compile_plan
 from pte._errors import PlanRejected, ReasonCode

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from _services import postgres_url  # noqa: F401 - the session fixture
 
-from pte._audit import verify
+from pte._audit_verify import verify
 from pte._engine import Engine
 from pte._errors import AuditWriteError
 from pte._replay import replay_run

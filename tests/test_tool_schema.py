@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from pte import PlanRejected, ReasonCode, Registry, ToolRegistrationError, compile_plan, tool_from_schema
-from pte._audit import AuditLog, read_records
+from pte._audit import AuditLog
+from pte._audit_verify import read_records
 from pte._engine import Engine, EngineConfig
 from pte._replay import replay_file
 

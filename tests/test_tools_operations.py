@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 import pte
 from pte import ReplayClient
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig
 from pte._errors import PlanRejected, ReasonCode

@@ -17,7 +17,8 @@ from pydantic import BaseModel, Field
 
 from pte import ReplayClient
 from pte._approval import ApprovalGate, ApprovalStore, approve, catalogue_fingerprint
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._cli import main
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig

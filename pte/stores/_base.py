@@ -26,17 +26,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
+from pte._audit import AuditLog, Durability, RecordWriter
+from pte._audit_scan import VerifyReport
+from pte._audit_verify import verify
 from pte._errors import PTEError
-
-if TYPE_CHECKING:
-    from pte._audit import AuditLog, Durability
-    from pte._audit_verify import VerifyReport
 
 __all__ = [
     "RUN_ID_PATTERN",
-    "RecordWriter",
     "RunInfo",
     "Store",
     "StoreError",
@@ -68,27 +66,6 @@ def check_run_id(run_id: Any) -> str:
 def utc_now() -> str:
     """ISO-8601 UTC with microseconds, the audit log's timestamp form."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class RecordWriter(Protocol):
-    """Where one run's `AuditLog` puts its records (the seam between the log and a store)."""
-
-    def head(self) -> tuple[int, str, bool]:
-        """``(next_seq, last_hash, sealed)`` of the chain this writer continues."""
-        ...
-
-    def write(self, record: Mapping[str, Any], line: bytes) -> None:
-        """Store one record durably enough to survive the process; `line` is its canonical
-        line (newline included). Raises `StoreError` or `OSError` when it cannot."""
-        ...
-
-    def sync(self) -> None:
-        """Make every record written so far durable (the write-ahead point)."""
-        ...
-
-    def close(self) -> None:
-        """Release what the writer holds; idempotent."""
-        ...
 
 
 @dataclass
@@ -168,7 +145,6 @@ class Store(ABC):
         """An `AuditLog` appending to this store (a new run id when None)."""
         import uuid
 
-        from pte._audit import AuditLog
 
         run_id = check_run_id(run_id if run_id is not None else uuid.uuid4().hex)
         durability = kwargs.pop("durability", "batch")
@@ -176,7 +152,6 @@ class Store(ABC):
 
     def verify(self, run_id: str, *, check_schema: bool = True) -> VerifyReport:
         """Verify one run's chain as stored: canonical lines, seq, prev, hash, schema, structure."""
-        from pte._audit_verify import verify
 
         return verify(self.lines(check_run_id(run_id)), check_schema=check_schema)
 

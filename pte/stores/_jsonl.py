@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pte.stores._base import RecordWriter, RunInfo, Store, StoreError, check_run_id
-
-if TYPE_CHECKING:
-    from pte._audit import AuditLog, Durability
-    from pte._audit_verify import VerifyReport
+from pte._audit import AuditLog, Durability, RecordWriter
+from pte._audit_scan import VerifyReport
+from pte._audit_verify import iter_records, verify
+from pte.stores._base import RunInfo, Store, StoreError, check_run_id
 
 __all__ = ["JsonlStore"]
 
@@ -28,7 +27,6 @@ class JsonlStore(Store):
         self.url = url if url is not None else f"jsonl:{path}"
 
     def audit_log(self, run_id: str | None = None, **kwargs: Any) -> AuditLog:
-        from pte._audit import AuditLog
 
         if run_id is not None:
             check_run_id(run_id)
@@ -38,7 +36,6 @@ class JsonlStore(Store):
         raise StoreError("a JSON Lines store is written by AuditLog itself: use JsonlStore.audit_log")
 
     def _numbered(self) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-        from pte._audit import iter_records
 
         if not self.path.is_file():
             raise StoreError(f"audit log {str(self.path)!r} does not exist")
@@ -57,7 +54,6 @@ class JsonlStore(Store):
 
     def verify(self, run_id: str, *, check_schema: bool = True) -> VerifyReport:
         """The whole file is verified: its runs share one chain."""
-        from pte._audit_verify import verify
 
         check_run_id(run_id)
         if not self.path.is_file():

@@ -23,13 +23,12 @@ import threading
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pte.stores._base import Decision, RecordWriter, RunInfo, Store, StoreError, check_run_id, utc_now
-
-if TYPE_CHECKING:
-    from pte._audit import Durability
-    from pte._audit_verify import VerifyReport
+from pte._audit import Durability, RecordWriter
+from pte._audit_scan import VerifyIssue, VerifyReport
+from pte._audit_verify import verify
+from pte.stores._base import Decision, RunInfo, Store, StoreError, check_run_id, utc_now
 
 #: Record types that change a run's row in ``pte_runs``.
 LIFECYCLE = frozenset({"run_started", "run_paused", "run_resumed", "run_finished"})
@@ -240,7 +239,6 @@ class SQLStore(Store):
         Also checks that the query columns (``seq``, ``type``, ``hash``, ``prev``) agree with
         each record's line, so an edited column cannot mislead a query.
         """
-        from pte._audit_verify import VerifyIssue, VerifyReport, verify
 
         run_id = check_run_id(run_id)
         rows = self._query(

@@ -13,13 +13,11 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pte._audit import Durability
 from pte.stores._base import StoreError, check_run_id, utc_now
 from pte.stores._sql import SCHEMA, SQLStore
-
-if TYPE_CHECKING:
-    from pte._audit import Durability
 
 __all__ = ["SQLiteStore"]
 

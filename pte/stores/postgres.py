@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pte._audit import Durability
 from pte.stores._base import StoreError, check_run_id
 from pte.stores._sql import SCHEMA, SQLStore
-
-if TYPE_CHECKING:
-    from pte._audit import Durability
 
 __all__ = ["PostgresStore"]
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig, RunResult
 from pte._executor import ExecutionResult, Executor
