@@ -421,6 +421,10 @@ class Engine:
             if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
                 config["llm"] = describe
         config.update(extra or {})
+        if self.registry.procedures:  # what plans may call and replay recompiles with (pte._procedures)
+            from pte._procedures import procedures_record
+
+            config["procedures"] = procedures_record(self.registry.procedures)
         if self.endorsement is not None:  # replay compiles as the run did (pte._endorsement)
             config["endorsement"] = True
         run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider, run.audit.redactor)

@@ -47,6 +47,8 @@ __all__ = [
     "expand_procedures",
     "load_procedures",
     "procedure_schema",
+    "procedures_record",
+    "recorded_procedures",
     "step_path",
 ]
 
@@ -116,6 +118,16 @@ class Procedure:
             version=sha256_hex(canonical_json(document)),
             source=source,
         )
+
+    def to_document(self) -> dict[str, Any]:
+        """The procedure file's document (what ``run_started.config.procedures`` records)."""
+        return {
+            "pte_procedure": "1",
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+            "plan": dict(self.body),
+        }
 
     @property
     def tools(self) -> list[str]:
@@ -190,6 +202,26 @@ def _check_cycles(procedures: Mapping[str, Procedure]) -> None:
 
     for name in procedures:
         visit(name, [])
+
+
+def procedures_record(procedures: Mapping[str, Procedure]) -> list[dict[str, Any]]:
+    """The procedures a run may call, as ``run_started.config.procedures`` records them (by name)."""
+    return [procedures[name].to_document() for name in sorted(procedures)]
+
+
+def recorded_procedures(config: Mapping[str, Any], registry: Any) -> dict[str, Procedure]:
+    """The procedures a ``run_started.config`` records, checked against `registry` as at load.
+
+    For replay from the log alone (the recorded catalogue), as the recorded tools are; an
+    entry that does not load is left out, so a plan calling it diverges instead of replaying.
+    """
+    documents = config.get("procedures")
+    if not isinstance(documents, list):
+        return {}
+    try:
+        return load_procedures([Procedure.from_document(d) for d in documents], registry)
+    except ProcedureError:
+        return {}
 
 
 def step_path(step_id: str) -> str:

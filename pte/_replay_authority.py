@@ -35,6 +35,7 @@ from pte._llm import LLMClient, LLMResponse
 from pte._llm_replay import ReplayClient
 from pte._plan import Plan
 from pte._policy import Policy
+from pte._procedures import recorded_procedures
 from pte._registry import Registry
 from pte._signing import TrustedKeys
 from pte._tool_spec import ToolSpec
@@ -45,7 +46,9 @@ __all__ = ["Deployment"]
 def _recorded_registry(run_started: Mapping[str, Any]) -> Registry:
     # Format 2: the full catalogue is stored by hash (in this record, or an earlier run's).
     expanded = expand_run_started(run_started, stored_contents([run_started]))
-    return Registry(ToolSpec.from_record(entry) for entry in expanded.get("tools", ()))
+    registry = Registry(ToolSpec.from_record(entry) for entry in expanded.get("tools", ()))
+    procedures = recorded_procedures(expanded.get("config") or {}, registry)
+    return registry.with_procedures(procedures) if procedures else registry
 
 
 def _recorded_policy(registry: Registry, recorded: Any) -> Policy:

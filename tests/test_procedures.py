@@ -419,3 +419,46 @@ def test_a_model_is_shown_procedures_as_tools_and_calls_one(tmp_path: Path, ledg
     assert replay_file(log, deployment=Deployment(registry=registry)).ok
     # Without the procedures the same log does not replay (the deployment decides, not the log).
     assert not replay_file(log, deployment=Deployment(registry=base)).ok
+
+
+def test_the_log_records_the_procedures_and_replays_from_itself(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _folder(tmp_path, BALANCE_REPORT)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(TWO_CALLS), encoding="utf-8")
+    log = tmp_path / "audit.jsonl"
+    code, _, err = _cli(
+        capsys,
+        "execute",
+        str(plan),
+        "--tools",
+        "backoffice",
+        "--procedures",
+        str(folder),
+        "--audit",
+        str(log),
+    )
+    assert code == 0, err
+    started = read_records(log)[0]
+    recorded = started["config"]["procedures"]
+    assert recorded == [Procedure.from_document(BALANCE_REPORT).to_document()]
+    code, out, _ = _cli(capsys, "replay", str(log))  # from the log alone: its recorded catalogue
+    assert code == 0 and "same decisions" in out
+    # The deployment decides: without its procedures, or with an edited one, the run diverges.
+    code, out, _ = _cli(capsys, "replay", str(log), "--tools", "backoffice")
+    assert code == 1 and "run_started.config" in out
+    edited = json.loads(json.dumps(BALANCE_REPORT))
+    edited["plan"]["result"] = {
+        "owes": {"$ref": "balance/overdue_total"},
+        "overdue": {"$ref": "balance/overdue_total"},
+    }
+    (tmp_path / "other").mkdir()
+    other = _folder(tmp_path / "other", edited)
+    code, out, _ = _cli(capsys, "replay", str(log), "--tools", "backoffice", "--procedures", str(other))
+    assert code == 1 and "DIVERGED" in out
+    # Tamper: the recorded procedure edited in the log breaks the chain.
+    lines = log.read_text(encoding="utf-8").splitlines()
+    lines[0] = lines[0].replace("open_total", "overdue_total")
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert not verify(log).ok
