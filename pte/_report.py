@@ -202,6 +202,13 @@ def _step_details(step: StepView) -> str:
     return f"<details><summary>details</summary>{''.join(parts)}</details>"
 
 
+def _procedure_path(step: StepView) -> str:
+    """A step inlined from a procedure call: its path under the call (pte._procedures)."""
+    if step.path is None:
+        return ""
+    return f'<br><small class="procedure-path" title="inlined from a procedure call">{_e(step.path)}</small>'
+
+
 def _args(step_id: str, args: Any) -> str:
     """Resolved arguments, as JSON; PTE resolved them, but their values may come from anywhere."""
     text = json.dumps(args, ensure_ascii=False, indent=1, sort_keys=True)
@@ -290,7 +297,8 @@ def _run_section(view: RunView) -> str:
                 f'<tr class="step" data-step-id="{_e(step.id)}" data-kind="{_e(step.kind)}" '
                 f'data-tool="{_e(step.tool or "")}" data-effect="{_e(step.effect)}" '
                 f'data-provenance="{_e(step.provenance)}" data-status="{_e(step.status)}"{items}>'
-                f"<td><code>{_e(step.id)}</code></td><td>{_e(step.tool or step.kind)}</td>"
+                f"<td><code>{_e(step.id)}</code>{_procedure_path(step)}</td>"
+                f"<td>{_e(step.tool or step.kind)}</td>"
                 f"<td>{_badge(step.effect, step.effect)}</td><td>{labels}</td>"
                 f"<td>{_badge(step.status.replace(' ', '-'), _status_text(step))}</td>"
                 f"<td>{_duration(step.duration_ms)}</td><td>{_step_details(step)}</td></tr>"

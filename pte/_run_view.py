@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pte._fingerprint import expand_run_started
+from pte._procedures import PATH_SEPARATOR, step_path
 
 __all__ = ["ConditionView", "ElementView", "PlanView", "RunView", "StepView", "plan_references"]
 
@@ -97,6 +98,8 @@ class StepView:
     duration_ms: float | None = None
     items: int | None = None
     elements: list[ElementView] = field(default_factory=list)
+    #: A step inlined from a procedure call (pte._procedures): its path, ``call/step``; else None.
+    path: str | None = None
 
     @property
     def is_write(self) -> bool:
@@ -146,6 +149,11 @@ class RunView:
                 ((i, r) for i, r in enumerate(records) if r.get("type") == "plan_accepted"), start=1
             )
         ]
+        config = started.get("config")
+        if isinstance(config, dict) and config.get("procedures"):  # the run could call procedures
+            for step in (s for p in plans for s in p.steps):
+                if PATH_SEPARATOR in step.id:
+                    step.path = step_path(step.id)
         return cls(run_id, started, records, plans, status, finished)
 
     @property

@@ -462,3 +462,25 @@ def test_the_log_records_the_procedures_and_replays_from_itself(
     lines[0] = lines[0].replace("open_total", "overdue_total")
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert not verify(log).ok
+
+
+def test_the_report_shows_each_nested_step_with_its_path(tmp_path: Path, ledger: Path) -> None:
+    from pte._report import write_report
+
+    base = load_registry(["backoffice"])
+    registry = base.with_procedures(load_procedures([Procedure.from_document(BALANCE_REPORT)], base))
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log) as audit:
+        assert Engine(registry, None).execute(json.dumps(TWO_CALLS), audit).ok
+    html = write_report(log, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert 'data-step-id="first__balance"' in html and 'data-step-id="second__balance"' in html
+    assert '<small class="procedure-path" title="inlined from a procedure call">first/balance</small>' in html
+    # A run without procedures shows no paths, whatever its ids.
+    plain = tmp_path / "plain.jsonl"
+    inlined = {
+        "pte_plan": "1",
+        "steps": [{"id": "a__b", "tool": "customer_balance", "args": {"customer_id": "C002"}}],
+    }
+    with AuditLog(plain) as audit:
+        assert Engine(base, None).execute(json.dumps(inlined), audit).ok
+    assert "procedure-path" not in write_report(plain, tmp_path / "plain.html").read_text(encoding="utf-8")
