@@ -517,6 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tools_command(sub)
 
+    from pte._cli_runs import add_runs_command
+
+    add_runs_command(sub, _add_json)
+
     p = sub.add_parser("demo", help="run the offline demo scenarios on the back-office pack")
     p.add_argument("--out", metavar="DIR", help="keep the audit logs here (default: a temporary directory)")
     p.add_argument("--verbose", action="store_true", help="also print the engine's log lines (stderr)")

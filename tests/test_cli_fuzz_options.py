@@ -53,6 +53,8 @@ BASES: dict[str, list[str]] = {
     "reject": ["reject", "RUNID", "--by", "al", "--store", "sqlite:s.db"],
     "submit": ["submit", "plan.json", "--tools", "calculator", "--store", "sqlite:s.db", "--broker", NOWHERE],
     "tools": ["tools"],
+    "runs": ["runs", "--store", "sqlite:s.db"],
+    "runs requeue": ["runs", "requeue", "RUNID", "--store", "sqlite:s.db", "--broker", NOWHERE],
     "ledger init": ["ledger", "init", "--path", "led.db"],
     "init": ["init", "--dir", "deployment"],
 }

@@ -89,3 +89,49 @@ def test_an_unknown_run_with_pte_store_is_a_usage_error(
     with pytest.raises(SystemExit) as exit_info:
         main(["--quiet", "resume", "nope", "--tools", "backoffice"])
     assert exit_info.value.code == 2
+
+
+def test_pte_runs_lists_by_status_and_requeue_refuses_what_it_cannot_requeue(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite://{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("PTE_STORE", url)
+    plan = tmp_path / "pay.json"
+    plan.write_text(PAY, encoding="utf-8")
+    q = ["--quiet"]
+    assert main([*q, "execute", str(plan), "--tools", "backoffice", "--run-id", "w1"]) == 0
+    assert main([*q, "approve", "w1", "--by", "alice"]) == 0
+    assert main([*q, "resume", "w1", "--tools", "backoffice"]) == 0
+    assert main([*q, "execute", str(plan), "--tools", "backoffice", "--run-id", "w2"]) == 0
+    with open_store(url) as store:
+        store.submit("w3", {"mode": "execute", "plan_text": PAY, "tools": ["backoffice"]})
+    monkeypatch.setenv("PTE_BROKER", "redis://127.0.0.1:9/0")  # nothing listens: refusals come first
+    capsys.readouterr()
+    assert main([*q, "runs", "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {k: v["status"] for k, v in rows.items()} == {
+        "w1": "succeeded",
+        "w2": "awaiting_approval",
+        "w3": "queued",
+    }
+    assert rows["w1"]["plan_hash"] == rows["w2"]["plan_hash"] and len(rows["w1"]["plan_hash"]) == 64
+    assert rows["w3"]["plan_hash"] is None and rows["w3"]["requeues"] == 0
+    assert main([*q, "runs", "--status", "queued"]) == 0
+    out = capsys.readouterr().out
+    assert "w3" in out and "w1" not in out and "1 run(s)" in out
+    assert main([*q, "runs", "--status", "running"]) == 0
+    assert "no running run" in capsys.readouterr().out
+    # Refused with the reason, exit 1, nothing recorded.
+    assert main([*q, "runs", "requeue", "w1"]) == 1
+    assert "has ended (succeeded)" in capsys.readouterr().err
+    assert main([*q, "runs", "requeue", "w2"]) == 1
+    assert "waits for a person's decision" in capsys.readouterr().err
+    assert main([*q, "runs", "requeue", "nope"]) == 1
+    assert "no run 'nope'" in capsys.readouterr().err
+    assert main([*q, "runs", "requeue", "w3"]) == 1  # requeueable, but the broker is down
+    assert "not requeued" in capsys.readouterr().err
+    with open_store(url) as store:
+        assert store.requeues("w3") == [] and store.requeues("w1") == []
+    with pytest.raises(SystemExit) as exit_info:
+        main([*q, "runs", "requeue", "x'; DROP TABLE pte_runs; --"])
+    assert exit_info.value.code == 2

@@ -185,6 +185,14 @@ class Store(ABC):
         """Record a job for a worker to run as `run_id` (status ``queued``)."""
         raise StoreError(f"{type(self).__name__} cannot hold submitted jobs; use sqlite: or postgresql:")
 
+    def record_requeue(self, run_id: str, *, status: str, by: str, at: str) -> None:
+        """Record that `by` put `run_id` (then in `status`) back on the broker (`pte runs requeue`)."""
+        raise StoreError(f"{type(self).__name__} cannot hold submitted jobs; use sqlite: or postgresql:")
+
+    def requeues(self, run_id: str) -> list[dict[str, Any]]:
+        """The requeues recorded for `run_id` (``{"status", "by", "at"}``), oldest first."""
+        return []
+
     def claim(self, run_id: str, owner: str) -> bool:
         """Take `run_id` for `owner` (one worker at a time); False when another holds it."""
         return True

@@ -68,6 +68,13 @@ CREATE TABLE IF NOT EXISTS pte_approvals (
 );
 CREATE INDEX IF NOT EXISTS pte_approvals_plan ON pte_approvals (plan_hash);
 CREATE INDEX IF NOT EXISTS pte_runs_status ON pte_runs (status);
+CREATE TABLE IF NOT EXISTS pte_requeues (
+  id {serial} PRIMARY KEY,
+  run_id TEXT NOT NULL,
+  status TEXT NOT NULL,
+  by_name TEXT NOT NULL,
+  at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS pte_checkpoints (
   run_id TEXT NOT NULL,
   seq INTEGER NOT NULL,
@@ -353,6 +360,21 @@ class SQLStore(Store):
             (check_run_id(run_id),),
         )
         return [Decision(*row) for row in rows]
+
+    # -- requeues (pte runs requeue) ---------------------------------------------------------------
+
+    def record_requeue(self, run_id: str, *, status: str, by: str, at: str) -> None:
+        self._execute_one(
+            self._sql("INSERT INTO pte_requeues (run_id, status, by_name, at) VALUES (?, ?, ?, ?)"),
+            (check_run_id(run_id), status, by, at),
+        )
+
+    def requeues(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._query(
+            self._sql("SELECT status, by_name, at FROM pte_requeues WHERE run_id = ? ORDER BY id"),
+            (check_run_id(run_id),),
+        )
+        return [{"status": status, "by": by, "at": at} for status, by, at in rows]
 
     def approvals_data(self, plan_hash: str | None = None) -> list[dict[str, Any]]:
         """The stored approvals (their JSON form), for one plan hash or all, oldest first."""
