@@ -484,3 +484,108 @@ def test_the_report_shows_each_nested_step_with_its_path(tmp_path: Path, ledger:
     with AuditLog(plain) as audit:
         assert Engine(base, None).execute(json.dumps(inlined), audit).ok
     assert "procedure-path" not in write_report(plain, tmp_path / "plain.html").read_text(encoding="utf-8")
+
+
+PAY_KNOWN_SUPPLIER: dict[str, Any] = {
+    "pte_procedure": "1",
+    "name": "pay_known_supplier",
+    "description": "Pay a supplier on file to its verified IBAN.",
+    "parameters": {
+        "type": "object",
+        "properties": {"supplier_id": {"type": "string"}, "amount": {"type": "string"}},
+        "required": ["supplier_id", "amount"],
+    },
+    "plan": {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "supplier", "tool": "get_supplier", "args": {"supplier_id": {"$param": "supplier_id"}}},
+            {
+                "id": "pay",
+                "tool": "send_payment",
+                "args": {
+                    "iban": {"$ref": "supplier/iban"},
+                    "amount": {"$param": "amount"},
+                    "currency": "EUR",
+                    "reference": "procedure payment",
+                },
+            },
+        ],
+        "result": {"$ref": "pay/payment_id"},
+    },
+}
+
+
+def test_an_approved_call_pays_once_and_an_edited_procedure_is_refused_under_the_old_approval(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _folder(tmp_path, PAY_KNOWN_SUPPLIER)
+    plan = tmp_path / "pay.json"
+    call = {"id": "p", "tool": "pay_known_supplier", "args": {"supplier_id": "S002", "amount": "12.50"}}
+    plan.write_text(json.dumps({"pte_plan": "1", "steps": [call], "result": {"$ref": "p"}}), encoding="utf-8")
+    common = ["--tools", "backoffice", "--procedures", str(folder), "--approvals", str(tmp_path / "a.jsonl")]
+    code, out, _ = _cli(
+        capsys, "execute", str(plan), *common, "--audit", str(tmp_path / "no.jsonl"), "--json"
+    )
+    assert code == 1 and json.loads(out)["reason"] == "approval_missing"  # the inlined write needs one
+    assert _cli(capsys, "approve", str(plan), "--by", "alice", *common)[0] == 0
+    # Compliance edits the procedure (the amount's reference text) after the approval.
+    edited = json.loads(json.dumps(PAY_KNOWN_SUPPLIER))
+    edited["plan"]["steps"][1]["args"]["reference"] = "edited"
+    (folder / "pay_known_supplier.json").write_text(json.dumps(edited), encoding="utf-8")
+    log = tmp_path / "edited.jsonl"
+    code, out, _ = _cli(capsys, "execute", str(plan), *common, "--audit", str(log), "--json")
+    assert code == 1 and json.loads(out)["reason"] == "approval_missing"
+    assert not any(r["type"] == "step_started" for r in read_records(log))
+    # The approved version pays, once; its nested write is a step of the log.
+    (folder / "pay_known_supplier.json").write_text(json.dumps(PAY_KNOWN_SUPPLIER), encoding="utf-8")
+    log = tmp_path / "paid.jsonl"
+    code, out, _ = _cli(capsys, "execute", str(plan), *common, "--audit", str(log), "--json")
+    assert code == 0, out
+    assert [r["step_id"] for r in read_records(log) if r["type"] == "step_finished"] == [
+        "p__supplier",
+        "p__pay",
+    ]
+    assert verify(log).ok
+
+
+def test_limits_count_nested_steps_and_a_forged_nested_id_is_an_ordinary_step() -> None:
+    from pte._compile_context import Limits
+
+    base = load_registry(["backoffice"])
+    procs = [Procedure.from_document(BALANCE_REPORT), Procedure.from_document(PAY_SUPPLIER)]
+    registry = base.with_procedures(load_procedures(procs, base))
+    three = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": f"c{i}", "tool": "balance_report", "args": {"customer_id": "C002"}} for i in range(3)
+        ],
+    }
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(json.dumps(three), registry, Limits(max_steps=2))
+    assert info.value.reason is ReasonCode.PLAN_TOO_LARGE
+    # A planner writing the inlined id itself gains nothing: the step is checked as any other.
+    forged = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "doc", "tool": "read_document", "args": {"document_id": "DOC-004"}},
+            {
+                "id": "pay__pay",
+                "tool": "send_payment",
+                "args": {"iban": {"$ref": "doc/iban"}, "amount": "1.00", "currency": "EUR", "reference": "x"},
+            },
+        ],
+    }
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(json.dumps(forged), registry, checks=[Policy.from_registry(registry).check()])
+    assert info.value.reason is ReasonCode.POLICY_VIOLATION
+    # ... and an id a call would produce is a duplicate, not a second step of the call.
+    clash = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "x", "tool": "balance_report", "args": {"customer_id": "C002"}},
+            {"id": "x__balance", "tool": "customer_balance", "args": {"customer_id": "C004"}},
+        ],
+    }
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(json.dumps(clash), registry)
+    assert info.value.reason is ReasonCode.DUPLICATE_STEP_ID
