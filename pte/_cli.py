@@ -37,6 +37,7 @@ from pte._cli_deployment import (
     current_redactor,
     set_redactor,
 )
+from pte._cli_endorse import add_endorsements_option, report_pause
 from pte._cli_support import (
     MAX_APPROVAL_TTL_S,
     MAX_VALID_FOR_HOURS,
@@ -55,6 +56,7 @@ from pte._cli_support import (
 from pte._cli_support import UsageError as UsageError  # re-exported: pte._cli_store raises it
 from pte._cli_tools import add_tools_command
 from pte._errors import PlanRejected
+from pte._pause import RunPaused
 from pte._redaction import Redactor
 from pte._registry import Registry
 
@@ -149,8 +151,9 @@ def _approved_run(registry: Registry, args: argparse.Namespace, text: str) -> st
 
     policy = _policy(registry, args)
     gate = _gate(registry, args, policy)
+    endorsable = bool(getattr(args, "endorsements", None))  # as the engine will compile it
     try:
-        plan = compile_plan(text, registry, checks=[policy.check()])
+        plan = compile_plan(text, registry, checks=[policy.check(endorsable=endorsable)])
         approval = gate.check(plan)
     except ApprovalConsumed:  # its run already ran: run it again, so that it is refused as such
         used = [a for a in gate.store.find(plan.hash) if gate.refusal(a, plan) is None]
@@ -169,8 +172,11 @@ def cmd_execute(args: argparse.Namespace) -> int:
         return stored
     run_id = _run_id_arg(args) or _approved_run(registry, args, text)
     audit = _open_audit(args.audit, durability=args.durability, run_id=run_id)
-    with audit:
-        result = _engine(registry, None, args).execute(text, audit)
+    try:
+        with audit:
+            result = _engine(registry, None, args).execute(text, audit)
+    except RunPaused:  # at a call whose value a person must endorse (pte._endorsement)
+        return report_pause(args.audit, args)
     return _report_run(result, args, args.audit)
 
 
@@ -182,8 +188,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if stored is not None:
         return stored
     audit = _open_audit(args.audit, durability=args.durability, run_id=_run_id_arg(args))
-    with audit:
-        result = _engine(registry, llm, args).run(args.request, audit)
+    try:
+        with audit:
+            result = _engine(registry, llm, args).run(args.request, audit)
+    except RunPaused:  # at a call whose value a person must endorse (pte._endorsement)
+        return report_pause(args.audit, args)
     return _report_run(result, args, args.audit)
 
 
@@ -235,7 +244,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
     except KeyFileError as exc:
         raise UsageError(str(exc)) from None
     try:
-        plan = compile_plan(text, registry, checks=[policy.check()])
+        # With an endorsement store the deployment pauses such calls for a person (pte._endorsement).
+        endorsable = bool(getattr(args, "endorsements", None))
+        plan = compile_plan(text, registry, checks=[policy.check(endorsable=endorsable)])
     except PlanRejected as rejection:
         print(f"not approved: the plan is rejected: {rejection}", file=sys.stderr)
         return EXIT_FAILED
@@ -471,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan_file", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run")
     p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
     p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
+    add_endorsements_option(p)
     p.add_argument(
         "--signing-key",
         metavar="FILE",
@@ -509,9 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_audit_commands(audit)
 
+    from pte._cli_endorse import add_endorse_command
     from pte._cli_replay import add_replay_commands
 
     add_replay_commands(sub)
+    add_endorse_command(sub, _add_json)
 
     cli_store.add_commands(sub, _add_tools, _add_json, _add_llm)
 

@@ -127,6 +127,9 @@ def _add_approvals(parser: argparse.ArgumentParser) -> None:
         help="trusted approvers' Ed25519 public keys (PEM; default $PTE_APPROVAL_PUBLIC_KEYS_FILE); "
         "with keys, only approvals signed by one of them count",
     )
+    from pte._cli_endorse import add_endorsements_option
+
+    add_endorsements_option(parser)
 
 
 def _add_json(parser: argparse.ArgumentParser) -> None:
@@ -231,7 +234,17 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
     )
     policy = _policy(registry, args)
     gate = approval if approval is not None else _gate(registry, args, policy)
-    return Engine(registry, llm, config=config, policy=policy, approval=gate, **execution_settings(args))
+    from pte._cli_endorse import endorsement_gate
+
+    return Engine(
+        registry,
+        llm,
+        config=config,
+        policy=policy,
+        approval=gate,
+        endorsement=endorsement_gate(args, _approval_keys(args)),
+        **execution_settings(args),
+    )
 
 
 def _llm(args: argparse.Namespace) -> Any:

@@ -42,6 +42,7 @@ def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
         raise UsageError("--policy needs --tools (the policy applies to the deployment's tools)")
     gate = _gate(registry, args, policy) if registry is not None else None
     from pte._cli_deployment import _deployment_anchors
+    from pte._cli_endorse import endorsement_gate
 
     return Deployment(
         registry=registry,
@@ -49,6 +50,7 @@ def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
         approvals=gate,
         keys=_approval_keys(args),
         anchors=_deployment_anchors() if registry is not None else None,
+        endorsements=endorsement_gate(args, _approval_keys(args)) if registry is not None else None,
     )
 
 
@@ -93,6 +95,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from pte import _cli_store as cli_store
     from pte._audit import AuditFormatError
+    from pte._pause import RunPaused
     from pte._replay import LogNotIntact, ReplayDivergence
     from pte._resume import resume_file
 
@@ -105,6 +108,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
         result = resume_file(args.log, registry, llm=llm, deployment=deployment)
+    except RunPaused:  # at a call whose value a person must endorse (pte._endorsement)
+        from pte._cli_endorse import report_pause
+
+        return report_pause(args.log, args)
     except FailedClosed as exc:  # nothing to resume (no run, or the last one is sealed)
         print(f"cannot resume {args.log}: {exc.message}", file=sys.stderr)
         return EXIT_FAILED

@@ -502,6 +502,8 @@ class _Point:
     plan_hash: str
     #: step id -> {parameter: violation explanation}.
     needs: Mapping[str, Mapping[str, str]]
+    #: The calls that consumed an endorsement (autonomy counts, `pte.RunResult`).
+    endorsed: list[str] = field(default_factory=list)
 
 
 _CURRENT: contextvars.ContextVar[_Point | None] = contextvars.ContextVar("pte_endorsement", default=None)
@@ -536,6 +538,7 @@ def check_call(step_id: str, tool: str, args: Mapping[str, Any]) -> None:
         {param: needs[param] for param in sorted(needs) if param in args},
     )
     point.gate.at_call(request, point.audit)
+    point.endorsed.append(step_id)
 
 
 class EndorsementGate:

@@ -135,6 +135,10 @@ class RunResult:
     plans: list[Plan] = field(default_factory=list)
     llm_calls: int = 0
     usage: dict[str, int] = field(default_factory=dict)
+    #: Consequential actions (write calls) that ran without a person, and those a person
+    #: allowed (the plan's approval, or an endorsement of the call's value).
+    writes_without_person: int = 0
+    writes_with_person: int = 0
 
     @property
     def ok(self) -> bool:
@@ -165,6 +169,10 @@ class RunResult:
             "plan_hashes": [p.hash for p in self.plans],
             "llm_calls": self.llm_calls,
             "usage": self.usage,
+            "autonomy": {
+                "writes_without_person": self.writes_without_person,
+                "writes_with_person": self.writes_with_person,
+            },
         }
 
 
@@ -232,6 +240,8 @@ class _Run:
     replans: int = 0
     #: plan hash -> the steps that need an endorsement (pte._endorsement): step -> {param: why}.
     endorse: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    #: The calls (step ids, ``id[i]`` for elements) that consumed an endorsement.
+    endorsed: set[str] = field(default_factory=set)
 
 
 class Engine:
@@ -621,6 +631,8 @@ class Engine:
             execution = self.executor.run(plan, audit, completed=run.result.outputs, on_step=on_step)
         finally:
             reset_point(token)
+            if point is not None:
+                run.endorsed.update(point.endorsed)
             note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
         run.result.outputs = execution.outputs
         note_completed(plan, run.result.outputs, run.prior, run.prior_lists)
@@ -715,11 +727,21 @@ class Engine:
         stop = FailedClosed(ReasonCode.INTERRUPTED, "interrupted by the operator (SIGINT)")
         self._finish(run, "failed_closed", stop)
 
+    def _count_autonomy(self, run: _Run) -> None:
+        """Write calls made without a person, and those an approval or endorsement allowed."""
+        result = run.result
+        writes = [
+            s for s in result.steps if s.tool in self.registry and self.registry[s.tool].effect == "write"
+        ]
+        person = sum(1 for s in writes if _person_allowed(self, run, s.step_id, s.tool))
+        result.writes_with_person, result.writes_without_person = person, len(writes) - person
+
     def _finish(
         self, run: _Run, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None
     ) -> RunResult:
         result = run.result
         result.status = status
+        self._count_autonomy(run)
         if stop is not None:
             result.reason = stop.reason
             result.message = stop.message
@@ -745,6 +767,11 @@ class Engine:
             "run_finished", status=result.status, reason=result.reason.value if result.reason else None
         )
         return result
+
+
+def _person_allowed(engine: Engine, run: _Run, step_id: str, tool: str) -> bool:
+    spec = engine.registry.get(tool)
+    return (spec is not None and spec.requires_approval) or step_id in run.endorsed
 
 
 def _decided_for(run: _Run, origin: PlanOrigin) -> Decided:

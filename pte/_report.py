@@ -28,7 +28,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from pte._audit_content import approval_problem
+from pte._audit_content import approval_problem, endorsement_problem
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import AuditFormatError, iter_records, verify
 from pte._errors import PTEError
@@ -244,6 +244,11 @@ def _summary(view: RunView) -> str:
         ("steps by outcome", outcomes),
         ("writes", f"{_e(s['write_calls'])} call(s) in {_e(s['write_steps'])} write step(s)"),
         (
+            "autonomy",
+            f"{_e(s['writes_without_person'])} write call(s) without a person, "
+            f"{_e(s['writes_with_person'])} allowed by a person (approval or endorsement)",
+        ),
+        (
             "people",
             f"{_e(s['approvals'])} approval(s), {_e(s['approvals_rejected'])} rejection(s), "
             f"{_e(s['pauses'])} pause(s), {_e(s['endorsements'])} endorsement(s)",
@@ -314,6 +319,7 @@ def _run_section(view: RunView) -> str:
     records = view.records
     out.append(_policy_decisions(records))
     out.append(_approvals(records))
+    out.append(_endorsements(records))
     out.append(_replans(records))
     out.append(_llm_calls(records))
     out.append(
@@ -387,6 +393,63 @@ def _approvals(records: Sequence[Mapping[str, Any]]) -> str:
             f' data-verified="{verified}">'
             f"<td>{_e(kind)}</td><td><code>{_e(str(r.get('plan_hash'))[:16])}</code></td>"
             f"<td>{_untrusted(r.get('by', '-'))}</td><td>{_e(r.get('at', r.get('ts')))}</td>"
+            f"<td>{state}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _endorsements(records: Sequence[Mapping[str, Any]]) -> str:
+    """Each endorsement a run asked for (the values, their source) and each decision on one."""
+    rows = [
+        r
+        for r in records
+        if r.get("type") in ("endorsement", "endorsement_rejected")
+        or (r.get("type") == "run_paused" and r.get("reason") == "awaiting_endorsement")
+    ]
+    if not rows:
+        return ""
+    out = [
+        '<h3>Endorsements</h3><table class="endorsements"><thead><tr><th>what</th><th>call</th>'
+        "<th>values and their source</th><th>by</th><th>signature: verification</th></tr></thead><tbody>"
+    ]
+    for r in rows:
+        kind = str(r.get("type"))
+        verified = ""
+        if kind == "run_paused":
+            asked = r.get("endorsement") or {}
+            call = f"{asked.get('step_id')}" + (
+                f"[{asked['element']}]" if asked.get("element") is not None else ""
+            )
+            values = asked.get("values") or {}
+            sources = asked.get("provenance") or {}
+            shown = "".join(
+                f"<div><code>{_e(asked.get('tool'))}.{_e(k)}</code> = {_untrusted(v)}"
+                f"<br><small>{_e(sources.get(k, ''))}</small></div>"
+                for k, v in values.items()
+            )
+            by, state = (
+                "-",
+                f"waiting for a person (value hash <code>{_e(str(asked.get('value_hash'))[:16])}</code>)",
+            )
+        else:
+            call = f"{r.get('step_id')}" + (f"[{r['element']}]" if r.get("element") is not None else "")
+            shown = f"value hash <code>{_e(str(r.get('value_hash'))[:16])}…</code>"
+            by = _untrusted(r.get("by", "-"))
+            problem = endorsement_problem(r)
+            verified = "false" if problem is not None else "true"
+            if problem is not None:
+                state = f'<b class="bad">does NOT verify</b>: {_e(problem)}'
+            elif r.get("signature"):
+                state = f"Ed25519 signature verifies under key <code>{_e(str(r.get('key_id'))[:16])}…</code>"
+                state += "" if r.get("signed") else " (the deployment had no approval keys)"
+            else:
+                state = "not signed (accepted only where no approval keys are configured)"
+            if kind == "endorsement_rejected":
+                state = "rejected; " + state
+        out.append(
+            f'<tr class="endorsement" data-kind="{_e(kind)}" data-verified="{verified}">'
+            f"<td>{_e(kind)}</td><td><code>{_e(call)}</code></td><td>{shown}</td><td>{by}</td>"
             f"<td>{state}</td></tr>"
         )
     out.append("</tbody></table>")

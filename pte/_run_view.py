@@ -163,6 +163,22 @@ class RunView:
     def of_type(self, *types: str) -> list[Mapping[str, Any]]:
         return [r for r in self.records if r.get("type") in types]
 
+    def autonomy(self) -> dict[str, int]:
+        """Write calls that ran without a person, and those a person allowed: the tool needs
+        an approved plan, or the call consumed an endorsement (the record just before it)."""
+        tools = self.tools
+        alone = person = 0
+        previous: Mapping[str, Any] = {}
+        for record in self.records:
+            if record.get("type") == "step_started" and record.get("effect") == "write":
+                endorsed = previous.get("type") == "endorsement"
+                if endorsed or (tools.get(str(record.get("tool"))) or {}).get("requires_approval"):
+                    person += 1
+                else:
+                    alone += 1
+            previous = record
+        return {"writes_without_person": alone, "writes_with_person": person}
+
     def summary(self) -> dict[str, Any]:
         """What an auditor reads first: outcome, steps by outcome, writes, people, policy decisions."""
         steps = [s for p in self.plans for s in p.steps]
@@ -180,6 +196,7 @@ class RunView:
             "approvals_rejected": len(self.of_type("approval_rejected")),
             "pauses": len(self.of_type("run_paused")),
             "endorsements": len(self.of_type("endorsement")),
+            **self.autonomy(),
             "policy_decisions": len(self.of_type("plan_rejected")),
             "replans": len(self.of_type("replan")),
             "repairs": len(self.of_type("repair")),

@@ -28,6 +28,7 @@ from pte._tool_policy import Landing, PolicyEntries
 
 __all__ = ["Landing", "check_stores"]
 
+
 def check_stores(policy: PolicyEntries, source: str, error: type[PTEError]) -> None:
     """Raise `error` when a write parameter open to untrusted data lands in a field its read
     declares trusted (see the module docstring); also when a declaration names no such read."""

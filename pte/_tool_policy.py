@@ -76,7 +76,6 @@ class ToolPolicy:
         return LabelTree.from_fields(fixed, self.fields) if self.fields else LabelTree(fixed)
 
 
-
 class PolicyEntries(Protocol):
     """What the flow and storage checks read of a policy."""
 

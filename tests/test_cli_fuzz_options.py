@@ -57,6 +57,7 @@ BASES: dict[str, list[str]] = {
     "runs requeue": ["runs", "requeue", "RUNID", "--store", "sqlite:s.db", "--broker", NOWHERE],
     "ledger init": ["ledger", "init", "--path", "led.db"],
     "init": ["init", "--dir", "deployment"],
+    "endorse": ["endorse", "log.jsonl", "--by", "al", "--endorsements", "e.jsonl"],
 }
 
 HOSTILE = [

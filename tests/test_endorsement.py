@@ -373,3 +373,77 @@ def test_policy_schema_and_cli_schema_know_on_violation(capsys: pytest.CaptureFi
         Policy.from_registry(REGISTRY).with_document(
             {"pte_policy": "1", "tools": {"pay": {"on_violation": {"nope": "endorse"}}}}
         )
+
+
+def test_the_cli_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pte execute pauses, pte endorse shows and signs, pte resume pays once (file flow)."""
+    import sqlite3
+    import sys
+
+    from pte._cli import main
+    from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
+
+    module = sys.modules[pte.load_pack("backoffice")["get_invoice"].func.__module__]
+    ledger = tmp_path / "ledger.sqlite"
+    module.create_sample_ledger(ledger, overwrite=True)
+    monkeypatch.setenv("PTE_LEDGER", str(ledger))
+    plan, policy = tmp_path / "bill.json", tmp_path / "policy.json"
+    plan.write_text(_BILL_PAYMENT, encoding="utf-8")
+    policy.write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
+    key, public = tmp_path / "approver.key", tmp_path / "approver.pub"
+    signer = SigningKey.generate()
+    key.write_bytes(signer.to_pem())
+    key.chmod(0o600)
+    public.write_bytes(signer.public_key.to_pem())
+    log, store, approvals = (
+        tmp_path / "run.jsonl",
+        tmp_path / "endorsements.jsonl",
+        tmp_path / "approvals.jsonl",
+    )
+    deployment = ["--tools", "backoffice", "--policy", str(policy), "--approvals", str(approvals)]
+    keys = ["--approval-keys", str(public), "--endorsements", str(store)]
+    base = ["--quiet"]
+    approve = ["approve", str(plan), "--by", "alice", "--signing-key", str(key), *deployment]
+    assert main([*base, *approve]) == 1  # without an endorsement store the plan is refused
+    assert main([*base, *approve, "--endorsements", str(store)]) == 0
+    capsys.readouterr()
+    assert main([*base, "execute", str(plan), *deployment, *keys, "--audit", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "awaiting_endorsement" in out and "DE62370400440532013001" in out and "612.40" in out
+    assert "read_document (untrusted)" in out
+    assert main([*base, "endorse", str(log), "--endorsements", str(store)]) == 0  # show only
+    assert "send_payment.iban" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                *base,
+                "endorse",
+                str(log),
+                "--value-hash",
+                "0" * 64,
+                "--by",
+                "alice",
+                "--endorsements",
+                str(store),
+            ]
+        )
+        == 1
+    )
+    argv = ["endorse", str(log), "--by", "alice", "--signing-key", str(key), "--endorsements", str(store)]
+    assert main([*base, *argv]) == 0
+    capsys.readouterr()
+    assert main([*base, "resume", str(log), *deployment, *keys, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "succeeded"
+    assert result["autonomy"] == {"writes_without_person": 0, "writes_with_person": 1}
+    with sqlite3.connect(ledger) as conn:
+        assert conn.execute("SELECT count(*) FROM payments_out").fetchone()[0] == 1
+    assert main([*base, "audit", "verify", str(log)]) == 0
+    assert main([*base, "replay", str(log), "--approval-keys", str(public)]) == 0
+    # The run is finished: endorsing it again is refused, and nothing more is paid.
+    assert main([*base, *argv]) == 1
+    assert main([*base, "resume", str(log), *deployment, *keys]) == 1
+    with sqlite3.connect(ledger) as conn:
+        assert conn.execute("SELECT count(*) FROM payments_out").fetchone()[0] == 1
