@@ -43,7 +43,7 @@ def endorsement_gate(args: argparse.Namespace, keys: Any) -> Any:
 
 def report_pause(log: str, args: argparse.Namespace) -> int:
     """A run paused for an endorsement: say what it waits for and how to decide."""
-    from pte._audit import read_records
+    from pte._audit_verify import read_records
     from pte._endorsement import pending_endorsement
 
     records = read_records(log, skip_partial_tail=True)
@@ -67,7 +67,7 @@ def report_pause(log: str, args: argparse.Namespace) -> int:
 
 def cmd_endorse(args: argparse.Namespace) -> int:
     from pte._approval import signing_key_from_env
-    from pte._audit import read_records
+    from pte._audit_verify import read_records
     from pte._audit_verify import verify
     from pte._endorsement import EndorsementStore, EndorsementStoreError, endorse, pending_endorsement
     from pte._signing import KeyFileError
