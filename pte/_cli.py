@@ -217,8 +217,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json({"status": "accepted", "plan_hash": plan.hash, "output": args.output, "steps": len(plan)})
     else:
         print(f"plan written to {args.output}: {len(plan)} step(s), hash {plan.hash}")
+        from pte._cli_hints import approver, deployment_flags, pte_command
+
+        flags = deployment_flags(args)
         print(
-            f"review it, then: pte approve {args.output} --by NAME (if needed); pte execute {args.output} ..."
+            f"review it, then (if a tool in it needs approval): "
+            f"{pte_command('approve', args.output, '--by', approver(), *flags)}\n"
+            f"execute it: {pte_command('execute', args.output, *flags, '--audit', 'pte_audit.jsonl')}"
         )
     return EXIT_OK
 
@@ -258,6 +263,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
         signing_key=key,
         valid_for=timedelta(hours=args.valid_for),
     )
+    from pte._cli_hints import deployment_flags, pte_command
+
     signed = (
         f"Ed25519-signed by key {approval.key_id}"
         if approval.signature
@@ -266,7 +273,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print(
         f"approved run {approval.run} of plan {plan.hash} by {args.by} at {approval.at} until "
         f"{approval.expires}, {signed}; recorded in {args.approvals}\n"
-        f"execute it (once) with: pte execute {args.plan_file} --approvals {args.approvals} --audit LOG"
+        "execute it (once) with: "
+        + pte_command("execute", args.plan_file, *deployment_flags(args), "--audit", "pte_audit.jsonl")
     )
     return EXIT_OK
 

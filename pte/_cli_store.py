@@ -202,12 +202,15 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
         if args.json:
             _print_json({**result.to_dict(), "store": store.describe()})
         else:
+            from pte._cli_hints import approver, deployment_flags, pte_command, store_flags
+
+            at = store_flags(args, store)
             print(
                 f"awaiting_approval: run {result.run_id} waits for a person to approve plan "
-                f"{result.plan_hash} "
-                f"({', '.join(result.tools)}) until {result.expires_at}.\n"
-                f"  pte approvals list --store URL; pte approve {result.run_id} --by NAME --store URL; "
-                f"pte resume {result.run_id} --store URL --tools …"
+                f"{result.plan_hash} ({', '.join(result.tools)}) until {result.expires_at}.\n"
+                f"  review:  {pte_command('approvals', 'list', '--plans', *at)}\n"
+                f"  approve: {pte_command('approve', result.run_id, '--by', approver(), *at)}\n"
+                f"  then:    {pte_command('resume', result.run_id, *at, *deployment_flags(args))}"
             )
         return EXIT_OK
     from pte._cli_deployment import _report_run
@@ -345,8 +348,25 @@ def decide(args: argparse.Namespace, *, approve: bool) -> int:
             _enqueue(args, [decision.run_id])
             print(f"run {decision.run_id} queued to resume")
         else:
-            print(f"continue it with: pte resume {decision.run_id} --store URL --tools …")
+            print(_resume_hint(args, store, decision.run_id))
     return EXIT_OK
+
+
+def _resume_hint(args: argparse.Namespace, store: Store, run_id: str) -> str:
+    """How to continue a decided run: its packs from ``--tools`` here, else from its submitted job."""
+    from pte._cli_hints import deployment_flags, pte_command, store_flags
+
+    flags = deployment_flags(args, approvals=False)
+    if not getattr(args, "tools", None):
+        info = store.run(run_id)
+        packs = [p for p in ((info.job or {}).get("tools") or ()) if isinstance(p, str)] if info else []
+        flags = [word for pack in packs for word in ("--tools", pack)] + flags
+    if not any(flag == "--tools" for flag in flags):
+        return (
+            f"continue it with: pte resume {run_id} and the --tools (and --policy) it was started with "
+            f"(give --tools to pte approve to have the whole command printed)"
+        )
+    return f"continue it with: {pte_command('resume', run_id, *store_flags(args, store), *flags)}"
 
 
 def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
@@ -362,9 +382,12 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
             from pte._workers import _expired
 
             if not _expired(info.expires_at):
+                from pte._cli_hints import approver, pte_command, store_flags
+
+                approve = pte_command("approve", args.log, "--by", approver(), *store_flags(args, store))
                 print(
                     f"run {args.log} is awaiting approval of plan {info.plan_hash} until {info.expires_at}: "
-                    f"approve or reject it first (pte approve {args.log} --by NAME)",
+                    f"approve or reject it first: {approve}",
                     file=sys.stderr,
                 )
                 return EXIT_FAILED

@@ -1,0 +1,133 @@
+"""Every hint the CLI prints is a command that runs as printed: each test executes the hint.
+
+No placeholders (``URL``, ``NAME``, ``…``) and no missing required flags: the hint carries the
+plan file, the run id, the store and the deployment's flags the command was given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from pte._cli import main
+from pte._tools import load_pack, load_registry
+from pte._workers import process_run
+from pte.stores import open_store
+
+PAY = """{"pte_plan": "1", "steps": [
+ {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
+ {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
+  "currency": "EUR", "reference": "Invoice 7"}}
+], "result": {"$ref": "pay/payment_id"}}"""
+PLACEHOLDER = re.compile(r"\bURL\b|\bNAME\b|…|\.\.\.|\bLOG\b|\bRUN_ID\b|PLAN_FILE")
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
+    path = tmp_path / "ledger.sqlite"
+    module.create_sample_ledger(path, overwrite=True)
+    monkeypatch.setenv("PTE_LEDGER", str(path))
+    monkeypatch.delenv("PTE_STORE", raising=False)
+    monkeypatch.delenv("PTE_BROKER", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return path
+
+
+def _payments(ledger: Path) -> int:
+    with sqlite3.connect(ledger) as conn:
+        return int(conn.execute("SELECT count(*) FROM payments_out").fetchone()[0])
+
+
+def _hint(text: str, after: str) -> str:
+    """The command printed after `after` on its line."""
+    line = next(line for line in text.splitlines() if after in line)
+    command = line[line.index(after) + len(after) :].strip()
+    assert command.startswith("pte "), line
+    assert not PLACEHOLDER.search(command), command
+    return command
+
+
+def _run(command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    words = shlex.split(command)
+    assert words[0] == "pte"
+    code = main(["--quiet", *words[1:]])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_hints_approve_and_execute_run_as_printed(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "resp.json").write_text(json.dumps([PAY]), encoding="utf-8")
+    argv = ["--quiet", "plan", "pay a supplier", "--tools", "backoffice", "-o", "my plan.json"]
+    assert main([*argv, "--replay-responses", "resp.json"]) == 0
+    out = capsys.readouterr().out
+    approve, execute = _hint(out, "needs approval): "), _hint(out, "execute it: ")
+    # Executed without the approval, the plan is refused: the approve hint is needed.
+    assert _run(execute, capsys)[0] == 1 and _payments(ledger) == 0
+    code, out, err = _run(approve, capsys)
+    assert code == 0, err
+    # `pte approve`'s own hint: execute the approved plan once.
+    code, out, err = _run(_hint(out, "execute it (once) with: "), capsys)
+    assert code == 0, err
+    assert _payments(ledger) == 1
+
+
+@pytest.mark.parametrize("from_env", [False, True], ids=["--store", "PTE_STORE"])
+def test_paused_run_hints_review_approve_resume_run_as_printed(
+    tmp_path: Path,
+    ledger: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    from_env: bool,
+) -> None:
+    url = f"sqlite:{tmp_path / 'runs.db'}"
+    store = [] if from_env else ["--store", url]
+    if from_env:
+        monkeypatch.setenv("PTE_STORE", url)
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    assert main(["--quiet", "execute", "pay.json", "--tools", "backoffice", *store, "--run-id", "h1"]) == 0
+    out = capsys.readouterr().out
+    review, approve, resume = _hint(out, "review: "), _hint(out, "approve: "), _hint(out, "then: ")
+    assert ("--store" in resume) is not from_env
+    # Resumed before a decision: refused, with the approve command to run.
+    code, _, err = _run(resume, capsys)
+    assert code == 1
+    assert _hint(err, "approve or reject it first: ") == approve
+    code, out, _ = _run(review, capsys)
+    assert code == 0 and "h1" in out and "send_payment" in out
+    assert _run(approve, capsys)[0] == 0
+    code, out, err = _run(resume, capsys)
+    assert code == 0, err
+    assert _payments(ledger) == 1
+
+
+def test_approve_run_id_hint_resumes_with_the_deployments_packs(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:{tmp_path / 'runs.db'}"
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    assert (
+        main(["--quiet", "execute", "pay.json", "--tools", "backoffice", "--store", url, "--run-id", "a1"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["--quiet", "approve", "a1", "--by", "alice", "--store", url, "--tools", "backoffice"]) == 0
+    code, _, err = _run(_hint(capsys.readouterr().out, "continue it with: "), capsys)
+    assert code == 0, err
+    # A submitted run: its packs come from its job.
+    with open_store(url) as opened:
+        opened.submit("a2", {"mode": "execute", "plan_text": PAY, "tools": ["backoffice"]})
+        registry = load_registry(["backoffice"])
+        assert process_run(opened, "a2", registry, ["backoffice"], owner="w") == "awaiting_approval"
+    assert main(["--quiet", "approve", "a2", "--by", "alice", "--store", url]) == 0
+    code, _, err = _run(_hint(capsys.readouterr().out, "continue it with: "), capsys)
+    assert code == 0, err
+    assert _payments(ledger) == 2
