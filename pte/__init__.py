@@ -16,7 +16,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pte._approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
+from pte._approval import ApprovalStore, ApprovalStoreError, approve
+from pte._approval_gate import approval_hook
+from pte._approval_record import Approval
 from pte._audit import AuditLog, Durability
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import AuditFormatError, iter_records, read_records, verify
@@ -60,7 +62,7 @@ from pte._errors import (
     ToolRegistrationError,
     TransientError,
 )
-from pte._executor import ExecutionResult, Executor, StepResult
+from pte._executor import Executor
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._labels import LabelTree, provenance
 from pte._logs import configure_logging
@@ -74,6 +76,7 @@ from pte._report import ReportError, render_report, render_store_report, write_r
 from pte._run_view import RunView
 from pte._selection import Selection
 from pte._signing import KeyFileError
+from pte._step_results import ExecutionResult, StepResult
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
 from pte._tools import tool

@@ -3,7 +3,9 @@
 from pte._anchors import AnchorError as AnchorError
 from pte._anchors import Anchors as Anchors
 from pte._anchors import anchors_from_env as anchors_from_env
-from pte._approval import Approval, ApprovalStore, ApprovalStoreError, approval_hook, approve
+from pte._approval import ApprovalStore, ApprovalStoreError, approve
+from pte._approval_gate import approval_hook
+from pte._approval_record import Approval
 from pte._audit import AuditLog, Durability
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import AuditFormatError, iter_records, read_records, verify
@@ -65,7 +67,7 @@ from pte._errors import (
     ToolRegistrationError,
     TransientError,
 )
-from pte._executor import ExecutionResult, Executor, StepResult
+from pte._executor import Executor
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._labels import LabelTree, provenance
 from pte._llm import LLMClient as LLMClient
@@ -95,6 +97,7 @@ from pte._runs import resume_run as resume_run
 from pte._runs import run_in_store as run_in_store
 from pte._selection import Selection
 from pte._signing import KeyFileError as KeyFileError
+from pte._step_results import ExecutionResult, StepResult
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
 from pte._tools import tool

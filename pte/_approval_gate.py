@@ -3,8 +3,8 @@
 `ApprovalGate` plugs into `Engine(approval=...)` (see `pte._approval` for what an approval
 binds). It reads approvals from the deployment's `ApprovalStore` only, checks each against the
 deployment's catalogue fingerprint, trusted keys and clock, records the approval it uses in
-the audit log, and wraps the live tool invoker so that a non-idempotent write consumes the
-approval (under the store's lock) before its call starts.
+the audit log, and registers a `CallHook` on the live tool invoker (`before_call`) so that a
+non-idempotent write consumes the approval (under the store's lock) before its call starts.
 """
 
 from __future__ import annotations
@@ -23,18 +23,16 @@ from pte._approval import (
     PUBLIC_KEYS_FILE_ENV,
     SIGNING_KEY_ENV,
     SIGNING_KEY_FILE_ENV,
-    Approval,
     ApprovalStore,
     ApprovalStoreError,
     _consumed_message,
-    _utc_now,
     catalogue_fingerprint,
     consumable_steps,
     requires_approval,
 )
+from pte._approval_record import Approval, _utc_now
 from pte._audit import AuditLog
 from pte._errors import ApprovalConsumed, ApprovalMissing
-from pte._executor import LiveInvoker
 from pte._plan import Plan, PlanStep
 from pte._registry import Registry
 from pte._signing import KeyFileError, SigningKey, TrustedKeys
@@ -63,7 +61,7 @@ class ApprovalGate:
     signature) and remembers it for the plan's steps. Otherwise `ApprovalMissing` (or
     `ApprovalConsumed`) ends the run before anything runs.
 
-    `guard(invoker)` wraps a live tool invoker: before a non-idempotent write step of an
+    `before_call` is the live invoker's `CallHook`: before a non-idempotent write step of an
     approved plan is called, its consumption is recorded in the store (atomically); a second
     use of the same approval for the same step raises `ApprovalConsumed` instead of calling.
     """
@@ -105,7 +103,7 @@ class ApprovalGate:
         """The approval that lets `plan` run as run `run_id` (None when none is needed); raises
         when none does. `run_id` None: any run's (the CLI picks the run `pte approve` created).
         `resuming`: the run continues, and the writes it already consumed the approval for are
-        refused step by step (`guard`) rather than here; a fresh start of a run id that
+        refused step by step (`before_call`) rather than here; a fresh start of a run id that
         consumed its approval is refused here, before anything runs."""
         tools = requires_approval(plan, self.registry)
         if not tools:
@@ -186,16 +184,11 @@ class ApprovalGate:
             return f"it approves run {approval.run}, not run {run_id}"
         return None
 
-    def guard(self, invoker: Any) -> Any:
-        """`invoker`, consuming the approval before each non-idempotent write step it runs.
-
-        A `LiveInvoker` stays one (the executor keeps running independent steps at once);
-        the consumption is recorded before the call starts, and `ApprovalConsumed` stops the
-        run instead of starting it.
-        """
-        if isinstance(invoker, LiveInvoker):
-            return _ConsumingLiveInvoker(self, invoker)
-        return _ConsumingInvoker(self, invoker)
+    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
+        """The gate's `CallHook` (register it with `LiveInvoker(hooks=[gate.before_call])`):
+        a non-idempotent write step consumes the approval, recorded before its call starts;
+        `ApprovalConsumed` stops the run instead of starting it."""
+        self.consume_for(spec, step)
 
     def consume_for(self, spec: ToolSpec, step: PlanStep) -> None:
         if spec.effect != "write" or spec.idempotent:
@@ -213,34 +206,6 @@ class ApprovalGate:
             raise ApprovalMissing(
                 f"cannot record the use of the approval of plan {plan_hash}: {exc}"
             ) from None
-
-
-class _ConsumingInvoker:
-    def __init__(self, gate: ApprovalGate, inner: Any) -> None:
-        self._gate = gate
-        self._inner = inner
-
-    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
-        self._gate.consume_for(spec, step)
-        return self._inner(spec, args, step)
-
-
-class _ConsumingLiveInvoker(LiveInvoker):
-    def __init__(self, gate: ApprovalGate, inner: LiveInvoker) -> None:
-        super().__init__()
-        self._gate = gate
-        self._inner = inner
-
-    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
-        # The executor calls this before every call, inline or not; raising stops the run.
-        self._gate.consume_for(spec, step)
-
-    def start(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[Any], None]) -> Any:
-        return self._inner.start(spec, args, step, done)
-
-    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
-        self.before_call(spec, args, step)  # a direct call (replay's live part) consumes too
-        return super().__call__(spec, args, step)
 
 
 def approval_hook(

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from hashlib import sha256 as _sha256
 from typing import Any
 
+from pte._approval_record import Approval
 from pte._canonical import canonical_bytes, canonical_json
 from pte._signing import KeyFileError, PublicKey
 
@@ -65,7 +66,6 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
     replay with ``--approval-key``), not for the log; what the log can show is that nobody
     edited a signed approval, and that ``signed`` is never claimed without a signature.
     """
-    from pte._approval import Approval  # the approval store pulls in the tool registry
 
     fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
     try:

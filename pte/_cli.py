@@ -232,7 +232,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from pte import _cli_store as cli_store
-    from pte._approval import ApprovalStore, approve, catalogue_fingerprint, signing_key_from_env
+    from pte._approval import ApprovalStore, approve, catalogue_fingerprint
+    from pte._approval_gate import signing_key_from_env
     from pte._compiler import compile_plan
     from pte._signing import KeyFileError
 

@@ -204,7 +204,7 @@ def _approvals_path(args: argparse.Namespace) -> str:
 
 def _approval_keys(args: argparse.Namespace) -> Any:
     """The deployment's trusted approval public keys (--approval-keys, else the environment)."""
-    from pte._approval import public_keys_from_env
+    from pte._approval_gate import public_keys_from_env
     from pte._signing import KeyFileError
 
     try:
@@ -215,7 +215,8 @@ def _approval_keys(args: argparse.Namespace) -> Any:
 
 def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
     """The approval gate over the deployment's approval store (never over a log)."""
-    from pte._approval import ApprovalGate, ApprovalStore
+    from pte._approval import ApprovalStore
+    from pte._approval_gate import ApprovalGate
 
     store = ApprovalStore(_approvals_path(args))
     return ApprovalGate(store, registry, keys=_approval_keys(args), policy=policy)

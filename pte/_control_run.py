@@ -21,18 +21,16 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pte._audit import AuditLog
 from pte._canonical import canonical_json
 from pte._control import COMPARISONS, _instant
 from pte._errors import FailedClosed, PTEError, ReasonCode, ToolError
 from pte._linear_patterns import DECIMAL_STRING_PATTERN
 from pte._plan import ELEMENT, Plan, PlanStep, Reference, is_reference
-
-if TYPE_CHECKING:
-    from pte._audit import AuditLog
-    from pte._executor import ExecutionResult, Executor, StepResult
-    from pte._registry import Registry
+from pte._registry import Registry
+from pte._step_results import ExecutionResult, PlanRunner, StepResult
 
 __all__ = [
     "ConditionNotMet",
@@ -244,7 +242,7 @@ def _condition_record(
 
 
 def run_controlled(
-    executor: Executor,
+    executor: PlanRunner,
     plan: Plan,
     step: PlanStep,
     outputs: dict[str, Any],
@@ -256,8 +254,6 @@ def run_controlled(
 
     Raises `ConditionNotMet` for a require step whose condition is false, after recording it.
     """
-    from pte._executor import StepResult
-
     if step.condition_json is not None:
         try:
             ev = evaluate(step, outputs, step.condition_modes)
@@ -296,7 +292,7 @@ def _failed(
 
 
 def _run_one(
-    executor: Executor,
+    executor: PlanRunner,
     plan: Plan,
     step: PlanStep,
     outputs: dict[str, Any],
@@ -316,7 +312,7 @@ def _run_one(
 
 
 def _run_each(
-    executor: Executor,
+    executor: PlanRunner,
     plan: Plan,
     step: PlanStep,
     outputs: dict[str, Any],
@@ -324,8 +320,6 @@ def _run_each(
     execution: ExecutionResult,
     on_step: Callable[[StepResult], None] | None,
 ) -> bool:
-    from pte._executor import StepResult
-
     assert step.for_each is not None
     try:
         items = step.for_each.resolve(outputs)
@@ -377,7 +371,7 @@ def _sub_plan(plan: Plan, steps: list[PlanStep]) -> Plan:
 
 
 def run_with_control(
-    executor: Executor,
+    executor: PlanRunner,
     plan: Plan,
     audit: AuditLog | None,
     completed: Mapping[str, Any] | None,
@@ -388,8 +382,6 @@ def run_with_control(
 
     Records come in plan order either way, so replay and resume see the same log.
     """
-    from pte._executor import ExecutionResult
-
     outputs: dict[str, Any] = dict(completed or {})
     execution = ExecutionResult(plan=plan, outputs=outputs)
     segment: list[PlanStep] = []

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pte._approval import ApprovalStore, approval_hook
+from pte._approval import ApprovalStore
+from pte._approval_gate import approval_hook
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._endorsement import EndorsementGate, EndorsementStore, endorse, pending_endorsement

@@ -26,7 +26,7 @@ from pte._control_run import ConditionNotMet, is_element, note_completed, stop_i
 from pte._data_budget import DEFAULT_DATA_BUDGET
 from pte._endorsement import _Point, reset_point, set_point
 from pte._errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
-from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, StepResult, ToolInvoker, resolve_result
+from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, ToolInvoker
 from pte._exposure import (
     PLANNER_DATA,
     PlannerData,
@@ -47,6 +47,7 @@ from pte._policy import Policy, PolicyCheck
 from pte._registry import Registry
 from pte._repair import may_repair, repair
 from pte._stages import continue_literals, next_stage
+from pte._step_results import StepResult, resolve_result
 
 __all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
 
@@ -253,10 +254,10 @@ class Engine:
       tools' own declarations (`provenance`, `sinks`), so declared sinks are always
       enforced. Recorded in `run_started`, so that replay checks against the same policy.
     - `approval`: the gate for plans that call a tool with `requires_approval`
-      (`pte._approval.ApprovalGate`). Without one, such a plan fails closed
+      (`pte._approval_gate.ApprovalGate`). Without one, such a plan fails closed
       (`approval_missing`): nothing that needs a person's approval runs by default. A gate
-      with a ``guard`` method also wraps the default live invoker, so that approvals are
-      consumed by the non-idempotent writes they let run.
+      with a ``before_call`` method (a `CallHook`) is registered on the default live invoker,
+      so that approvals are consumed by the non-idempotent writes they let run.
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
@@ -292,12 +293,12 @@ class Engine:
         self.endorsement = endorsement
         self.llm = llm
         self.config = config or EngineConfig()
-        guard = getattr(approval, "guard", None)
-        if invoker is None and callable(guard):
+        call_hook = getattr(approval, "before_call", None)
+        if invoker is None and callable(call_hook):
             # The live tool calls consume approvals (an `ApprovalGate`): a non-idempotent write
-            # runs at most once per approval. Replay passes its own invoker and guards the live
-            # part of it itself.
-            invoker = guard(LiveInvoker())
+            # runs at most once per approval. Replay passes its own invoker and registers the
+            # gate on the live part of it itself.
+            invoker = LiveInvoker(hooks=(call_hook,))
         self.executor = Executor(
             registry, invoker=invoker, max_concurrency=max_concurrency, serial_writes=serial_writes
         )

@@ -45,9 +45,8 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from pte._audit import AuditLog
 from pte._control_run import is_controlled, run_with_control
@@ -56,73 +55,16 @@ from pte._errors import AuditWriteError, ToolError
 from pte._idempotency import derive_key
 from pte._invoke import _WORKERS, CallOutcome, settled, start_call
 from pte._owner import OwnerCalls, Superseded, may_run_on_owner
-from pte._plan import Plan, PlanStep, Reference, copy_json, is_reference
+from pte._plan import Plan, PlanStep, copy_json
 from pte._registry import Registry
+from pte._step_results import ExecutionResult, StepResult
 from pte._tool_spec import ToolSpec
 
-__all__ = ["ExecutionResult", "Executor", "LiveInvoker", "StepResult", "ToolInvoker"]
+__all__ = ["CallHook", "Executor", "LiveInvoker", "ToolInvoker"]
 
-StepStatus = Literal["ok", "failed"]
 
 #: Steps running at once by default.
 DEFAULT_CONCURRENCY = 8
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one step did: its resolved arguments and either an output or an error."""
-
-    step_id: str
-    tool: str
-    status: StepStatus
-    args: Mapping[str, Any] | None
-    output: Any = None
-    error: ToolError | None = None
-    duration_ms: float = 0.0
-    #: Calls of the tool (more than 1 after retries).
-    attempts: int = 1
-    #: The errors of the attempts that were retried.
-    retry_errors: tuple[ToolError, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-@dataclass
-class ExecutionResult:
-    """The outcome of running (the rest of) a plan."""
-
-    plan: Plan
-    #: Outputs of every completed step, including those completed before this execution.
-    outputs: dict[str, Any]
-    #: The steps run by this execution, in plan order.
-    results: list[StepResult] = field(default_factory=list)
-    #: The failed step, if one failed (execution stopped there).
-    failure: StepResult | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
-
-    def result_value(self) -> Any:
-        """The plan's `result` with its references resolved (None when the plan has none)."""
-        return resolve_result(self.plan, self.outputs)
-
-
-def resolve_result(plan: Plan, outputs: Mapping[str, Any]) -> Any:
-    """Resolve the references in a plan's `result` against step outputs."""
-
-    def walk(value: Any) -> Any:
-        if is_reference(value):
-            return Reference.parse(value["$ref"]).resolve(outputs)
-        if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        return value
-
-    return walk(plan.result) if plan.has_result else None
 
 
 class ToolInvoker(Protocol):
@@ -131,12 +73,28 @@ class ToolInvoker(Protocol):
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any: ...
 
 
+class CallHook(Protocol):
+    """Called before every call of a step starts, however the executor runs it.
+
+    The executor may run a call on a worker thread, on the run's own thread, or (replay's
+    live part) directly; a hook registered with `LiveInvoker(hooks=...)` runs before each.
+    Raising stops the run before the tool is called. The approval gate registers one that
+    consumes its approval before a non-idempotent write (pte._approval_gate).
+    """
+
+    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None: ...
+
+
 class LiveInvoker:
     """Runs tool functions for real, each attempt under the tool's `timeout_s` (see `pte._invoke`).
 
     Calling it runs one call to the end and returns its output (or raises its `ToolError`);
     the executor uses `start` instead, to run several calls at once. Safe to share.
+    `hooks` run before every call (`CallHook`).
     """
+
+    def __init__(self, hooks: Sequence[CallHook] = ()) -> None:
+        self.hooks = tuple(hooks)
 
     def start(
         self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[CallOutcome], None]
@@ -145,14 +103,12 @@ class LiveInvoker:
         return start_call(spec, args, done)
 
     def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
-        """Called before every call of a step starts, however the executor runs it.
-
-        Wrappers override this (not `start`) to act before a call: the executor may run a
-        plain step on its own thread without going through `start`. Raising here stops
-        the run before the tool is called.
-        """
+        """Run the hooks; the executor calls this before every call of a step starts."""
+        for hook in self.hooks:
+            hook(spec, args, step)
 
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
+        self.before_call(spec, args, step)  # a direct call (replay's live part) runs the hooks too
         box: list[CallOutcome] = []
         finished = threading.Event()
 

@@ -19,7 +19,7 @@ catalogue and the policy are the *deployment's* when given (always for resume an
 Recorded ``approval`` records are evidence: replay re-checks them (signature, catalogue
 fingerprint, expiry) and never lets a plan run on their word; resume and
 ``replay --live --allow-writes`` take approvals from the approval store exactly as
-``execute`` does (`pte._approval.ApprovalGate`), consumption included.
+``execute`` does (`pte._approval_gate.ApprovalGate`), consumption included.
 
 Resume is replay that goes live where the log ends: the recorded prefix is re-driven and
 checked, then new records are appended to the same log. A `write` step that was started but
@@ -461,7 +461,7 @@ def replay_run(
     gate = deployment.approvals if (live and allow_writes) else None
     live_invoker: ToolInvoker | None = None
     if live:
-        live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
+        live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
     invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
     try:
         llm = _llm_for(records, None, deployment, stored=stored)

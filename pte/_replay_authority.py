@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pte._approval import Approval, ApprovalGate, catalogue_fingerprint, requires_approval
+from pte._approval import catalogue_fingerprint, requires_approval
+from pte._approval_gate import ApprovalGate
+from pte._approval_record import Approval
 from pte._audit import AuditLog
 from pte._canonical import canonical_json, canonical_json_v1
 from pte._endorsement import Endorsement, EndorsementRejected, EndorsementRequest

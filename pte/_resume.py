@@ -58,7 +58,7 @@ def resume_file(
     gate = deployment.approvals
     run_id = str(records[0]["run_id"])
     anchored, unsigned_after = check_anchors(deployment.anchors, run_id, records, str(path))
-    live_invoker = gate.guard(LiveInvoker()) if gate is not None else LiveInvoker()
+    live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
     if unsigned_after is not None:
         recheck_unsigned_tail(records, registry, unsigned_after, str(path))
     invoker = RecordedInvoker(records, live=live_invoker, resume=True)

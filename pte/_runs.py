@@ -29,14 +29,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pte._approval import (
-    Approval,
-    ApprovalGate,
-    ApprovalStore,
-    catalogue_fingerprint,
-    make_approval,
-    requires_approval,
-)
+from pte._approval import ApprovalStore, catalogue_fingerprint, make_approval, requires_approval
+from pte._approval_gate import ApprovalGate
+from pte._approval_record import Approval
 from pte._audit import AuditLog
 from pte._engine import Engine, RunResult
 from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, ReasonCode

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from pte._canonical import canonical_json
 from pte._errors import FailedClosed, ReasonCode
-from pte._executor import resolve_result
 from pte._exposure import literal_of, value_for_planner
 from pte._plan import Plan, Reference, is_reference
 from pte._prompts import stage_messages
+from pte._step_results import resolve_result
 
 if TYPE_CHECKING:
     from pte._engine import Engine, _Run

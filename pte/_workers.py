@@ -116,7 +116,7 @@ class _Context:
     """Per worker process: its store connection, registry and gate (opened after a fork)."""
 
     def __init__(self, config: WorkerConfig) -> None:
-        from pte._approval import public_keys_from_env
+        from pte._approval_gate import public_keys_from_env
 
         self.config = config
         self.pid = os.getpid()

@@ -13,18 +13,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
 from pte import ReplayClient
-from pte._approval import (
-    Approval,
+from pte._approval import ApprovalStore, approve, catalogue_fingerprint, requires_approval
+from pte._approval_gate import (
     ApprovalGate,
-    ApprovalStore,
     approval_hook,
-    approve,
-    catalogue_fingerprint,
     check_approval,
     public_keys_from_env,
-    requires_approval,
     signing_key_from_env,
 )
+from pte._approval_record import Approval
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json

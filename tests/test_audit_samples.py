@@ -80,7 +80,7 @@ def _resigned(path: Path, tmp_path: Path, edit: Any) -> Path:
     """`path` with its approval records edited, their ids and the chain re-derived (verify passes)."""
     import dataclasses
 
-    from pte._approval import Approval
+    from pte._approval_record import Approval
 
     records = read_records(path)
     for record in records:
@@ -113,7 +113,7 @@ def test_an_approval_re_signed_with_another_key_is_named_without_keys_and_refuse
 ) -> None:
     import dataclasses
 
-    from pte._approval import Approval
+    from pte._approval_record import Approval
     from pte._signing import SigningKey
 
     path = next(p for p in SAMPLE_FILES if sample_deployment(p) is not None)

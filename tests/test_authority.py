@@ -242,7 +242,8 @@ def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp
     """Attack 6: the run crashed after the keyed payment took effect. Before, resume said
     "approve the plan again" (which pays twice). Now the keyed re-call completes the run, once."""
     from pte import resume_file
-    from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
+    from pte._approval import ApprovalStore, approve, catalogue_fingerprint
+    from pte._approval_gate import approval_hook
     from pte._audit import AuditLog
     from pte._compiler import compile_plan
     from pte._policy import Policy
@@ -303,7 +304,8 @@ class _Paid:
     """A signed approval of one run of PAY, in a fresh approval store, and the deployment's gate."""
 
     def __init__(self, tmp_path: Path) -> None:
-        from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
+        from pte._approval import ApprovalStore, approve, catalogue_fingerprint
+        from pte._approval_gate import approval_hook
         from pte._compiler import compile_plan
         from pte._policy import Policy
 

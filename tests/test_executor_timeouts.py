@@ -36,8 +36,9 @@ from pte._canonical import canonical_json, is_canonical, sha256_hex
 from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import ReasonCode, ToolError
-from pte._executor import Executor, StepResult
+from pte._executor import Executor
 from pte._plan import Plan
+from pte._step_results import StepResult
 from pte._tools import Registry, tool
 from tests.audit_runs import begun
 

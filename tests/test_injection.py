@@ -24,7 +24,8 @@ import pytest
 from pydantic import BaseModel
 
 from pte import ReplayClient
-from pte._approval import ApprovalStore, approval_hook, approve, catalogue_fingerprint
+from pte._approval import ApprovalStore, approve, catalogue_fingerprint
+from pte._approval_gate import approval_hook
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._call_role import current_role

@@ -16,7 +16,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from pte import ReplayClient
-from pte._approval import ApprovalGate, ApprovalStore, approve, catalogue_fingerprint
+from pte._approval import ApprovalStore, approve, catalogue_fingerprint
+from pte._approval_gate import ApprovalGate
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._cli import main

@@ -35,9 +35,10 @@ from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig, RunResult
-from pte._executor import ExecutionResult, Executor
+from pte._executor import Executor
 from pte._plan import Plan, is_reference
 from pte._policy import Policy
+from pte._step_results import ExecutionResult
 from pte._tools import STOCK_PACKS, Registry, load_pack, load_registry
 
 __all__ = [

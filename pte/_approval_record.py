@@ -1,0 +1,189 @@
+"""An approval as a value: what a person approved (plan, catalogue, run), its id and its signature.
+
+The approval store, the gate and `approve` (pte._approval, pte._approval_gate) build on it; the
+audit area checks the ``approval`` records of a log with it (pte._audit_content).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pte._canonical import canonical_json
+from pte._signing import KeyFileError, PublicKey
+
+__all__ = ["APPROVAL_FORMAT", "Approval"]
+
+APPROVAL_FORMAT = "3"
+#: Format 2 approved a plan (any run of it); format 3 approves one run of it.
+_PLAN_FORMAT = "2"
+_DOMAINS = {"2": b"pte-approval-v2\n", "3": b"pte-approval-v3\n"}
+_HASH_RE = re.compile(r"[0-9a-f]{64}")
+_RUN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")  # pte.stores.RUN_ID_PATTERN
+_SIG_RE = re.compile(r"[0-9a-f]{128}")
+# ISO-8601 UTC, as `approve` writes it; no newline or quote can occur.
+_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+_APPROVAL_KEYS_V2 = frozenset(
+    {"pte_approval", "plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature"}
+)
+_APPROVAL_KEYS = _APPROVAL_KEYS_V2 | {"run"}
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _format_time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text if "." in text else text[:-1] + ".0Z", "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=UTC
+    )
+
+
+def _check_by(by: Any) -> None:
+    if not isinstance(by, str) or not by.strip():
+        raise ValueError("by must name the person approving (a non-empty string)")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in by):
+        raise ValueError(f"by must not contain control characters: {by!r}")
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One person's approval of one run of one plan against one catalogue, until `expires`.
+
+    `run`: the run id it approves (format 3). Only that run may execute the plan's approved
+    writes, once; an approval without one (format 2, PTE < 0.4) approved a plan, is kept
+    readable as evidence and never lets anything run.
+    """
+
+    plan_hash: str
+    #: `catalogue_fingerprint` of the plan's tools as the approver reviewed them.
+    catalogue: str
+    by: str
+    #: When it was given and until when it counts: ISO-8601 UTC (``2026-11-01T09:30:00.000000Z``).
+    at: str
+    expires: str
+    #: SHA-256 of the signer's raw public key (hex), its raw public key (hex) and the
+    #: Ed25519 signature (hex) of `message`; all None for an unsigned approval.
+    key_id: str | None = None
+    public_key: str | None = None
+    signature: str | None = None
+    run: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.run is not None and (not isinstance(self.run, str) or not _RUN_RE.fullmatch(self.run)):
+            raise ValueError(f"run must be a run id, not {self.run!r}")
+        for name in ("plan_hash", "catalogue"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
+                raise ValueError(f"{name} must be 64 lowercase hex digits, not {value!r}")
+        _check_by(self.by)
+        for name in ("at", "expires"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
+                raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
+        signed = (self.key_id, self.public_key, self.signature)
+        if any(v is not None for v in signed):
+            if not (isinstance(self.key_id, str) and _HASH_RE.fullmatch(self.key_id)):
+                raise ValueError("key_id must be 64 lowercase hex digits")
+            if not (isinstance(self.public_key, str) and _HASH_RE.fullmatch(self.public_key)):
+                raise ValueError("public_key must be the 32 raw key bytes as 64 lowercase hex digits")
+            if not (isinstance(self.signature, str) and _SIG_RE.fullmatch(self.signature)):
+                raise ValueError("signature must be 128 lowercase hex digits (an Ed25519 signature)")
+
+    @property
+    def signed(self) -> bool:
+        """Whether it carries a signature (not whether it verifies: see `verify`)."""
+        return self.signature is not None
+
+    @property
+    def id(self) -> str:
+        """SHA-256 of its canonical JSON: what consumption records name."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+
+    @property
+    def format(self) -> str:
+        """``3`` (binds a run) or ``2`` (binds only a plan: evidence, never authority)."""
+        return APPROVAL_FORMAT if self.run is not None else _PLAN_FORMAT
+
+    def message(self) -> bytes:
+        """The exact bytes that are signed (see the module docs)."""
+        signed = {
+            "pte_approval": self.format,
+            "plan_hash": self.plan_hash,
+            "catalogue": self.catalogue,
+            "by": self.by,
+            "at": self.at,
+            "expires": self.expires,
+            "key_id": self.key_id,
+        }
+        if self.run is not None:
+            signed["run"] = self.run
+        return _DOMAINS[self.format] + canonical_json(signed).encode("utf-8")
+
+    def self_consistent(self) -> bool:
+        """Signed, its key id names its public key, and the signature verifies under that key."""
+        if self.signature is None or self.public_key is None:
+            return False
+        raw = bytes.fromhex(self.public_key)
+        if hashlib.sha256(raw).hexdigest() != self.key_id:
+            return False
+        try:
+            key = PublicKey.from_raw(raw)
+        except KeyFileError:
+            return False
+        return key.verify(bytes.fromhex(self.signature), self.message())
+
+    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
+        """True when the signature verifies under the trusted key its `key_id` names."""
+        if self.key_id is None or self.key_id not in keys:
+            return False
+        key = keys[self.key_id]
+        return key.raw.hex() == self.public_key and self.self_consistent()
+
+    def expired(self, now: datetime) -> bool:
+        return now >= _parse_time(self.expires)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The store's JSON form."""
+        data: dict[str, Any] = {
+            "pte_approval": self.format,
+            "plan_hash": self.plan_hash,
+            "catalogue": self.catalogue,
+            "by": self.by,
+            "at": self.at,
+            "expires": self.expires,
+            "key_id": self.key_id,
+            "public_key": self.public_key,
+            "signature": self.signature,
+        }
+        if self.run is not None:
+            data["run"] = self.run
+        return data
+
+    def evidence(self, *, signed: bool) -> dict[str, Any]:
+        """The fields of an ``approval`` audit record (`signed`: verified under a trusted key)."""
+        fields = {k: v for k, v in self.to_dict().items() if k != "pte_approval"}
+        return {**fields, "approval_id": self.id, "signed": signed}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Approval:
+        """Parse the store's JSON form (ValueError when it is malformed)."""
+        if not isinstance(data, dict):
+            raise ValueError("an approval is a JSON object")
+        version = data.get("pte_approval")
+        keys = {APPROVAL_FORMAT: _APPROVAL_KEYS, _PLAN_FORMAT: _APPROVAL_KEYS_V2}.get(str(version))
+        if keys is None:
+            raise ValueError(f"unknown approval format {version!r}")
+        if set(data) != keys:
+            raise ValueError(f"an approval (format {version}) has exactly the keys {sorted(keys)}")
+        if version == APPROVAL_FORMAT and data["run"] is None:
+            raise ValueError("a format 3 approval names the run it approves")
+        return cls(**{k: v for k, v in data.items() if k != "pte_approval"})
