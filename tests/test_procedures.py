@@ -369,18 +369,21 @@ def call_and_inline(draw: hs.DrawFn) -> tuple[dict[str, Any], str, str]:
 
 
 def _outcome(registry: Registry, text: str, tmp: Path) -> tuple[Any, ...]:
+    """Labels (per step, its inputs', what decides it), the policy decision, and the effects."""
     policy = Policy.from_registry(registry)
+    check = policy.check()
     try:
-        plan = compile_plan(text, registry, checks=[policy.check()])
+        plan = compile_plan(text, registry, checks=[check])
     except PlanRejected as exc:
-        return ("rejected", exc.reason, exc.path)
+        return ("rejected", exc.reason, exc.path, check.labels, check.input_labels, check.decisions)
+    labels = (check.labels, check.input_labels, check.decisions)
     EFFECTS.clear()
     log = tmp / f"{plan.hash}.jsonl"
     log.unlink(missing_ok=True)
     with AuditLog(log) as audit:
         result = Engine(registry, None, policy=policy).execute(text, audit)
     steps = [(r["step_id"], r.get("tool")) for r in read_records(log) if r["type"] == "step_finished"]
-    return ("ran", plan.hash, result.status, result.result, list(EFFECTS), steps)
+    return ("ran", plan.hash, labels, result.status, result.result, list(EFFECTS), steps)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
