@@ -439,6 +439,7 @@ class Engine:
         if self.endorsement is not None:  # replay compiles as the run did (pte._endorsement)
             config["endorsement"] = True
         run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider, run.audit.redactor)
+        run.tracer.procedures = bool(self.registry.procedures)
         # Untouched third-party text in the catalogue (pte.importers): every planner reads it.
         run.shown_untrusted = mode != "execute" and catalogue_exposed(self.registry)
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.

@@ -8,7 +8,8 @@ is current when the run starts), with one child span per LLM call and one per st
   ``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.response.model``,
   ``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.finish_reasons``.
 - Steps are ``execute_tool {tool}`` spans with ``gen_ai.tool.name``, ``pte.step.id``,
-  ``pte.tool.effect``, ``pte.step.status`` and ``pte.step.duration_ms``. They start when the
+  ``pte.tool.effect``, ``pte.step.status`` and ``pte.step.duration_ms`` (and ``pte.step.path``,
+  ``call/step``, for a step inlined from a procedure call). They start when the
   step's ``step_started`` record is written: before the call for a ``write`` step (write-ahead),
   after it for a ``read`` step (the executor writes records in plan order), whose span then
   lasts the recorded duration.
@@ -30,6 +31,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pte._procedures import PATH_SEPARATOR, step_path
 from pte._version import __version__
 
 if TYPE_CHECKING:
@@ -75,6 +77,8 @@ class RunTracer:
         self._redactor = redactor
         self._run: Any = None
         self._steps: dict[str, Any] = {}
+        #: The run may call procedures (pte._procedures): a nested step's span carries its path.
+        self.procedures = False
         if tracer is None:
             return
         span = tracer.start_span("pte.run", attributes=self._attrs({"pte.run_id": run_id, "pte.mode": mode}))
@@ -181,6 +185,9 @@ class RunTracer:
 
     # -- steps: hooked where their records are written ------------------------------------------
 
+    def _nested(self, step_id: str) -> bool:
+        return self.procedures and PATH_SEPARATOR in step_id
+
     def step_fields(self, record_type: str, fields: Mapping[str, Any]) -> dict[str, str]:
         """Start or end a step's span from its ``step_started`` / ``step_finished`` fields; its ids."""
         if self._run is None:
@@ -198,6 +205,7 @@ class RunTracer:
                         "gen_ai.tool.name": tool,
                         "pte.step.id": step_id,
                         "pte.tool.effect": str(fields.get("effect")),
+                        **({"pte.step.path": step_path(step_id)} if self._nested(step_id) else {}),
                     }
                 ),
             )

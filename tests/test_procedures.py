@@ -592,3 +592,22 @@ def test_limits_count_nested_steps_and_a_forged_nested_id_is_an_ordinary_step() 
     with pytest.raises(PlanRejected) as info:
         compile_plan(json.dumps(clash), registry)
     assert info.value.reason is ReasonCode.DUPLICATE_STEP_ID
+
+
+def test_step_spans_of_nested_steps_carry_their_path(tmp_path: Path, ledger: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    base = load_registry(["backoffice"])
+    registry = base.with_procedures(load_procedures([Procedure.from_document(BALANCE_REPORT)], base))
+    with AuditLog(tmp_path / "audit.jsonl") as audit:
+        assert Engine(registry, None, tracer_provider=provider).execute(json.dumps(TWO_CALLS), audit).ok
+    steps = [s for s in exporter.get_finished_spans() if s.name == "execute_tool customer_balance"]
+    assert sorted(str((s.attributes or {}).get("pte.step.path")) for s in steps) == [
+        "first/balance",
+        "second/balance",
+    ]
