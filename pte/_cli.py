@@ -87,6 +87,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
         "manifest": "tool-manifest.schema.json",
     }
     names["policy"] = "policy.schema.json"
+    names["procedure"] = "procedure.schema.json"
     print(json.dumps(load_schema(names[args.which]), indent=2, ensure_ascii=False))
     return EXIT_OK
 
@@ -423,7 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("schema", help="print a JSON Schema (the plan schema by default)")
-    p.add_argument("which", nargs="?", choices=["plan", "audit", "manifest", "policy"], default="plan")
+    p.add_argument(
+        "which", nargs="?", choices=["plan", "audit", "manifest", "policy", "procedure"], default="plan"
+    )
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("validate", help="compile a plan file without running it")

@@ -611,3 +611,64 @@ def test_step_spans_of_nested_steps_carry_their_path(tmp_path: Path, ledger: Pat
         "first/balance",
         "second/balance",
     ]
+
+
+def test_pte_schema_procedure_prints_the_file_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "schema", "procedure")
+    assert code == 0 and json.loads(out)["title"] == "PTE procedure, version 1"
+
+
+REMIND: dict[str, Any] = {
+    "pte_procedure": "1",
+    "name": "remind_invoice",
+    "description": "Look an invoice up and queue its standard reminder by e-mail.",
+    "parameters": {
+        "type": "object",
+        "properties": {"invoice_id": {"type": "string"}},
+        "required": ["invoice_id"],
+    },
+    "plan": {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "invoice", "tool": "get_invoice", "args": {"invoice_id": {"$param": "invoice_id"}}},
+            {
+                "id": "remind",
+                "tool": "queue_reminder",
+                "args": {"invoice_id": {"$ref": "invoice/invoice_id"}},
+            },
+        ],
+        "result": {"$ref": "remind"},
+    },
+}
+
+
+def test_a_run_cut_mid_procedure_resumes_at_the_next_nested_step(tmp_path: Path, ledger: Path) -> None:
+    from pte._resume import resume_file
+
+    base = load_registry(["backoffice"])
+    registry = base.with_procedures(load_procedures([Procedure.from_document(REMIND)], base))
+    plan = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "a", "tool": "remind_invoice", "args": {"invoice_id": "INV-1006"}},
+            {"id": "b", "tool": "remind_invoice", "args": {"invoice_id": "INV-1011"}, "after": ["a"]},
+        ],
+        "result": {"a": {"$ref": "a/reminder_id"}, "b": {"$ref": "b/reminder_id"}},
+    }
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log) as audit:
+        first = Engine(registry, None).execute(json.dumps(plan), audit)
+    assert first.ok, first.message
+    records = read_records(log)
+    # Cut the log just after a's reminder was recorded, inside the run (b's procedure not begun).
+    cut = next(
+        i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == "a__remind"
+    )
+    lines = log.read_text(encoding="utf-8").splitlines()[: cut + 1]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = resume_file(log, registry)
+    assert result.ok, result.message
+    started = [r["step_id"] for r in read_records(log) if r["type"] == "step_started"]
+    assert started == ["a__invoice", "a__remind", "b__invoice", "b__remind"]  # nothing ran twice
+    assert result.result == first.result
+    assert verify(log).ok
