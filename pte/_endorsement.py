@@ -632,7 +632,13 @@ class EndorsementGate:
             endorsement=request.to_dict(),
         )
         audit.sync()
-        raise RunPaused(request.run_id, cast(Any, _PlanRef(request.plan_hash)), [request.tool], expires_at)
+        raise RunPaused(
+            request.run_id,
+            cast(Any, _PlanRef(request.plan_hash)),
+            [request.tool],
+            expires_at,
+            reason="awaiting_endorsement",
+        )
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,13 @@ class RunPaused(PTEError):
     the endorsement gate (`pte._endorsement`) at the call whose value needs a person.
     """
 
-    def __init__(self, run_id: str, plan: Any, tools: list[str], expires_at: str) -> None:
+    def __init__(
+        self, run_id: str, plan: Any, tools: list[str], expires_at: str, reason: str = "awaiting_approval"
+    ) -> None:
         super().__init__(f"run {run_id} awaits a person's decision on plan {plan.hash} ({', '.join(tools)})")
         self.run_id = run_id
         self.plan = plan
         self.tools = tools
         self.expires_at = expires_at
+        #: ``awaiting_approval`` or ``awaiting_endorsement`` (the ``run_paused`` record's reason).
+        self.reason = reason

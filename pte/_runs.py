@@ -340,7 +340,7 @@ def run_in_store(
                 return engine.execute(plan_text, audit)
             return engine.run(request or "", audit)
         except RunPaused as pause:
-            return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at)
+            return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at, pause.reason)
 
 
 def resume_run(
@@ -353,6 +353,7 @@ def resume_run(
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
     policy: Any = None,
     anchors: Any = None,
+    endorsements: Any = None,
 ) -> RunResult | PausedRun:
     """Continue run `run_id` of `store`: verify it, re-drive its records, go on live.
 
@@ -362,7 +363,9 @@ def resume_run(
 
     The run's stored chain must verify first (a tampered run is never acted on). Completed
     steps are not re-run; an interrupted non-idempotent write ends it `needs_review` (as
-    `pte.resume_file`). `gate` is the deployment's approval gate (`pausing_gate`).
+    `pte.resume_file`). `gate` is the deployment's approval gate (`pausing_gate`);
+    `endorsements` its endorsement gate (`pte.EndorsementGate`): a run paused at a call for an
+    endorsement continues when a decision in its store binds that call's values.
     """
     check_run_id(run_id)
     report = store.verify(run_id)
@@ -384,7 +387,7 @@ def resume_run(
 
         recheck_unsigned_tail(records, registry, unsigned_after, f"run {run_id} in {store.describe()}")
     invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
-    deployment = Deployment(registry=registry, policy=policy)
+    deployment = Deployment(registry=registry, policy=policy, endorsements=endorsements)
     engine = _engine_for(
         records,
         deployment,
@@ -399,7 +402,7 @@ def resume_run(
         try:
             return _drive(engine, records[0], audit)
         except RunPaused as pause:
-            return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at)
+            return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at, pause.reason)
 
 
 def job_engine(

@@ -10,6 +10,7 @@ run does not count; a rejection ends ``failed_closed(endorsement_rejected)``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -447,3 +448,117 @@ def test_the_cli_cycle(
     assert main([*base, "resume", str(log), *deployment, *keys]) == 1
     with sqlite3.connect(ledger) as conn:
         assert conn.execute("SELECT count(*) FROM payments_out").fetchone()[0] == 1
+
+
+def test_a_store_run_pauses_for_an_endorsement_and_resumes_the_same_run(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    """The run store's pause: the run waits in SQLite, a person endorses, the same run pays once."""
+    from pte.stores import open_store
+
+    engine = Engine(
+        REGISTRY,
+        ScriptedModel(planner=[bill_plan()], finalizer=["Paid."]),
+        policy=POLICY,
+        endorsement=gate,
+    )
+    with open_store(f"sqlite://{tmp_path / 'runs.db'}") as store:
+        paused = pte.run_in_store(engine, store, run_id="bill-1", request=REQUEST)
+        assert isinstance(paused, pte.PausedRun) and paused.status == "awaiting_endorsement"
+        assert PAID == []
+        request = pending_endorsement(store.records("bill-1"))
+        assert request is not None and dict(request.values)["iban"] == BILL_IBAN
+        # Not decided yet: resuming pauses again, nothing is paid.
+        again = pte.resume_run(store, "bill-1", REGISTRY, policy=POLICY, endorsements=gate)
+        assert isinstance(again, pte.PausedRun) and PAID == []
+        endorse(gate.store, request, "alice", signing_key=signer)
+        done = pte.resume_run(
+            store,
+            "bill-1",
+            REGISTRY,
+            policy=POLICY,
+            endorsements=gate,
+            llm=ScriptedModel(finalizer=["Paid."]),
+        )
+        assert isinstance(done, pte.RunResult) and done.ok, done
+        assert len(PAID) == 1
+        assert (done.writes_with_person, done.writes_without_person) == (1, 0)
+        assert store.verify("bill-1").intact
+        # The view and the report count the payment as allowed by a person and show the request.
+        view = pte.RunView.fold("bill-1", store.records("bill-1"))
+        summary = view.summary()
+        assert (summary["writes_with_person"], summary["writes_without_person"]) == (1, 0)
+        assert summary["endorsements"] == 1
+        html = pte.render_store_report(store, run_id="bill-1")
+        assert "<h3>Endorsements</h3>" in html and BILL_IBAN in html and "read_bill (untrusted)" in html
+        assert 'data-verified="true"' in html
+
+
+def test_autonomy_counts_writes_that_ran_without_a_person(tmp_path: Path) -> None:
+    plan = bill_plan()
+    plan["steps"][1]["args"] = {
+        "iban": "DE89370400440532013000",
+        "amount": "5.00",
+    }  # the request's own values
+    engine = Engine(REGISTRY, ScriptedModel(planner=[plan], finalizer=["Paid."]), policy=POLICY)
+    with AuditLog(tmp_path / "run.jsonl") as audit:
+        result = engine.run("Pay EUR 5.00 to DE89370400440532013000", audit)
+    assert result.ok and result.to_dict()["autonomy"] == {"writes_without_person": 1, "writes_with_person": 0}
+    records = read_records(tmp_path / "run.jsonl")
+    assert pte.RunView.fold(result.run_id, records).autonomy() == {
+        "writes_without_person": 1,
+        "writes_with_person": 0,
+    }
+
+
+BILLS: list[Bill] = []
+
+
+@tool(provenance="untrusted")
+def read_any_bill(file: str) -> Bill:
+    """Read a bill whose contents the test chooses (third-party text)."""
+    return BILLS[-1]
+
+
+def test_property_an_endorsement_of_one_value_never_lets_another_run(tmp_path_factory: Any) -> None:
+    """For any two different bills, endorsing what the first run showed never pays the second's values."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    registry = Registry([read_any_bill, pay])
+    policy = Policy.from_registry(registry).with_document(ENDORSE)
+    text = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,-", min_size=1, max_size=30)
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(first=st.tuples(text, text), second=st.tuples(text, text))
+    def check(first: tuple[str, str], second: tuple[str, str]) -> None:
+        if first == second:
+            return
+        PAID.clear()
+        tmp = tmp_path_factory.mktemp("prop")
+        signer = SigningKey.generate()
+        gate = EndorsementGate(EndorsementStore(tmp / "e.jsonl"), keys=TrustedKeys([signer.public_key]))
+        plan = bill_plan()
+        plan["steps"][0]["tool"] = "read_any_bill"
+        log = tmp / "run.jsonl"
+        BILLS.append(Bill(iban=first[0], amount=first[1], text=""))
+        engine = Engine(registry, ScriptedModel(planner=[plan]), policy=policy, endorsement=gate)
+        with AuditLog(log) as audit, pytest.raises(RunPaused):
+            engine.run(REQUEST, audit)
+        endorse(gate.store, request_of(log), "alice", signing_key=signer)
+        # The bill changed between the pause and the resume (a re-read untrusted source).
+        BILLS.append(Bill(iban=second[0], amount=second[1], text=""))
+        deployment = Deployment(policy=policy, endorsements=gate)
+        with contextlib.suppress(RunPaused, pte.ReplayDivergence, pte.FailedClosed):
+            resume_file(log, registry, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
+        assert all((p["iban"], p["amount"]) == first for p in PAID), PAID
+        # Another run showing the second bill: the first run's endorsement is no authority there.
+        other = tmp / "other.jsonl"
+        engine = Engine(registry, ScriptedModel(planner=[plan]), policy=policy, endorsement=gate)
+        with AuditLog(other) as audit, pytest.raises(RunPaused):
+            engine.run(REQUEST, audit)
+        with pytest.raises(RunPaused):
+            resume_file(other, registry, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
+        assert all((p["iban"], p["amount"]) == first for p in PAID), PAID
+
+    check()
