@@ -192,3 +192,7 @@ class MCPError(ImportSourceError):
 
 class OpenAPIError(ImportSourceError):
     """An OpenAPI document could not be fetched or read."""
+
+
+class _LogEnded(PTEError):
+    """The engine wants to go on where the recorded log ends (a crashed, unsealed run)."""

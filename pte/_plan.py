@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pte._canonical import canonical_json
 from pte._canonical import loads as canonical_loads
 from pte._resources import load_schema
+from pte._tool_spec import TOOL_NAME_RE
 
 __all__ = [
     "ELEMENT",
@@ -34,7 +35,6 @@ __all__ = [
 
 PLAN_FORMAT_VERSION = "1"
 STEP_ID_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
-TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 REF_RE = re.compile(r"[a-z][a-z0-9_]{0,63}(/([^~/]|~[01])*)*", re.DOTALL)
 #: The pointer token that selects the current element of a `for_each` list (see pte._control).
 ELEMENT = "*"

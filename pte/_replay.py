@@ -46,6 +46,7 @@ from pte._errors import (
     PTEError,
     ReasonCode,
     ToolError,
+    _LogEnded,
 )
 from pte._executor import LiveInvoker, ToolInvoker
 from pte._fingerprint import expand_run_started, stored_contents
@@ -131,10 +132,6 @@ class ReplayDivergence(PTEError):
             "recorded": self.recorded,
             "replayed": self.replayed,
         }
-
-
-class _LogEnded(PTEError):
-    """The engine wants to go on where the recorded log ends (a crashed, unsealed run)."""
 
 
 def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> None:

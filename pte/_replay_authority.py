@@ -30,6 +30,7 @@ from pte._errors import (
     FailedClosed,
     LLMError,
     ReasonCode,
+    _LogEnded,
 )
 from pte._executor import ToolInvoker
 from pte._fingerprint import expand_run_started, stored_contents
@@ -364,7 +365,6 @@ class RecordedEndorsements:
     def at_call(self, request: EndorsementRequest, audit: Any) -> None:
         queue = self._recorded.get((request.step_id, request.element))
         if not queue:
-            from pte._replay import _LogEnded  # pte._replay imports this module
 
             raise _LogEnded(
                 f"the recorded run paused for an endorsement at step {request.step_id!r} ({request.tool})"

@@ -29,7 +29,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from pte._canonical import canonical_json
 from pte._errors import ToolError, ToolRegistrationError
 from pte._linear_patterns import ExplainingValidator
-from pte._tool_spec import Effect, OutputProvenance, ToolSpec
+from pte._tool_spec import TOOL_NAME_RE, Effect, OutputProvenance, ToolSpec
 
 __all__ = ["SchemaTool", "tool_from_schema"]
 
@@ -184,8 +184,6 @@ def tool_from_schema(
     input schema that is not an object, a ``$ref`` to another document, or a sink that is not
     an input property.
     """
-    from pte._plan import TOOL_NAME_RE  # local, as in pte._tools
-
     if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
         raise ToolRegistrationError(f"tool name {name!r} must match ^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$")
     if not callable(func):

@@ -13,6 +13,7 @@ import inspect
 import itertools
 import json
 import marshal
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -52,6 +53,9 @@ OutputProvenance = Literal["trusted", "untrusted", "derived"]
 #: untrusted tools.
 SinkProvenance = Literal["request", "trusted", "untrusted"]
 
+
+#: A tool's name: what a plan step's ``tool`` names (pte._plan checks steps against it).
+TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 
 _TOOL_ATTR = "__pte_tool__"
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})

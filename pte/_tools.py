@@ -32,6 +32,7 @@ from pte._registry import STOCK_PACKS, Registry, load_pack, load_registry
 from pte._selection import SELECTION_KEY, Selection
 from pte._tool_spec import (
     _TOOL_ATTR,
+    TOOL_NAME_RE,
     Effect,
     Isolation,
     OutputProvenance,
@@ -244,8 +245,6 @@ def _build_spec(
     _check_execution_options(
         tool_name, func, effect, idempotent, is_async, isolation, retries, backoff_s, tuple(retry_on)
     )
-    from pte._plan import TOOL_NAME_RE  # local: plan imports nothing from here, keep it that way
-
     if not TOOL_NAME_RE.fullmatch(tool_name):
         raise ToolRegistrationError(f"tool name {tool_name!r} must match ^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$")
 

@@ -23,11 +23,10 @@ import jsonschema
 from pte import _json as strict_json
 from pte._canonical import canonical_json, sha256_hex
 from pte._errors import ImportRefused, ToolRegistrationError
-from pte._plan import TOOL_NAME_RE
 from pte._registry import Registry
 from pte._resources import load_schema
 from pte._tool_schema import SchemaFunction, tool_from_schema
-from pte._tool_spec import Effect
+from pte._tool_spec import TOOL_NAME_RE, Effect
 from pte._version import __version__
 from pte.importers._text import scrub
 

@@ -16,7 +16,7 @@ from hypothesis.strategies import DrawFn
 
 from pte import _schema_types as types
 from pte._compiler import Limits
-from pte._plan import TOOL_NAME_RE
+from pte._tool_spec import TOOL_NAME_RE
 from pte.testing._strategies.base import (
     Doc,
     Json,
