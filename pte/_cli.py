@@ -375,8 +375,20 @@ def cmd_reject(args: argparse.Namespace) -> int:
     return cli_store.decide(args, approve=False)
 
 
+def _no_imports_for_workers(args: argparse.Namespace) -> None:
+    from pte._cli_imports import is_import_spec
+
+    if any(is_import_spec(p) for p in _packs(args)):
+        raise UsageError(
+            "workers load their packs themselves: --tools mcp:/openapi: works with execute, run, "
+            "validate, plan, approve and resume; for workers, write a pack file that imports them"
+        )
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from pte import _cli_store as cli_store
+
+    _no_imports_for_workers(args)
 
     registry = _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
     if args.replay_responses or args.model or args.base_url:
@@ -387,6 +399,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from pte import _cli_store as cli_store
+
+    _no_imports_for_workers(args)
 
     registry = _registry(args)
     policy = _policy(registry, args).to_document() if args.policy else None

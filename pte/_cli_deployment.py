@@ -58,13 +58,25 @@ def current_redactor() -> Redactor | None:
 
 
 def _packs(args: argparse.Namespace) -> list[str]:
-    packs = [p for spec in (args.tools or []) for p in spec.split(",") if p]
+    from pte._cli_imports import is_import_spec
+
+    # An importer spec (mcp:CMD, openapi:SPEC#a,b) is one value: its commas are its own.
+    packs = [
+        p for spec in (args.tools or []) for p in ([spec] if is_import_spec(spec) else spec.split(",")) if p
+    ]
     if not packs:
         raise UsageError(
             f"--tools is required: a stock pack ({', '.join(STOCK_PACKS)}), an installed pack, a .py file "
             "or a module (`pte tools` lists them)"
         )
     return packs
+
+
+def _pack_refs(packs: list[str]) -> list[str | Registry]:
+    """Packs as `load_registry` takes them: an importer spec becomes the registry it imports."""
+    from pte._cli_imports import import_spec, is_import_spec
+
+    return [import_spec(p) if is_import_spec(p) else p for p in packs]
 
 
 def _registry(args: argparse.Namespace) -> Registry:
@@ -74,7 +86,7 @@ def _registry(args: argparse.Namespace) -> Registry:
     input_file(getattr(args, "policy", None), "policy file")
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
-        registry = load_registry(packs, allow=allow, manifest=getattr(args, "manifest", None))
+        registry = load_registry(_pack_refs(packs), allow=allow, manifest=getattr(args, "manifest", None))
     except (ToolPackError, ToolRegistrationError) as exc:
         raise UsageError(str(exc)) from None
     return _with_procedures(registry, args)
@@ -145,7 +157,7 @@ def _policy(registry: Registry, args: argparse.Namespace) -> Any:
             return Policy.from_registry(registry)
         # Tool names in the file are checked against the whole packs (a typo is an error), so
         # one compliance-owned file serves deployments that narrow the allow-list differently.
-        policy = Policy.from_registry(load_registry(_packs(args))).with_file(path)
+        policy = Policy.from_registry(load_registry(_pack_refs(_packs(args)))).with_file(path)
         narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
         return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
     except PTEError as exc:

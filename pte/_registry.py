@@ -131,9 +131,11 @@ def _import_path(path: Path) -> ModuleType:
     return module
 
 
-def load_pack(ref: str | Path | ModuleType) -> Registry:
+def load_pack(ref: str | Path | ModuleType | Registry) -> Registry:
     """Load one tool pack: a stock pack name, a ``.py`` file path, an installed pack (entry point
     group ``pte.tool_packs``, see `pte._packs`), or an importable module name."""
+    if isinstance(ref, Registry):  # tools built elsewhere (an importer)
+        return ref
     if isinstance(ref, ModuleType):
         module = ref
     else:
@@ -163,7 +165,7 @@ def load_pack(ref: str | Path | ModuleType) -> Registry:
 
 
 def load_registry(
-    packs: Iterable[str | Path | ModuleType],
+    packs: Iterable[str | Path | ModuleType | Registry],
     *,
     allow: Iterable[str] | None = None,
     manifest: str | Path | None = None,

@@ -116,8 +116,15 @@ def test_untyped_operations_are_refused_with_what_to_declare(
     with pytest.raises(ImportRefused) as caught:
         import_openapi(document, base_url=server.url)
     assert "GET /health: no operationId" in str(caught.value)
+    # No content (204): imported with a declared empty output, not refused with the whole spec.
+    imported = import_openapi(document, base_url=server.url, only=["getInvoice", "deleteInvoice"])
+    assert imported["deleteInvoice"].output_schema == {"type": "null"}
+    no_json = json.loads(json.dumps(document))
+    no_json["paths"]["/invoices/{invoice_id}"]["delete"]["responses"] = {
+        "200": {"description": "text", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    }
     with pytest.raises(ImportRefused) as caught:
-        import_openapi(document, base_url=server.url, only=["getInvoice", "deleteInvoice"])
+        import_openapi(no_json, base_url=server.url, only=["getInvoice", "deleteInvoice"])
     assert "'deleteInvoice' declares no output schema" in str(caught.value)
     assert '"deleteInvoice": {"output_schema"' in str(caught.value)
     declared = {"pte_import": "1", "tools": {"deleteInvoice": {"output_schema": {"type": "null"}}}}

@@ -57,8 +57,10 @@ def _httpx() -> Any:
 def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[str, Any]:
     """An OpenAPI document (JSON) from a URL (fetched with `client`, an ``httpx.Client``) or a file.
 
-    Parsed strictly (duplicate keys, NaN and deep nesting refused). YAML documents: convert
-    them to JSON first.
+    Parsed strictly (duplicate keys, NaN and deep nesting refused). A ``.yaml``/``.yml``
+    document, or one that does not start with ``{``, is read as YAML (PyYAML, the ``openapi``
+    extra) with the same strictness: duplicate keys, anchors/aliases and non-JSON values
+    (dates stay text) are refused, and the result is checked as strict JSON.
     """
     text = str(source)
     if text.startswith(("http://", "https://")):
@@ -79,13 +81,69 @@ def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[
             raw = Path(source).read_bytes()
         except OSError as exc:
             raise OpenAPIError(f"cannot read OpenAPI document {text!r}: {exc}") from None
-    try:
-        document = strict_json.loads(raw)
-    except strict_json.StrictJSONError as exc:
-        raise OpenAPIError(f"OpenAPI document {text!r} is not strict JSON: {exc.message}") from None
+    if _is_yaml(text, raw):
+        document = _yaml_document(text, raw)
+    else:
+        try:
+            document = strict_json.loads(raw)
+        except strict_json.StrictJSONError as exc:
+            raise OpenAPIError(f"OpenAPI document {text!r} is not strict JSON: {exc.message}") from None
     if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3."):
         raise OpenAPIError(f"{text!r} is not an OpenAPI 3 document (no 'openapi': '3.x')")
     return document
+
+
+def _is_yaml(source: str, raw: bytes) -> bool:
+    path = source.split("?", 1)[0].lower()
+    if path.endswith((".yaml", ".yml")):
+        return True
+    return not path.endswith(".json") and raw.lstrip()[:1] not in (b"{", b"[")
+
+
+def _yaml_document(source: str, raw: bytes) -> Any:
+    """A YAML document as JSON values, parsed as strictly as JSON is."""
+    try:
+        import yaml  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        raise OpenAPIError(
+            f"OpenAPI document {source!r} is YAML: install PyYAML (pip install 'pte[openapi]')"
+        ) from None
+
+    class _Strict(yaml.SafeLoader):  # type: ignore[misc, unused-ignore]
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise OpenAPIError(f"OpenAPI document {source!r}: a key that is not text: {key!r}")
+            if key in out:
+                raise OpenAPIError(f"OpenAPI document {source!r}: duplicate key {key!r}")
+            out[key] = loader.construct_object(value_node, deep=True)
+        return out
+
+    def text_of(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+        return str(loader.construct_scalar(node))
+
+    _Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    _Strict.add_constructor("tag:yaml.org,2002:timestamp", text_of)
+    _Strict.add_constructor("tag:yaml.org,2002:binary", text_of)
+    try:
+        text = raw.decode("utf-8")
+        # Aliases can multiply a small document into a huge one: refused, as JSON has none.
+        for event in yaml.parse(text, Loader=_Strict):
+            if isinstance(event, yaml.AliasEvent):
+                raise OpenAPIError(f"OpenAPI document {source!r}: YAML aliases (*name) are not accepted")
+        document = yaml.load(text, Loader=_Strict)
+        return strict_json.loads(json.dumps(document, allow_nan=False))
+    except UnicodeDecodeError:
+        raise OpenAPIError(f"OpenAPI document {source!r} is not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        raise OpenAPIError(f"OpenAPI document {source!r} is not valid YAML: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        message = getattr(exc, "message", None) or str(exc)
+        raise OpenAPIError(f"OpenAPI document {source!r} is not a JSON document: {message}") from None
 
 
 # -- schemas --------------------------------------------------------------------------------------
@@ -149,6 +207,10 @@ def _resolve(node: Any, document: Mapping[str, Any]) -> Any:
         node = target
         seen += 1
     return node
+
+
+#: The output an operation answering no content is imported with.
+EMPTY_OUTPUT: Mapping[str, Any] = {"type": "null"}
 
 
 def _json_schema_of(content: Any) -> Any:
@@ -231,7 +293,12 @@ class _Operation:
         for status in sorted(str(s) for s in responses):
             if status.startswith("2"):
                 response = _resolve(responses[status], self.document)
-                schema = _json_schema_of(response.get("content") if isinstance(response, Mapping) else None)
+                content = response.get("content") if isinstance(response, Mapping) else None
+                if not content:
+                    # No content (204, or a 2xx without a body): a declared empty output. The
+                    # caller returns None for an empty body; a body would fail the output check.
+                    return dict(EMPTY_OUTPUT)
+                schema = _json_schema_of(content)
                 return None if schema is None else _with_defs(schema, self.components)
         return None
 
