@@ -672,3 +672,23 @@ def test_a_run_cut_mid_procedure_resumes_at_the_next_nested_step(tmp_path: Path,
     assert started == ["a__invoice", "a__remind", "b__invoice", "b__remind"]  # nothing ran twice
     assert result.result == first.result
     assert verify(log).ok
+
+
+def _compiled(registry: Registry, document: dict[str, Any]) -> tuple[Any, ...]:
+    check = Policy.from_registry(registry).check()
+    try:
+        plan = compile_plan(json.dumps(document), registry, checks=[check])
+    except PlanRejected as exc:
+        return ("rejected", exc.reason, exc.message, exc.path, check.labels, check.decisions)
+    return ("accepted", plan.hash, plan.order, check.labels, check.decisions)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=hs.data())
+def test_generated_procedures_compile_as_the_inlined_plan(data: hs.DataObject) -> None:
+    from pte.testing import example_registry, procedure_calls
+
+    base = example_registry()
+    case = data.draw(procedure_calls(base, max_steps=4))
+    registry = base.with_procedures(load_procedures([Procedure.from_document(case.procedure)], base))
+    assert _compiled(registry, case.calling) == _compiled(registry, case.inlined)

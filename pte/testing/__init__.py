@@ -16,6 +16,8 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
   tasks runner and fixture packs.
 - `control_plans(registry)` / `invalid_control_plans(registry, reason)`: the same with
   for_each, when, require and continue (pte._control).
+- `procedure_calls(registry)`: a procedure, a plan calling it, and the same plan with the body
+  written inline (pte._procedures): both must compile and run the same.
 - `example_registry()`: a small typed example catalogue.
 """
 
@@ -27,6 +29,7 @@ from pte.testing._control_strategies import CONTROL_REASONS, control_plans, inva
 from pte.testing._data_plans import DataCase, data_plans
 from pte.testing._function_client import FunctionCall, FunctionClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
+from pte.testing._procedure_strategies import ProcedureCase, procedure_calls
 from pte.testing._scripted_model import ScriptedModel, ScriptExhausted
 from pte.testing._strategies import (
     COMPILE_REASONS,
@@ -44,6 +47,7 @@ __all__ = [
     "FakeOpenAIServer",
     "FunctionCall",
     "FunctionClient",
+    "ProcedureCase",
     "ReplayClient",
     "Reply",
     "ScriptExhausted",
@@ -56,5 +60,6 @@ __all__ = [
     "invalid_plans",
     "json_values",
     "planner_text",
+    "procedure_calls",
     "valid_plans",
 ]
