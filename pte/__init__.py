@@ -16,30 +16,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pte._approval import ApprovalStore, ApprovalStoreError, approve
+from pte._approval import ApprovalStore, approve
 from pte._approval_gate import approval_hook
 from pte._approval_record import Approval
 from pte._audit import AuditLog, Durability
 from pte._audit_scan import VerifyReport
-from pte._audit_verify import AuditFormatError, iter_records, read_records, verify
+from pte._audit_verify import iter_records, read_records, verify
 from pte._canonical import canonical_json, hash_json
-from pte._checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointReport,
-    verify_checkpoints,
-    write_checkpoint,
-)
+from pte._checkpoint import Checkpoint, CheckpointReport, verify_checkpoints, write_checkpoint
 from pte._compile_context import DEFAULT_LIMITS, Limits
 from pte._compiler import compile_plan
-from pte._control_run import ConditionNotMet
 from pte._endorsement import (
     Endorsement,
     EndorsementGate,
     EndorsementRejected,
     EndorsementRequest,
     EndorsementStore,
-    EndorsementStoreError,
     endorse,
     pending_endorsement,
 )
@@ -47,16 +39,26 @@ from pte._errors import (
     ApprovalConsumed,
     ApprovalMissing,
     ApprovalRejected,
+    ApprovalStoreError,
+    AuditFormatError,
     AuditWriteError,
+    CheckpointError,
+    ConditionNotMet,
+    EndorsementStoreError,
     FailedClosed,
     ImportRefused,
     ImportSourceError,
+    KeyFileError,
     LLMError,
     MCPError,
     OpenAPIError,
     PlanRejected,
+    PolicyError,
+    ProcedureError,
     PTEError,
     ReasonCode,
+    ReportError,
+    RunPaused,
     ToolError,
     ToolPackError,
     ToolRegistrationError,
@@ -66,16 +68,14 @@ from pte._executor import Executor
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._labels import LabelTree, provenance
 from pte._logs import configure_logging
-from pte._pause import RunPaused
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Decided, Policy, PolicyError, load_policy
-from pte._procedures import Procedure, ProcedureError, load_procedures
+from pte._policy import Decided, Policy, load_policy
+from pte._procedures import Procedure, load_procedures
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
-from pte._report import ReportError, render_report, render_store_report, write_report
+from pte._report import render_report, render_store_report, write_report
 from pte._run_view import RunView
 from pte._selection import Selection
-from pte._signing import KeyFileError
 from pte._step_results import ExecutionResult, StepResult
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
@@ -95,14 +95,14 @@ _LAZY: dict[str, tuple[str, str]] = {
     "LLMResponse": ("pte._llm", "LLMResponse"),
     "OpenAIClient": ("pte._llm", "OpenAIClient"),
     "ReplayClient": ("pte._llm_replay", "ReplayClient"),
-    "ReplayDataError": ("pte._llm", "ReplayDataError"),
-    "LogNotIntact": ("pte._replay", "LogNotIntact"),
-    "ReplayDivergence": ("pte._replay", "ReplayDivergence"),
+    "ReplayDataError": ("pte._errors", "ReplayDataError"),
+    "LogNotIntact": ("pte._errors", "LogNotIntact"),
+    "ReplayDivergence": ("pte._errors", "ReplayDivergence"),
     "ReplayReport": ("pte._replay", "ReplayReport"),
     "replay": ("pte._replay", "replay_file"),
     "replay_file": ("pte._replay", "replay_file"),
     "resume_file": ("pte._resume", "resume_file"),
-    "AnchorError": ("pte._anchors", "AnchorError"),
+    "AnchorError": ("pte._errors", "AnchorError"),
     "Anchors": ("pte._anchors", "Anchors"),
     "anchors_from_env": ("pte._anchors", "anchors_from_env"),
     "PausedRun": ("pte._runs", "PausedRun"),

@@ -1,25 +1,17 @@
 """Type stub of `pte`: the same names as __init__.py, with the lazily imported ones imported eagerly."""
 
-from pte._anchors import AnchorError as AnchorError
 from pte._anchors import Anchors as Anchors
 from pte._anchors import anchors_from_env as anchors_from_env
-from pte._approval import ApprovalStore, ApprovalStoreError, approve
+from pte._approval import ApprovalStore, approve
 from pte._approval_gate import approval_hook
 from pte._approval_record import Approval
 from pte._audit import AuditLog, Durability
 from pte._audit_scan import VerifyReport
-from pte._audit_verify import AuditFormatError, iter_records, read_records, verify
+from pte._audit_verify import iter_records, read_records, verify
 from pte._canonical import canonical_json, hash_json
-from pte._checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointReport,
-    verify_checkpoints,
-    write_checkpoint,
-)
+from pte._checkpoint import Checkpoint, CheckpointReport, verify_checkpoints, write_checkpoint
 from pte._compile_context import DEFAULT_LIMITS, Limits
 from pte._compiler import compile_plan
-from pte._control_run import ConditionNotMet
 from pte._endorsement import (
     Endorsement as Endorsement,
 )
@@ -36,9 +28,6 @@ from pte._endorsement import (
     EndorsementStore as EndorsementStore,
 )
 from pte._endorsement import (
-    EndorsementStoreError as EndorsementStoreError,
-)
-from pte._endorsement import (
     endorse as endorse,
 )
 from pte._endorsement import (
@@ -48,11 +37,16 @@ from pte._engine import Engine as Engine
 from pte._engine import EngineConfig as EngineConfig
 from pte._engine import RunResult as RunResult
 from pte._engine import render_result as render_result
+from pte._errors import AnchorError as AnchorError
 from pte._errors import (
     ApprovalConsumed,
     ApprovalMissing,
     ApprovalRejected,
+    ApprovalStoreError,
+    AuditFormatError,
     AuditWriteError,
+    CheckpointError,
+    ConditionNotMet,
     FailedClosed,
     ImportRefused,
     ImportSourceError,
@@ -60,34 +54,39 @@ from pte._errors import (
     MCPError,
     OpenAPIError,
     PlanRejected,
+    PolicyError,
+    ProcedureError,
     PTEError,
     ReasonCode,
+    ReportError,
     ToolError,
     ToolPackError,
     ToolRegistrationError,
     TransientError,
 )
+from pte._errors import EndorsementStoreError as EndorsementStoreError
+from pte._errors import KeyFileError as KeyFileError
+from pte._errors import LogNotIntact as LogNotIntact
+from pte._errors import ReplayDataError as ReplayDataError
+from pte._errors import ReplayDivergence as ReplayDivergence
+from pte._errors import RunPaused as RunPaused
 from pte._executor import Executor
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._labels import LabelTree, provenance
 from pte._llm import LLMClient as LLMClient
 from pte._llm import LLMResponse as LLMResponse
 from pte._llm import OpenAIClient as OpenAIClient
-from pte._llm import ReplayDataError as ReplayDataError
 from pte._llm_replay import ReplayClient as ReplayClient
 from pte._logs import configure_logging
-from pte._pause import RunPaused as RunPaused
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Decided, Policy, PolicyError, load_policy
-from pte._procedures import Procedure, ProcedureError, load_procedures
+from pte._policy import Decided, Policy, load_policy
+from pte._procedures import Procedure, load_procedures
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
-from pte._replay import LogNotIntact as LogNotIntact
-from pte._replay import ReplayDivergence as ReplayDivergence
 from pte._replay import ReplayReport as ReplayReport
 from pte._replay import replay_file as replay
 from pte._replay import replay_file as replay_file
-from pte._report import ReportError, render_report, render_store_report, write_report
+from pte._report import render_report, render_store_report, write_report
 from pte._resume import resume_file as resume_file
 from pte._run_view import RunView
 from pte._runs import PausedRun as PausedRun
@@ -96,7 +95,6 @@ from pte._runs import pausing_gate as pausing_gate
 from pte._runs import resume_run as resume_run
 from pte._runs import run_in_store as run_in_store
 from pte._selection import Selection
-from pte._signing import KeyFileError as KeyFileError
 from pte._step_results import ExecutionResult, StepResult
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec

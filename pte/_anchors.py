@@ -44,14 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from pte._canonical import canonical_json
-from pte._errors import PTEError
-from pte._signing import KeyFileError, PublicKey, SigningKey
+from pte._errors import AnchorError, KeyFileError
+from pte._signing import PublicKey, SigningKey
 
 __all__ = [
     "ANCHORS_FILE_ENV",
     "DEPLOYMENT_KEY_ENV",
     "DEPLOYMENT_PUBLIC_KEY_ENV",
-    "AnchorError",
     "Anchors",
     "anchors_from_env",
     "run_problem",
@@ -65,10 +64,6 @@ ANCHORS_FILE_ENV = "PTE_ANCHORS_FILE"
 _DOMAIN = b"pte-anchor-v1\n"
 _GENESIS = "0" * 64
 _KEYS = frozenset({"pte_anchor", "run_id", "seq", "head", "time", "prev", "key_id", "signature"})
-
-
-class AnchorError(PTEError):
-    """The anchors file is unreadable or damaged, or a run does not match its anchors."""
 
 
 @dataclass(frozen=True)

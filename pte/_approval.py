@@ -56,7 +56,7 @@ from pte._approval_record import (
     _utc_now,
 )
 from pte._canonical import canonical_json
-from pte._errors import ApprovalConsumed, PTEError
+from pte._errors import ApprovalConsumed, ApprovalStoreError
 from pte._plan import Plan
 from pte._registry import Registry
 from pte._signing import SigningKey
@@ -70,7 +70,6 @@ __all__ = [
     "SIGNING_KEY_ENV",
     "SIGNING_KEY_FILE_ENV",
     "ApprovalStore",
-    "ApprovalStoreError",
     "Consumption",
     "approve",
     "catalogue_fingerprint",
@@ -93,10 +92,6 @@ LEGACY_KEY_ENV = "PTE_APPROVAL_KEY"
 
 _LEGACY_KEYS = frozenset({"plan_hash", "by", "at", "signature"})
 _CONSUMED_KEYS = frozenset({"consumed", "plan_hash", "step_id", "run_id", "at"})
-
-
-class ApprovalStoreError(PTEError):
-    """The approval store cannot be read or written, or holds a malformed line."""
 
 
 @dataclass(frozen=True)

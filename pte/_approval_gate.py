@@ -24,7 +24,6 @@ from pte._approval import (
     SIGNING_KEY_ENV,
     SIGNING_KEY_FILE_ENV,
     ApprovalStore,
-    ApprovalStoreError,
     _consumed_message,
     catalogue_fingerprint,
     consumable_steps,
@@ -32,10 +31,10 @@ from pte._approval import (
 )
 from pte._approval_record import Approval, _utc_now
 from pte._audit import AuditLog
-from pte._errors import ApprovalConsumed, ApprovalMissing
+from pte._errors import ApprovalConsumed, ApprovalMissing, ApprovalStoreError, KeyFileError
 from pte._plan import Plan, PlanStep
 from pte._registry import Registry
-from pte._signing import KeyFileError, SigningKey, TrustedKeys
+from pte._signing import SigningKey, TrustedKeys
 from pte._tool_spec import ToolSpec
 
 __all__ = [

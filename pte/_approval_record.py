@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pte._canonical import canonical_json
-from pte._signing import KeyFileError, PublicKey
+from pte._errors import KeyFileError
+from pte._signing import PublicKey
 
 __all__ = ["APPROVAL_FORMAT", "Approval"]
 

@@ -60,9 +60,7 @@ from pte._audit_resume import (
 from pte._audit_scan import _COMMON_FIELDS, AUDIT_FORMAT
 from pte._audit_scan import GENESIS_HASH as GENESIS_HASH
 from pte._audit_schema import _schema_problem
-from pte._audit_verify import (
-    AuditFormatError as AuditFormatError,
-)
+from pte._errors import AuditFormatError as AuditFormatError
 from pte._redaction import REDACTED, Redactor
 from pte._version import __version__
 
@@ -503,7 +501,7 @@ class AuditLog:
 
     def _anchor(self) -> None:
         # Under self._lock: the anchor names exactly the record just made durable.
-        from pte._anchors import AnchorError
+        from pte._errors import AnchorError
 
         try:
             self.anchored = self.anchors.sign(

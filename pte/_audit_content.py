@@ -12,7 +12,8 @@ from typing import Any
 
 from pte._approval_record import Approval
 from pte._canonical import canonical_bytes, canonical_json
-from pte._signing import KeyFileError, PublicKey
+from pte._errors import KeyFileError
+from pte._signing import PublicKey
 
 __all__ = ["approval_problem", "content_problem", "endorsement_problem"]
 

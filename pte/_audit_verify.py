@@ -10,18 +10,7 @@ from typing import Any
 from pte._audit_parallel import verify_in_parts
 from pte._audit_scan import WHOLE_LOG, VerifyReport, runs_left_open, scan_lines
 from pte._canonical import loads as canonical_loads
-from pte._errors import PTEError
-
-
-class AuditFormatError(PTEError):
-    """A line of an audit log is not a JSON object (or the log ends in a partial line)."""
-
-    def __init__(self, path: str | os.PathLike[str], line: int, message: str) -> None:
-        super().__init__(f"{os.fspath(path)}:{line}: {message}")
-        self.path = os.fspath(path)
-        self.line = line
-        self.message = message
-
+from pte._errors import AuditFormatError
 
 # ---------------------------------------------------------------------------------------------
 # Reading

@@ -41,13 +41,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import verify
 from pte._canonical import canonical_bytes
-from pte._errors import PTEError
+from pte._errors import CheckpointError
 from pte._key_files import read_key_file
 
 __all__ = [
     "CHECKPOINT_VERSION",
     "Checkpoint",
-    "CheckpointError",
     "CheckpointReport",
     "generate_key",
     "key_id",
@@ -59,10 +58,6 @@ __all__ = [
 ]
 
 CHECKPOINT_VERSION = "1"
-
-
-class CheckpointError(PTEError):
-    """A key or checkpoint file that cannot be used (unreadable, malformed, wrong kind of key)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,8 +55,7 @@ from pte._cli_support import (
 )
 from pte._cli_support import UsageError as UsageError  # re-exported: pte._cli_store raises it
 from pte._cli_tools import add_tools_command
-from pte._errors import PlanRejected
-from pte._pause import RunPaused
+from pte._errors import PlanRejected, RunPaused
 from pte._redaction import Redactor
 from pte._registry import Registry
 
@@ -236,7 +235,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from pte._approval import ApprovalStore, approve, catalogue_fingerprint
     from pte._approval_gate import signing_key_from_env
     from pte._compiler import compile_plan
-    from pte._signing import KeyFileError
+    from pte._errors import KeyFileError
 
     if cli_store.uses_store(args, args.plan_file):  # pte approve RUN_ID [--store URL]: a paused run's plan
         args.target = args.plan_file

@@ -58,7 +58,8 @@ def _anchor_problem(log: Any) -> str | None:
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from pte._audit_verify import verify
-    from pte._checkpoint import CheckpointError, load_public_key, verify_checkpoints
+    from pte._checkpoint import load_public_key, verify_checkpoints
+    from pte._errors import CheckpointError
     from pte.stores import is_store_url
 
     if is_store_url(args.log):
@@ -153,7 +154,8 @@ def cmd_audit_show(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
-    from pte._checkpoint import CheckpointError, load_private_key, write_checkpoint
+    from pte._checkpoint import load_private_key, write_checkpoint
+    from pte._errors import CheckpointError
 
     log = _existing_log(args.log)
     out = str(output_file(args.out or f"{log}.checkpoints", "checkpoint file"))
@@ -179,7 +181,8 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_keygen(args: argparse.Namespace) -> int:
-    from pte._checkpoint import CheckpointError, generate_key
+    from pte._checkpoint import generate_key
+    from pte._errors import CheckpointError
 
     output_file(args.path, "key file")
     try:
@@ -193,8 +196,8 @@ def cmd_audit_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_report(args: argparse.Namespace) -> int:
-    from pte._checkpoint import CheckpointError
-    from pte._report import ReportError, write_report
+    from pte._errors import CheckpointError, ReportError
+    from pte._report import write_report
     from pte.stores import is_store_url
 
     if is_store_url(args.log):
@@ -218,7 +221,8 @@ def cmd_audit_report(args: argparse.Namespace) -> int:
 
 def _store_report(args: argparse.Namespace) -> int:
     """``pte audit report STORE_URL --run ID -o FILE``: one stored run, verified as stored."""
-    from pte._report import ReportError, render_store_report
+    from pte._errors import ReportError
+    from pte._report import render_store_report
     from pte.stores import StoreError, open_store
 
     if args.run is None:

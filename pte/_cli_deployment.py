@@ -97,7 +97,8 @@ def _with_procedures(registry: Registry, args: argparse.Namespace) -> Registry:
     folder = getattr(args, "procedures", None)
     if not folder:
         return registry
-    from pte._procedures import ProcedureError, load_procedures
+    from pte._errors import ProcedureError
+    from pte._procedures import load_procedures
 
     try:
         return registry.with_procedures(load_procedures(folder, registry))
@@ -170,7 +171,8 @@ def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
 
 def _deployment_anchors() -> Any:
     """The deployment's anchors (`pte._anchors`) from the environment, or None (no key)."""
-    from pte._anchors import AnchorError, anchors_from_env
+    from pte._anchors import anchors_from_env
+    from pte._errors import AnchorError
 
     try:
         return anchors_from_env()
@@ -217,7 +219,7 @@ def _approvals_path(args: argparse.Namespace) -> str:
 def _approval_keys(args: argparse.Namespace) -> Any:
     """The deployment's trusted approval public keys (--approval-keys, else the environment)."""
     from pte._approval_gate import public_keys_from_env
-    from pte._signing import KeyFileError
+    from pte._errors import KeyFileError
 
     try:
         return public_keys_from_env(getattr(args, "approval_keys", None))
@@ -262,7 +264,7 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
 
 def _llm(args: argparse.Namespace) -> Any:
     if getattr(args, "replay_responses", None):
-        from pte._llm import ReplayDataError
+        from pte._errors import ReplayDataError
         from pte._llm_replay import ReplayClient
 
         input_file(args.replay_responses, "--replay-responses file")

@@ -68,8 +68,8 @@ def report_pause(log: str, args: argparse.Namespace) -> int:
 def cmd_endorse(args: argparse.Namespace) -> int:
     from pte._approval_gate import signing_key_from_env
     from pte._audit_verify import read_records, verify
-    from pte._endorsement import EndorsementStore, EndorsementStoreError, endorse, pending_endorsement
-    from pte._signing import KeyFileError
+    from pte._endorsement import EndorsementStore, endorse, pending_endorsement
+    from pte._errors import EndorsementStoreError, KeyFileError
 
     input_file(args.log, "audit log")
     report = verify(args.log)

@@ -64,7 +64,8 @@ def _refusal(what: str, log: str, exc: Exception, args: argparse.Namespace) -> i
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from pte._audit import AuditFormatError
-    from pte._replay import LogNotIntact, replay_file
+    from pte._errors import LogNotIntact
+    from pte._replay import replay_file
     from pte.stores import is_store_url
 
     if is_store_url(args.log):
@@ -95,8 +96,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from pte import _cli_store as cli_store
     from pte._audit import AuditFormatError
-    from pte._pause import RunPaused
-    from pte._replay import LogNotIntact, ReplayDivergence
+    from pte._errors import LogNotIntact, ReplayDivergence, RunPaused
     from pte._resume import resume_file
 
     if cli_store.uses_store(args, args.log):  # pte resume RUN_ID [--store URL, or $PTE_STORE]

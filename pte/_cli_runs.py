@@ -41,7 +41,8 @@ def runs_list(args: argparse.Namespace) -> int:
 
 def runs_requeue(args: argparse.Namespace) -> int:
     """``pte runs requeue RUN_ID…``: enqueue stranded queued/crashed runs again (recorded)."""
-    from pte._requeue import RequeueRefused, requeue, requeue_problem
+    from pte._errors import RequeueRefused
+    from pte._requeue import requeue, requeue_problem
     from pte._workers import make_app
 
     for run_id in args.run_ids:

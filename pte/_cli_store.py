@@ -317,8 +317,8 @@ def approvals_expire(args: argparse.Namespace, registry: Any) -> int:
 
 def decide(args: argparse.Namespace, *, approve: bool) -> int:
     from pte._approval_gate import signing_key_from_env
+    from pte._errors import KeyFileError
     from pte._runs import decide as record_decision
-    from pte._signing import KeyFileError
 
     try:
         signing_key = signing_key_from_env(getattr(args, "signing_key", None))

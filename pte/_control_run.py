@@ -26,14 +26,13 @@ from typing import Any
 from pte._audit import AuditLog
 from pte._canonical import canonical_json
 from pte._control import COMPARISONS, _instant
-from pte._errors import FailedClosed, PTEError, ReasonCode, ToolError
+from pte._errors import ConditionNotMet, FailedClosed, ReasonCode, ToolError
 from pte._linear_patterns import DECIMAL_STRING_PATTERN
 from pte._plan import ELEMENT, Plan, PlanStep, Reference, is_reference
 from pte._registry import Registry
 from pte._step_results import ExecutionResult, PlanRunner, StepResult
 
 __all__ = [
-    "ConditionNotMet",
     "Evaluation",
     "element_step",
     "evaluate",
@@ -46,15 +45,6 @@ __all__ = [
 ]
 
 _ORDERING = frozenset({"lt", "le", "gt", "ge"})
-
-
-class ConditionNotMet(PTEError):
-    """A `require` step's condition was false: the run ends condition_not_met (not a failure)."""
-
-    def __init__(self, step_id: str, message: str) -> None:
-        super().__init__(f"condition not met: {message}")
-        self.step_id = step_id
-        self.message = f"condition not met: {message}"
 
 
 def is_element(step_id: str) -> bool:

@@ -21,8 +21,8 @@ from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._endorsement import EndorsementGate, EndorsementStore, endorse, pending_endorsement
 from pte._engine import Engine, EngineConfig, RunResult
+from pte._errors import RunPaused
 from pte._llm_replay import ReplayClient
-from pte._pause import RunPaused
 from pte._policy import Policy
 from pte._registry import Registry, load_registry
 

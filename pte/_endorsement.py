@@ -46,9 +46,8 @@ from typing import IO, Any, Literal, cast
 
 from pte import _json as strict_json
 from pte._canonical import canonical_json
-from pte._errors import FailedClosed, PTEError, ReasonCode
-from pte._pause import RunPaused
-from pte._signing import KeyFileError, PublicKey, SigningKey, TrustedKeys
+from pte._errors import EndorsementStoreError, FailedClosed, KeyFileError, ReasonCode, RunPaused
+from pte._signing import PublicKey, SigningKey, TrustedKeys
 
 __all__ = [
     "ENDORSEMENT_FORMAT",
@@ -57,7 +56,6 @@ __all__ = [
     "EndorsementRejected",
     "EndorsementRequest",
     "EndorsementStore",
-    "EndorsementStoreError",
     "endorse",
     "make_endorsement",
     "pending_endorsement",
@@ -93,10 +91,6 @@ _FIELDS = frozenset(
 _CONSUMED = frozenset({"consumed_endorsement", "run_id", "step_id", "element", "at"})
 
 Decision = Literal["endorsed", "rejected"]
-
-
-class EndorsementStoreError(PTEError):
-    """The endorsement store cannot be read or written, or holds a malformed line."""
 
 
 class EndorsementRejected(FailedClosed):

@@ -22,10 +22,10 @@ from pte._audit import AuditLog
 from pte._call_role import call_role
 from pte._compile_context import DEFAULT_LIMITS, CompileCheck, Limits
 from pte._compiler import compile_plan
-from pte._control_run import ConditionNotMet, is_element, note_completed, stop_if_partial
+from pte._control_run import is_element, note_completed, stop_if_partial
 from pte._data_budget import DEFAULT_DATA_BUDGET
 from pte._endorsement import _Point, reset_point, set_point
-from pte._errors import AuditWriteError, FailedClosed, LLMError, PlanRejected, ReasonCode
+from pte._errors import AuditWriteError, ConditionNotMet, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, ToolInvoker
 from pte._exposure import (
     PLANNER_DATA,

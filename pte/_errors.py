@@ -1,12 +1,47 @@
-"""Reason codes and the exception hierarchy.
+"""Reason codes and every exception PTE raises, in one module.
 
 Reason codes are a closed enum and part of the public API and of the audit schema:
 every way a run can fail closed has exactly one name here.
+
+The exceptions (control signals included; `pte` re-exports the public ones)::
+
+    PTEError
+      FailedClosed                  a run ends failed_closed(reason)
+        PlanRejected                  compile refused the plan
+        ApprovalMissing, ApprovalConsumed, ApprovalRejected
+        AuditWriteError               the log cannot be written
+      RunPaused                     control signal: the run waits for a person
+      ConditionNotMet               control signal: a `require` step's condition is false
+      ToolError                     a tool call failed (a step failure, not a crash)
+        TransientError                ... and may be retried
+      ToolRegistrationError (also TypeError)
+        ImportRefused
+      ToolPackError
+      ImportSourceError
+        MCPError, OpenAPIError
+      LLMError
+      PolicyError, ProcedureError
+      ApprovalStoreError, EndorsementStoreError
+      StoreError
+        RequeueRefused
+      KeyFileError, CheckpointError, AnchorError
+      AuditFormatError
+      ReplayDataError (also ValueError)
+      ReplayDivergence, LogNotIntact
+      ReportError
+      _LogEnded                     private: replay reached the end of a crashed run's log
+    StrictJSONError (a ValueError)  a strict JSON input is refused (duplicate keys, NaN, ...)
+
+Deliberately elsewhere: internal signals that never leave their module
+(`pte._owner.Superseded`, the CLI's usage errors, parsers' private markers) and the test
+doubles' own assertion (`pte.testing`).
 """
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 
@@ -196,3 +231,125 @@ class OpenAPIError(ImportSourceError):
 
 class _LogEnded(PTEError):
     """The engine wants to go on where the recorded log ends (a crashed, unsealed run)."""
+
+
+class StrictJSONError(ValueError):
+    """A document is not strict JSON. `kind` says why: syntax, duplicate_key, constant or too_deep."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class KeyFileError(PTEError):
+    """A key file or key text cannot be used (missing, unreadable, not an Ed25519 key)."""
+
+
+class StoreError(PTEError):
+    """A store cannot be opened, read or written, or was given a malformed URL or run id."""
+
+
+class RequeueRefused(StoreError):
+    """The run cannot be requeued (it ended, waits for a person, or is unknown); says why."""
+
+
+class AuditFormatError(PTEError):
+    """A line of an audit log is not a JSON object (or the log ends in a partial line)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, message: str) -> None:
+        super().__init__(f"{os.fspath(path)}:{line}: {message}")
+        self.path = os.fspath(path)
+        self.line = line
+        self.message = message
+
+
+class CheckpointError(PTEError):
+    """A key or checkpoint file that cannot be used (unreadable, malformed, wrong kind of key)."""
+
+
+class AnchorError(PTEError):
+    """The anchors file is unreadable or damaged, or a run does not match its anchors."""
+
+
+class PolicyError(PTEError):
+    """A policy file (or document) cannot be used: unreadable, invalid, or naming unknown tools."""
+
+
+class ProcedureError(PTEError):
+    """A procedure file is refused at load (the message names the procedure and why)."""
+
+
+class ApprovalStoreError(PTEError):
+    """The approval store cannot be read or written, or holds a malformed line."""
+
+
+class EndorsementStoreError(PTEError):
+    """The endorsement store cannot be read or written, or holds a malformed line."""
+
+
+class ConditionNotMet(PTEError):
+    """A `require` step's condition was false: the run ends condition_not_met (not a failure)."""
+
+    def __init__(self, step_id: str, message: str) -> None:
+        super().__init__(f"condition not met: {message}")
+        self.step_id = step_id
+        self.message = f"condition not met: {message}"
+
+
+class ReplayDataError(PTEError, ValueError):
+    """A replay file or audit record cannot be turned into recorded LLM answers."""
+
+
+class ReplayDivergence(PTEError):
+    """The engine made a different decision than the one recorded."""
+
+    def __init__(self, line: int, record_type: str, field_name: str, recorded: Any, replayed: Any) -> None:
+        super().__init__(
+            f"line {line}: {record_type}.{field_name} differs: recorded {recorded!r}, replayed {replayed!r}"
+        )
+        self.line = line
+        self.record_type = record_type
+        self.field = field_name
+        self.recorded = recorded
+        self.replayed = replayed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "line": self.line,
+            "record_type": self.record_type,
+            "field": self.field,
+            "recorded": self.recorded,
+            "replayed": self.replayed,
+        }
+
+
+class LogNotIntact(PTEError):
+    """The log fails verification (chain, canonical bytes, schema or structure): nothing is re-driven."""
+
+    def __init__(self, path: str | Path, report: Any) -> None:
+        super().__init__(f"{path} is not intact, so it is not acted on: {report.issue}")
+        self.report = report
+
+
+class ReportError(PTEError):
+    """The log cannot be reported on (unreadable, no such run)."""
+
+
+class RunPaused(PTEError):
+    """Raised after ``run_paused`` is recorded (and made durable): the run waits for a person.
+
+    The approval gate of store runs (`pte._runs.pausing_gate`) raises it before a plan runs;
+    the endorsement gate (`pte._endorsement`) at the call whose value needs a person.
+    """
+
+    def __init__(
+        self, run_id: str, plan: Any, tools: list[str], expires_at: str, reason: str = "awaiting_approval"
+    ) -> None:
+        super().__init__(f"run {run_id} awaits a person's decision on plan {plan.hash} ({', '.join(tools)})")
+        self.run_id = run_id
+        self.plan = plan
+        self.tools = tools
+        self.expires_at = expires_at
+        #: ``awaiting_approval`` or ``awaiting_endorsement`` (the ``run_paused`` record's reason).
+        self.reason = reason

@@ -17,19 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pte._errors import StrictJSONError
+
 __all__ = ["DEFAULT_MAX_DEPTH", "StrictJSONError", "loads"]
 
 #: Deepest nesting of arrays and objects accepted by default (plans have their own, lower, limit).
 DEFAULT_MAX_DEPTH = 128
-
-
-class StrictJSONError(ValueError):
-    """A document is not strict JSON. `kind` says why: syntax, duplicate_key, constant or too_deep."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from pte._compile_context import DEFAULT_LIMITS
-from pte._errors import LLMError, PTEError
+from pte._errors import LLMError
 from pte._llm_endpoint import EndpointMemory, context_tokens, props_url
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ __all__ = [
     "LLMClient",
     "LLMResponse",
     "OpenAIClient",
-    "ReplayDataError",
 ]
 
 #: The model used when neither the argument nor PTE_MODEL / OPENAI_MODEL names one.
@@ -119,10 +118,6 @@ class LLMClient(Protocol):
         text is not interpreted (no JSON parsing, no finish_reason check).
         """
         ...
-
-
-class ReplayDataError(PTEError, ValueError):
-    """A replay file or audit record cannot be turned into recorded LLM answers."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from pte._errors import LLMError
-from pte._llm import _RESPONSE_FORMATS, LLMResponse, ReplayDataError, _usage
+from pte._errors import LLMError, ReplayDataError
+from pte._llm import _RESPONSE_FORMATS, LLMResponse, _usage
 
 __all__ = ["ReplayClient"]
 

@@ -40,7 +40,7 @@ import jsonschema
 
 from pte import _json as strict_json
 from pte._compile_context import CompileContext, json_path
-from pte._errors import PTEError
+from pte._errors import PolicyError
 from pte._flow import LABELS, Decided, _checked_prior, _flow_graph, plan_literals
 from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan
@@ -59,7 +59,6 @@ __all__ = [
     "Label",
     "Policy",
     "PolicyCheck",
-    "PolicyError",
     "ToolPolicy",
     "load_policy",
     "plan_literals",
@@ -73,10 +72,6 @@ DefaultMode = Literal["guarded", "open"]
 DEFAULT_MODES: tuple[str, ...] = ("guarded", "open")
 #: What an undeclared parameter of a write tool accepts in guarded mode.
 _GUARDED = frozenset({"request", "trusted"})
-
-
-class PolicyError(PTEError):
-    """A policy file (or document) cannot be used: unreadable, invalid, or naming unknown tools."""
 
 
 def _declared(spec: ToolSpec) -> ToolPolicy:

@@ -36,14 +36,13 @@ from typing import Any
 import jsonschema
 
 from pte._canonical import canonical_json, sha256_hex
-from pte._errors import PlanRejected, PTEError, ReasonCode
+from pte._errors import PlanRejected, ProcedureError, ReasonCode
 from pte._plan import Reference
 from pte._resources import load_schema
 
 __all__ = [
     "PATH_SEPARATOR",
     "Procedure",
-    "ProcedureError",
     "expand_procedures",
     "load_procedures",
     "procedure_schema",
@@ -59,10 +58,6 @@ PATH_SEPARATOR = "__"
 
 #: How deep procedures may call procedures (a cycle is refused at load; this bounds the text).
 MAX_NESTING = 8
-
-
-class ProcedureError(PTEError):
-    """A procedure file is refused at load (the message names the procedure and why)."""
 
 
 @cache

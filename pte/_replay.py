@@ -43,8 +43,10 @@ from pte._canonical import canonical_json
 from pte._engine import Engine, RunResult
 from pte._errors import (
     FailedClosed,
+    LogNotIntact,
     PTEError,
     ReasonCode,
+    ReplayDivergence,
     ToolError,
     _LogEnded,
 )
@@ -65,9 +67,7 @@ __all__ = [
     "IGNORED_FIELDS",
     "CheckingAuditLog",
     "Deployment",
-    "LogNotIntact",
     "RecordedInvoker",
-    "ReplayDivergence",
     "ReplayReport",
     "RunReplay",
     "replay_file",
@@ -109,29 +109,6 @@ DECISION_FIELDS: Mapping[str, tuple[str, ...]] = {
 }
 #: Annotations written by resume; the engine itself never produces them.
 _ANNOTATIONS = frozenset({"run_resumed", "run_paused"})
-
-
-class ReplayDivergence(PTEError):
-    """The engine made a different decision than the one recorded."""
-
-    def __init__(self, line: int, record_type: str, field_name: str, recorded: Any, replayed: Any) -> None:
-        super().__init__(
-            f"line {line}: {record_type}.{field_name} differs: recorded {recorded!r}, replayed {replayed!r}"
-        )
-        self.line = line
-        self.record_type = record_type
-        self.field = field_name
-        self.recorded = recorded
-        self.replayed = replayed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "line": self.line,
-            "record_type": self.record_type,
-            "field": self.field,
-            "recorded": self.recorded,
-            "replayed": self.replayed,
-        }
 
 
 def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> None:
@@ -556,14 +533,6 @@ class ReplayReport:
                 lines.append(f"    recorded: {diff.recorded!r}")
                 lines.append(f"    live:     {diff.live!r}")
         return "\n".join(lines) if lines else f"{self.path}: no runs"
-
-
-class LogNotIntact(PTEError):
-    """The log fails verification (chain, canonical bytes, schema or structure): nothing is re-driven."""
-
-    def __init__(self, path: str | Path, report: VerifyReport) -> None:
-        super().__init__(f"{path} is not intact, so it is not acted on: {report.issue}")
-        self.report = report
 
 
 def _verified(path: str | Path) -> VerifyReport:

@@ -30,18 +30,14 @@ from typing import Any
 
 from pte._audit_content import approval_problem, endorsement_problem
 from pte._audit_scan import VerifyReport
-from pte._audit_verify import AuditFormatError, iter_records, verify
-from pte._errors import PTEError
+from pte._audit_verify import iter_records, verify
+from pte._errors import AuditFormatError, ReportError
 from pte._fingerprint import stored_contents
 from pte._run_view import RunView, StepView, plan_references
 
 __all__ = ["ReportError", "render_report", "render_store_report", "write_report"]
 
 _TEMPLATE = Path(__file__).with_name("report_template.html")
-
-
-class ReportError(PTEError):
-    """The log cannot be reported on (unreadable, no such run)."""
 
 
 def _e(value: Any) -> str:

@@ -17,18 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pte._errors import RequeueRefused
 from pte._workers import _expired, enqueue
-from pte.stores import RunInfo, Store, StoreError, check_run_id
+from pte.stores import RunInfo, Store, check_run_id
 from pte.stores._base import utc_now
 
 __all__ = ["ENDED", "RequeueRefused", "RunRow", "list_runs", "requeue", "requeue_problem"]
 
 #: Statuses a run never leaves: requeueing one would do nothing, so it is refused.
 ENDED = frozenset({"succeeded", "failed_closed", "needs_review", "interrupted"})
-
-
-class RequeueRefused(StoreError):
-    """The run cannot be requeued (it ended, waits for a person, or is unknown); says why."""
 
 
 @dataclass(frozen=True)

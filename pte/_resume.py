@@ -83,7 +83,7 @@ def check_anchors(
     """(anchor count, seq after which records are unsigned) for resuming `run_id`; (0, None)
     without a deployment key. `FailedClosed(needs_review)` when the run falls short of its
     anchors or its anchored records were rewritten (`pte._anchors`)."""
-    from pte._anchors import AnchorError
+    from pte._errors import AnchorError
 
     if anchors is None:
         return 0, None

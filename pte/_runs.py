@@ -34,10 +34,9 @@ from pte._approval_gate import ApprovalGate
 from pte._approval_record import Approval
 from pte._audit import AuditLog
 from pte._engine import Engine, RunResult
-from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, ReasonCode
+from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, ReasonCode, RunPaused
 from pte._executor import LiveInvoker
 from pte._llm import LLMClient
-from pte._pause import RunPaused
 from pte._plan import Plan
 from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive

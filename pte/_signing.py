@@ -21,16 +21,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from pte._errors import PTEError
+from pte._errors import KeyFileError
 from pte._key_files import read_key_file
 
 __all__ = ["KeyFileError", "PublicKey", "SigningKey", "TrustedKeys"]
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.DOTALL)
-
-
-class KeyFileError(PTEError):
-    """A key file or key text cannot be used (missing, unreadable, not an Ed25519 key)."""
 
 
 class PublicKey:

@@ -27,10 +27,10 @@ from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
 from pte._compiler import compile_plan
 from pte._engine import Engine
-from pte._errors import ApprovalConsumed, ApprovalMissing, ReasonCode
+from pte._errors import ApprovalConsumed, ApprovalMissing, KeyFileError, ReasonCode
 from pte._plan import Plan
 from pte._policy import Policy
-from pte._signing import KeyFileError, SigningKey, TrustedKeys
+from pte._signing import SigningKey, TrustedKeys
 from pte._tools import Registry, tool
 from tests.audit_runs import begun
 

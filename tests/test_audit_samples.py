@@ -12,7 +12,8 @@ import pytest
 from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json, sha256_hex
 from pte._cli import main
-from pte._replay import LogNotIntact, replay_file
+from pte._errors import LogNotIntact
+from pte._replay import replay_file
 from pte._replay_authority import Deployment
 from pte._signing import TrustedKeys
 

@@ -586,7 +586,8 @@ def test_a_keyed_approved_store_write_that_crashed_after_its_effect_completes_on
 
 
 def test_the_anchors_file_refuses_forged_edited_and_removed_lines(tmp_path: Path) -> None:
-    from pte._anchors import AnchorError, Anchors
+    from pte._anchors import Anchors
+    from pte._errors import AnchorError
 
     path = tmp_path / "anchors.jsonl"
     signer = Anchors(path, key=DEPLOYMENT)

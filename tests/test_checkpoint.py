@@ -11,8 +11,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pte._checkpoint import CheckpointError, load_private_key, load_public_key, read_checkpoints
+from pte._checkpoint import load_private_key, load_public_key, read_checkpoints
 from pte._cli import main
+from pte._errors import CheckpointError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pte import ReplayClient
-from pte._errors import LLMError, ReasonCode
-from pte._llm import LLMClient, LLMResponse, OpenAIClient, ReplayDataError
+from pte._errors import LLMError, ReasonCode, ReplayDataError
+from pte._llm import LLMClient, LLMResponse, OpenAIClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 
 SCHEMA: dict[str, Any] = {

@@ -21,11 +21,11 @@ from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._compiler import CompileContext, compile_plan
 from pte._engine import Engine
-from pte._errors import PlanRejected, PTEError, ReasonCode
+from pte._errors import PlanRejected, PolicyError, PTEError, ReasonCode
 from pte._executor import Executor
 from pte._flow import LABELS, plan_literals
 from pte._plan import Plan, PlanStep
-from pte._policy import Policy, PolicyCheck, PolicyError, load_policy
+from pte._policy import Policy, PolicyCheck, load_policy
 from pte._resources import load_schema
 from pte._tool_policy import ToolPolicy
 from pte._tools import Registry, ToolSpec, tool

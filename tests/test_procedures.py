@@ -16,9 +16,9 @@ from pte._audit_verify import read_records, verify
 from pte._cli import main
 from pte._compiler import compile_plan
 from pte._engine import Engine
-from pte._errors import PlanRejected, ReasonCode
+from pte._errors import PlanRejected, ProcedureError, ReasonCode
 from pte._policy import Policy
-from pte._procedures import Procedure, ProcedureError, load_procedures, step_path
+from pte._procedures import Procedure, load_procedures, step_path
 from pte._replay import replay_file
 from pte._tools import Registry, load_registry, tool
 

@@ -11,7 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, Policy, Registry, ReplayClient, tool
-from pte._policy import PolicyError, load_policy
+from pte._errors import PolicyError
+from pte._policy import load_policy
 
 ATTACKER = "GB33BUKB20201555555555"
 SCHEDULED: list[dict[str, Any]] = []

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pte import PlanRejected, ReasonCode, compile_plan, load_registry
-from pte._approval import ApprovalStore, ApprovalStoreError
-from pte._errors import ToolPackError
-from pte._json import StrictJSONError, loads
-from pte._policy import PolicyError, load_policy
+from pte._approval import ApprovalStore
+from pte._errors import ApprovalStoreError, PolicyError, StrictJSONError, ToolPackError
+from pte._json import loads
+from pte._policy import load_policy
 
 PACK = """
 from pte import tool

@@ -23,8 +23,8 @@ from pte._audit_verify import read_records, verify
 from pte._cli import main
 from pte._compiler import compile_plan
 from pte._engine import Engine, EngineConfig
-from pte._errors import ReasonCode, ToolRegistrationError
-from pte._policy import Policy, PolicyError
+from pte._errors import PolicyError, ReasonCode, ToolRegistrationError
+from pte._policy import Policy
 from pte._signing import SigningKey, TrustedKeys
 from pte._tools import Registry, load_pack, load_registry, tool
 

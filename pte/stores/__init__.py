@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 from pte._audit import RecordWriter
-from pte.stores._base import RUN_ID_PATTERN, Decision, RunInfo, Store, StoreError, check_run_id
+from pte._errors import StoreError
+from pte.stores._base import RUN_ID_PATTERN, Decision, RunInfo, Store, check_run_id
 from pte.stores._jsonl import JsonlStore
 from pte.stores._sqlite import SQLiteStore
 

@@ -31,13 +31,12 @@ from typing import Any
 from pte._audit import AuditLog, Durability, RecordWriter
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import verify
-from pte._errors import PTEError
+from pte._errors import StoreError
 
 __all__ = [
     "RUN_ID_PATTERN",
     "RunInfo",
     "Store",
-    "StoreError",
     "check_run_id",
     "utc_now",
 ]
@@ -47,10 +46,6 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 #: Run states a store reports. ``queued``: submitted, no record yet (workers).
 RUN_STATES = ("queued", "running", "awaiting_approval", "succeeded", "failed_closed")
-
-
-class StoreError(PTEError):
-    """A store cannot be opened, read or written, or was given a malformed URL or run id."""
 
 
 def check_run_id(run_id: Any) -> str:

@@ -14,7 +14,8 @@ from typing import Any
 from pte._audit import AuditLog, Durability, RecordWriter
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import iter_records, verify
-from pte.stores._base import RunInfo, Store, StoreError, check_run_id
+from pte._errors import StoreError
+from pte.stores._base import RunInfo, Store, check_run_id
 
 __all__ = ["JsonlStore"]
 

@@ -28,7 +28,8 @@ from typing import Any
 from pte._audit import Durability, RecordWriter
 from pte._audit_scan import VerifyIssue, VerifyReport
 from pte._audit_verify import verify
-from pte.stores._base import Decision, RunInfo, Store, StoreError, check_run_id, utc_now
+from pte._errors import StoreError
+from pte.stores._base import Decision, RunInfo, Store, check_run_id, utc_now
 
 #: Record types that change a run's row in ``pte_runs``.
 LIFECYCLE = frozenset({"run_started", "run_paused", "run_resumed", "run_finished"})
