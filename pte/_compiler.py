@@ -99,7 +99,7 @@ def expand_procedure_calls(ctx: CompileContext) -> None:
         return
     from pte._procedures import expand_procedures
 
-    expanded = expand_procedures(ctx.document, procedures)
+    expanded = expand_procedures(ctx.document, procedures, max_steps=ctx.limits.max_steps)
     if expanded is not ctx.document:
         ctx.document = expanded
         ctx.canonical = canonical_json(expanded)

@@ -413,10 +413,14 @@ def _navigate(value: Any, tokens: Sequence[str], text: str, path: tuple[str | in
     return value
 
 
-def expand_procedures(document: dict[str, Any], procedures: Mapping[str, Procedure]) -> dict[str, Any]:
+def expand_procedures(
+    document: dict[str, Any], procedures: Mapping[str, Procedure], *, max_steps: int | None = None
+) -> dict[str, Any]:
     """The plan with every procedure call replaced by its body (see the module docstring).
 
     A plan calling no procedure is returned as it is (its canonical text and hash unchanged).
+    `max_steps` bounds the steps after each level of inlining (`plan_too_large`), so that
+    calls of procedures that call others many times cannot grow the plan without bound.
     """
     if not procedures or not isinstance(document.get("steps"), list):
         return document
@@ -424,6 +428,12 @@ def expand_procedures(document: dict[str, Any], procedures: Mapping[str, Procedu
         document, changed = _expand_level(document, procedures)
         if not changed:
             return document
+        if max_steps is not None and len(document["steps"]) > max_steps:
+            raise _reject(
+                ReasonCode.PLAN_TOO_LARGE,
+                f"with its procedure calls inlined the plan has over {max_steps} steps, the limit",
+                "steps",
+            )
     raise _reject(ReasonCode.PLAN_TOO_LARGE, f"procedures nest deeper than {MAX_NESTING} levels", "steps")
 
 

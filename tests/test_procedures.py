@@ -692,3 +692,40 @@ def test_generated_procedures_compile_as_the_inlined_plan(data: hs.DataObject) -
     case = data.draw(procedure_calls(base, max_steps=4))
     registry = base.with_procedures(load_procedures([Procedure.from_document(case.procedure)], base))
     assert _compiled(registry, case.calling) == _compiled(registry, case.inlined)
+
+
+def test_procedures_calling_procedures_nest_and_cannot_grow_a_plan_without_bound() -> None:
+    base = load_registry(["backoffice"])
+
+    def fan(name: str, callee: str, times: int, arg: dict[str, Any]) -> Procedure:
+        return Procedure.from_document(
+            {
+                "pte_procedure": "1",
+                "name": name,
+                "description": "fan out",
+                "parameters": {"type": "object", "properties": {"customer_id": {"type": "string"}}},
+                "plan": {
+                    "pte_plan": "1",
+                    "steps": [{"id": f"s{i}", "tool": callee, "args": arg} for i in range(times)],
+                    "result": {"$ref": "s0"},
+                },
+            }
+        )
+
+    leaf_arg = {"customer_id": {"$param": "customer_id"}}
+    procs = [
+        fan(f"level{d}", f"level{d + 1}" if d < 7 else "customer_balance", 4, leaf_arg) for d in range(8)
+    ]
+    registry = base.with_procedures(load_procedures(procs, base))
+    one = {
+        "pte_plan": "1",
+        "steps": [{"id": "x", "tool": "level6", "args": {"customer_id": "C002"}}],
+        "result": {"$ref": "x"},
+    }
+    plan = compile_plan(json.dumps(one), registry)  # 4 x 4 = 16 customer_balance steps
+    assert len(plan.order) == 16 and "x__s0__s0" in plan.order
+    assert [step_path(s) for s in plan.order][:1] == ["x/s0/s0"]
+    deep = {**one, "steps": [{"id": "x", "tool": "level0", "args": {"customer_id": "C002"}}]}
+    with pytest.raises(PlanRejected) as info:  # 4 ** 8 steps: refused as soon as a level passes the limit
+        compile_plan(json.dumps(deep), registry)
+    assert info.value.reason is ReasonCode.PLAN_TOO_LARGE and "inlined" in info.value.message
