@@ -187,17 +187,37 @@ def replay(args: argparse.Namespace, registry: Any) -> int:
 
 def _gate(store: Store, registry: Any, args: argparse.Namespace) -> Any:
     from pte._approval import ApprovalStore
-    from pte._cli_deployment import _approval_keys
+    from pte._cli_deployment import _approval_keys, _policy
     from pte._runs import pausing_gate
 
     approvals = ApprovalStore(args.approvals) if getattr(args, "approvals", None) else None
     ttl = timedelta(seconds=getattr(args, "approval_ttl", None) or 86400)
-    return pausing_gate(store, registry, keys=_approval_keys(args), ttl=ttl, approvals=approvals)
+    # Approvals bind the policy in force (catalogue fingerprint): the deployment's file, if given.
+    policy = _policy(registry, args) if getattr(args, "policy", None) else None
+    return pausing_gate(
+        store, registry, keys=_approval_keys(args), ttl=ttl, approvals=approvals, policy=policy
+    )
 
 
 def report(result: Any, args: argparse.Namespace, store: Store) -> int:
     from pte._runs import PausedRun
 
+    if isinstance(result, PausedRun) and result.status == "awaiting_endorsement":
+        from pte._endorsement import pending_endorsement
+
+        request = pending_endorsement(store.records(result.run_id))
+        if args.json:
+            _print_json(
+                {**result.to_dict(), **(request.to_dict() if request else {}), "store": store.describe()}
+            )
+        else:
+            shown = request.describe() if request else f"run {result.run_id} waits for an endorsement"
+            print(
+                f"awaiting_endorsement: {shown}\n"
+                f"  endorse from Python (pte.endorse; docs/endorsement.md), then: "
+                f"pte resume {result.run_id} --store URL --tools … --endorsements FILE"
+            )
+        return EXIT_OK
     if isinstance(result, PausedRun):
         if args.json:
             _print_json({**result.to_dict(), "store": store.describe()})
@@ -378,7 +398,9 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
         info = store.run(args.log)
         if info is None:
             raise _usage_error()(f"no run {args.log!r} in {store.describe()}")
-        if info.status == "awaiting_approval" and not store.decisions(args.log):
+        records = store.records(args.log)
+        for_endorsement = bool(records) and records[-1].get("reason") == "awaiting_endorsement"
+        if info.status == "awaiting_approval" and not for_endorsement and not store.decisions(args.log):
             from pte._workers import _expired
 
             if not _expired(info.expires_at):
@@ -392,8 +414,19 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
                 )
                 return EXIT_FAILED
         try:
+            from pte._cli_deployment import _approval_keys, _policy
+            from pte._cli_endorse import endorsement_gate
+
             result = resume_run(
-                store, args.log, registry, gate=_gate(store, registry, args), llm=llm, anchors=_anchors()
+                store,
+                args.log,
+                registry,
+                gate=_gate(store, registry, args),
+                llm=llm,
+                anchors=_anchors(),
+                endorsements=endorsement_gate(args, _approval_keys(args)),
+                # The deployment's policy file, as the run was started with (--policy).
+                policy=_policy(registry, args) if getattr(args, "policy", None) else None,
             )
         except FailedClosed as exc:
             print(f"cannot resume: {exc.message}", file=sys.stderr)

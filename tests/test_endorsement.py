@@ -562,3 +562,72 @@ def test_property_an_endorsement_of_one_value_never_lets_another_run(tmp_path_fa
         assert all((p["iban"], p["amount"]) == first for p in PAID), PAID
 
     check()
+
+
+def test_the_cli_cycle_in_a_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Approve the paused plan, resume, pause again at the payment for the values, endorse, pay once."""
+    import sqlite3
+    import sys
+
+    from pte._cli import main
+    from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
+    from pte.stores import open_store
+
+    module = sys.modules[pte.load_pack("backoffice")["get_invoice"].func.__module__]
+    ledger = tmp_path / "ledger.sqlite"
+    module.create_sample_ledger(ledger, overwrite=True)
+    monkeypatch.setenv("PTE_LEDGER", str(ledger))
+    plan, policy = tmp_path / "bill.json", tmp_path / "policy.json"
+    plan.write_text(_BILL_PAYMENT, encoding="utf-8")
+    policy.write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
+    url, store_file = f"sqlite://{tmp_path / 'runs.db'}", tmp_path / "e.jsonl"
+    flags = [
+        "--tools",
+        "backoffice",
+        "--policy",
+        str(policy),
+        "--store",
+        url,
+        "--endorsements",
+        str(store_file),
+    ]
+    base = ["--quiet"]
+    assert main([*base, "execute", str(plan), *flags, "--run-id", "b1"]) == 0
+    assert "awaiting_approval" in capsys.readouterr().out
+    assert main([*base, "approve", "b1", "--by", "alice", "--store", url]) == 0
+    capsys.readouterr()
+    assert main([*base, "resume", "b1", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "awaiting_endorsement" in out and "DE62370400440532013001" in out
+    with open_store(url) as store:
+        request = pending_endorsement(store.records("b1"))
+        assert request is not None
+        endorse(EndorsementStore(store_file), request, "alice")
+    assert main([*base, "resume", "b1", *flags, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "succeeded"
+    assert main([*base, "resume", "b1", *flags]) == 1  # finished: nothing more
+    with sqlite3.connect(ledger) as conn:
+        assert conn.execute("SELECT count(*) FROM payments_out").fetchone()[0] == 1
+
+
+def test_resume_after_a_crash_past_the_endorsed_call_does_not_ask_again_or_pay_twice(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    """The run is cut after the endorsed payment was recorded (before the answer): resume
+    re-drives the call with its own consumption, serves the recorded payment, and finishes."""
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    endorse(gate.store, request_of(log), "alice", signing_key=signer)
+    resume(log, gate)
+    assert len(PAID) == 1
+    lines = log.read_bytes().splitlines(keepends=True)
+    types = [json.loads(line)["type"] for line in lines]
+    cut = max(i for i, t in enumerate(types) if t == "step_finished") + 1
+    log.write_bytes(b"".join(lines[:cut]))  # a crash right after the payment's record
+    result = resume(log, gate)
+    assert result.ok, result.message
+    assert len(PAID) == 1
+    assert types.count("endorsement") == 1
+    assert [r["type"] for r in read_records(log)].count("run_paused") == 1

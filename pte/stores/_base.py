@@ -140,7 +140,6 @@ class Store(ABC):
         """An `AuditLog` appending to this store (a new run id when None)."""
         import uuid
 
-
         run_id = check_run_id(run_id if run_id is not None else uuid.uuid4().hex)
         durability = kwargs.pop("durability", "batch")
         return AuditLog(None, run_id=run_id, writer=self.writer(run_id, durability=durability), **kwargs)
