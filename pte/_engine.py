@@ -438,7 +438,13 @@ class Engine:
             config["procedures"] = procedures_record(self.registry.procedures)
         if self.endorsement is not None:  # replay compiles as the run did (pte._endorsement)
             config["endorsement"] = True
-        run.tracer = RunTracer(run.audit.run_id, mode, self.tracer_provider, run.audit.redactor)
+        run.tracer = RunTracer(
+            run.audit.run_id,
+            mode,
+            self.tracer_provider,
+            run.audit.redactor,
+            link=getattr(run.audit, "origin_trace", None),  # resume: the crashed run's span
+        )
         run.tracer.procedures = bool(self.registry.procedures)
         # Untouched third-party text in the catalogue (pte.importers): every planner reads it.
         run.shown_untrusted = mode != "execute" and catalogue_exposed(self.registry)

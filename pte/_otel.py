@@ -55,6 +55,24 @@ def _tracer(provider: Any) -> Any:
     return _trace.get_tracer("pte", __version__, tracer_provider=provider)
 
 
+def _links(origin: Mapping[str, str] | None) -> list[Any]:
+    """A span link to the crashed run's ``pte.run`` span (resume), from its recorded ids."""
+    if _trace is None or not origin:
+        return []
+    try:
+        context = _trace.SpanContext(
+            trace_id=int(origin["trace_id"], 16),
+            span_id=int(origin["span_id"], 16),
+            is_remote=True,
+            trace_flags=_trace.TraceFlags(_trace.TraceFlags.SAMPLED),
+        )
+    except (KeyError, TypeError, ValueError):  # ids from a log: only hex ones make a link
+        return []
+    if not context.is_valid:
+        return []
+    return [_trace.Link(context, {"pte.link": "resumed_from"})]
+
+
 def _ids(span: Any) -> dict[str, str]:
     if span is None or not span.is_recording():
         return {}
@@ -70,18 +88,29 @@ class RunTracer:
     """
 
     def __init__(
-        self, run_id: str, mode: str, provider: Any = None, redactor: Redactor | None = None
+        self,
+        run_id: str,
+        mode: str,
+        provider: Any = None,
+        redactor: Redactor | None = None,
+        *,
+        link: Mapping[str, str] | None = None,
     ) -> None:
         tracer = _tracer(provider)
         self._tracer = tracer
         self._redactor = redactor
         self._run: Any = None
         self._steps: dict[str, Any] = {}
+        self._replayed: set[str] = set()
         #: The run may call procedures (pte._procedures): a nested step's span carries its path.
         self.procedures = False
         if tracer is None:
             return
-        span = tracer.start_span("pte.run", attributes=self._attrs({"pte.run_id": run_id, "pte.mode": mode}))
+        attributes: dict[str, Any] = {"pte.run_id": run_id, "pte.mode": mode}
+        links = _links(link)
+        if links:
+            attributes["pte.resumed"] = True
+        span = tracer.start_span("pte.run", attributes=self._attrs(attributes), links=links)
         if span.is_recording():
             self._run = span
             self._parent = _trace.set_span_in_context(span)
@@ -91,6 +120,7 @@ class RunTracer:
         """A tracer that records nothing (before a run starts, or without OpenTelemetry)."""
         tracer = cls.__new__(cls)
         tracer._tracer, tracer._run, tracer._steps, tracer._redactor = None, None, {}, None
+        tracer._replayed = set()
         return tracer
 
     def _text(self, text: str) -> str:
@@ -188,8 +218,15 @@ class RunTracer:
     def _nested(self, step_id: str) -> bool:
         return self.procedures and PATH_SEPARATOR in step_id
 
-    def step_fields(self, record_type: str, fields: Mapping[str, Any]) -> dict[str, str]:
-        """Start or end a step's span from its ``step_started`` / ``step_finished`` fields; its ids."""
+    def step_fields(
+        self, record_type: str, fields: Mapping[str, Any], *, replayed: bool = False
+    ) -> dict[str, str]:
+        """Start or end a step's span from its ``step_started`` / ``step_finished`` fields; its ids.
+
+        `replayed`: the record is re-read from the log on resume, not a fresh execution; the
+        span carries ``pte.replayed`` (true when the step's end was re-read too, false when the
+        step ran on after the resume).
+        """
         if self._run is None:
             return {}
         step_id = str(fields.get("step_id"))
@@ -205,11 +242,14 @@ class RunTracer:
                         "gen_ai.tool.name": tool,
                         "pte.step.id": step_id,
                         "pte.tool.effect": str(fields.get("effect")),
+                        **({"pte.replayed": True} if replayed else {}),
                         **({"pte.step.path": step_path(step_id)} if self._nested(step_id) else {}),
                     }
                 ),
             )
             self._steps[step_id] = span
+            if replayed:
+                self._replayed.add(step_id)
             return _ids(span)
         if record_type == "step_finished":
             span = self._steps.pop(step_id, None)
@@ -218,6 +258,9 @@ class RunTracer:
             ids = _ids(span)
             status = str(fields.get("status"))
             self._set(span, "pte.step.status", status)
+            if step_id in self._replayed:  # started from the log: did it also end there?
+                self._replayed.discard(step_id)
+                span.set_attribute("pte.replayed", replayed)
             duration = fields.get("duration_ms")
             if isinstance(duration, int | float):
                 span.set_attribute("pte.step.duration_ms", float(duration))
@@ -256,7 +299,8 @@ class TracedAudit:
         self._tracer = tracer
 
     def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
-        ids = self._tracer.step_fields(type, fields)
+        replayed = bool(getattr(self._audit, "replaying", False))  # resume re-reading the log
+        ids = self._tracer.step_fields(type, fields, replayed=replayed)
         result: dict[str, Any] = self._audit.append(type, **fields, **ids)
         return result
 

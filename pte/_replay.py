@@ -220,6 +220,13 @@ class CheckingAuditLog(AuditLog):
         self._redacted_hashes = _RedactedPlanHashes()
         self.checked = 0
         self.resumed_at: int | None = None
+        #: Resume: the crashed run's span ids (its run_started record), for a span link.
+        started = next((rec for _, rec in self._expected if rec.get("type") == "run_started"), None)
+        self.origin_trace: dict[str, str] | None = (
+            {k: str(started[k]) for k in ("trace_id", "span_id")}
+            if forward is not None and started is not None and "trace_id" in started and "span_id" in started
+            else None
+        )
         #: A format 1 log records no prompts hash: the prompt code that wrote its model calls'
         #: messages is unknown, so those are not compared (the answers and every decision are).
         self._format_1 = False
@@ -246,6 +253,11 @@ class CheckingAuditLog(AuditLog):
     def sync(self) -> None:
         if self._forward is not None:
             self._forward.sync()
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the next record is re-read from the recording (not a fresh execution)."""
+        return bool(self._expected)
 
     @property
     def pending(self) -> int:

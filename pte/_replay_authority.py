@@ -87,6 +87,8 @@ class Deployment:
     #: The deployment's anchors (`pte._anchors.Anchors`): resume checks the run against them,
     #: re-runs the reads of its unsigned tail, and anchors what it appends.
     anchors: Any = None
+    #: The OpenTelemetry tracer provider a resumed run's spans go to (None: the global one).
+    tracer_provider: Any = None
     #: The endorsement gate over the deployment's endorsement store (`pte.EndorsementGate`):
     #: resume takes decisions from it; None: recorded endorsements are re-checked as evidence
     #: (replay), and a call without one is where the recorded run paused.
@@ -341,6 +343,7 @@ def _engine_for(
         policy=policy,
         approval=approvals,
         endorsement=endorsement,
+        tracer_provider=deployment.tracer_provider if deployment is not None else None,
     )
 
 
@@ -365,7 +368,6 @@ class RecordedEndorsements:
     def at_call(self, request: EndorsementRequest, audit: Any) -> None:
         queue = self._recorded.get((request.step_id, request.element))
         if not queue:
-
             raise _LogEnded(
                 f"the recorded run paused for an endorsement at step {request.step_id!r} ({request.tool})"
             )

@@ -183,7 +183,8 @@ def test_without_opentelemetry_installed_runs_are_untraced(tmp_path: Path) -> No
 import sys, json
 sys.modules["opentelemetry"] = None  # as if the optional extra were not installed
 from pte import Registry, tool
-from pte._audit import AuditLog, read_records
+from pte._audit import AuditLog
+from pte._audit_verify import read_records
 from pte._engine import Engine, EngineConfig
 import pte._otel
 assert pte._otel._trace is None
@@ -275,3 +276,56 @@ def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
             assert secret not in json.dumps(dict(span.attributes or {})), span.name
         (chat,) = _by_name(exporter.get_finished_spans())["chat function"]
         assert "[REDACTED]" in (chat.status.description or "")
+
+
+def test_resume_links_to_the_crashed_runs_span_and_marks_re_read_steps(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    from pte._replay_authority import Deployment
+    from pte._resume import resume_file
+
+    log = tmp_path / "crashed.jsonl"
+    with AuditLog(log) as audit:
+        engine = Engine(REGISTRY, tracer_provider=provider, config=EngineConfig(llm_answer=False))
+        assert engine.execute(json.dumps(PLAN), audit).ok
+    # The crash: the log ends after step b started (its end and the run's end never written).
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    types = [json.loads(line)["type"] for line in lines]
+    cut = next(i for i, (t, line) in enumerate(zip(types, lines, strict=True))
+               if t == "step_started" and json.loads(line)["step_id"] == "b") + 1  # fmt: skip
+    log.write_text("".join(lines[:cut]), encoding="utf-8")
+    (original,) = _by_name(exporter.get_finished_spans())["pte.run"]
+    started = read_records(log)[0]
+    assert started["trace_id"] == _hex(original.context.trace_id, 32)
+    exporter.clear()
+
+    result = resume_file(log, REGISTRY, deployment=Deployment(registry=REGISTRY, tracer_provider=provider))
+    assert result.ok and result.result == 3
+    named = _by_name(exporter.get_finished_spans())
+    (resumed,) = named["pte.run"]
+    assert (resumed.attributes or {})["pte.resumed"] is True
+    (link,) = resumed.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        original.context.trace_id,
+        original.context.span_id,
+    )
+    steps = {(s.attributes or {})["pte.step.id"]: s for s in named["execute_tool add_one"]}
+    # Step a was only re-read from the log; step b, in flight at the crash, ran again.
+    assert (steps["a"].attributes or {})["pte.replayed"] is True
+    assert (steps["b"].attributes or {})["pte.replayed"] is False
+    assert verify(log.read_text(encoding="utf-8").encode().splitlines(keepends=True)).ok
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [{"trace_id": "zz", "span_id": "1"}, {"trace_id": "0" * 32, "span_id": "0" * 16}, {"span_id": "ab"}, {}],
+)
+def test_a_tampered_origin_in_the_log_makes_no_link(
+    provider: TracerProvider, exporter: InMemorySpanExporter, origin: dict[str, str]
+) -> None:
+    from pte._otel import RunTracer
+
+    tracer = RunTracer("r", "execute", provider, link=origin)
+    tracer.finish("succeeded", None)
+    (span,) = exporter.get_finished_spans()
+    assert not span.links and "pte.resumed" not in (span.attributes or {})
