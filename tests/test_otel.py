@@ -329,3 +329,34 @@ def test_a_tampered_origin_in_the_log_makes_no_link(
     tracer.finish("succeeded", None)
     (span,) = exporter.get_finished_spans()
     assert not span.links and "pte.resumed" not in (span.attributes or {})
+
+
+def test_the_cli_traces_to_the_global_provider_as_opentelemetry_instrument_sets_it(tmp_path: Path) -> None:
+    """`opentelemetry-instrument pte …` configures the global tracer provider before `pte`
+    runs; the CLI's engine uses it (docs/operator.md). Done here by hand, as its sitecustomize does."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({**PLAN, "steps": PLAN["steps"][:1], "result": {"$ref": "a/value"}}))
+    pack = tmp_path / "pack.py"
+    pack.write_text(
+        "from pydantic import BaseModel\nimport pte\n\nclass Value(BaseModel):\n    value: int\n\n"
+        "@pte.tool\ndef add_one(value: int) -> Value:\n    '''value + 1.'''\n    return Value(value=value + 1)\n"
+    )
+    code = f"""
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+from pte._cli import main
+code = main(["--quiet", "execute", {str(plan)!r}, "--tools", {str(pack)!r}, "--audit", {str(tmp_path / "run.jsonl")!r}])
+print(json.dumps([code, sorted(s.name for s in exporter.get_finished_spans())]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    exit_code, names = json.loads(done.stdout.splitlines()[-1])
+    assert exit_code == 0 and names == ["execute_tool add_one", "pte.run"]
+    assert len(read_records(tmp_path / "run.jsonl")[0]["trace_id"]) == 32
