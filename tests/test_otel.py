@@ -339,7 +339,8 @@ def test_the_cli_traces_to_the_global_provider_as_opentelemetry_instrument_sets_
     pack = tmp_path / "pack.py"
     pack.write_text(
         "from pydantic import BaseModel\nimport pte\n\nclass Value(BaseModel):\n    value: int\n\n"
-        "@pte.tool\ndef add_one(value: int) -> Value:\n    '''value + 1.'''\n    return Value(value=value + 1)\n"
+        "@pte.tool\ndef add_one(value: int) -> Value:\n    '''value + 1.'''\n"
+        "    return Value(value=value + 1)\n"
     )
     code = f"""
 import json
@@ -352,7 +353,8 @@ provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 from pte._cli import main
-code = main(["--quiet", "execute", {str(plan)!r}, "--tools", {str(pack)!r}, "--audit", {str(tmp_path / "run.jsonl")!r}])
+log = {str(tmp_path / "run.jsonl")!r}
+code = main(["--quiet", "execute", {str(plan)!r}, "--tools", {str(pack)!r}, "--audit", log])
 print(json.dumps([code, sorted(s.name for s in exporter.get_finished_spans())]))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
