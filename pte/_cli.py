@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pte import __version__
+from pte import _cli_store as cli_store
+from pte._cli_audit import add_audit_commands
 from pte._cli_deployment import (
     EXIT_FAILED,
     EXIT_OK,
@@ -28,7 +30,6 @@ from pte._cli_deployment import (
     _gate,
     _llm,
     _open_audit,
-    _packs,
     _policy,
     _policy_checks,
     _print_json,
@@ -37,11 +38,14 @@ from pte._cli_deployment import (
     current_redactor,
     set_redactor,
 )
-from pte._cli_endorse import add_endorsements_option, report_pause
+from pte._cli_endorse import add_endorse_command, add_endorsements_option, report_pause
+from pte._cli_replay import add_replay_commands
+from pte._cli_runs import add_runs_command
 from pte._cli_support import (
     MAX_APPROVAL_TTL_S,
     MAX_VALID_FOR_HOURS,
     InputFileError,
+    UsageError,
     add_execution_flags,
     bounded_float,
     bounded_int,
@@ -53,7 +57,6 @@ from pte._cli_support import (
     redacted_output,
     run_command,
 )
-from pte._cli_support import UsageError as UsageError  # re-exported: pte._cli_store raises it
 from pte._cli_tools import add_tools_command
 from pte._errors import PlanRejected, RunPaused
 from pte._redaction import Redactor
@@ -117,8 +120,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
     """With --store, run in the store (the run may pause for approval); None: use --audit."""
-    from pte import _cli_store as cli_store
-
     if args.store is None and (args.audit is not None or not os.environ.get("PTE_STORE")):
         if args.audit is None:
             raise UsageError("--audit LOG or --store URL is required")
@@ -231,7 +232,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
-    from pte import _cli_store as cli_store
     from pte._approval import ApprovalStore, approve, catalogue_fingerprint
     from pte._approval_gate import signing_key_from_env
     from pte._compiler import compile_plan
@@ -356,62 +356,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(out_dir=args.out, as_json=args.json)
 
 
-def cmd_approvals_list(args: argparse.Namespace) -> int:
-    from pte import _cli_store as cli_store
-
-    return cli_store.approvals_list(args)
-
-
-def cmd_approvals_expire(args: argparse.Namespace) -> int:
-    from pte import _cli_store as cli_store
-
-    return cli_store.approvals_expire(args, _registry(args))
-
-
-def cmd_reject(args: argparse.Namespace) -> int:
-    from pte import _cli_store as cli_store
-
-    return cli_store.decide(args, approve=False)
-
-
-def _no_imports_for_workers(args: argparse.Namespace) -> None:
-    from pte._cli_imports import is_import_spec
-
-    if any(is_import_spec(p) for p in _packs(args)):
-        raise UsageError(
-            "workers load their packs themselves: --tools mcp:/openapi: works with execute, run, "
-            "validate, plan, approve and resume; for workers, write a pack file that imports them"
-        )
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from pte import _cli_store as cli_store
-
-    _no_imports_for_workers(args)
-
-    registry = _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
-    if args.replay_responses or args.model or args.base_url:
-        _llm(args)  # a bad LLM setting is a usage error here, not in every task
-    policy = _policy(registry, args).to_document() if args.policy else None
-    return cli_store.worker(args, _packs(args), policy)
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    from pte import _cli_store as cli_store
-
-    _no_imports_for_workers(args)
-
-    registry = _registry(args)
-    policy = _policy(registry, args).to_document() if args.policy else None
-    return cli_store.submit(args, _packs(args), policy)
-
-
 # --- the parser -------------------------------------------------------------------------------
 
 
 def _add_run_store(parser: argparse.ArgumentParser) -> None:
-    from pte import _cli_store as cli_store
-
     cli_store.add_store(parser)
     parser.add_argument(
         "--run-id",
@@ -426,8 +374,6 @@ def _add_run_store(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pte import _cli_store as cli_store
-
     parser = argparse.ArgumentParser(prog="pte", description="PTE: a strict plan-then-execute engine.")
     parser.add_argument("--version", action="version", version=f"pte {__version__}")
     parser.add_argument(
@@ -542,12 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="verify, checkpoint, show or report an audit log").add_subparsers(
         dest="audit_command", metavar="ACTION", required=True
     )
-    from pte._cli_audit import add_audit_commands
 
     add_audit_commands(audit)
 
-    from pte._cli_endorse import add_endorse_command
-    from pte._cli_replay import add_replay_commands
 
     add_replay_commands(sub)
     add_endorse_command(sub, _add_json)
@@ -556,7 +499,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tools_command(sub)
 
-    from pte._cli_runs import add_runs_command
 
     add_runs_command(sub, _add_json)
 

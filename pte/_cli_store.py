@@ -15,12 +15,15 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from pte._cli_deployment import _llm, _packs, _policy, _registry
+from pte._cli_imports import is_import_spec
 from pte._cli_support import (
     MAX_APPROVAL_TTL_S,
     MAX_SUBMIT_COUNT,
     MAX_VISIBILITY_TIMEOUT_S,
     MAX_WORKER_PROCESSES,
     InputFileError,
+    UsageError,
     add_execution_flags,
     bounded_float,
     bounded_int,
@@ -43,8 +46,6 @@ class _Usage(Exception):
 
 
 def _usage_error() -> type[Exception]:
-    from pte._cli import UsageError
-
     return UsageError
 
 
@@ -549,10 +550,49 @@ def _plan_text(path: str) -> str:
     return text
 
 
+# --- the commands' handlers --------------------------------------------------------------------
+
+
+def cmd_approvals_list(args: argparse.Namespace) -> int:
+    return approvals_list(args)
+
+
+def cmd_approvals_expire(args: argparse.Namespace) -> int:
+    return approvals_expire(args, _registry(args))
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    return decide(args, approve=False)
+
+
+def _no_imports_for_workers(args: argparse.Namespace) -> None:
+    if any(is_import_spec(p) for p in _packs(args)):
+        raise UsageError(
+            "workers load their packs themselves: --tools mcp:/openapi: works with execute, run, "
+            "validate, plan, approve and resume; for workers, write a pack file that imports them"
+        )
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    _no_imports_for_workers(args)
+
+    registry = _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    if args.replay_responses or args.model or args.base_url:
+        _llm(args)  # a bad LLM setting is a usage error here, not in every task
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return worker(args, _packs(args), policy)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    _no_imports_for_workers(args)
+
+    registry = _registry(args)
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return submit(args, _packs(args), policy)
+
+
 def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
     """Register ``approvals``, ``reject``, ``worker`` and ``submit`` (the rest extend existing ones)."""
-    from pte._cli import cmd_approvals_expire, cmd_approvals_list, cmd_reject, cmd_submit, cmd_worker
-
     approvals = sub.add_parser("approvals", help="runs awaiting approval").add_subparsers(
         dest="approvals_command", metavar="ACTION", required=True
     )
