@@ -104,10 +104,6 @@ class ToolSpec:
     _fast_output: Any = field(repr=False, default=None)
     #: The code hash recorded in an audit log, for a tool rebuilt by `from_record` (no code).
     _recorded_code_sha256: str | None = field(repr=False, default=None)
-    #: Parameter name -> its type, when every parameter is a plain ``str``/``int``/``float``/
-    #: ``bool`` (no constraint, a default of its own type if any): `to_kwargs` then passes
-    #: values of exactly those types as they are, which is what pydantic would return.
-    _plain_params: Mapping[str, type] | None = field(repr=False, default=None)
 
     @functools.cached_property
     def code_sha256(self) -> str:
@@ -193,11 +189,6 @@ class ToolSpec:
 
     def to_kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """JSON `args` converted to the function's parameter types."""
-        plain = self._plain_params
-        if plain is not None and all(plain.get(name) is type(value) for name, value in args.items()):
-            # Each value already is the exact type its parameter asks for (an omitted one gets
-            # the function's own default, as pydantic would give it): nothing to convert.
-            return dict(args)
         try:
             model = self._input_model.model_validate(args)
         except pydantic.ValidationError as exc:

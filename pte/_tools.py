@@ -190,24 +190,6 @@ def _sinks_by_json_name(
     return out
 
 
-#: Parameter types whose JSON values pydantic returns unchanged (given exactly that type).
-_PLAIN_TYPES = (str, int, float, bool)
-
-
-def _with_plain_param(
-    plain: dict[str, type] | None, param: inspect.Parameter, hint: Any
-) -> dict[str, type] | None:
-    """`plain` with `param` added if it is plain (a bare `_PLAIN_TYPES` hint, no default or
-    one of that very type), else None: one parameter that needs pydantic rules out passing
-    any call's arguments as they are (an omitted parameter must get the same default)."""
-    if plain is None or hint not in _PLAIN_TYPES:
-        return None
-    if param.default is not param.empty and type(param.default) is not hint:
-        return None  # e.g. a pydantic Field(...) default, which only the model resolves
-    plain[param.name] = hint
-    return plain
-
-
 def _build_spec(
     func: Callable[..., Any],
     *,
@@ -254,7 +236,6 @@ def _build_spec(
         raise ToolRegistrationError(f"tool {tool_name!r}: cannot read type hints: {exc}") from None
     signature = inspect.signature(func)
     fields: dict[str, Any] = {}
-    plain: dict[str, type] | None = {}
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ToolRegistrationError(
@@ -269,7 +250,6 @@ def _build_spec(
             )
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (_mark_type_vars(hints[param.name]), default)
-        plain = _with_plain_param(plain, param, hints[param.name])
     if "return" not in hints:
         raise ToolRegistrationError(
             f"tool {tool_name!r}: no return type hint; PTE derives the output schema from it "
@@ -346,7 +326,6 @@ def _build_spec(
         idempotency_key=idempotency_key,
         read_effects=bool(read_effects),
         _input_model=input_model,
-        _plain_params=MappingProxyType(plain) if plain is not None else None,
         _input_validator=ExplainingValidator(input_schema),
         _output_validator=ExplainingValidator(output_schema),
         _fast_input=jsonschema_rs.validator_for(input_schema),

@@ -1,4 +1,4 @@
-"""`ToolSpec.to_kwargs`: plain parameters pass through exactly as pydantic would convert them."""
+"""`ToolSpec.to_kwargs`: arguments are what pydantic's conversion of them gives (one path, #27)."""
 
 from __future__ import annotations
 
@@ -58,10 +58,10 @@ def test_plain_parameters_get_what_pydantic_gives(args: dict[str, Any]) -> None:
 
 def test_plain_values_are_passed_as_they_are() -> None:
     spec = spec_of(plain)
-    assert spec._plain_params is not None
     args = {"n": 5, "text": "a", "ratio": 0.5, "flag": True}
     out = spec.to_kwargs(args)
-    assert out == args and out is not args  # a new dict: the function may change it
+    # An omitted parameter gets the function's own default; a new dict: the function may change it.
+    assert out == {**args, "note": "none", "count": 3} and out is not args
 
 
 def test_a_value_of_another_type_is_converted_by_pydantic() -> None:
@@ -94,9 +94,11 @@ def mixed(n: int, items: list[int]) -> int:
     return n
 
 
-@pytest.mark.parametrize("func", [field_default, constrained, mixed])
-def test_one_parameter_that_needs_pydantic_rules_the_shortcut_out(func: Any) -> None:
-    assert spec_of(func)._plain_params is None
+def test_a_constraint_is_enforced_and_a_list_is_converted() -> None:
+    with pytest.raises(ToolError) as caught:
+        spec_of(constrained).to_kwargs({"n": -1})
+    assert caught.value.kind == "invalid_args"
+    assert spec_of(mixed).to_kwargs({"n": 1, "items": [1.0, 2]}) == {"n": 1, "items": [1, 2]}
 
 
 def test_a_field_default_is_resolved_when_the_argument_is_omitted() -> None:
