@@ -58,7 +58,6 @@ SinkProvenance = Literal["request", "trusted", "untrusted"]
 TOOL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 
 _TOOL_ATTR = "__pte_tool__"
-_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,8 +203,7 @@ class ToolSpec:
     def to_output(self, result: Any) -> Any:
         """The function's return value as JSON data (ToolError('invalid_output') if it has none)."""
         try:
-            # A JSON scalar is its own JSON form (pydantic would return it as is).
-            output = result if type(result) in _JSON_SCALARS else to_jsonable_python(result)
+            output = to_jsonable_python(result)
             # What cannot be written to the audit log (NaN, a lone surrogate) fails the step,
             # not the log. (The log encodes the record again; a bare number or plain JSON is
             # settled by orjson here without the reference encoder.)
