@@ -25,7 +25,7 @@ import os
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -380,12 +380,6 @@ class AuditLog:
                     # Nothing more can be written here: the next writer may open the file.
                     self._unlock()
             return record
-
-    def expect(self, texts: Iterable[str]) -> None:
-        """Texts this run's records will carry, known before they are written (a plan's step
-        ids): the redactor takes them together now (`Redactor.remember`), one pass for all
-        instead of a rule scan per record that first carries one. Changes nothing written."""
-        self.redactor.remember(texts)
 
     def _run_started_fields(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         """`fields` with what the writer itself records in every ``run_started``.

@@ -215,8 +215,6 @@ class _Run:
         self.available: dict[str, Any] = dict(self.execution.outputs)
         self.steps = [plan.step(sid) for sid in plan.order if sid not in self.available]
         self.specs = [self.registry[s.tool] for s in self.steps]
-        if audit is not None:  # every step id goes into its records: redacted in one pass
-            audit.expect(step.id for step in self.steps)
         position = {s.id: i for i, s in enumerate(self.steps)}
         #: Per step: how many of its dependencies have not finished yet; who waits for it.
         self.waiting = [0] * len(self.steps)

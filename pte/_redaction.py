@@ -245,37 +245,6 @@ class Redactor:
             self._text_cache[text] = out
         return out
 
-    def remember(self, texts: Iterable[str]) -> None:
-        """Redact short `texts` now, together, for the values that will carry them later.
-
-        A run knows some texts its records will carry before it writes them (a plan's step
-        ids). One pass of the rules' keyword prefilter over all of them together settles the
-        usual case: when no keyword occurs in the lot (and no rule runs without keywords), no
-        rule applies to any of them, so each redacts to itself (unless it holds a registered
-        secret) and is remembered as such, exactly as `redact_text` would remember it.
-        Otherwise nothing is done now: each is redacted when a value carries it. The bounds of
-        the text cache apply (texts of at most 200 characters, 4,096 entries).
-        """
-        cache = self._text_cache
-        fresh = list(
-            dict.fromkeys(
-                t for t in texts if type(t) is str and len(t) <= _CACHED_TEXT_CHARS and t not in cache
-            )
-        )[: max(0, _CACHE_ENTRIES - len(cache))]
-        if not fresh:
-            return
-        # Each text is a substring of the joined one (ASCII: lower() maps character by
-        # character), so a keyword in any of them is a keyword in the lot; a keyword found
-        # only across a separator costs nothing but this shortcut.
-        joined = "\x00".join(fresh)
-        if not joined.isascii() or self.rules.candidates(joined):
-            return
-        for text in fresh:
-            if any(secret in text for secret in self._secrets):
-                self.redact_text(text)  # the replaced text is scanned again: the usual way
-            else:
-                cache[text] = text
-
     def _redact_json_text(self, text: str) -> tuple[str, str]:
         """``(redact_text(text), its JSON string literal)``, memoised like `redact_text`."""
         hit = self._json_cache.get(text)
