@@ -20,7 +20,6 @@ hashes ever depend on a secret. A failed write breaks the log for good and every
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 import uuid
@@ -32,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from pte._canonical import canonical_bytes, sha256_hex
+from pte._canonical import canonical_bytes, sha256_hex, without_member
 from pte._errors import AuditWriteError, PTEError
 
 try:  # POSIX; elsewhere appends are serialised within one process only
@@ -422,22 +421,17 @@ class AuditLog:
             "hash": _PLACEHOLDER,
         }
         encoded = canonical_bytes(record)
-        head, found, tail = encoded.partition(_PLACEHOLDER_MEMBER)
-        if not found or _PLACEHOLDER_MEMBER in tail:
+        parts = without_member(encoded, _PLACEHOLDER_MEMBER)
+        if parts is None:
             del record["hash"]
             digest = sha256_hex(prev.encode("ascii") + canonical_bytes(record))
             record["hash"] = digest
             return record, digest, canonical_bytes(record) + b"\n"
-        # The placeholder member occurs once, so it is a top-level member (inside a string its
-        # quotes would be escaped): without it and one adjacent comma, the rest is the JCS
-        # form of the record without "hash" (`pte._audit_fast.without_member` does the same).
-        if tail[:1] == b",":
-            hashed = b"".join((prev.encode("ascii"), head, tail[1:]))
-        else:  # "hash" is the last member: drop the comma before it
-            hashed = b"".join((prev.encode("ascii"), head[:-1], tail))
-        digest = hashlib.sha256(hashed).hexdigest()
+        digest = sha256_hex(b"".join((prev.encode("ascii"), *parts)))
         record["hash"] = digest
-        return record, digest, b"".join((head, _HASH_KEY, digest.encode("ascii"), b'"', tail, b"\n"))
+        # The placeholder member occurs once (`without_member` checked): the digest takes its place.
+        line = encoded.replace(_PLACEHOLDER_MEMBER, _HASH_KEY + digest.encode("ascii") + b'"')
+        return record, digest, line + b"\n"
 
     def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
         """Raise the reason `append` cannot write (the caller holds the lock)."""

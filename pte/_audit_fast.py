@@ -45,7 +45,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["FastPath", "Unsupported", "compile_fast_path", "hash_of_line", "without_member"]
+from pte._canonical import without_member
+
+__all__ = ["FastPath", "Unsupported", "compile_fast_path", "hash_of_line"]
 
 _MAX_SAFE_INT = 2**53 - 1
 _DEPTH = 6  # nesting of free-form values the fast path takes (deeper: the reference path)
@@ -445,24 +447,6 @@ def compile_fast_path(
     decoder = msgspec.json.Decoder(union)
     encoder = msgspec.json.Encoder(order="sorted")
     return FastPath(decoder.decode, encoder.encode, checks, types, skipped)
-
-
-def without_member(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
-    """`line` (a JCS object) split around `member` and one adjacent comma: what is left is the
-    JCS form of the object without that member (docs/audit-format.md, "Verifying fast").
-
-    `member` (``"hash":"<64 hex>"``) must occur exactly once, which makes it a top-level
-    member: inside a string value its quotes would be escaped. None otherwise.
-    """
-    at = line.find(member)
-    if at < 0 or line.find(member, at + 1) >= 0:
-        return None
-    head, tail = line[:at], line[at + len(member) :]
-    if tail[:1] == b",":  # not the last member: drop the comma after it
-        tail = tail[1:]
-    elif head[-1:] == b",":  # the last member: drop the comma before it
-        head = head[:-1]
-    return head, tail
 
 
 def hash_of_line(prev: str, body: bytes, digest: str) -> str | None:

@@ -44,6 +44,7 @@ __all__ = [
     "is_canonical",
     "loads",
     "sha256_hex",
+    "without_member",
 ]
 
 #: Raised for a value JCS cannot represent (NaN, an infinity, an integer beyond 2**53 - 1,
@@ -204,6 +205,24 @@ def sha256_hex(data: str | bytes) -> str:
     if isinstance(data, str):
         data = data.encode("utf-8")
     return hashlib.sha256(data).hexdigest()
+
+
+def without_member(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
+    """`line` (a JCS object) split around `member` and one adjacent comma: what is left is the
+    JCS form of the object without that member (docs/audit-format.md, "Verifying fast").
+
+    `member` (``"hash":"<64 hex>"``) must occur exactly once, which makes it a top-level
+    member: inside a string value its quotes would be escaped. None otherwise.
+    """
+    at = line.find(member)
+    if at < 0 or line.find(member, at + 1) >= 0:
+        return None
+    head, tail = line[:at], line[at + len(member) :]
+    if tail[:1] == b",":  # not the last member: drop the comma after it
+        tail = tail[1:]
+    elif head[-1:] == b",":  # the last member: drop the comma before it
+        head = head[:-1]
+    return head, tail
 
 
 def hash_json(value: Any) -> str:
