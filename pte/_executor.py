@@ -416,15 +416,14 @@ class _Run:
         args = self.args[i]
         if error is None:
             result = StepResult(
-                step.id,
-                spec.name,
-                "ok",
-                args,
-                output,
-                None,
-                duration_ms,
-                outcome.attempts,
-                tuple(map(settled, outcome.retry_errors)),
+                step_id=step.id,
+                tool=spec.name,
+                status="ok",
+                args=args,
+                output=output,
+                duration_ms=duration_ms,
+                attempts=outcome.attempts,
+                retry_errors=tuple(settled(e) for e in outcome.retry_errors),
             )
             self.available[step.id] = output
             for j in self.dependents[i]:
@@ -433,15 +432,14 @@ class _Run:
                     heapq.heappush(self.ready, j)
         else:
             result = StepResult(
-                step.id,
-                spec.name,
-                "failed",
-                args,
-                None,
-                settled(error),
-                duration_ms,
-                outcome.attempts,
-                tuple(map(settled, outcome.retry_errors)),
+                step_id=step.id,
+                tool=spec.name,
+                status="failed",
+                args=args,
+                error=settled(error),
+                duration_ms=duration_ms,
+                attempts=outcome.attempts,
+                retry_errors=tuple(settled(e) for e in outcome.retry_errors),
             )
             if i < self.stop_at:
                 self.stop_at = i
