@@ -22,7 +22,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pte._canonical import canonical_json
 from pte._secret_rules import SecretRules
 
 #: What a redacted value or substring is replaced with.
@@ -173,8 +172,6 @@ class Redactor:
         # record; memoising them takes most of the rule work off the write path.
         self._text_cache: dict[str, str] = {}
         self._key_cache: dict[str, bool] = {}
-        # text -> (redacted text, its JSON string literal), for `AuditLog.append`.
-        self._json_cache: dict[str, tuple[str, str]] = {}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -208,7 +205,6 @@ class Redactor:
             # Longest first, so a secret that contains another is replaced whole.
             self._secrets.sort(key=len, reverse=True)
             self._text_cache = {}
-            self._json_cache = {}
 
     def is_secret_key(self, key: str) -> bool:
         """Whether values under `key` are redacted."""
@@ -244,16 +240,6 @@ class Redactor:
         if len(text) <= _CACHED_TEXT_CHARS and len(self._text_cache) < _CACHE_ENTRIES:
             self._text_cache[text] = out
         return out
-
-    def _redact_json_text(self, text: str) -> tuple[str, str]:
-        """``(redact_text(text), its JSON string literal)``, memoised like `redact_text`."""
-        hit = self._json_cache.get(text)
-        if hit is None:
-            redacted = self.redact_text(text)
-            hit = (redacted, canonical_json(redacted))
-            if len(text) <= _CACHED_TEXT_CHARS and len(self._json_cache) < _CACHE_ENTRIES:
-                self._json_cache[text] = hit
-        return hit
 
     def redact(self, value: Any) -> Any:
         """A redacted copy of `value` (see the class docstring); `value` itself is untouched."""
