@@ -243,44 +243,16 @@ class Redactor:
 
     def redact(self, value: Any) -> Any:
         """A redacted copy of `value` (see the class docstring); `value` itself is untouched."""
-        # Exact JSON types first (what every record is made of): a type() test is several
-        # times cheaper than the isinstance chain, and memoised keys/texts make the rest cheap.
+        # Exact JSON types first (what every record is made of); the rest in `_redact_other`.
         kind = type(value)
         if kind is str:
-            cached = self._text_cache.get(value)
-            return cached if cached is not None else self.redact_text(value)
+            return self.redact_text(value)
         if kind is dict:
             out: dict[Any, Any] = {}
-            key_cache = self._key_cache
-            text_cache = self._text_cache
-            renamed = False
             for key, item in value.items():
-                if type(key) is str:
-                    secret = key_cache.get(key)
-                    if secret is None:
-                        secret = self.is_secret_key(key)
-                    # A key is text too: a credential used as a key (a token -> its scopes)
-                    # is scrubbed like one in a value.
-                    name = text_cache.get(key)
-                    if name is None:
-                        name = self.redact_text(key)
-                    if name != key or renamed:
-                        renamed = True
-                        name = _free_key(out, name)
-                    if secret and item is not None and item is not True and item is not False:
-                        out[name] = REDACTED
-                        continue
-                    # Inline the commonest cases: a known text and a number (no call each).
-                    item_kind = type(item)
-                    if item_kind is str:
-                        cached = text_cache.get(item)
-                        out[name] = cached if cached is not None else self.redact_text(item)
-                    elif item_kind is int or item_kind is float:
-                        out[name] = item
-                    else:
-                        out[name] = self.redact(item)
-                else:
-                    out[_free_key(out, self._plain_key(key))] = self._redact_item(key, item)
+                # A key is text too: a credential used as a key (a token -> its scopes) is
+                # scrubbed like one in a value.
+                out[_free_key(out, self._plain_key(key))] = self._redact_item(key, item)
             return out
         if kind is int or kind is float or kind is bool or value is None:
             return value
