@@ -25,7 +25,10 @@ with other processes' load than wall time does).
 
 The floor: what the audit log cannot avoid per step, measured on the same machine: encode
 (canonical JSON), hash (SHA-256) and append (one os.write) the two records a step writes,
-nothing else. PTE's distance to it is printed as a ratio (the goal: about 3x).
+nothing else, timed in the same rotation as the three above (wall and process CPU time).
+PTE's distance to it is printed in µs per step and as a ratio: that distance, not the
+LangGraph ratio, is the honest target (LangGraph's loop is slow enough that 0.25x of it
+leaves room for a lot of avoidable work).
 
 ``--dag``: 24 read steps, each an async tool sleeping 100 ms, in 4 layers of 6 (each step
 depends on one or two steps of the layer before): a critical path of 4 steps (400 ms)
@@ -189,10 +192,13 @@ def bench_shape(shape: str, steps: int, repeat: int) -> bool:
         # Interleaved, so that load from other processes (or CPU frequency drift) hits all
         # three alike instead of whichever happened to run during it.
         timings: dict[str, list[Timing]] = {name: [] for name in runners}
+        floors: list[Timing] = []
         for _ in range(repeat):
             for name, run in runners.items():
                 timings[name].append(run())
-        floor = statistics.median(floor_us(Path(tmp)) for _ in range(repeat))
+            floors.append(floor_timing(Path(tmp)))  # in the same rotation, under the same load
+    floor = statistics.median(wall for wall, _ in floors)
+    floor_cpu = statistics.median(c for _, c in floors)
     times = {name: [wall for wall, _ in t] for name, t in timings.items()}
     cpu = {name: statistics.median(c for _, c in t) / steps * 1e6 for name, t in timings.items()}
     median = {name: statistics.median(t) / steps * 1e6 for name, t in times.items()}
@@ -208,9 +214,18 @@ def bench_shape(shape: str, steps: int, repeat: int) -> bool:
             f"                   {cpu[name]:7.1f}   {cpu_ratio:5.3f}"
         )
     print(f"  {'PTE compile (once per plan, not included above)':<50} {compile_us:9.1f}")
-    print(f"  {'floor: encode + hash + append of 2 records':<50} {floor:9.1f}")
+    print(
+        f"  {'floor: encode + hash + append of 2 records':<50} {floor:9.1f} {'':>9}   {'':<22}"
+        f" {floor_cpu:7.1f}"
+    )
     audit_on = median["PTE executor, audit on (file, durability=none)"]
-    print(f"  PTE (audit on) / floor = {audit_on / floor:.2f}")
+    audit_on_cpu = cpu["PTE executor, audit on (file, durability=none)"]
+    # The honest target: what a step costs above what its two records cannot avoid.
+    print(
+        f"  distance to the floor: PTE (audit on) = floor + {audit_on - floor:.1f} µs per step"
+        f" ({audit_on / floor:.2f}x the floor); by CPU time floor + {audit_on_cpu - floor_cpu:.1f} µs"
+        f" ({audit_on_cpu / floor_cpu:.2f}x)"
+    )
     ratio_on = median["PTE executor, audit on (file, durability=none)"] / median[baseline_name]
     ok = ratio_on <= TARGET_RATIO
     print(
@@ -223,9 +238,9 @@ def bench_shape(shape: str, steps: int, repeat: int) -> bool:
     return ok
 
 
-def floor_us(audit_dir: Path, steps: int = 2000) -> float:
-    """µs per step to encode, hash and append the two records a step writes (nothing else:
-    no redaction, no timestamp, no lock, no check)."""
+def floor_timing(audit_dir: Path, steps: int = 500) -> Timing:
+    """µs per step (wall, process CPU) to encode, hash and append the two records a step
+    writes (nothing else: no redaction, no timestamp, no lock, no check)."""
     started_fields = {
         "step_id": "s1",
         "tool": "noop",
@@ -237,7 +252,7 @@ def floor_us(audit_dir: Path, steps: int = 2000) -> float:
     common = {"run_id": "0" * 32, "ts": "2026-11-23T08:00:00.000000Z"}
     fd = os.open(audit_dir / "floor.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     prev = "0" * 64
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.process_time()
     for seq in range(steps):
         for rtype, fields in (("step_started", started_fields), ("step_finished", finished_fields)):
             # One encode, one hash, one write per record: a lower bound (the real line also
@@ -245,9 +260,9 @@ def floor_us(audit_dir: Path, steps: int = 2000) -> float:
             data = canonical_bytes({"seq": seq, "type": rtype, "prev": prev, **common, **fields})
             prev = sha256_hex(prev.encode("ascii") + data)
             os.write(fd, data + b"\n")
-    elapsed = time.perf_counter() - began
+    elapsed, elapsed_cpu = time.perf_counter() - began, time.process_time() - began_cpu
     os.close(fd)
-    return elapsed / steps * 1e6
+    return elapsed / steps * 1e6, elapsed_cpu / steps * 1e6
 
 
 DAG_LAYERS, DAG_WIDTH, DAG_SLEEP_S = 4, 6, 0.1
