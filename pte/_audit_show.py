@@ -94,6 +94,21 @@ def _summary(record: Mapping[str, Any]) -> str:
         return " ".join(parts)
     if kind == "run_resumed":
         return f"resumed after {get('after_records')} re-driven record(s)"
+    if kind == "run_paused" and get("reason") == "awaiting_endorsement":
+        asked = get("endorsement")
+        asked = asked if isinstance(asked, Mapping) else {}
+        where = f"{asked.get('step_id')}" + (
+            f"[{asked.get('element')}]" if asked.get("element") is not None else ""
+        )
+        return (
+            f"awaiting endorsement at {where} ({_short(asked.get('tool'))}) of {_short(asked.get('values'))} "
+            f"until {_short(get('expires_at'))}"
+        )
+    if kind in ("endorsement", "endorsement_rejected"):
+        where = f"{get('step_id')}" + (f"[{get('element')}]" if get("element") is not None else "")
+        signed = "signed" if get("signed") else "unsigned"
+        value = _hash_prefix(get("value_hash"))
+        return f"{get('decision')} at {where} value {value} by {_short(get('by'))} {signed}"
     if kind == "run_paused":
         return (
             f"awaiting approval of plan {_hash_prefix(get('plan_hash'))} ({_ids(get('tools'))}) "

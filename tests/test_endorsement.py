@@ -442,6 +442,10 @@ def test_the_cli_cycle(
     with sqlite3.connect(ledger) as conn:
         assert conn.execute("SELECT count(*) FROM payments_out").fetchone()[0] == 1
     assert main([*base, "audit", "verify", str(log)]) == 0
+    capsys.readouterr()
+    assert main([*base, "audit", "show", str(log)]) == 0
+    shown = capsys.readouterr().out
+    assert "awaiting endorsement at pay (send_payment)" in shown and "endorsed at pay" in shown
     assert main([*base, "replay", str(log), "--approval-keys", str(public)]) == 0
     # The run is finished: endorsing it again is refused, and nothing more is paid.
     assert main([*base, *argv]) == 1
