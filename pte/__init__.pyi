@@ -69,6 +69,7 @@ from pte._errors import KeyFileError as KeyFileError
 from pte._errors import LogNotIntact as LogNotIntact
 from pte._errors import ReplayDataError as ReplayDataError
 from pte._errors import ReplayDivergence as ReplayDivergence
+from pte._errors import RequeueRefused as RequeueRefused
 from pte._errors import RunPaused as RunPaused
 from pte._executor import Executor
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
@@ -172,6 +173,7 @@ __all__ = [
     "ReplayDivergence",
     "ReplayReport",
     "ReportError",
+    "RequeueRefused",
     "RunInfo",
     "RunPaused",
     "RunResult",
