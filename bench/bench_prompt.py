@@ -28,7 +28,7 @@ from typing import Any
 from pte._canonical import canonical_json
 from pte._policy import Policy
 from pte._prompts import catalogue_text, planner_messages
-from pte._tools import STOCK_PACKS, Registry, load_registry
+from pte._registry import STOCK_PACKS, Registry, load_registry
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.
 _PIECES = re.compile(

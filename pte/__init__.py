@@ -65,11 +65,12 @@ from pte._errors import (
     TransientError,
 )
 from pte._executor import Executor
+from pte._flow import Decided
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._labels import LabelTree, provenance
 from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Decided, Policy, load_policy
+from pte._policy import Policy, load_policy
 from pte._procedures import Procedure, load_procedures
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
@@ -88,8 +89,8 @@ from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open
 # Type checkers read the same names, eagerly, from __init__.pyi (the lazy-loader convention).
 _LAZY: dict[str, tuple[str, str]] = {
     "Engine": ("pte._engine", "Engine"),
-    "EngineConfig": ("pte._engine", "EngineConfig"),
-    "RunResult": ("pte._engine", "RunResult"),
+    "EngineConfig": ("pte._run_state", "EngineConfig"),
+    "RunResult": ("pte._run_state", "RunResult"),
     "render_result": ("pte._engine", "render_result"),
     "LLMClient": ("pte._llm", "LLMClient"),
     "LLMResponse": ("pte._llm", "LLMResponse"),

@@ -34,8 +34,6 @@ from pte._endorsement import (
     pending_endorsement as pending_endorsement,
 )
 from pte._engine import Engine as Engine
-from pte._engine import EngineConfig as EngineConfig
-from pte._engine import RunResult as RunResult
 from pte._engine import render_result as render_result
 from pte._errors import AnchorError as AnchorError
 from pte._errors import (
@@ -72,6 +70,7 @@ from pte._errors import ReplayDivergence as ReplayDivergence
 from pte._errors import RequeueRefused as RequeueRefused
 from pte._errors import RunPaused as RunPaused
 from pte._executor import Executor
+from pte._flow import Decided
 from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._labels import LabelTree, provenance
 from pte._llm import LLMClient as LLMClient
@@ -80,7 +79,7 @@ from pte._llm import OpenAIClient as OpenAIClient
 from pte._llm_replay import ReplayClient as ReplayClient
 from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Decided, Policy, load_policy
+from pte._policy import Policy, load_policy
 from pte._procedures import Procedure, load_procedures
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
@@ -89,6 +88,8 @@ from pte._replay import replay_file as replay
 from pte._replay import replay_file as replay_file
 from pte._report import render_report, render_store_report, write_report
 from pte._resume import resume_file as resume_file
+from pte._run_state import EngineConfig as EngineConfig
+from pte._run_state import RunResult as RunResult
 from pte._run_view import RunView
 from pte._runs import PausedRun as PausedRun
 from pte._runs import decide as decide

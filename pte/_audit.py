@@ -40,10 +40,6 @@ except ImportError:  # pragma: no cover - Windows
     _fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "AUDIT_FORMAT",
-    "GENESIS_HASH",
-    "REDACTED",
-    "AuditFormatError",
     "AuditLog",
     "Durability",
     "RecordWriter",
@@ -56,11 +52,9 @@ from pte._audit_resume import (
     _read_tail,
     _stored_hashes,
 )
-from pte._audit_scan import _COMMON_FIELDS, AUDIT_FORMAT
-from pte._audit_scan import GENESIS_HASH as GENESIS_HASH
+from pte._audit_scan import _COMMON_FIELDS, AUDIT_FORMAT, GENESIS_HASH
 from pte._audit_schema import _schema_problem
-from pte._errors import AuditFormatError as AuditFormatError
-from pte._redaction import REDACTED, Redactor
+from pte._redaction import Redactor
 from pte._version import __version__
 
 # The hash member as `AuditLog._serialise` first encodes it (any 64 hex digits would do).

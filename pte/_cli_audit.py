@@ -128,9 +128,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_show(args: argparse.Namespace) -> int:
-    from pte._audit import AuditFormatError
     from pte._audit_show import render_record
     from pte._audit_verify import iter_records
+    from pte._errors import AuditFormatError
     from pte.stores import is_store_url
 
     if is_store_url(args.log):

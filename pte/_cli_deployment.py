@@ -238,7 +238,8 @@ def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
 
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
     from pte._data_budget import DEFAULT_DATA_BUDGET
-    from pte._engine import Engine, EngineConfig
+    from pte._engine import Engine
+    from pte._run_state import EngineConfig
 
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2),

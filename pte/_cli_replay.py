@@ -35,7 +35,7 @@ __all__ = ["add_replay_commands"]
 
 
 def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
-    from pte._replay import Deployment
+    from pte._replay_authority import Deployment
 
     policy = _policy(registry, args) if registry is not None else None
     if registry is None and args.policy is not None:
@@ -63,8 +63,7 @@ def _refusal(what: str, log: str, exc: Exception, args: argparse.Namespace) -> i
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from pte._audit import AuditFormatError
-    from pte._errors import LogNotIntact
+    from pte._errors import AuditFormatError, LogNotIntact
     from pte._replay import replay_file
     from pte.stores import is_store_url
 
@@ -95,8 +94,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from pte import _cli_store as cli_store
-    from pte._audit import AuditFormatError
-    from pte._errors import LogNotIntact, ReplayDivergence, RunPaused
+    from pte._errors import AuditFormatError, LogNotIntact, ReplayDivergence, RunPaused
     from pte._resume import resume_file
 
     if cli_store.uses_store(args, args.log):  # pte resume RUN_ID [--store URL, or $PTE_STORE]

@@ -20,22 +20,17 @@ from pte import _json as strict_json
 from pte import _schema_types as st
 from pte._canonical import canonical_json, sha256_hex
 from pte._compile_args import check_args, check_idempotency_keys
-from pte._compile_context import DEFAULT_LIMITS, CompileCheck, CompileContext, Limits, _reject, json_path
+from pte._compile_context import DEFAULT_LIMITS, CompileCheck, CompileContext, Limits, _reject
 from pte._compile_refs import check_acyclic, check_references, check_tools_allowed, check_unique_ids
 from pte._control import check_control, check_control_types
-from pte._errors import PlanRejected, ReasonCode
+from pte._errors import PlanRejected, ReasonCode, StrictJSONError
 from pte._nesting import count_values, nests_deeper_than, outside_strings
 from pte._plan import Plan, build_plan, plan_schema
 from pte._registry import Registry
 
 __all__ = [
-    "DEFAULT_LIMITS",
     "PIPELINE",
-    "CompileCheck",
-    "CompileContext",
-    "Limits",
     "compile_plan",
-    "json_path",
 ]
 
 
@@ -65,7 +60,7 @@ def parse_json(ctx: CompileContext) -> None:
         raise _reject(ReasonCode.PLAN_TOO_LARGE, f"plan holds {values} JSON values; the limit is {most}")
     try:
         value = strict_json.loads(ctx.text, max_depth=ctx.limits.max_depth + 16)
-    except strict_json.StrictJSONError as exc:
+    except StrictJSONError as exc:
         if exc.kind == "too_deep":
             raise _reject(ReasonCode.PLAN_TOO_LARGE, "plan nesting is too deep to parse") from None
         raise _reject(ReasonCode.INVALID_JSON, f"not valid JSON: {exc.message}") from None

@@ -20,11 +20,12 @@ from pte._approval_gate import approval_hook
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._endorsement import EndorsementGate, EndorsementStore, endorse, pending_endorsement
-from pte._engine import Engine, EngineConfig, RunResult
+from pte._engine import Engine
 from pte._errors import RunPaused
 from pte._llm_replay import ReplayClient
 from pte._policy import Policy
 from pte._registry import Registry, load_registry
+from pte._run_state import EngineConfig, RunResult
 
 __all__ = ["SCENARIOS", "DemoOutcome", "Scenario", "demo_registry", "run_demo", "run_scenario"]
 

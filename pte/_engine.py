@@ -13,23 +13,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from dataclasses import replace
+from typing import Any
 
 from pte import _prompts as prompts
 from pte._approval_gate import _NoApprovals
 from pte._audit import AuditLog
 from pte._call_role import call_role
-from pte._compile_context import DEFAULT_LIMITS, CompileCheck, Limits
+from pte._compile_context import CompileCheck
 from pte._compiler import compile_plan
 from pte._control_run import is_element, note_completed, stop_if_partial
-from pte._data_budget import DEFAULT_DATA_BUDGET
 from pte._endorsement import _Point, reset_point, set_point
 from pte._errors import AuditWriteError, ConditionNotMet, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, ToolInvoker
 from pte._exposure import (
-    PLANNER_DATA,
-    PlannerData,
     catalogue_exposed,
     completed_for_planner,
     error_for_planner,
@@ -38,7 +35,6 @@ from pte._exposure import (
 )
 from pte._fingerprint import run_started_fields
 from pte._flow import Decided, plan_literals
-from pte._labels import LabelTree
 from pte._llm import LLMClient, LLMResponse, _usage
 from pte._logs import get_logger, is_terminal
 from pte._otel import RunTracer, TracedAudit
@@ -46,135 +42,11 @@ from pte._plan import Plan, plan_schema
 from pte._policy import Policy, PolicyCheck
 from pte._registry import Registry
 from pte._repair import may_repair, repair
+from pte._run_state import EngineConfig, PlanOrigin, RunResult, RunStatus, _Run
 from pte._stages import continue_literals, next_stage
 from pte._step_results import StepResult, resolve_result
 
-__all__ = ["Engine", "EngineConfig", "RunResult", "render_result"]
-
-#: condition_not_met: a `require` step's condition was false (pte._control): not a failure.
-RunStatus = Literal["succeeded", "failed_closed", "condition_not_met"]
-PlanOrigin = Literal["planner", "replanner", "file", "stage", "repair"]
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How a run is bounded and finished. Recorded in `run_started` so replay can reproduce it."""
-
-    max_replans: int = 2
-    limits: Limits = DEFAULT_LIMITS
-    #: Phrase the answer with one LLM call (True) or render the plan's result deterministically.
-    llm_answer: bool = True
-    #: Plans a run may chain with `continue` (pte._stages): the first plan is stage 1.
-    max_stages: int = 3
-    #: What stage planners, replanners and repair prompts are shown of untrusted data
-    #: (pte._exposure): ``handles`` (a reference, schema and labels in its place; the plan
-    #: stays as trusted as the first) or ``shown`` (the text itself; every call of a plan
-    #: written after that carries the ``untrusted`` label).
-    planner_data: PlannerData = "handles"
-    #: Characters per data block shown to a planner or the finalizer, cut at record
-    #: boundaries (pte._data_budget). None: the 4,000-character clip of older logs.
-    data_budget: int | None = DEFAULT_DATA_BUDGET
-
-    def __post_init__(self) -> None:
-        if self.planner_data not in PLANNER_DATA:
-            raise ValueError(f"planner_data must be one of {list(PLANNER_DATA)}, not {self.planner_data!r}")
-        budget = self.data_budget
-        if budget is not None and (type(budget) is not int or not 200 <= budget <= 1_000_000):
-            raise ValueError(
-                f"data_budget must be an integer from 200 to 1,000,000 characters, not {budget!r}"
-            )
-
-    #: Send a plan rejected for a reason the planner can fix back to it once, as a replan
-    #: counted against `max_replans` (pte._repair); `max_replans=0` disables it too.
-    repair: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "max_replans": self.max_replans,
-            "limits": self.limits.to_dict(),
-            "llm_answer": self.llm_answer,
-            "max_stages": self.max_stages,
-            # Recorded only where they differ from what a log without them means (from_dict).
-            **({"planner_data": self.planner_data} if self.planner_data != "shown" else {}),
-            **({"data_budget": self.data_budget} if self.data_budget is not None else {}),
-        }
-        if self.repair:  # absent: no repair, as in every run recorded before it existed
-            out["repair"] = True
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
-        recorded = data.get("limits") or {}
-        limits: dict[str, Any] = {k: int(v) for k, v in recorded.items()}
-        if recorded and "max_values" not in limits:
-            limits["max_values"] = None  # recorded before the value cap existed: it had none
-        return cls(
-            max_replans=int(data.get("max_replans", 2)),
-            limits=Limits(**limits),
-            llm_answer=bool(data.get("llm_answer", True)),
-            max_stages=int(data.get("max_stages", 3)),
-            # Logs recorded before these existed showed planners everything, clipped at 4,000.
-            planner_data=cast(PlannerData, data.get("planner_data", "shown")),
-            data_budget=data.get("data_budget"),
-            # A run recorded before repair existed never repaired: its replay must not either.
-            repair=bool(data.get("repair", False)),
-        )
-
-
-@dataclass
-class RunResult:
-    """How a run ended: `succeeded` with an answer, or `failed_closed` with a reason."""
-
-    run_id: str
-    status: RunStatus
-    reason: ReasonCode | None = None
-    message: str | None = None
-    answer: str | None = None
-    result: Any = None
-    outputs: dict[str, Any] = field(default_factory=dict)
-    steps: list[StepResult] = field(default_factory=list)
-    plans: list[Plan] = field(default_factory=list)
-    llm_calls: int = 0
-    usage: dict[str, int] = field(default_factory=dict)
-    #: Consequential actions (write calls) that ran without a person, and those a person
-    #: allowed (the plan's approval, or an endorsement of the call's value).
-    writes_without_person: int = 0
-    writes_with_person: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "succeeded"
-
-    @property
-    def tools_called(self) -> list[str]:
-        """The tools called, in order (failed calls included)."""
-        return [s.tool for s in self.steps]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "reason": self.reason.value if self.reason else None,
-            "message": self.message,
-            "answer": self.answer,
-            "result": self.result,
-            "steps": [
-                {
-                    "id": s.step_id,
-                    "tool": s.tool,
-                    "status": s.status,
-                    **({"error": s.error.to_dict()} if s.error else {}),
-                }
-                for s in self.steps
-            ],
-            "plan_hashes": [p.hash for p in self.plans],
-            "llm_calls": self.llm_calls,
-            "usage": self.usage,
-            "autonomy": {
-                "writes_without_person": self.writes_without_person,
-                "writes_with_person": self.writes_with_person,
-            },
-        }
+__all__ = ["Engine", "render_result"]
 
 
 def _checked_response(response: Any) -> LLMResponse:
@@ -199,50 +71,6 @@ def render_result(result: Any) -> str:
         return result
     # As the log holds it (a whole-number float as an integer): replay renders it from the log.
     return json.dumps(prompts._as_logged(result), indent=2, sort_keys=True, ensure_ascii=False)
-
-
-@dataclass
-class _Run:
-    audit: AuditLog
-    result: RunResult
-    #: Tool name of every completed step, across plans (what a replan may reference).
-    prior: dict[str, str] = field(default_factory=dict)
-    #: Provenance label set of every step of every accepted plan.
-    labels: dict[str, frozenset[str]] = field(default_factory=dict)
-    #: Label set of every such step's arguments (what its error message may quote).
-    input_labels: dict[str, frozenset[str]] = field(default_factory=dict)
-    #: Whether an LLM prompt of this run has shown untrusted data (sticky): later plans'
-    #: literals then count as untrusted, except values the first plan already had, and every
-    #: call of such a plan carries the untrusted label (pte._exposure).
-    shown_untrusted: bool = False
-    #: Whether a planner prompt of this run has shown trusted data (sticky): later literals
-    #: then count as trusted, not as the request (pte._exposure).
-    shown_trusted: bool = False
-    #: Canonical JSON of the literals of plans written before any untrusted data was shown.
-    request_literals: frozenset[str] = frozenset()
-    #: OpenTelemetry spans of this run (inactive without a tracer provider).
-    tracer: RunTracer = field(default_factory=RunTracer.disabled)
-    #: Completed for_each steps (their output is a list): pte._control.
-    prior_lists: set[str] = field(default_factory=set)
-    #: Field-level labels of every step of every accepted plan (pte._labels).
-    label_trees: dict[str, LabelTree] = field(default_factory=dict)
-    #: The output schema compile inferred for every step of a generic tool of every accepted
-    #: plan (its instantiation: `pick` with its fields, `sort_records` of its records, ...).
-    #: Later stages and replans check references into completed steps against these; replay
-    #: and resume rebuild them by compiling the recorded plans again.
-    output_types: dict[str, Any] = field(default_factory=dict)
-    #: What decided that the current plan runs at all (docs/labels.md), and what decides that
-    #: a plan after it runs: its requires and failures joined in (`PolicyCheck.completion`).
-    decided: Decided = field(default_factory=Decided)
-    completion: Decided = field(default_factory=Decided)
-    #: What decides whether the plan being asked for now runs (see `_decided_for`).
-    deciding: Decided = field(default_factory=Decided)
-    #: Replans used so far: after a failed step, or to repair a rejected plan (pte._repair).
-    replans: int = 0
-    #: plan hash -> the steps that need an endorsement (pte._endorsement): step -> {param: why}.
-    endorse: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
-    #: The calls (step ids, ``id[i]`` for elements) that consumed an endorsement.
-    endorsed: set[str] = field(default_factory=set)
 
 
 class Engine:

@@ -3,7 +3,7 @@
 Reason codes are a closed enum and part of the public API and of the audit schema:
 every way a run can fail closed has exactly one name here.
 
-The exceptions (control signals included; `pte` re-exports the public ones)::
+The exceptions (control signals included; `pte` exposes the public ones)::
 
     PTEError
       FailedClosed                  a run ends failed_closed(reason)

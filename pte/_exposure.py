@@ -19,7 +19,7 @@ prompt has shown (sticky: a model that read a text may act on it in any later an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pte._canonical import canonical_json
 from pte._handles import WITHHELD_KEY, error_view, handle_view, is_clean
@@ -27,21 +27,16 @@ from pte._labels import LabelTree
 from pte._plan import Reference, is_reference
 
 if TYPE_CHECKING:
-    from pte._engine import Engine, _Run
     from pte._registry import Registry
+    from pte._run_state import EngineView, _Run
 
 __all__ = [
-    "PLANNER_DATA",
-    "PlannerData",
     "catalogue_exposed",
     "completed_for_planner",
     "exposure_of",
     "literal_of",
 ]
 
-#: How a stage planner, replanner or repair prompt is shown untrusted data.
-PlannerData = Literal["handles", "shown"]
-PLANNER_DATA: tuple[str, ...] = ("handles", "shown")
 _UNTRUSTED = frozenset({"untrusted"})
 
 
@@ -66,7 +61,7 @@ def exposure_of(run: _Run) -> frozenset[str]:
 
 
 def step_schema(
-    engine: Engine, run: _Run, step_id: str
+    engine: EngineView, run: _Run, step_id: str
 ) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
     """The output schema of a completed step, for a handle's description (None when unknown)."""
     spec = engine.registry.get(run.prior.get(step_id, ""))
@@ -78,7 +73,7 @@ def step_schema(
     return schema, root
 
 
-def completed_for_planner(engine: Engine, run: _Run) -> list[tuple[str, str, Any, str]]:
+def completed_for_planner(engine: EngineView, run: _Run) -> list[tuple[str, str, Any, str]]:
     """(step id, tool, output as shown, provenance) of every completed step, for a planner.
 
     In handles mode untrusted parts become handles; either way what is shown is recorded on
@@ -105,7 +100,7 @@ def completed_for_planner(engine: Engine, run: _Run) -> list[tuple[str, str, Any
 
 
 def error_for_planner(
-    engine: Engine, run: _Run, error: Mapping[str, Any], labels: frozenset[str]
+    engine: EngineView, run: _Run, error: Mapping[str, Any], labels: frozenset[str]
 ) -> tuple[dict[str, Any], str]:
     """A failed step's error as the replanner sees it, and its provenance label."""
     if is_clean(labels):
@@ -118,7 +113,7 @@ def error_for_planner(
 
 
 def value_for_planner(
-    engine: Engine, run: _Run, expr: Any, value: Any, labels: frozenset[str]
+    engine: EngineView, run: _Run, expr: Any, value: Any, labels: frozenset[str]
 ) -> tuple[Any, str]:
     """A value handed to a next stage (`expr` as the plan wrote it, `value` resolved) as its
     planner sees it, and its provenance label."""
@@ -132,7 +127,7 @@ def value_for_planner(
     return value, "untrusted"
 
 
-def _continue_view(engine: Engine, run: _Run, expr: Any, value: Any) -> Any:
+def _continue_view(engine: EngineView, run: _Run, expr: Any, value: Any) -> Any:
     if is_reference(expr):
         ref = Reference.parse(expr["$ref"])
         tree = run.label_trees.get(ref.step)

@@ -22,8 +22,8 @@ before it in that order has finished without a failure and every require before 
 - the run-level `Decided` labels: what decided that this plan runs at all (every earlier
   stage's or plan's requires and failures, handed across ``continue`` and to a replan).
 
-A `when` default is a literal like any other of its plan. `plan_literals` (re-exported by
-`pte._policy`) lives here for the same reason.
+A `when` default is a literal like any other of its plan. `plan_literals` (which `pte._policy`
+uses) lives here for the same reason.
 """
 
 from __future__ import annotations

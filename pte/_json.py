@@ -19,7 +19,7 @@ from typing import Any
 
 from pte._errors import StrictJSONError
 
-__all__ = ["DEFAULT_MAX_DEPTH", "StrictJSONError", "loads"]
+__all__ = ["DEFAULT_MAX_DEPTH", "loads"]
 
 #: Deepest nesting of arrays and objects accepted by default (plans have their own, lower, limit).
 DEFAULT_MAX_DEPTH = 128

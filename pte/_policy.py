@@ -40,8 +40,8 @@ import jsonschema
 
 from pte import _json as strict_json
 from pte._compile_context import CompileContext, json_path
-from pte._errors import PolicyError
-from pte._flow import LABELS, Decided, _checked_prior, _flow_graph, plan_literals
+from pte._errors import PolicyError, StrictJSONError
+from pte._flow import LABELS, Decided, _checked_prior, _flow_graph
 from pte._labels import LabelTree, parse_field_pointer, schema_fields
 from pte._plan import Plan
 from pte._registry import Registry
@@ -52,16 +52,12 @@ from pte._tool_spec import OutputProvenance, ToolSpec
 
 __all__ = [
     "DEFAULT_MODES",
-    "LABELS",
     "POLICY_FORMAT_VERSION",
-    "Decided",
     "DefaultMode",
     "Label",
     "Policy",
     "PolicyCheck",
-    "ToolPolicy",
     "load_policy",
-    "plan_literals",
 ]
 
 POLICY_FORMAT_VERSION = "1"
@@ -460,7 +456,7 @@ def load_policy(
 def _parse_json(text: str, source: str) -> Any:
     try:
         return strict_json.loads(text)
-    except strict_json.StrictJSONError as exc:
+    except StrictJSONError as exc:
         raise PolicyError(f"policy file {source!r} is not valid JSON: {exc.message}") from None
 
 

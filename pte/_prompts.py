@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pte._canonical import canonical_json
 from pte._data_budget import render_budgeted
 from pte._labels import schema_fields
-from pte._tools import Registry
+from pte._registry import Registry
 
 if TYPE_CHECKING:
     from pte._policy import Policy

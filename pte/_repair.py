@@ -33,8 +33,8 @@ from pte._exposure import literal_of
 from pte._logs import get_logger
 
 if TYPE_CHECKING:
-    from pte._engine import Engine, EngineConfig, PlanOrigin, _Run
     from pte._plan import Plan
+    from pte._run_state import EngineConfig, EngineView, PlanOrigin, _Run
 
 __all__ = ["may_repair", "repair"]
 
@@ -50,7 +50,7 @@ def may_repair(config: EngineConfig, replans_used: int, origin: PlanOrigin, reje
 
 
 def repair(
-    engine: Engine,
+    engine: EngineView,
     run: _Run,
     origin: PlanOrigin,
     messages: list[dict[str, str]],

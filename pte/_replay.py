@@ -36,12 +36,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pte._audit import AuditFormatError, AuditLog
+from pte._audit import AuditLog
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import iter_records, verify
 from pte._canonical import canonical_json
-from pte._engine import Engine, RunResult
+from pte._engine import Engine
 from pte._errors import (
+    AuditFormatError,
     FailedClosed,
     LogNotIntact,
     PTEError,
@@ -60,13 +61,13 @@ from pte._replay_authority import (
     _engine_for,
     _llm_for,
 )
+from pte._run_state import RunResult
 from pte._tool_spec import ToolSpec
 
 __all__ = [
     "DECISION_FIELDS",
     "IGNORED_FIELDS",
     "CheckingAuditLog",
-    "Deployment",
     "RecordedInvoker",
     "ReplayReport",
     "RunReplay",

@@ -22,7 +22,7 @@ from pte._approval_record import Approval
 from pte._audit import AuditLog
 from pte._canonical import canonical_json, canonical_json_v1
 from pte._endorsement import Endorsement, EndorsementRejected, EndorsementRequest
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
 from pte._errors import (
     ApprovalConsumed,
     ApprovalMissing,
@@ -40,6 +40,7 @@ from pte._plan import Plan
 from pte._policy import Policy
 from pte._procedures import recorded_procedures
 from pte._registry import Registry
+from pte._run_state import EngineConfig
 from pte._signing import TrustedKeys
 from pte._tool_spec import ToolSpec
 

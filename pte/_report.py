@@ -35,7 +35,7 @@ from pte._errors import AuditFormatError, ReportError
 from pte._fingerprint import stored_contents
 from pte._run_view import RunView, StepView, plan_references
 
-__all__ = ["ReportError", "render_report", "render_store_report", "write_report"]
+__all__ = ["render_report", "render_store_report", "write_report"]
 
 _TEMPLATE = Path(__file__).with_name("report_template.html")
 

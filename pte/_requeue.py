@@ -22,7 +22,7 @@ from pte._workers import _expired, enqueue
 from pte.stores import RunInfo, Store, check_run_id
 from pte.stores._base import utc_now
 
-__all__ = ["ENDED", "RequeueRefused", "RunRow", "list_runs", "requeue", "requeue_problem"]
+__all__ = ["ENDED", "RunRow", "list_runs", "requeue", "requeue_problem"]
 
 #: Statuses a run never leaves: requeueing one would do nothing, so it is refused.
 ENDED = frozenset({"succeeded", "failed_closed", "needs_review", "interrupted"})

@@ -9,7 +9,6 @@ from typing import Any
 
 from pte._approval import requires_approval
 from pte._audit import AuditLog
-from pte._engine import RunResult
 from pte._errors import ApprovalMissing, FailedClosed, ReasonCode
 from pte._executor import LiveInvoker
 from pte._fingerprint import stored_contents
@@ -18,6 +17,7 @@ from pte._plan import Plan
 from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive, _iter_runs, _verified
 from pte._replay_authority import Deployment, _engine_for, _llm_for
+from pte._run_state import RunResult
 
 __all__ = ["check_anchors", "recheck_unsigned_tail", "resume_file"]
 

@@ -33,7 +33,7 @@ from pte._approval import ApprovalStore, catalogue_fingerprint, make_approval, r
 from pte._approval_gate import ApprovalGate
 from pte._approval_record import Approval
 from pte._audit import AuditLog
-from pte._engine import Engine, RunResult
+from pte._engine import Engine
 from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, ReasonCode, RunPaused
 from pte._executor import LiveInvoker
 from pte._llm import LLMClient
@@ -47,13 +47,13 @@ from pte._replay_authority import (
     _recorded_policy,
     _recorded_registry,
 )
+from pte._run_state import RunResult
 from pte._signing import SigningKey, TrustedKeys
 from pte.stores import Decision, Store, StoreError, check_run_id
 
 __all__ = [
     "DEFAULT_APPROVAL_TTL",
     "PausedRun",
-    "RunPaused",
     "awaiting_plan",
     "decide",
     "pausing_gate",
@@ -418,8 +418,8 @@ def job_engine(
 
     A job's own ``policy`` is never applied (workers refuse a job whose policy differs from
     theirs). The answer is the plan's result rendered deterministically (no finalizer call)."""
-    from pte._engine import EngineConfig
     from pte._policy import Policy
+    from pte._run_state import EngineConfig
 
     policy = Policy.from_registry(registry)
     if policy_document is not None:

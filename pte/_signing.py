@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pte._errors import KeyFileError
 from pte._key_files import read_key_file
 
-__all__ = ["KeyFileError", "PublicKey", "SigningKey", "TrustedKeys"]
+__all__ = ["PublicKey", "SigningKey", "TrustedKeys"]
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.DOTALL)
 

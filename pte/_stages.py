@@ -32,8 +32,8 @@ from pte._prompts import stage_messages
 from pte._step_results import resolve_result
 
 if TYPE_CHECKING:
-    from pte._engine import Engine, _Run
     from pte._labels import LabelTree
+    from pte._run_state import EngineView, _Run
 
 __all__ = ["continue_literals", "next_stage", "value_labels"]
 
@@ -100,7 +100,7 @@ def stage_values(plan: Plan, outputs: Mapping[str, Any]) -> dict[str, Any]:
     return resolved
 
 
-def next_stage(engine: Engine, run: _Run, request: str, plan: Plan, stage: int) -> Plan:
+def next_stage(engine: EngineView, run: _Run, request: str, plan: Plan, stage: int) -> Plan:
     """Plan stage `stage` from the values `plan` hands over (see the module docstring)."""
     limit = engine.config.max_stages
     if stage > limit:

@@ -26,7 +26,7 @@ from pte._errors import PTEError
 from pte._labels import parse_field_pointer
 from pte._tool_policy import Landing, PolicyEntries
 
-__all__ = ["Landing", "check_stores"]
+__all__ = ["check_stores"]
 
 
 def check_stores(policy: PolicyEntries, source: str, error: type[PTEError]) -> None:

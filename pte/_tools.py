@@ -3,8 +3,7 @@
 A tool is a typed Python function. Its input and output JSON Schemas come from its type
 hints through pydantic, so the schema a plan is checked against is the one the function
 really accepts. `ToolSpec` itself lives in `pte._tool_spec`; the `Registry` (the tools a
-run may call; nothing else can be called) and tool packs in `pte._registry`. Both are
-re-exported here, where most callers import them from.
+run may call; nothing else can be called) and tool packs in `pte._registry`.
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ from pydantic_core import core_schema
 
 from pte import _generics
 from pte._errors import ToolRegistrationError
-from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
 from pte._idempotency import key_schema_error
 from pte._linear_patterns import DECIMAL_STRING_PATTERN, ExplainingValidator
-from pte._registry import STOCK_PACKS, Registry, load_pack, load_registry
 from pte._selection import SELECTION_KEY, Selection
 from pte._tool_spec import (
     _TOOL_ATTR,
@@ -38,26 +35,9 @@ from pte._tool_spec import (
     OutputProvenance,
     ToolSpec,
     _freeze_schema,
-    spec_of,
 )
 
 __all__ = [
-    "STOCK_PACKS",
-    "Effect",
-    "ExtendedBy",
-    "FieldName",
-    "FieldOf",
-    "Isolation",
-    "OutputProvenance",
-    "PickOf",
-    "RegexGroups",
-    "RegexPattern",
-    "Registry",
-    "Selection",
-    "ToolSpec",
-    "load_pack",
-    "load_registry",
-    "spec_of",
     "tool",
 ]
 

@@ -30,8 +30,9 @@ from pte._engine import Engine
 from pte._errors import ApprovalConsumed, ApprovalMissing, KeyFileError, ReasonCode
 from pte._plan import Plan
 from pte._policy import Policy
+from pte._registry import Registry
 from pte._signing import SigningKey, TrustedKeys
-from pte._tools import Registry, tool
+from pte._tools import tool
 from tests.audit_runs import begun
 
 SIGNER = SigningKey.generate()

@@ -18,14 +18,14 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from pte._approval import make_approval
-from pte._audit import GENESIS_HASH, REDACTED, AuditFormatError, AuditLog, Durability, format_timestamp
-from pte._audit_scan import VerifyReport
+from pte._audit import AuditLog, Durability, format_timestamp
+from pte._audit_scan import GENESIS_HASH, VerifyReport
 from pte._audit_schema import load_audit_schema
 from pte._audit_show import render_timeline
 from pte._audit_verify import iter_records, read_records, records_by_run, verify
 from pte._canonical import canonical_json, sha256_hex
-from pte._errors import PLAN_REASONS, AuditWriteError, ReasonCode
-from pte._redaction import DEFAULT_REDACT_KEYS, Redactor
+from pte._errors import PLAN_REASONS, AuditFormatError, AuditWriteError, ReasonCode
+from pte._redaction import DEFAULT_REDACT_KEYS, REDACTED, Redactor
 from pte._signing import SigningKey
 from tests.audit_runs import begun
 

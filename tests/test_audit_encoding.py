@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._audit import GENESIS_HASH, AuditLog
+from pte._audit import AuditLog
+from pte._audit_scan import GENESIS_HASH
 from pte._audit_verify import verify
 from pte._canonical import canonical_bytes, loads
 from tests.audit_runs import begun

@@ -288,7 +288,7 @@ def test_cli_replay_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_live_replay_reports_read_outputs_that_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._tools import load_pack
+    from pte._registry import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -315,7 +315,7 @@ def test_live_replay_reports_read_outputs_that_changed(
 def test_live_replay_never_reruns_write_tools_unless_allowed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pte._tools import load_pack
+    from pte._registry import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"

@@ -19,10 +19,10 @@ from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
 from pte._engine import Engine
-from pte._registry import Registry
+from pte._registry import Registry, load_pack, load_registry
 from pte._runs import PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte._signing import SigningKey, TrustedKeys
-from pte._tools import load_pack, load_registry, tool
+from pte._tools import tool
 from pte.stores import SQLiteStore, Store, open_store
 
 PAY = """{"pte_plan": "1", "steps": [

@@ -256,7 +256,7 @@ def test_the_fast_path_boundaries_agree_with_the_reference(number: float) -> Non
 def test_a_plan_integer_a_double_cannot_hold_is_refused_not_rounded() -> None:
     from pte._compiler import compile_plan
     from pte._errors import PlanRejected, ReasonCode
-    from pte._tools import load_registry
+    from pte._registry import load_registry
 
     registry = load_registry(["calculator"])
 

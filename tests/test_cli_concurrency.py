@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from pte._cli import main
+from pte._registry import load_registry
 from pte._runs import job_engine
-from pte._tools import load_registry
 from pte._workers import WorkerConfig, process_run, submit_job
 
 # A tool pack that reports, in seen.jsonl next to it, how many calls ran at once.

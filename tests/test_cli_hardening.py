@@ -189,7 +189,7 @@ def test_a_fifo_as_audit_log_is_refused(
 def test_a_huge_plan_file_is_rejected_after_reading_only_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._compiler import DEFAULT_LIMITS
+    from pte._compile_context import DEFAULT_LIMITS
 
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as fh:

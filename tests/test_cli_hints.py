@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pte._cli import main
-from pte._tools import load_pack, load_registry
+from pte._registry import load_pack, load_registry
 from pte._workers import process_run
 from pte.stores import open_store
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pte._cli import main
-from pte._tools import load_pack
+from pte._registry import load_pack
 from pte.stores import open_store
 
 PAY = """{"pte_plan": "1", "steps": [

@@ -15,7 +15,7 @@ from pte._compiler import compile_plan
 from pte._errors import PlanRejected, PolicyError, ReasonCode
 from pte._labels import LabelTree, parse_field_pointer, provenance, schema_fields
 from pte._policy import Policy
-from pte._tools import Registry, load_registry
+from pte._registry import Registry, load_registry
 from tests.packs import world
 
 FIELDS = {

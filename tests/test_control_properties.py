@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from pte._compiler import compile_plan
 from pte._errors import PlanRejected, ReasonCode
 from pte._plan import PlanDocument, plan_schema
-from pte._tools import load_registry
+from pte._registry import load_registry
 from pte.testing import CONTROL_REASONS, control_plans, example_registry, invalid_control_plans
 from tests.packs import world
 

@@ -21,8 +21,8 @@ import pytest
 from pte import resume_file
 from pte._audit_verify import read_records, verify
 from pte._errors import ReasonCode
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_registry
 from tests.packs import world
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,7 +152,8 @@ def test_a_staged_run_with_skipped_steps_resumes_from_any_record(
     finishes it with the same effects, and the finished log verifies and replays."""
     from pte import ReplayClient
     from pte._audit import AuditLog
-    from pte._engine import Engine, EngineConfig
+    from pte._engine import Engine
+    from pte._run_state import EngineConfig
 
     stage1 = {
         "pte_plan": "1",

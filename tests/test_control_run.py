@@ -11,9 +11,10 @@ import pytest
 
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._engine import Engine, RunResult
+from pte._engine import Engine
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_registry
+from pte._run_state import RunResult
 from tests.packs import world
 
 PACK = str(Path(world.__file__))

@@ -12,11 +12,12 @@ import pytest
 from pte import ReplayClient
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._engine import Engine, EngineConfig, RunResult
+from pte._engine import Engine
 from pte._policy import Policy
 from pte._prompts import DATA_OPEN
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_registry
+from pte._run_state import EngineConfig, RunResult
 from tests.packs import world
 
 

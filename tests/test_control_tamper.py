@@ -14,9 +14,10 @@ import pytest
 from pte import ReplayClient
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
+from pte._registry import load_registry
 from pte._replay import replay_file
-from pte._tools import load_registry
+from pte._run_state import EngineConfig
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 

@@ -141,8 +141,9 @@ def test_guarded_tasks_run_through_the_engine_and_replay_from_the_log(task: Task
 
     from pte import ReplayClient
     from pte._audit import AuditLog
-    from pte._engine import Engine, EngineConfig
+    from pte._engine import Engine
     from pte._replay import replay_file
+    from pte._run_state import EngineConfig
 
     registry = cookbook_registry(task.domain)
     log = tmp_path / "task.jsonl"

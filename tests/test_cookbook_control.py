@@ -19,10 +19,11 @@ from pte import ReplayClient
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._compiler import compile_plan
-from pte._engine import Engine, EngineConfig, RunResult
+from pte._engine import Engine
 from pte._policy import Policy
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_registry
+from pte._run_state import EngineConfig, RunResult
 from tests.packs import world
 
 #: Compliance's policy file for the bank: a transaction's subject is free text a third party chose.

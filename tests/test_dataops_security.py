@@ -23,7 +23,8 @@ from pte._audit_verify import verify
 from pte._engine import Engine
 from pte._errors import PlanRejected
 from pte._policy import Policy
-from pte._tools import STOCK_PACKS, Registry, load_registry, tool
+from pte._registry import STOCK_PACKS, Registry, load_registry
+from pte._tools import tool
 from pte.testing.cookbook import ref, step
 
 BILL = (

@@ -22,11 +22,13 @@ from pydantic import BaseModel
 
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._engine import Engine, EngineConfig, RunResult, render_result
+from pte._engine import Engine, render_result
 from pte._errors import ReasonCode
 from pte._llm import OpenAIClient
 from pte._prompts import DATA_CLOSE, DATA_OPEN
-from pte._tools import Registry, tool
+from pte._registry import Registry
+from pte._run_state import EngineConfig, RunResult
+from pte._tools import tool
 from pte.testing import FakeOpenAIServer, Reply
 
 # -- the tool catalogue ------------------------------------------------------------------------

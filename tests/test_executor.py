@@ -36,7 +36,9 @@ from pte._engine import Engine
 from pte._errors import AuditWriteError, ReasonCode, ToolError
 from pte._executor import Executor, LiveInvoker
 from pte._plan import Plan, PlanStep
-from pte._tools import Effect, Registry, ToolSpec, tool
+from pte._registry import Registry
+from pte._tool_spec import Effect, ToolSpec
+from pte._tools import tool
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,8 +28,8 @@ from pte import resume_file
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._engine import Engine
+from pte._registry import Registry, load_registry
 from pte._replay import DECISION_FIELDS, replay_file
-from pte._tools import Registry, load_registry
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,8 @@ from pte._compiler import compile_plan
 from pte._errors import ToolRegistrationError, TransientError
 from pte._executor import Executor
 from pte._plan import Plan
-from pte._tools import Registry, tool
+from pte._registry import Registry
+from pte._tools import tool
 from tests.audit_runs import begun
 
 #: Failures left before each tool succeeds, and the times of its calls.

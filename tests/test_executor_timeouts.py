@@ -38,8 +38,9 @@ from pte._engine import Engine
 from pte._errors import ReasonCode, ToolError
 from pte._executor import Executor
 from pte._plan import Plan
+from pte._registry import Registry
 from pte._step_results import StepResult
-from pte._tools import Registry, tool
+from pte._tools import tool
 from tests.audit_runs import begun
 
 #: What the tools below did, in order.

@@ -19,7 +19,8 @@ from pte._audit import AuditLog
 from pte._compiler import compile_plan
 from pte._errors import ToolError
 from pte._executor import Executor
-from pte._tools import Registry, tool
+from pte._registry import Registry
+from pte._tools import tool
 from tests.audit_runs import begun
 
 PAID: list[str] = []

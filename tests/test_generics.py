@@ -11,7 +11,10 @@ from pydantic import BaseModel
 from pte import compile_plan
 from pte._errors import PlanRejected, ToolRegistrationError
 from pte._executor import Executor
-from pte._tools import FieldName, FieldOf, Registry, ToolSpec, load_pack, spec_of, tool
+from pte._generics import FieldName, FieldOf
+from pte._registry import Registry, load_pack
+from pte._tool_spec import ToolSpec, spec_of
+from pte._tools import tool
 
 T = TypeVar("T")
 R = TypeVar("R", bound=dict[str, Any])

@@ -24,7 +24,7 @@ from pte._linear_patterns import (
     ExplainingValidator,
     pattern_matcher,
 )
-from pte._tools import spec_of
+from pte._tool_spec import spec_of
 
 
 @tool

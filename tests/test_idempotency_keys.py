@@ -29,8 +29,9 @@ from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, ReasonCode, ToolRegistrationError
 from pte._idempotency import derive_key
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, ToolSpec, load_registry, spec_of
+from pte._tool_spec import ToolSpec, spec_of
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_control_resume import CHILD

@@ -30,9 +30,11 @@ from pte import Registry
 from pte._approval import catalogue_fingerprint
 from pte._audit import AuditLog
 from pte._compiler import compile_plan
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
 from pte._errors import ReasonCode
-from pte._replay import Deployment, replay_file
+from pte._replay import replay_file
+from pte._replay_authority import Deployment
+from pte._run_state import EngineConfig
 from pte.importers.langchain import import_langchain_tools
 from pte.importers.mcp import MCPConnection, import_mcp_tools
 from pte.importers.openapi import import_openapi, load_openapi

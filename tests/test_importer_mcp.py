@@ -22,8 +22,9 @@ pytest.importorskip("mcp", reason="the MCP importer is an optional extra: pip in
 from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
 from pte._audit import AuditLog
 from pte._audit_verify import read_records
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
 from pte._replay import replay_file
+from pte._run_state import EngineConfig
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.mcp import MCPConnection, MCPError, _source_tool, import_mcp_tools
 from pte.testing import FunctionCall, FunctionClient

@@ -30,15 +30,18 @@ from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._call_role import current_role
 from pte._compiler import compile_plan
-from pte._engine import Engine, EngineConfig, RunResult
+from pte._engine import Engine
 from pte._errors import PlanRejected, ReasonCode
+from pte._flow import plan_literals
 from pte._llm import LLMResponse
 from pte._llm_replay import _Recorded
-from pte._policy import Policy, plan_literals
+from pte._policy import Policy
 from pte._prompts import DATA_CLOSE, DATA_OPEN
 from pte._redaction import Redactor
+from pte._registry import Registry
+from pte._run_state import EngineConfig, RunResult
 from pte._signing import SigningKey, TrustedKeys
-from pte._tools import Registry, tool
+from pte._tools import tool
 
 CANARY = "⚠U-canary-5d1e"
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -800,7 +803,7 @@ def test_an_unencodable_output_fails_the_step_and_the_log_completes(tmp_path: Pa
 
 
 def stock_registry() -> Registry:
-    from pte._tools import load_registry
+    from pte._registry import load_registry
 
     try:
         registry = load_registry(["backoffice", "shaping"])

@@ -18,12 +18,14 @@ from pydantic import BaseModel
 from pte import ReplayClient
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
 from pte._errors import LLMError, ReasonCode
 from pte._llm import LLMClient, LLMResponse, OpenAIClient
 from pte._logs import configure_logging
+from pte._registry import Registry
 from pte._replay import replay_file
-from pte._tools import Registry, tool
+from pte._run_state import EngineConfig
+from pte._tools import tool
 from pte.testing import FakeOpenAIServer, FunctionCall, FunctionClient, Reply
 
 PLAN = {

@@ -19,10 +19,11 @@ from pte import PlanRejected, ReasonCode, ReplayClient, compile_plan, resume_fil
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
-from pte._engine import Engine, EngineConfig, RunResult
+from pte._engine import Engine
 from pte._errors import REPAIRABLE_REASONS
+from pte._registry import Registry
 from pte._replay import replay_file
-from pte._tools import Registry
+from pte._run_state import EngineConfig, RunResult
 from pte.testing import DataCase, ScriptedModel, data_plans, example_registry, invalid_plan_cases, json_values
 from pte.testing.cookbook import cookbook_registry, ref, step
 

@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pte._audit import GENESIS_HASH
+from pte._audit_scan import GENESIS_HASH
 from pte._audit_verify import verify
 from pte._canonical import canonical_bytes
 from pte._checkpoint import load_public_key, verify_checkpoints, write_checkpoint

@@ -21,11 +21,13 @@ from opentelemetry.trace import StatusCode
 
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
 from pte._errors import ReasonCode
 from pte._llm import LLMResponse
+from pte._registry import Registry
 from pte._replay import replay_file
-from pte._tools import Registry, tool
+from pte._run_state import EngineConfig
+from pte._tools import tool
 from pte.testing import FunctionCall, FunctionClient
 
 

@@ -19,16 +19,19 @@ from pydantic import BaseModel
 
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._compiler import CompileContext, compile_plan
+from pte._compile_context import CompileContext
+from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, PolicyError, PTEError, ReasonCode
 from pte._executor import Executor
 from pte._flow import LABELS, plan_literals
 from pte._plan import Plan, PlanStep
 from pte._policy import Policy, PolicyCheck, load_policy
+from pte._registry import Registry
 from pte._resources import load_schema
 from pte._tool_policy import ToolPolicy
-from pte._tools import Registry, ToolSpec, tool
+from pte._tool_spec import ToolSpec
+from pte._tools import tool
 
 # --- the catalogue ---------------------------------------------------------------------------
 

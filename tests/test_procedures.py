@@ -19,8 +19,9 @@ from pte._engine import Engine
 from pte._errors import PlanRejected, ProcedureError, ReasonCode
 from pte._policy import Policy
 from pte._procedures import Procedure, load_procedures, step_path
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_registry, tool
+from pte._tools import tool
 
 BALANCE_REPORT: dict[str, Any] = {
     "pte_procedure": "1",

@@ -22,9 +22,9 @@ from pte._errors import ToolRegistrationError
 from pte._fingerprint import PROMPT_MODULES, prompts_hash
 from pte._plan import STEP_ID_RE
 from pte._policy import Policy
+from pte._registry import STOCK_PACKS, Registry, load_registry
 from pte._replay import replay_file
 from pte._tool_schema import tool_from_schema
-from pte._tools import STOCK_PACKS, Registry, load_registry
 from pte.testing import ScriptedModel
 
 _PRIMITIVE = {"string": "str", "integer": "int", "number": "number", "boolean": "bool", "null": "null"}
@@ -440,8 +440,9 @@ def test_a_write_tool_with_several_guarded_parameters_replays_the_same_prompt(tm
     import pte
     from pte import ReplayClient
     from pte._audit import AuditLog
-    from pte._engine import Engine, EngineConfig
+    from pte._engine import Engine
     from pte._replay import replay_file
+    from pte._run_state import EngineConfig
 
     @pte.tool(effect="write")
     def share(file_id: str, email: str, permission: str) -> dict[str, str]:

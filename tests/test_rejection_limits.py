@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pte import DEFAULT_LIMITS, Limits, PlanRejected, ReasonCode, compile_plan
-from pte._engine import EngineConfig
 from pte._nesting import count_values, outside_strings
+from pte._run_state import EngineConfig
 from pte.testing._catalogue import example_registry
 
 JSON = st.recursive(

@@ -31,11 +31,12 @@ from pte import ReplayClient
 from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json
 from pte._demo import SCENARIOS, demo_registry, run_scenario
-from pte._engine import EngineConfig
 from pte._errors import LogNotIntact
 from pte._policy import Policy
-from pte._replay import IGNORED_FIELDS, Deployment, replay_file
-from pte._tools import load_pack
+from pte._registry import load_pack
+from pte._replay import IGNORED_FIELDS, replay_file
+from pte._replay_authority import Deployment
+from pte._run_state import EngineConfig
 
 #: log name -> the demo scenario that makes it (as audit_samples/generate.py does).
 MADE_BY = {

@@ -17,7 +17,8 @@ from pathlib import Path
 import _services
 import pytest
 
-from pte._audit import GENESIS_HASH, AuditLog
+from pte._audit import AuditLog
+from pte._audit_scan import GENESIS_HASH
 from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_bytes, sha256_hex
 from pte._cli import main

@@ -19,8 +19,8 @@ import pytest
 from pte import resume_file
 from pte._audit_verify import read_records, verify
 from pte._errors import FailedClosed, ReasonCode
+from pte._registry import Registry, load_pack, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_pack, load_registry
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,7 @@ import pte
 from pte._compiler import compile_plan
 from pte._errors import PlanRejected, ReasonCode, ToolRegistrationError
 from pte._policy import Policy
-from pte._tools import Registry, load_registry
+from pte._registry import Registry, load_registry
 
 FIELDS = ("f0", "f1", "f2", "f3")
 
@@ -380,8 +380,9 @@ def test_a_user_selection_is_recorded_and_replays_from_the_log_alone(tmp_path: A
     from pte import ReplayClient
     from pte._audit import AuditLog
     from pte._audit_verify import read_records
-    from pte._engine import Engine, EngineConfig
+    from pte._engine import Engine
     from pte._replay import replay_file
+    from pte._run_state import EngineConfig
 
     registry = _registry()
     registry.register(keep_rows)

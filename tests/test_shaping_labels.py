@@ -22,8 +22,8 @@ from pte._canonical import hash_json
 from pte._compiler import compile_plan
 from pte._errors import PlanRejected, ReasonCode
 from pte._policy import Policy
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_registry
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_cookbook_control import BANK_POLICY, Task, plan, rows

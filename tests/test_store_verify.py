@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pte._cli import main
-from pte._tools import load_pack
+from pte._registry import load_pack
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},

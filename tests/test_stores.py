@@ -20,8 +20,8 @@ from _services import postgres_url  # noqa: F401 - the session fixture
 from pte._audit_verify import verify
 from pte._engine import Engine
 from pte._errors import AuditWriteError
+from pte._registry import load_pack, load_registry
 from pte._replay import replay_run
-from pte._tools import load_pack, load_registry
 from pte.stores import JsonlStore, SQLiteStore, Store, StoreError, check_run_id, open_store
 
 PLAN = """{"pte_plan": "1", "steps": [

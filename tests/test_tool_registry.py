@@ -24,7 +24,8 @@ from pte import (
     load_registry,
     tool,
 )
-from pte._tools import STOCK_PACKS, spec_of
+from pte._registry import STOCK_PACKS
+from pte._tool_spec import spec_of
 from pte.testing._catalogue import example_registry
 
 # --- the decorator ----------------------------------------------------------------------------

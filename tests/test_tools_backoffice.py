@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from pte._errors import ToolError
-from pte._tools import Registry, load_pack, spec_of
+from pte._registry import Registry, load_pack
+from pte._tool_spec import spec_of
 
 REPO = Path(__file__).resolve().parents[1]
 AS_OF = date(2026, 11, 1)
@@ -603,7 +604,7 @@ def _compile(steps: list[dict[str, Any]], *, policy: bool = False) -> Any:
     import json
 
     from pte._compiler import compile_plan
-    from pte._tools import load_registry
+    from pte._registry import load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     checks = []

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pte._errors import ToolError
-from pte._tools import Registry, load_pack
+from pte._registry import Registry, load_pack
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,13 @@ from pte import ReplayClient
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._compiler import compile_plan
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
 from pte._errors import PlanRejected, ReasonCode
 from pte._executor import Executor
 from pte._policy import Policy
+from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._tools import Registry, load_registry
+from pte._run_state import EngineConfig
 
 STOCK = load_registry(["shaping", "containers", "dates"])
 

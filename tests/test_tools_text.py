@@ -9,7 +9,7 @@ import pytest
 
 from pte import compile_plan
 from pte._errors import PlanRejected
-from pte._tools import load_registry
+from pte._registry import load_registry
 from tests._packs import caller
 
 text = caller("text")

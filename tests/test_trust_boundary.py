@@ -22,11 +22,13 @@ from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._cli import main
 from pte._compiler import compile_plan
-from pte._engine import Engine, EngineConfig
+from pte._engine import Engine
 from pte._errors import PolicyError, ReasonCode, ToolRegistrationError
 from pte._policy import Policy
+from pte._registry import Registry, load_pack, load_registry
+from pte._run_state import EngineConfig
 from pte._signing import SigningKey, TrustedKeys
-from pte._tools import Registry, load_pack, load_registry, tool
+from pte._tools import tool
 
 REPO = Path(__file__).resolve().parents[1]
 ATTACKER_IBAN = "GB33BUKB20201555555555"

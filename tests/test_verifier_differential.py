@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pte._audit import GENESIS_HASH
+from pte._audit_scan import GENESIS_HASH
 from pte._audit_verify import verify
 from pte._canonical import canonical_bytes
 

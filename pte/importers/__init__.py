@@ -11,6 +11,7 @@ that cannot be typed is refused (`ImportRefused`) with the declaration to add.
 
 from __future__ import annotations
 
-from pte.importers._common import ImportManifest, ImportRefused, SourceTool, build_registry, fingerprint
+from pte._errors import ImportRefused
+from pte.importers._common import ImportManifest, SourceTool, build_registry, fingerprint
 
 __all__ = ["ImportManifest", "ImportRefused", "SourceTool", "build_registry", "fingerprint"]

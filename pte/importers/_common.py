@@ -32,7 +32,6 @@ from pte.importers._text import scrub
 
 __all__ = [
     "ImportManifest",
-    "ImportRefused",
     "SourceTool",
     "build_registry",
     "fingerprint",

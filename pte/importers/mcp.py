@@ -34,7 +34,7 @@ from contextlib import AsyncExitStack
 from typing import Any, TextIO
 
 from pte import _json as strict_json
-from pte._errors import MCPError, ToolError
+from pte._errors import MCPError, StrictJSONError, ToolError
 from pte._registry import Registry
 from pte._tool_schema import SchemaFunction
 from pte.importers._common import ImportManifest, SourceTool, build_registry
@@ -301,7 +301,7 @@ def output_of(result: Mapping[str, Any], output_schema: Mapping[str, Any]) -> An
         return text
     try:
         return strict_json.loads(text)
-    except strict_json.StrictJSONError as exc:
+    except StrictJSONError as exc:
         raise ToolError(
             "invalid_output",
             f"the MCP tool answered text that is not strict JSON ({exc.message}); declare "

@@ -33,10 +33,10 @@ from urllib.parse import quote
 
 from pte import _json as strict_json
 from pte._canonical import hash_json, sha256_hex
-from pte._errors import OpenAPIError, ToolError
+from pte._errors import ImportRefused, OpenAPIError, StrictJSONError, ToolError
 from pte._registry import Registry
 from pte._tool_schema import SchemaFunction
-from pte.importers._common import ImportManifest, ImportRefused, SourceTool, build_registry
+from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["OpenAPIError", "import_openapi", "load_openapi"]
 
@@ -86,7 +86,7 @@ def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[
     else:
         try:
             document = strict_json.loads(raw)
-        except strict_json.StrictJSONError as exc:
+        except StrictJSONError as exc:
             raise OpenAPIError(f"OpenAPI document {text!r} is not strict JSON: {exc.message}") from None
     if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3."):
         raise OpenAPIError(f"{text!r} is not an OpenAPI 3 document (no 'openapi': '3.x')")
@@ -365,7 +365,7 @@ def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float)
             return None
         try:
             return strict_json.loads(response.content)
-        except strict_json.StrictJSONError as exc:
+        except StrictJSONError as exc:
             raise ToolError(
                 "invalid_output", f"{method} {operation.path}: not strict JSON: {exc.message}"
             ) from None

@@ -20,7 +20,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from pte._tools import Registry, tool
+from pte._registry import Registry
+from pte._tools import tool
 
 __all__ = [
     "Address",

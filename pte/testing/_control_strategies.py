@@ -22,7 +22,7 @@ from pte import _schema_types as types
 from pte._control import _schema_kinds
 from pte._errors import ReasonCode
 from pte._plan import ELEMENT
-from pte._tools import Registry
+from pte._registry import Registry
 from pte.testing._strategies.base import _choice, _fresh, _percent, _ref, _serialise
 from pte.testing._strategies.catalogue import _catalogue_for, _Tool
 from pte.testing._strategies.valid import _draw_plan

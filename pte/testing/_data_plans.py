@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 from pydantic import BaseModel, create_model
 
-from pte._tools import Registry, load_registry, tool
+from pte._registry import Registry, load_registry
+from pte._tools import tool
 
 __all__ = ["DataCase", "data_plans"]
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from pte import _schema_types as types
-from pte._tools import Registry, ToolSpec
+from pte._registry import Registry
+from pte._tool_spec import ToolSpec
 from pte.testing._strategies.base import (
     Tokens,
     _thaw,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn
 
 from pte import _schema_types as types
-from pte._compiler import Limits
+from pte._compile_context import Limits
 from pte._tool_spec import TOOL_NAME_RE
 from pte.testing._strategies.base import (
     Doc,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from pte._plan import PLAN_FORMAT_VERSION
-from pte._tools import Registry
+from pte._registry import Registry
 from pte.testing._strategies.base import (
     _TEXT,
     Doc,
