@@ -200,6 +200,10 @@ def _translate(schema: Mapping[str, Any], name: str) -> tuple[Any, Check | None]
     if kind is None:
         _only(schema)
         return JSON, None
+    if isinstance(kind, list) and len(kind) == 2 and "null" in kind and set(schema) != {"type"}:
+        # ``{"type": [X, "null"], ...X's keywords}`` is ``anyOf [X with its keywords, null]``.
+        other = {**schema, "type": next(k for k in kind if k != "null")}
+        return _translate({"anyOf": [other, {"type": "null"}]}, name)
     if isinstance(kind, list):
         _only(schema, "type")
         simple = {"string": str, "null": None, "boolean": bool}
