@@ -43,7 +43,7 @@ CHILD = textwrap.dedent(
     import json, os, sys, time
     from pte._audit import AuditLog
     from pte._engine import Engine
-    from pte._tools import Registry, tool
+    from pte._registry import Registry; from pte._tools import tool
 
     LOG, EFFECTS, STEPS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 

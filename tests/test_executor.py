@@ -27,6 +27,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 import pte._audit
+import pte._redaction
 from pte._audit import AuditLog
 from pte._audit_schema import load_audit_schema
 from pte._audit_verify import read_records, verify
@@ -520,7 +521,7 @@ HANG_SCRIPT = textwrap.dedent(
     import json, sys, time
     from pte._compiler import compile_plan
     from pte._executor import Executor
-    from pte._tools import Registry, tool
+    from pte._registry import Registry; from pte._tools import tool
 
     @tool(timeout_s=0.2)
     def hang() -> int:
@@ -912,4 +913,4 @@ def test_secrets_in_tool_outputs_and_args_never_reach_the_log(tmp_path: Path) ->
     assert "hunter2-correct-horse" not in content
     assert verify(path).ok
     leaked = next(r for r in read_records(path) if r["type"] == "step_finished" and r["step_id"] == "k")
-    assert leaked["output"]["api_key"] == pte._audit.REDACTED
+    assert leaked["output"]["api_key"] == pte._redaction.REDACTED

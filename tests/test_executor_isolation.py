@@ -42,7 +42,7 @@ PROBE = textwrap.dedent(
         from pte._audit import AuditLog
         from pte._compiler import compile_plan
         from pte._executor import Executor
-        from pte._tools import Registry, tool
+        from pte._registry import Registry; from pte._tools import tool
 
         @tool(timeout_s=5)
         def double(x: int) -> int:

@@ -49,7 +49,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from pte._audit import AuditLog
     from pte._engine import Engine
-    from pte._tools import load_registry
+    from pte._registry import load_registry
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append

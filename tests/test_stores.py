@@ -255,7 +255,8 @@ def test_sqlite_store_is_shared_by_processes(tmp_path: Path, ledger: Path) -> No
     url = f"sqlite://{tmp_path / 'shared.db'}"
     child = (
         "import sys; from pte.stores import open_store; from pte._engine import Engine; "
-        "from pte._tools import load_registry; reg = load_registry(['backoffice','calculator','shaping']); "
+        "from pte._registry import load_registry; "
+        "reg = load_registry(['backoffice','calculator','shaping']); "
         "s = open_store(sys.argv[1]); plan = open(sys.argv[3]).read()\n"
         "for i in range(5):\n"
         "    a = s.audit_log(f'{sys.argv[2]}-{i}')\n"
