@@ -239,15 +239,16 @@ def test_implementation_modules_are_private() -> None:
     assert "pte.testing" in public and "pte.importers.mcp" in public  # the walk did see public modules
 
 
-def test_the_readme_examples_import_only_public_modules() -> None:
+def test_the_documented_examples_import_only_public_modules() -> None:
     import re
 
-    readme = (Path(pte.__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    repo = Path(pte.__file__).resolve().parents[1]
+    pages = [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+    blocks = [b for page in pages for b in re.findall(r"```python\n(.*?)```", page.read_text("utf-8"), re.S)]
     modules = {m for block in blocks for m in re.findall(r"^\s*(?:from|import) (pte[\w.]*)", block, re.M)}
-    assert "pte" in modules, "the README's Python examples were not found"
+    assert "pte" in modules, "the documented Python examples were not found"
     private = sorted(m for m in modules if any(part.startswith("_") for part in m.split(".")))
-    assert not private, f"README examples import implementation modules: {private}"
+    assert not private, f"documented examples import implementation modules: {private}"
 
 
 def test_replay_is_a_function() -> None:
