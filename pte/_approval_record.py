@@ -15,7 +15,7 @@ from typing import Any
 
 from pte._canonical import canonical_json
 from pte._errors import KeyFileError
-from pte._signing import PublicKey
+from pte._signing import PublicKey, check_signature_fields
 
 __all__ = ["APPROVAL_FORMAT", "Approval"]
 
@@ -25,7 +25,6 @@ _PLAN_FORMAT = "2"
 _DOMAINS = {"2": b"pte-approval-v2\n", "3": b"pte-approval-v3\n"}
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 _RUN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")  # pte.stores.RUN_ID_PATTERN
-_SIG_RE = re.compile(r"[0-9a-f]{128}")
 # ISO-8601 UTC, as `approve` writes it; no newline or quote can occur.
 _TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 _APPROVAL_KEYS_V2 = frozenset(
@@ -90,14 +89,7 @@ class Approval:
             value = getattr(self, name)
             if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
                 raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
-        signed = (self.key_id, self.public_key, self.signature)
-        if any(v is not None for v in signed):
-            if not (isinstance(self.key_id, str) and _HASH_RE.fullmatch(self.key_id)):
-                raise ValueError("key_id must be 64 lowercase hex digits")
-            if not (isinstance(self.public_key, str) and _HASH_RE.fullmatch(self.public_key)):
-                raise ValueError("public_key must be the 32 raw key bytes as 64 lowercase hex digits")
-            if not (isinstance(self.signature, str) and _SIG_RE.fullmatch(self.signature)):
-                raise ValueError("signature must be 128 lowercase hex digits (an Ed25519 signature)")
+        check_signature_fields(self.key_id, self.public_key, self.signature)
 
     @property
     def signed(self) -> bool:

@@ -47,7 +47,7 @@ from typing import IO, Any, Literal, cast
 from pte import _json as strict_json
 from pte._canonical import canonical_json
 from pte._errors import EndorsementStoreError, FailedClosed, KeyFileError, ReasonCode, RunPaused
-from pte._signing import PublicKey, SigningKey, TrustedKeys
+from pte._signing import PublicKey, SigningKey, TrustedKeys, check_signature_fields
 
 __all__ = [
     "ENDORSEMENT_FORMAT",
@@ -68,7 +68,6 @@ _DOMAIN = b"pte-endorsement-v1\n"
 DEFAULT_TTL = timedelta(hours=24)
 
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
-_SIG_RE = re.compile(r"[0-9a-f]{128}")
 _RUN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _STEP_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
@@ -155,14 +154,7 @@ class Endorsement:
             raise ValueError("at must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
         if self.note is not None and not isinstance(self.note, str):
             raise ValueError("note must be a string or null")
-        signed = (self.key_id, self.public_key, self.signature)
-        if any(v is not None for v in signed):
-            if not (isinstance(self.key_id, str) and _HASH_RE.fullmatch(self.key_id)):
-                raise ValueError("key_id must be 64 lowercase hex digits")
-            if not (isinstance(self.public_key, str) and _HASH_RE.fullmatch(self.public_key)):
-                raise ValueError("public_key must be 64 lowercase hex digits")
-            if not (isinstance(self.signature, str) and _SIG_RE.fullmatch(self.signature)):
-                raise ValueError("signature must be 128 lowercase hex digits")
+        check_signature_fields(self.key_id, self.public_key, self.signature)
 
     @property
     def signed(self) -> bool:

@@ -24,7 +24,25 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pte._errors import KeyFileError
 from pte._key_files import read_key_file
 
-__all__ = ["PublicKey", "SigningKey", "TrustedKeys"]
+__all__ = ["PublicKey", "SigningKey", "TrustedKeys", "check_signature_fields"]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX128 = re.compile(r"[0-9a-f]{128}")
+
+
+def check_signature_fields(key_id: object, public_key: object, signature: object) -> None:
+    """The shape of a signed decision's key id, raw public key and Ed25519 signature (hex), all
+    three or none; raises ValueError naming the first that is wrong. Whether the signature
+    verifies is `PublicKey.verify`'s question."""
+    if key_id is None and public_key is None and signature is None:
+        return
+    if not (isinstance(key_id, str) and _HEX64.fullmatch(key_id)):
+        raise ValueError("key_id must be 64 lowercase hex digits")
+    if not (isinstance(public_key, str) and _HEX64.fullmatch(public_key)):
+        raise ValueError("public_key must be the 32 raw key bytes as 64 lowercase hex digits")
+    if not (isinstance(signature, str) and _HEX128.fullmatch(signature)):
+        raise ValueError("signature must be 128 lowercase hex digits (an Ed25519 signature)")
+
 
 _PEM_BLOCK = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.DOTALL)
 
