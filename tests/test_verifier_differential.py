@@ -186,7 +186,7 @@ def _rekey(record: dict[str, Any]) -> bool:
             renamed[key] = new
     record["stored"] = fresh
     for name in ("catalogue", "policy", "prompts"):
-        if record.get(name) in renamed:
+        if isinstance(record.get(name), str) and record[name] in renamed:  # a tampering may retype it
             record[name] = renamed[record[name]]
     return bool(renamed)
 
