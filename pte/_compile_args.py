@@ -153,7 +153,7 @@ def _literal_validator(ctx: CompileContext, schema: st.Schema, root: Mapping[str
     references must not cost that. None when `schema` cannot be compiled on its own (e.g. it
     refers outside ``$defs``): the pure-Python validator then decides.
     """
-    cache: dict[tuple[int, int], tuple[Any, ...]] = ctx.extras.setdefault("literal_validators", {})
+    cache = ctx.literal_validators
     key = (id(schema), id(root))
     if key not in cache:
         whole = {**schema, "$defs": root.get("$defs", {})} if isinstance(schema, Mapping) else schema

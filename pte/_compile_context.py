@@ -72,8 +72,20 @@ class CompileContext:
     prior: Mapping[str, str] = field(default_factory=dict)
     #: step id -> (output schema, its root) of steps whose tool is generic: inferred by check_args.
     inferred: dict[str, tuple[st.Schema, Mapping[str, Any]]] = field(default_factory=dict)
-    #: Extra information checks may attach (e.g. provenance labels from a policy check).
-    extras: dict[str, Any] = field(default_factory=dict)
+    #: What `pte._control.check_control` found: step id -> the steps its condition, list or
+    #: an earlier ``require`` makes it wait for (beyond its references).
+    control_deps: dict[str, list[str]] = field(default_factory=dict)
+    #: What `pte._control.check_control_types` found: step id -> how each comparison of its
+    #: condition compares (``number``, ``instant`` or ``json``).
+    condition_modes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: What a policy check (`pte._policy.PolicyCheck`) labelled: step id -> its labels (this
+    #: plan's steps only); None when no policy check ran.
+    provenance: dict[str, frozenset[str]] | None = None
+    #: Steps a policy check let through pending a person's endorsement: step id -> parameters.
+    needs_endorsement: dict[str, list[str]] = field(default_factory=dict)
+    #: Compiled literal validators, per (schema, root) identity, for this compile only
+    #: (`pte._compile_args`); a cache, not a result.
+    literal_validators: dict[tuple[int, int], tuple[Any, ...]] = field(default_factory=dict, repr=False)
     #: Prior steps that were per-item (`for_each`) steps: their output is a list (pte._control).
     prior_lists: frozenset[str] = frozenset()
     #: Prior steps of generic tools: step id -> the exact output schema (per call, for a

@@ -198,7 +198,7 @@ def check_acyclic(ctx: CompileContext) -> None:
     Also fixes the execution order: topological, ties broken by plan order.
     """
     steps = ctx.steps
-    control_deps: Mapping[str, list[str]] = ctx.extras.get("control_deps", {})
+    control_deps: Mapping[str, list[str]] = ctx.control_deps
     dependents: list[list[int]] = [[] for _ in steps]
     pending = [0] * len(steps)
     for i, step in enumerate(steps):

@@ -236,7 +236,7 @@ def compile_plan(
         sha256_hex(ctx.canonical),
         ctx.canonical,
         ctx.references,
-        control_deps=ctx.extras.get("control_deps"),
-        condition_modes=ctx.extras.get("condition_modes"),
+        control_deps=ctx.control_deps,
+        condition_modes=ctx.condition_modes,
         output_types={step_id: schema for step_id, (schema, _) in ctx.inferred.items()},
     )

@@ -36,7 +36,7 @@ from typing import Any
 
 from pte import _schema_types as st
 from pte._canonical import canonical_json
-from pte._compile_context import json_path
+from pte._compile_context import CompileContext, json_path
 from pte._compile_refs import _check_pointer, _check_ref_target, _collect_checked, _select
 from pte._errors import PlanRejected, ReasonCode
 from pte._linear_patterns import DECIMAL_STRING_PATTERN
@@ -179,12 +179,12 @@ class _Site:
     path: tuple[str | int, ...]
 
 
-def check_control(ctx: Any) -> None:
+def check_control(ctx: CompileContext) -> None:
     """Compile check for for_each, when, require and continue (see the module docstring).
 
     Runs after `check_references` (the args' references are known and valid) and before
     `check_acyclic`, to which it adds the dependencies that conditions, lists and require
-    steps create (``ctx.extras["control_deps"]``: step id -> ids).
+    steps create (``ctx.control_deps``: step id -> ids).
     """
     steps: list[dict[str, Any]] = ctx.steps
     deps: dict[str, list[str]] = {}
@@ -233,15 +233,15 @@ def check_control(ctx: Any) -> None:
                 _check_ref_target(ctx, ref, full, None)
                 reads.append(_Site(None, ref, full))
     _check_reads(ctx, reads)
-    ctx.extras["control_deps"] = {k: v for k, v in deps.items() if v}
+    ctx.control_deps = {k: v for k, v in deps.items() if v}
 
 
-def check_control_types(ctx: Any) -> None:
+def check_control_types(ctx: CompileContext) -> None:
     """The types of the control constructs: conditions, for_each lists and defaults.
 
     Runs after `check_args`, when the output type of every step (generic ones inferred from
     their arguments) is known. Records how each comparison compares
-    (``ctx.extras["condition_modes"]``: step id -> modes).
+    (``ctx.condition_modes``: step id -> modes).
     """
 
     def pointer(ref: Reference, where: tuple[str | int, ...]) -> None:
@@ -263,7 +263,7 @@ def check_control_types(ctx: Any) -> None:
     if "continue" in ctx.document:
         for path, ref in _collect_checked(ctx.document["continue"], ctx, 2, "continue"):
             pointer(ref, ("continue", *path))
-    ctx.extras["condition_modes"] = modes
+    ctx.condition_modes = modes
 
 
 def _no_element(ref: Reference, where: tuple[str | int, ...]) -> None:
@@ -298,13 +298,13 @@ def _check_element(step: Mapping[str, Any], ref: Reference, where: tuple[str | i
     _no_element(ref, where)
 
 
-def _ref_schema(ctx: Any, ref: Reference) -> tuple[st.Schema, Mapping[str, Any]]:
+def _ref_schema(ctx: CompileContext, ref: Reference) -> tuple[st.Schema, Mapping[str, Any]]:
     schema = _select(ctx, ref)
     assert schema is not None  # check_references / _check_ref_target proved it exists
     return schema, ctx.output_type(ref.step)[1]
 
 
-def _check_list(ctx: Any, ref: Reference, where: tuple[str | int, ...]) -> None:
+def _check_list(ctx: CompileContext, ref: Reference, where: tuple[str | int, ...]) -> None:
     schema, root = _ref_schema(ctx, ref)
     types = st.types_of(schema, root)
     if types != {"array"}:
@@ -325,7 +325,7 @@ def _has_reference(value: Any) -> bool:
     return False
 
 
-def _operand_kinds(ctx: Any, operand: Any, other: frozenset[str] | None) -> frozenset[str]:
+def _operand_kinds(ctx: CompileContext, operand: Any, other: frozenset[str] | None) -> frozenset[str]:
     if is_reference(operand):
         schema, root = _ref_schema(ctx, Reference.parse(operand["$ref"]))
         return _schema_kinds(schema, root)
@@ -343,7 +343,7 @@ def _describe_kinds(kinds: frozenset[str]) -> str:
     return " | ".join(sorted(kinds)) or "nothing"
 
 
-def _check_condition_types(ctx: Any, cond: Any, where: tuple[str | int, ...]) -> tuple[str, ...]:
+def _check_condition_types(ctx: CompileContext, cond: Any, where: tuple[str | int, ...]) -> tuple[str, ...]:
     """Type-check a condition; return the comparison mode of each comparison, in order."""
     for path, ref in condition_references(cond):
         op = path[-1]
@@ -390,7 +390,7 @@ def _check_condition_types(ctx: Any, cond: Any, where: tuple[str | int, ...]) ->
     return tuple(modes)
 
 
-def _check_reads(ctx: Any, reads: list[_Site]) -> None:
+def _check_reads(ctx: CompileContext, reads: list[_Site]) -> None:
     """Refuse reading a possibly skipped output without a default, unless under the same condition."""
     steps: list[dict[str, Any]] = ctx.steps
     guarded: dict[str, Any] = {s["id"]: s["when"] for s in steps if "when" in s and "default" not in s}

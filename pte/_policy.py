@@ -340,7 +340,7 @@ class PolicyCheck:
     """A compile check (a callable taking a `CompileContext`) that enforces a `Policy`.
 
     It labels every step in topological order, stores the label sets in
-    ``ctx.extras["provenance"]`` (step id -> frozenset of labels, this plan's steps only) and
+    ``ctx.provenance`` (step id -> frozenset of labels, this plan's steps only) and
     in `labels`, then checks every sink parameter in plan order and raises
     `PlanRejected(policy_violation)` on the first violation.
     """
@@ -371,7 +371,7 @@ class PolicyCheck:
         self.literal = literal
         self.prior: Mapping[str, frozenset[str]] = MappingProxyType(_checked_prior(prior))
         self.request_literals = frozenset(request_literals)
-        #: Label sets of the last plan this check labelled (also in ctx.extras["provenance"]).
+        #: Label sets of the last plan this check labelled (also in ctx.provenance).
         self.labels: dict[str, frozenset[str]] = {}
         #: The labels of each step's arguments (what its error message may quote).
         self.input_labels: dict[str, frozenset[str]] = {}
@@ -418,7 +418,7 @@ class PolicyCheck:
         self.input_labels = {step.id: graph.input_labels(step) for step in graph.steps}
         self.decisions = {step.id: graph.implicit_labels(step) for step in graph.steps}
         self.trees = {sid: graph.trees[sid] for sid in labels}
-        ctx.extras["provenance"] = dict(labels)
+        ctx.provenance = dict(labels)
         self.endorsements = {}
         needs: dict[str, dict[str, str]] = {}
         for step, param, violation in graph.violations():
@@ -427,7 +427,7 @@ class PolicyCheck:
             needs.setdefault(step.id, {})[param] = violation.message
         self.endorsements = needs
         if needs:
-            ctx.extras["needs_endorsement"] = {sid: sorted(params) for sid, params in needs.items()}
+            ctx.needs_endorsement = {sid: sorted(params) for sid, params in needs.items()}
 
     @staticmethod
     def _endorsable(graph: Any, tool: str, param: str) -> bool:

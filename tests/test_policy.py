@@ -207,12 +207,13 @@ def test_label_plan_accepts_a_compile_context() -> None:
     assert seen["labels"] == {"s1": {"untrusted"}, "sup": {"trusted"}}
 
 
-def test_check_stores_labels_in_ctx_extras_and_on_the_check() -> None:
+def test_check_stores_labels_in_the_context_and_on_the_check() -> None:
     seen: dict[str, Any] = {}
     check = POLICY.check()
 
     def capture(ctx: CompileContext) -> None:
-        seen.update(ctx.extras["provenance"])
+        assert ctx.provenance is not None
+        seen.update(ctx.provenance)
 
     text = plan_text(EMAIL, {"id": "p", "tool": "pick", "args": {"record": ref("s1"), "field": "iban"}})
     compile_plan(text, REGISTRY, checks=[check, capture])
