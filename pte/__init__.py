@@ -59,6 +59,7 @@ from pte._errors import (
     ReasonCode,
     ReportError,
     RunPaused,
+    SpecialistError,
     ToolError,
     ToolPackError,
     ToolRegistrationError,
@@ -77,6 +78,7 @@ from pte._registry import Registry, load_pack, load_registry
 from pte._report import render_report, render_store_report, write_report
 from pte._run_view import RunView
 from pte._selection import Selection
+from pte._specialists import Specialist, load_specialists
 from pte._step_results import ExecutionResult, StepResult
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
@@ -207,6 +209,8 @@ __all__ = [
     "SQLiteStore",
     "SchemaTool",
     "Selection",
+    "Specialist",
+    "SpecialistError",
     "StepModel",
     "StepResult",
     "Store",
@@ -233,6 +237,7 @@ __all__ = [
     "load_policy",
     "load_procedures",
     "load_registry",
+    "load_specialists",
     "open_store",
     "pausing_gate",
     "pending_endorsement",

@@ -57,6 +57,7 @@ from pte._errors import (
     PTEError,
     ReasonCode,
     ReportError,
+    SpecialistError,
     ToolError,
     ToolPackError,
     ToolRegistrationError,
@@ -97,6 +98,7 @@ from pte._runs import pausing_gate as pausing_gate
 from pte._runs import resume_run as resume_run
 from pte._runs import run_in_store as run_in_store
 from pte._selection import Selection
+from pte._specialists import Specialist, load_specialists
 from pte._step_results import ExecutionResult, StepResult
 from pte._tool_schema import SchemaTool, tool_from_schema
 from pte._tool_spec import ToolSpec
@@ -182,6 +184,8 @@ __all__ = [
     "SQLiteStore",
     "SchemaTool",
     "Selection",
+    "Specialist",
+    "SpecialistError",
     "StepModel",
     "StepResult",
     "Store",
@@ -208,6 +212,7 @@ __all__ = [
     "load_policy",
     "load_procedures",
     "load_registry",
+    "load_specialists",
     "open_store",
     "pausing_gate",
     "pending_endorsement",

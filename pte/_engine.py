@@ -23,6 +23,7 @@ from pte._call_role import call_role
 from pte._compile_context import CompileCheck
 from pte._compiler import compile_plan
 from pte._control_run import is_element, note_completed, stop_if_partial
+from pte._delegation import compile_delegating
 from pte._endorsement import _Point, reset_point, set_point
 from pte._errors import AuditWriteError, ConditionNotMet, FailedClosed, LLMError, PlanRejected, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY, Executor, LiveInvoker, ToolInvoker
@@ -43,6 +44,7 @@ from pte._policy import Policy, PolicyCheck
 from pte._registry import Registry
 from pte._repair import may_repair, repair
 from pte._run_state import EngineConfig, PlanOrigin, RunResult, RunStatus, _Run
+from pte._specialists import check_specialists, coordinator_view
 from pte._stages import continue_literals, next_stage
 from pte._step_results import StepResult, resolve_result
 
@@ -135,6 +137,17 @@ class Engine:
         self.policy = policy if policy is not None else Policy.from_registry(registry)
         self.approval = approval if approval is not None else _NoApprovals(registry)
         self.tracer_provider = tracer_provider
+        # Specialists (pte._specialists): their catalogues are checked against the deployment's,
+        # and planners are shown the coordinator's view (the specialists instead of their tools).
+        check_specialists(self.config.specialists, registry)
+        self._planner_registry: Registry = (
+            coordinator_view(registry, self.config.specialists) if self.config.specialists else registry
+        )
+
+    @property
+    def planner_registry(self) -> Registry:
+        """The catalogue planners are shown: the coordinator's view when there are specialists."""
+        return self._planner_registry
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -144,7 +157,8 @@ class Engine:
         log = get_logger(run_id=audit.run_id)
         try:
             self._start(run, mode="run", request=request)
-            plan = self._plan(run, "planner", prompts.planner_messages(request, self.registry, self.policy))
+            messages = prompts.planner_messages(request, self.planner_registry, self.policy)
+            plan = self._plan(run, "planner", messages)
             stage = 1
             while True:
                 failure = self._execute(run, plan, log)
@@ -176,7 +190,7 @@ class Engine:
                 )
                 messages = prompts.replanner_messages(
                     request,
-                    self.registry,
+                    self.planner_registry,
                     plan.to_dict(),
                     completed_for_planner(self, run),
                     failure.step_id,
@@ -238,9 +252,8 @@ class Engine:
         try:
             self._start(run, mode="plan", request=request)
             # Compile only: approval is checked when the plan is executed (after `pte approve`).
-            self._plan(
-                run, "planner", prompts.planner_messages(request, self.registry, self.policy), gate=False
-            )
+            messages = prompts.planner_messages(request, self.planner_registry, self.policy)
+            self._plan(run, "planner", messages, gate=False)
             return self._finish(run, "succeeded")
         except FailedClosed as stop:
             return self._finish(run, "failed_closed", stop)
@@ -379,18 +392,26 @@ class Engine:
             endorsable=self.endorsement is not None,
         )
 
-    def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
+    def _compile(self, run: _Run, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]:
+        """Compile `text` with every check a plan from `origin` gets (no record written)."""
         policy_check = self._policy_check(run, origin)
+        plan = compile_plan(
+            text,
+            self.registry,
+            self.config.limits,
+            checks=(policy_check, *self.checks),
+            prior=run.prior,
+            prior_lists=run.prior_lists,
+            prior_types={sid: run.output_types[sid] for sid in run.prior if sid in run.output_types},
+        )
+        return plan, policy_check
+
+    def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
         try:
-            plan = compile_plan(
-                text,
-                self.registry,
-                self.config.limits,
-                checks=(policy_check, *self.checks),
-                prior=run.prior,
-                prior_lists=run.prior_lists,
-                prior_types={sid: run.output_types[sid] for sid in run.prior if sid in run.output_types},
-            )
+            if self.config.specialists and origin != "file":  # a coordinator's plan (pte._delegation)
+                plan, policy_check = compile_delegating(self, run, origin, text)
+            else:
+                plan, policy_check = self._compile(run, origin, text)
         except PlanRejected as rejection:
             self._record_rejection(run, origin, text, rejection)
             raise

@@ -280,6 +280,10 @@ class ProcedureError(PTEError):
     """A procedure file is refused at load (the message names the procedure and why)."""
 
 
+class SpecialistError(PTEError):
+    """A specialist declaration is refused (the message names the specialist and why)."""
+
+
 class ApprovalStoreError(PTEError):
     """The approval store cannot be read or written, or holds a malformed line."""
 

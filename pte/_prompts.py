@@ -36,6 +36,8 @@ __all__ = [
     "planner_messages",
     "repair_messages",
     "replanner_messages",
+    "specialist_messages",
+    "specialist_of",
     "stage_messages",
 ]
 
@@ -574,6 +576,23 @@ def _procedures_text(registry: Registry, types: _Types) -> str:
     return "\n\n".join(entries)
 
 
+#: Heads the specialists in a coordinating planner's catalogue (pte._delegation).
+SPECIALISTS_INTRO = """Specialists: planners with tools of their own, which are not listed here. To hand \
+one a task, write the step {"id": "x", "delegate": "<specialist>", "task": "<the task, in words, and \
+the result you need>", "inputs": {"<name>": <a value or {"$ref": ...}>, ...}} (only "after" may be \
+added; no tool, args, for_each, when or default). Before anything runs, the specialist plans the \
+task; its steps run as x__STEP, and later steps read its result as {"$ref": "x"} or \
+{"$ref": "x/<field>"}. Pass data through inputs: the specialist sees their types and labels, never \
+their values. A specialist name not listed here rejects the plan (tool_not_allowed)."""
+
+
+def _specialists_text(registry: Registry) -> str:
+    entries = [SPECIALISTS_INTRO]
+    for spec in getattr(registry, "specialists", ()):
+        entries.append(f"{spec.name} [specialist]\n{spec.description.strip()}")
+    return "\n\n".join(entries)
+
+
 def catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
     """The tool catalogue as the planner is shown it: shared types once, then one entry per tool."""
     types = _Types()
@@ -590,6 +609,8 @@ def catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
     tools = "\n\n".join(_tool_text(spec, writer, registry, policy) for spec, writer in writers)
     if getattr(registry, "procedures", None):
         tools += "\n\n" + _procedures_text(registry, types)
+    if getattr(registry, "specialists", None):  # a coordinator's view (pte._specialists)
+        tools += "\n\n" + _specialists_text(registry)
     if not types.order:
         return tools
     shared = "\n".join(f"{name} = {_Writer(local, d).type(body)}" for name, body, local, d in types.order)
@@ -696,6 +717,47 @@ parameters still refuse untrusted data). Choose records by the trusted fields yo
 def _handle_rules(handles: bool) -> str:
     """The paragraph on handles (pte._handles), when the data blocks may hold them."""
     return f"{HANDLE_RULES}\n\n" if handles else ""
+
+
+#: Opens a specialist's prompt (`{name}`: the specialist); `specialist_of` reads the name back.
+SPECIALIST_INTRO = """You are the specialist planner '{name}'. A coordinating planner delegated ONE \
+task to you (below). Write the plan for that task only, with only the tools listed below (any \
+other tool rejects it: tool_not_allowed); its "result" is all the coordinator receives, so give \
+it the fields the task asks for. The task's inputs are handles: you see their types and labels, \
+never their values. Read input NAME as {{"$param": "NAME"}} wherever a value may stand (in args, \
+conditions or the result); reference only your own steps."""
+
+_SPECIALIST_NAME = re.compile(r"\AYou are the specialist planner '([a-z][a-z0-9_]{0,31})'\.")
+
+
+def specialist_of(messages: Sequence[Mapping[str, str]]) -> str | None:
+    """The specialist a prompt asks (from `SPECIALIST_INTRO`), or None for any other prompt."""
+    if not messages:
+        return None
+    match = _SPECIALIST_NAME.match(str(messages[0].get("content", "")))
+    return match.group(1) if match else None
+
+
+def specialist_messages(
+    name: str,
+    instructions: str,
+    registry: Registry,
+    policy: Policy | None,
+    task: str,
+    inputs: Mapping[str, tuple[Any, Sequence[str]]],
+) -> list[dict[str, str]]:
+    """A specialist's messages (pte._delegation): its own rules and catalogue, the task as the
+    coordinator wrote it, and each input as a handle (its schema and labels, never its value)."""
+    system = f"{SPECIALIST_INTRO.format(name=name)}\n\n{_rules()}\n\n{_tools(registry, policy)}"
+    if instructions.strip():
+        system += f"\n\nThe deployment's instructions for {name}:\n{instructions.strip()}"
+    lines = [
+        f"{key}: {json.dumps({'schema': schema, 'labels': list(labels)}, ensure_ascii=False, sort_keys=True)}"
+        for key, (schema, labels) in sorted(inputs.items())
+    ]
+    head = 'The inputs (read as {"$param": NAME}):'
+    user = f"The task:\n{task}\n\n{head}\n" + ("\n".join(lines) or "(none)")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def planner_messages(request: str, registry: Registry, policy: Policy | None = None) -> list[dict[str, str]]:

@@ -20,8 +20,9 @@ from pte._flow import Decided
 from pte._labels import LabelTree
 from pte._otel import RunTracer
 from pte._plan import Plan
-from pte._policy import Policy
+from pte._policy import Policy, PolicyCheck
 from pte._registry import Registry
+from pte._specialists import Specialist, specialists_from_records
 from pte._step_results import StepResult
 
 __all__ = [
@@ -40,7 +41,7 @@ PLANNER_DATA: tuple[str, ...] = ("handles", "shown")
 
 #: condition_not_met: a `require` step's condition was false (pte._control): not a failure.
 RunStatus = Literal["succeeded", "failed_closed", "condition_not_met"]
-PlanOrigin = Literal["planner", "replanner", "file", "stage", "repair"]
+PlanOrigin = Literal["planner", "replanner", "file", "stage", "repair", "specialist"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class EngineConfig:
     data_budget: int | None = DEFAULT_DATA_BUDGET
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "specialists", tuple(self.specialists))
         if self.planner_data not in PLANNER_DATA:
             raise ValueError(f"planner_data must be one of {list(PLANNER_DATA)}, not {self.planner_data!r}")
         budget = self.data_budget
@@ -74,6 +76,9 @@ class EngineConfig:
     #: Send a plan rejected for a reason the planner can fix back to it once, as a replan
     #: counted against `max_replans` (pte._repair); `max_replans=0` disables it too.
     repair: bool = True
+    #: The deployment's specialists (pte._specialists): planners a coordinating planner
+    #: delegates tasks to (pte._delegation). Empty: every planner is shown the whole catalogue.
+    specialists: tuple[Specialist, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -87,6 +92,8 @@ class EngineConfig:
         }
         if self.repair:  # absent: no repair, as in every run recorded before it existed
             out["repair"] = True
+        if self.specialists:  # absent: none, as in every run recorded before they existed
+            out["specialists"] = [spec.to_dict() for spec in self.specialists]
         return out
 
     @classmethod
@@ -105,6 +112,7 @@ class EngineConfig:
             data_budget=data.get("data_budget"),
             # A run recorded before repair existed never repaired: its replay must not either.
             repair=bool(data.get("repair", False)),
+            specialists=specialists_from_records(data["specialists"]) if "specialists" in data else (),
         )
 
 
@@ -222,3 +230,8 @@ class EngineView(Protocol):
     def _ask_plan(self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]]) -> str: ...
 
     def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan: ...
+
+    def _compile(self, run: _Run, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]: ...
+
+    @property
+    def planner_registry(self) -> Registry: ...

@@ -124,7 +124,7 @@ def next_stage(engine: EngineView, run: _Run, request: str, plan: Plan, stage: i
     completed = [(sid, tool, run.output_types.get(sid)) for sid, tool in run.prior.items()]
     messages = stage_messages(
         request,
-        engine.registry,
+        engine.planner_registry,
         engine.policy,
         stage,
         shown,

@@ -12,6 +12,13 @@ for a real model, and the audit log replays like any other::
     result = Engine(registry, model).run("How many unread e-mails do I have?", audit)
     assert model.unused() == {}
 
+A deployment with specialists (pte._specialists) is scripted by specialist: the engine asks a
+specialist for its sub-plan with role ``specialist``, and the model tells which one from its
+prompt::
+
+    model = ScriptedModel(planner=[coordinator_plan],
+                          specialists={"payments": [sub_plan], "collections": [other_sub_plan]})
+
 An answer is a plan document (a dict or list, sent as JSON), text, an `LLMResponse`, or a
 function ``(messages, call) -> any of those`` for an answer that depends on the prompt.
 """
@@ -24,12 +31,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pte._llm import LLMResponse
+from pte._prompts import specialist_of
 from pte.testing._function_client import FunctionCall, FunctionClient
 
 __all__ = ["ROLES", "ScriptExhausted", "ScriptedModel"]
 
 #: The roles an engine calls a model for (`pte._call_role`).
-ROLES = ("planner", "replanner", "stage", "repair", "finalizer")
+ROLES = ("planner", "replanner", "stage", "repair", "finalizer", "specialist")
 
 Answer = (
     str | Mapping[str, Any] | list[Any] | LLMResponse | Callable[[list[dict[str, str]], FunctionCall], Any]
@@ -41,7 +49,7 @@ class ScriptExhausted(AssertionError):
 
 
 class ScriptedModel(FunctionClient):
-    """`LLMClient` answering planner, replanner, stage, repair and finalizer calls from scripts.
+    """`LLMClient` answering planner, replanner, stage, repair, finalizer and specialist calls.
 
     Each role's answers are served in order. A call for a role with no answer left raises
     `ScriptExhausted` (an AssertionError: the run went another way than the test expected).
@@ -57,6 +65,7 @@ class ScriptedModel(FunctionClient):
         stage: Iterable[Answer] = (),
         repair: Iterable[Answer] = (),
         finalizer: Iterable[Answer] = (),
+        specialists: Mapping[str, Iterable[Answer]] | None = None,
         model: str = "scripted",
     ) -> None:
         super().__init__(self._answer, model=model)
@@ -67,6 +76,9 @@ class ScriptedModel(FunctionClient):
             "repair": deque(repair),
             "finalizer": deque(finalizer),
         }
+        # A specialist's sub-plans (and its repairs) by its name: ``specialist:NAME``.
+        for name, answers in (specialists or {}).items():
+            self.script[f"specialist:{name}"] = deque(answers)
         self._given = {role: len(answers) for role, answers in self.script.items()}
         self.roles: list[str] = []
 
@@ -81,6 +93,8 @@ class ScriptedModel(FunctionClient):
 
     def _answer(self, messages: list[dict[str, str]], call: FunctionCall) -> str | LLMResponse:
         role = call.role or ("planner" if call.wants_json else "finalizer")
+        if role == "specialist":  # which specialist: its prompt says (pte._prompts.SPECIALIST_INTRO)
+            role = f"specialist:{specialist_of(messages)}"
         queue = self.script.get(role)
         if not queue:
             raise ScriptExhausted(

@@ -1,0 +1,297 @@
+"""Specialists (#29): a coordinator delegates tasks; sub-plans are asked before anything runs,
+checked against the specialist's catalogue, inlined and compiled as one plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pte._audit import AuditLog
+from pte._audit_verify import read_records, verify
+from pte._cli import main
+from pte._engine import Engine
+from pte._errors import ReasonCode, SpecialistError
+from pte._prompts import planner_messages
+from pte._registry import Registry, load_registry
+from pte._replay import replay_file
+from pte._run_state import EngineConfig
+from pte._specialists import Specialist, coordinator_view, load_specialists
+from pte.testing import ScriptedModel
+
+COLLECTIONS = Specialist(
+    name="collections",
+    description="Knows what customers owe and reminds them of overdue invoices.",
+    catalogue=("list_overdue_invoices", "customer_balance", "queue_reminder", "send_reminders"),
+    instructions="Answer with decimal strings as the ledger gives them.",
+)
+TREASURY = Specialist(
+    name="treasury",
+    description="Exchange rates and supplier payments.",
+    catalogue=("fx_rate", "list_suppliers", "get_supplier", "send_payment"),
+)
+DOCUMENTS = Specialist(
+    name="documents",
+    description="Reads the inbox and documents (third-party text).",
+    catalogue=("read_inbox", "read_document"),
+)
+SPECIALISTS = (COLLECTIONS, TREASURY)
+
+COORDINATOR: dict[str, Any] = {
+    "pte_plan": "1",
+    "steps": [
+        {"id": "cust", "tool": "get_customer", "args": {"customer_id": "C002"}},
+        {
+            "id": "owed",
+            "delegate": "collections",
+            "task": "What does this customer owe? Return {owes, overdue}.",
+            "inputs": {"customer_id": {"$ref": "cust/customer_id"}},
+        },
+        {
+            "id": "rate",
+            "delegate": "treasury",
+            "task": "The rate from the customer's currency to USD. Return {rate}.",
+            "inputs": {"currency": {"$ref": "cust/currency"}},
+        },
+    ],
+    "result": {"owes": {"$ref": "owed/owes"}, "rate": {"$ref": "rate/rate"}, "all": {"$ref": "owed"}},
+}
+COLLECTIONS_PLAN: dict[str, Any] = {
+    "pte_plan": "1",
+    "steps": [
+        {"id": "balance", "tool": "customer_balance", "args": {"customer_id": {"$param": "customer_id"}}}
+    ],
+    "result": {"owes": {"$ref": "balance/open_total"}, "overdue": {"$ref": "balance/overdue_total"}},
+}
+TREASURY_PLAN: dict[str, Any] = {
+    "pte_plan": "1",
+    "steps": [{"id": "fx", "tool": "fx_rate", "args": {"base": {"$param": "currency"}, "quote": "USD"}}],
+    "result": {"rate": {"$ref": "fx/rate"}},
+}
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(["--quiet", *argv])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "ledger.sqlite"
+    code, out, _ = _cli(capsys, "ledger", "init", "--path", str(path))
+    assert code == 0, out
+    monkeypatch.setenv("PTE_LEDGER", str(path))
+    return path
+
+
+def _registry() -> Registry:
+    return load_registry(["backoffice"])
+
+
+def _engine(model: ScriptedModel, specialists: tuple[Specialist, ...] = SPECIALISTS, **kw: Any) -> Engine:
+    config = EngineConfig(specialists=specialists, llm_answer=False, **kw)
+    return Engine(_registry(), model, config=config)
+
+
+def test_two_specialists_end_to_end_verify_and_replay(tmp_path: Path, ledger: Path) -> None:
+    model = ScriptedModel(
+        planner=[COORDINATOR],
+        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
+    )
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log) as audit:
+        result = _engine(model).run("What does C002 owe, and at what USD rate?", audit)
+    assert result.ok, result.message
+    assert model.unused() == {}
+    assert model.roles == ["planner", "specialist:collections", "specialist:treasury"]
+    assert result.result["owes"] == "44574.39"
+    assert result.result["all"]["overdue"] == result.result["all"]["overdue"]  # read whole
+    records = read_records(log)
+    calls = [r for r in records if r["type"] == "llm_call"]
+    assert [c["role"] for c in calls] == ["planner", "specialist", "specialist"]
+    # The specialist was shown its catalogue, the task and the inputs' schemas and labels.
+    shown = calls[1]["messages"][0]["content"] + calls[1]["messages"][1]["content"]
+    assert "customer_balance" in shown and "fx_rate(" not in shown and "get_customer(" not in shown
+    assert '"labels": ["trusted"]' in shown and "C002" not in calls[1]["messages"][1]["content"]
+    # One plan: the inlined tree, nested steps x__step, in the log as steps.
+    accepted = [r for r in records if r["type"] == "plan_accepted"]
+    assert len(accepted) == 1
+    assert [s["id"] for s in accepted[0]["plan"]["steps"]] == ["cust", "owed__balance", "rate__fx"]
+    started = [r["step_id"] for r in records if r["type"] == "step_started"]
+    assert started == ["cust", "owed__balance", "rate__fx"]
+    assert verify(log).ok
+    report = replay_file(log)
+    assert report.ok, report.render()
+    # Against the deployment: the same registry and specialists.
+    report = replay_file(log, registry=_registry())
+    assert report.ok, report.render()
+
+
+def test_coordinator_prompt_is_smaller_than_the_flat_catalogue() -> None:
+    registry = _registry()
+    flat = planner_messages("x", registry)[0]["content"]
+    view = coordinator_view(registry, (COLLECTIONS, TREASURY, DOCUMENTS))
+    coordinator = planner_messages("x", view)[0]["content"]
+    assert len(coordinator) < len(flat)
+    assert '"delegate"' in coordinator and "collections [specialist]" in coordinator
+    assert "send_payment(" not in coordinator and "get_customer(" in coordinator
+
+
+def test_a_sub_plan_naming_a_tool_outside_its_catalogue_is_refused(tmp_path: Path, ledger: Path) -> None:
+    outside = {
+        "pte_plan": "1",
+        "steps": [
+            {
+                "id": "pay",
+                "tool": "send_payment",
+                "args": {"iban": "x", "amount": "1", "currency": "EUR", "reference": "r"},
+            }
+        ],
+        "result": {"$ref": "pay"},
+    }
+    model = ScriptedModel(planner=[COORDINATOR], specialists={"collections": [outside]})
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        result = _engine(model).run("What does C002 owe?", audit)
+    assert result.reason == ReasonCode.TOOL_NOT_ALLOWED
+    assert "'send_payment' is not in specialist 'collections'" in str(result.message)
+    assert "customer_balance" in str(result.message)  # what it may use
+    assert result.steps == []  # nothing ran
+    assert verify(tmp_path / "a.jsonl").ok
+    assert replay_file(tmp_path / "a.jsonl").ok
+
+
+def test_unknown_specialist_and_a_specialists_tool_used_directly_are_tool_not_allowed(
+    tmp_path: Path, ledger: Path
+) -> None:
+    unknown = json.loads(json.dumps(COORDINATOR))
+    unknown["steps"][1]["delegate"] = "legal"
+    model = ScriptedModel(planner=[unknown])
+    with AuditLog(tmp_path / "a.jsonl") as audit:
+        result = _engine(model).run("x", audit)
+    assert result.reason == ReasonCode.TOOL_NOT_ALLOWED and "no specialist 'legal'" in str(result.message)
+    direct = {
+        "pte_plan": "1",
+        "steps": [{"id": "b", "tool": "customer_balance", "args": {"customer_id": "C002"}}],
+        "result": {"$ref": "b"},
+    }
+    model = ScriptedModel(planner=[direct])
+    with AuditLog(tmp_path / "b.jsonl") as audit:
+        result = _engine(model).run("x", audit)
+    assert result.reason == ReasonCode.TOOL_NOT_ALLOWED and "delegate" in str(result.message)
+
+
+def test_a_sub_plan_rejected_for_a_fixable_reason_is_repaired_once(tmp_path: Path, ledger: Path) -> None:
+    wrong = json.loads(json.dumps(COLLECTIONS_PLAN))
+    wrong["result"] = {"owes": {"$ref": "balance/no_such_field"}}
+    model = ScriptedModel(
+        planner=[COORDINATOR],
+        specialists={"collections": [wrong, COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
+    )
+    log = tmp_path / "a.jsonl"
+    with AuditLog(log) as audit:
+        result = _engine(model).run("x", audit)
+    assert result.ok, result.message
+    repairs = [r for r in read_records(log) if r["type"] == "repair"]
+    assert [r["origin"] for r in repairs] == ["specialist"]
+    assert replay_file(log).ok
+    # With no replan left, the same rejection ends the run instead.
+    model = ScriptedModel(
+        planner=[COORDINATOR], specialists={"collections": [wrong], "treasury": [TREASURY_PLAN]}
+    )
+    with AuditLog(tmp_path / "b.jsonl") as audit:
+        result = _engine(model, max_replans=0).run("x", audit)
+    assert result.reason == ReasonCode.BAD_REFERENCE
+
+
+def test_untrusted_data_handed_to_a_specialist_cannot_reach_a_guarded_sink(
+    tmp_path: Path, ledger: Path
+) -> None:
+    """Injection: an IBAN read from an e-mail, handed to the payments specialist as an input,
+    is refused at compile exactly as the same payment written inline (policy_violation)."""
+    coordinator = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "mail", "tool": "read_inbox", "args": {}},
+            {
+                "id": "pay",
+                "delegate": "treasury",
+                "task": "Pay 100 EUR to this IBAN with reference INV-1.",
+                "inputs": {"iban": {"$ref": "mail/messages/0/body"}},
+            },
+        ],
+        "result": {"$ref": "pay"},
+    }
+    sub = {
+        "pte_plan": "1",
+        "steps": [
+            {
+                "id": "send",
+                "tool": "send_payment",
+                "args": {
+                    "iban": {"$param": "iban"},
+                    "amount": "100",
+                    "currency": "EUR",
+                    "reference": "INV-1",
+                },
+            }
+        ],
+        "result": {"$ref": "send"},
+    }
+    model = ScriptedModel(planner=[coordinator], specialists={"treasury": [sub]})
+    log = tmp_path / "a.jsonl"
+    with AuditLog(log) as audit:
+        result = _engine(model, specialists=(TREASURY,), max_replans=0).run("Pay what the e-mail asks", audit)
+    assert result.reason == ReasonCode.POLICY_VIOLATION, result.message
+    assert result.steps == []
+    # The specialist was told the input is untrusted, and never shown its text.
+    call = next(r for r in read_records(log) if r["type"] == "llm_call" and r["role"] == "specialist")
+    assert '"labels": ["untrusted"]' in call["messages"][1]["content"]
+
+
+def test_an_edited_recorded_sub_plan_answer_fails_verify_and_replay(tmp_path: Path, ledger: Path) -> None:
+    """Tamper: the specialist's recorded answer is edited (another customer); the chain breaks."""
+    model = ScriptedModel(
+        planner=[COORDINATOR],
+        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
+    )
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log) as audit:
+        assert _engine(model).run("x", audit).ok
+    lines = log.read_text(encoding="utf-8").splitlines()
+    for index, line in enumerate(lines):
+        record = json.loads(line)
+        if record.get("type") == "llm_call" and record.get("role") == "specialist":
+            record["response"] = record["response"].replace("open_total", "overdue_total")
+            lines[index] = json.dumps(record, ensure_ascii=False)
+            break
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert not verify(log).ok
+    code = main(["--quiet", "replay", str(log)])
+    assert code != 0
+
+
+def test_declarations_are_checked(tmp_path: Path) -> None:
+    registry = _registry()
+    bad = Specialist(name="x", description="d", catalogue=("no_such_tool",))
+    with pytest.raises(SpecialistError, match="no_such_tool"):
+        Engine(registry, None, config=EngineConfig(specialists=(bad,)))
+    with pytest.raises(SpecialistError, match="name of a tool"):
+        Engine(registry, None, config=EngineConfig(specialists=(Specialist("fx_rate", "d", ("fx_rate",)),)))
+    with pytest.raises(SpecialistError, match="must match"):
+        Specialist(name="Bad Name", description="d", catalogue=("fx_rate",))
+    path = tmp_path / "s.yaml"
+    path.write_text("specialists:\n  - name: treasury\n    description: Rates.\n    catalogue: [fx_rate]\n")
+    assert load_specialists(path) == (Specialist("treasury", "Rates.", ("fx_rate",)),)
+    path.write_text("[{}]")
+    with pytest.raises(SpecialistError, match="missing"):
+        load_specialists(path)
+    # Recorded in run_started and read back by replay.
+    config = EngineConfig(specialists=SPECIALISTS)
+    assert EngineConfig.from_dict(config.to_dict()).specialists == SPECIALISTS
