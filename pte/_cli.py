@@ -35,6 +35,7 @@ from pte._cli_deployment import (
     _print_json,
     _registry,
     _report_run,
+    add_specialists_option,
     current_redactor,
     set_redactor,
 )
@@ -411,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--audit", metavar="LOG")
     _add_run_store(p)
     _add_llm(p)
+    add_specialists_option(p)
     p.add_argument("--max-replans", type=non_negative_int, default=2)
     p.add_argument(
         "--no-repair",
@@ -445,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools(p)
     p.add_argument("-o", "--output", required=True, metavar="PLAN_FILE")
     p.add_argument("--audit", metavar="LOG", help="also record the planner call")
+    add_specialists_option(p)
     _add_llm(p)
     _add_json(p)
     p.set_defaults(func=cmd_plan)
@@ -491,14 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_audit_commands(audit)
 
-
     add_replay_commands(sub)
     add_endorse_command(sub, _add_json)
 
     cli_store.add_commands(sub, _add_tools, _add_json, _add_llm)
 
     add_tools_command(sub)
-
 
     add_runs_command(sub, _add_json)
 

@@ -132,6 +132,34 @@ def add_procedures_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_specialists_option(parser: argparse.ArgumentParser) -> None:
+    """--specialists FILE: the deployment's specialists (docs/specialists.md)."""
+    parser.add_argument(
+        "--specialists",
+        metavar="FILE",
+        help="a JSON or YAML file of specialists the planner delegates to (docs/specialists.md)",
+    )
+
+
+def specialists_of(args: argparse.Namespace, registry: Registry | None) -> Any:
+    """The specialists of --specialists FILE, checked against the deployment's registry (None:
+    no option). A file that does not load or names tools outside the allow-list is a usage error."""
+    path = getattr(args, "specialists", None)
+    if path is None:
+        return None
+    from pte._errors import SpecialistError
+    from pte._specialists import check_specialists, load_specialists
+
+    input_file(path, "--specialists file")
+    try:
+        specialists = load_specialists(path)
+        if registry is not None:
+            check_specialists(specialists, registry)
+    except SpecialistError as exc:
+        raise UsageError(f"--specialists {path!r}: {exc}") from None
+    return specialists
+
+
 def _add_approvals(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
     parser.add_argument(
@@ -247,6 +275,7 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
         llm_answer=not getattr(args, "no_llm_answer", False),
         planner_data=getattr(args, "planner_data", "handles"),
         data_budget=getattr(args, "data_budget", DEFAULT_DATA_BUDGET),
+        specialists=specialists_of(args, registry) or (),
     )
     policy = _policy(registry, args)
     gate = approval if approval is not None else _gate(registry, args, policy)

@@ -25,6 +25,8 @@ from pte._cli_deployment import (
     _registry,
     _report_run,
     add_procedures_option,
+    add_specialists_option,
+    specialists_of,
 )
 from pte._cli_store import add_store
 from pte._cli_support import UsageError, input_file
@@ -51,6 +53,7 @@ def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
         keys=_approval_keys(args),
         anchors=_deployment_anchors() if registry is not None else None,
         endorsements=endorsement_gate(args, _approval_keys(args)) if registry is not None else None,
+        specialists=specialists_of(args, registry),
     )
 
 
@@ -141,6 +144,7 @@ def add_replay_commands(sub: Any) -> None:
     )
     p.add_argument("--policy", metavar="FILE", help="the deployment's policy file (with --tools)")
     add_procedures_option(p)
+    add_specialists_option(p)
     p.add_argument("--live", action="store_true", help="re-run read tools for real and diff their outputs")
     p.add_argument("--allow-writes", action="store_true", help="with --live: re-run write tools too")
     _add_approvals(p)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -94,6 +94,9 @@ class Deployment:
     #: resume takes decisions from it; None: recorded endorsements are re-checked as evidence
     #: (replay), and a call without one is where the recorded run paused.
     endorsements: Any = None
+    #: The deployment's specialists (pte._specialists); None: the recorded ones. Replay checks
+    #: the run against them (other specialists diverge at ``run_started.config``).
+    specialists: tuple[Any, ...] | None = None
 
     def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
         recorded = started.get("config") or {}
@@ -105,6 +108,8 @@ class Deployment:
         else:
             policy = _recorded_policy(registry, recorded.get("policy"))
         config = self.config if self.config is not None else EngineConfig.from_dict(recorded)
+        if self.specialists is not None:
+            config = replace(config, specialists=tuple(self.specialists))
         return registry, policy, config
 
 

@@ -37,7 +37,18 @@ NOWHERE = "redis://127.0.0.1:9/0"
 BASES: dict[str, list[str]] = {
     "validate": ["validate", "plan.json", "--tools", "calculator"],
     "execute": ["execute", "plan.json", "--tools", "calculator", "--audit", "o.jsonl"],
-    "run": ["run", "x", "--tools", "calculator", "--audit", "o2.jsonl", "--replay-responses", "resp.json"],
+    "run": [
+        "run",
+        "x",
+        "--tools",
+        "calculator",
+        "--audit",
+        "o2.jsonl",
+        "--replay-responses",
+        "resp2.json",
+        "--specialists",
+        "spec.json",
+    ],
     "plan": ["plan", "x", "--tools", "calculator", "-o", "p.json", "--replay-responses", "resp.json"],
     "approve": ["approve", "plan.json", "--tools", "calculator", "--by", "al"],
     "keys generate": ["keys", "generate", "--private", "k1", "--public", "k1.pub"],
@@ -90,6 +101,15 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fuzz_options")
     (root / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
     (root / "resp.json").write_text(json.dumps([json.dumps(PLAN)]), encoding="utf-8")
+    # A coordinator delegating to a specialist (docs/specialists.md), then its sub-plan.
+    spec = [{"name": "calc", "description": "Does arithmetic.", "catalogue": ["calculator"]}]
+    (root / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    delegating = {
+        "pte_plan": "1",
+        "steps": [{"id": "d", "delegate": "calc", "task": "1 + 2"}],
+        "result": {"$ref": "d"},
+    }
+    (root / "resp2.json").write_text(json.dumps([json.dumps(delegating), json.dumps(PLAN)]), encoding="utf-8")
     os.mkfifo(root / "fifo")
     (root / "dir").mkdir()
     with _in(root):

@@ -295,3 +295,51 @@ def test_declarations_are_checked(tmp_path: Path) -> None:
     # Recorded in run_started and read back by replay.
     config = EngineConfig(specialists=SPECIALISTS)
     assert EngineConfig.from_dict(config.to_dict()).specialists == SPECIALISTS
+
+
+def test_cli_run_with_specialists_verify_and_replay(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "specialists.json"
+    spec.write_text(json.dumps({"specialists": [s.to_dict() for s in SPECIALISTS]}), encoding="utf-8")
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps([json.dumps(p) for p in (COORDINATOR, COLLECTIONS_PLAN, TREASURY_PLAN)]))
+    log = tmp_path / "run.jsonl"
+    deployment = ["--tools", "backoffice", "--specialists", str(spec)]
+    argv = ["run", "What does C002 owe?", *deployment, "--replay-responses", str(answers)]
+    code, out, err = _cli(capsys, *argv, "--no-llm-answer", "--audit", str(log), "--json")
+    assert code == 0, err
+    assert json.loads(out)["result"]["owes"] == "44574.39"
+    assert _cli(capsys, "audit", "verify", str(log))[0] == 0
+    code, out, _ = _cli(capsys, "replay", str(log))
+    assert code == 0 and "same decisions" in out
+    code, out, _ = _cli(capsys, "replay", str(log), *deployment)
+    assert code == 0 and "same decisions" in out
+    # Other specialists than the run's: the replay diverges at run_started.config.
+    other = tmp_path / "other.yaml"
+    other.write_text("- name: treasury\n  description: Rates.\n  catalogue: [fx_rate]\n", encoding="utf-8")
+    code, out, _ = _cli(capsys, "replay", str(log), "--tools", "backoffice", "--specialists", str(other))
+    assert code == 1 and "run_started.config" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", "does not parse"),
+        ("[]", "non-empty list"),
+        ('[{"name": "x", "description": "d", "catalogue": ["no_such_tool"]}]', "no_such_tool"),
+        ('[{"name": "x", "description": "d"}]', "missing"),
+        ('[{"name": "x", "description": "d", "catalogue": ["fx_rate"], "tools": []}]', "unknown key"),
+    ],
+)
+def test_cli_a_bad_specialists_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    spec = tmp_path / "s.json"
+    spec.write_text(content, encoding="utf-8")
+    out = str(tmp_path / "p.json")
+    argv = ["plan", "x", "--tools", "backoffice", "--specialists", str(spec), "-o", out]
+    answers = tmp_path / "answers.json"
+    answers.write_text("[]", encoding="utf-8")
+    code, _, err = _cli(capsys, *argv, "--replay-responses", str(answers))
+    assert code == 2 and message in err and "Traceback" not in err
