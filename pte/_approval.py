@@ -46,11 +46,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from pte import _json as strict_json
 from pte._approval_record import (
     Approval,
+    ProcedureApproval,
     _check_by,
     _format_time,
     _utc_now,
@@ -90,6 +91,8 @@ SIGNING_KEY_FILE_ENV = "PTE_APPROVAL_SIGNING_KEY_FILE"
 #: The old HMAC key variable: refused with a clear message.
 LEGACY_KEY_ENV = "PTE_APPROVAL_KEY"
 
+_D = TypeVar("_D", Approval, ProcedureApproval)
+
 _LEGACY_KEYS = frozenset({"plan_hash", "by", "at", "signature"})
 _CONSUMED_KEYS = frozenset({"consumed", "plan_hash", "step_id", "run_id", "at"})
 
@@ -121,6 +124,11 @@ class _StoreContents:
     legacy: dict[str, list[str]] = field(default_factory=dict)
     #: (approval id, step id) -> the consumption.
     consumed: dict[tuple[str, str], Consumption] = field(default_factory=dict)
+    #: Approvals of procedure versions (bound to no run; pte._procedure_approval).
+    procedure_approvals: list[ProcedureApproval] = field(default_factory=list)
+    #: (approval id, run id, step id) -> the consumption: a procedure approval serves many runs,
+    #: each of which runs each of its writes once.
+    consumed_in_run: dict[tuple[str, str, str], Consumption] = field(default_factory=dict)
 
 
 class ApprovalStore:
@@ -151,6 +159,9 @@ class ApprovalStore:
                         data["consumed"], data["plan_hash"], data["step_id"], data["run_id"], data["at"]
                     )
                     contents.consumed.setdefault((used.approval, used.step_id), used)
+                    contents.consumed_in_run.setdefault((used.approval, used.run_id, used.step_id), used)
+                elif isinstance(data, dict) and "pte_procedure_approval" in data:
+                    contents.procedure_approvals.append(ProcedureApproval.from_dict(data))
                 elif isinstance(data, dict) and set(data) == _LEGACY_KEYS:
                     contents.legacy.setdefault(str(data["plan_hash"]), []).append(str(data["by"]))
                 else:
@@ -207,12 +218,18 @@ class ApprovalStore:
             except OSError as exc:
                 raise ApprovalStoreError(f"cannot write approval store {str(self.path)!r}: {exc}") from None
 
-    def add(self, approval: Approval) -> None:
+    def add(self, approval: Approval | ProcedureApproval) -> None:
         """Append one approval (fsynced: an approval someone was told about must not vanish)."""
         self._append(canonical_json(approval.to_dict()) + "\n")
 
     def consume(
-        self, approval: Approval, plan_hash: str, step_id: str, run_id: str, *, recall: bool = False
+        self,
+        approval: Approval | ProcedureApproval,
+        plan_hash: str,
+        step_id: str,
+        run_id: str,
+        *,
+        recall: bool = False,
     ) -> Consumption:
         """Record that `approval` runs `step_id` now; `ApprovalConsumed` if it already ran it.
 
@@ -220,13 +237,19 @@ class ApprovalStore:
         racing for the same approval and step, exactly one gets it. `recall`: the step's tool
         takes an idempotency key and this is the same run calling the same step again (resume
         after a crash): the earlier consumption stands for it, the tool applies the key once,
-        and nothing is appended.
+        and nothing is appended. A procedure approval (`ProcedureApproval`) serves many runs:
+        its consumption is keyed by run and step, so each run runs each write once.
         """
         used = Consumption(approval.id, plan_hash, step_id, run_id, _format_time(_utc_now()))
         again: list[Consumption] = []
+        per_run = isinstance(approval, ProcedureApproval)
 
         def check(contents: _StoreContents) -> None:
-            earlier = contents.consumed.get((approval.id, step_id))
+            earlier = (
+                contents.consumed_in_run.get((approval.id, run_id, step_id))
+                if per_run
+                else contents.consumed.get((approval.id, step_id))
+            )
             if earlier is None:
                 return
             if recall and earlier.run_id == run_id and earlier.plan_hash == plan_hash:
@@ -245,7 +268,9 @@ class _Recalled(Exception):
     """Internal: a keyed re-call of a step its run already consumed the approval for."""
 
 
-def _consumed_message(approval: Approval, earlier: Consumption, run_id: str | None = None) -> str:
+def _consumed_message(
+    approval: Approval | ProcedureApproval, earlier: Consumption, run_id: str | None = None
+) -> str:
     if run_id is not None and earlier.run_id == run_id:
         # The same run, the same step again: its first call may have taken effect. Approving
         # again would pay twice; a person must look at what happened.
@@ -254,6 +279,11 @@ def _consumed_message(approval: Approval, earlier: Consumption, run_id: str | No
             f"({earlier.at}); that call's effect is unknown and the tool takes no idempotency key, so "
             "it is not called again: check whether it took effect (the run needs review); do not "
             "approve it again to retry"
+        )
+    if isinstance(approval, ProcedureApproval):
+        return (
+            f"run {earlier.run_id} already used the approval of procedure {approval.procedure} by "
+            f"{approval.by} to run step {earlier.step_id!r} ({earlier.at}); each run runs each write once"
         )
     return (
         f"the approval of plan {approval.plan_hash} by {approval.by} was already used to run step "
@@ -332,26 +362,36 @@ def make_approval(
 ) -> Approval:
     """An approval of run `run` (default: a new run id) of `plan_hash` against `catalogue`
     (signed with `signing_key` when given), not stored."""
-    _check_by(by)
-    if valid_for <= timedelta(0):
-        raise ValueError("valid_for must be positive")
-    when = at if at is not None else _utc_now()
+    when, expires = validity(by, at, valid_for)
     fields: dict[str, Any] = {
         "run": run if run is not None else uuid.uuid4().hex,
         "plan_hash": plan_hash,
         "catalogue": catalogue,
         "by": by,
-        "at": _format_time(when),
-        "expires": _format_time(when + valid_for),
+        "at": when,
+        "expires": expires,
     }
+    return sign_decision(Approval, fields, signing_key)
+
+
+def validity(by: str, at: datetime | None, valid_for: timedelta) -> tuple[str, str]:
+    """(at, expires) of an approval `by` gives at `at` (default now) for `valid_for` (checked)."""
+    _check_by(by)
+    if valid_for <= timedelta(0):
+        raise ValueError("valid_for must be positive")
+    when = at if at is not None else _utc_now()
+    return _format_time(when), _format_time(when + valid_for)
+
+
+def sign_decision(cls: Callable[..., _D], fields: dict[str, Any], signing_key: SigningKey | None) -> _D:
+    """`cls(**fields)`, signed with `signing_key` when given (its key id, public key and the
+    Ed25519 signature of its `message()`): the one signing path of every approval kind."""
     if signing_key is None:
-        approval = Approval(**fields)
-    else:
-        public = signing_key.public_key
-        unsigned = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
-        signature = signing_key.sign(unsigned.message()).hex()
-        approval = Approval(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
-    return approval
+        return cls(**fields)
+    public = signing_key.public_key
+    unsigned = cls(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
+    signature = signing_key.sign(unsigned.message()).hex()
+    return cls(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
 
 
 def requires_approval(plan: Plan, registry: Registry) -> list[str]:

@@ -29,10 +29,11 @@ from pte._approval import (
     consumable_steps,
     requires_approval,
 )
-from pte._approval_record import Approval, _utc_now
+from pte._approval_record import Approval, ProcedureApproval, _utc_now
 from pte._audit import AuditLog
 from pte._errors import ApprovalConsumed, ApprovalMissing, ApprovalStoreError, KeyFileError
 from pte._plan import Plan, PlanStep
+from pte._procedure_approval import ProcedureCover, procedure_cover, procedure_fingerprint
 from pte._registry import Registry
 from pte._signing import SigningKey, TrustedKeys
 from pte._tool_spec import ToolSpec
@@ -81,16 +82,28 @@ class ApprovalGate:
         self.clock = clock
         self._lock = threading.Lock()
         # id(step) -> (step, approval, plan hash, run id); the step is kept so its id stays unique.
-        self._steps: OrderedDict[int, tuple[PlanStep, Approval, str, str]] = OrderedDict()
+        self._steps: OrderedDict[int, tuple[PlanStep, Approval | ProcedureApproval, str, str]] = OrderedDict()
 
     def __call__(self, plan: Plan, audit: AuditLog) -> None:
         approval = self.check(plan, run_id=audit.run_id, resuming=getattr(audit, "continues_run", False))
         if approval is None:
             return
-        audit.append("approval", **approval.evidence(signed=self.keys is not None))
+        signed = self.keys is not None
+        if isinstance(approval, ProcedureCover):
+            for each, steps in approval.approvals:
+                audit.append(
+                    "approval", **each.evidence(signed=signed, plan_hash=plan.hash, steps=list(steps))
+                )
+        else:
+            audit.append("approval", **approval.evidence(signed=signed))
         with self._lock:
             for step in plan.steps:
-                entry = (step, approval, plan.hash, audit.run_id)
+                used = (
+                    approval.approval_of(plan, step.id) if isinstance(approval, ProcedureCover) else approval
+                )
+                if used is None:
+                    continue  # not inside a call of an approved procedure: nothing to consume
+                entry = (step, used, plan.hash, audit.run_id)
                 self._steps[id(step)] = entry
                 # A for_each step runs as element sub-steps ``id[i]`` (pte._control_run): copies
                 # of the step sharing its private `_args` mapping. Each element consumes on its own.
@@ -98,12 +111,18 @@ class ApprovalGate:
             while len(self._steps) > 8192:
                 self._steps.popitem(last=False)
 
-    def check(self, plan: Plan, *, run_id: str | None = None, resuming: bool = False) -> Approval | None:
+    def check(
+        self, plan: Plan, *, run_id: str | None = None, resuming: bool = False
+    ) -> Approval | ProcedureCover | None:
         """The approval that lets `plan` run as run `run_id` (None when none is needed); raises
         when none does. `run_id` None: any run's (the CLI picks the run `pte approve` created).
         `resuming`: the run continues, and the writes it already consumed the approval for are
         refused step by step (`before_call`) rather than here; a fresh start of a run id that
-        consumed its approval is refused here, before anything runs."""
+        consumed its approval is refused here, before anything runs.
+
+        Without an approval of the plan itself, a plan whose every step needing approval was
+        inlined from a call of a procedure (`pte._procedure_approval.procedure_cover`) runs
+        under approvals of those procedure versions (a `ProcedureCover`)."""
         tools = requires_approval(plan, self.registry)
         if not tools:
             return None
@@ -114,6 +133,9 @@ class ApprovalGate:
             raise ApprovalMissing(f"{needs}, and the approval store cannot be read: {exc}") from None
         found = [a for a in contents.approvals if a.plan_hash == plan.hash]
         legacy = contents.legacy.get(plan.hash, [])
+        cover = procedure_cover(plan, self.registry)
+        if not found and cover is not None:
+            return self._check_procedures(plan, cover, contents, needs, run_id, resuming)
         if not found:
             hint = (
                 f"; the store holds old HMAC approval(s) by {', '.join(legacy)}, which no longer count: "
@@ -157,6 +179,70 @@ class ApprovalGate:
         fingerprint = catalogue_fingerprint(self.registry, plan, self.policy)
         return self._why_not(approval, fingerprint, self.clock(), run_id)
 
+    def _check_procedures(
+        self,
+        plan: Plan,
+        cover: dict[tuple[str, str], list[str]],
+        contents: Any,
+        needs: str,
+        run_id: str | None,
+        resuming: bool,
+    ) -> ProcedureCover:
+        """Each (procedure, version) the plan's approval-needing steps were inlined from needs a
+        counting approval of that version in the store; a run that already used one for a step
+        starts again only as a resume (its steps are then refused one by one, `before_call`)."""
+        now = self.clock()
+        chosen: list[tuple[ProcedureApproval, tuple[str, ...]]] = []
+        for (name, version), step_ids in cover.items():
+            where = f"{needs}: step(s) {', '.join(step_ids)} of procedure {name} (version {version[:12]}…)"
+            procedure = self.registry.procedures.get(name)
+            if procedure is None or procedure.version != version:  # origins come from these: defensive
+                raise ApprovalMissing(f"{where}: this deployment has no such procedure version")
+            fingerprint = procedure_fingerprint(self.registry, procedure, self.policy)
+            candidates = [a for a in contents.procedure_approvals if a.procedure == name]
+            if not candidates:
+                raise ApprovalMissing(
+                    f"{where}; no approval of procedure {name} is recorded (approve it with: "
+                    "pte approve --procedure FILE --by NAME; or the plan: pte approve PLAN_FILE --by NAME)"
+                )
+            reasons = []
+            approval = None
+            for candidate in reversed(candidates):
+                why = self._why_not_procedure(candidate, version, fingerprint, now)
+                if why is None:
+                    approval = candidate
+                    break
+                reasons.append(f"{candidate.by} ({candidate.at}): {why}")
+            if approval is None:
+                raise ApprovalMissing(
+                    f"{where}; no approval of procedure {name} counts: {'; '.join(reasons)}"
+                )
+            if run_id is not None and not resuming:
+                used = [
+                    c
+                    for (approval_id, run, step_id), c in contents.consumed_in_run.items()
+                    if approval_id == approval.id and run == run_id
+                ]
+                if used:
+                    raise ApprovalConsumed(_consumed_message(approval, used[0], run_id))
+            chosen.append((approval, tuple(step_ids)))
+        return ProcedureCover(tuple(chosen))
+
+    def _why_not_procedure(
+        self, approval: ProcedureApproval, version: str, fingerprint: str, now: datetime
+    ) -> str | None:
+        if approval.version != version:
+            return (
+                f"it approves version {approval.version[:12]}…, not this deployment's {version[:12]}… "
+                "(the procedure was edited: approve the new version)"
+            )
+        if approval.catalogue != fingerprint:
+            return (
+                f"approved against catalogue {approval.catalogue[:12]}…, but this deployment's tools of "
+                f"the procedure's body (and policy) fingerprint to {fingerprint[:12]}…"
+            )
+        return self._signature_or_expiry(approval, now)
+
     def _why_not(self, approval: Approval, fingerprint: str, now: datetime, run_id: str | None) -> str | None:
         if approval.run is None:
             return (
@@ -168,6 +254,14 @@ class ApprovalGate:
                 f"approved against catalogue {approval.catalogue[:12]}…, but this deployment's tools "
                 f"(and policy) fingerprint to {fingerprint[:12]}…"
             )
+        why = self._signature_or_expiry(approval, now)
+        if why is not None:
+            return why
+        if run_id is not None and approval.run != run_id:
+            return f"it approves run {approval.run}, not run {run_id}"
+        return None
+
+    def _signature_or_expiry(self, approval: Approval | ProcedureApproval, now: datetime) -> str | None:
         if self.keys is not None:
             if not approval.signed:
                 return "unsigned, while approval public keys are configured"
@@ -179,8 +273,6 @@ class ApprovalGate:
             return "bad signature"
         if approval.expired(now):
             return f"expired at {approval.expires}"
-        if run_id is not None and approval.run != run_id:
-            return f"it approves run {approval.run}, not run {run_id}"
         return None
 
     def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
@@ -221,7 +313,7 @@ def check_approval(
     *,
     keys: TrustedKeys | None = None,
     policy: Any = None,
-) -> Approval | None:
+) -> Approval | ProcedureCover | None:
     """None when no tool of `plan` needs approval; else the approval that lets it run (or raise)."""
     return ApprovalGate(store, registry, keys=keys, policy=policy).check(plan)
 

@@ -17,7 +17,7 @@ from pte._canonical import canonical_json
 from pte._errors import KeyFileError
 from pte._signing import PublicKey, check_signature_fields
 
-__all__ = ["APPROVAL_FORMAT", "Approval"]
+__all__ = ["APPROVAL_FORMAT", "PROCEDURE_APPROVAL_FORMAT", "Approval", "ProcedureApproval"]
 
 APPROVAL_FORMAT = "3"
 #: Format 2 approved a plan (any run of it); format 3 approves one run of it.
@@ -54,8 +54,50 @@ def _check_by(by: Any) -> None:
         raise ValueError(f"by must not contain control characters: {by!r}")
 
 
+class _Signed:
+    """What every signed decision here shares: its signature checks (one copy, for approvals of
+    runs and of procedures alike). A subclass has `key_id`, `public_key`, `signature`, `expires`
+    and `message()`."""
+
+    key_id: str | None
+    public_key: str | None
+    signature: str | None
+    expires: str
+
+    def message(self) -> bytes:
+        raise NotImplementedError
+
+    @property
+    def signed(self) -> bool:
+        """Whether it carries a signature (not whether it verifies: see `verify`)."""
+        return self.signature is not None
+
+    def self_consistent(self) -> bool:
+        """Signed, its key id names its public key, and the signature verifies under that key."""
+        if self.signature is None or self.public_key is None:
+            return False
+        raw = bytes.fromhex(self.public_key)
+        if hashlib.sha256(raw).hexdigest() != self.key_id:
+            return False
+        try:
+            key = PublicKey.from_raw(raw)
+        except KeyFileError:
+            return False
+        return key.verify(bytes.fromhex(self.signature), self.message())
+
+    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
+        """True when the signature verifies under the trusted key its `key_id` names."""
+        if self.key_id is None or self.key_id not in keys:
+            return False
+        key = keys[self.key_id]
+        return key.raw.hex() == self.public_key and self.self_consistent()
+
+    def expired(self, now: datetime) -> bool:
+        return now >= _parse_time(self.expires)
+
+
 @dataclass(frozen=True)
-class Approval:
+class Approval(_Signed):
     """One person's approval of one run of one plan against one catalogue, until `expires`.
 
     `run`: the run id it approves (format 3). Only that run may execute the plan's approved
@@ -92,11 +134,6 @@ class Approval:
         check_signature_fields(self.key_id, self.public_key, self.signature)
 
     @property
-    def signed(self) -> bool:
-        """Whether it carries a signature (not whether it verifies: see `verify`)."""
-        return self.signature is not None
-
-    @property
     def id(self) -> str:
         """SHA-256 of its canonical JSON: what consumption records name."""
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
@@ -120,29 +157,6 @@ class Approval:
         if self.run is not None:
             signed["run"] = self.run
         return _DOMAINS[self.format] + canonical_json(signed).encode("utf-8")
-
-    def self_consistent(self) -> bool:
-        """Signed, its key id names its public key, and the signature verifies under that key."""
-        if self.signature is None or self.public_key is None:
-            return False
-        raw = bytes.fromhex(self.public_key)
-        if hashlib.sha256(raw).hexdigest() != self.key_id:
-            return False
-        try:
-            key = PublicKey.from_raw(raw)
-        except KeyFileError:
-            return False
-        return key.verify(bytes.fromhex(self.signature), self.message())
-
-    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
-        """True when the signature verifies under the trusted key its `key_id` names."""
-        if self.key_id is None or self.key_id not in keys:
-            return False
-        key = keys[self.key_id]
-        return key.raw.hex() == self.public_key and self.self_consistent()
-
-    def expired(self, now: datetime) -> bool:
-        return now >= _parse_time(self.expires)
 
     def to_dict(self) -> dict[str, Any]:
         """The store's JSON form."""
@@ -180,3 +194,112 @@ class Approval:
         if version == APPROVAL_FORMAT and data["run"] is None:
             raise ValueError("a format 3 approval names the run it approves")
         return cls(**{k: v for k, v in data.items() if k != "pte_approval"})
+
+
+#: Store lines and records of procedure approvals carry ``{"pte_procedure_approval": "1"}``.
+PROCEDURE_APPROVAL_FORMAT = "1"
+_PROCEDURE_DOMAIN = b"pte-procedure-approval-v1\n"
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")  # schemas/procedure.schema.json
+_PROCEDURE_APPROVAL_KEYS = frozenset(
+    {
+        "pte_procedure_approval",
+        "procedure",
+        "version",
+        "catalogue",
+        "by",
+        "at",
+        "expires",
+        "key_id",
+        "public_key",
+        "signature",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ProcedureApproval(_Signed):
+    """One person's approval of one procedure version against one catalogue, until `expires`.
+
+    Bound to no run: it covers the writes of every call of exactly that version (the SHA-256
+    of the procedure's file, `pte.Procedure.version`), for any arguments the procedure's
+    parameters and the deployment's policy accept, in any run. Each run consumes it once per
+    write step (the store keys its consumption by run and step). An edited procedure is
+    another version, which this approval does not cover.
+
+    Signed message: ``pte-procedure-approval-v1\\n`` + the canonical JSON of
+    ``{"pte_procedure_approval", "procedure", "version", "catalogue", "by", "at", "expires", "key_id"}``.
+    """
+
+    procedure: str
+    #: `Procedure.version` of the approved file.
+    version: str
+    #: `catalogue_fingerprint` of the body's tools (and the policy's entries for them) as reviewed.
+    catalogue: str
+    by: str
+    at: str
+    expires: str
+    key_id: str | None = None
+    public_key: str | None = None
+    signature: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.procedure, str) or not _NAME_RE.fullmatch(self.procedure):
+            raise ValueError(f"procedure must be a procedure name, not {self.procedure!r}")
+        for name in ("version", "catalogue"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
+                raise ValueError(f"{name} must be 64 lowercase hex digits, not {value!r}")
+        _check_by(self.by)
+        for name in ("at", "expires"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
+                raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
+        check_signature_fields(self.key_id, self.public_key, self.signature)
+
+    @property
+    def id(self) -> str:
+        """SHA-256 of its canonical JSON: what consumption records name."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+
+    def _signed_fields(self) -> dict[str, Any]:
+        return {
+            "pte_procedure_approval": PROCEDURE_APPROVAL_FORMAT,
+            "procedure": self.procedure,
+            "version": self.version,
+            "catalogue": self.catalogue,
+            "by": self.by,
+            "at": self.at,
+            "expires": self.expires,
+            "key_id": self.key_id,
+        }
+
+    def message(self) -> bytes:
+        """The exact bytes that are signed (see the class docs)."""
+        return _PROCEDURE_DOMAIN + canonical_json(self._signed_fields()).encode("utf-8")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The store's JSON form."""
+        return {**self._signed_fields(), "public_key": self.public_key, "signature": self.signature}
+
+    def evidence(self, *, signed: bool, plan_hash: str, steps: list[str]) -> dict[str, Any]:
+        """The fields of an ``approval`` audit record of this kind: the approval, its id, whether it
+        verified under a trusted key, the plan it let run and the steps of that plan it covers."""
+        fields = {k: v for k, v in self.to_dict().items() if k != "pte_procedure_approval"}
+        return {
+            **fields,
+            "approval_id": self.id,
+            "signed": signed,
+            "plan_hash": plan_hash,
+            "steps": list(steps),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ProcedureApproval:
+        """Parse the store's JSON form (ValueError when it is malformed)."""
+        if not isinstance(data, dict):
+            raise ValueError("a procedure approval is a JSON object")
+        if data.get("pte_procedure_approval") != PROCEDURE_APPROVAL_FORMAT:
+            raise ValueError(f"unknown procedure approval format {data.get('pte_procedure_approval')!r}")
+        if set(data) != _PROCEDURE_APPROVAL_KEYS:
+            raise ValueError(f"a procedure approval has exactly the keys {sorted(_PROCEDURE_APPROVAL_KEYS)}")
+        return cls(**{k: v for k, v in data.items() if k != "pte_procedure_approval"})

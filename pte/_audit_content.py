@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from hashlib import sha256 as _sha256
 from typing import Any
 
-from pte._approval_record import Approval
+from pte._approval_record import Approval, ProcedureApproval
 from pte._canonical import canonical_bytes, canonical_json
 from pte._errors import KeyFileError
 from pte._signing import PublicKey
@@ -68,14 +68,19 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
     edited a signed approval, and that ``signed`` is never claimed without a signature.
     """
 
-    fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
+    approval: Approval | ProcedureApproval
     try:
-        approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+        if "procedure" in record:  # an approval of a procedure version, bound to no run
+            fields = {k: record.get(k) for k in _PROCEDURE_APPROVAL_FIELDS}
+            approval = ProcedureApproval(**fields)  # type: ignore[arg-type]  # checked by itself
+        else:
+            fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
+            approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
     except (TypeError, ValueError) as exc:
         return f"approval is malformed: {exc}"
     if approval.id != record.get("approval_id"):
         return "approval_id is not the hash of the approval"
-    if approval.run is not None and approval.run != record.get("run_id"):
+    if isinstance(approval, Approval) and approval.run is not None and approval.run != record.get("run_id"):
         return "the approval approves another run"
     if approval.signature is None:
         return "approval marked signed carries no signature" if record.get("signed") is True else None
@@ -128,4 +133,17 @@ _APPROVAL_FIELDS = (
     "public_key",
     "signature",
     "run",
+)
+
+#: The members of a procedure ``approval`` record that are the approval itself (`ProcedureApproval`).
+_PROCEDURE_APPROVAL_FIELDS = (
+    "procedure",
+    "version",
+    "catalogue",
+    "by",
+    "at",
+    "expires",
+    "key_id",
+    "public_key",
+    "signature",
 )

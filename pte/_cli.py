@@ -148,6 +148,7 @@ def _approved_run(registry: Registry, args: argparse.Namespace, text: str) -> st
     """The run `pte approve PLAN_FILE` created for this plan: the newest approval of it in the
     deployment's store that counts here and has not been used. None: no such approval (the run
     gets a new id, and the gate says why it cannot run if it needs one)."""
+    from pte._approval_record import Approval
     from pte._compiler import compile_plan
     from pte._errors import ApprovalConsumed, PTEError
 
@@ -162,7 +163,7 @@ def _approved_run(registry: Registry, args: argparse.Namespace, text: str) -> st
         approval = used[-1] if used else None
     except PTEError:
         return None
-    return approval.run if approval is not None else None
+    return approval.run if isinstance(approval, Approval) else None  # a procedure approval binds no run
 
 
 def cmd_execute(args: argparse.Namespace) -> int:
@@ -238,6 +239,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from pte._compiler import compile_plan
     from pte._errors import KeyFileError
 
+    if (args.plan_file is None) == (args.procedure is None):
+        raise UsageError("give a PLAN_FILE (or with --store a RUN_ID), or --procedure FILE, not both")
+    if args.procedure is not None:
+        return _approve_procedure(args)
     if cli_store.uses_store(args, args.plan_file):  # pte approve RUN_ID [--store URL]: a paused run's plan
         args.target = args.plan_file
         return cli_store.decide(args, approve=True)
@@ -277,6 +282,63 @@ def cmd_approve(args: argparse.Namespace) -> int:
         f"{approval.expires}, {signed}; recorded in {args.approvals}\n"
         "execute it (once) with: "
         + pte_command("execute", args.plan_file, *deployment_flags(args), "--audit", "pte_audit.jsonl")
+    )
+    return EXIT_OK
+
+
+def _approve_procedure(args: argparse.Namespace) -> int:
+    """pte approve --procedure FILE --by NAME: approve that procedure version for any run."""
+    from datetime import timedelta
+
+    from pte import _json as strict_json
+    from pte._approval import ApprovalStore
+    from pte._approval_gate import signing_key_from_env
+    from pte._errors import KeyFileError, ProcedureError
+    from pte._procedure_approval import approve_procedure, procedure_fingerprint
+    from pte._procedures import Procedure, load_procedures
+
+    if getattr(args, "store", None) is not None:
+        raise UsageError(
+            "--procedure approves a procedure file for the approval store (--approvals), not --store"
+        )
+    registry = _registry(args)
+    text = _read_text(args.procedure, "procedure file")
+    try:
+        document = strict_json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"procedure file {args.procedure!r} is not JSON: {exc}") from None
+    try:
+        procedure = Procedure.from_document(document, Path(args.procedure).name)
+        # Checked as the deployment loads it: beside its other procedures (this one replaces a
+        # loaded one of its name, the version being approved), against the allow-list.
+        others = [p for name, p in registry.procedures.items() if name != procedure.name]
+        load_procedures([*others, procedure], registry)
+    except ProcedureError as exc:
+        raise UsageError(f"procedure file {args.procedure!r}: {exc}") from None
+    policy = _policy(registry, args)
+    if not args.valid_for > 0:
+        raise UsageError("--valid-for must be a positive number of hours")
+    try:
+        key = signing_key_from_env(args.signing_key)
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+    approval = approve_procedure(
+        procedure,
+        args.by,
+        ApprovalStore(_approvals_path(args)),
+        catalogue=procedure_fingerprint(registry, procedure, policy),
+        signing_key=key,
+        valid_for=timedelta(hours=args.valid_for),
+    )
+    signed = (
+        f"Ed25519-signed by key {approval.key_id}"
+        if approval.signature
+        else "unsigned (give --signing-key or $PTE_APPROVAL_SIGNING_KEY_FILE to sign)"
+    )
+    print(
+        f"approved procedure {procedure.name} version {procedure.version} by {args.by} at {approval.at} "
+        f"until {approval.expires}, {signed}; recorded in {_approvals_path(args)}\n"
+        "its writes now run in any run that calls this version, once per run and step"
     )
     return EXIT_OK
 
@@ -452,8 +514,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash")
-    p.add_argument("plan_file", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run")
+    p = sub.add_parser("approve", help="record a person's approval of a plan's exact hash, or of a procedure")
+    p.add_argument(
+        "plan_file", nargs="?", metavar="PLAN_FILE|RUN_ID", help="a plan file, or with --store a paused run"
+    )
+    p.add_argument(
+        "--procedure",
+        metavar="FILE",
+        help="approve this procedure file's version instead: its writes run in any run, any arguments the "
+        "policy allows",
+    )
     p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
     p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
     add_endorsements_option(p)

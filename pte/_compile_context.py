@@ -17,7 +17,7 @@ import jsonschema_rs
 from pte import _generics
 from pte import _schema_types as st
 from pte._errors import PlanRejected, ReasonCode
-from pte._plan import Reference
+from pte._plan import ProcedureOrigin, Reference
 from pte._registry import Registry
 from pte._tool_spec import ToolSpec
 
@@ -81,6 +81,9 @@ class CompileContext:
     #: What a policy check (`pte._policy.PolicyCheck`) labelled: step id -> its labels (this
     #: plan's steps only); None when no policy check ran.
     provenance: dict[str, frozenset[str]] | None = None
+    #: What `pte._compiler.expand_procedure_calls` inlined: step id -> the procedure calls it came
+    #: from, outermost first (`Plan.procedure_origin`); never read from the plan's text.
+    procedure_origins: dict[str, tuple[ProcedureOrigin, ...]] = field(default_factory=dict)
     #: Steps a policy check let through pending a person's endorsement: step id -> parameters.
     needs_endorsement: dict[str, list[str]] = field(default_factory=dict)
     #: Compiled literal validators, per (schema, root) identity, for this compile only

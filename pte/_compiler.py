@@ -92,12 +92,14 @@ def expand_procedure_calls(ctx: CompileContext) -> None:
     procedures = getattr(ctx.registry, "procedures", None)
     if not procedures:
         return
-    from pte._procedures import expand_procedures
+    from pte._procedures import expand_with_origins
 
-    expanded = expand_procedures(ctx.document, procedures, max_steps=ctx.limits.max_steps)
+    expanded, origins = expand_with_origins(ctx.document, procedures, max_steps=ctx.limits.max_steps)
     if expanded is not ctx.document:
         ctx.document = expanded
         ctx.canonical = canonical_json(expanded)
+        # Which call each inlined step came from: written here only, never read from the plan.
+        ctx.procedure_origins = origins
 
 
 def check_step_count(ctx: CompileContext) -> None:
@@ -239,4 +241,5 @@ def compile_plan(
         control_deps=ctx.control_deps,
         condition_modes=ctx.condition_modes,
         output_types={step_id: schema for step_id, (schema, _) in ctx.inferred.items()},
+        origins=ctx.procedure_origins,
     )

@@ -26,6 +26,7 @@ __all__ = [
     "Plan",
     "PlanDocument",
     "PlanStep",
+    "ProcedureOrigin",
     "Reference",
     "RequireStepModel",
     "StepModel",
@@ -384,6 +385,21 @@ class PlanStep:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcedureOrigin:
+    """One procedure call a compiled step was inlined from (pte._procedures).
+
+    `call`: the call's step id (``x``, or ``x__y`` for a call inside a procedure's body);
+    `procedure`/`version`: the deployment's procedure and its version (SHA-256 of its file).
+    Only `expand_procedures` writes these; the plan's JSON cannot, so a step a planner
+    names ``x__pay`` itself has none.
+    """
+
+    call: str
+    procedure: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A compiled plan: validated, immutable, identified by the SHA-256 of its canonical JSON."""
 
@@ -398,6 +414,10 @@ class Plan:
     continue_json: str | None = field(default=None, repr=False)
     #: step id -> canonical JSON of the output schema compile inferred (steps of generic tools).
     _output_types: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    #: step id -> the procedure calls it was inlined from, outermost first (none: written by the planner).
+    _origins: Mapping[str, tuple[ProcedureOrigin, ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -429,6 +449,11 @@ class Plan:
         first = next(iter(validator.iter_errors(output)))
         where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
         return f"{where.lstrip('.') or '(root)'}: {first.message} (the type compile inferred for this step)"
+
+    def procedure_origin(self, step_id: str) -> tuple[ProcedureOrigin, ...]:
+        """The procedure calls step `step_id` was inlined from, outermost first; () for a step the
+        plan itself wrote. Set by compile's inlining only (`pte._procedures.expand_procedures`)."""
+        return self._origins.get(step_id, ())
 
     def steps_in_order(self) -> Iterator[PlanStep]:
         """Steps in execution order."""
@@ -497,6 +522,7 @@ def build_plan(
     control_deps: Mapping[str, Sequence[str]] | None = None,
     condition_modes: Mapping[str, tuple[str, ...]] | None = None,
     output_types: Mapping[str, Any] | None = None,
+    origins: Mapping[str, tuple[ProcedureOrigin, ...]] | None = None,
 ) -> Plan:
     """Assemble a `Plan` from a document that `compile` has fully validated."""
     steps = []
@@ -538,4 +564,5 @@ def build_plan(
         _index={s.id: s for s in steps},
         continue_json=continue_json,
         _output_types={k: canonical_json(v) for k, v in (output_types or {}).items()},
+        _origins=dict(origins or {}),
     )

@@ -37,13 +37,14 @@ import jsonschema
 
 from pte._canonical import canonical_json, sha256_hex
 from pte._errors import PlanRejected, ProcedureError, ReasonCode
-from pte._plan import Reference
+from pte._plan import ProcedureOrigin, Reference
 from pte._resources import load_schema
 
 __all__ = [
     "PATH_SEPARATOR",
     "Procedure",
     "expand_procedures",
+    "expand_with_origins",
     "load_procedures",
     "procedure_schema",
     "procedures_record",
@@ -310,8 +311,11 @@ def _has_ref(value: Any) -> bool:
     return False
 
 
+Origins = dict[str, tuple[ProcedureOrigin, ...]]
+
+
 def _expand_level(
-    document: dict[str, Any], procedures: Mapping[str, Procedure]
+    document: dict[str, Any], procedures: Mapping[str, Procedure], origins: Origins
 ) -> tuple[dict[str, Any], bool]:
     steps = document["steps"]
     calls: dict[str, tuple[list[str], Any]] = {}  # call id -> (body step ids, result value)
@@ -335,6 +339,8 @@ def _expand_level(
         args = _call_args(step, proc, index)
         body_ids = {s["id"] for s in proc.body["steps"]}
         prefix = call_id + PATH_SEPARATOR
+        # The call's own origin (a call inside a body inlined one level up), then this call.
+        chain = (*origins.pop(call_id, ()), ProcedureOrigin(call_id, proc.name, proc.version))
         new_ids = []
         for body_step in proc.body["steps"]:
             new = _instantiate(body_step, prefix, body_ids, args)
@@ -344,6 +350,7 @@ def _expand_level(
             if inner_after or outer_after:
                 new["after"] = [*inner_after, *outer_after]
             new_ids.append(new["id"])
+            origins[new["id"]] = chain
             out.append(new)
         result = _instantiate(proc.body.get("result"), prefix, body_ids, args)
         calls[call_id] = (new_ids, result)
@@ -422,12 +429,25 @@ def expand_procedures(
     `max_steps` bounds the steps after each level of inlining (`plan_too_large`), so that
     calls of procedures that call others many times cannot grow the plan without bound.
     """
+    return expand_with_origins(document, procedures, max_steps=max_steps)[0]
+
+
+def expand_with_origins(
+    document: dict[str, Any], procedures: Mapping[str, Procedure], *, max_steps: int | None = None
+) -> tuple[dict[str, Any], dict[str, tuple[ProcedureOrigin, ...]]]:
+    """`expand_procedures`, and for each inlined step the calls it came from, outermost first.
+
+    The origins are what a procedure approval covers (pte._procedure_approval): they exist only
+    here, computed from the deployment's procedures, never from the plan's text, so a step a
+    planner writes as ``x__pay`` itself has none.
+    """
+    origins: Origins = {}
     if not procedures or not isinstance(document.get("steps"), list):
-        return document
+        return document, origins
     for _ in range(MAX_NESTING + 1):
-        document, changed = _expand_level(document, procedures)
+        document, changed = _expand_level(document, procedures, origins)
         if not changed:
-            return document
+            return document, origins
         if max_steps is not None and len(document["steps"]) > max_steps:
             raise _reject(
                 ReasonCode.PLAN_TOO_LARGE,

@@ -18,7 +18,7 @@ from typing import Any
 
 from pte._approval import catalogue_fingerprint, requires_approval
 from pte._approval_gate import ApprovalGate
-from pte._approval_record import Approval
+from pte._approval_record import Approval, ProcedureApproval
 from pte._audit import AuditLog
 from pte._canonical import canonical_json, canonical_json_v1
 from pte._endorsement import Endorsement, EndorsementRejected, EndorsementRequest
@@ -38,6 +38,7 @@ from pte._llm import LLMClient, LLMResponse
 from pte._llm_replay import ReplayClient
 from pte._plan import Plan
 from pte._policy import Policy
+from pte._procedure_approval import procedure_cover, procedure_fingerprint
 from pte._procedures import recorded_procedures
 from pte._registry import Registry
 from pte._run_state import EngineConfig
@@ -189,6 +190,9 @@ class _RecordedApprovals:
             raise ApprovalMissing(
                 f"plan {plan.hash} was not approved (recorded run); {needing} require approval"
             )
+        if "procedure" in queue[0]:
+            self._procedure_approvals(plan, audit, queue, needing)
+            return
         record = queue.popleft()
         fields = {
             k: record.get(k)
@@ -219,16 +223,76 @@ class _RecordedApprovals:
                 f"the recorded approval of plan {plan.hash} binds catalogue {approval.catalogue}, "
                 f"but the replayed tools and policy fingerprint to {fingerprint}"
             )
+        signed = self._checked(approval, record, f"the recorded approval of plan {plan.hash}")
+        audit.append("approval", **approval.evidence(signed=signed))
+
+    def _procedure_approvals(
+        self, plan: Plan, audit: AuditLog, queue: deque[Mapping[str, Any]], needing: list[str]
+    ) -> None:
+        """The plan ran under approvals of procedure versions: one recorded record per version its
+        approval-needing steps were inlined from (in plan order), each re-checked against the
+        replayed plan's inlining (never against the record's `steps` or `version` alone)."""
+        cover = procedure_cover(plan, self._registry)
+        if cover is None:
+            raise ApprovalMissing(
+                f"plan {plan.hash} ran under procedure approvals (recorded run), but {needing} "
+                "are not all inlined from procedure calls in the replayed plan"
+            )
+        for (name, version), step_ids in cover.items():
+            what = f"the recorded approval of procedure {name} for plan {plan.hash}"
+            if not queue or "procedure" not in queue[0]:
+                raise ApprovalMissing(f"{what} is missing")
+            record = queue.popleft()
+            fields = {
+                k: record.get(k)
+                for k in (
+                    "procedure",
+                    "version",
+                    "catalogue",
+                    "by",
+                    "at",
+                    "expires",
+                    "key_id",
+                    "public_key",
+                    "signature",
+                )
+            }
+            try:
+                approval = ProcedureApproval(**fields)  # type: ignore[arg-type]  # checked by itself
+            except (TypeError, ValueError) as exc:
+                raise ApprovalMissing(f"{what} is malformed: {exc}") from None
+            if (approval.procedure, approval.version) != (name, version):
+                raise ApprovalMissing(
+                    f"{what} approves {approval.procedure} version {approval.version}, but the replayed "
+                    f"plan's steps {step_ids} come from version {version}"
+                )
+            procedure = self._registry.procedures.get(name)
+            if procedure is None:  # the origins come from these procedures: defensive
+                raise ApprovalMissing(f"{what}: the replayed deployment has no procedure {name}")
+            fingerprint = procedure_fingerprint(
+                self._registry, procedure, self._policy, canonical=self._canonical
+            )
+            if approval.catalogue != fingerprint:
+                raise ApprovalMissing(
+                    f"{what} binds catalogue {approval.catalogue}, but the replayed tools of its body and "
+                    f"policy fingerprint to {fingerprint}"
+                )
+            signed = self._checked(approval, record, what)
+            audit.append(
+                "approval", **approval.evidence(signed=signed, plan_hash=plan.hash, steps=list(step_ids))
+            )
+
+    def _checked(self, approval: Approval | ProcedureApproval, record: Mapping[str, Any], what: str) -> bool:
+        """Its signature and expiry, as replay can check them; the `signed` to record."""
         if self._keys is not None:
             if not approval.verify(self._keys):
                 raise ApprovalMissing(
-                    f"the recorded approval of plan {plan.hash} by {approval.by} does not verify under "
-                    "any trusted approval key"
+                    f"{what} by {approval.by} does not verify under any trusted approval key"
                 )
             signed = True
         elif approval.signed:
             if not approval.self_consistent():
-                raise ApprovalMissing(f"the recorded approval of plan {plan.hash} has a bad signature")
+                raise ApprovalMissing(f"{what} has a bad signature")
             # No trusted keys: the signature verifies under the key the record embeds, which
             # proves the approval is unaltered since signing, not who signed. The recorded
             # `signed` (verified under the deployment's keys when the run was made) is
@@ -245,10 +309,8 @@ class _RecordedApprovals:
             except ValueError:
                 expired = True
             if expired:
-                raise ApprovalMissing(
-                    f"the recorded approval of plan {plan.hash} had expired when it was used"
-                )
-        audit.append("approval", **approval.evidence(signed=signed))
+                raise ApprovalMissing(f"{what} had expired when it was used")
+        return signed
 
 
 class _ReplayLLM:

@@ -237,8 +237,13 @@ const APPROVAL_DOMAINS = { "2": "pte-approval-v2\n", "3": "pte-approval-v3\n" };
 const APPROVAL_SIGNED = ["plan_hash", "catalogue", "by", "at", "expires", "key_id"];
 const HEX128 = /^[0-9a-f]{128}$/;
 
+// An approval of a procedure version (docs/procedures.md): bound to no run, so no run check.
+const PROCEDURE_APPROVAL_DOMAIN = "pte-procedure-approval-v1\n";
+const PROCEDURE_APPROVAL_SIGNED = ["procedure", "version", "catalogue", "by", "at", "expires", "key_id"];
+
 /** An `approval` record (docs/audit-format.md, "Approvals"): its id, and its signature when signed. */
 function checkApproval(n, record) {
+  if (record.procedure !== undefined) return checkProcedureApproval(n, record);
   const version = record.run === undefined ? "2" : "3";
   if (version === "3" && record.run !== record.run_id) throw new Issue(n, "the approval approves another run");
   const stored = { pte_approval: version };
@@ -258,6 +263,27 @@ function checkApproval(n, record) {
   for (const name of APPROVAL_SIGNED) signed[name] = record[name] ?? null;
   if (version === "3") signed.run = record.run;
   const message = Buffer.from(APPROVAL_DOMAINS[version] + jcs(signed), "utf8");
+  if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
+    throw new Issue(n, "approval signature does not verify");
+  }
+}
+
+/** The procedure variant of an `approval` record: its id, and its signature when signed. */
+function checkProcedureApproval(n, record) {
+  const signed = { pte_procedure_approval: "1" };
+  for (const name of PROCEDURE_APPROVAL_SIGNED) signed[name] = record[name] ?? null;
+  const stored = { ...signed, public_key: record.public_key ?? null, signature: record.signature ?? null };
+  if (sha256Hex(jcs(stored)) !== record.approval_id) throw new Issue(n, "approval_id is not the hash of the approval");
+  if (record.signature === null || record.signature === undefined) {
+    if (record.signed === true) throw new Issue(n, "approval marked signed carries no signature");
+    return;
+  }
+  const pub = record.public_key;
+  if (typeof pub !== "string" || !HEX64.test(pub) || typeof record.signature !== "string" || !HEX128.test(record.signature)) {
+    throw new Issue(n, "approval signature or public key is malformed");
+  }
+  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "approval key_id does not name its public key");
+  const message = Buffer.from(PROCEDURE_APPROVAL_DOMAIN + jcs(signed), "utf8");
   if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
     throw new Issue(n, "approval signature does not verify");
   }
