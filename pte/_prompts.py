@@ -553,7 +553,8 @@ def _tool_text(spec: ToolSpec, writer: _Writer, registry: Registry, policy: Poli
 
 #: Heads the deployment's procedures (pte._procedures) in the catalogue.
 PROCEDURES_INTRO = """Procedures: approved plans you call exactly like a tool ({"id": "x", "tool": NAME, \
-"args": {...}}; read its result as {"$ref": "x/..."}). A call takes no for_each, when or default. \
+"args": {...}}; read its result as {"$ref": "x/..."}). A call has only id, tool, args and after: \
+no for_each, when or default (to run it for several values, write one call per value). \
 Its steps run as steps x__STEP, under the rules of the tools it lists."""
 
 

@@ -23,9 +23,9 @@ from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json, sha256_hex
 from pte._cli import main
 from pte._compiler import compile_plan
-from pte._errors import ApprovalConsumed, ApprovalMissing, PlanRejected, ReasonCode
+from pte._errors import ApprovalConsumed, ApprovalMissing
 from pte._policy import Policy
-from pte._procedure_approval import approve_procedure, procedure_cover, procedure_fingerprint
+from pte._procedure_approval import ProcedureCover, approve_procedure, procedure_cover, procedure_fingerprint
 from pte._procedures import Procedure, load_procedures
 from pte._registry import load_registry
 from pte._signing import SigningKey, TrustedKeys
@@ -113,7 +113,9 @@ class Deployment:
         self.write(PAY)
         self.store = tmp / "approvals.jsonl"
         self.private, self.public = tmp / "approver.pem", tmp / "approver.pub"
-        assert self.cli("keys", "generate", "--private", str(self.private), "--public", str(self.public))[0] == 0
+        assert (
+            self.cli("keys", "generate", "--private", str(self.private), "--public", str(self.public))[0] == 0
+        )
 
     def write(self, document: dict[str, Any]) -> Path:
         path = self.folder / f"{document['name']}.json"
@@ -139,9 +141,15 @@ class Deployment:
     def approve(self, path: Path | None = None) -> tuple[int, str, str]:
         target = path or self.folder / "pay_supplier.json"
         return self.cli(
-            "approve", "--procedure", str(target), "--by", "compliance", "--signing-key", str(self.private),
+            "approve",
+            "--procedure",
+            str(target),
+            "--by",
+            "compliance",
+            "--signing-key",
+            str(self.private),
             *self.flags[:-2],  # an approver holds the private key; executing machines the public one
-        )  # fmt: skip
+        )
 
     def execute(self, text: str, name: str) -> tuple[int, dict[str, Any], Path]:
         plan, log = self.tmp / f"{name}.json", self.tmp / f"{name}.jsonl"
@@ -179,7 +187,11 @@ def test_one_procedure_approval_pays_in_two_runs_and_twice_in_one_plan(
     approvals = [r for r in read_records(log3) if r["type"] == "approval"]
     assert len(approvals) == 1
     record = approvals[0]
-    assert (record["procedure"], record["steps"], record["signed"]) == ("pay_supplier", ["a__pay", "b__pay"], True)
+    assert (record["procedure"], record["steps"], record["signed"]) == (
+        "pay_supplier",
+        ["a__pay", "b__pay"],
+        True,
+    )
     assert record["version"] == Procedure.from_document(PAY).version and "run" not in record
     # Consumption is keyed by run and step: each run's writes once, the approval for many runs.
     consumed = [json.loads(line) for line in dep.store.read_text().splitlines() if '"consumed"' in line]
@@ -292,14 +304,24 @@ def test_a_tampered_store_line_a_copied_approval_and_another_version_are_refused
     registry = base.with_procedures(load_procedures([procedure], base))
     policy = Policy.from_registry(registry)
     approve_procedure(
-        procedure, "mallory", store, catalogue=procedure_fingerprint(registry, procedure, policy), signing_key=stranger
+        procedure,
+        "mallory",
+        store,
+        catalogue=procedure_fingerprint(registry, procedure, policy),
+        signing_key=stranger,
     )
     code, doc, _ = dep.execute(_plan(_call("p", IBAN_A, "10.00")), "stranger")
     assert code == 1 and "not a trusted approval key" in doc["message"], doc
     # A trusted approval of another procedure, renamed: its signature covers the name.
     trusted = SigningKey.load(dep.private)
     decoy = Procedure.from_document({**PAY, "name": "pay_other"})
-    good = approve_procedure(decoy, "compliance", ApprovalStore(tmp_path / "elsewhere.jsonl"), catalogue=procedure_fingerprint(registry, procedure, policy), signing_key=trusted)  # fmt: skip
+    good = approve_procedure(
+        decoy,
+        "compliance",
+        ApprovalStore(tmp_path / "elsewhere.jsonl"),
+        catalogue=procedure_fingerprint(registry, procedure, policy),
+        signing_key=trusted,
+    )
     copied = {**good.to_dict(), "procedure": "pay_supplier", "version": deployed}
     with dep.store.open("a") as fh:
         fh.write(canonical_json(copied) + "\n")
@@ -383,9 +405,12 @@ def test_a_tampered_procedure_approval_record_fails_verify_node_and_replay(
         (None, "procedure file"),
         ("{not json", "not JSON"),
         (json.dumps({"pte_procedure": "1", "name": "x"}), "not a procedure file"),
-        (json.dumps({**PAY, "plan": {**PAY["plan"], "steps": [{"id": "s", "tool": "rm_rf", "args": {}}]}}), "allow-list"),
+        (
+            json.dumps({**PAY, "plan": {**PAY["plan"], "steps": [{"id": "s", "tool": "rm_rf", "args": {}}]}}),
+            "allow-list",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_procedure_file_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, needle: str
 ) -> None:
@@ -394,13 +419,25 @@ def test_a_bad_procedure_file_is_a_usage_error(
         path.write_text(content, encoding="utf-8")
     store = tmp_path / "approvals.jsonl"
     code, out, err = _cli(
-        capsys, "approve", "--procedure", str(path), "--by", "x", "--tools", "backoffice", "--approvals", str(store)
+        capsys,
+        "approve",
+        "--procedure",
+        str(path),
+        "--by",
+        "x",
+        "--tools",
+        "backoffice",
+        "--approvals",
+        str(store),
     )
     assert code == 2 and needle in err and "Traceback" not in err + out, err
     assert not store.exists()
     # Neither or both of PLAN_FILE and --procedure: a usage error too.
     assert _cli(capsys, "approve", "--by", "x", "--tools", "backoffice")[0] == 2
-    assert _cli(capsys, "approve", str(path), "--procedure", str(path), "--by", "x", "--tools", "backoffice")[0] == 2
+    assert (
+        _cli(capsys, "approve", str(path), "--procedure", str(path), "--by", "x", "--tools", "backoffice")[0]
+        == 2
+    )
 
 
 def test_an_approval_of_a_procedure_is_refused_for_one_of_its_callers_nested_body(tmp_path: Path) -> None:
@@ -417,13 +454,17 @@ def test_an_approval_of_a_procedure_is_refused_for_one_of_its_callers_nested_bod
             "plan": {
                 "pte_plan": "1",
                 "steps": [
-                    {"id": f"s{i}", "tool": "pay_supplier", "args": {k: {"$param": k} for k in PAY["parameters"]["properties"]}}
+                    {
+                        "id": f"s{i}",
+                        "tool": "pay_supplier",
+                        "args": {k: {"$param": k} for k in PAY["parameters"]["properties"]},
+                    }
                     for i in (1, 2)
                 ],
                 "result": {"$ref": "s1"},
             },
         }
-    )  # fmt: skip
+    )
     registry = base.with_procedures(load_procedures([inner, outer], base))
     policy = Policy.from_registry(registry)
     store = ApprovalStore(tmp_path / "a.jsonl")
@@ -432,7 +473,10 @@ def test_an_approval_of_a_procedure_is_refused_for_one_of_its_callers_nested_bod
         registry,
         checks=[policy.check()],
     )
-    assert [[o.call for o in plan.procedure_origin(s)] for s in plan.order] == [["x", "x__s1"], ["x", "x__s2"]]
+    assert [[o.call for o in plan.procedure_origin(s)] for s in plan.order] == [
+        ["x", "x__s1"],
+        ["x", "x__s2"],
+    ]
     gate = ApprovalGate(store, registry, policy=policy)
     approve_procedure(outer, "c", store, catalogue=procedure_fingerprint(registry, outer, policy))
     with pytest.raises(ApprovalMissing, match="no approval of procedure pay_supplier"):
@@ -440,12 +484,5 @@ def test_an_approval_of_a_procedure_is_refused_for_one_of_its_callers_nested_bod
     approve_procedure(inner, "c", store, catalogue=procedure_fingerprint(registry, inner, policy))
     cover = gate.check(plan, run_id="r")
     assert cover is not None and not isinstance(cover, ProcedureApproval)
-    assert [steps for _, steps in getattr(cover, "approvals")] == [("x__s1__pay", "x__s2__pay")]
-
-
-def test_the_rejection_reason_is_approval_missing(tmp_path: Path) -> None:
-    base = load_registry(["backoffice"])
-    registry = base.with_procedures(load_procedures([Procedure.from_document(PAY)], base))
-    with pytest.raises(PlanRejected) as info:
-        compile_plan(_plan({**_call("p", IBAN_A, "1.00"), "when": True}), registry)
-    assert info.value.reason in (ReasonCode.INVALID_ARGS, ReasonCode.SCHEMA_VIOLATION)
+    assert isinstance(cover, ProcedureCover)
+    assert [steps for _, steps in cover.approvals] == [("x__s1__pay", "x__s2__pay")]
