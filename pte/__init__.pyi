@@ -4,7 +4,7 @@ from pte._anchors import Anchors as Anchors
 from pte._anchors import anchors_from_env as anchors_from_env
 from pte._approval import ApprovalStore, approve
 from pte._approval_gate import approval_hook
-from pte._approval_record import Approval
+from pte._approval_record import Approval, ProcedureApproval
 from pte._audit import AuditLog, Durability
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import iter_records, read_records, verify
@@ -81,6 +81,7 @@ from pte._llm_replay import ReplayClient as ReplayClient
 from pte._logs import configure_logging
 from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
 from pte._policy import Policy, load_policy
+from pte._procedure_approval import approve_procedure, procedure_fingerprint
 from pte._procedures import Procedure, load_procedures
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
@@ -164,6 +165,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Procedure",
+    "ProcedureApproval",
     "ProcedureError",
     "ReasonCode",
     "Redactor",
@@ -200,6 +202,7 @@ __all__ = [
     "anchors_from_env",
     "approval_hook",
     "approve",
+    "approve_procedure",
     "canonical_json",
     "compile",
     "compile_plan",
@@ -217,6 +220,7 @@ __all__ = [
     "pausing_gate",
     "pending_endorsement",
     "plan_schema",
+    "procedure_fingerprint",
     "provenance",
     "read_records",
     "render_report",
