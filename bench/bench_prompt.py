@@ -17,6 +17,11 @@ Tokens: tiktoken needs its BPE files from a non-registry host, so this counts th
 cl100k's pre-tokenizer (words with their leading space, runs of 1-3 digits, punctuation
 runs, whitespace); BPE only splits long pieces further, so it is a close lower bound.
 
+With specialists (docs/specialists.md) a coordinating planner is shown their descriptions
+instead of their tools: the last rows print the coordinator's system prompt for a back-office
+deployment with three specialists next to the flat catalogue's prompt, and their ratio, and
+the largest specialist's prompt (each specialist is shown only its own catalogue).
+
     PYTHONPATH=. python bench/bench_prompt.py
 """
 
@@ -29,6 +34,7 @@ from pte._canonical import canonical_json
 from pte._policy import Policy
 from pte._prompts import catalogue_text, planner_messages
 from pte._registry import STOCK_PACKS, Registry, load_registry
+from pte._specialists import Specialist, coordinator_view, specialist_registry
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.
 _PIECES = re.compile(
@@ -125,6 +131,54 @@ def measure(registry: Registry) -> dict[str, tuple[int, int]]:
     }
 
 
+#: A back-office deployment's specialists over the whole stock catalogue (docs/specialists.md).
+BACKOFFICE_SPECIALISTS = (
+    Specialist(
+        name="collections",
+        description="Customer receivables: open and overdue invoices, balances, recording customer "
+        "payments, payment reminders.",
+        catalogue=(
+            "list_overdue_invoices",
+            "get_invoice",
+            "customer_balance",
+            "record_payment",
+            "queue_reminder",
+            "send_reminders",
+        ),
+    ),
+    Specialist(
+        name="payments",
+        description="Suppliers and outgoing payments; exchange rates.",
+        catalogue=("list_suppliers", "get_supplier", "fx_rate", "send_payment"),
+    ),
+    Specialist(
+        name="documents",
+        description="Reads the inbox and documents (third-party text) and extracts fields, amounts "
+        "and dates from them.",
+        catalogue=(
+            "read_inbox",
+            "read_document",
+            "extract",
+            "extract_amounts",
+            "extract_dates",
+            *(t for t in load_registry(["text"]).names),
+        ),
+    ),
+)
+
+
+def coordinator_sizes(registry: Registry, specialists: tuple[Specialist, ...]) -> dict[str, int]:
+    """Characters of the flat planner prompt, the coordinator's and the largest specialist's."""
+    policy = Policy.from_registry(registry)
+    flat = planner_messages("x", registry, policy)[0]["content"]
+    coordinator = planner_messages("x", coordinator_view(registry, specialists), policy)[0]["content"]
+    largest = max(
+        len(planner_messages("x", specialist_registry(s, registry), policy)[0]["content"])
+        for s in specialists
+    )
+    return {"flat": len(flat), "coordinator": len(coordinator), "specialist": largest}
+
+
 def main() -> None:
     generic = load_registry(GENERIC_PACKS)
     rows = [
@@ -148,6 +202,16 @@ def main() -> None:
                 f"{new_chars / old_chars:6.2f} {new_tok:9,d} {old_tok:7,d}"
             )
             label = ""
+    stock = load_registry(STOCK_PACKS)
+    sizes = coordinator_sizes(stock, BACKOFFICE_SPECIALISTS)
+    owned = sum(len(s.catalogue) for s in BACKOFFICE_SPECIALISTS)
+    print(
+        f"\nwith {len(BACKOFFICE_SPECIALISTS)} specialists ({owned} of {len(stock)} tools theirs): planner "
+        f"system prompt, characters\n"
+        f"  flat catalogue {sizes['flat']:10,d}\n"
+        f"  coordinator    {sizes['coordinator']:10,d}   ratio {sizes['coordinator'] / sizes['flat']:.2f}\n"
+        f"  largest specialist {sizes['specialist']:6,d}   ratio {sizes['specialist'] / sizes['flat']:.2f}"
+    )
 
 
 if __name__ == "__main__":

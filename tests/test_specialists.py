@@ -343,3 +343,22 @@ def test_cli_a_bad_specialists_file_is_a_usage_error(
     answers.write_text("[]", encoding="utf-8")
     code, _, err = _cli(capsys, *argv, "--replay-responses", str(answers))
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_bench_prompt_prints_the_coordinator_next_to_the_flat_catalogue(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench/bench_prompt.py's back-office deployment: the coordinator's prompt is the smaller."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_prompt.py"
+    spec = importlib.util.spec_from_file_location("bench_prompt", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sizes = bench.coordinator_sizes(
+        load_registry(["backoffice", "text", "extract", "dates"]), bench.BACKOFFICE_SPECIALISTS
+    )
+    assert sizes["coordinator"] < sizes["flat"] and sizes["specialist"] < sizes["flat"]
+    bench.main()
+    assert "coordinator" in capsys.readouterr().out
