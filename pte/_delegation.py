@@ -29,6 +29,7 @@ the same code with the recorded answers, so it asks the same questions and decid
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from contextlib import suppress
@@ -84,6 +85,13 @@ class _Delegation:
         return str(self.step["id"])
 
 
+def _text(document: Any) -> str:
+    """A document as plan text for the compiler. Not canonical JSON: that writes a whole-number
+    float beyond 2**53 as an integer, which the compiler then refuses; ``json.dumps`` keeps a
+    float a float, as the model wrote it."""
+    return json.dumps(document, ensure_ascii=False, allow_nan=False)
+
+
 def _reject(reason: ReasonCode, message: str, *path: str | int) -> PlanRejected:
     return PlanRejected(reason, message, json_path(path))
 
@@ -113,7 +121,7 @@ def compile_delegating(
     while True:
         inlined = _inline(document, calls)
         try:
-            return engine._compile(run, origin, canonical_json(inlined))
+            return engine._compile(run, origin, _text(inlined))
         except PlanRejected as rejection:
             blamed = _blamed(inlined, calls, engine, rejection)
             if blamed is None:
@@ -247,7 +255,7 @@ def _input_views(
     if prefix:
         with suppress(PlanRejected):  # the whole tree's compile reports it
             plan, check = engine._compile(
-                run, origin, canonical_json({"pte_plan": "1", "steps": prefix, "result": None})
+                run, origin, _text({"pte_plan": "1", "steps": prefix, "result": None})
             )
     literal = "request" if origin == "file" else literal_of(run)
 

@@ -4,16 +4,21 @@ checked against the specialist's catalogue, inlined and compiled as one plan."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
 from pte._cli import main
+from pte._compiler import compile_plan
 from pte._engine import Engine
-from pte._errors import ReasonCode, SpecialistError
+from pte._errors import PlanRejected, ReasonCode, SpecialistError
+from pte._policy import Policy
 from pte._prompts import planner_messages
 from pte._registry import Registry, load_registry
 from pte._replay import replay_file
@@ -362,3 +367,36 @@ def test_bench_prompt_prints_the_coordinator_next_to_the_flat_catalogue(
     assert sizes["coordinator"] < sizes["flat"] and sizes["specialist"] < sizes["flat"]
     bench.main()
     assert "coordinator" in capsys.readouterr().out
+
+
+def _outcome(engine_result: Any) -> tuple[Any, ...]:
+    if engine_result.ok:
+        return ("accepted", engine_result.plans[-1].hash)
+    return ("rejected", engine_result.reason)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=hs.data())
+def test_generated_delegations_compile_as_the_inline_plan(data: hs.DataObject) -> None:
+    """Property: a delegating plan with its specialist's sub-plan compiles to the same plan, labels
+    and policy decision as the same steps written inline (labels of inputs flow as if inlined)."""
+    from pte.testing import delegations, example_registry
+
+    registry = example_registry()
+    case = data.draw(delegations(registry, max_steps=4))
+    policy = Policy.from_registry(registry)
+    check = policy.check()
+    try:
+        plan = compile_plan(json.dumps(case.inlined), registry, checks=[check])
+        expected: tuple[Any, ...] = ("accepted", plan.hash)
+    except PlanRejected as exc:
+        expected = ("rejected", exc.reason)
+    model = ScriptedModel(planner=[case.coordinator], specialists={case.specialist.name: [case.sub_plan]})
+    config = EngineConfig(specialists=(case.specialist,), repair=False, llm_answer=False)
+    engine = Engine(registry, model, config=config, policy=policy)
+    with tempfile.TemporaryDirectory() as where, AuditLog(Path(where) / "a.jsonl") as audit:
+        result = engine.plan("Do it.", audit)
+    assert _outcome(result) == expected
+    if result.ok:
+        assert result.plans[-1].hash == plan.hash
+        assert Policy.label_plan(policy, result.plans[-1]) == Policy.label_plan(policy, plan)

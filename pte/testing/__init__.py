@@ -18,6 +18,9 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
   for_each, when, require and continue (pte._control).
 - `procedure_calls(registry)`: a procedure, a plan calling it, and the same plan with the body
   written inline (pte._procedures): both must compile and run the same.
+- `delegations(registry)`: a specialist, a coordinator's plan delegating to it, the sub-plan
+  it answers, and the same plan written inline (pte._delegation); `ScriptedModel` answers
+  each specialist's calls from its own script (``specialists={"name": [...]}``).
 - `example_registry()`: a small typed example catalogue.
 """
 
@@ -27,6 +30,7 @@ from pte._llm_replay import ReplayClient
 from pte.testing._catalogue import example_registry
 from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
 from pte.testing._data_plans import DataCase, data_plans
+from pte.testing._delegation_strategies import DelegationCase, delegations
 from pte.testing._function_client import FunctionCall, FunctionClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 from pte.testing._procedure_strategies import ProcedureCase, procedure_calls
@@ -44,6 +48,7 @@ __all__ = [
     "COMPILE_REASONS",
     "CONTROL_REASONS",
     "DataCase",
+    "DelegationCase",
     "FakeOpenAIServer",
     "FunctionCall",
     "FunctionClient",
@@ -54,6 +59,7 @@ __all__ = [
     "ScriptedModel",
     "control_plans",
     "data_plans",
+    "delegations",
     "example_registry",
     "invalid_control_plans",
     "invalid_plan_cases",
