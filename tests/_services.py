@@ -8,15 +8,18 @@ tests talk to the real thing over TCP on 127.0.0.1.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -164,3 +167,98 @@ def postgres_url() -> Iterator[str]:
 def redis_url() -> Iterator[str]:
     with redis_server() as url:
         yield url
+
+
+# A Python process that forks a child per script: the crash tests kill a child by SIGKILL at
+# every record boundary, dozens of times per test, and most of a fresh interpreter's second
+# is importing pte. The server imports it once; each child is a fork of that clean process
+# (it never ran anything) that sets its environment and argv as `python -c` would, runs the
+# script given, and exits through the interpreter's normal shutdown (or dies by its signal).
+# What the test sees is the same: a separate process, its exit status, its stdout/stderr.
+_FORK_SERVER = r"""
+import importlib, json, os, select, signal, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from pte._registry import load_registry
+answer = os.fdopen(os.dup(1), "w")
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)
+    job = json.loads(line)
+    if job["warm"]:  # tool packs to import here once (their children find them loaded)
+        try:
+            load_registry(job["warm"])
+        except Exception:
+            pass  # the child loads it again and fails with the reason, as a fresh process would
+    pid = os.fork()
+    if pid == 0:
+        break
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd], [], [], job["timeout"])
+    timed_out = not ready
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(pidfd)
+    answer.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out}) + "\n")
+    answer.flush()
+# The child: `python -c CODE ARGV...` with the job's environment, stdin closed, output to files.
+answer.close()
+for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY | os.O_TRUNC),
+                        (2, job["stderr"], os.O_WRONLY | os.O_TRUNC)):
+    opened = os.open(path, flags)
+    os.dup2(opened, fd)
+    os.close(opened)
+os.environ.clear()
+os.environ.update(job["env"])
+sys.argv = ["-c", *job["argv"]]
+code = compile(job["code"], "<string>", "exec")
+del job, line, pid, answer
+exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+"""
+
+#: What the fork server imports before it forks (the slow part of a child's start).
+_PRELOAD = ("pte", "pte._audit", "pte._engine", "pte._registry", "pte._replay")
+_fork_server: subprocess.Popen[str] | None = None
+
+
+def _server() -> subprocess.Popen[str]:
+    global _fork_server
+    if _fork_server is None or _fork_server.poll() is not None:
+        _fork_server = subprocess.Popen(
+            [sys.executable, "-c", _FORK_SERVER, *_PRELOAD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        atexit.register(_fork_server.kill)
+    return _fork_server
+
+
+def run_python(
+    code: str, *argv: str, env: dict[str, str], timeout: float, warm: Sequence[str] = ()
+) -> subprocess.CompletedProcess[bytes]:
+    """`subprocess.run([python, "-c", code, *argv], env=env, capture_output=True, timeout=timeout)`,
+    in a child forked from a Python process that has pte imported already (fast to start).
+
+    Like `subprocess.run`: the exit code, negative for a signal (-9 after SIGKILL), the output
+    as bytes, and `subprocess.TimeoutExpired` when the child is still running after `timeout`.
+    `warm`: tool packs the child loads that the server may import first, once (only packs that
+    read nothing from the environment when imported: the server's environment is not the job's).
+    """
+    server = _server()
+    assert server.stdin is not None and server.stdout is not None
+    with tempfile.TemporaryDirectory(prefix="pte-child-") as tmp:
+        out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+        out.touch()
+        err.touch()
+        job = {"code": code, "argv": list(argv), "env": env, "timeout": timeout,
+               "stdout": str(out), "stderr": str(err), "warm": list(warm)}  # fmt: skip
+        server.stdin.write(json.dumps(job) + "\n")
+        server.stdin.flush()
+        answer = json.loads(server.stdout.readline())
+        args = [sys.executable, "-c", code, *argv]
+        if answer["timed_out"]:
+            raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes())
+        return subprocess.CompletedProcess(args, answer["returncode"], out.read_bytes(), err.read_bytes())

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _services import run_python
 
 from pte import resume_file
 from pte._audit_verify import read_records, verify
@@ -75,11 +74,8 @@ CHILD = textwrap.dedent(
 def _crash(tmp: Path, kill_at: int, mode: str, db: Path) -> tuple[Path, int]:
     log = tmp / f"run-{mode}-{kill_at}.jsonl"
     env = {**os.environ, "PTE_WORLD": str(db), "KILL_AT": str(kill_at), "KILL_MODE": mode}
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD.format(repo=str(REPO), pack=PACK, plan=PLAN), str(log)],
-        env=env,
-        capture_output=True,
-        timeout=120,
+    child = run_python(
+        CHILD.format(repo=str(REPO), pack=PACK, plan=PLAN), str(log), env=env, timeout=120, warm=[PACK]
     )
     return log, child.returncode
 

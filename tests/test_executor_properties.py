@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 import textwrap
 import threading
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _services import run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -183,11 +183,9 @@ def test_resume_after_sigkill_at_any_record_applies_each_write_at_most_once(
             log = tmp_path / f"{mode}-{kill_at}.jsonl"
             effects = tmp_path / f"{mode}-{kill_at}.effects"
             env = {**os.environ, "KILL_AT": str(kill_at), "KILL_MODE": mode, "PTE_TEST_EFFECTS": str(effects)}
-            child = subprocess.run(
-                [sys.executable, "-c", CHILD.format(repo=str(REPO)), str(log), str(plan_file), str(pack)],
-                env=env,
-                capture_output=True,
-                timeout=60,
+            # Not warmed: the pack reads PTE_TEST_EFFECTS when it is imported, in the child.
+            child = run_python(
+                CHILD.format(repo=str(REPO)), str(log), str(plan_file), str(pack), env=env, timeout=60
             )
             assert child.returncode == -9, child.stderr.decode()
             with _EFFECTS_LOCK:

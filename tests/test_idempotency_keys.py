@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _services import run_python
 
 import pte
 from pte import resume_file
@@ -88,13 +87,9 @@ def registry() -> Registry:
 def _crash(tmp: Path, plan: dict[str, Any], kill_at: int, mode: str, db: Path) -> tuple[Path, int]:
     log = tmp / f"run-{mode}-{kill_at}.jsonl"
     env = {**os.environ, "PTE_WORLD": str(db), "KILL_AT": str(kill_at), "KILL_MODE": mode}
-    child = subprocess.run(
-        # The same child as the for_each crash test: it kills itself at record `KILL_AT`.
-        [sys.executable, "-c", CHILD.format(repo=str(REPO), pack=PACK, plan=json.dumps(plan)), str(log)],
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
+    # The same child as the for_each crash test: it kills itself at record `KILL_AT`.
+    code = CHILD.format(repo=str(REPO), pack=PACK, plan=json.dumps(plan))
+    child = run_python(code, str(log), env=env, timeout=120, warm=[PACK])
     return log, child.returncode
 
 

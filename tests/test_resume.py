@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _services import run_python
 
 from pte import resume_file
 from pte._audit_verify import read_records, verify
@@ -23,6 +24,7 @@ from pte._registry import Registry, load_pack, load_registry
 from pte._replay import replay_file
 
 REPO = Path(__file__).resolve().parents[1]
+PACKS = ["backoffice", "calculator", "shaping"]
 
 # Reads, an idempotent single write, an idempotent batch write, then a read that uses it.
 IDEMPOTENT_PLAN = """{"pte_plan": "1", "steps": [
@@ -63,7 +65,7 @@ CHILD = textwrap.dedent(
         return record
 
     AuditLog.append = append
-    registry = load_registry(["backoffice", "calculator", "shaping"])
+    registry = load_registry({packs!r})
     with AuditLog(sys.argv[1]) as audit:
         Engine(registry).execute(open(sys.argv[2]).read(), audit)
     """
@@ -80,18 +82,15 @@ def _crash(tmp: Path, plan: str, kill_at: int, mode: str, ledger: Path) -> tuple
     plan_file = tmp / "plan.json"
     plan_file.write_text(plan, encoding="utf-8")
     env = {**os.environ, "PTE_LEDGER": str(ledger), "KILL_AT": str(kill_at), "KILL_MODE": mode}
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD.format(repo=str(REPO)), str(log), str(plan_file)],
-        env=env,
-        capture_output=True,
-        timeout=60,
+    child = run_python(
+        CHILD.format(repo=str(REPO), packs=PACKS), str(log), str(plan_file), env=env, timeout=60, warm=PACKS
     )
     return log, child.returncode
 
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    return load_registry(["backoffice", "calculator", "shaping"])
+    return load_registry(PACKS)
 
 
 def _reminders(ledger: Path) -> list[tuple[str, str]]:
@@ -191,3 +190,32 @@ def test_cli_resume(
     # Already finished: nothing to resume, refused with exit 1 (not a usage error).
     assert main(["--quiet", "resume", str(log), "--tools", "backoffice,calculator,shaping"]) == 1
     assert "already finished" in capsys.readouterr().err
+
+
+def test_the_forked_child_behaves_like_a_fresh_python_process() -> None:
+    """The crash tests start their child with `run_python` (a fork of a process with pte
+    imported): the same exit status, signal, argv, environment and output as `python -c`."""
+    code = textwrap.dedent(
+        """
+        import os, signal, sys
+        print("out", sys.argv, os.environ.get("PTE_PROBE"), os.environ.get("HOME"))
+        print("err", file=sys.stderr)
+        if sys.argv[1] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if sys.argv[1] == "raise":
+            raise ValueError("boom")
+        sys.exit(int(sys.argv[2]))
+        """
+    )
+    # The job's environment, not the server's: HOME (which the server has) is unset here.
+    env = {k: v for k, v in os.environ.items() if k != "HOME"} | {"PTE_PROBE": "probe"}
+    for argv in (["exit", "0"], ["exit", "3"], ["kill", "0"], ["raise", "0"]):
+        fresh = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, timeout=60)
+        forked = run_python(code, *argv, env=env, timeout=60, warm=PACKS)
+        assert forked.returncode == fresh.returncode, argv
+        assert forked.stdout == fresh.stdout == f"out {['-c', *argv]} probe None\n".encode(), argv
+        assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == b"err", argv
+        assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1], argv
+    assert [forked.returncode, fresh.returncode] == [1, 1]  # the last: an uncaught exception
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_python("import time; time.sleep(30)", env=env, timeout=0.5)
