@@ -186,11 +186,13 @@ while True:
     if not line:
         sys.exit(0)
     job = json.loads(line)
-    if job["warm"]:  # tool packs to import here once (their children find them loaded)
-        try:
+    try:  # modules and tool packs to import here once (their children find them loaded)
+        for name in job["imports"]:
+            importlib.import_module(name)
+        if job["warm"]:
             load_registry(job["warm"])
-        except Exception:
-            pass  # the child loads it again and fails with the reason, as a fresh process would
+    except Exception:
+        pass  # the child imports it again and fails with the reason, as a fresh process would
     pid = os.fork()
     if pid == 0:
         break
@@ -232,20 +234,37 @@ def _server() -> subprocess.Popen[str]:
             stdout=subprocess.PIPE,
             text=True,
         )
-        atexit.register(_fork_server.kill)
+        atexit.register(_stop, _fork_server)
     return _fork_server
 
 
+def _stop(server: subprocess.Popen[str]) -> None:
+    """End of input: the server exits (and is waited for, so its CPU time is the test run's)."""
+    assert server.stdin is not None
+    server.stdin.close()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def run_python(
-    code: str, *argv: str, env: dict[str, str], timeout: float, warm: Sequence[str] = ()
+    code: str,
+    *argv: str,
+    env: dict[str, str],
+    timeout: float,
+    warm: Sequence[str] = (),
+    imports: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[bytes]:
     """`subprocess.run([python, "-c", code, *argv], env=env, capture_output=True, timeout=timeout)`,
     in a child forked from a Python process that has pte imported already (fast to start).
 
     Like `subprocess.run`: the exit code, negative for a signal (-9 after SIGKILL), the output
     as bytes, and `subprocess.TimeoutExpired` when the child is still running after `timeout`.
-    `warm`: tool packs the child loads that the server may import first, once (only packs that
-    read nothing from the environment when imported: the server's environment is not the job's).
+    `warm` (tool packs) and `imports` (modules): what the child loads that the server may import
+    first, once; only code that reads nothing from the environment when it is imported (the
+    server's environment is not the job's).
     """
     server = _server()
     assert server.stdin is not None and server.stdout is not None
@@ -253,8 +272,8 @@ def run_python(
         out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
         out.touch()
         err.touch()
-        job = {"code": code, "argv": list(argv), "env": env, "timeout": timeout,
-               "stdout": str(out), "stderr": str(err), "warm": list(warm)}  # fmt: skip
+        job = {"code": code, "argv": list(argv), "env": env, "timeout": timeout, "stdout": str(out),
+               "stderr": str(err), "warm": list(warm), "imports": list(imports)}  # fmt: skip
         server.stdin.write(json.dumps(job) + "\n")
         server.stdin.flush()
         answer = json.loads(server.stdout.readline())

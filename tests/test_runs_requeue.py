@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
+from _services import postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
 from test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
 
 from pte.stores import open_store
@@ -30,14 +30,15 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = f"backoffice,calculator,shaping,{PACK}"
 
 
+#: The `pte` console script (`pte._cli:main`), each command in a process of its own.
+PTE = "import sys\nfrom pte._cli import main\nsys.exit(main(sys.argv[1:]))"
+#: What the operator's commands import (the fork server has them loaded: a command starts fast).
+CLI_IMPORTS = ["pte._cli", "pte._cli_store", "pte._workers", "pte.stores", "psycopg", "celery", "redis"]
+
+
 def _pte(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pte._cli", "--quiet", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_python(PTE, "--quiet", *argv, env=env, timeout=120, warm=TOOLS.split(","), imports=CLI_IMPORTS)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
 @pytest.fixture
