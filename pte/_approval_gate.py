@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pte import _records as rec
 from pte._approval import (
     LEGACY_KEY_ENV,
     PUBLIC_KEYS_ENV,
@@ -30,10 +31,10 @@ from pte._approval import (
     requires_approval,
 )
 from pte._approval_record import Approval, ProcedureApproval, _utc_now
-from pte._audit import AuditLog
 from pte._errors import ApprovalConsumed, ApprovalMissing, ApprovalStoreError, KeyFileError
 from pte._plan import Plan, PlanStep
 from pte._procedure_approval import ProcedureCover, procedure_cover, procedure_fingerprint
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._signing import SigningKey, TrustedKeys
 from pte._tool_spec import ToolSpec
@@ -84,18 +85,20 @@ class ApprovalGate:
         # id(step) -> (step, approval, plan hash, run id); the step is kept so its id stays unique.
         self._steps: OrderedDict[int, tuple[PlanStep, Approval | ProcedureApproval, str, str]] = OrderedDict()
 
-    def __call__(self, plan: Plan, audit: AuditLog) -> None:
-        approval = self.check(plan, run_id=audit.run_id, resuming=getattr(audit, "continues_run", False))
+    def __call__(self, plan: Plan, audit: RecordSink) -> None:
+        approval = self.check(plan, run_id=audit.run_id, resuming=audit.continues_run)
         if approval is None:
             return
         signed = self.keys is not None
         if isinstance(approval, ProcedureCover):
             for each, steps in approval.approvals:
-                audit.append(
-                    "approval", **each.evidence(signed=signed, plan_hash=plan.hash, steps=list(steps))
+                audit.write(
+                    rec.procedure_approval(
+                        each.to_dict(), approval_id=each.id, signed=signed, plan_hash=plan.hash, steps=steps
+                    )
                 )
         else:
-            audit.append("approval", **approval.evidence(signed=signed))
+            audit.write(rec.approval(approval.to_dict(), approval_id=approval.id, signed=signed))
         with self._lock:
             for step in plan.steps:
                 used = (
@@ -369,7 +372,7 @@ class _NoApprovals:
 
     registry: Registry
 
-    def __call__(self, plan: Plan, audit: AuditLog) -> None:
+    def __call__(self, plan: Plan, audit: RecordSink) -> None:
         needing = sorted({s.tool for s in plan.tool_steps() if self.registry[s.tool].requires_approval})
         if needing:
             raise ApprovalMissing(

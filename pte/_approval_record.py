@@ -175,11 +175,6 @@ class Approval(_Signed):
             data["run"] = self.run
         return data
 
-    def evidence(self, *, signed: bool) -> dict[str, Any]:
-        """The fields of an ``approval`` audit record (`signed`: verified under a trusted key)."""
-        fields = {k: v for k, v in self.to_dict().items() if k != "pte_approval"}
-        return {**fields, "approval_id": self.id, "signed": signed}
-
     @classmethod
     def from_dict(cls, data: Any) -> Approval:
         """Parse the store's JSON form (ValueError when it is malformed)."""
@@ -280,18 +275,6 @@ class ProcedureApproval(_Signed):
     def to_dict(self) -> dict[str, Any]:
         """The store's JSON form."""
         return {**self._signed_fields(), "public_key": self.public_key, "signature": self.signature}
-
-    def evidence(self, *, signed: bool, plan_hash: str, steps: list[str]) -> dict[str, Any]:
-        """The fields of an ``approval`` audit record of this kind: the approval, its id, whether it
-        verified under a trusted key, the plan it let run and the steps of that plan it covers."""
-        fields = {k: v for k, v in self.to_dict().items() if k != "pte_procedure_approval"}
-        return {
-            **fields,
-            "approval_id": self.id,
-            "signed": signed,
-            "plan_hash": plan_hash,
-            "steps": list(steps),
-        }
 
     @classmethod
     def from_dict(cls, data: Any) -> ProcedureApproval:

@@ -54,6 +54,7 @@ from pte._audit_resume import (
 )
 from pte._audit_scan import _COMMON_FIELDS, AUDIT_FORMAT, GENESIS_HASH
 from pte._audit_schema import _schema_problem
+from pte._records import Record
 from pte._redaction import Redactor
 from pte._version import __version__
 
@@ -302,7 +303,26 @@ class AuditLog:
             err.__cause__ = cause
         return err
 
+    @property
+    def replaying(self) -> bool:
+        """False: every record this log takes is new (`pte._record_sink.RecordSink`)."""
+        return False
+
+    @property
+    def continues_run(self) -> bool:
+        """False: a log continues a run's chain, not its decisions (resume's checker does)."""
+        return False
+
+    @property
+    def origin_trace(self) -> Mapping[str, str] | None:
+        """None: a log links no earlier run's trace (resume's checker does)."""
+        return None
+
     # -- writing ------------------------------------------------------------------------------
+
+    def write(self, record: Record) -> dict[str, Any]:
+        """Write a record built by `pte._records` (`append` of its type and fields)."""
+        return self.append(record.type, **record.fields)
 
     def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
         """Redact `fields`, add the common fields, hash, write one line; return the record.

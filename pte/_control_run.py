@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from pte._audit import AuditLog
+from pte import _records as rec
 from pte._canonical import canonical_json
 from pte._control import COMPARISONS, _instant
 from pte._errors import ConditionNotMet, FailedClosed, ReasonCode, ToolError
 from pte._linear_patterns import DECIMAL_STRING_PATTERN
 from pte._plan import ELEMENT, Plan, PlanStep, Reference, is_reference
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._step_results import ExecutionResult, PlanRunner, StepResult
 
@@ -211,7 +212,7 @@ def _at(ref: Reference, n: int, index: int) -> Reference:
 
 
 def _condition_record(
-    audit: AuditLog | None,
+    audit: RecordSink | None,
     plan: Plan,
     step: PlanStep,
     outcome: str,
@@ -220,14 +221,15 @@ def _condition_record(
 ) -> None:
     if audit is None:
         return
-    audit.append(
-        "condition",
-        step_id=step.id,
-        kind="require" if step.is_require else "when",
-        outcome=outcome,
-        values=values,
-        error=None if error is None else error.to_dict(),
-        plan_hash=plan.hash,
+    audit.write(
+        rec.condition(
+            step_id=step.id,
+            kind="require" if step.is_require else "when",
+            outcome=outcome,
+            values=values,
+            error=None if error is None else error.to_dict(),
+            plan_hash=plan.hash,
+        )
     )
 
 
@@ -236,7 +238,7 @@ def run_controlled(
     plan: Plan,
     step: PlanStep,
     outputs: dict[str, Any],
-    audit: AuditLog | None,
+    audit: RecordSink | None,
     execution: ExecutionResult,
     on_step: Callable[[StepResult], None] | None,
 ) -> bool:
@@ -286,7 +288,7 @@ def _run_one(
     plan: Plan,
     step: PlanStep,
     outputs: dict[str, Any],
-    audit: AuditLog | None,
+    audit: RecordSink | None,
     execution: ExecutionResult,
     on_step: Callable[[StepResult], None] | None,
 ) -> bool:
@@ -306,7 +308,7 @@ def _run_each(
     plan: Plan,
     step: PlanStep,
     outputs: dict[str, Any],
-    audit: AuditLog | None,
+    audit: RecordSink | None,
     execution: ExecutionResult,
     on_step: Callable[[StepResult], None] | None,
 ) -> bool:
@@ -329,13 +331,14 @@ def _run_each(
         )
     count = len(items) if isinstance(items, list) else 0
     if audit is not None:
-        audit.append(
-            "for_each",
-            step_id=step.id,
-            tool=step.tool,
-            items=count,
-            error=None if error is None else error.to_dict(),
-            plan_hash=plan.hash,
+        audit.write(
+            rec.for_each(
+                step_id=step.id,
+                tool=step.tool,
+                items=count,
+                error=None if error is None else error.to_dict(),
+                plan_hash=plan.hash,
+            )
         )
     if error is not None:
         return _failed(StepResult(step.id, step.tool, "failed", None, error=error), execution, on_step)
@@ -363,7 +366,7 @@ def _sub_plan(plan: Plan, steps: list[PlanStep]) -> Plan:
 def run_with_control(
     executor: PlanRunner,
     plan: Plan,
-    audit: AuditLog | None,
+    audit: RecordSink | None,
     completed: Mapping[str, Any] | None,
     on_step: Callable[[StepResult], None] | None,
 ) -> ExecutionResult:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from pte import _json as strict_json
 from pte import _prompts as prompts
+from pte import _records as rec
 from pte._canonical import canonical_json, sha256_hex
 from pte._compile_context import json_path
 from pte._errors import REPAIRABLE_REASONS, FailedClosed, PlanRejected, ReasonCode, StrictJSONError
@@ -348,13 +349,14 @@ def _repair(engine: EngineView, run: _Run, call: _Delegation, rejection: PlanRej
         ) from None
     call.repaired = True
     run.replans += 1
-    run.audit.append(
-        "repair",
-        attempt=run.replans,
-        origin="specialist",
-        reason=rejection.reason.value,
-        message=rejection.message,
-        path=rejection.path,
+    run.audit.write(
+        rec.repair(
+            attempt=run.replans,
+            origin="specialist",
+            reason=rejection.reason.value,
+            message=rejection.message,
+            path=rejection.path,
+        )
     )
     get_logger(run_id=run.audit.run_id).info(
         "repair", attempt=run.replans, origin="specialist", specialist=call.specialist.name

@@ -45,8 +45,10 @@ from pathlib import Path
 from typing import IO, Any, Literal, cast
 
 from pte import _json as strict_json
+from pte import _records as rec
 from pte._canonical import canonical_json
 from pte._errors import EndorsementStoreError, FailedClosed, KeyFileError, ReasonCode, RunPaused
+from pte._record_sink import RecordSink
 from pte._signing import PublicKey, SigningKey, TrustedKeys, check_signature_fields
 
 __all__ = [
@@ -213,11 +215,6 @@ class Endorsement:
             "public_key": self.public_key,
             "signature": self.signature,
         }
-
-    def evidence(self, *, signed: bool) -> dict[str, Any]:
-        """The fields of an ``endorsement`` audit record (`signed`: verified under a trusted key)."""
-        fields = {k: v for k, v in self.to_dict().items() if k != "pte_endorsement"}
-        return {**fields, "endorsement_id": self.id, "signed": signed}
 
     @classmethod
     def from_dict(cls, data: Any) -> Endorsement:
@@ -484,7 +481,7 @@ class _Point:
     """The run being executed: which calls need an endorsement, and where to record decisions."""
 
     gate: Any
-    audit: Any
+    audit: RecordSink
     plan_hash: str
     #: step id -> {parameter: violation explanation}.
     needs: Mapping[str, Mapping[str, str]]
@@ -563,7 +560,7 @@ class EndorsementGate:
             return "bad signature"
         return None
 
-    def at_call(self, request: EndorsementRequest, audit: Any) -> None:
+    def at_call(self, request: EndorsementRequest, audit: RecordSink) -> None:
         try:
             contents = self.store.contents()
         except EndorsementStoreError as exc:
@@ -585,7 +582,11 @@ class EndorsementGate:
                 reasons.append(f"{made.by} ({made.at}): {why}")
                 continue
             if made.decision == "rejected":
-                audit.append("endorsement_rejected", **made.evidence(signed=self.keys is not None))
+                audit.write(
+                    rec.endorsement_rejected(
+                        made.to_dict(), endorsement_id=made.id, signed=self.keys is not None
+                    )
+                )
                 raise EndorsementRejected(
                     f"{made.by} rejected the value of {request.tool} at step {request.step_id!r}"
                     + (f": {made.note}" if made.note else "")
@@ -594,11 +595,11 @@ class EndorsementGate:
             if used is not None:
                 reasons.append(f"{made.by} ({made.at}): {used}")
                 continue
-            audit.append("endorsement", **made.evidence(signed=self.keys is not None))
+            audit.write(rec.endorsement(made.to_dict(), endorsement_id=made.id, signed=self.keys is not None))
             return
         self.pause(request, audit, reasons)
 
-    def pause(self, request: EndorsementRequest, audit: Any, reasons: Sequence[str] = ()) -> None:
+    def pause(self, request: EndorsementRequest, audit: RecordSink, reasons: Sequence[str] = ()) -> None:
         expires_at = _format_time(self.clock() + self.ttl)
         where = request.step_id + (f"[{request.element}]" if request.element is not None else "")
         message = (
@@ -608,14 +609,15 @@ class EndorsementGate:
         )
         if reasons:
             message += "; not counted: " + "; ".join(reasons)
-        audit.append(
-            "run_paused",
-            reason="awaiting_endorsement",
-            plan_hash=request.plan_hash,
-            tools=[request.tool],
-            expires_at=expires_at,
-            message=message,
-            endorsement=request.to_dict(),
+        audit.write(
+            rec.run_paused(
+                reason="awaiting_endorsement",
+                plan_hash=request.plan_hash,
+                tools=[request.tool],
+                expires_at=expires_at,
+                message=message,
+                endorsement=request.to_dict(),
+            )
         )
         audit.sync()
         raise RunPaused(

@@ -17,8 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from pte import _prompts as prompts
+from pte import _records as rec
 from pte._approval_gate import _NoApprovals
-from pte._audit import AuditLog
 from pte._call_role import call_role
 from pte._compile_context import CompileCheck
 from pte._compiler import compile_plan
@@ -41,6 +41,7 @@ from pte._logs import get_logger, is_terminal
 from pte._otel import RunTracer, TracedAudit
 from pte._plan import Plan, plan_schema
 from pte._policy import Policy, PolicyCheck
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._repair import may_repair, repair
 from pte._run_state import EngineConfig, PlanOrigin, RunResult, RunStatus, _Run
@@ -108,9 +109,9 @@ class Engine:
         config: EngineConfig | None = None,
         invoker: ToolInvoker | None = None,
         checks: Sequence[CompileCheck] = (),
-        before_execute: Sequence[Callable[[Plan, AuditLog], None]] = (),
+        before_execute: Sequence[Callable[[Plan, RecordSink], None]] = (),
         policy: Policy | None = None,
-        approval: Callable[[Plan, AuditLog], None] | None = None,
+        approval: Callable[[Plan, RecordSink], None] | None = None,
         tracer_provider: Any = None,
         max_concurrency: int = DEFAULT_CONCURRENCY,
         serial_writes: bool = False,
@@ -151,7 +152,7 @@ class Engine:
 
     # -- public entry points ------------------------------------------------------------------
 
-    def run(self, request: str, audit: AuditLog) -> RunResult:
+    def run(self, request: str, audit: RecordSink) -> RunResult:
         """Plan `request` with the LLM, execute, replan on failure (bounded), and finish."""
         run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
         log = get_logger(run_id=audit.run_id)
@@ -177,12 +178,13 @@ class Engine:
                     )
                 run.replans += 1
                 assert failure.error is not None
-                audit.append(
-                    "replan",
-                    attempt=run.replans,
-                    failed_step=failure.step_id,
-                    error=failure.error.to_dict(),
-                    completed=list(run.result.outputs),
+                audit.write(
+                    rec.replan(
+                        attempt=run.replans,
+                        failed_step=failure.step_id,
+                        error=failure.error.to_dict(),
+                        completed=run.result.outputs,
+                    )
                 )
                 log.info("replan", attempt=run.replans, failed_step=failure.step_id)
                 error, error_provenance = error_for_planner(
@@ -213,7 +215,7 @@ class Engine:
             self._interrupted(run)
             raise
 
-    def execute(self, plan_text: str, audit: AuditLog) -> RunResult:
+    def execute(self, plan_text: str, audit: RecordSink) -> RunResult:
         """Compile and execute a ready-made plan (a person's, or one from `pte plan`): no LLM at all."""
         run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
         log = get_logger(run_id=audit.run_id)
@@ -246,7 +248,7 @@ class Engine:
             self._interrupted(run)
             raise
 
-    def plan(self, request: str, audit: AuditLog) -> RunResult:
+    def plan(self, request: str, audit: RecordSink) -> RunResult:
         """Compile a request into a plan without executing it (for review, then `execute`)."""
         run = _Run(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
         try:
@@ -284,7 +286,7 @@ class Engine:
             mode,
             self.tracer_provider,
             run.audit.redactor,
-            link=getattr(run.audit, "origin_trace", None),  # resume: the crashed run's span
+            link=run.audit.origin_trace,  # resume: the crashed run's span
         )
         run.tracer.procedures = bool(self.registry.procedures)
         # Untouched third-party text in the catalogue (pte.importers): every planner reads it.
@@ -293,8 +295,10 @@ class Engine:
         fields = run_started_fields(
             self.registry, self.policy.to_document(), run.audit.redactor.redact_structure
         )
-        run.audit.append(
-            "run_started", mode=mode, request=request, config=config, **fields, **run.tracer.run_ids()
+        run.audit.write(
+            rec.run_started(
+                mode=mode, request=request, config=config, content=fields, trace=run.tracer.run_ids()
+            )
         )
 
     def _call_llm(self, run: _Run, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
@@ -312,19 +316,20 @@ class Engine:
             # and an unsealed log. KeyboardInterrupt and SystemExit are not Exceptions.
             exc = raised if isinstance(raised, LLMError) else LLMError(_describe(raised))
             trace_ids = run.tracer.llm_end(span, attempts=exc.attempts, error=exc.message)
-            run.audit.append(
-                "llm_call",
-                role=role,
-                model=self.llm.model,
-                messages=messages,
-                response_format=None,
-                response=None,
-                finish_reason=None,
-                usage={},
-                error=exc.message,
-                attempts=exc.attempts,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                **trace_ids,
+            run.audit.write(
+                rec.llm_call(
+                    role=role,
+                    model=self.llm.model,
+                    messages=messages,
+                    response_format=None,
+                    response=None,
+                    finish_reason=None,
+                    usage={},
+                    error=exc.message,
+                    attempts=exc.attempts,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                    trace=trace_ids,
+                )
             )
             raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None
         trace_ids = run.tracer.llm_end(
@@ -334,19 +339,20 @@ class Engine:
             finish_reason=response.finish_reason,
             attempts=response.attempts,
         )
-        run.audit.append(
-            "llm_call",
-            role=role,
-            model=response.model,
-            messages=messages,
-            response_format=response.response_format,
-            response=response.text,
-            finish_reason=response.finish_reason,
-            usage=dict(response.usage),
-            error=None,
-            attempts=response.attempts,
-            duration_ms=round(response.duration_ms, 3),
-            **trace_ids,
+        run.audit.write(
+            rec.llm_call(
+                role=role,
+                model=response.model,
+                messages=messages,
+                response_format=response.response_format,
+                response=response.text,
+                finish_reason=response.finish_reason,
+                usage=response.usage,
+                error=None,
+                attempts=response.attempts,
+                duration_ms=response.duration_ms,
+                trace=trace_ids,
+            )
         )
         for key, value in response.usage.items():
             run.result.usage[key] = run.result.usage.get(key, 0) + int(value)
@@ -428,13 +434,14 @@ class Engine:
         if policy_check.literal == "request":  # written from the request and catalogue alone
             run.request_literals |= plan_literals(plan) | continue_literals(plan)
         endorsing = {sid: sorted(params) for sid, params in policy_check.endorsements.items()}
-        run.audit.append(
-            "plan_accepted",
-            origin=origin,
-            plan_hash=plan.hash,
-            plan=plan.to_dict(),
-            order=list(plan.order),
-            **({"needs_endorsement": endorsing} if endorsing else {}),
+        run.audit.write(
+            rec.plan_accepted(
+                origin=origin,
+                plan_hash=plan.hash,
+                plan=plan.to_dict(),
+                order=plan.order,
+                needs_endorsement=endorsing,
+            )
         )
         if endorsing:
             run.endorse[plan.hash] = policy_check.endorsements
@@ -446,13 +453,14 @@ class Engine:
         return plan
 
     def _record_rejection(self, run: _Run, origin: str, text: str, rejection: FailedClosed) -> None:
-        run.audit.append(
-            "plan_rejected",
-            origin=origin,
-            reason=rejection.reason.value,
-            message=rejection.message,
-            path=rejection.path,
-            plan_text=text,
+        run.audit.write(
+            rec.plan_rejected(
+                origin=origin,
+                reason=rejection.reason.value,
+                message=rejection.message,
+                path=rejection.path,
+                plan_text=text,
+            )
         )
 
     def _execute(self, run: _Run, plan: Plan, log: Any) -> StepResult | None:
@@ -480,7 +488,7 @@ class Engine:
             )
 
         # Step spans start and end where the step records are written (ids go into them).
-        audit: Any = TracedAudit(run.audit, run.tracer) if run.tracer.active else run.audit
+        audit: RecordSink = TracedAudit(run.audit, run.tracer) if run.tracer.active else run.audit
         needs = run.endorse.get(plan.hash)
         point = _Point(self.endorsement, audit, plan.hash, needs) if needs and self.endorsement else None
         token = set_point(point)
@@ -606,15 +614,16 @@ class Engine:
             result.message = message
         if not run.audit.broken and not isinstance(stop, AuditWriteError):
             try:
-                run.audit.append(
-                    "run_finished",
-                    status=status,
-                    reason=result.reason.value if result.reason else None,
-                    message=result.message,
-                    answer=result.answer,
-                    result=result.result,
-                    steps_run=len(result.steps),
-                    llm_calls=result.llm_calls,
+                run.audit.write(
+                    rec.run_finished(
+                        status=status,
+                        reason=result.reason.value if result.reason else None,
+                        message=result.message,
+                        answer=result.answer,
+                        result=result.result,
+                        steps_run=len(result.steps),
+                        llm_calls=result.llm_calls,
+                    )
                 )
                 run.audit.sync()
             except AuditWriteError as exc:

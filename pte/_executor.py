@@ -11,7 +11,7 @@ exactly those the plan run one step at a time would write (timestamps and durati
 aside). Replay and resume therefore see no difference between the two.
 
 Write-ahead: a ``write`` step runs only once every step before it in the plan order has
-finished and is recorded, and its ``step_started`` has been made durable (`AuditLog.sync`).
+finished and is recorded, and its ``step_started`` has been made durable (`RecordSink.sync`).
 So a write never runs beside an earlier step, and never before its intent is on disk. A
 ``read`` step may run (and finish) before its records are written; if the process dies
 first, it is simply run again by resume. `serial_writes` also keeps every other step from
@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from pte._audit import AuditLog
+from pte import _records as rec
 from pte._control_run import is_controlled, run_with_control
 from pte._endorsement import check_call as check_endorsement
 from pte._errors import AuditWriteError, ToolError
@@ -56,6 +56,7 @@ from pte._idempotency import derive_key
 from pte._invoke import _WORKERS, CallOutcome, settled, start_call
 from pte._owner import OwnerCalls, Superseded, may_run_on_owner
 from pte._plan import Plan, PlanStep, copy_json
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._step_results import ExecutionResult, StepResult
 from pte._tool_spec import ToolSpec
@@ -156,7 +157,7 @@ class Executor:
     def run(
         self,
         plan: Plan,
-        audit: AuditLog | None = None,
+        audit: RecordSink | None = None,
         *,
         completed: Mapping[str, Any] | None = None,
         on_step: Callable[[StepResult], None] | None = None,
@@ -199,7 +200,7 @@ class _Run:
         self,
         executor: Executor,
         plan: Plan,
-        audit: AuditLog | None,
+        audit: RecordSink | None,
         completed: Mapping[str, Any] | None,
         on_step: Callable[[StepResult], None] | None,
     ) -> None:
@@ -482,30 +483,37 @@ class _Run:
             return
         step, spec = self.steps[i], self.specs[i]
         args = self.args.get(i)
-        self.audit.append(
-            "step_started",
-            step_id=step.id,
-            tool=spec.name,
-            effect=spec.effect,
-            # Arguments that could not be resolved are recorded unresolved.
-            args=args if args is not None else step.args,
-            plan_hash=self.plan.hash,
+        self.audit.write(
+            rec.step_started(
+                step_id=step.id,
+                tool=spec.name,
+                effect=spec.effect,
+                # Arguments that could not be resolved are recorded unresolved.
+                args=args if args is not None else step.args,
+                plan_hash=self.plan.hash,
+            )
         )
         self.started_logged.add(i)
 
     def _record_finished(self, i: int, result: StepResult) -> None:
         if self.audit is None:
             return
-        fields: dict[str, Any] = {"step_id": result.step_id, "tool": result.tool, "status": result.status}
-        if result.ok:
-            fields["output"] = result.output
-        else:
+        error = None
+        if not result.ok:
             assert result.error is not None
-            fields["error"] = result.error.to_dict()
-        if result.attempts > 1:
-            fields["attempts"] = result.attempts
-            fields["retry_errors"] = [e.to_dict() for e in result.retry_errors]
-        self.audit.append("step_finished", **fields, duration_ms=round(result.duration_ms, 3))
+            error = result.error.to_dict()
+        self.audit.write(
+            rec.step_finished(
+                step_id=result.step_id,
+                tool=result.tool,
+                status=result.status,
+                duration_ms=result.duration_ms,
+                output=result.output if result.ok else None,
+                error=error,
+                attempts=result.attempts,
+                retry_errors=[e.to_dict() for e in result.retry_errors],
+            )
+        )
 
 
 class _OnOwner:

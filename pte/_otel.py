@@ -16,7 +16,8 @@ is current when the run starts), with one child span per LLM call and one per st
 
 The ``run_started``, ``llm_call``, ``step_started`` and ``step_finished`` records of a traced
 run carry ``trace_id`` and ``span_id`` (W3C hex), so a trace links to its audit records and
-back. They are observability, not decisions: replay does not compare them (`TRACE_FIELDS`).
+back. They are observability, not decisions: replay does not compare them
+(`pte._records.TRACE_FIELDS`).
 
 Span attributes and status descriptions go through the run's `Redactor` (the audit log's),
 so a secret in an LLM error's text or a tool name is scrubbed in the trace exactly as in the log.
@@ -32,15 +33,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pte._procedures import PATH_SEPARATOR, step_path
+from pte._records import Record, traced
 from pte._version import __version__
 
 if TYPE_CHECKING:
+    from pte._record_sink import RecordSink
     from pte._redaction import Redactor
 
-__all__ = ["TRACE_FIELDS", "RunTracer"]
-
-#: Record fields written from the trace context; not compared by replay (they differ per run).
-TRACE_FIELDS = ("trace_id", "span_id")
+__all__ = ["RunTracer", "TracedAudit"]
 
 try:
     from opentelemetry import trace as _trace
@@ -289,20 +289,45 @@ class RunTracer:
 
 
 class TracedAudit:
-    """The run's audit log as the executor sees it, adding step span ids to step records.
+    """A run's `RecordSink` as the executor sees it while tracing: step records get their span's ids.
 
-    Everything but `append` goes to the wrapped log. Used only while tracing is active.
+    A step's span starts when its ``step_started`` is written and ends with its
+    ``step_finished`` (`RunTracer.step_fields`); every other record, and everything else a
+    sink does, is the wrapped sink's.
     """
 
-    def __init__(self, audit: Any, tracer: RunTracer) -> None:
-        self._audit = audit
+    def __init__(self, sink: RecordSink, tracer: RunTracer) -> None:
+        self._sink = sink
         self._tracer = tracer
 
-    def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
-        replayed = bool(getattr(self._audit, "replaying", False))  # resume re-reading the log
-        ids = self._tracer.step_fields(type, fields, replayed=replayed)
-        result: dict[str, Any] = self._audit.append(type, **fields, **ids)
-        return result
+    @property
+    def run_id(self) -> str:
+        return self._sink.run_id
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._audit, name)
+    @property
+    def redactor(self) -> Redactor:
+        return self._sink.redactor
+
+    @property
+    def broken(self) -> bool:
+        return self._sink.broken
+
+    @property
+    def replaying(self) -> bool:
+        return self._sink.replaying
+
+    @property
+    def continues_run(self) -> bool:
+        return self._sink.continues_run
+
+    @property
+    def origin_trace(self) -> Mapping[str, str] | None:
+        return self._sink.origin_trace
+
+    def write(self, record: Record) -> dict[str, Any]:
+        # Resume re-reads the log: a re-read step's span says so (`pte.replayed`).
+        ids = self._tracer.step_fields(record.type, record.fields, replayed=self._sink.replaying)
+        return self._sink.write(traced(record, ids))
+
+    def sync(self) -> None:
+        self._sink.sync()

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pte import _prompts as prompts
+from pte import _records as rec
 from pte._errors import REPAIRABLE_REASONS, FailedClosed, PlanRejected, ReasonCode
 from pte._exposure import literal_of
 from pte._logs import get_logger
@@ -61,13 +62,14 @@ def repair(
 ) -> Plan:
     """Ask for the rejected plan again, corrected; see the module docstring."""
     run.replans += 1
-    run.audit.append(
-        "repair",
-        attempt=run.replans,
-        origin=origin,
-        reason=rejection.reason.value,
-        message=rejection.message,
-        path=rejection.path,
+    run.audit.write(
+        rec.repair(
+            attempt=run.replans,
+            origin=origin,
+            reason=rejection.reason.value,
+            message=rejection.message,
+            path=rejection.path,
+        )
     )
     get_logger(run_id=run.audit.run_id).info(
         "repair", attempt=run.replans, origin=origin, reason=rejection.reason.value, path=rejection.path

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pte import _records as rec
 from pte._audit import AuditLog
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import iter_records, verify
@@ -54,7 +55,9 @@ from pte._errors import (
 from pte._executor import LiveInvoker, ToolInvoker
 from pte._fingerprint import expand_run_started, stored_contents
 from pte._plan import PlanStep
-from pte._redaction import REDACTED
+from pte._record_sink import RecordSink
+from pte._records import TRACE_FIELDS, Record
+from pte._redaction import REDACTED, Redactor
 from pte._registry import Registry
 from pte._replay_authority import (
     Deployment,
@@ -76,13 +79,13 @@ __all__ = [
 ]
 
 #: Fields replay does not compare: clocks, and the chain (checked by `verify` beforehand).
-# Clocks, the chain's own fields, and OpenTelemetry ids (`pte._otel.TRACE_FIELDS`): a new
+# Clocks, the chain's own fields, and OpenTelemetry ids (`pte._records.TRACE_FIELDS`): a new
 # trace every run, observability rather than decisions. "stored": content a log already
 # holds is not stored again, so a replay may store what the recording referred to; "tools"
 # fingerprints carry code hashes a replay without code cannot reproduce (the hashes in
 # "catalogue" and "policy" are still compared).
 IGNORED_FIELDS: frozenset[str] = frozenset(
-    {"ts", "duration_ms", "seq", "prev", "hash", "trace_id", "span_id", "stored", "tools"}
+    {"ts", "duration_ms", "seq", "prev", "hash", *TRACE_FIELDS, "stored", "tools"}
 )
 #: Per record type, the fields that carry the run's decisions, for comparing two *different*
 #: runs of the same plan (e.g. with steps finishing in another order). Replay compares more:
@@ -199,11 +202,12 @@ class _RedactedPlanHashes:
         }
 
 
-class CheckingAuditLog(AuditLog):
-    """An in-memory audit log that checks each record against the recorded one.
+class CheckingAuditLog:
+    """Replay's `RecordSink`: it checks each record against the recorded one instead of writing it.
 
-    With `forward`, records past the end of the recording are appended there instead (resume),
-    after one `run_resumed` annotation.
+    Each record is built as a log would write it (an in-memory `AuditLog` of the same run
+    adds the common fields and redacts), then compared. With `forward`, records past the end
+    of the recording are written there instead (resume), after one `run_resumed` annotation.
     """
 
     def __init__(
@@ -211,49 +215,39 @@ class CheckingAuditLog(AuditLog):
         expected: Iterable[tuple[int, Mapping[str, Any]]],
         *,
         run_id: str,
-        forward: AuditLog | None = None,
+        forward: RecordSink | None = None,
     ) -> None:
-        super().__init__(None, run_id=run_id, keep=True)
-        self._expected = deque((line, rec) for line, rec in expected if rec.get("type") not in _ANNOTATIONS)
+        self._log = AuditLog(None, run_id=run_id, keep=True)
+        self._expected = deque(
+            (line, recorded) for line, recorded in expected if recorded.get("type") not in _ANNOTATIONS
+        )
         self._forward = forward
-        #: Resume: the run continues (an approval it consumed earlier is its own, step by step).
-        self.continues_run = forward is not None
         self._redacted_hashes = _RedactedPlanHashes()
         self.checked = 0
         self.resumed_at: int | None = None
-        #: Resume: the crashed run's span ids (its run_started record), for a span link.
-        started = next((rec for _, rec in self._expected if rec.get("type") == "run_started"), None)
-        self.origin_trace: dict[str, str] | None = (
-            {k: str(started[k]) for k in ("trace_id", "span_id")}
-            if forward is not None and started is not None and "trace_id" in started and "span_id" in started
+        started = next(
+            (recorded for _, recorded in self._expected if recorded.get("type") == "run_started"), None
+        )
+        self._origin_trace: dict[str, str] | None = (
+            {k: str(started[k]) for k in TRACE_FIELDS}
+            if forward is not None and started is not None and all(k in started for k in TRACE_FIELDS)
             else None
         )
         #: A format 1 log records no prompts hash: the prompt code that wrote its model calls'
         #: messages is unknown, so those are not compared (the answers and every decision are).
         self._format_1 = False
 
-    def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
-        record = super().append(type, **fields)
-        if self._expected:
-            line, recorded = self._expected.popleft()
-            replayed = self._redacted_hashes.translate(recorded, record)
-            if recorded.get("type") == "run_started":
-                self._format_1 = "format" not in recorded
-            elif self._format_1 and recorded.get("type") == "llm_call" and "messages" in recorded:
-                replayed = {**replayed, "messages": recorded["messages"]}
-            _compare(line, recorded, _in_format_of(recorded, replayed))
-            self.checked += 1
-            return record
-        if self._forward is None:
-            raise _LogEnded(f"the recorded run ends after {self.checked} record(s) without run_finished")
-        if self.resumed_at is None:
-            self.resumed_at = self.checked
-            self._forward.append("run_resumed", after_records=self.checked)
-        return self._forward.append(type, **fields)
+    @property
+    def run_id(self) -> str:
+        return self._log.run_id
 
-    def sync(self) -> None:
-        if self._forward is not None:
-            self._forward.sync()
+    @property
+    def redactor(self) -> Redactor:
+        return self._log.redactor
+
+    @property
+    def broken(self) -> bool:
+        return self._log.broken
 
     @property
     def replaying(self) -> bool:
@@ -261,9 +255,47 @@ class CheckingAuditLog(AuditLog):
         return bool(self._expected)
 
     @property
+    def continues_run(self) -> bool:
+        """Resume: the run continues (an approval it consumed earlier is its own, step by step)."""
+        return self._forward is not None
+
+    @property
+    def origin_trace(self) -> Mapping[str, str] | None:
+        """Resume: the crashed run's span ids (its run_started record), for a span link."""
+        return self._origin_trace
+
+    @property
     def pending(self) -> int:
         """Recorded records not yet matched."""
         return len(self._expected)
+
+    @property
+    def next_expected(self) -> tuple[int, Mapping[str, Any]] | None:
+        """The next recorded record not yet matched, with its line number (None at the end)."""
+        return self._expected[0] if self._expected else None
+
+    def write(self, record: Record) -> dict[str, Any]:
+        built = self._log.write(record)
+        if self._expected:
+            line, recorded = self._expected.popleft()
+            replayed = self._redacted_hashes.translate(recorded, built)
+            if recorded.get("type") == "run_started":
+                self._format_1 = "format" not in recorded
+            elif self._format_1 and recorded.get("type") == "llm_call" and "messages" in recorded:
+                replayed = {**replayed, "messages": recorded["messages"]}
+            _compare(line, recorded, _in_format_of(recorded, replayed))
+            self.checked += 1
+            return built
+        if self._forward is None:
+            raise _LogEnded(f"the recorded run ends after {self.checked} record(s) without run_finished")
+        if self.resumed_at is None:
+            self.resumed_at = self.checked
+            self._forward.write(rec.run_resumed(after_records=self.checked))
+        return self._forward.write(record)
+
+    def sync(self) -> None:
+        if self._forward is not None:
+            self._forward.sync()
 
 
 @dataclass
@@ -372,7 +404,7 @@ class RecordedInvoker:
         return self._live(spec, args, step)
 
 
-def _drive(engine: Engine, started: Mapping[str, Any], audit: AuditLog) -> RunResult:
+def _drive(engine: Engine, started: Mapping[str, Any], audit: RecordSink) -> RunResult:
     mode = started.get("mode")
     config = started.get("config") or {}
     if mode == "execute":
@@ -466,8 +498,9 @@ def replay_run(
         sealed = any(r.get("type") == "run_finished" for r in records)
         outcome = "diverged" if sealed else "same_incomplete"
         return RunReplay(run_id, len(records), outcome, diffs=invoker.diffs, note=str(ended))
-    if audit.pending:
-        line, recorded = audit._expected[0]
+    unmatched = audit.next_expected
+    if unmatched is not None:
+        line, recorded = unmatched
         missing = ReplayDivergence(
             line, str(recorded.get("type")), "type", recorded.get("type"), "(run ended)"
         )

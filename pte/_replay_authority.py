@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from pte import _records as rec
 from pte._approval import catalogue_fingerprint, requires_approval
 from pte._approval_gate import ApprovalGate
 from pte._approval_record import Approval, ProcedureApproval
-from pte._audit import AuditLog
 from pte._canonical import canonical_json, canonical_json_v1
 from pte._endorsement import Endorsement, EndorsementRejected, EndorsementRequest
 from pte._engine import Engine
@@ -40,6 +40,7 @@ from pte._plan import Plan
 from pte._policy import Policy
 from pte._procedure_approval import procedure_cover, procedure_fingerprint
 from pte._procedures import recorded_procedures
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._run_state import EngineConfig
 from pte._signing import TrustedKeys
@@ -163,15 +164,16 @@ class _RecordedApprovals:
             if record.get("type") == "run_finished" and record.get("reason") in _APPROVAL_REASONS:
                 self._refusal = record
 
-    def __call__(self, plan: Plan, audit: AuditLog) -> None:
+    def __call__(self, plan: Plan, audit: RecordSink) -> None:
         rejection = self._rejected.get(plan.hash)
         if rejection is not None:  # a paused run a person rejected (pte._runs): refusing grants nothing
-            audit.append(
-                "approval_rejected",
-                plan_hash=plan.hash,
-                by=rejection.get("by"),
-                at=rejection.get("at"),
-                note=rejection.get("note"),
+            audit.write(
+                rec.approval_rejected(
+                    plan_hash=plan.hash,
+                    by=rejection.get("by"),
+                    at=rejection.get("at"),
+                    note=rejection.get("note"),
+                )
             )
             ended = self._refusal
             if ended is not None and ended.get("reason") == ReasonCode.APPROVAL_REJECTED.value:
@@ -224,10 +226,10 @@ class _RecordedApprovals:
                 f"but the replayed tools and policy fingerprint to {fingerprint}"
             )
         signed = self._checked(approval, record, f"the recorded approval of plan {plan.hash}")
-        audit.append("approval", **approval.evidence(signed=signed))
+        audit.write(rec.approval(approval.to_dict(), approval_id=approval.id, signed=signed))
 
     def _procedure_approvals(
-        self, plan: Plan, audit: AuditLog, queue: deque[Mapping[str, Any]], needing: list[str]
+        self, plan: Plan, audit: RecordSink, queue: deque[Mapping[str, Any]], needing: list[str]
     ) -> None:
         """The plan ran under approvals of procedure versions: one recorded record per version its
         approval-needing steps were inlined from (in plan order), each re-checked against the
@@ -278,8 +280,14 @@ class _RecordedApprovals:
                     f"policy fingerprint to {fingerprint}"
                 )
             signed = self._checked(approval, record, what)
-            audit.append(
-                "approval", **approval.evidence(signed=signed, plan_hash=plan.hash, steps=list(step_ids))
+            audit.write(
+                rec.procedure_approval(
+                    approval.to_dict(),
+                    approval_id=approval.id,
+                    signed=signed,
+                    plan_hash=plan.hash,
+                    steps=step_ids,
+                )
             )
 
     def _checked(self, approval: Approval | ProcedureApproval, record: Mapping[str, Any], what: str) -> bool:
@@ -390,7 +398,7 @@ def _engine_for(
     invoker: ToolInvoker,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
     *,
-    gate: Callable[[Plan, AuditLog], None] | None = None,
+    gate: Callable[[Plan, RecordSink], None] | None = None,
     stored: Mapping[str, Any] | None = None,
 ) -> Engine:
     started = _expanded(run_records, stored, required=deployment.registry is None)
@@ -433,7 +441,7 @@ class RecordedEndorsements:
                 self._recorded.setdefault(key, []).append(record)
         self.keys = keys if keys else None
 
-    def at_call(self, request: EndorsementRequest, audit: Any) -> None:
+    def at_call(self, request: EndorsementRequest, audit: RecordSink) -> None:
         queue = self._recorded.get((request.step_id, request.element))
         if not queue:
             raise _LogEnded(
@@ -468,9 +476,9 @@ class RecordedEndorsements:
         else:
             signed = False
         if made.decision == "rejected":
-            audit.append("endorsement_rejected", **made.evidence(signed=signed))
+            audit.write(rec.endorsement_rejected(made.to_dict(), endorsement_id=made.id, signed=signed))
             raise EndorsementRejected(
                 f"{made.by} rejected the value of {request.tool} at step {request.step_id!r}"
                 + (f": {made.note}" if made.note else "")
             )
-        audit.append("endorsement", **made.evidence(signed=signed))
+        audit.write(rec.endorsement(made.to_dict(), endorsement_id=made.id, signed=signed))

@@ -14,6 +14,7 @@ from pte._executor import LiveInvoker
 from pte._fingerprint import stored_contents
 from pte._llm import LLMClient
 from pte._plan import Plan
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive, _iter_runs, _verified
 from pte._replay_authority import Deployment, _engine_for, _llm_for
@@ -149,10 +150,10 @@ def recheck_unsigned_tail(
             )
 
 
-def _no_gate(registry: Registry) -> Callable[[Plan, AuditLog], None]:
+def _no_gate(registry: Registry) -> Callable[[Plan, RecordSink], None]:
     """No approval store: a plan that needs approval fails closed, whatever the log says."""
 
-    def hook(plan: Plan, audit: AuditLog) -> None:
+    def hook(plan: Plan, audit: RecordSink) -> None:
         needing = requires_approval(plan, registry)
         if needing:
             raise ApprovalMissing(

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 
-from pte._audit import AuditLog
 from pte._compile_context import DEFAULT_LIMITS, Limits
 from pte._data_budget import DEFAULT_DATA_BUDGET
 from pte._errors import ReasonCode
@@ -21,6 +20,7 @@ from pte._labels import LabelTree
 from pte._otel import RunTracer
 from pte._plan import Plan
 from pte._policy import Policy, PolicyCheck
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._specialists import Specialist, specialists_from_records
 from pte._step_results import StepResult
@@ -174,7 +174,7 @@ class RunResult:
 
 @dataclass
 class _Run:
-    audit: AuditLog
+    audit: RecordSink
     result: RunResult
     #: Tool name of every completed step, across plans (what a replan may reference).
     prior: dict[str, str] = field(default_factory=dict)

@@ -29,15 +29,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pte import _records as rec
 from pte._approval import ApprovalStore, catalogue_fingerprint, make_approval, requires_approval
 from pte._approval_gate import ApprovalGate
 from pte._approval_record import Approval
-from pte._audit import AuditLog
 from pte._engine import Engine
 from pte._errors import ApprovalMissing, ApprovalRejected, FailedClosed, ReasonCode, RunPaused
 from pte._executor import LiveInvoker
 from pte._llm import LLMClient
 from pte._plan import Plan
+from pte._record_sink import RecordSink
 from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive
 from pte._replay_authority import (
@@ -104,7 +105,7 @@ def pausing_gate(
     ttl: timedelta = DEFAULT_APPROVAL_TTL,
     approvals: ApprovalStore | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> Callable[[Plan, AuditLog], None]:
+) -> Callable[[Plan, RecordSink], None]:
     """The approval gate for `Engine(approval=...)` of runs kept in `store`.
 
     A plan that needs no approval passes. Otherwise the decisions the store holds for this
@@ -127,7 +128,7 @@ def pausing_gate(
     # a decision is bound to its run, whose completed steps never run again).
     checker = ApprovalGate(ApprovalStore(os.devnull), registry, keys=keys, policy=policy, clock=clock)
 
-    def gate(plan: Plan, audit: AuditLog) -> None:
+    def gate(plan: Plan, audit: RecordSink) -> None:
         tools = requires_approval(plan, registry)
         if not tools:
             return
@@ -141,12 +142,10 @@ def pausing_gate(
             if decision.plan_hash != plan.hash:
                 continue
             if decision.decision == "rejected":
-                audit.append(
-                    "approval_rejected",
-                    plan_hash=plan.hash,
-                    by=decision.by,
-                    at=decision.at,
-                    note=decision.note,
+                audit.write(
+                    rec.approval_rejected(
+                        plan_hash=plan.hash, by=decision.by, at=decision.at, note=decision.note
+                    )
                 )
                 raise ApprovalRejected(
                     f"plan {plan.hash} ({', '.join(tools)}) was rejected by {decision.by} at {decision.at}"
@@ -160,7 +159,7 @@ def pausing_gate(
             approval = _decision_approval(store, decision, plan, checker, run_id)
             if approval is None:
                 continue
-            audit.append("approval", **approval.evidence(signed=keys is not None))
+            audit.write(rec.approval(approval.to_dict(), approval_id=approval.id, signed=keys is not None))
             return
         if plan_approvals is not None:
             try:
@@ -174,14 +173,15 @@ def pausing_gate(
                 f"plan {plan.hash} ({', '.join(tools)}) was not approved before its deadline {deadline}"
             )
         expires_at = deadline or _format_time(now + ttl)
-        audit.append(
-            "run_paused",
-            reason="awaiting_approval",
-            plan_hash=plan.hash,
-            tools=tools,
-            expires_at=expires_at,
-            message=f"{', '.join(tools)} require an approved plan; waiting for a person "
-            f"(pte approve {run_id} --by NAME) until {expires_at}",
+        audit.write(
+            rec.run_paused(
+                reason="awaiting_approval",
+                plan_hash=plan.hash,
+                tools=tools,
+                expires_at=expires_at,
+                message=f"{', '.join(tools)} require an approved plan; waiting for a person "
+                f"(pte approve {run_id} --by NAME) until {expires_at}",
+            )
         )
         audit.sync()
         raise RunPaused(run_id, plan, tools, expires_at)
@@ -347,7 +347,7 @@ def resume_run(
     run_id: str,
     registry: Registry,
     *,
-    gate: Callable[[Plan, AuditLog], None] | None = None,
+    gate: Callable[[Plan, RecordSink], None] | None = None,
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
     policy: Any = None,
@@ -407,7 +407,7 @@ def resume_run(
 def job_engine(
     job: Mapping[str, Any],
     registry: Registry,
-    gate: Callable[[Plan, AuditLog], None],
+    gate: Callable[[Plan, RecordSink], None],
     llm: LLMClient | None = None,
     policy_document: Any = None,
     execution: Mapping[str, Any] | None = None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pte import _records as rec
 from pte._canonical import canonical_json
 from pte._errors import FailedClosed, ReasonCode
 from pte._exposure import literal_of, value_for_planner
@@ -118,7 +119,7 @@ def next_stage(engine: EngineView, run: _Run, request: str, plan: Plan, stage: i
         value, provenance = value_for_planner(engine, run, expr, resolved[name], labels)
         shown[name] = (expr, value, provenance)
         recorded[name] = sorted(labels)
-    run.audit.append("stage", stage=stage, plan_hash=plan.hash, values=plan.continue_values, labels=recorded)
+    run.audit.write(rec.stage(stage=stage, plan_hash=plan.hash, values=plan.continue_values, labels=recorded))
     # A generic step's output type is its instantiation (fields picked, records sorted): shown,
     # so that the next stage can write references into it (the compiler checks them against it).
     completed = [(sid, tool, run.output_types.get(sid)) for sid, tool in run.prior.items()]

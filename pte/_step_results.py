@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pte._audit import AuditLog
 from pte._errors import ToolError
 from pte._plan import Plan, Reference, is_reference
+from pte._record_sink import RecordSink
 
 __all__ = ["ExecutionResult", "PlanRunner", "StepResult", "resolve_result"]
 
@@ -83,7 +83,7 @@ class PlanRunner(Protocol):
     def run(
         self,
         plan: Plan,
-        audit: AuditLog | None = None,
+        audit: RecordSink | None = None,
         *,
         completed: Mapping[str, Any] | None = None,
         on_step: Callable[[StepResult], None] | None = None,

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pte import _records as rec
 from pte._anchors import anchors_from_env
 from pte._errors import FailedClosed, PTEError, ReasonCode
 from pte._executor import DEFAULT_CONCURRENCY
@@ -261,16 +262,17 @@ def _expired(expires_at: str | None) -> bool:
 def _refuse(store: Store, run_id: str, refused: FailedClosed) -> str:
     """End a job the worker will not run, on the record: run_started + run_finished."""
     with store.audit_log(run_id) as audit:
-        audit.append("run_started", mode="execute", request=None, tools=[], config={"refused": True})
-        audit.append(
-            "run_finished",
-            status="failed_closed",
-            reason=refused.reason.value,
-            message=refused.message,
-            answer=None,
-            result=None,
-            steps_run=0,
-            llm_calls=0,
+        audit.write(rec.run_started(mode="execute", request=None, config={"refused": True}))
+        audit.write(
+            rec.run_finished(
+                status="failed_closed",
+                reason=refused.reason.value,
+                message=refused.message,
+                answer=None,
+                result=None,
+                steps_run=0,
+                llm_calls=0,
+            )
         )
     return "failed_closed"
 

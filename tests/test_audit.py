@@ -17,6 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from pte import _records as rec
 from pte._approval import make_approval
 from pte._audit import AuditLog, Durability, format_timestamp
 from pte._audit_scan import GENESIS_HASH, VerifyReport
@@ -97,7 +98,7 @@ def every_type(log: AuditLog) -> None:
         signing_key=SigningKey.generate(),
         at=datetime(2026, 11, 22, 2, 30, tzinfo=UTC),
     )
-    log.append("approval", **approval.evidence(signed=True))
+    log.write(rec.approval(approval.to_dict(), approval_id=approval.id, signed=True))
     log.append(
         "step_started",
         step_id="inv",
