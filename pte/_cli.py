@@ -565,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_commands(audit)
 
     add_replay_commands(sub)
-    add_endorse_command(sub, _add_json)
+    cli_store.add_endorse_store(add_endorse_command(sub, _add_json))
 
     cli_store.add_commands(sub, _add_tools, _add_json, _add_llm)
 

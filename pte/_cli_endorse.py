@@ -5,6 +5,11 @@ reason ``awaiting_endorsement``): the exact values, their hash and where they co
 decision is signed with the approver's key (``--signing-key``, else
 ``$PTE_APPROVAL_SIGNING_KEY_FILE``) and appended to the endorsement store (``--endorsements``);
 ``pte resume LOG --endorsements FILE`` then continues the run (docs/endorsement.md).
+
+A run in a run store: ``pte endorse RUN_ID --store URL`` (or ``$PTE_STORE``) reads the request
+from the run's verified records in the store (`pte._cli_store.endorse`), never from its
+``pte_runs`` row; the decision goes to the same endorsement store, and ``pte resume RUN_ID
+--store URL --endorsements FILE`` continues the run.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 from pte._cli_support import UsageError, input_file, output_file
 
-__all__ = ["add_endorse_command", "endorsement_gate", "report_pause"]
+__all__ = ["add_endorse_command", "decide_request", "endorsement_gate", "report_pause"]
 
 DEFAULT_STORE = "pte_endorsements.jsonl"
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -66,10 +71,9 @@ def report_pause(log: str, args: argparse.Namespace) -> int:
 
 
 def cmd_endorse(args: argparse.Namespace) -> int:
-    from pte._approval_gate import signing_key_from_env
+    """``pte endorse LOG``: the request from the log's verified records (a store run: `pte._cli_store`)."""
     from pte._audit_verify import read_records, verify
-    from pte._endorsement import EndorsementStore, endorse, pending_endorsement
-    from pte._errors import EndorsementStoreError, KeyFileError
+    from pte._endorsement import pending_endorsement
 
     input_file(args.log, "audit log")
     report = verify(args.log)
@@ -84,6 +88,19 @@ def cmd_endorse(args: argparse.Namespace) -> int:
             f"endorse refused: the last run in {args.log} is not waiting for an endorsement", file=sys.stderr
         )
         return EXIT_FAILED
+    return decide_request(
+        args, request, f"pte resume {args.log} --tools … --endorsements {_store_path(args)}"
+    )
+
+
+def decide_request(args: argparse.Namespace, request: Any, then: str) -> int:
+    """Show `request` (an `EndorsementRequest` read from verified records) or record the decision
+    of ``--by`` on it (``--reject``, ``--note``, ``--value-hash``, ``--signing-key``); `then`: how
+    the run continues, printed after a decision."""
+    from pte._approval_gate import signing_key_from_env
+    from pte._endorsement import EndorsementStore, endorse
+    from pte._errors import EndorsementStoreError, KeyFileError
+
     if args.value_hash is not None and args.value_hash != request.value_hash:
         print(
             f"endorse refused: the run waits with values hashed {request.value_hash}, not {args.value_hash}: "
@@ -92,7 +109,10 @@ def cmd_endorse(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     if args.by is None:  # show only
-        print(request.describe())
+        if getattr(args, "json", False):
+            _print_json({"status": "awaiting_endorsement", "run_id": request.run_id, **request.to_dict()})
+        else:
+            print(request.describe())
         return EXIT_OK
     try:
         key = signing_key_from_env(args.signing_key)
@@ -114,17 +134,22 @@ def cmd_endorse(args: argparse.Namespace) -> int:
         _print_json({"status": made.decision, "endorsement_id": made.id, **made.to_dict()})
     else:
         print(request.describe())
-        print(
-            f"{made.decision} by {made.by} ({'signed' if made.signed else 'unsigned'}); "
-            f"continue with: pte resume {args.log} --tools … --endorsements {_store_path(args)}"
-        )
+        signed = "signed" if made.signed else "unsigned"
+        print(f"{made.decision} by {made.by} ({signed}); continue with: {then}")
     return EXIT_OK
 
 
-def add_endorse_command(sub: Any, add_json: Any) -> None:
-    """Register ``pte endorse`` on `sub` (an argparse sub-parsers action)."""
-    p = sub.add_parser("endorse", help="show or decide the value a paused run asks a person to endorse")
-    p.add_argument("log", metavar="LOG", help="the audit log of the paused run")
+def add_endorse_command(sub: Any, add_json: Any) -> argparse.ArgumentParser:
+    """Register ``pte endorse`` on `sub` (an argparse sub-parsers action); returns its parser
+    (`pte._cli_store.add_endorse_store` adds ``--store``)."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "endorse", help="show or decide the value a paused run asks a person to endorse"
+    )
+    p.add_argument(
+        "log",
+        metavar="LOG|RUN_ID",
+        help="the audit log of the paused run, or with --store (or $PTE_STORE) its run id",
+    )
     p.add_argument("--by", metavar="NAME", help="who decides (without it: only show the request)")
     p.add_argument("--reject", action="store_true", help="reject the values (the run fails closed)")
     p.add_argument("--note", metavar="TEXT", help="a note kept with the decision")
@@ -137,6 +162,7 @@ def add_endorse_command(sub: Any, add_json: Any) -> None:
     add_endorsements_option(p)
     add_json(p)
     p.set_defaults(func=cmd_endorse)
+    return p
 
 
 def add_endorsements_option(parser: argparse.ArgumentParser) -> None:

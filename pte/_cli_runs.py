@@ -8,7 +8,7 @@ from typing import Any
 
 from pte._cli_store import EXIT_FAILED, EXIT_OK, _broker, _print_json, _store, _usage_error, add_store
 from pte._cli_support import broker_problem, non_empty_text
-from pte.stores import StoreError, check_run_id
+from pte.stores import RUN_STATES, StoreError, check_run_id
 
 __all__ = ["add_runs_command"]
 
@@ -76,7 +76,9 @@ def add_runs_command(sub: Any, add_json: Any) -> None:
     p = sub.add_parser("runs", help="list the store's runs (by status); requeue stranded ones")
     p.add_argument(
         "--status",
-        help="only runs in this status: queued, running, awaiting_approval, succeeded, failed_closed",
+        choices=RUN_STATES,
+        metavar="STATUS",
+        help=f"only runs in this status: {', '.join(RUN_STATES)}",
     )
     add_store(p)
     add_json(p)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from datetime import timedelta
 from typing import Any
@@ -34,7 +35,7 @@ from pte._cli_support import (
     store_file,
 )
 from pte._errors import FailedClosed, PTEError
-from pte.stores import Store, StoreError, open_store
+from pte.stores import WAITING_STATES, Store, StoreError, open_store
 
 __all__ = ["add_commands"]
 
@@ -111,12 +112,12 @@ def audit_verify(args: argparse.Namespace) -> int:
                     # rewrite of the run's rows verifies as a chain, not against them.
                     server = run_problem(anchors, run_id, store.records(run_id))
                 info = store.run(run_id)
-                paused = info is not None and info.status == "awaiting_approval"
+                paused = info is not None and info.status in WAITING_STATES
                 ok = report.intact and server is None and (report.complete or paused)
                 status = (
                     "ok"
                     if ok and report.complete
-                    else "awaiting_approval"
+                    else (info.status if info is not None else "awaiting_approval")
                     if ok
                     else ("incomplete" if report.intact and server is None else "tampered")
                 )
@@ -204,19 +205,33 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
     from pte._runs import PausedRun
 
     if isinstance(result, PausedRun) and result.status == "awaiting_endorsement":
+        from pte._cli_endorse import _store_path
+        from pte._cli_hints import approver, deployment_flags, pte_command, store_flags
         from pte._endorsement import pending_endorsement
 
-        request = pending_endorsement(store.records(result.run_id))
+        records = store.records(result.run_id)
+        request = pending_endorsement(records)
+        # Why the decisions found did not count (the pause's message says, from the gate).
+        message = str(records[-1].get("message") or "") if records else ""
+        not_counted = message.split("; not counted: ", 1)[1] if "; not counted: " in message else None
         if args.json:
             _print_json(
-                {**result.to_dict(), **(request.to_dict() if request else {}), "store": store.describe()}
+                {
+                    **result.to_dict(),
+                    **(request.to_dict() if request else {}),
+                    "not_counted": not_counted,
+                    "store": store.describe(),
+                }
             )
         else:
-            shown = request.describe() if request else f"run {result.run_id} waits for an endorsement"
+            run_id, at = result.run_id, [*store_flags(args, store), "--endorsements", _store_path(args)]
+            shown = request.describe() if request else f"run {run_id} waits for an endorsement"
             print(
                 f"awaiting_endorsement: {shown}\n"
-                f"  endorse from Python (pte.endorse; docs/endorsement.md), then: "
-                f"pte resume {result.run_id} --store URL --tools … --endorsements FILE"
+                + (f"  not counted: {not_counted}\n" if not_counted else "")
+                + f"  review:  {pte_command('endorse', run_id, *at)}\n"
+                f"  endorse: {pte_command('endorse', run_id, '--by', approver(), *at)}\n"
+                f"  then:    {pte_command('resume', run_id, *at, *deployment_flags(args))}"
             )
         return EXIT_OK
     if isinstance(result, PausedRun):
@@ -373,18 +388,20 @@ def decide(args: argparse.Namespace, *, approve: bool) -> int:
     return EXIT_OK
 
 
-def _resume_hint(args: argparse.Namespace, store: Store, run_id: str) -> str:
-    """How to continue a decided run: its packs from ``--tools`` here, else from its submitted job."""
+def _resume_hint(args: argparse.Namespace, store: Store, run_id: str, extra: tuple[str, ...] = ()) -> str:
+    """How to continue a decided run: its packs from ``--tools`` here, else from its submitted job;
+    `extra`: further flags the resume needs (``--endorsements FILE``)."""
     from pte._cli_hints import deployment_flags, pte_command, store_flags
 
-    flags = deployment_flags(args, approvals=False)
+    flags = deployment_flags(args, approvals=False) + list(extra)
     if not getattr(args, "tools", None):
         info = store.run(run_id)
         packs = [p for p in ((info.job or {}).get("tools") or ()) if isinstance(p, str)] if info else []
         flags = [word for pack in packs for word in ("--tools", pack)] + flags
     if not any(flag == "--tools" for flag in flags):
+        more = f" {shlex.join(extra)}" if extra else ""
         return (
-            f"continue it with: pte resume {run_id} and the --tools (and --policy) it was started with "
+            f"continue it with: pte resume {run_id}{more} and the --tools (and --policy) it was started with "
             f"(give --tools to pte approve to have the whole command printed)"
         )
     return f"continue it with: {pte_command('resume', run_id, *store_flags(args, store), *flags)}"
@@ -399,9 +416,7 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
         info = store.run(args.log)
         if info is None:
             raise _usage_error()(f"no run {args.log!r} in {store.describe()}")
-        records = store.records(args.log)
-        for_endorsement = bool(records) and records[-1].get("reason") == "awaiting_endorsement"
-        if info.status == "awaiting_approval" and not for_endorsement and not store.decisions(args.log):
+        if info.status == "awaiting_approval" and not store.decisions(args.log):
             from pte._workers import _expired
 
             if not _expired(info.expires_at):
@@ -433,6 +448,64 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
             print(f"cannot resume: {exc.message}", file=sys.stderr)
             return EXIT_FAILED
         return report(result, args, store)
+
+
+def endorse(args: argparse.Namespace) -> int:
+    """``pte endorse RUN_ID --store URL``: show or decide what a paused store run waits for.
+
+    The request is read from the run's records after its chain verifies in the store, never
+    from its ``pte_runs`` row (a copy any writer of the database can change); the decision is
+    signed and bound to run, step, element and value hash (`pte._endorsement`) and goes to the
+    deployment's endorsement store (``--endorsements``), which resume checks under the trusted keys.
+    """
+    from pte._cli_endorse import _store_path, decide_request
+    from pte._endorsement import pending_endorsement
+    from pte.stores import check_run_id
+
+    try:
+        run_id = check_run_id(args.log)
+    except StoreError as exc:
+        raise _usage_error()(f"RUN_ID: {exc}") from None
+    with _store(args.store) as store:
+        _run_ids(store, run_id)
+        report = store.verify(run_id)
+        if not report.intact:
+            where = store.describe()
+            print(
+                f"endorse refused: run {run_id} does not verify in {where}: {report.issue}", file=sys.stderr
+            )
+            return EXIT_FAILED
+        try:
+            request = pending_endorsement(store.records(run_id))
+        except ValueError as exc:
+            print(f"endorse refused: run {run_id}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if request is None or request.run_id != run_id:
+            info = store.run(run_id)
+            status = info.status if info is not None else "unknown"
+            print(
+                f"endorse refused: run {run_id} is not waiting for an endorsement (its records end "
+                f"{'in a pause for an approval' if status == 'awaiting_approval' else 'otherwise'}; "
+                f"status {status})",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        hint = _resume_hint(args, store, run_id, ("--endorsements", _store_path(args)))
+        return decide_request(args, request, hint.removeprefix("continue it with: "))
+
+
+def add_endorse_store(parser: argparse.ArgumentParser) -> None:
+    """``pte endorse``'s ``--store``: a run id then names a paused run in the store."""
+    add_store(parser)
+    parser.set_defaults(func=cmd_endorse)
+
+
+def cmd_endorse(args: argparse.Namespace) -> int:
+    if uses_store(args, args.log):
+        return endorse(args)
+    from pte._cli_endorse import cmd_endorse as endorse_log
+
+    return endorse_log(args)
 
 
 # --- workers ----------------------------------------------------------------------------------

@@ -92,6 +92,14 @@ def requeue_problem(store: Store, run_id: str) -> str | None:
     if info.status in ENDED:
         why = f"({info.reason})" if info.reason else ""
         return f"run {run_id} has ended ({info.status}{why}): nothing to requeue"
+    if info.status == "awaiting_endorsement":
+        # Only a person's signed endorsement (the deployment's endorsement store, which workers do
+        # not read) lets it go on: a worker would only pause it again.
+        return (
+            f"run {run_id} waits for a person to endorse a value: pte endorse {run_id} --by NAME "
+            f"--store {store.describe()} --endorsements FILE, then pte resume {run_id} --store "
+            f"{store.describe()} --endorsements FILE (with the --tools it was started with)"
+        )
     if info.status == "awaiting_approval" and not store.decisions(run_id) and not _expired(info.expires_at):
         return (
             f"run {run_id} waits for a person's decision on plan {info.plan_hash} until {info.expires_at}: "

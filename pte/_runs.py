@@ -265,6 +265,11 @@ def decide(
     info = store.run(run_id)
     if info is None:
         raise StoreError(f"no run {run_id} in {store.describe()}")
+    if info.status == "awaiting_endorsement":
+        raise StoreError(
+            f"run {run_id} is awaiting_endorsement: it waits for a person to endorse a value, not for an "
+            f"approval of its plan (pte endorse {run_id} --by NAME --endorsements FILE)"
+        )
     if info.status != "awaiting_approval" or info.plan_hash is None:
         raise StoreError(f"run {run_id} is {info.status}, not awaiting approval")
     # What waits is what the run's verified records say, never the run table's copy.

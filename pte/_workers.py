@@ -202,7 +202,7 @@ def process_run(
 
     ``"busy"`` (another worker holds it: retry later), ``"unknown"``, ``"done"`` (already
     ended), ``"waiting"`` (paused, no decision yet), or the status it reached:
-    ``"succeeded"``, ``"failed_closed"``, ``"awaiting_approval"``.
+    ``"succeeded"``, ``"failed_closed"``, ``"awaiting_approval"``, ``"awaiting_endorsement"``.
     """
     check_run_id(run_id)
     if not store.claim(run_id, owner):
@@ -213,6 +213,11 @@ def process_run(
             return "unknown"
         if info.status in ("succeeded", "failed_closed"):
             return "done"
+        if info.status == "awaiting_endorsement":
+            # A worker has no endorsement store: only `pte resume RUN_ID --endorsements FILE`
+            # after `pte endorse` continues it (docs/endorsement.md). Re-driving it here would
+            # only pause it again.
+            return "waiting"
         if (
             info.status == "awaiting_approval"
             and not store.decisions(run_id)

@@ -13,12 +13,23 @@ from __future__ import annotations
 
 from pte._audit import RecordWriter
 from pte._errors import StoreError
-from pte.stores._base import RUN_ID_PATTERN, Decision, RunInfo, Store, check_run_id
+from pte.stores._base import (
+    RUN_ID_PATTERN,
+    RUN_STATES,
+    WAITING_STATES,
+    Decision,
+    RunInfo,
+    Store,
+    check_run_id,
+    paused_status,
+)
 from pte.stores._jsonl import JsonlStore
 from pte.stores._sqlite import SQLiteStore
 
 __all__ = [
     "RUN_ID_PATTERN",
+    "RUN_STATES",
+    "WAITING_STATES",
     "Decision",
     "JsonlStore",
     "RecordWriter",
@@ -29,6 +40,7 @@ __all__ = [
     "check_run_id",
     "is_store_url",
     "open_store",
+    "paused_status",
 ]
 
 _SQL_SCHEMES = ("sqlite:", "postgresql:", "postgres:")

@@ -7,7 +7,8 @@ One narrow interface, several backends (LangGraph's checkpointers, in spirit):
   canonical lines the writer was given, so `verify`, `show`, `replay` and `resume` read
   every backend the same way;
 - `Store.runs` / `Store.run` list the runs and their state (``running``,
-  ``awaiting_approval``, ``succeeded``, ``failed_closed``, ``queued``), which the SQL
+  ``awaiting_approval``, ``awaiting_endorsement``, ``succeeded``, ``failed_closed``,
+  ``queued``), which the SQL
   backends keep in a table maintained from the records themselves;
 - approvals, decisions and checkpoints live in the store too, so one database holds a
   deployment's whole state.
@@ -35,9 +36,12 @@ from pte._errors import StoreError
 
 __all__ = [
     "RUN_ID_PATTERN",
+    "RUN_STATES",
+    "WAITING_STATES",
     "RunInfo",
     "Store",
     "check_run_id",
+    "paused_status",
     "utc_now",
 ]
 
@@ -45,7 +49,22 @@ __all__ = [
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 #: Run states a store reports. ``queued``: submitted, no record yet (workers).
-RUN_STATES = ("queued", "running", "awaiting_approval", "succeeded", "failed_closed")
+RUN_STATES = (
+    "queued",
+    "running",
+    "awaiting_approval",
+    "awaiting_endorsement",
+    "succeeded",
+    "failed_closed",
+)
+
+#: The states of a run paused for a person: its plan's approval, or a value's endorsement.
+WAITING_STATES = ("awaiting_approval", "awaiting_endorsement")
+
+
+def paused_status(record: Mapping[str, Any]) -> str:
+    """The run state a ``run_paused`` record puts its run in (its reason names what it waits for)."""
+    return "awaiting_endorsement" if record.get("reason") == "awaiting_endorsement" else "awaiting_approval"
 
 
 def check_run_id(run_id: Any) -> str:

@@ -15,7 +15,7 @@ from pte._audit import AuditLog, Durability, RecordWriter
 from pte._audit_scan import VerifyReport
 from pte._audit_verify import iter_records, verify
 from pte._errors import StoreError
-from pte.stores._base import RunInfo, Store, check_run_id
+from pte.stores._base import RunInfo, Store, check_run_id, paused_status
 
 __all__ = ["JsonlStore"]
 
@@ -72,7 +72,7 @@ class JsonlStore(Store):
             if rtype == "run_finished":
                 info.status, info.reason = str(record.get("status")), record.get("reason")
             elif rtype == "run_paused":
-                info.status, info.plan_hash = "awaiting_approval", record.get("plan_hash")
+                info.status, info.plan_hash = paused_status(record), record.get("plan_hash")
                 info.tools, info.expires_at = list(record.get("tools") or []), record.get("expires_at")
             elif rtype == "run_resumed":
                 info.status = "running"

@@ -29,7 +29,7 @@ from pte._audit import Durability, RecordWriter
 from pte._audit_scan import VerifyIssue, VerifyReport
 from pte._audit_verify import verify
 from pte._errors import StoreError
-from pte.stores._base import Decision, RunInfo, Store, check_run_id, utc_now
+from pte.stores._base import WAITING_STATES, Decision, RunInfo, Store, check_run_id, paused_status, utc_now
 
 #: Record types that change a run's row in ``pte_runs``.
 LIFECYCLE = frozenset({"run_started", "run_paused", "run_resumed", "run_finished"})
@@ -212,10 +212,11 @@ class SQLStore(Store):
             plan = json.loads(row[0]).get("plan") if row else None
             cur.execute(
                 self._sql(
-                    "UPDATE pte_runs SET status = 'awaiting_approval', reason = NULL, plan_hash = ?, "
+                    "UPDATE pte_runs SET status = ?, reason = NULL, plan_hash = ?, "
                     "plan = ?, tools = ?, expires_at = ?, updated_at = ? WHERE run_id = ?"
                 ),
                 (
+                    paused_status(record),
                     record.get("plan_hash"),
                     json.dumps(plan, sort_keys=True),
                     json.dumps(record.get("tools") or []),
@@ -283,6 +284,7 @@ class SQLStore(Store):
 
     def _info(self, row: Sequence[Any], records: int) -> RunInfo:
         run_id, status, reason, created, updated, plan_hash, plan, tools, expires_at, job = row
+        waiting = status in WAITING_STATES
         return RunInfo(
             run_id=run_id,
             status=status,
@@ -290,10 +292,10 @@ class SQLStore(Store):
             records=records,
             created_at=created,
             updated_at=updated,
-            plan_hash=plan_hash if status == "awaiting_approval" else None,
-            plan=json.loads(plan) if plan and status == "awaiting_approval" else None,
-            tools=json.loads(tools) if tools and status == "awaiting_approval" else [],
-            expires_at=expires_at if status == "awaiting_approval" else None,
+            plan_hash=plan_hash if waiting else None,
+            plan=json.loads(plan) if plan and waiting else None,
+            tools=json.loads(tools) if tools and waiting else [],
+            expires_at=expires_at if waiting else None,
             job=json.loads(job) if job else None,
         )
 
