@@ -19,6 +19,7 @@ from pte._registry import Registry
 from pte._replay import CheckingAuditLog, RecordedInvoker, _drive, _iter_runs, _verified
 from pte._replay_authority import Deployment, _engine_for, _llm_for
 from pte._run_state import RunResult
+from pte._run_view import RunView
 
 __all__ = ["check_anchors", "recheck_unsigned_tail", "resume_file"]
 
@@ -50,7 +51,7 @@ def resume_file(
     if not run:
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{path} holds no run to resume")
     records = [r for _, r in run]
-    if any(r.get("type") == "run_finished" for r in records):
+    if RunView.fold(str(records[0].get("run_id")), records).finished is not None:
         raise FailedClosed(
             ReasonCode.NEEDS_REVIEW, f"the last run in {path} is already finished; nothing to resume"
         )

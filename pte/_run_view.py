@@ -140,7 +140,7 @@ class RunView:
     ) -> RunView:
         """Fold `records` (one run's, in log order) into a view; `contents` are the log's stored contents."""
         started = expand_run_started(records[0], contents or {}) if records else {}
-        tools = {str(t.get("name")): t for t in started.get("tools") or [] if isinstance(t, dict)}
+        tools = {str(t.get("name")): t for t in _list(started.get("tools")) if isinstance(t, dict)}
         finished = next((r for r in reversed(records) if r.get("type") == "run_finished"), None)
         status = str(finished.get("status")) if finished else "unfinished"
         plans = [
@@ -157,8 +157,14 @@ class RunView:
         return cls(run_id, started, records, plans, status, finished)
 
     @property
+    def paused(self) -> Mapping[str, Any] | None:
+        """The ``run_paused`` record the run waits at (its last record), else None."""
+        last = self.records[-1] if self.records else None
+        return last if last is not None and last.get("type") == "run_paused" else None
+
+    @property
     def tools(self) -> dict[str, Mapping[str, Any]]:
-        return {str(t.get("name")): t for t in self.started.get("tools") or [] if isinstance(t, dict)}
+        return {str(t.get("name")): t for t in _list(self.started.get("tools")) if isinstance(t, dict)}
 
     def of_type(self, *types: str) -> list[Mapping[str, Any]]:
         return [r for r in self.records if r.get("type") in types]
@@ -214,12 +220,17 @@ def _records_of_plan(records: Sequence[Mapping[str, Any]], position: int) -> lis
     return out
 
 
+def _list(value: Any) -> list[Any]:
+    """`value` if it is a list, else no items: a record read from a log may hold anything."""
+    return value if isinstance(value, list) else []
+
+
 def _plan_step(raw: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]]) -> StepView:
     tool_name = raw.get("tool")
     kind = "require" if "require" in raw else ("for_each" if "for_each" in raw else "tool")
     deps = plan_references([raw.get("args"), raw.get("when"), raw.get("require"), raw.get("for_each")])
     deps = [ref.partition("/")[0] for ref in deps]
-    deps += [d for d in raw.get("after") or [] if isinstance(d, str)]
+    deps += [d for d in _list(raw.get("after")) if isinstance(d, str)]
     tool = tools.get(str(tool_name), {}) if tool_name is not None else {}
     return StepView(
         id=str(raw.get("id")),
@@ -245,7 +256,7 @@ def _fold_plan(
     tools: Mapping[str, Mapping[str, Any]],
 ) -> PlanView:
     plan = accepted.get("plan") if isinstance(accepted.get("plan"), dict) else {}
-    steps = [_plan_step(raw, tools) for raw in (plan or {}).get("steps") or [] if isinstance(raw, dict)]
+    steps = [_plan_step(raw, tools) for raw in _list((plan or {}).get("steps")) if isinstance(raw, dict)]
     by_id = {s.id: s for s in steps}
     for r in records:
         kind = r.get("type")

@@ -49,6 +49,7 @@ from pte._replay_authority import (
     _recorded_registry,
 )
 from pte._run_state import RunResult
+from pte._run_view import RunView
 from pte._signing import SigningKey, TrustedKeys
 from pte.stores import Decision, Store, StoreError, check_run_id
 
@@ -227,15 +228,14 @@ def awaiting_plan(store: Store, run_id: str) -> tuple[str, dict[str, Any]]:
     report = store.verify(run_id)
     if not report.intact:
         raise StoreError(f"run {run_id} does not verify in {store.describe()}: {report.issue}")
-    records = store.records(run_id)
-    if not records or records[-1].get("type") != "run_paused":
+    view = RunView.fold(run_id, store.records(run_id))
+    if view.paused is None:
         raise StoreError(f"run {run_id} is not waiting for approval (its last record is not run_paused)")
-    plan_hash = records[-1].get("plan_hash")
-    for record in reversed(records):
-        plan = record.get("plan")
+    plan_hash = view.paused.get("plan_hash")
+    for accepted in reversed(view.plans):
+        plan = accepted.plan
         if (
-            record.get("type") == "plan_accepted"
-            and record.get("plan_hash") == plan_hash
+            accepted.plan_hash == plan_hash
             and isinstance(plan, dict)
             and sha256_hex(canonical_json(plan)) == plan_hash
         ):
@@ -380,7 +380,7 @@ def resume_run(
     records = store.records(run_id)
     if not records:
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} has no records to resume")
-    if any(r.get("type") == "run_finished" for r in records):
+    if RunView.fold(run_id, records).finished is not None:
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} is already finished; nothing to resume")
     from pte._resume import check_anchors
 

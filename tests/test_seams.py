@@ -6,6 +6,8 @@
 - The vocabulary is the format's: one builder per record type of the audit schema.
 - No sink subclasses `AuditLog` or forwards by ``__getattr__`` (pte._record_sink).
 - `CompileContext` hands on what checks found in typed fields, not an ``extras`` dict.
+- `RunView`, which the report, `pte runs` (a paused run's plan) and resume (is the run
+  finished?) fold a run's records with, reads any record a verified log may hold.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ import dataclasses
 import json
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pte import _records as rec
 from pte._compile_context import CompileContext
+from pte._run_view import RunView
 
 ROOT = Path(__file__).resolve().parents[1]
 PTE = ROOT / "pte"
@@ -105,3 +111,59 @@ def test_the_compile_context_has_typed_fields_and_no_extras() -> None:
     names = {f.name for f in dataclasses.fields(CompileContext)}
     assert "extras" not in names
     assert {"control_deps", "condition_modes", "provenance", "needs_endorsement"} <= names
+
+
+# -- readers fold through RunView, which reads any record a log can hold ----------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_KEYS = st.sampled_from(
+    [
+        "plan",
+        "plan_hash",
+        "steps",
+        "tools",
+        "after",
+        "step_id",
+        "status",
+        "items",
+        "args",
+        "tool",
+        "kind",
+        "outcome",
+        "values",
+        "error",
+        "config",
+        "effect",
+        "duration_ms",
+        "id",
+        "for_each",
+        "require",
+        "when",
+    ]
+)
+_PLAN_STEP = st.dictionaries(_KEYS, _JSON, max_size=5)
+_RECORD = st.builds(
+    lambda kind, fields, steps: {
+        **fields,
+        "type": kind,
+        **({"plan": {"steps": steps}} if kind == "plan_accepted" and steps is not None else {}),
+    },
+    st.sampled_from(sorted(rec.RECORD_TYPES)),
+    st.dictionaries(_KEYS, _JSON, max_size=5),
+    st.none() | st.lists(_PLAN_STEP, max_size=3) | _JSON,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_RECORD, max_size=8))
+def test_run_view_folds_any_records_without_raising(records: list[dict[str, object]]) -> None:
+    """A log that verifies may still hold odd values (a free-form plan, a re-chained tamper):
+    `pte runs`, resume and the report fold it, so the fold must never raise."""
+    view = RunView.fold("r", records)
+    view.summary()
+    assert (view.finished is not None) == any(r["type"] == "run_finished" for r in records)
+    assert (view.paused is not None) == (bool(records) and records[-1]["type"] == "run_paused")
