@@ -83,6 +83,7 @@ from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_s
 from pte._policy import Policy, load_policy
 from pte._procedure_approval import approve_procedure, procedure_fingerprint
 from pte._procedures import Procedure, load_procedures
+from pte._record_sink import RecordSink
 from pte._redaction import Redactor
 from pte._registry import Registry, load_pack, load_registry
 from pte._replay import ReplayReport as ReplayReport
@@ -168,6 +169,7 @@ __all__ = [
     "ProcedureApproval",
     "ProcedureError",
     "ReasonCode",
+    "RecordSink",
     "Redactor",
     "Reference",
     "RegexGroups",
