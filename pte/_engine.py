@@ -288,7 +288,8 @@ class Engine:
             run.audit.redactor,
             link=run.audit.origin_trace,  # resume: the crashed run's span
         )
-        run.tracer.procedures = bool(self.registry.procedures)
+        # Nested steps (procedure calls, delegations) carry their path on their spans.
+        run.tracer.procedures = bool(self.registry.procedures or self.config.specialists)
         # Untouched third-party text in the catalogue (pte.importers): every planner reads it.
         run.shown_untrusted = mode != "execute" and catalogue_exposed(self.registry)
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.

@@ -199,7 +199,7 @@ def _step_details(step: StepView) -> str:
 
 
 def _procedure_path(step: StepView) -> str:
-    """A step inlined from a procedure call: its path under the call (pte._procedures)."""
+    """A step inlined from a procedure call or a delegation: its path under the call."""
     if step.path is None:
         return ""
     return f'<br><small class="procedure-path" title="inlined from a procedure call">{_e(step.path)}</small>'

@@ -150,7 +150,8 @@ class RunView:
             )
         ]
         config = started.get("config")
-        if isinstance(config, dict) and config.get("procedures"):  # the run could call procedures
+        # The run could call procedures or delegate to specialists (pte._delegation): nested steps.
+        if isinstance(config, dict) and (config.get("procedures") or config.get("specialists")):
             for step in (s for p in plans for s in p.steps):
                 if PATH_SEPARATOR in step.id:
                     step.path = step_path(step.id)

@@ -400,3 +400,43 @@ def test_generated_delegations_compile_as_the_inline_plan(data: hs.DataObject) -
     if result.ok:
         assert result.plans[-1].hash == plan.hash
         assert Policy.label_plan(policy, result.plans[-1]) == Policy.label_plan(policy, plan)
+
+
+def test_the_report_shows_delegated_steps_under_their_path(tmp_path: Path, ledger: Path) -> None:
+    from pte._report import render_report
+
+    model = ScriptedModel(
+        planner=[COORDINATOR],
+        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
+    )
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log) as audit:
+        assert _engine(model).run("x", audit).ok
+    html = render_report(log)
+    assert ">owed/balance</small>" in html and ">rate/fx</small>" in html
+
+
+def test_a_run_cut_after_a_delegated_step_resumes_without_asking_again(tmp_path: Path, ledger: Path) -> None:
+    from pte._resume import resume_file
+
+    model = ScriptedModel(
+        planner=[COORDINATOR],
+        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
+    )
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log) as audit:
+        first = _engine(model).run("x", audit)
+    assert first.ok, first.message
+    records = read_records(log)
+    cut = next(
+        i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == "owed__balance"
+    )
+    lines = log.read_text(encoding="utf-8").splitlines()[: cut + 1]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # The deployment's registry; config (specialists) and model answers from the log: no model.
+    result = resume_file(log, _registry())
+    assert result.ok, result.message
+    started = [r["step_id"] for r in read_records(log) if r["type"] == "step_started"]
+    assert started == ["cust", "owed__balance", "rate__fx"]  # nothing ran twice
+    assert result.result == first.result
+    assert verify(log).ok
