@@ -56,6 +56,7 @@ from pte.stores import Decision, Store, StoreError, check_run_id
 __all__ = [
     "DEFAULT_APPROVAL_TTL",
     "PausedRun",
+    "PausingGate",
     "awaiting_plan",
     "decide",
     "pausing_gate",
@@ -106,16 +107,19 @@ def pausing_gate(
     ttl: timedelta = DEFAULT_APPROVAL_TTL,
     approvals: ApprovalStore | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> Callable[[Plan, RecordSink], None]:
-    """The approval gate for `Engine(approval=...)` of runs kept in `store`.
+) -> PausingGate:
+    """The approval gate for `Engine(approval=...)` of runs kept in `store` (a `PausingGate`).
 
     A plan that needs no approval passes. Otherwise the decisions the store holds for this
     run and this exact plan hash decide: a rejection ends the run `approval_rejected`; an
     approval given before the deadline that binds this plan and this deployment's catalogue
-    (and verifies under `keys` when configured) is recorded and the plan runs. A plan
-    approved ahead of time in the file `approvals` (the ``pte approve PLAN_FILE`` way) also
-    counts, and is consumed by its non-idempotent writes. With none of these the run pauses (see the
-    module docs); once the deadline has passed it ends `approval_missing` instead.
+    (and verifies under `keys` when configured) is recorded and the plan runs. The
+    deployment's approval store `approvals` (the ``pte approve PLAN_FILE`` and ``pte approve
+    --procedure FILE`` way) also counts: an approval of this run's plan, or approvals of the
+    procedure versions every step needing approval was inlined from; their non-idempotent
+    writes consume them (keyed by run and step, `PausingGate.before_call`). With none of
+    these the run pauses (see the module docs); once the deadline has passed it ends
+    `approval_missing` instead.
     """
     from pte._policy import Policy
 
@@ -128,9 +132,34 @@ def pausing_gate(
     # Checks decisions' approvals exactly as a file-store approval is checked (no consumption:
     # a decision is bound to its run, whose completed steps never run again).
     checker = ApprovalGate(ApprovalStore(os.devnull), registry, keys=keys, policy=policy, clock=clock)
+    return PausingGate(store, registry, keys, ttl, plan_approvals, checker, clock)
 
-    def gate(plan: Plan, audit: RecordSink) -> None:
-        tools = requires_approval(plan, registry)
+
+@dataclass(frozen=True)
+class PausingGate:
+    """The approval gate of runs in a store (`pausing_gate` builds it): `Engine(approval=...)`.
+
+    Its `before_call` is the live invoker's `CallHook` (`Engine` registers it; `resume_run`
+    too): a write that runs under an approval of the deployment's approval store consumes it
+    before the call starts, exactly as for a log run (`pte._approval_gate.ApprovalGate`).
+    """
+
+    store: Store
+    registry: Registry
+    keys: TrustedKeys | None
+    ttl: timedelta
+    plan_approvals: ApprovalGate | None
+    checker: ApprovalGate
+    clock: Callable[[], datetime]
+
+    def before_call(self, spec: Any, args: dict[str, Any], step: Any) -> None:
+        """Consume the deployment-store approval a non-idempotent write of this run runs under."""
+        if self.plan_approvals is not None:
+            self.plan_approvals.before_call(spec, args, step)
+
+    def __call__(self, plan: Plan, audit: RecordSink) -> None:
+        store, keys, checker, plan_approvals = self.store, self.keys, self.checker, self.plan_approvals
+        tools = requires_approval(plan, self.registry)
         if not tools:
             return
         run_id = audit.run_id
@@ -168,12 +197,12 @@ def pausing_gate(
                 return
             except ApprovalMissing:
                 pass
-        now = clock()
+        now = self.clock()
         if deadline is not None and now > _parse_time(deadline):
             raise ApprovalMissing(
                 f"plan {plan.hash} ({', '.join(tools)}) was not approved before its deadline {deadline}"
             )
-        expires_at = deadline or _format_time(now + ttl)
+        expires_at = deadline or _format_time(now + self.ttl)
         audit.write(
             rec.run_paused(
                 reason="awaiting_approval",
@@ -186,8 +215,6 @@ def pausing_gate(
         )
         audit.sync()
         raise RunPaused(run_id, plan, tools, expires_at)
-
-    return gate
 
 
 def _decision_approval(
@@ -390,7 +417,11 @@ def resume_run(
         from pte._resume import recheck_unsigned_tail
 
         recheck_unsigned_tail(records, registry, unsigned_after, f"run {run_id} in {store.describe()}")
-    invoker = RecordedInvoker(records, live=LiveInvoker(), resume=True)
+    # The gate's hook consumes the deployment-store approvals the live part's writes run under
+    # (a procedure approval: keyed by run and step, so a resumed write is refused, not re-run).
+    hook = getattr(gate, "before_call", None)
+    live = LiveInvoker(hooks=(hook,) if callable(hook) else ())
+    invoker = RecordedInvoker(records, live=live, resume=True)
     deployment = Deployment(registry=registry, policy=policy, endorsements=endorsements)
     engine = _engine_for(
         records,

@@ -44,14 +44,13 @@ PAYMENT_PLAN = """{"pte_plan": "1", "steps": [
 
 # The child process kills itself right before (mode "before") or right after ("after") the
 # audit record with sequence number KILL_AT reaches the file: every record boundary, with
-# and without the tool call that happens between a step's two records.
-CHILD = textwrap.dedent(
+# and without the tool call that happens between a step's two records. KILL_PATCH is that
+# patch alone (any `AuditLog`, a file's or a run store's): other tests prepend it to their child.
+KILL_PATCH = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
     from pte._audit import AuditLog
-    from pte._engine import Engine
-    from pte._registry import load_registry
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append
@@ -65,6 +64,13 @@ CHILD = textwrap.dedent(
         return record
 
     AuditLog.append = append
+    """
+)
+CHILD = KILL_PATCH + textwrap.dedent(
+    """
+    from pte._engine import Engine
+    from pte._registry import load_registry
+
     registry = load_registry({packs!r})
     with AuditLog(sys.argv[1]) as audit:
         Engine(registry).execute(open(sys.argv[2]).read(), audit)
