@@ -154,6 +154,7 @@ def add_replay_commands(sub: Any) -> None:
     p = sub.add_parser("resume", help="finish a run whose log has no run_finished (or a stored run)")
     p.add_argument("log", metavar="LOG|RUN_ID", help="an audit log, or with --store a run id")
     _add_tools(p)
+    add_specialists_option(p)
     add_store(p)
     _add_llm(p)
     _add_approvals(p)

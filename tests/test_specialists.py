@@ -440,3 +440,28 @@ def test_a_run_cut_after_a_delegated_step_resumes_without_asking_again(tmp_path:
     assert started == ["cust", "owed__balance", "rate__fx"]  # nothing ran twice
     assert result.result == first.result
     assert verify(log).ok
+
+
+def test_cli_resume_checks_the_run_against_the_deployments_specialists(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = ScriptedModel(
+        planner=[COORDINATOR],
+        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
+    )
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log) as audit:
+        assert _engine(model).run("x", audit).ok
+    records = read_records(log)
+    cut = next(i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == "cust")
+    lines = log.read_text(encoding="utf-8").splitlines()[: cut + 1]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([TREASURY.to_dict()]), encoding="utf-8")
+    code, _, err = _cli(capsys, "resume", str(log), "--tools", "backoffice", "--specialists", str(other))
+    assert code == 1 and "run_started.config" in err
+    spec = tmp_path / "specialists.json"
+    spec.write_text(json.dumps([s.to_dict() for s in SPECIALISTS]), encoding="utf-8")
+    code, _, err = _cli(capsys, "resume", str(log), "--tools", "backoffice", "--specialists", str(spec))
+    assert code == 0, err
+    assert verify(log).ok
