@@ -2,7 +2,8 @@
 
 - Only `pte._records` spells a record type when a record is written: an AST scan of every
   pte module finds no ``x.append("step_started", ...)``, ``x.write("...")`` or
-  ``Record("...")`` elsewhere (and the scan is shown to catch one).
+  ``Record("...")`` elsewhere (and the scan is shown to catch one), and no module but the
+  log itself writes through the untyped ``append(type, **fields)``.
 - The vocabulary is the format's: one builder per record type of the audit schema.
 - No sink subclasses `AuditLog` or forwards by ``__getattr__`` (pte._record_sink).
 - `CompileContext` hands on what checks found in typed fields, not an ``extras`` dict.
@@ -51,6 +52,25 @@ def spelled_record_types(source: str, filename: str = "<source>") -> list[str]:
             if isinstance(value, ast.Constant) and value.value in rec.RECORD_TYPES:
                 found.append(f"{filename}:{node.lineno} {value.value}")
     return found
+
+
+def untyped_appends(source: str, filename: str = "<source>") -> list[str]:
+    """Where `source` writes through the log's untyped ``append(type, **fields)``: an ``append``
+    call with keyword arguments (a list's ``append`` takes none)."""
+    return [
+        f"{filename}:{node.lineno}"
+        for node in ast.walk(ast.parse(source, filename))
+        if isinstance(node, ast.Call) and _callee(node) == "append" and node.keywords
+    ]
+
+
+def test_records_are_written_as_built_records_not_through_the_untyped_append() -> None:
+    found = []
+    for path in sorted(PTE.rglob("*.py")):
+        if path != PTE / "_audit.py":  # AuditLog.write is append of a built record
+            found += untyped_appends(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert found == [], "write a record built by pte._records with sink.write(...): " + ", ".join(found)
+    assert untyped_appends("audit.append(kind, **fields)\nitems.append(x)\n") == ["<source>:1"]
 
 
 def test_no_module_but_the_vocabulary_spells_a_record_type_when_writing() -> None:
