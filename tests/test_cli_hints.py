@@ -131,3 +131,38 @@ def test_approve_run_id_hint_resumes_with_the_deployments_packs(
     code, _, err = _run(_hint(capsys.readouterr().out, "continue it with: "), capsys)
     assert code == 0, err
     assert _payments(ledger) == 2
+
+
+def test_endorsement_pause_hints_in_a_store_run_as_printed(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store run paused for an endorsement: review, endorse and resume hints run as printed."""
+    from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
+    from pte._signing import SigningKey
+
+    signer = SigningKey.generate()
+    key, public = tmp_path / "approver.key", tmp_path / "approver.pub"
+    key.write_bytes(signer.to_pem())
+    key.chmod(0o600)
+    public.write_bytes(signer.public_key.to_pem())
+    monkeypatch.setenv("PTE_APPROVAL_SIGNING_KEY_FILE", str(key))  # the approver's, as hints assume
+    (tmp_path / "bill.json").write_text(_BILL_PAYMENT, encoding="utf-8")
+    (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
+    flags = ["--tools", "backoffice", "--policy", "policy.json", "--approval-keys", str(public)]
+    flags += ["--store", f"sqlite:{tmp_path / 'runs.db'}", "--endorsements", "e.jsonl"]
+    assert main(["--quiet", "execute", "bill.json", *flags, "--run-id", "e1"]) == 0
+    code, out, err = _run(_hint(capsys.readouterr().out, "approve: "), capsys)
+    assert code == 0, err
+    assert main(["--quiet", "resume", "e1", *flags]) == 0
+    out = capsys.readouterr().out
+    review, endorse, resume = _hint(out, "review: "), _hint(out, "endorse: "), _hint(out, "then: ")
+    code, out, _ = _run(review, capsys)
+    assert code == 0 and "send_payment.iban" in out and _payments(ledger) == 0
+    # Resumed before the decision: it waits again, showing the same hints.
+    code, out, _ = _run(resume, capsys)
+    assert code == 0 and _hint(out, "endorse: ") == endorse and _payments(ledger) == 0
+    code, out, err = _run(endorse, capsys)
+    assert code == 0 and "(signed)" in out, err
+    code, out, err = _run(resume, capsys)
+    assert code == 0 and "succeeded" in out, (out, err)
+    assert _payments(ledger) == 1
