@@ -115,6 +115,8 @@ def test_pte_endorse_a_store_run_then_resume_pays_once(dep: Deployment) -> None:
     assert dep.runs("awaiting_approval") == []
     code, out, _ = dep.cli("runs", "--store", dep.url)
     assert code == 0 and "awaiting_endorsement" in out
+    code, out, _ = dep.cli("audit", "verify", dep.url, "--run", "b1", "--json")
+    assert code == 0 and "awaiting_endorsement" in out  # paused, intact: ok
     # Show only: the exact values and their source, read from the run's verified records.
     code, out, _ = dep.endorse("b1")
     assert code == 0 and f'send_payment.iban = "{IBAN}"' in out and "read_document (untrusted)" in out
