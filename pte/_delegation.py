@@ -107,14 +107,17 @@ def compile_delegating(
         return engine._compile(run, origin, text)  # the compiler reports it
     if not isinstance(document, dict) or not isinstance(document.get("steps"), list):
         return engine._compile(run, origin, text)
+    if not all(isinstance(s, dict) and isinstance(s.get("id"), str) for s in document["steps"]):
+        return engine._compile(run, origin, text)  # a step of no shape: the schema check reports it
     specialists = {spec.name: spec for spec in engine.config.specialists}
     _check_coordinator_tools(document, specialists, engine)
     if not delegates(document):
         return engine._compile(run, origin, text)
+    _check_delegate_ids(document, run)
     calls = [
         _delegation(index, step, specialists)
         for index, step in enumerate(document["steps"])
-        if "delegate" in step
+        if isinstance(step, dict) and "delegate" in step
     ]
     views = _input_views(engine, run, origin, document, {c.call_id for c in calls})
     for call in calls:
@@ -129,6 +132,34 @@ def compile_delegating(
                 raise
             call, step_id = blamed
             _repair(engine, run, call, _for_specialist(rejection, call, step_id))
+
+
+def _check_delegate_ids(document: dict[str, Any], run: _Run) -> None:
+    """A delegate step's id is unique: once inlined it is no step's id, so the compiler's own
+    check could not tell a second step of that id (or a completed one) from the call."""
+    seen: dict[str, int] = {}
+    for index, step in enumerate(document["steps"]):
+        sid = step.get("id") if isinstance(step, dict) else None
+        if not isinstance(sid, str):
+            continue
+        delegating = "delegate" in step
+        if delegating and sid in run.prior:
+            raise _reject(
+                ReasonCode.DUPLICATE_STEP_ID,
+                f"step id {sid!r} is already used by a completed step; choose a new id",
+                "steps",
+                index,
+                "id",
+            )
+        if sid in seen and (delegating or "delegate" in document["steps"][seen[sid]]):
+            raise _reject(
+                ReasonCode.DUPLICATE_STEP_ID,
+                f"step id {sid!r} is used by steps {seen[sid]} and {index}",
+                "steps",
+                index,
+                "id",
+            )
+        seen.setdefault(sid, index)
 
 
 def _check_coordinator_tools(
