@@ -108,6 +108,48 @@ def staged_sample(log: Path) -> str:
         return engine.run(STAGED_REQUEST, audit).status
 
 
+#: pte._delegation: a coordinator looks a customer up and delegates two tasks to two
+#: specialists (recorded answers: the coordinator's plan, then each specialist's sub-plan).
+DELEGATED_REQUEST = "What does customer C002 owe, and at what rate does its currency convert to USD?"
+DELEGATED_ANSWERS = [
+    """{"pte_plan": "1", "steps": [
+ {"id": "cust", "tool": "get_customer", "args": {"customer_id": "C002"}},
+ {"id": "owed", "delegate": "collections", "task": "What does this customer owe? Return {owes, overdue}.",
+  "inputs": {"customer_id": {"$ref": "cust/customer_id"}}},
+ {"id": "rate", "delegate": "treasury", "task": "The rate from this currency to USD. Return {rate}.",
+  "inputs": {"currency": {"$ref": "cust/currency"}}}],
+ "result": {"owes": {"$ref": "owed"}, "usd_rate": {"$ref": "rate/rate"}}}""",
+    """{"pte_plan": "1", "steps": [{"id": "balance", "tool": "customer_balance",
+ "args": {"customer_id": {"$param": "customer_id"}}}],
+ "result": {"owes": {"$ref": "balance/open_total"}, "overdue": {"$ref": "balance/overdue_total"}}}""",
+    """{"pte_plan": "1", "steps": [{"id": "fx", "tool": "fx_rate",
+ "args": {"base": {"$param": "currency"}, "quote": "USD"}}], "result": {"rate": {"$ref": "fx/rate"}}}""",
+]
+
+
+def delegated_sample(log: Path) -> str:
+    """A `pte run` whose coordinator delegates to two specialists (recorded answers)."""
+    from pte import AuditLog, Engine, EngineConfig, ReplayClient, Specialist, load_registry
+
+    registry = load_registry(["backoffice", "calculator", "shaping"])
+    specialists = (
+        Specialist(
+            name="collections",
+            description="Customer receivables: balances, overdue invoices, reminders.",
+            catalogue=("list_overdue_invoices", "customer_balance", "queue_reminder"),
+        ),
+        Specialist(
+            name="treasury",
+            description="Exchange rates, suppliers and payments.",
+            catalogue=("fx_rate", "list_suppliers", "get_supplier", "send_payment"),
+        ),
+    )
+    llm = ReplayClient(DELEGATED_ANSWERS, model="recorded-demo-responses")
+    with AuditLog(log) as audit:
+        engine = Engine(registry, llm, config=EngineConfig(llm_answer=False, specialists=specialists))
+        return engine.run(DELEGATED_REQUEST, audit).status
+
+
 _CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
@@ -220,6 +262,9 @@ def main() -> int:
         staged = HERE / "staged.jsonl"
         staged.unlink(missing_ok=True)
         print(f"{staged.name:28} {staged_sample(staged)}")
+        delegated = HERE / "delegated.jsonl"
+        delegated.unlink(missing_ok=True)
+        print(f"{delegated.name:28} {delegated_sample(delegated)}")
         # A fresh Ed25519 key per generation: the approval in the sample is signed, so that every
         # verifier (verifier/verify.mjs too) checks a real signature. The private key is not
         # kept; its public key is published next to the samples, so that replaying them with

@@ -33,6 +33,7 @@ EXPECTED_END = {
     "approved_payment": ("succeeded", None),
     "control": ("succeeded", None),
     "staged": ("succeeded", None),
+    "delegated": ("succeeded", None),
     "paused_then_approved": ("succeeded", None),
     "paused_then_rejected": ("failed_closed", "approval_rejected"),
     "endorsed_payment": ("succeeded", None),
