@@ -568,3 +568,63 @@ def test_a_specialist_of_a_planner_shown_untrusted_text_writes_untrusted_literal
     assert [s.step_id for s in result.steps] == ["mail__mail"] or [s.tool for s in result.steps] == [
         "read_inbox"
     ]
+
+
+def test_a_delegated_payment_is_approved_as_one_plan(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The inlined tree is what needs and gets approval: `pte run` stops approval_missing before
+    anything runs; `pte plan` writes the inlined plan, a person approves its hash, it pays once."""
+    coordinator = {
+        "pte_plan": "1",
+        "steps": [
+            {
+                "id": "pay",
+                "delegate": "treasury",
+                "task": "Pay this supplier this amount in EUR, reference INV-9. Return the payment.",
+                "inputs": {"supplier": "S002", "amount": "12.50"},
+            }
+        ],
+        "result": {"$ref": "pay"},
+    }
+    sub = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": {"$param": "supplier"}}},
+            {
+                "id": "send",
+                "tool": "send_payment",
+                "args": {
+                    "iban": {"$ref": "sup/iban"},
+                    "amount": {"$param": "amount"},
+                    "currency": "EUR",
+                    "reference": "INV-9",
+                },
+            },
+        ],
+        "result": {"$ref": "send"},
+    }
+    spec = tmp_path / "specialists.json"
+    spec.write_text(json.dumps([TREASURY.to_dict()]), encoding="utf-8")
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps([json.dumps(coordinator), json.dumps(sub)]), encoding="utf-8")
+    common = ["--tools", "backoffice", "--approvals", str(tmp_path / "approvals.jsonl")]
+    llm = ["--specialists", str(spec), "--replay-responses", str(answers)]
+    log = tmp_path / "run.jsonl"
+    code, out, _ = _cli(
+        capsys, "run", "Pay S002 12.50", *common, *llm, "--no-llm-answer", "--audit", str(log), "--json"
+    )
+    assert code == 1 and json.loads(out)["reason"] == "approval_missing"
+    assert not any(r["type"] == "step_started" for r in read_records(log))
+    plan = tmp_path / "plan.json"
+    assert _cli(capsys, "plan", "Pay S002 12.50", "--tools", "backoffice", *llm, "-o", str(plan))[0] == 0
+    assert [s["id"] for s in json.loads(plan.read_text())["steps"]] == ["pay__sup", "pay__send"]
+    assert _cli(capsys, "approve", str(plan), "--by", "alice", *common)[0] == 0
+    paid = tmp_path / "paid.jsonl"
+    code, out, err = _cli(capsys, "execute", str(plan), *common, "--audit", str(paid), "--json")
+    assert code == 0, err
+    assert [r["tool"] for r in read_records(paid) if r["type"] == "step_finished"] == [
+        "get_supplier",
+        "send_payment",
+    ]
+    assert verify(paid).ok
