@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from pte import _json as strict_json
 from pte._approval_record import (
@@ -60,7 +60,7 @@ from pte._canonical import canonical_json
 from pte._errors import ApprovalConsumed, ApprovalStoreError
 from pte._plan import Plan
 from pte._registry import Registry
-from pte._signing import SigningKey
+from pte._signing import SigningKey, sign_decision
 from pte._tool_spec import ToolSpec
 
 __all__ = [
@@ -91,7 +91,6 @@ SIGNING_KEY_FILE_ENV = "PTE_APPROVAL_SIGNING_KEY_FILE"
 #: The old HMAC key variable: refused with a clear message.
 LEGACY_KEY_ENV = "PTE_APPROVAL_KEY"
 
-_D = TypeVar("_D", Approval, ProcedureApproval)
 
 _LEGACY_KEYS = frozenset({"plan_hash", "by", "at", "signature"})
 _CONSUMED_KEYS = frozenset({"consumed", "plan_hash", "step_id", "run_id", "at"})
@@ -381,17 +380,6 @@ def validity(by: str, at: datetime | None, valid_for: timedelta) -> tuple[str, s
         raise ValueError("valid_for must be positive")
     when = at if at is not None else _utc_now()
     return _format_time(when), _format_time(when + valid_for)
-
-
-def sign_decision(cls: Callable[..., _D], fields: dict[str, Any], signing_key: SigningKey | None) -> _D:
-    """`cls(**fields)`, signed with `signing_key` when given (its key id, public key and the
-    Ed25519 signature of its `message()`): the one signing path of every approval kind."""
-    if signing_key is None:
-        return cls(**fields)
-    public = signing_key.public_key
-    unsigned = cls(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
-    signature = signing_key.sign(unsigned.message()).hex()
-    return cls(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
 
 
 def requires_approval(plan: Plan, registry: Registry) -> list[str]:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pte._canonical import canonical_json
-from pte._errors import KeyFileError
-from pte._signing import PublicKey, check_signature_fields
+from pte._signing import SignedDecision, check_signature_fields
 
 __all__ = ["APPROVAL_FORMAT", "PROCEDURE_APPROVAL_FORMAT", "Approval", "ProcedureApproval"]
 
@@ -54,43 +52,11 @@ def _check_by(by: Any) -> None:
         raise ValueError(f"by must not contain control characters: {by!r}")
 
 
-class _Signed:
-    """What every signed decision here shares: its signature checks (one copy, for approvals of
-    runs and of procedures alike). A subclass has `key_id`, `public_key`, `signature`, `expires`
-    and `message()`."""
+class _Signed(SignedDecision):
+    """A signed decision that expires (approvals of runs and of procedures); the signature
+    checks are `SignedDecision`'s."""
 
-    key_id: str | None
-    public_key: str | None
-    signature: str | None
     expires: str
-
-    def message(self) -> bytes:
-        raise NotImplementedError
-
-    @property
-    def signed(self) -> bool:
-        """Whether it carries a signature (not whether it verifies: see `verify`)."""
-        return self.signature is not None
-
-    def self_consistent(self) -> bool:
-        """Signed, its key id names its public key, and the signature verifies under that key."""
-        if self.signature is None or self.public_key is None:
-            return False
-        raw = bytes.fromhex(self.public_key)
-        if hashlib.sha256(raw).hexdigest() != self.key_id:
-            return False
-        try:
-            key = PublicKey.from_raw(raw)
-        except KeyFileError:
-            return False
-        return key.verify(bytes.fromhex(self.signature), self.message())
-
-    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
-        """True when the signature verifies under the trusted key its `key_id` names."""
-        if self.key_id is None or self.key_id not in keys:
-            return False
-        key = keys[self.key_id]
-        return key.raw.hex() == self.public_key and self.self_consistent()
 
     def expired(self, now: datetime) -> bool:
         return now >= _parse_time(self.expires)

@@ -47,9 +47,9 @@ from typing import IO, Any, Literal, cast
 from pte import _json as strict_json
 from pte import _records as rec
 from pte._canonical import canonical_json
-from pte._errors import EndorsementStoreError, FailedClosed, KeyFileError, ReasonCode, RunPaused
+from pte._errors import EndorsementStoreError, FailedClosed, ReasonCode, RunPaused
 from pte._record_sink import RecordSink
-from pte._signing import PublicKey, SigningKey, TrustedKeys, check_signature_fields
+from pte._signing import SignedDecision, SigningKey, TrustedKeys, check_signature_fields, sign_decision
 
 __all__ = [
     "ENDORSEMENT_FORMAT",
@@ -124,7 +124,7 @@ def split_element(step_id: str) -> tuple[str, int | None]:
 
 
 @dataclass(frozen=True)
-class Endorsement:
+class Endorsement(SignedDecision):
     """One person's decision on one value at one call (`run`, `step_id`, `element`) of one run."""
 
     run: str
@@ -159,10 +159,6 @@ class Endorsement:
         check_signature_fields(self.key_id, self.public_key, self.signature)
 
     @property
-    def signed(self) -> bool:
-        return self.signature is not None
-
-    @property
     def id(self) -> str:
         """SHA-256 of its canonical JSON: what consumption lines and records name."""
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
@@ -171,25 +167,6 @@ class Endorsement:
         """The exact bytes that are signed."""
         fields = {k: v for k, v in self.to_dict().items() if k not in ("public_key", "signature")}
         return _DOMAIN + canonical_json(fields).encode("utf-8")
-
-    def self_consistent(self) -> bool:
-        """Signed, its key id names its public key, and the signature verifies under that key."""
-        if self.signature is None or self.public_key is None:
-            return False
-        raw = bytes.fromhex(self.public_key)
-        if hashlib.sha256(raw).hexdigest() != self.key_id:
-            return False
-        try:
-            key = PublicKey.from_raw(raw)
-        except KeyFileError:
-            return False
-        return key.verify(bytes.fromhex(self.signature), self.message())
-
-    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
-        """True when the signature verifies under the trusted key its `key_id` names."""
-        if self.key_id is None or self.key_id not in keys:
-            return False
-        return keys[self.key_id].raw.hex() == self.public_key and self.self_consistent()
 
     def binds(self, run: str, step_id: str, element: int | None, hashed: str) -> bool:
         """Whether it is about exactly this call of this run with exactly these values."""
@@ -255,12 +232,7 @@ def make_endorsement(
         "at": _format_time(at if at is not None else _now()),
         "note": note,
     }
-    if signing_key is None:
-        return Endorsement(**fields)
-    public = signing_key.public_key
-    unsigned = Endorsement(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
-    signature = signing_key.sign(unsigned.message()).hex()
-    return Endorsement(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
+    return sign_decision(Endorsement, fields, signing_key)
 
 
 # --- the store ----------------------------------------------------------------------------------

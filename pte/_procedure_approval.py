@@ -3,7 +3,7 @@
 A `ProcedureApproval` (pte._approval_record) names a procedure, its version (the SHA-256 of its
 file, `pte.Procedure.version`) and the catalogue fingerprint of its body's tools and the
 policy's entries for them (`procedure_fingerprint`), signed like an approval of a run
-(`pte._approval.sign_decision`) and stored in the same deployment approval store, bound to no run.
+(`pte._signing.sign_decision`) and stored in the same deployment approval store, bound to no run.
 
 A plan is covered (`procedure_cover`) when every step of it whose tool requires approval was
 inlined from a call of a procedure (the innermost call, whose body holds the step: an approval
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pte._approval import DEFAULT_VALIDITY, ApprovalStore, catalogue_fingerprint, sign_decision, validity
+from pte._approval import DEFAULT_VALIDITY, ApprovalStore, catalogue_fingerprint, validity
 from pte._approval_record import ProcedureApproval
 from pte._canonical import canonical_json
 from pte._plan import Plan
 from pte._procedures import Procedure
 from pte._registry import Registry
-from pte._signing import SigningKey
+from pte._signing import SigningKey, sign_decision
 
 __all__ = [
     "ProcedureCover",

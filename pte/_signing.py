@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -24,7 +25,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pte._errors import KeyFileError
 from pte._key_files import read_key_file
 
-__all__ = ["PublicKey", "SigningKey", "TrustedKeys", "check_signature_fields"]
+__all__ = [
+    "PublicKey",
+    "SignedDecision",
+    "SigningKey",
+    "TrustedKeys",
+    "check_signature_fields",
+    "sign_decision",
+]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX128 = re.compile(r"[0-9a-f]{128}")
@@ -81,6 +89,44 @@ class PublicKey:
         return f"PublicKey({self.key_id[:16]}…)"
 
 
+class SignedDecision:
+    """What every signed decision (an approval of a run or of a procedure, an endorsement)
+    shares: its signature checks, in one copy. A subclass (a frozen dataclass) has the fields
+    `key_id`, `public_key` and `signature` (all None when unsigned, their shape checked by
+    `check_signature_fields`) and `message()`, the exact bytes signed."""
+
+    key_id: str | None
+    public_key: str | None
+    signature: str | None
+
+    def message(self) -> bytes:
+        raise NotImplementedError
+
+    @property
+    def signed(self) -> bool:
+        """Whether it carries a signature (not whether it verifies: see `verify`)."""
+        return self.signature is not None
+
+    def self_consistent(self) -> bool:
+        """Signed, its key id names its public key, and the signature verifies under that key."""
+        if self.signature is None or self.public_key is None:
+            return False
+        raw = bytes.fromhex(self.public_key)
+        if hashlib.sha256(raw).hexdigest() != self.key_id:
+            return False
+        try:
+            key = PublicKey.from_raw(raw)
+        except KeyFileError:
+            return False
+        return key.verify(bytes.fromhex(self.signature), self.message())
+
+    def verify(self, keys: Mapping[str, PublicKey]) -> bool:
+        """True when the signature verifies under the trusted key its `key_id` names."""
+        if self.key_id is None or self.key_id not in keys:
+            return False
+        return keys[self.key_id].raw.hex() == self.public_key and self.self_consistent()
+
+
 class SigningKey:
     """An Ed25519 private key: signs. Never written to a log or shown in a message."""
 
@@ -118,6 +164,20 @@ class SigningKey:
 
     def __repr__(self) -> str:  # no key material, ever
         return f"SigningKey(public {self.public_key.key_id[:16]}…)"
+
+
+_D = TypeVar("_D", bound=SignedDecision)
+
+
+def sign_decision(cls: Callable[..., _D], fields: dict[str, Any], signing_key: SigningKey | None) -> _D:
+    """`cls(**fields)`, signed with `signing_key` when given (its key id, public key and the
+    Ed25519 signature of its `message()`): the one signing path of every signed decision."""
+    if signing_key is None:
+        return cls(**fields)
+    public = signing_key.public_key
+    unsigned = cls(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature="0" * 128)
+    signature = signing_key.sign(unsigned.message()).hex()
+    return cls(**fields, key_id=public.key_id, public_key=public.raw.hex(), signature=signature)
 
 
 class TrustedKeys(Mapping[str, PublicKey]):
