@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -156,6 +157,13 @@ class Approval(_Signed):
             raise ValueError("a format 3 approval names the run it approves")
         return cls(**{k: v for k, v in data.items() if k != "pte_approval"})
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Approval:
+        """Rebuild one from an ``approval`` audit record, whose members are those of `to_dict`
+        but the format (ValueError or TypeError when malformed)."""
+        fields: dict[str, Any] = {k: record.get(k) for k in _APPROVAL_KEYS - {"pte_approval"}}
+        return cls(**fields)
+
 
 #: Store lines and records of procedure approvals carry ``{"pte_procedure_approval": "1"}``.
 PROCEDURE_APPROVAL_FORMAT = "1"
@@ -252,3 +260,12 @@ class ProcedureApproval(_Signed):
         if set(data) != _PROCEDURE_APPROVAL_KEYS:
             raise ValueError(f"a procedure approval has exactly the keys {sorted(_PROCEDURE_APPROVAL_KEYS)}")
         return cls(**{k: v for k, v in data.items() if k != "pte_procedure_approval"})
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> ProcedureApproval:
+        """Rebuild one from a procedure ``approval`` audit record, whose members are those of
+        `to_dict` but the format (ValueError or TypeError when malformed)."""
+        fields: dict[str, Any] = {
+            k: record.get(k) for k in _PROCEDURE_APPROVAL_KEYS - {"pte_procedure_approval"}
+        }
+        return cls(**fields)

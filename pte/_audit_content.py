@@ -71,11 +71,9 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
     approval: Approval | ProcedureApproval
     try:
         if "procedure" in record:  # an approval of a procedure version, bound to no run
-            fields = {k: record.get(k) for k in _PROCEDURE_APPROVAL_FIELDS}
-            approval = ProcedureApproval(**fields)  # type: ignore[arg-type]  # checked by itself
+            approval = ProcedureApproval.from_record(record)
         else:
-            fields = {k: record.get(k) for k in _APPROVAL_FIELDS}
-            approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+            approval = Approval.from_record(record)
     except (TypeError, ValueError) as exc:
         return f"approval is malformed: {exc}"
     if approval.id != record.get("approval_id"):
@@ -120,30 +118,3 @@ def endorsement_problem(record: Mapping[str, Any]) -> str | None:
 
 #: The signed members of an endorsement record (pte._endorsement, verifier/verify.mjs).
 _ENDORSEMENT_SIGNED = ("run", "step_id", "element", "value_hash", "decision", "by", "at", "note", "key_id")
-
-
-#: The members of an ``approval`` record that are the approval itself (`pte.Approval`).
-_APPROVAL_FIELDS = (
-    "plan_hash",
-    "catalogue",
-    "by",
-    "at",
-    "expires",
-    "key_id",
-    "public_key",
-    "signature",
-    "run",
-)
-
-#: The members of a procedure ``approval`` record that are the approval itself (`ProcedureApproval`).
-_PROCEDURE_APPROVAL_FIELDS = (
-    "procedure",
-    "version",
-    "catalogue",
-    "by",
-    "at",
-    "expires",
-    "key_id",
-    "public_key",
-    "signature",
-)

@@ -196,22 +196,8 @@ class _RecordedApprovals:
             self._procedure_approvals(plan, audit, queue, needing)
             return
         record = queue.popleft()
-        fields = {
-            k: record.get(k)
-            for k in (
-                "plan_hash",
-                "catalogue",
-                "by",
-                "at",
-                "expires",
-                "key_id",
-                "public_key",
-                "signature",
-                "run",
-            )
-        }
         try:
-            approval = Approval(**fields)  # type: ignore[arg-type]  # checked by Approval itself
+            approval = Approval.from_record(record)
         except (TypeError, ValueError) as exc:
             raise ApprovalMissing(f"the recorded approval of plan {plan.hash} is malformed: {exc}") from None
         if approval.run is not None and approval.run != audit.run_id:
@@ -245,22 +231,8 @@ class _RecordedApprovals:
             if not queue or "procedure" not in queue[0]:
                 raise ApprovalMissing(f"{what} is missing")
             record = queue.popleft()
-            fields = {
-                k: record.get(k)
-                for k in (
-                    "procedure",
-                    "version",
-                    "catalogue",
-                    "by",
-                    "at",
-                    "expires",
-                    "key_id",
-                    "public_key",
-                    "signature",
-                )
-            }
             try:
-                approval = ProcedureApproval(**fields)  # type: ignore[arg-type]  # checked by itself
+                approval = ProcedureApproval.from_record(record)
             except (TypeError, ValueError) as exc:
                 raise ApprovalMissing(f"{what} is malformed: {exc}") from None
             if (approval.procedure, approval.version) != (name, version):

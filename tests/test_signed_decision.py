@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pte import _records as rec
 from pte._approval import make_approval
 from pte._approval_record import Approval, ProcedureApproval
 from pte._endorsement import Endorsement, make_endorsement
@@ -98,3 +99,29 @@ def test_property_any_edited_field_of_a_signed_decision_fails_verification(
         edited = value + "x"
     tampered = dataclasses.replace(decision, **{name: edited})  # type: ignore[type-var]
     assert not tampered.verify(trusted)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_an_approval_is_rebuilt_from_its_audit_record_by_its_own_class(signed: bool) -> None:
+    """The members of an ``approval`` record are named once, by the approval's class (the audit
+    check and replay both rebuild it with `from_record`)."""
+    key = _KEY if signed else None
+    approval = _approval(key)
+    assert isinstance(approval, Approval)
+    record = rec.approval(approval.to_dict(), approval_id=approval.id, signed=signed)
+    assert Approval.from_record({"type": "approval", "run_id": "run-1", **record.fields}) == approval
+    procedure = _procedure_approval(key)
+    assert isinstance(procedure, ProcedureApproval)
+    record = rec.procedure_approval(
+        procedure.to_dict(), approval_id=procedure.id, signed=signed, plan_hash=_HASH, steps=["pay"]
+    )
+    assert ProcedureApproval.from_record({"type": "approval", **record.fields}) == procedure
+
+
+def test_a_record_missing_a_member_of_the_approval_is_malformed() -> None:
+    approval = _approval(_KEY)
+    assert isinstance(approval, Approval)
+    record = dict(rec.approval(approval.to_dict(), approval_id="x", signed=True).fields)
+    del record["plan_hash"]
+    with pytest.raises(ValueError, match="plan_hash"):
+        Approval.from_record(record)
