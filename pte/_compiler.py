@@ -94,7 +94,9 @@ def expand_procedure_calls(ctx: CompileContext) -> None:
         return
     from pte._procedures import expand_with_origins
 
-    expanded, origins = expand_with_origins(ctx.document, procedures, max_steps=ctx.limits.max_steps)
+    expanded, origins = expand_with_origins(
+        ctx.document, procedures, max_steps=ctx.limits.max_steps, taken=ctx.prior
+    )
     if expanded is not ctx.document:
         ctx.document = expanded
         ctx.canonical = canonical_json(expanded)

@@ -402,6 +402,36 @@ def _expand_level(
     return new_doc, True
 
 
+def _check_call_ids(steps: list[Any], procedures: Mapping[str, Procedure], taken: Iterable[str]) -> None:
+    """duplicate_step_id: a call's id is unique. Once inlined it is no step's id, so the
+    compiler's own check could not tell a second step of that id (or a completed one) from the
+    call, and a reference to the id would silently read the call's result."""
+    prior = set(taken)
+    seen: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        sid = step.get("id") if isinstance(step, dict) else None
+        if not isinstance(sid, str):
+            continue
+        calling = str(step.get("tool")) in procedures
+        if calling and sid in prior:
+            raise _reject(
+                ReasonCode.DUPLICATE_STEP_ID,
+                f"step id {sid!r} is already used by a completed step; choose a new id",
+                "steps",
+                index,
+                "id",
+            )
+        if sid in seen and (calling or str(steps[seen[sid]].get("tool")) in procedures):
+            raise _reject(
+                ReasonCode.DUPLICATE_STEP_ID,
+                f"step id {sid!r} is used by steps {seen[sid]} and {index}",
+                "steps",
+                index,
+                "id",
+            )
+        seen.setdefault(sid, index)
+
+
 def _navigate(value: Any, tokens: Sequence[str], text: str, path: tuple[str | int, ...]) -> Any:
     for position, token in enumerate(tokens):
         if _is_ref(value):
@@ -433,10 +463,15 @@ def expand_procedures(
 
 
 def expand_with_origins(
-    document: dict[str, Any], procedures: Mapping[str, Procedure], *, max_steps: int | None = None
+    document: dict[str, Any],
+    procedures: Mapping[str, Procedure],
+    *,
+    max_steps: int | None = None,
+    taken: Iterable[str] = (),
 ) -> tuple[dict[str, Any], dict[str, tuple[ProcedureOrigin, ...]]]:
     """`expand_procedures`, and for each inlined step the calls it came from, outermost first.
 
+    `taken` are the ids of completed steps (an earlier stage's): a call may not reuse one.
     The origins are what a procedure approval covers (pte._procedure_approval): they exist only
     here, computed from the deployment's procedures, never from the plan's text, so a step a
     planner writes as ``x__pay`` itself has none.
@@ -444,6 +479,7 @@ def expand_with_origins(
     origins: Origins = {}
     if not procedures or not isinstance(document.get("steps"), list):
         return document, origins
+    _check_call_ids(document["steps"], procedures, taken)
     for _ in range(MAX_NESTING + 1):
         document, changed = _expand_level(document, procedures, origins)
         if not changed:

@@ -267,6 +267,29 @@ def test_call_rejections_name_the_call() -> None:
         compile_plan(text, registry)
 
 
+def test_a_call_id_is_unique_like_any_step_id() -> None:
+    """Bug: a call's id vanished at inlining, so a second step of that id compiled and
+    ``{"$ref": "x"}`` silently read the call's result; a completed step's id likewise."""
+    base = load_registry(["backoffice"])
+    registry = base.with_procedures(load_procedures([Procedure.from_document(BALANCE_REPORT)], base))
+    call = {"id": "x", "tool": "balance_report", "args": {"customer_id": "C002"}}
+    other = {"id": "x", "tool": "get_customer", "args": {"customer_id": "C002"}}
+    for steps in ([call, other], [other, call], [call, dict(call)]):
+        text = json.dumps({"pte_plan": "1", "steps": steps, "result": {"$ref": "x"}})
+        with pytest.raises(PlanRejected) as info:
+            compile_plan(text, registry)
+        assert info.value.reason is ReasonCode.DUPLICATE_STEP_ID, steps
+        assert "'x'" in str(info.value)
+    # A later stage may not call a procedure under a completed step's id either.
+    text = json.dumps({"pte_plan": "1", "steps": [call], "result": {"$ref": "x"}})
+    with pytest.raises(PlanRejected) as info:
+        compile_plan(text, registry, prior={"x": "get_customer"})
+    assert info.value.reason is ReasonCode.DUPLICATE_STEP_ID
+    assert "completed step" in str(info.value)
+    # Distinct ids still compile.
+    compile_plan(json.dumps({"pte_plan": "1", "steps": [call, {**other, "id": "y"}]}), registry)
+
+
 def test_an_edited_procedure_is_another_version(tmp_path: Path) -> None:
     one = Procedure.from_document(BALANCE_REPORT)
     edited = json.loads(json.dumps(BALANCE_REPORT))
