@@ -57,7 +57,31 @@ class _Signed(SignedDecision):
     """A signed decision that expires (approvals of runs and of procedures); the signature
     checks are `SignedDecision`'s."""
 
+    by: str
+    at: str
     expires: str
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _check_fields(self, hashes: tuple[str, str]) -> None:
+        """The checks every approval kind shares: `hashes` (its two hash members), `by`, the
+        times and the signature's shape (ValueError naming the first that is wrong)."""
+        for name in hashes:
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
+                raise ValueError(f"{name} must be 64 lowercase hex digits, not {value!r}")
+        _check_by(self.by)
+        for name in ("at", "expires"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
+                raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
+        check_signature_fields(self.key_id, self.public_key, self.signature)
+
+    @property
+    def id(self) -> str:
+        """SHA-256 of its canonical JSON: what consumption records name."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
 
     def expired(self, now: datetime) -> bool:
         return now >= _parse_time(self.expires)
@@ -89,21 +113,7 @@ class Approval(_Signed):
     def __post_init__(self) -> None:
         if self.run is not None and (not isinstance(self.run, str) or not _RUN_RE.fullmatch(self.run)):
             raise ValueError(f"run must be a run id, not {self.run!r}")
-        for name in ("plan_hash", "catalogue"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
-                raise ValueError(f"{name} must be 64 lowercase hex digits, not {value!r}")
-        _check_by(self.by)
-        for name in ("at", "expires"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
-                raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
-        check_signature_fields(self.key_id, self.public_key, self.signature)
-
-    @property
-    def id(self) -> str:
-        """SHA-256 of its canonical JSON: what consumption records name."""
-        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+        self._check_fields(("plan_hash", "catalogue"))
 
     @property
     def format(self) -> str:
@@ -214,21 +224,7 @@ class ProcedureApproval(_Signed):
     def __post_init__(self) -> None:
         if not isinstance(self.procedure, str) or not _NAME_RE.fullmatch(self.procedure):
             raise ValueError(f"procedure must be a procedure name, not {self.procedure!r}")
-        for name in ("version", "catalogue"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not _HASH_RE.fullmatch(value):
-                raise ValueError(f"{name} must be 64 lowercase hex digits, not {value!r}")
-        _check_by(self.by)
-        for name in ("at", "expires"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
-                raise ValueError(f"{name} must be an ISO-8601 UTC time such as 2026-11-01T09:30:00Z")
-        check_signature_fields(self.key_id, self.public_key, self.signature)
-
-    @property
-    def id(self) -> str:
-        """SHA-256 of its canonical JSON: what consumption records name."""
-        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
+        self._check_fields(("version", "catalogue"))
 
     def _signed_fields(self) -> dict[str, Any]:
         return {

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pte import __version__
 from pte import _cli_store as cli_store
@@ -62,6 +62,9 @@ from pte._cli_tools import add_tools_command
 from pte._errors import PlanRejected, RunPaused
 from pte._redaction import Redactor
 from pte._registry import Registry
+
+if TYPE_CHECKING:  # only annotations: the CLI imports the signing code when it signs
+    from pte._signing import SignedDecision, SigningKey
 
 __all__ = ["main"]
 
@@ -235,9 +238,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from pte._approval import ApprovalStore, approve, catalogue_fingerprint
-    from pte._approval_gate import signing_key_from_env
     from pte._compiler import compile_plan
-    from pte._errors import KeyFileError
 
     if (args.plan_file is None) == (args.procedure is None):
         raise UsageError("give a PLAN_FILE (or with --store a RUN_ID), or --procedure FILE, not both")
@@ -249,12 +250,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
     policy = _policy(registry, args)
-    if not args.valid_for > 0:
-        raise UsageError("--valid-for must be a positive number of hours")
-    try:
-        key = signing_key_from_env(args.signing_key)
-    except KeyFileError as exc:
-        raise UsageError(str(exc)) from None
+    key = _approval_signing_key(args)
     try:
         # With an endorsement store the deployment pauses such calls for a person (pte._endorsement).
         endorsable = bool(getattr(args, "endorsements", None))
@@ -272,18 +268,33 @@ def cmd_approve(args: argparse.Namespace) -> int:
     )
     from pte._cli_hints import deployment_flags, pte_command
 
-    signed = (
-        f"Ed25519-signed by key {approval.key_id}"
-        if approval.signature
-        else "unsigned (give --signing-key or $PTE_APPROVAL_SIGNING_KEY_FILE to sign)"
-    )
     print(
         f"approved run {approval.run} of plan {plan.hash} by {args.by} at {approval.at} until "
-        f"{approval.expires}, {signed}; recorded in {args.approvals}\n"
+        f"{approval.expires}, {_signed_words(approval)}; recorded in {args.approvals}\n"
         "execute it (once) with: "
         + pte_command("execute", args.plan_file, *deployment_flags(args), "--audit", "pte_audit.jsonl")
     )
     return EXIT_OK
+
+
+def _approval_signing_key(args: argparse.Namespace) -> SigningKey | None:
+    """The signing key of `pte approve` (plan or procedure), after checking ``--valid-for``."""
+    from pte._approval_gate import signing_key_from_env
+    from pte._errors import KeyFileError
+
+    if not args.valid_for > 0:
+        raise UsageError("--valid-for must be a positive number of hours")
+    try:
+        return signing_key_from_env(args.signing_key)
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _signed_words(approval: SignedDecision) -> str:
+    """How `pte approve` says whether the approval it recorded is signed, and by which key."""
+    if approval.signature:
+        return f"Ed25519-signed by key {approval.key_id}"
+    return "unsigned (give --signing-key or $PTE_APPROVAL_SIGNING_KEY_FILE to sign)"
 
 
 def _approve_procedure(args: argparse.Namespace) -> int:
@@ -292,8 +303,7 @@ def _approve_procedure(args: argparse.Namespace) -> int:
 
     from pte import _json as strict_json
     from pte._approval import ApprovalStore
-    from pte._approval_gate import signing_key_from_env
-    from pte._errors import KeyFileError, ProcedureError
+    from pte._errors import ProcedureError
     from pte._procedure_approval import approve_procedure, procedure_fingerprint
     from pte._procedures import Procedure, load_procedures
 
@@ -316,12 +326,7 @@ def _approve_procedure(args: argparse.Namespace) -> int:
     except ProcedureError as exc:
         raise UsageError(f"procedure file {args.procedure!r}: {exc}") from None
     policy = _policy(registry, args)
-    if not args.valid_for > 0:
-        raise UsageError("--valid-for must be a positive number of hours")
-    try:
-        key = signing_key_from_env(args.signing_key)
-    except KeyFileError as exc:
-        raise UsageError(str(exc)) from None
+    key = _approval_signing_key(args)
     approval = approve_procedure(
         procedure,
         args.by,
@@ -330,14 +335,9 @@ def _approve_procedure(args: argparse.Namespace) -> int:
         signing_key=key,
         valid_for=timedelta(hours=args.valid_for),
     )
-    signed = (
-        f"Ed25519-signed by key {approval.key_id}"
-        if approval.signature
-        else "unsigned (give --signing-key or $PTE_APPROVAL_SIGNING_KEY_FILE to sign)"
-    )
     print(
         f"approved procedure {procedure.name} version {procedure.version} by {args.by} at {approval.at} "
-        f"until {approval.expires}, {signed}; recorded in {_approvals_path(args)}\n"
+        f"until {approval.expires}, {_signed_words(approval)}; recorded in {_approvals_path(args)}\n"
         "its writes now run in any run that calls this version, once per run and step"
     )
     return EXIT_OK

@@ -185,17 +185,19 @@ def test_checkpoints_catch_truncation_rewriting_and_forgery_in_both(
     assert not assert_agree(log, altered, keys["signer_pub"])
 
 
-def _with_approval(lines: list[bytes], change: Callable[[dict[str, Any]], None]) -> list[bytes]:
-    """Edit the first ``approval`` record with `change`, then re-hash the whole chain."""
+def _with_approval(
+    lines: list[bytes], change: Callable[[dict[str, Any]], None], kind: str = "approval"
+) -> list[bytes]:
+    """Edit the first record of type `kind` with `change`, then re-hash the whole chain."""
     out = []
     done = False
     for raw in lines:
         record = json.loads(raw)
-        if not done and record["type"] == "approval":
+        if not done and record["type"] == kind:
             change(record)
             done = True
         out.append(canonical_bytes(record) + b"\n")
-    assert done, "the sample holds no approval"
+    assert done, f"the sample holds no {kind}"
     return _rehash(out)
 
 
@@ -243,3 +245,73 @@ def test_an_unsigned_approval_claiming_signed_is_caught_by_both(sample: Path, tm
     tampered.write_bytes(b"".join(_with_approval(_lines(sample), _set("signed", True))))
     assert not assert_agree(tampered)
     assert "signed" in str(verify(tampered).issue)
+
+
+ENDORSED = REPO / "audit_samples" / "endorsed_payment.jsonl"
+
+
+_ENDORSEMENT_MEMBERS = (
+    "run",
+    "step_id",
+    "element",
+    "value_hash",
+    "decision",
+    "by",
+    "at",
+    "note",
+    "key_id",
+    "public_key",
+    "signature",
+)
+
+
+def _reid(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """`change`, then recompute the endorsement's id as anyone who can write the file can."""
+
+    def changed(record: dict[str, Any]) -> None:
+        change(record)
+        stored = {"pte_endorsement": "1", **{k: record.get(k) for k in _ENDORSEMENT_MEMBERS}}
+        record["endorsement_id"] = hashlib.sha256(canonical_bytes(stored)).hexdigest()
+
+    return changed
+
+
+def _unsign(record: dict[str, Any]) -> None:
+    record.update(signature=None, signed=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "issue"),
+    [
+        (_set("by", "mallory"), "endorsement_id is not the hash"),
+        (_reid(_set("by", "mallory")), "endorsement signature does not verify"),
+        (_reid(_set("value_hash", "f" * 64)), "endorsement signature does not verify"),
+        (_reid(_flip_signature), "endorsement signature does not verify"),
+        (_reid(_set("public_key", "0" * 64)), "endorsement key_id does not name its public key"),
+        (_reid(_set("signature", "zz")), "signature"),  # the schema refuses it first
+        (_reid(_unsign), "endorsement marked signed carries no signature"),
+        (_set("signed", True), None),
+    ],
+    ids=[
+        "edited",
+        "other_signer",
+        "other_value",
+        "forged",
+        "other_key",
+        "malformed",
+        "unsigned",
+        "signed_flag",
+    ],
+)
+def test_an_edited_endorsement_is_caught_by_both_even_rehashed(
+    change: Callable[[dict[str, Any]], None], issue: str | None, tmp_path: Path
+) -> None:
+    """The signed-decision checks both verifiers share (one copy each) on an endorsement."""
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_bytes(b"".join(_with_approval(_lines(ENDORSED), change, "endorsement")))
+    ok = assert_agree(tampered)
+    if issue is None:  # `signed` says a trusted key was checked; the log alone cannot refute it
+        assert ok
+    else:
+        assert not ok and issue in str(verify(tampered).issue), verify(tampered).issue
+        assert issue in str(node_verify(tampered).get("issue")), node_verify(tampered)

@@ -486,3 +486,21 @@ def test_an_approval_of_a_procedure_is_refused_for_one_of_its_callers_nested_bod
     assert cover is not None and not isinstance(cover, ProcedureApproval)
     assert isinstance(cover, ProcedureCover)
     assert [steps for _, steps in cover.approvals] == [("x__s1__pay", "x__s2__pay")]
+
+
+def test_approve_checks_valid_for_and_the_key_and_says_unsigned_alike_for_a_plan_and_a_procedure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dep = Deployment(tmp_path, capsys)
+    plan = tmp_path / "plan.json"
+    plan.write_text(_plan(_call("p", IBAN_A, "10.00")), encoding="utf-8")
+    for target in (["--procedure", str(dep.folder / "pay_supplier.json")], [str(plan)]):
+        base = ["approve", *target, "--by", "compliance", *dep.flags[:-2]]
+        code, out, err = dep.cli(*base, "--valid-for", "0")
+        assert code == 2 and "--valid-for" in err, (target, err)
+        code, out, err = dep.cli(*base, "--signing-key", str(tmp_path / "missing.pem"))
+        assert code == 2 and "missing.pem" in err and "Traceback" not in err, (target, err)
+        code, out, err = dep.cli(*base)
+        assert code == 0 and "unsigned (give --signing-key" in out, (target, out, err)
+        code, out, err = dep.cli(*base, "--signing-key", str(dep.private))
+        assert code == 0 and "Ed25519-signed by key " in out, (target, out, err)

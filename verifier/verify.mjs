@@ -246,47 +246,17 @@ function checkApproval(n, record) {
   if (record.procedure !== undefined) return checkProcedureApproval(n, record);
   const version = record.run === undefined ? "2" : "3";
   if (version === "3" && record.run !== record.run_id) throw new Issue(n, "the approval approves another run");
-  const stored = { pte_approval: version };
-  for (const name of [...APPROVAL_SIGNED, "public_key", "signature"]) stored[name] = record[name] ?? null;
-  if (version === "3") stored.run = record.run;
-  if (sha256Hex(jcs(stored)) !== record.approval_id) throw new Issue(n, "approval_id is not the hash of the approval");
-  if (record.signature === null || record.signature === undefined) {
-    if (record.signed === true) throw new Issue(n, "approval marked signed carries no signature");
-    return;
-  }
-  const pub = record.public_key;
-  if (typeof pub !== "string" || !HEX64.test(pub) || typeof record.signature !== "string" || !HEX128.test(record.signature)) {
-    throw new Issue(n, "approval signature or public key is malformed");
-  }
-  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "approval key_id does not name its public key");
   const signed = { pte_approval: version };
   for (const name of APPROVAL_SIGNED) signed[name] = record[name] ?? null;
   if (version === "3") signed.run = record.run;
-  const message = Buffer.from(APPROVAL_DOMAINS[version] + jcs(signed), "utf8");
-  if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
-    throw new Issue(n, "approval signature does not verify");
-  }
+  checkSignedDecision(n, record, "approval", "approval_id", APPROVAL_DOMAINS[version], signed);
 }
 
 /** The procedure variant of an `approval` record: its id, and its signature when signed. */
 function checkProcedureApproval(n, record) {
   const signed = { pte_procedure_approval: "1" };
   for (const name of PROCEDURE_APPROVAL_SIGNED) signed[name] = record[name] ?? null;
-  const stored = { ...signed, public_key: record.public_key ?? null, signature: record.signature ?? null };
-  if (sha256Hex(jcs(stored)) !== record.approval_id) throw new Issue(n, "approval_id is not the hash of the approval");
-  if (record.signature === null || record.signature === undefined) {
-    if (record.signed === true) throw new Issue(n, "approval marked signed carries no signature");
-    return;
-  }
-  const pub = record.public_key;
-  if (typeof pub !== "string" || !HEX64.test(pub) || typeof record.signature !== "string" || !HEX128.test(record.signature)) {
-    throw new Issue(n, "approval signature or public key is malformed");
-  }
-  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "approval key_id does not name its public key");
-  const message = Buffer.from(PROCEDURE_APPROVAL_DOMAIN + jcs(signed), "utf8");
-  if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
-    throw new Issue(n, "approval signature does not verify");
-  }
+  checkSignedDecision(n, record, "approval", "approval_id", PROCEDURE_APPROVAL_DOMAIN, signed);
 }
 
 // An endorsement (docs/audit-format.md, "Endorsements"): one person's decision on the exact
@@ -297,23 +267,32 @@ const ENDORSEMENT_SIGNED = ["run", "step_id", "element", "value_hash", "decision
 /** An `endorsement` or `endorsement_rejected` record: its id, its run, and its signature when signed. */
 function checkEndorsement(n, record) {
   if (record.run !== record.run_id) throw new Issue(n, "the endorsement is about another run");
-  const stored = { pte_endorsement: "1" };
-  for (const name of [...ENDORSEMENT_SIGNED, "public_key", "signature"]) stored[name] = record[name] ?? null;
-  if (sha256Hex(jcs(stored)) !== record.endorsement_id) throw new Issue(n, "endorsement_id is not the hash of the endorsement");
+  const signed = { pte_endorsement: "1" };
+  for (const name of ENDORSEMENT_SIGNED) signed[name] = record[name] ?? null;
+  checkSignedDecision(n, record, "endorsement", "endorsement_id", ENDORSEMENT_DOMAIN, signed);
+}
+
+/**
+ * What every signed decision record shares (an approval of a run or of a procedure, an
+ * endorsement): its `idField` is the hash of its `signed` members with its public key and
+ * signature, and a signature, when there is one, verifies under its own public key over
+ * `domain` and `signed`. `what` names it in the issues.
+ */
+function checkSignedDecision(n, record, what, idField, domain, signed) {
+  const stored = { ...signed, public_key: record.public_key ?? null, signature: record.signature ?? null };
+  if (sha256Hex(jcs(stored)) !== record[idField]) throw new Issue(n, `${idField} is not the hash of the ${what}`);
   if (record.signature === null || record.signature === undefined) {
-    if (record.signed === true) throw new Issue(n, "endorsement marked signed carries no signature");
+    if (record.signed === true) throw new Issue(n, `${what} marked signed carries no signature`);
     return;
   }
   const pub = record.public_key;
   if (typeof pub !== "string" || !HEX64.test(pub) || typeof record.signature !== "string" || !HEX128.test(record.signature)) {
-    throw new Issue(n, "endorsement signature or public key is malformed");
+    throw new Issue(n, `${what} signature or public key is malformed`);
   }
-  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, "endorsement key_id does not name its public key");
-  const signed = { pte_endorsement: "1" };
-  for (const name of ENDORSEMENT_SIGNED) signed[name] = record[name] ?? null;
-  const message = Buffer.from(ENDORSEMENT_DOMAIN + jcs(signed), "utf8");
+  if (sha256Hex(Buffer.from(pub, "hex")) !== record.key_id) throw new Issue(n, `${what} key_id does not name its public key`);
+  const message = Buffer.from(domain + jcs(signed), "utf8");
   if (!cryptoVerify(null, message, publicKeyFromRaw(pub), Buffer.from(record.signature, "hex"))) {
-    throw new Issue(n, "endorsement signature does not verify");
+    throw new Issue(n, `${what} signature does not verify`);
   }
 }
 
