@@ -11,6 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from _cli_run import cli
 
 from pte._audit import AuditLog
 from pte._audit_show import render_record, visible
@@ -36,15 +37,6 @@ PACK = textwrap.dedent(
         return {"text": note}
     '''
 )
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--quiet", *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_visible_escapes_every_control_and_bidi_character() -> None:

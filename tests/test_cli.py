@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli_run import cli
 
 from pte import __version__
 from pte._audit_verify import read_records, verify
@@ -84,20 +85,6 @@ PAYMENT_PLAN = {
 
 
 # --- helpers --------------------------------------------------------------------------------
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run `pte --quiet ARGV` in-process; return (exit code, stdout, stderr).
-
-    Usage errors leave `main` through `SystemExit(2)` (as argparse's own errors do), so the
-    exit code is taken from whichever way it ends.
-    """
-    try:
-        code = main(["--quiet", *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def write_json(path: Path, value: Any) -> Path:

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from _cli_run import cli
 
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._cli import main
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,15 +61,6 @@ ENDING_PACK = textwrap.dedent(
         raise BaseException("bare")
     '''
 )
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--quiet", *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def env() -> dict[str, str]:

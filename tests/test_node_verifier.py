@@ -7,6 +7,7 @@ after an edit (only a checkpoint can catch it), and forged checkpoint signatures
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -24,6 +25,7 @@ from pte._audit_scan import GENESIS_HASH
 from pte._audit_verify import verify
 from pte._canonical import canonical_bytes
 from pte._checkpoint import load_public_key, verify_checkpoints, write_checkpoint
+from pte._endorsement import Endorsement
 
 REPO = Path(__file__).resolve().parents[1]
 # The independent verifier reads format 2 only (docs/audit-format.md); format 1 samples are
@@ -250,19 +252,7 @@ def test_an_unsigned_approval_claiming_signed_is_caught_by_both(sample: Path, tm
 ENDORSED = REPO / "audit_samples" / "endorsed_payment.jsonl"
 
 
-_ENDORSEMENT_MEMBERS = (
-    "run",
-    "step_id",
-    "element",
-    "value_hash",
-    "decision",
-    "by",
-    "at",
-    "note",
-    "key_id",
-    "public_key",
-    "signature",
-)
+_ENDORSEMENT_MEMBERS = [f.name for f in dataclasses.fields(Endorsement)]  # what its id hashes
 
 
 def _reid(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:

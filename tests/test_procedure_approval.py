@@ -15,13 +15,15 @@ from typing import Any
 
 import _services
 import pytest
+from _cli_run import cli as _cli
+from _cli_run import ledger as ledger  # the fixture
+from test_procedures import PAY_SUPPLIER as PAY  # the procedure approved here
 
 from pte._approval import ApprovalStore
 from pte._approval_gate import ApprovalGate
 from pte._approval_record import ProcedureApproval
 from pte._audit_verify import read_records, verify
 from pte._canonical import canonical_json, sha256_hex
-from pte._cli import main
 from pte._compiler import compile_plan
 from pte._errors import ApprovalConsumed, ApprovalMissing
 from pte._policy import Policy
@@ -31,37 +33,6 @@ from pte._registry import load_registry
 from pte._signing import SigningKey, TrustedKeys
 
 REPO = Path(__file__).resolve().parents[1]
-
-PAY: dict[str, Any] = {
-    "pte_procedure": "1",
-    "name": "pay_supplier",
-    "description": "Pay an amount to an IBAN with a reference.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "iban": {"type": "string"},
-            "amount": {"type": "string"},
-            "reference": {"type": "string"},
-        },
-        "required": ["iban", "amount", "reference"],
-    },
-    "plan": {
-        "pte_plan": "1",
-        "steps": [
-            {
-                "id": "pay",
-                "tool": "send_payment",
-                "args": {
-                    "iban": {"$param": "iban"},
-                    "amount": {"$param": "amount"},
-                    "currency": "EUR",
-                    "reference": {"$param": "reference"},
-                },
-            }
-        ],
-        "result": {"$ref": "pay"},
-    },
-}
 
 # A request-given IBAN (literal) in the plan; mod-97 valid.
 IBAN_A = "DE89370400440532013000"
@@ -78,24 +49,6 @@ def _call(call_id: str, iban: Any, amount: str, reference: str = "INV 1") -> dic
 
 def _plan(*steps: dict[str, Any]) -> str:
     return json.dumps({"pte_plan": "1", "steps": list(steps), "result": {"$ref": steps[-1]["id"]}})
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--quiet", *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "ledger.sqlite"
-    assert _cli(capsys, "ledger", "init", "--path", str(path))[0] == 0
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
 
 
 def _payments(ledger: Path) -> list[tuple[str, str]]:

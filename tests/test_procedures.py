@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli_run import cli as _cli
+from _cli_run import ledger as ledger  # the fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from pydantic import BaseModel
 
 from pte._audit import AuditLog
 from pte._audit_verify import read_records, verify
-from pte._cli import main
 from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, ProcedureError, ReasonCode
@@ -88,25 +89,6 @@ def _folder(tmp_path: Path, *docs: dict[str, Any]) -> Path:
     for doc in docs:
         (folder / f"{doc['name']}.json").write_text(json.dumps(doc), encoding="utf-8")
     return folder
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--quiet", *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "ledger.sqlite"
-    code, out, _ = _cli(capsys, "ledger", "init", "--path", str(path))
-    assert code == 0, out
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
 
 
 def test_execute_calls_one_procedure_twice_verify_and_replay(

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli_run import cli as _cli
+from _cli_run import ledger as ledger  # the fixture
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
@@ -75,25 +77,6 @@ TREASURY_PLAN: dict[str, Any] = {
     "steps": [{"id": "fx", "tool": "fx_rate", "args": {"base": {"$param": "currency"}, "quote": "USD"}}],
     "result": {"rate": {"$ref": "fx/rate"}},
 }
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--quiet", *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "ledger.sqlite"
-    code, out, _ = _cli(capsys, "ledger", "init", "--path", str(path))
-    assert code == 0, out
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
 
 
 def _registry() -> Registry:

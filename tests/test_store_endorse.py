@@ -18,24 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli_run import cli as _cli
 
 import pte
-from pte._cli import main
 from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
 from pte._endorsement import EndorsementStore, pending_endorsement
 from pte._signing import SigningKey
 from pte.stores import open_store
 
 IBAN = "DE62370400440532013001"
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--quiet", *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 class Deployment:

@@ -1,0 +1,36 @@
+"""Running the `pte` command in-process for the tests, and the ledger they pay into: one copy
+of each, shared by the CLI tests (import the `ledger` fixture by name where it is used)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pte._cli import main
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run `pte --quiet ARGV` in-process; return (exit code, stdout, stderr).
+
+    Usage errors leave `main` through `SystemExit(2)` (as argparse's own errors do), so the
+    exit code is taken from whichever way it ends.
+    """
+    try:
+        code = main(["--quiet", *argv])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A fresh backoffice ledger (`pte ledger init`) in the test's folder, its working
+    directory, named by ``PTE_LEDGER`` for the tools."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "ledger.sqlite"
+    code, out, err = cli(capsys, "ledger", "init", "--path", str(path))
+    assert code == 0, out + err
+    monkeypatch.setenv("PTE_LEDGER", str(path))
+    return path
