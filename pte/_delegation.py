@@ -47,7 +47,7 @@ from pte._handles import schema_at
 from pte._labels import LabelTree
 from pte._logs import get_logger
 from pte._plan import Reference
-from pte._procedures import PATH_SEPARATOR, Procedure, expand_procedures
+from pte._procedures import PATH_SEPARATOR, Procedure, check_inlined_ids, expand_procedures
 from pte._repair import may_repair
 from pte._specialists import Specialist, owned_tools, specialist_registry
 
@@ -135,31 +135,8 @@ def compile_delegating(
 
 
 def _check_delegate_ids(document: dict[str, Any], run: _Run) -> None:
-    """A delegate step's id is unique: once inlined it is no step's id, so the compiler's own
-    check could not tell a second step of that id (or a completed one) from the call."""
-    seen: dict[str, int] = {}
-    for index, step in enumerate(document["steps"]):
-        sid = step.get("id") if isinstance(step, dict) else None
-        if not isinstance(sid, str):
-            continue
-        delegating = "delegate" in step
-        if delegating and sid in run.prior:
-            raise _reject(
-                ReasonCode.DUPLICATE_STEP_ID,
-                f"step id {sid!r} is already used by a completed step; choose a new id",
-                "steps",
-                index,
-                "id",
-            )
-        if sid in seen and (delegating or "delegate" in document["steps"][seen[sid]]):
-            raise _reject(
-                ReasonCode.DUPLICATE_STEP_ID,
-                f"step id {sid!r} is used by steps {seen[sid]} and {index}",
-                "steps",
-                index,
-                "id",
-            )
-        seen.setdefault(sid, index)
+    """A delegate step's id is unique (`check_inlined_ids`, as a procedure call's)."""
+    check_inlined_ids(document["steps"], lambda step: "delegate" in step, run.prior)
 
 
 def _check_coordinator_tools(

@@ -27,7 +27,7 @@ or calls a procedure that calls it back (directly or through others).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -43,6 +43,7 @@ from pte._resources import load_schema
 __all__ = [
     "PATH_SEPARATOR",
     "Procedure",
+    "check_inlined_ids",
     "expand_procedures",
     "expand_with_origins",
     "load_procedures",
@@ -403,17 +404,24 @@ def _expand_level(
 
 
 def _check_call_ids(steps: list[Any], procedures: Mapping[str, Procedure], taken: Iterable[str]) -> None:
-    """duplicate_step_id: a call's id is unique. Once inlined it is no step's id, so the
-    compiler's own check could not tell a second step of that id (or a completed one) from the
-    call, and a reference to the id would silently read the call's result."""
-    prior = set(taken)
+    """duplicate_step_id: a call's id is unique (`check_inlined_ids`)."""
+    check_inlined_ids(steps, lambda step: str(step.get("tool")) in procedures, set(taken))
+
+
+def check_inlined_ids(
+    steps: list[Any], inlined: Callable[[dict[str, Any]], bool], taken: Container[str]
+) -> None:
+    """duplicate_step_id: the id of a step that is inlined (`inlined(step)`: a procedure call, a
+    delegation) is unique. Once inlined it is no step's id, so the compiler's own check could not
+    tell a second step of that id (or a completed one, in `taken`) from it, and a reference to
+    the id would silently read its result."""
     seen: dict[str, int] = {}
     for index, step in enumerate(steps):
         sid = step.get("id") if isinstance(step, dict) else None
         if not isinstance(sid, str):
             continue
-        calling = str(step.get("tool")) in procedures
-        if calling and sid in prior:
+        special = inlined(step)
+        if special and sid in taken:
             raise _reject(
                 ReasonCode.DUPLICATE_STEP_ID,
                 f"step id {sid!r} is already used by a completed step; choose a new id",
@@ -421,7 +429,7 @@ def _check_call_ids(steps: list[Any], procedures: Mapping[str, Procedure], taken
                 index,
                 "id",
             )
-        if sid in seen and (calling or str(steps[seen[sid]].get("tool")) in procedures):
+        if sid in seen and (special or inlined(steps[seen[sid]])):
             raise _reject(
                 ReasonCode.DUPLICATE_STEP_ID,
                 f"step id {sid!r} is used by steps {seen[sid]} and {index}",

@@ -19,7 +19,7 @@ from pte._compiler import compile_plan
 from pte._engine import Engine
 from pte._errors import PlanRejected, ProcedureError, ReasonCode
 from pte._policy import Policy
-from pte._procedures import Procedure, load_procedures, step_path
+from pte._procedures import Procedure, check_inlined_ids, load_procedures, step_path
 from pte._registry import Registry, load_registry
 from pte._replay import replay_file
 from pte._tools import tool
@@ -735,3 +735,26 @@ def test_procedures_calling_procedures_nest_and_cannot_grow_a_plan_without_bound
     with pytest.raises(PlanRejected) as info:  # 4 ** 8 steps: refused as soon as a level passes the limit
         compile_plan(json.dumps(deep), registry)
     assert info.value.reason is ReasonCode.PLAN_TOO_LARGE and "inlined" in info.value.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=hs.lists(hs.tuples(hs.sampled_from(["a", "b", "c"]), hs.booleans()), max_size=6),
+    taken=hs.sets(hs.sampled_from(["a", "b", "c"])),
+)
+def test_property_an_inlined_steps_id_is_unique_for_calls_and_delegations_alike(
+    steps: list[tuple[str, bool]], taken: set[str]
+) -> None:
+    """One check (`check_inlined_ids`) for procedure calls and delegate steps: refused exactly
+    when an inlined step's id is a completed step's, or another step's."""
+    documents = [
+        {"id": sid, "delegate": "x"} if inlined else {"id": sid, "tool": "t"} for sid, inlined in steps
+    ]
+    ids = [sid for sid, _ in steps]
+    expected = any(inlined and (sid in taken or ids.count(sid) > 1) for sid, inlined in steps)
+    try:
+        check_inlined_ids(documents, lambda step: "delegate" in step, taken)
+    except PlanRejected as rejection:
+        assert expected and rejection.reason is ReasonCode.DUPLICATE_STEP_ID
+    else:
+        assert not expected
