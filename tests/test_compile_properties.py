@@ -149,6 +149,7 @@ def test_policy_violation_needs_an_untrusted_flow_into_a_guarded_sink() -> None:
 _STOCK = Registry([spec for pack in STOCK_PACKS for spec in load_pack(pack)])
 
 
+@pytest.mark.slow
 @given(
     st.sampled_from([EXAMPLE, _STOCK]).flatmap(
         lambda registry: st.tuples(st.just(registry), invalid_plans(registry, ReasonCode.POLICY_VIOLATION))

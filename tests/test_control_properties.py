@@ -69,6 +69,7 @@ def _ids(value: object) -> set[str]:
     return {part.split('"')[0].split("/")[0] for part in text.split('{"$ref": "')[1:]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reason", CONTROL_REASONS, ids=lambda r: r.value)
 @pytest.mark.parametrize("name", ["example", "world"])
 def test_broken_control_plans_are_rejected_with_exactly_their_reason(name: str, reason: ReasonCode) -> None:

@@ -231,6 +231,7 @@ def test_the_untouched_samples_agree(node: NodeVerifier) -> None:
         assert mine["intact"], name
 
 
+@pytest.mark.slow
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(tampering=tamperings())
 def test_both_verifiers_agree_on_every_rechained_tampering(
