@@ -2,7 +2,9 @@
 
 A child process runs `Engine.execute` over a ~30-step plan mixing `read` tools and a
 `write` tool whose side effect is a line appended to a file; the parent kills it with
-SIGKILL after a random delay, for several seeds. Whatever the moment of death:
+SIGKILL at a random point: once a random number of records (none to all) have reached the
+file, after a further random few milliseconds, so the kill lands anywhere in a step, before,
+during or after its effect, however slow the machine is. Whatever the moment of death:
 
 - `verify` finds nothing wrong but, at most, a partial last line or an unfinished run, and
   counts every complete line as a verified record;
@@ -84,8 +86,17 @@ CHILD = textwrap.dedent(
 )
 
 
-def _run_and_kill(tmp: Path, delay: float) -> tuple[Path, Path, bool]:
-    """Start the child, kill it `delay` s after it is ready; return log, effects file, whether it finished."""
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _run_and_kill(tmp: Path, point: tuple[int, float]) -> tuple[Path, Path, bool]:
+    """Start the child; once `records` records are in its log (or it has ended), wait `delay` s
+    more and kill it; return log, effects file, whether it finished."""
+    records, delay = point
     log, effects = tmp / "audit.jsonl", tmp / "effects.txt"
     script = tmp / "child.py"
     script.write_text(CHILD, encoding="utf-8")
@@ -102,6 +113,9 @@ def _run_and_kill(tmp: Path, delay: float) -> tuple[Path, Path, bool]:
             assert proc.stdout is not None
             ready = proc.stdout.readline()
             assert ready == b"ready\n", (ready, (tmp / "stderr.txt").read_text())
+            deadline = time.monotonic() + 60
+            while _lines(log) < records and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.001)
             time.sleep(delay)
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
@@ -154,20 +168,23 @@ def _check(log: Path, effects: Path) -> dict[str, Any]:
 
 def test_sigkill_at_random_points_leaves_a_verifiable_write_ahead_log(tmp_path: Path) -> None:
     rng = random.Random(20261122)
-    # ~30 steps of a few ms each: a run lasts ~0.2 s after "ready" (longer on a busy machine),
-    # so most kills land mid-run, a few before the first step or after the last.
-    delays = [rng.uniform(0.0, 0.25) for _ in range(ITERATIONS)]
+    # ~30 steps of a few ms each, 63 records: the kill comes after 0 to 63 of them are written
+    # and 0-12 ms more (about two steps), so most kills land mid-run, a few at the very start
+    # or after the last step; counted in records, not seconds, so a busy machine moves none.
+    total = 2 + 2 * STEPS + 1
+    points = [(rng.randint(0, total), rng.uniform(0.0, 0.012)) for _ in range(ITERATIONS)]
     dirs = [tmp_path / f"run{i}" for i in range(ITERATIONS)]
     for directory in dirs:
         directory.mkdir()
     started = time.monotonic()
     # Children spend most of their life importing; running a few at once keeps the loop short.
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        runs = list(pool.map(_run_and_kill, dirs, delays))
+        runs = list(pool.map(_run_and_kill, dirs, points))
     outcomes = []
-    for (log, effects, _), delay in zip(runs, delays, strict=True):
+    for (log, effects, _), (records, delay) in zip(runs, points, strict=True):
         outcome = _check(log, effects)
-        outcome["delay"] = round(delay, 3)
+        outcome["after"] = records
+        outcome["delay"] = round(delay, 4)
         outcomes.append(outcome)
     assert time.monotonic() - started < 60, f"crash loop too slow: {outcomes}"
     # The loop proved something only if kills did land in the middle of runs, after side effects.
