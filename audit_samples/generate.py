@@ -3,7 +3,7 @@
     python audit_samples/generate.py            # rewrites audit_samples/*.jsonl
 
 Every sample is produced by the real engine on a fresh sample ledger, with the demo's
-recorded LLM answers (`pte._demo`), except `crashed_mid_run`, which is a `pte execute` run
+recorded LLM answers (`pte._cli._demo`), except `crashed_mid_run`, which is a `pte execute` run
 in a child process that is killed with SIGKILL part-way through (after its 7th record).
 The tests replay and verify every sample (tests/test_audit_samples.py).
 """
@@ -24,8 +24,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from pte import load_pack  # noqa: E402
-from pte._demo import SCENARIOS, demo_registry, run_scenario  # noqa: E402
-from pte._signing import SigningKey  # noqa: E402
+from pte._cli import SCENARIOS, demo_registry, run_scenario  # noqa: E402
+from pte._core import SigningKey  # noqa: E402
 
 #: sample file -> demo scenario
 SAMPLES = {
@@ -57,7 +57,7 @@ CRASH_PLAN = """{
 }
 """
 
-#: pte._control: a require that holds, a for_each over an idempotent write, a step run by its
+#: pte._plan._control: a require that holds, a for_each over an idempotent write, a step run by its
 #: `when` and one skipped (with a default).
 CONTROL_PLAN = """{
  "pte_plan": "1",
@@ -86,7 +86,7 @@ def control_sample(log: Path) -> str:
         return Engine(registry).execute(CONTROL_PLAN, audit).status
 
 
-#: pte._stages: the first plan reads the overdue invoices and hands their ids to a second
+#: pte._run._stages: the first plan reads the overdue invoices and hands their ids to a second
 #: planning stage, which queues the reminders by reference (recorded planner answers).
 STAGED_REQUEST = "Look at what is more than 60 days overdue, then queue letter reminders for those invoices."
 STAGED_ANSWERS = [
@@ -108,7 +108,7 @@ def staged_sample(log: Path) -> str:
         return engine.run(STAGED_REQUEST, audit).status
 
 
-#: pte._delegation: a coordinator looks a customer up and delegates two tasks to two
+#: pte._run._delegation: a coordinator looks a customer up and delegates two tasks to two
 #: specialists (recorded answers: the coordinator's plan, then each specialist's sub-plan).
 DELEGATED_REQUEST = "What does customer C002 owe, and at what rate does its currency convert to USD?"
 DELEGATED_ANSWERS = [
@@ -209,7 +209,7 @@ def paused_sample(target: Path, workdir: Path, *, approve: bool, signer: Signing
     A store keeps one chain per run, so the run's lines on their own are a valid log file.
     """
     from pte import Engine, decide, load_registry, pausing_gate, resume_run, run_in_store
-    from pte._signing import TrustedKeys
+    from pte._core import TrustedKeys
     from pte.stores import open_store
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
@@ -244,7 +244,7 @@ def main() -> int:
             outcome = run_scenario(by_name[scenario], registry, workdir, audit_path=target)
             status = "ok" if outcome.as_expected else "UNEXPECTED"
             print(f"{target.name:28} {outcome.result.status:14} {outcome.result.reason or '-'}  {status}")
-        # The person shown the bill's IBAN and amount rejects them (pte._endorsement).
+        # The person shown the bill's IBAN and amount rejects them (pte._policy._endorsement).
         rejected = replace(
             by_name["bill_endorsed"],
             name="endorsement_rejected",

@@ -7,7 +7,7 @@ of step_started/step_finished, run_finished). Then times, over the same file:
 - the baseline: ``json.loads`` of every line, nothing else (parse-only);
 - the floor: orjson parse + SHA-256 of every line, nothing else;
 - ``verify(path)``: canonical form, hash chain, run structure and schema of every record
-  (the fast path of pte/_audit_fast.py where it proves a line, the reference path else);
+  (the fast path of pte/_audit/_fast.py where it proves a line, the reference path else);
 - ``verify(path, check_schema=False)``: the same without the schema;
 - ``verify(path)`` with the fast path off (the reference path alone, as before it).
 
@@ -15,7 +15,7 @@ Times are process CPU time (the machine is shared: wall time would measure the n
 each the best of --repeat runs. It prints records/s, each as a ratio of the floor, and
 whether verify() with the schema meets the 200k records/s target on one core. Then the wall
 time of ``verify(path)`` in one process against ``verify(path, jobs=N)`` (--jobs, default
-one per CPU as ``pte audit verify``: the file verified in N parts at once, pte/_audit_parallel.py),
+one per CPU as ``pte audit verify``: the file verified in N parts at once, pte/_audit/_parallel.py),
 and whether that meets the target; wall time, so it needs a quiet machine (the load average
 is printed). The floor of one process is the orjson parse + SHA-256 above; N processes
 cannot beat N times it. Then the log size per run,
@@ -178,9 +178,9 @@ def run_sizes() -> tuple[int, int, int, int, int, int]:
     format 2 later run_started).
     """
     from pte import Policy, Registry, ToolSpec
-    from pte._canonical import canonical_bytes
-    from pte._demo import demo_registry
-    from pte._fingerprint import run_started_fields
+    from pte._catalogue import run_started_fields
+    from pte._cli import demo_registry
+    from pte._core import canonical_bytes
 
     demo = demo_registry()
     entries = demo.describe()
@@ -240,7 +240,7 @@ def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
 
 def reference_verify(path: Path) -> VerifyReport:
     """verify() with the fast path off: every line through the reference checks."""
-    import pte._audit_scan as audit_verify
+    import pte._audit._scan as audit_verify
 
     compiled = audit_verify._fast_path
     audit_verify._fast_path = lambda: None  # type: ignore[assignment]
@@ -262,7 +262,7 @@ def wall(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 
 
 def in_parts(path: Path, count: int, jobs: int, repeat: int, floor_rate: float) -> bool:
-    """Wall time of verify() in one process and in `jobs` parts (pte._audit_parallel)."""
+    """Wall time of verify() in one process and in `jobs` parts (pte._audit._parallel)."""
     one_s, _ = wall(lambda: verify(path), repeat)
     parts_s, report = wall(lambda: verify(path, jobs=jobs), repeat)
     if not report.ok or report.records != count:

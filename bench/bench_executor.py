@@ -4,7 +4,7 @@ PTE: `Executor.run` over a compiled 1,000-step plan of a no-op tool, with the au
 (a temp file, durability "none", so the figure is the executor's cost and not the disk's)
 and off. Each step still resolves its references, validates its arguments and output
 against the tool's schemas, and runs the tool under its timeout (on a worker thread: see
-pte/_invoke.py). With the audit log on, each step also
+pte/_execution/_invoke.py). With the audit log on, each step also
 writes two hash-chained, redacted, canonical records (step_started before the call,
 step_finished after), each checked against a change of the file by a writer that ignores its
 lock (one lseek; the lock itself is taken once, when the log is opened) and handed to the OS
@@ -59,7 +59,7 @@ from typing import Annotated, Any
 from typing_extensions import TypedDict
 
 from pte import AuditLog, Executor, Limits, Plan, Registry, compile_plan, tool
-from pte._canonical import canonical_bytes, sha256_hex
+from pte._core import canonical_bytes, sha256_hex
 
 TARGET_RATIO = 0.25
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pte import AuditLog, Engine, EngineConfig, Limits, iter_records, load_registry, replay_file, verify
-from pte._audit_show import render_record
+from pte._audit import render_record
 
 
 def _chain(steps: int) -> str:

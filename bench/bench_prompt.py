@@ -3,9 +3,9 @@ Schemas it replaced, measured in the same run.
 
 The planner sees every allowed tool, so the catalogue is most of every planner, replan and
 stage prompt (issue #25: a request was 50-86k characters, 38.5k of them the six generic
-packs). `pte._prompts.catalogue_text` writes each tool as a signature (shared types once,
+packs). `pte._run._prompts.catalogue_text` writes each tool as a signature (shared types once,
 type variables named once, labels on one line); the old rendering, one JCS object per tool
-with its raw input and output schemas (as `pte._prompts` wrote it before), is kept here only,
+with its raw input and output schemas (as `pte._run._prompts` wrote it before), is kept here only,
 to measure against.
 
 Printed for the six generic packs (calculator, shaping, text, extract, dates, containers),
@@ -30,11 +30,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pte._canonical import canonical_json
+from pte._catalogue import STOCK_PACKS, Registry, load_registry
+from pte._core import canonical_json
+from pte._plan import Specialist, coordinator_view, specialist_registry
 from pte._policy import Policy
-from pte._prompts import catalogue_text, planner_messages
-from pte._registry import STOCK_PACKS, Registry, load_registry
-from pte._specialists import Specialist, coordinator_view, specialist_registry
+from pte._run import catalogue_text, planner_messages
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.
 _PIECES = re.compile(

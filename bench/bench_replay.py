@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     labels = {
         "execute": "original execution (baseline: Engine.execute, log written)",
-        "verify": "pte._audit_verify.verify (chain + canonical form + schema)",
-        "replay": "pte._replay.replay_file (engine re-driven, every decision compared)",
+        "verify": "pte._audit._verify.verify (chain + canonical form + schema)",
+        "replay": "pte._replay._replayer.replay_file (engine re-driven, every decision compared)",
     }
     print(f"  {'':<68} {'records/s':>11} {'best':>11}")
     for name, label in labels.items():

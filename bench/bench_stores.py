@@ -35,7 +35,7 @@ from pte import (  # noqa: E402
     pausing_gate,
     run_in_store,
 )
-from pte._workers import enqueue, make_app, submit_job  # noqa: E402
+from pte._deploy import enqueue, make_app, submit_job  # noqa: E402
 from pte.stores import Store, open_store  # noqa: E402
 
 TOOLS = "backoffice,calculator,shaping"

@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pte._report import write_report  # noqa: E402
+from pte._replay import write_report  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

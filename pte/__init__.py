@@ -8,7 +8,7 @@ Everything an application needs is importable from here (``pte.Engine``, ``pte.A
 ``pte.verify``, ``pte.replay``, ...), including every exception PTE raises on purpose. The
 importers (`pte.importers.mcp`, `.openapi`, `.langchain`) and test doubles (`pte.testing`)
 are separate modules because they pull in optional dependencies. Implementation modules
-(``pte._engine``, ``pte._executor``, ...) are private and may change without notice.
+(``pte._run._engine``, ``pte._execution._executor``, ...) are private and may change without notice.
 """
 
 from __future__ import annotations
@@ -16,26 +16,38 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pte._approval import ApprovalStore, approve
-from pte._approval_gate import approval_hook
-from pte._approval_record import Approval, ProcedureApproval
-from pte._audit import AuditLog, Durability
-from pte._audit_scan import VerifyReport
-from pte._audit_verify import iter_records, read_records, verify
-from pte._canonical import canonical_json, hash_json
-from pte._checkpoint import Checkpoint, CheckpointReport, verify_checkpoints, write_checkpoint
-from pte._compile_context import DEFAULT_LIMITS, Limits
-from pte._compiler import compile_plan
-from pte._endorsement import (
-    Endorsement,
-    EndorsementGate,
-    EndorsementRejected,
-    EndorsementRequest,
-    EndorsementStore,
-    endorse,
-    pending_endorsement,
+from pte._audit import (
+    Approval,
+    AuditLog,
+    Checkpoint,
+    CheckpointReport,
+    Durability,
+    ProcedureApproval,
+    RecordSink,
+    VerifyReport,
+    iter_records,
+    read_records,
+    verify,
+    verify_checkpoints,
+    write_checkpoint,
 )
-from pte._errors import (
+from pte._catalogue import (
+    ExtendedBy,
+    FieldName,
+    FieldOf,
+    PickOf,
+    RegexGroups,
+    RegexPattern,
+    Registry,
+    SchemaTool,
+    Selection,
+    ToolSpec,
+    load_pack,
+    load_registry,
+    tool,
+    tool_from_schema,
+)
+from pte._core import (
     ApprovalConsumed,
     ApprovalMissing,
     ApprovalRejected,
@@ -57,6 +69,7 @@ from pte._errors import (
     ProcedureError,
     PTEError,
     ReasonCode,
+    Redactor,
     ReportError,
     RunPaused,
     SpecialistError,
@@ -64,58 +77,81 @@ from pte._errors import (
     ToolPackError,
     ToolRegistrationError,
     TransientError,
+    __version__,
+    canonical_json,
+    configure_logging,
+    hash_json,
 )
-from pte._executor import Executor
-from pte._flow import Decided
-from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
-from pte._labels import LabelTree, provenance
-from pte._logs import configure_logging
-from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Policy, load_policy
-from pte._procedure_approval import approve_procedure, procedure_fingerprint
-from pte._procedures import Procedure, load_procedures
-from pte._record_sink import RecordSink
-from pte._redaction import Redactor
-from pte._registry import Registry, load_pack, load_registry
-from pte._report import render_report, render_store_report, write_report
-from pte._run_view import RunView
-from pte._selection import Selection
-from pte._specialists import Specialist, load_specialists
-from pte._step_results import ExecutionResult, StepResult
-from pte._tool_schema import SchemaTool, tool_from_schema
-from pte._tool_spec import ToolSpec
-from pte._tools import tool
-from pte._version import __version__
+from pte._execution import ExecutionResult, Executor, StepResult
+from pte._plan import (
+    DEFAULT_LIMITS,
+    Limits,
+    Plan,
+    PlanDocument,
+    PlanStep,
+    Procedure,
+    Reference,
+    Specialist,
+    StepModel,
+    compile_plan,
+    load_procedures,
+    load_specialists,
+    plan_schema,
+)
+from pte._policy import (
+    ApprovalStore,
+    Decided,
+    Endorsement,
+    EndorsementGate,
+    EndorsementRejected,
+    EndorsementRequest,
+    EndorsementStore,
+    LabelTree,
+    Policy,
+    approval_hook,
+    approve,
+    approve_procedure,
+    endorse,
+    load_policy,
+    pending_endorsement,
+    procedure_fingerprint,
+    provenance,
+)
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 
 # What needs the LLM client (the engine, replay, runs) is imported on first use, so that a
 # process that only imports the executor never loads an LLM SDK (tests/test_executor_isolation.py).
 # Type checkers read the same names, eagerly, from __init__.pyi (the lazy-loader convention).
 _LAZY: dict[str, tuple[str, str]] = {
-    "Engine": ("pte._engine", "Engine"),
-    "EngineConfig": ("pte._run_state", "EngineConfig"),
-    "RunResult": ("pte._run_state", "RunResult"),
-    "render_result": ("pte._engine", "render_result"),
-    "LLMClient": ("pte._llm", "LLMClient"),
-    "LLMResponse": ("pte._llm", "LLMResponse"),
-    "OpenAIClient": ("pte._llm", "OpenAIClient"),
-    "ReplayClient": ("pte._llm_replay", "ReplayClient"),
-    "ReplayDataError": ("pte._errors", "ReplayDataError"),
-    "LogNotIntact": ("pte._errors", "LogNotIntact"),
-    "ReplayDivergence": ("pte._errors", "ReplayDivergence"),
-    "RequeueRefused": ("pte._errors", "RequeueRefused"),
+    "write_report": ("pte._replay", "write_report"),
+    "render_store_report": ("pte._replay", "render_store_report"),
+    "render_report": ("pte._replay", "render_report"),
+    "RunView": ("pte._replay", "RunView"),
+    "Engine": ("pte._run", "Engine"),
+    "EngineConfig": ("pte._run", "EngineConfig"),
+    "RunResult": ("pte._run", "RunResult"),
+    "render_result": ("pte._run", "render_result"),
+    "LLMClient": ("pte._run", "LLMClient"),
+    "LLMResponse": ("pte._run", "LLMResponse"),
+    "OpenAIClient": ("pte._run", "OpenAIClient"),
+    "ReplayClient": ("pte._run", "ReplayClient"),
+    "ReplayDataError": ("pte._core", "ReplayDataError"),
+    "LogNotIntact": ("pte._core", "LogNotIntact"),
+    "LogEnded": ("pte._core", "LogEnded"),
+    "ReplayDivergence": ("pte._core", "ReplayDivergence"),
+    "RequeueRefused": ("pte._core", "RequeueRefused"),
     "ReplayReport": ("pte._replay", "ReplayReport"),
     "replay": ("pte._replay", "replay_file"),
     "replay_file": ("pte._replay", "replay_file"),
-    "resume_file": ("pte._resume", "resume_file"),
-    "AnchorError": ("pte._errors", "AnchorError"),
-    "Anchors": ("pte._anchors", "Anchors"),
-    "anchors_from_env": ("pte._anchors", "anchors_from_env"),
-    "PausedRun": ("pte._runs", "PausedRun"),
-    "decide": ("pte._runs", "decide"),
-    "pausing_gate": ("pte._runs", "pausing_gate"),
-    "resume_run": ("pte._runs", "resume_run"),
-    "run_in_store": ("pte._runs", "run_in_store"),
+    "resume_file": ("pte._replay", "resume_file"),
+    "AnchorError": ("pte._core", "AnchorError"),
+    "Anchors": ("pte._audit", "Anchors"),
+    "anchors_from_env": ("pte._audit", "anchors_from_env"),
+    "PausedRun": ("pte._deploy", "PausedRun"),
+    "decide": ("pte._deploy", "decide"),
+    "pausing_gate": ("pte._deploy", "pausing_gate"),
+    "resume_run": ("pte._deploy", "resume_run"),
+    "run_in_store": ("pte._deploy", "run_in_store"),
 }
 
 
@@ -177,6 +213,7 @@ __all__ = [
     "LLMResponse",
     "LabelTree",
     "Limits",
+    "LogEnded",
     "LogNotIntact",
     "MCPError",
     "OpenAIClient",

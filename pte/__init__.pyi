@@ -1,42 +1,40 @@
 """Type stub of `pte`: the same names as __init__.py, with the lazily imported ones imported eagerly."""
 
-from pte._anchors import Anchors as Anchors
-from pte._anchors import anchors_from_env as anchors_from_env
-from pte._approval import ApprovalStore, approve
-from pte._approval_gate import approval_hook
-from pte._approval_record import Approval, ProcedureApproval
-from pte._audit import AuditLog, Durability
-from pte._audit_scan import VerifyReport
-from pte._audit_verify import iter_records, read_records, verify
-from pte._canonical import canonical_json, hash_json
-from pte._checkpoint import Checkpoint, CheckpointReport, verify_checkpoints, write_checkpoint
-from pte._compile_context import DEFAULT_LIMITS, Limits
-from pte._compiler import compile_plan
-from pte._endorsement import (
-    Endorsement as Endorsement,
+from pte._audit import Anchors as Anchors
+from pte._audit import (
+    Approval,
+    AuditLog,
+    Checkpoint,
+    CheckpointReport,
+    Durability,
+    ProcedureApproval,
+    RecordSink,
+    VerifyReport,
+    iter_records,
+    read_records,
+    verify,
+    verify_checkpoints,
+    write_checkpoint,
 )
-from pte._endorsement import (
-    EndorsementGate as EndorsementGate,
+from pte._audit import anchors_from_env as anchors_from_env
+from pte._catalogue import (
+    ExtendedBy,
+    FieldName,
+    FieldOf,
+    PickOf,
+    RegexGroups,
+    RegexPattern,
+    Registry,
+    SchemaTool,
+    Selection,
+    ToolSpec,
+    load_pack,
+    load_registry,
+    tool,
+    tool_from_schema,
 )
-from pte._endorsement import (
-    EndorsementRejected as EndorsementRejected,
-)
-from pte._endorsement import (
-    EndorsementRequest as EndorsementRequest,
-)
-from pte._endorsement import (
-    EndorsementStore as EndorsementStore,
-)
-from pte._endorsement import (
-    endorse as endorse,
-)
-from pte._endorsement import (
-    pending_endorsement as pending_endorsement,
-)
-from pte._engine import Engine as Engine
-from pte._engine import render_result as render_result
-from pte._errors import AnchorError as AnchorError
-from pte._errors import (
+from pte._core import AnchorError as AnchorError
+from pte._core import (
     ApprovalConsumed,
     ApprovalMissing,
     ApprovalRejected,
@@ -56,55 +54,92 @@ from pte._errors import (
     ProcedureError,
     PTEError,
     ReasonCode,
+    Redactor,
     ReportError,
     SpecialistError,
     ToolError,
     ToolPackError,
     ToolRegistrationError,
     TransientError,
+    canonical_json,
+    configure_logging,
+    hash_json,
 )
-from pte._errors import EndorsementStoreError as EndorsementStoreError
-from pte._errors import KeyFileError as KeyFileError
-from pte._errors import LogNotIntact as LogNotIntact
-from pte._errors import ReplayDataError as ReplayDataError
-from pte._errors import ReplayDivergence as ReplayDivergence
-from pte._errors import RequeueRefused as RequeueRefused
-from pte._errors import RunPaused as RunPaused
-from pte._executor import Executor
-from pte._flow import Decided
-from pte._generics import ExtendedBy, FieldName, FieldOf, PickOf, RegexGroups, RegexPattern
-from pte._labels import LabelTree, provenance
-from pte._llm import LLMClient as LLMClient
-from pte._llm import LLMResponse as LLMResponse
-from pte._llm import OpenAIClient as OpenAIClient
-from pte._llm_replay import ReplayClient as ReplayClient
-from pte._logs import configure_logging
-from pte._plan import Plan, PlanDocument, PlanStep, Reference, StepModel, plan_schema
-from pte._policy import Policy, load_policy
-from pte._procedure_approval import approve_procedure, procedure_fingerprint
-from pte._procedures import Procedure, load_procedures
-from pte._record_sink import RecordSink
-from pte._redaction import Redactor
-from pte._registry import Registry, load_pack, load_registry
+from pte._core import EndorsementStoreError as EndorsementStoreError
+from pte._core import KeyFileError as KeyFileError
+from pte._core import LogEnded as LogEnded
+from pte._core import LogNotIntact as LogNotIntact
+from pte._core import ReplayDataError as ReplayDataError
+from pte._core import ReplayDivergence as ReplayDivergence
+from pte._core import RequeueRefused as RequeueRefused
+from pte._core import RunPaused as RunPaused
+from pte._deploy import PausedRun as PausedRun
+from pte._deploy import decide as decide
+from pte._deploy import pausing_gate as pausing_gate
+from pte._deploy import resume_run as resume_run
+from pte._deploy import run_in_store as run_in_store
+from pte._execution import ExecutionResult, Executor, StepResult
+from pte._plan import (
+    DEFAULT_LIMITS,
+    Limits,
+    Plan,
+    PlanDocument,
+    PlanStep,
+    Procedure,
+    Reference,
+    Specialist,
+    StepModel,
+    compile_plan,
+    load_procedures,
+    load_specialists,
+    plan_schema,
+)
+from pte._policy import (
+    ApprovalStore,
+    Decided,
+    LabelTree,
+    Policy,
+    approval_hook,
+    approve,
+    approve_procedure,
+    load_policy,
+    procedure_fingerprint,
+    provenance,
+)
+from pte._policy import (
+    Endorsement as Endorsement,
+)
+from pte._policy import (
+    EndorsementGate as EndorsementGate,
+)
+from pte._policy import (
+    EndorsementRejected as EndorsementRejected,
+)
+from pte._policy import (
+    EndorsementRequest as EndorsementRequest,
+)
+from pte._policy import (
+    EndorsementStore as EndorsementStore,
+)
+from pte._policy import (
+    endorse as endorse,
+)
+from pte._policy import (
+    pending_endorsement as pending_endorsement,
+)
 from pte._replay import ReplayReport as ReplayReport
+from pte._replay import RunView, render_report, render_store_report, write_report
 from pte._replay import replay_file as replay
 from pte._replay import replay_file as replay_file
-from pte._report import render_report, render_store_report, write_report
-from pte._resume import resume_file as resume_file
-from pte._run_state import EngineConfig as EngineConfig
-from pte._run_state import RunResult as RunResult
-from pte._run_view import RunView
-from pte._runs import PausedRun as PausedRun
-from pte._runs import decide as decide
-from pte._runs import pausing_gate as pausing_gate
-from pte._runs import resume_run as resume_run
-from pte._runs import run_in_store as run_in_store
-from pte._selection import Selection
-from pte._specialists import Specialist, load_specialists
-from pte._step_results import ExecutionResult, StepResult
-from pte._tool_schema import SchemaTool, tool_from_schema
-from pte._tool_spec import ToolSpec
-from pte._tools import tool
+from pte._replay import resume_file as resume_file
+from pte._run import Engine as Engine
+from pte._run import EngineConfig as EngineConfig
+from pte._run import LLMClient as LLMClient
+from pte._run import LLMResponse as LLMResponse
+from pte._run import OpenAIClient as OpenAIClient
+from pte._run import ReplayClient as ReplayClient
+from pte._run import RunResult as RunResult
+from pte._run import render_result as render_result
 from pte.stores import JsonlStore, RunInfo, SQLiteStore, Store, StoreError, open_store
 
 __version__: str
@@ -152,6 +187,7 @@ __all__ = [
     "LLMResponse",
     "LabelTree",
     "Limits",
+    "LogEnded",
     "LogNotIntact",
     "MCPError",
     "OpenAIClient",

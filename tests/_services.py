@@ -179,7 +179,7 @@ _FORK_SERVER = r"""
 import importlib, json, os, select, signal, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-from pte._registry import load_registry
+from pte._catalogue._registry import load_registry
 answer = os.fdopen(os.dup(1), "w")
 while True:
     line = sys.stdin.readline()
@@ -221,7 +221,7 @@ exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
 """
 
 #: What the fork server imports before it forks (the slow part of a child's start).
-_PRELOAD = ("pte", "pte._audit", "pte._engine", "pte._registry", "pte._replay")
+_PRELOAD = ("pte", "pte._audit", "pte._run", "pte._catalogue", "pte._replay")
 _fork_server: subprocess.Popen[str] | None = None
 
 

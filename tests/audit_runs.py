@@ -1,7 +1,7 @@
 """Begin a run in an audit log for tests that drive the executor (or the log) directly.
 
 A run's first record is ``run_started`` and the log refuses anything else first
-(`pte._audit`); the engine writes a full one (catalogue, policy, prompts). Tests below the
+(`pte._audit._writer`); the engine writes a full one (catalogue, policy, prompts). Tests below the
 engine write a bare one with this.
 """
 

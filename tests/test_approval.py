@@ -13,26 +13,31 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
 from pte import ReplayClient
-from pte._approval import ApprovalStore, approve, catalogue_fingerprint, requires_approval
-from pte._approval_gate import (
+from pte._audit import Approval, AuditLog, read_records, verify
+from pte._catalogue import Registry, tool
+from pte._core import (
+    ApprovalConsumed,
+    ApprovalMissing,
+    KeyFileError,
+    ReasonCode,
+    SigningKey,
+    TrustedKeys,
+    canonical_json,
+)
+from pte._plan import Plan, compile_plan
+from pte._policy import (
     ApprovalGate,
+    ApprovalStore,
+    Policy,
     approval_hook,
+    approve,
+    catalogue_fingerprint,
     check_approval,
     public_keys_from_env,
+    requires_approval,
     signing_key_from_env,
 )
-from pte._approval_record import Approval
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import ApprovalConsumed, ApprovalMissing, KeyFileError, ReasonCode
-from pte._plan import Plan
-from pte._policy import Policy
-from pte._registry import Registry
-from pte._signing import SigningKey, TrustedKeys
-from pte._tools import tool
+from pte._run import Engine
 from tests.audit_runs import begun
 
 SIGNER = SigningKey.generate()

@@ -128,3 +128,109 @@ def test_no_import_cycles_between_pte_modules() -> None:
                 if len(component) > 1:
                     cycles.append(sorted(component))
     assert cycles == []
+
+
+# --- areas as packages: each with a face --------------------------------------------------------
+
+#: The areas, lowest first (docs/architecture.md); each is a private package whose __init__ is its face.
+AREAS = [
+    "_core",
+    "_audit",
+    "_catalogue",
+    "_plan",
+    "_policy",
+    "_execution",
+    "_run",
+    "_replay",
+    "_deploy",
+    "_cli",
+]
+#: White-box tests of an area live in tests/<area>/ and may import that area's private modules.
+WHITE_BOX = {area: area.lstrip("_") for area in AREAS}
+
+
+def test_the_area_list_is_the_package_list() -> None:
+    on_disk = sorted(p.parent.name for p in (ROOT / "pte").glob("_*/__init__.py"))
+    assert on_disk == sorted(AREAS)
+    assert not sorted(p.name for p in (ROOT / "pte").glob("_*.py") if p.name != "__init__.py"), (
+        "every private module belongs to an area package"
+    )
+
+
+@pytest.mark.parametrize("area", AREAS)
+def test_every_area_face_imports_alone_with_every_name_it_exports(area: str) -> None:
+    """The face is the only door into an area: it imports in a fresh interpreter, on its own,
+    and everything it lists in __all__ is there."""
+    face = f"pte.{area}"
+    code = (
+        "import importlib, sys\n"
+        f"m = importlib.import_module({face!r})\n"
+        "names = m.__all__\n"
+        "missing = [n for n in names if not hasattr(m, n)]\n"
+        "assert not missing, missing\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def _private_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of an area's private module (``pte._area._module``),
+    or of a private module through a face (``from pte._area import _module``)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = (
+                [node.module] if _is_private(node.module) else [f"{node.module}.{a.name}" for a in node.names]
+            )
+        else:
+            continue
+        found += [(node.lineno, ".".join(name.split(".")[:3])) for name in names if _is_private(name)]
+    return found
+
+
+def _is_private(name: str) -> bool:
+    parts = name.split(".")
+    return (
+        len(parts) >= 3
+        and parts[0] == "pte"
+        and parts[1] in AREAS
+        and parts[2].startswith("_")
+        and not parts[2].startswith("__")
+    )
+
+
+def _offences(paths: list[Path], allowed_area: str | None) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{line}: {name}"
+        for path in paths
+        for line, name in _private_imports(path)
+        if name.split(".")[1] != allowed_area
+    ]
+
+
+def test_tests_import_pte_or_an_area_face_and_white_box_tests_only_their_own_area() -> None:
+    top = sorted((ROOT / "tests").glob("*.py"))
+    offences = _offences(top, None)
+    for area, folder in WHITE_BOX.items():
+        offences += _offences(sorted((ROOT / "tests" / folder).rglob("*.py")), area)
+    assert offences == []
+
+
+def test_the_test_import_check_would_notice(tmp_path: Path) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "from pte._audit._writer import AuditLog\nimport pte._run._engine\nfrom pte._plan import _model\n"
+        "from pte._audit import AuditLog as Face\n",
+        encoding="utf-8",
+    )
+    assert [name for _, name in _private_imports(probe)] == [
+        "pte._audit._writer",
+        "pte._run._engine",
+        "pte._plan._model",
+    ]
+    assert _offences([probe], "_audit") == [
+        "test_probe.py:2: pte._run._engine",
+        "test_probe.py:3: pte._plan._model",
+    ]

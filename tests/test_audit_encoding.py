@@ -9,10 +9,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._audit import AuditLog
-from pte._audit_scan import GENESIS_HASH
-from pte._audit_verify import verify
-from pte._canonical import canonical_bytes, loads
+from pte._audit import GENESIS_HASH, AuditLog, verify
+from pte._core import canonical_bytes
+from pte._core import canonical_loads as loads
 from tests.audit_runs import begun
 
 _json = st.recursive(

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog
-from pte._audit_verify import verify
-from pte._errors import AuditWriteError
+from pte._audit import AuditLog, verify
+from pte._core import AuditWriteError
 
 ROUNDS = 1_000
 

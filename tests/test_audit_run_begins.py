@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pte import AuditLog, AuditWriteError, Executor, Registry, compile_plan, tool, verify
-from pte._audit_verify import read_records
+from pte._audit import read_records
 from pte.stores import open_store
 from tests.audit_runs import begun
 

@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json, sha256_hex
+from pte._audit import read_records, verify
 from pte._cli import main
-from pte._errors import LogNotIntact
-from pte._replay import replay_file
-from pte._replay_authority import Deployment
-from pte._signing import TrustedKeys
+from pte._core import LogNotIntact, TrustedKeys, canonical_json, sha256_hex
+from pte._replay import Deployment, replay_file
 
 SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl"))
@@ -82,7 +79,7 @@ def _resigned(path: Path, tmp_path: Path, edit: Any) -> Path:
     """`path` with its approval records edited, their ids and the chain re-derived (verify passes)."""
     import dataclasses
 
-    from pte._approval_record import Approval
+    from pte._audit import Approval
 
     records = read_records(path)
     for record in records:
@@ -115,8 +112,8 @@ def test_an_approval_re_signed_with_another_key_is_named_without_keys_and_refuse
 ) -> None:
     import dataclasses
 
-    from pte._approval_record import Approval
-    from pte._signing import SigningKey
+    from pte._audit import Approval
+    from pte._core import SigningKey
 
     path = next(p for p in SAMPLE_FILES if sample_deployment(p) is not None)
     forger = SigningKey.generate()
@@ -289,7 +286,7 @@ def test_cli_replay_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_live_replay_reports_read_outputs_that_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._registry import load_pack
+    from pte._catalogue import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -316,7 +313,7 @@ def test_live_replay_reports_read_outputs_that_changed(
 def test_live_replay_never_reruns_write_tools_unless_allowed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pte._registry import load_pack
+    from pte._catalogue import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -335,7 +332,7 @@ def test_every_record_of_every_kind_of_run_is_valid_against_the_audit_schema() -
     """Checked with the reference jsonschema validator, independently of `verify`'s own checks."""
     import jsonschema
 
-    from pte._audit_schema import load_audit_schema
+    from pte._audit import load_audit_schema
 
     schema = load_audit_schema()
     validator = jsonschema.Draft202012Validator(schema)

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from _cli_run import cli
 
-from pte._audit import AuditLog
-from pte._audit_show import render_record, visible
+from pte._audit import AuditLog, render_record, visible
 from pte._cli import main
 from tests.audit_runs import begun
 

@@ -14,10 +14,8 @@ import tempfile
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pte._audit import AuditLog
-from pte._audit_scan import VerifyReport
-from pte._audit_verify import verify
-from pte._canonical import canonical_json, hash_json, sha256_hex
+from pte._audit import AuditLog, VerifyReport, verify
+from pte._core import canonical_json, hash_json, sha256_hex
 
 PLAN = {
     "pte_plan": "1",

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog
-from pte._audit_verify import verify
-from pte._errors import AuditWriteError
+from pte._audit import AuditLog, verify
+from pte._core import AuditWriteError
 from pte._replay import replay_file
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -18,11 +18,10 @@ import pytest
 from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
-from pte._engine import Engine
-from pte._registry import Registry, load_pack, load_registry
-from pte._runs import PausedRun, decide, pausing_gate, resume_run, run_in_store
-from pte._signing import SigningKey, TrustedKeys
-from pte._tools import tool
+from pte._catalogue import Registry, load_pack, load_registry, tool
+from pte._core import SigningKey, TrustedKeys
+from pte._deploy import PausedRun, decide, pausing_gate, resume_run, run_in_store
+from pte._run import Engine
 from pte.stores import SQLiteStore, Store, open_store
 
 PAY = """{"pte_plan": "1", "steps": [
@@ -242,12 +241,10 @@ def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp
     """Attack 6: the run crashed after the keyed payment took effect. Before, resume said
     "approve the plan again" (which pays twice). Now the keyed re-call completes the run, once."""
     from pte import resume_file
-    from pte._approval import ApprovalStore, approve, catalogue_fingerprint
-    from pte._approval_gate import approval_hook
     from pte._audit import AuditLog
-    from pte._compiler import compile_plan
-    from pte._policy import Policy
-    from pte._replay_authority import Deployment
+    from pte._plan import compile_plan
+    from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint
+    from pte._replay import Deployment
 
     WORLD["db"] = tmp_path / "world.sqlite"
     registry = Registry([transfer])
@@ -282,14 +279,14 @@ DEPLOYMENT = SigningKey.generate()
 
 
 def _anchors(path: Path) -> Any:
-    from pte._anchors import Anchors
+    from pte._audit import Anchors
 
     return Anchors(path, key=DEPLOYMENT)
 
 
 def _rehash(records: list[dict[str, Any]], path: Path) -> None:
     """Re-chain edited records into a log that verifies (what a log writer without a key can do)."""
-    from pte._canonical import canonical_json, sha256_hex
+    from pte._core import canonical_json, sha256_hex
 
     prev = "0" * 64
     with path.open("w", encoding="utf-8") as fh:
@@ -304,10 +301,8 @@ class _Paid:
     """A signed approval of one run of PAY, in a fresh approval store, and the deployment's gate."""
 
     def __init__(self, tmp_path: Path) -> None:
-        from pte._approval import ApprovalStore, approve, catalogue_fingerprint
-        from pte._approval_gate import approval_hook
-        from pte._compiler import compile_plan
-        from pte._policy import Policy
+        from pte._plan import compile_plan
+        from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint
 
         self.policy = Policy.from_registry(REGISTRY)
         self.approvals = ApprovalStore(tmp_path / "approvals.jsonl")
@@ -324,7 +319,7 @@ class _Paid:
 
     def resume(self, log: Path, anchors: Any) -> Any:
         from pte import resume_file
-        from pte._replay_authority import Deployment
+        from pte._replay import Deployment
 
         deployment = Deployment(policy=self.policy, approvals=self.gate(), anchors=anchors)
         return resume_file(log, REGISTRY, deployment=deployment)
@@ -378,7 +373,7 @@ def test_a_finished_log_truncated_before_its_write_is_not_resumed(tmp_path: Path
         ),
         encoding="utf-8",
     )  # and the writer of the approval store helps: consumption undone there too
-    from pte._errors import FailedClosed
+    from pte._core import FailedClosed
 
     with pytest.raises(FailedClosed, match="falls short of its signed anchor"):
         paid.resume(log, anchors)
@@ -388,7 +383,7 @@ def test_a_finished_log_truncated_before_its_write_is_not_resumed(tmp_path: Path
 def test_a_re_hashed_read_output_before_an_anchor_is_refused(tmp_path: Path, ledger: Path) -> None:
     """Attack 4: the run crashed after the payment's write-ahead record; the attacker edits the
     supplier's IBAN in the recorded read and re-chains the log. The anchor's head no longer matches."""
-    from pte._errors import FailedClosed
+    from pte._core import FailedClosed
 
     paid = _Paid(tmp_path)
     anchors = _anchors(tmp_path / "anchors.jsonl")
@@ -434,7 +429,7 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
             r["output"]["iban"] = "GB33BUKB20201555555555"
     edited = tmp_path / "edited.jsonl"
     _rehash(records, edited)
-    from pte._errors import FailedClosed
+    from pte._core import FailedClosed
 
     with pytest.raises(FailedClosed, match="after the run's last signed anchor"):
         paid.resume(edited, anchors)
@@ -450,7 +445,7 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
 def _rewrite_store_run(store: Store, run_id: str, edit: Any) -> None:
     """Edit a stored run's records and re-hash all of its rows (and the store's own seal
     checkpoint), as a database writer without the deployment key can."""
-    from pte._canonical import canonical_json, sha256_hex
+    from pte._core import canonical_json, sha256_hex
 
     records = store.records(run_id)
     edit(records)
@@ -586,8 +581,8 @@ def test_a_keyed_approved_store_write_that_crashed_after_its_effect_completes_on
 
 
 def test_the_anchors_file_refuses_forged_edited_and_removed_lines(tmp_path: Path) -> None:
-    from pte._anchors import Anchors
-    from pte._errors import AnchorError
+    from pte._audit import Anchors
+    from pte._core import AnchorError
 
     path = tmp_path / "anchors.jsonl"
     signer = Anchors(path, key=DEPLOYMENT)

@@ -20,16 +20,12 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import resume_file
-from pte._anchors import Anchors
-from pte._audit import AuditLog
-from pte._canonical import canonical_json, sha256_hex
-from pte._engine import Engine
-from pte._errors import PTEError
+from pte._audit import Anchors, AuditLog
+from pte._catalogue import Registry, tool
+from pte._core import PTEError, SigningKey, canonical_json, sha256_hex
 from pte._policy import Policy
-from pte._registry import Registry
-from pte._replay_authority import Deployment
-from pte._signing import SigningKey
-from pte._tools import tool
+from pte._replay import Deployment
+from pte._run import Engine
 
 KEY = SigningKey.generate()
 #: write step id -> how often the world saw it applied.

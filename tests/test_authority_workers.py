@@ -15,9 +15,8 @@ import pytest
 from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 from test_workers import PLANS, TOOLS, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
-from pte._runs import decide
-from pte._signing import SigningKey
-from pte._workers import enqueue, make_app, submit_job
+from pte._core import SigningKey
+from pte._deploy import decide, enqueue, make_app, submit_job
 from pte.stores import open_store
 
 SIGNER = SigningKey.generate()

@@ -17,8 +17,14 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._canonical import CanonicalizationError, canonical_bytes, canonical_json, hash_json, is_canonical
-from pte._canonical import loads as canonical_loads
+from pte._core import (
+    CanonicalizationError,
+    canonical_bytes,
+    canonical_json,
+    canonical_loads,
+    hash_json,
+    is_canonical,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_VERIFIER = REPO / "verifier" / "verify.mjs"
@@ -254,9 +260,9 @@ def test_the_fast_path_boundaries_agree_with_the_reference(number: float) -> Non
 
 
 def test_a_plan_integer_a_double_cannot_hold_is_refused_not_rounded() -> None:
-    from pte._compiler import compile_plan
-    from pte._errors import PlanRejected, ReasonCode
-    from pte._registry import load_registry
+    from pte._catalogue import load_registry
+    from pte._core import PlanRejected, ReasonCode
+    from pte._plan import compile_plan
 
     registry = load_registry(["calculator"])
 

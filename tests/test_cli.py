@@ -2,8 +2,8 @@
 
 Exit codes are part of the CLI's contract: 0 ok, 1 rejected or failed closed, 2 usage error
 (a missing file, a bad flag, a tool pack that cannot be loaded). Most tests call
-`pte._cli.main` in-process (with ``--quiet``: the engine's logs are tested on their own);
-a few run ``python -m pte._cli`` as a real subprocess to prove the entry point and the
+`pte._cli._main.main` in-process (with ``--quiet``: the engine's logs are tested on their own);
+a few run ``python -m pte._cli._main`` as a real subprocess to prove the entry point and the
 split of logs (stderr) and results (stdout).
 """
 
@@ -23,10 +23,9 @@ import pytest
 from _cli_run import cli
 
 from pte import __version__
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json
-from pte._cli import main
-from pte._demo import SCENARIOS
+from pte._audit import read_records, verify
+from pte._cli import SCENARIOS, main
+from pte._core import canonical_json
 from pte._replay import replay_file
 from pte.testing import FakeOpenAIServer
 
@@ -104,7 +103,7 @@ def scenario(name: str) -> Any:
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """The environment for `python -m pte._cli` run from any directory."""
+    """The environment for `python -m pte._cli._main` run from any directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PTE_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(extra)

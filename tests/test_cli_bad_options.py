@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pte._cli import main
-from pte._cli_support import MAX_APPROVAL_TTL_S, MAX_SUBMIT_COUNT, MAX_VALID_FOR_HOURS
+from pte._cli import MAX_APPROVAL_TTL_S, MAX_SUBMIT_COUNT, MAX_VALID_FOR_HOURS, main
 
 REPO = Path(__file__).resolve().parents[1]
 PLAN = {
@@ -345,9 +344,9 @@ def test_a_worker_configuration_refuses_a_bad_approval_ttl(
 ) -> None:
     # Below the CLI too: the worker's environment is read in each worker process, where a
     # NaN TTL used to fail every paused run instead of the configuration.
-    from pte._errors import PTEError
-    from pte._workers import MAX_APPROVAL_TTL_S as WORKER_MAX
-    from pte._workers import WorkerConfig
+    from pte._core import PTEError
+    from pte._deploy import MAX_APPROVAL_TTL_S as WORKER_MAX
+    from pte._deploy import WorkerConfig
 
     assert WORKER_MAX == MAX_APPROVAL_TTL_S  # the CLI's documented maximum is the worker's
     with pytest.raises(ValueError, match="approval TTL"):

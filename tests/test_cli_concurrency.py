@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
+from pte._catalogue import load_registry
 from pte._cli import main
-from pte._registry import load_registry
-from pte._runs import job_engine
-from pte._workers import WorkerConfig, process_run, submit_job
+from pte._deploy import WorkerConfig, job_engine, process_run, submit_job
 
 # A tool pack that reports, in seen.jsonl next to it, how many calls ran at once.
 PACK = '''

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte._cli import main
-from pte._compile_context import DEFAULT_LIMITS
+from pte._plan import DEFAULT_LIMITS
 
 PLAN = {
     "pte_plan": "1",

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from pte._catalogue import load_pack, load_registry
 from pte._cli import main
-from pte._registry import load_pack, load_registry
-from pte._workers import process_run
+from pte._deploy import process_run
 from pte.stores import open_store
 
 PAY = """{"pte_plan": "1", "steps": [
@@ -137,8 +137,8 @@ def test_endorsement_pause_hints_in_a_store_run_as_printed(
     tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A store run paused for an endorsement: review, endorse and resume hints run as printed."""
-    from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
-    from pte._signing import SigningKey
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+    from pte._core import SigningKey
 
     signer = SigningKey.generate()
     key, public = tmp_path / "approver.key", tmp_path / "approver.pub"
@@ -146,7 +146,7 @@ def test_endorsement_pause_hints_in_a_store_run_as_printed(
     key.chmod(0o600)
     public.write_bytes(signer.public_key.to_pem())
     monkeypatch.setenv("PTE_APPROVAL_SIGNING_KEY_FILE", str(key))  # the approver's, as hints assume
-    (tmp_path / "bill.json").write_text(_BILL_PAYMENT, encoding="utf-8")
+    (tmp_path / "bill.json").write_text(BILL_PAYMENT, encoding="utf-8")
     (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
     flags = ["--tools", "backoffice", "--policy", "policy.json", "--approval-keys", str(public)]
     flags += ["--store", f"sqlite:{tmp_path / 'runs.db'}", "--endorsements", "e.jsonl"]

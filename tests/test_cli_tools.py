@@ -7,8 +7,8 @@ import json
 import pytest
 
 from pte import load_pack
+from pte._catalogue import STOCK_PACKS
 from pte._cli import main
-from pte._registry import STOCK_PACKS
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

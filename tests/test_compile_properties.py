@@ -17,10 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pte import Limits, Plan, PlanRejected, ReasonCode, Registry, compile_plan, load_pack
-from pte._canonical import canonical_json
+from pte._catalogue import STOCK_PACKS
+from pte._core import canonical_json, data_dir
 from pte._policy import Policy
-from pte._registry import STOCK_PACKS
-from pte._resources import data_dir
 from pte.testing._catalogue import example_registry
 from pte.testing._strategies import invalid_plan_cases, invalid_plans, json_values, planner_text, valid_plans
 

@@ -14,7 +14,7 @@ import pytest
 
 import pte
 from pte import Limits, Plan, PlanRejected, ReasonCode, compile_plan
-from pte._canonical import canonical_json
+from pte._core import canonical_json
 from pte.testing._catalogue import example_registry
 
 REGISTRY = example_registry()
@@ -126,7 +126,7 @@ def test_the_stock_compile_alias_is_compile_plan() -> None:
 def test_extra_checks_run_after_the_pipeline() -> None:
     seen: list[tuple[str, ...]] = []
 
-    def policy(ctx: pte._compiler.CompileContext) -> None:
+    def policy(ctx: pte._plan._compiler.CompileContext) -> None:
         seen.append(ctx.order)
         raise PlanRejected(ReasonCode.POLICY_VIOLATION, "no reminders today", "$.steps[2]")
 
@@ -142,7 +142,7 @@ def test_extra_checks_run_after_the_pipeline() -> None:
 
 
 def test_an_unexpected_error_in_an_extra_check_is_a_rejection() -> None:
-    def broken(ctx: pte._compiler.CompileContext) -> None:
+    def broken(ctx: pte._plan._compiler.CompileContext) -> None:
         raise ZeroDivisionError("a bug in a policy")
 
     with pytest.raises(PlanRejected) as caught:

@@ -1,4 +1,4 @@
-"""Compile-time checks of the control constructs: for_each, when, require, continue (pte._control)."""
+"""Compile-time checks of the control constructs: for_each, when, require, continue (pte._plan._control)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import jsonschema
 import pydantic
 import pytest
 
-from pte._compiler import compile_plan
-from pte._errors import PlanRejected, ReasonCode
-from pte._plan import PlanDocument, plan_schema
+from pte._core import PlanRejected, ReasonCode
+from pte._plan import PlanDocument, compile_plan, plan_schema
 from pte.testing import example_registry
 
 REGISTRY = example_registry()

@@ -11,11 +11,10 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte._compiler import compile_plan
-from pte._errors import PlanRejected, PolicyError, ReasonCode
-from pte._labels import LabelTree, parse_field_pointer, provenance, schema_fields
-from pte._policy import Policy
-from pte._registry import Registry, load_registry
+from pte._catalogue import Registry, load_registry
+from pte._core import PlanRejected, PolicyError, ReasonCode
+from pte._plan import compile_plan
+from pte._policy import LabelTree, Policy, parse_field_pointer, provenance, schema_fields
 from tests.packs import world
 
 FIELDS = {

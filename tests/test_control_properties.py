@@ -10,10 +10,9 @@ import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from pte._compiler import compile_plan
-from pte._errors import PlanRejected, ReasonCode
-from pte._plan import PlanDocument, plan_schema
-from pte._registry import load_registry
+from pte._catalogue import load_registry
+from pte._core import PlanRejected, ReasonCode
+from pte._plan import PlanDocument, compile_plan, plan_schema
 from pte.testing import CONTROL_REASONS, control_plans, example_registry, invalid_control_plans
 from tests.packs import world
 

@@ -18,9 +18,9 @@ import pytest
 from _services import run_python
 
 from pte import resume_file
-from pte._audit_verify import read_records, verify
-from pte._errors import ReasonCode
-from pte._registry import Registry, load_registry
+from pte._audit import read_records, verify
+from pte._catalogue import Registry, load_registry
+from pte._core import ReasonCode
 from pte._replay import replay_file
 from tests.packs import world
 
@@ -48,9 +48,9 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from pte._audit import AuditLog
-    from pte._engine import Engine
-    from pte._registry import load_registry
+    from pte._audit._writer import AuditLog
+    from pte._run._engine import Engine
+    from pte._catalogue._registry import load_registry
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append
@@ -148,8 +148,7 @@ def test_a_staged_run_with_skipped_steps_resumes_from_any_record(
     finishes it with the same effects, and the finished log verifies and replays."""
     from pte import ReplayClient
     from pte._audit import AuditLog
-    from pte._engine import Engine
-    from pte._run_state import EngineConfig
+    from pte._run import Engine, EngineConfig
 
     stage1 = {
         "pte_plan": "1",

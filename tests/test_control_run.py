@@ -1,4 +1,4 @@
-"""Running for_each, when and require: records, outcomes, replay (pte._control_run)."""
+"""Running for_each, when and require: records, outcomes, replay (pte._execution._control_run)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._engine import Engine
-from pte._registry import Registry, load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, load_registry
 from pte._replay import replay_file
-from pte._run_state import RunResult
+from pte._run import Engine, RunResult
 from tests.packs import world
 
 PACK = str(Path(world.__file__))

@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 
 from pte import ReplayClient
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._engine import Engine
-from pte._registry import load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import load_registry
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
+from pte._run import Engine, EngineConfig
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 

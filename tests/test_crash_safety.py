@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from pte._audit_verify import read_records, verify
+from pte._audit import read_records, verify
 
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 10
@@ -43,9 +43,9 @@ pytestmark = [
 CHILD = textwrap.dedent(
     """
     import json, os, sys, time
-    from pte._audit import AuditLog
-    from pte._engine import Engine
-    from pte._registry import Registry; from pte._tools import tool
+    from pte._audit._writer import AuditLog
+    from pte._run._engine import Engine
+    from pte._catalogue._registry import Registry; from pte._catalogue._tool_decorator import tool
 
     LOG, EFFECTS, STEPS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 

@@ -1,4 +1,4 @@
-"""Data blocks within a budget (pte._data_budget): record boundaries, never mid-string."""
+"""Data blocks within a budget (pte._core._data_budget): record boundaries, never mid-string."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, Registry, ReplayClient, tool
-from pte._audit_verify import read_records
-from pte._data_budget import render_budgeted
-from pte._prompts import DATA_CLOSE, DATA_OPEN, data_block
+from pte._audit import read_records
+from pte._core import render_budgeted
+from pte._run import DATA_CLOSE, DATA_OPEN, data_block
 
 MORE = re.compile(r"^… (\d+) more records? not shown$")
 HIDDEN = re.compile(r"^\[text of \d+ characters not shown\]$")

@@ -14,7 +14,7 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 
 from pte import compile_plan
-from pte._executor import Executor
+from pte._execution import Executor
 from pte.testing import DataCase, data_plans
 
 _FAILURES_ALLOWED = (

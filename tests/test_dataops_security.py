@@ -18,13 +18,11 @@ import pytest
 from pydantic import BaseModel
 
 from pte import compile_plan
-from pte._audit import AuditLog
-from pte._audit_verify import verify
-from pte._engine import Engine
-from pte._errors import PlanRejected
+from pte._audit import AuditLog, verify
+from pte._catalogue import STOCK_PACKS, Registry, load_registry, tool
+from pte._core import PlanRejected
 from pte._policy import Policy
-from pte._registry import STOCK_PACKS, Registry, load_registry
-from pte._tools import tool
+from pte._run import Engine
 from pte.testing.cookbook import ref, step
 
 BILL = (

@@ -23,9 +23,8 @@ from typing import Any
 
 import pytest
 
-from pte._audit_verify import read_records, verify
-from pte._cli import main
-from pte._demo import SCENARIOS, run_demo
+from pte._audit import read_records, verify
+from pte._cli import SCENARIOS, main, run_demo
 from pte._replay import replay_file
 
 REPO = Path(__file__).resolve().parents[1]

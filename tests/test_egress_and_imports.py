@@ -21,10 +21,9 @@ from pte import (
     compile_plan,
     tool,
 )
-from pte._audit_verify import read_records, verify
-from pte._errors import FailedClosed
-from pte._replay import replay_file
-from pte._resume import resume_file
+from pte._audit import read_records, verify
+from pte._core import FailedClosed
+from pte._replay import replay_file, resume_file
 from pte.importers._text import scrub
 from pte.importers.openapi import import_openapi
 from pte.testing import FunctionCall, FunctionClient
@@ -132,7 +131,7 @@ def test_a_literal_url_from_an_exposed_planner_never_reaches_get_webpage(tmp_pat
     stage1 = plan({"id": "mail", "tool": "read_mail", "args": {}}, **{"continue": {"mail": {"$ref": "mail"}}})
     visit = plan({"id": "page", "tool": "get_webpage", "args": {"url": EVIL_URL}}, result={"$ref": "page"})
     engine = Engine(
-        # visit twice: sent back once (pte._repair), the exposed planner writes it again.
+        # visit twice: sent back once (pte._run._repair), the exposed planner writes it again.
         registry,
         ReplayClient([stage1, visit, visit]),
         config=EngineConfig(llm_answer=False, planner_data="shown"),
@@ -226,7 +225,7 @@ def test_replay_live_and_resume_never_rerun_a_read_with_effects(tmp_path: Path) 
 
 
 def test_read_effects_marks_a_read() -> None:
-    from pte._errors import ToolRegistrationError
+    from pte._core import ToolRegistrationError
 
     with pytest.raises(ToolRegistrationError, match="read_effects marks a read"):
 
@@ -286,7 +285,7 @@ def test_a_parameter_description_copied_as_a_literal_counts_untrusted(tmp_path: 
 
     with AuditLog(tmp_path / "run.jsonl") as audit:
         result = Engine(registry, FunctionClient(planner)).run("Refund my last order.", audit)
-    # Sent back once (pte._repair), the planner copies the IBAN again: refused again.
+    # Sent back once (pte._run._repair), the planner copies the IBAN again: refused again.
     assert result.reason is not None and result.reason.value == "replans_exhausted"
     assert "policy_violation" in (result.message or "")
     assert "pay.body" in (result.message or "") and "untrusted" in (result.message or "")
@@ -294,7 +293,7 @@ def test_a_parameter_description_copied_as_a_literal_counts_untrusted(tmp_path: 
 
 
 def test_an_unsigned_tail_read_with_effects_is_not_called_again_to_check_it() -> None:
-    from pte._resume import recheck_unsigned_tail
+    from pte._replay import recheck_unsigned_tail
 
     VISITS.clear()
     records: list[dict[str, Any]] = [

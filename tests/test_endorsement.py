@@ -35,9 +35,8 @@ from pte import (
     tool,
     verify,
 )
-from pte._replay_authority import Deployment
-from pte._resume import resume_file
-from pte._signing import SigningKey, TrustedKeys
+from pte._core import SigningKey, TrustedKeys
+from pte._replay import Deployment, resume_file
 from pte.testing import ScriptedModel
 
 BILL_IBAN = "DE44500105175407324931"
@@ -236,7 +235,7 @@ def test_an_endorsement_of_another_value_is_refused(
     endorse(
         gate.store,
         EndorsementRequest(
-            **{**request.__dict__, "values": other, "value_hash": pte._endorsement.value_hash(other)}
+            **{**request.__dict__, "values": other, "value_hash": pte._policy._endorsement.value_hash(other)}
         ),
         "alice",
         signing_key=signer,
@@ -383,15 +382,14 @@ def test_the_cli_cycle(
     import sqlite3
     import sys
 
-    from pte._cli import main
-    from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY, main
 
     module = sys.modules[pte.load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
     module.create_sample_ledger(ledger, overwrite=True)
     monkeypatch.setenv("PTE_LEDGER", str(ledger))
     plan, policy = tmp_path / "bill.json", tmp_path / "policy.json"
-    plan.write_text(_BILL_PAYMENT, encoding="utf-8")
+    plan.write_text(BILL_PAYMENT, encoding="utf-8")
     policy.write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
     key, public = tmp_path / "approver.key", tmp_path / "approver.pub"
     signer = SigningKey.generate()
@@ -575,8 +573,7 @@ def test_the_cli_cycle_in_a_store(
     import sqlite3
     import sys
 
-    from pte._cli import main
-    from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY, main
     from pte.stores import open_store
 
     module = sys.modules[pte.load_pack("backoffice")["get_invoice"].func.__module__]
@@ -584,7 +581,7 @@ def test_the_cli_cycle_in_a_store(
     module.create_sample_ledger(ledger, overwrite=True)
     monkeypatch.setenv("PTE_LEDGER", str(ledger))
     plan, policy = tmp_path / "bill.json", tmp_path / "policy.json"
-    plan.write_text(_BILL_PAYMENT, encoding="utf-8")
+    plan.write_text(BILL_PAYMENT, encoding="utf-8")
     policy.write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
     url, store_file = f"sqlite://{tmp_path / 'runs.db'}", tmp_path / "e.jsonl"
     flags = [

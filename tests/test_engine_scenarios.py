@@ -20,15 +20,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._engine import Engine, render_result
-from pte._errors import ReasonCode
-from pte._llm import OpenAIClient
-from pte._prompts import DATA_CLOSE, DATA_OPEN
-from pte._registry import Registry
-from pte._run_state import EngineConfig, RunResult
-from pte._tools import tool
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, tool
+from pte._core import ReasonCode
+from pte._run import DATA_CLOSE, DATA_OPEN, Engine, EngineConfig, OpenAIClient, RunResult, render_result
 from pte.testing import FakeOpenAIServer, Reply
 
 # -- the tool catalogue ------------------------------------------------------------------------
@@ -271,7 +266,7 @@ def check_run(
     rejected = [i for i, r in enumerate(records) if r["type"] == "plan_rejected"]
     if rejected:
         assert not [r for r in records[rejected[0] :] if r["type"] in ("step_started", "step_finished")]
-        repaired = any(r["type"] == "repair" for r in records)  # pte._repair: sent back once
+        repaired = any(r["type"] == "repair" for r in records)  # pte._run._repair: sent back once
         if not (repaired and reason is ReasonCode.REPLANS_EXHAUSTED):
             assert records[rejected[0]]["reason"] == (reason.value if reason else None)
 
@@ -477,7 +472,7 @@ def test_plan_naming_a_tool_that_is_not_allowed_runs_nothing(tmp_path: Path) -> 
 )
 def test_plan_with_badly_typed_args_runs_nothing(tmp_path: Path, bad_step: dict[str, Any]) -> None:
     # The first step is valid, yet it does not run: args are type-checked before anything runs.
-    # The plan goes back to the model once with the reason (pte._repair); the model writes it
+    # The plan goes back to the model once with the reason (pte._run._repair); the model writes it
     # the same way again, so the run ends replans_exhausted, still with nothing run.
     text = plan(step("a", "get_account", account_id="ACC-100"), bad_step, result=ref("a/balance"))
     sc = run_scenario(tmp_path, [text, text])

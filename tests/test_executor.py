@@ -26,20 +26,12 @@ from hypothesis import strategies as hs
 from pydantic import Field
 from typing_extensions import TypedDict
 
-import pte._audit
-import pte._redaction
-from pte._audit import AuditLog
-from pte._audit_schema import load_audit_schema
-from pte._audit_verify import read_records, verify
-from pte._canonical import sha256_hex
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import AuditWriteError, ReasonCode, ToolError
-from pte._executor import Executor, LiveInvoker
-from pte._plan import Plan, PlanStep
-from pte._registry import Registry
-from pte._tool_spec import Effect, ToolSpec
-from pte._tools import tool
+from pte._audit import AuditLog, load_audit_schema, read_records, verify
+from pte._catalogue import Effect, Registry, ToolSpec, tool
+from pte._core import REDACTED, AuditWriteError, ReasonCode, ToolError, sha256_hex
+from pte._execution import Executor, LiveInvoker
+from pte._plan import Plan, PlanStep, compile_plan
+from pte._run import Engine
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]
@@ -519,9 +511,9 @@ def test_timeout_fails_the_step_promptly_and_the_executor_stays_usable() -> None
 HANG_SCRIPT = textwrap.dedent(
     """
     import json, sys, time
-    from pte._compiler import compile_plan
-    from pte._executor import Executor
-    from pte._registry import Registry; from pte._tools import tool
+    from pte._plan._compiler import compile_plan
+    from pte._execution._executor import Executor
+    from pte._catalogue._registry import Registry; from pte._catalogue._tool_decorator import tool
 
     @tool(timeout_s=0.2)
     def hang() -> int:
@@ -813,16 +805,16 @@ def test_a_failed_write_ahead_sync_stops_the_run_before_the_write_tool(
 
 def _fail_writes_after(monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
     """Make the audit log's low-level write fail (as a full disk would) after `allowed` records."""
-    real = pte._audit._write_all
+    real = os.write
     written = [0]
 
-    def write_all(fd: int, data: bytes) -> None:
+    def write_all(fd: int, data: bytes) -> int:
         if written[0] >= allowed:
             raise OSError(28, "No space left on device")
         written[0] += 1
-        real(fd, data)
+        return real(fd, data)
 
-    monkeypatch.setattr(pte._audit, "_write_all", write_all)
+    monkeypatch.setattr(os, "write", write_all)
 
 
 AUDIT_FAILURE_PLAN = [
@@ -913,4 +905,4 @@ def test_secrets_in_tool_outputs_and_args_never_reach_the_log(tmp_path: Path) ->
     assert "hunter2-correct-horse" not in content
     assert verify(path).ok
     leaked = next(r for r in read_records(path) if r["type"] == "step_finished" and r["step_id"] == "k")
-    assert leaked["output"]["api_key"] == pte._redaction.REDACTED
+    assert leaked["output"]["api_key"] == REDACTED

@@ -1,7 +1,7 @@
 """The executor never has an LLM client within reach: not at import time, not at run time, not in source.
 
 Two independent checks. The dynamic one imports (and runs) the executor in a fresh
-interpreter and looks at `sys.modules`. The static one parses pte/_executor.py and every
+interpreter and looks at `sys.modules`. The static one parses pte/_execution/_executor.py and every
 `pte` module it can import, directly or transitively, at any nesting level (function-level
 imports included), and refuses any import of an LLM client or of the modules that use one.
 """
@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "pte"
 
 #: Must never be loaded in a process that only uses the executor.
-FORBIDDEN_LOADED = ("openai", "pte._llm", "httpx", "httpx2", "anthropic")
+FORBIDDEN_LOADED = ("openai", "pte._run._llm", "httpx", "httpx2", "anthropic")
 #: Must never be imported, statically, by the executor or anything it imports.
-FORBIDDEN_IMPORTS = ("openai", "anthropic", "pte._llm", "pte._engine", "pte._prompts")
+FORBIDDEN_IMPORTS = ("openai", "anthropic", "pte._run._llm", "pte._run._engine", "pte._run._prompts")
 
 PROBE = textwrap.dedent(
     """
@@ -39,10 +39,10 @@ PROBE = textwrap.dedent(
     after_run = None
     if {run!r}:
         # Run a plan too: a lazy import inside the executor would only show up now.
-        from pte._audit import AuditLog
-        from pte._compiler import compile_plan
-        from pte._executor import Executor
-        from pte._registry import Registry; from pte._tools import tool
+        from pte._audit._writer import AuditLog
+        from pte._plan._compiler import compile_plan
+        from pte._execution._executor import Executor
+        from pte._catalogue._registry import Registry; from pte._catalogue._tool_decorator import tool
 
         @tool(timeout_s=5)
         def double(x: int) -> int:
@@ -82,15 +82,15 @@ def _probe(target: str, *, run: bool) -> dict[str, list[str] | None]:
 
 
 def test_importing_and_running_the_executor_loads_no_llm_client() -> None:
-    report = _probe("pte._executor", run=True)
-    assert report["after_import"] == [], f"importing pte._executor loaded {report['after_import']}"
+    report = _probe("pte._execution._executor", run=True)
+    assert report["after_import"] == [], f"importing pte._execution._executor loaded {report['after_import']}"
     assert report["after_run"] == [], f"running a plan loaded {report['after_run']}"
 
 
 def test_the_probe_would_notice_an_llm_client() -> None:
     # The engine does use the LLM client: if this saw nothing, the probe above would prove nothing.
-    report = _probe("pte._engine", run=False)
-    assert "pte._llm" in (report["after_import"] or [])
+    report = _probe("pte._run._engine", run=False)
+    assert "pte._run._llm" in (report["after_import"] or [])
 
 
 # --- the static check -----------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def _imports(path: Path) -> set[str]:
 def _imports_in(source: str, module: str, *, is_package: bool = False) -> set[str]:
     """Every module `source` may import, anywhere in it (function bodies and `if` branches included).
 
-    ``from pte import prompts`` yields both ``pte`` and ``pte._prompts``; relative imports are
+    ``from pte import prompts`` yields both ``pte`` and ``pte._run._prompts``; relative imports are
     resolved against `module`; ``importlib.import_module("x")`` and ``__import__("x")`` with a
     literal count too.
     """
@@ -179,8 +179,9 @@ def _forbidden(name: str) -> bool:
 
 
 def test_no_module_the_executor_imports_imports_an_llm_client() -> None:
-    graph = _closure("pte._executor")
-    assert {"pte", "pte._executor", "pte._audit", "pte._plan", "pte._tools"} <= set(graph), sorted(graph)
+    graph = _closure("pte._execution._executor")
+    expected = {"pte", "pte._execution._executor", "pte._audit._writer", "pte._plan._model"}
+    assert expected | {"pte._catalogue._tool_decorator"} <= set(graph), sorted(graph)
     offences = [
         f"{module} imports {name}" for module, names in sorted(graph.items()) for name in sorted(names)
     ]
@@ -188,7 +189,7 @@ def test_no_module_the_executor_imports_imports_an_llm_client() -> None:
     assert not offences, f"the executor can reach an LLM client: {offences}"
 
 
-@pytest.mark.parametrize("module", ["pte._engine", "pte._llm"])
+@pytest.mark.parametrize("module", ["pte._run._engine", "pte._run._llm"])
 def test_the_static_check_would_notice(module: str) -> None:
     # The same walk from a module that does use the LLM must find it.
     graph = _closure(module)
@@ -204,9 +205,9 @@ def test_the_import_walk_sees_function_level_relative_and_dynamic_imports() -> N
             importlib.import_module("openai")
 
         if False:
-            from pte import _prompts as prompts
+            from pte._run import _prompts as prompts
         """
     )
-    found = _imports_in(source, "pte._executor")
-    assert {"pte._llm", "pte._llm.OpenAIClient", "openai", "pte", "pte._prompts"} <= found
-    assert all(_forbidden(name) for name in ("pte._llm", "openai", "pte._prompts"))
+    found = _imports_in(source, "pte._run._stages")
+    assert {"pte._run._llm", "pte._run._llm.OpenAIClient", "openai", "pte._run", "pte._run._prompts"} <= found
+    assert all(_forbidden(name) for name in ("pte._run._llm", "openai", "pte._run._prompts"))

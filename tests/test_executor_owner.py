@@ -1,4 +1,4 @@
-"""Plain calls on the run's own thread (pte/_owner.py): no hand-off for quick tools, no lost concurrency.
+"""Plain calls on the run's own thread (pte._execution): no hand-off for quick tools, no lost concurrency.
 
 - Every call of a plain thread-mode tool (no retries) starts on the run's own (owner)
   thread, even when several of its steps are ready: no worker-thread hand-off per call.

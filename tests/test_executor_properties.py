@@ -25,11 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import resume_file
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._engine import Engine
-from pte._registry import Registry, load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, load_registry
 from pte._replay import DECISION_FIELDS, replay_file
+from pte._run import Engine
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,8 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACK = textwrap.dedent(
     """
     import asyncio, os
-    from pte._errors import ToolError
-    from pte._tools import tool
+    from pte._core._errors import ToolError
+    from pte._catalogue._tool_decorator import tool
 
     EFFECTS = os.environ.get("PTE_TEST_EFFECTS", "")
 
@@ -144,9 +143,9 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from pte._audit import AuditLog
-    from pte._engine import Engine
-    from pte._registry import load_registry
+    from pte._audit._writer import AuditLog
+    from pte._run._engine import Engine
+    from pte._catalogue._registry import load_registry
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append
@@ -207,7 +206,7 @@ def test_resume_after_sigkill_at_any_record_applies_each_write_at_most_once(
 
 def test_the_random_plans_compile(pack: Path) -> None:
     registry = Registry(load_registry([str(pack)]))
-    from pte._compiler import compile_plan
+    from pte._plan import compile_plan
 
     for seed in range(50):
         compile_plan(dag_plan(random.Random(seed), 9), registry)

@@ -12,15 +12,11 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog
-from pte._audit_schema import load_audit_schema
-from pte._audit_verify import read_records
-from pte._compiler import compile_plan
-from pte._errors import ToolRegistrationError, TransientError
-from pte._executor import Executor
-from pte._plan import Plan
-from pte._registry import Registry
-from pte._tools import tool
+from pte._audit import AuditLog, load_audit_schema, read_records
+from pte._catalogue import Registry, tool
+from pte._core import ToolRegistrationError, TransientError
+from pte._execution import Executor
+from pte._plan import Plan, compile_plan
 from tests.audit_runs import begun
 
 #: Failures left before each tool succeeds, and the times of its calls.

@@ -30,17 +30,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json, is_canonical, sha256_hex
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import ReasonCode, ToolError
-from pte._executor import Executor
-from pte._plan import Plan
-from pte._registry import Registry
-from pte._step_results import StepResult
-from pte._tools import tool
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, tool
+from pte._core import ReasonCode, ToolError, canonical_json, is_canonical, sha256_hex
+from pte._execution import Executor, StepResult
+from pte._plan import Plan, compile_plan
+from pte._run import Engine
 from tests.audit_runs import begun
 
 #: What the tools below did, in order.

@@ -16,11 +16,10 @@ import json
 from typing import Any
 
 from pte._audit import AuditLog
-from pte._compiler import compile_plan
-from pte._errors import ToolError
-from pte._executor import Executor
-from pte._registry import Registry
-from pte._tools import tool
+from pte._catalogue import Registry, tool
+from pte._core import ToolError
+from pte._execution import Executor
+from pte._plan import compile_plan
 from tests.audit_runs import begun
 
 PAID: list[str] = []

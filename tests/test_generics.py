@@ -9,12 +9,9 @@ import pytest
 from pydantic import BaseModel
 
 from pte import compile_plan
-from pte._errors import PlanRejected, ToolRegistrationError
-from pte._executor import Executor
-from pte._generics import FieldName, FieldOf
-from pte._registry import Registry, load_pack
-from pte._tool_spec import ToolSpec, spec_of
-from pte._tools import tool
+from pte._catalogue import FieldName, FieldOf, Registry, ToolSpec, load_pack, spec_of, tool
+from pte._core import PlanRejected, ToolRegistrationError
+from pte._execution import Executor
 
 T = TypeVar("T")
 R = TypeVar("R", bound=dict[str, Any])

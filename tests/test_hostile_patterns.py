@@ -17,14 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pte import PlanRejected, Registry, compile_plan, tool
-from pte._errors import ToolError
-from pte._linear_patterns import (
+from pte._catalogue import spec_of
+from pte._core import (
     DECIMAL_STRING_PATTERN,
     DECIMAL_STRING_RE2,
     ExplainingValidator,
+    ToolError,
     pattern_matcher,
 )
-from pte._tool_spec import spec_of
 
 
 @tool

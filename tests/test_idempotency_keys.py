@@ -1,4 +1,4 @@
-"""Idempotency keys (pte._idempotency): exactly-once for non-idempotent writes across a crash.
+"""Idempotency keys (pte._catalogue._idempotency): exactly-once for non-idempotent writes across a crash.
 
 The fixture world's `pay` is a payment API with idempotency keys: it keeps the keys it has
 seen next to its payments, in the same SQLite file, and a call with a known key pays nothing.
@@ -21,16 +21,12 @@ from _services import run_python
 
 import pte
 from pte import resume_file
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import PlanRejected, ReasonCode, ToolRegistrationError
-from pte._idempotency import derive_key
-from pte._registry import Registry, load_registry
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, ToolSpec, derive_key, load_registry, spec_of
+from pte._core import PlanRejected, ReasonCode, ToolRegistrationError, canonical_json
+from pte._plan import compile_plan
 from pte._replay import replay_file
-from pte._tool_spec import ToolSpec, spec_of
+from pte._run import Engine
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_control_resume import CHILD

@@ -27,14 +27,12 @@ from integration_apps.loopback import LoopbackServer
 from langchain_core.tools import StructuredTool, ToolException
 
 from pte import Registry
-from pte._approval import catalogue_fingerprint
 from pte._audit import AuditLog
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import ReasonCode
-from pte._replay import replay_file
-from pte._replay_authority import Deployment
-from pte._run_state import EngineConfig
+from pte._core import ReasonCode
+from pte._plan import compile_plan
+from pte._policy import catalogue_fingerprint
+from pte._replay import Deployment, replay_file
+from pte._run import Engine, EngineConfig
 from pte.importers.langchain import import_langchain_tools
 from pte.importers.mcp import MCPConnection, import_mcp_tools
 from pte.importers.openapi import import_openapi, load_openapi

@@ -18,9 +18,8 @@ from pydantic import BaseModel
 
 from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
 from pte._audit import AuditLog
-from pte._engine import Engine
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
+from pte._run import Engine, EngineConfig
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.langchain import _source_tool, import_langchain_tools
 

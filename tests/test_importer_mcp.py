@@ -20,11 +20,9 @@ import pytest
 pytest.importorskip("mcp", reason="the MCP importer is an optional extra: pip install 'pte[mcp]'")
 
 from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
-from pte._audit import AuditLog
-from pte._audit_verify import read_records
-from pte._engine import Engine
+from pte._audit import AuditLog, read_records
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
+from pte._run import Engine, EngineConfig
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.mcp import MCPConnection, MCPError, _source_tool, import_mcp_tools
 from pte.testing import FunctionCall, FunctionClient
@@ -206,8 +204,8 @@ def test_an_injected_description_cannot_reach_a_guarded_sink(crm: MCPConnection,
         result = Engine(registry, FunctionClient(obedient_planner)).run("show C001's notes", audit)
     # The description is the server's text, framed as untrusted (the manifest did not replace
     # it): the planner that read it is the attacker's, and the IBAN it copied counts as
-    # untrusted (pte._exposure). Refused before any step runs (and before any approval); the
-    # repair (pte._repair) gives the fooled model its second chance, and it writes the same plan.
+    # untrusted (pte._run._exposure). Refused before any step runs (and before any approval); the
+    # repair (pte._run._repair) gives the fooled model its second chance, and it writes the same plan.
     assert result.reason is ReasonCode.REPLANS_EXHAUSTED
     assert "send_payment.iban" in (result.message or "") and "untrusted" in (result.message or "")
     assert result.steps == []

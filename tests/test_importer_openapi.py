@@ -21,11 +21,9 @@ from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 
 from pte import PlanRejected, ReasonCode, compile_plan
-from pte._audit import AuditLog
-from pte._audit_verify import read_records
-from pte._engine import Engine
+from pte._audit import AuditLog, read_records
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
+from pte._run import Engine, EngineConfig
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.openapi import OpenAPIError, _operations, import_openapi, load_openapi
 from pte.testing import FunctionCall, FunctionClient

@@ -24,24 +24,12 @@ import pytest
 from pydantic import BaseModel
 
 from pte import ReplayClient
-from pte._approval import ApprovalStore, approve, catalogue_fingerprint
-from pte._approval_gate import approval_hook
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._call_role import current_role
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import PlanRejected, ReasonCode
-from pte._flow import plan_literals
-from pte._llm import LLMResponse
-from pte._llm_replay import _Recorded
-from pte._policy import Policy
-from pte._prompts import DATA_CLOSE, DATA_OPEN
-from pte._redaction import Redactor
-from pte._registry import Registry
-from pte._run_state import EngineConfig, RunResult
-from pte._signing import SigningKey, TrustedKeys
-from pte._tools import tool
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, tool
+from pte._core import PlanRejected, ReasonCode, Redactor, SigningKey, TrustedKeys, current_role
+from pte._plan import compile_plan
+from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint, plan_literals
+from pte._run import DATA_CLOSE, DATA_OPEN, Engine, EngineConfig, LLMResponse, RecordedReply, RunResult
 
 CANARY = "⚠U-canary-5d1e"
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -373,7 +361,7 @@ def store(tmp_path: Path) -> ApprovalStore:
 
 
 class Insisting(ReplayClient):
-    """Recorded answers in order; sent a rejected plan back (pte._repair), the fooled model
+    """Recorded answers in order; sent a rejected plan back (pte._run._repair), the fooled model
     writes the same plan again: the attacker gets the second chance and does not give up."""
 
     def complete(
@@ -384,7 +372,7 @@ class Insisting(ReplayClient):
         schema_name: str = "pte_plan",
     ) -> LLMResponse:
         if current_role() == "repair":
-            self._items.appendleft(_Recorded(messages[-2]["content"]))  # served (and recorded) now
+            self._items.appendleft(RecordedReply(messages[-2]["content"]))  # served (and recorded) now
         return super().complete(messages, schema=schema, schema_name=schema_name)
 
 
@@ -548,7 +536,7 @@ def test_injected_tool_output_cannot_steer_the_run(
         result, _, log = run(
             tmp_path, store, [FIRST_FLAKY, REPLAN_HIJACK_REF], payload=payload, fx_failures=1
         )
-        # Sent back once (pte._repair), the fooled replanner writes the same plan again.
+        # Sent back once (pte._run._repair), the fooled replanner writes the same plan again.
         assert result.reason is ReasonCode.REPLANS_EXHAUSTED
         rejected, again = [r for r in read_records(log) if r["type"] == "plan_rejected"]
         assert rejected["reason"] == again["reason"] == "policy_violation"
@@ -623,7 +611,7 @@ def test_a_fake_plan_with_allowed_tools_still_needs_approval(tmp_path: Path, sto
     assert CALLS == []
 
 
-#: The replanner reads untrusted outputs (pte._exposure): what these tests look at.
+#: The replanner reads untrusted outputs (pte._run._exposure): what these tests look at.
 SHOWN = EngineConfig(planner_data="shown")
 
 
@@ -661,7 +649,7 @@ def test_oversized_output_is_clipped_in_prompts_but_recorded_whole(
     )
     user = llm.calls[1]["messages"][1]["content"]
     assert len(user) < 50_000
-    assert "characters not shown]" in user  # the whole body, never half of it (pte._data_budget)
+    assert "characters not shown]" in user  # the whole body, never half of it (pte._core._data_budget)
     finished = [r for r in read_records(log) if r["type"] == "step_finished" and r["step_id"] == "mail"]
     assert len(finished[0]["output"]["body"]) == len(CANARY) + 1 + 1_000_000
 
@@ -674,7 +662,7 @@ def test_deeply_nested_output_is_data_like_any_other(tmp_path: Path, store: Appr
     att = next(
         b for b in split_blocks(llm.calls[1]["messages"][1]["content"])[1] if "tool=read_attachment" in b[0]
     )
-    # The replanner is shown a handle in place of the untrusted attachment (pte._handles).
+    # The replanner is shown a handle in place of the untrusted attachment (pte._policy._handles).
     assert att[0].endswith("provenance=trusted (untrusted parts as handles)")
     assert '"pte_handle": "att"' in att[1] and CANARY not in att[1]
 
@@ -803,7 +791,7 @@ def test_an_unencodable_output_fails_the_step_and_the_log_completes(tmp_path: Pa
 
 
 def stock_registry() -> Registry:
-    from pte._registry import load_registry
+    from pte._catalogue import load_registry
 
     try:
         registry = load_registry(["backoffice", "shaping"])

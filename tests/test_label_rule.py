@@ -111,7 +111,7 @@ def test_a_require_in_stage_one_decides_a_stage_two_write(registry: Registry, tm
     article = {**PAGE, "args": {"url": "https://news.example/article"}}  # no tasks today
     stage1 = plan(article, need, BOB, **{"continue": {"to": {"$ref": "bob/email"}}})
     stage2 = plan(pay(), result={"$ref": "pay/id"})
-    # Sent back once (pte._repair), the stage planner writes the same plan again: the repair is
+    # Sent back once (pte._run._repair), the stage planner writes the same plan again: the repair is
     # checked as the stage plan it corrects (stage 1's require decides it too), so it is refused
     # again. Checked with no decision (a bug once), the same plan paid.
     llm = ReplayClient([json.dumps(stage1), json.dumps(stage2), json.dumps(stage2)])
@@ -225,7 +225,7 @@ def test_a_payment_guarded_by_nonempty_on_a_trusted_filter_runs(registry: Regist
 
 
 def test_the_planner_prompt_states_the_label_rule(registry: Registry) -> None:
-    from pte._prompts import LABEL_RULE, planner_messages, replanner_messages, stage_messages
+    from pte._run import LABEL_RULE, planner_messages, replanner_messages, stage_messages
 
     assert "join of the labels of its arguments and of everything that decides whether it runs" in LABEL_RULE
     assert LABEL_RULE in planner_messages("pay the rent", registry)[0]["content"]

@@ -187,7 +187,7 @@ def two_stages(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], str]:
     second.pop("continue", None)
     second.setdefault("result", None)
     # A compromised stage planner: literals count as untrusted (shown untrusted text) or
-    # trusted (shown handles only: pte._exposure); either way the attacker may choose them.
+    # trusted (shown handles only: pte._run._exposure); either way the attacker may choose them.
     return first, second, draw(st.sampled_from(["untrusted", "trusted"]))
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pte import ReplayClient
-from pte._errors import LLMError, ReasonCode, ReplayDataError
-from pte._llm import LLMClient, LLMResponse, OpenAIClient
+from pte._core import LLMError, ReasonCode, ReplayDataError
+from pte._run import LLMClient, LLMResponse, OpenAIClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 
 SCHEMA: dict[str, Any] = {
@@ -200,7 +200,7 @@ def test_a_timed_out_request_is_not_retried(server: FakeOpenAIServer) -> None:
 def test_every_request_is_bounded_and_json_answers_stop_on_runaway_whitespace(
     server: FakeOpenAIServer,
 ) -> None:
-    from pte._llm import DEFAULT_MAX_TOKENS, RUNAWAY_STOPS
+    from pte._run import DEFAULT_MAX_TOKENS, RUNAWAY_STOPS
 
     server.add(PLAN_TEXT, "an answer")
     client = _client(server)

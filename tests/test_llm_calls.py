@@ -18,11 +18,8 @@ from pydantic import BaseModel
 
 from pte import ReplayClient
 from pte._audit import AuditLog
-from pte._engine import Engine
-from pte._llm import LLMClient, OpenAIClient
-from pte._registry import Registry
-from pte._run_state import EngineConfig, RunResult
-from pte._tools import tool
+from pte._catalogue import Registry, tool
+from pte._run import Engine, EngineConfig, LLMClient, OpenAIClient, RunResult
 from pte.testing import FakeOpenAIServer
 
 STEP_COUNTS = [1, 5, 20, 50]

@@ -22,9 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from pte._errors import LLMError
-from pte._llm import DEFAULT_MAX_TOKENS, OpenAIClient
-from pte._llm_endpoint import ENDPOINTS_FILE, EndpointMemory, context_tokens, props_url
+from pte._core import LLMError
+from pte._run import (
+    DEFAULT_MAX_TOKENS,
+    ENDPOINTS_FILE,
+    EndpointMemory,
+    OpenAIClient,
+    context_tokens,
+    props_url,
+)
 from pte.testing import FakeOpenAIServer, Reply
 
 PLAN_TEXT = json.dumps({"pte_plan": "1", "steps": [{"id": "a", "tool": "t", "args": {}}]})
@@ -140,7 +146,7 @@ def test_without_a_deployment_dir_every_process_asks_again(monkeypatch: pytest.M
 def test_a_new_process_does_not_pay_the_refusal_again(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from pte._llm import OpenAIClient\n"
+        "from pte._run._llm import OpenAIClient\n"
         "c = OpenAIClient('m', base_url=sys.argv[1])\n"
         "print(c.complete([{'role': 'user', 'content': 'x'}], schema={'type': 'object'}).response_format)\n"
     )

@@ -16,16 +16,11 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import ReplayClient
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._engine import Engine
-from pte._errors import LLMError, ReasonCode
-from pte._llm import LLMClient, LLMResponse, OpenAIClient
-from pte._logs import configure_logging
-from pte._registry import Registry
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, tool
+from pte._core import LLMError, ReasonCode, configure_logging
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
-from pte._tools import tool
+from pte._run import Engine, EngineConfig, LLMClient, LLMResponse, OpenAIClient
 from pte.testing import FakeOpenAIServer, FunctionCall, FunctionClient, Reply
 
 PLAN = {
@@ -106,7 +101,7 @@ def test_openai_client_over_a_real_loopback_server_with_an_http_client() -> None
 def test_a_failed_llm_call_records_its_real_attempt_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("pte._llm.time.sleep", lambda _s: None)  # no backoff waits in the test
+    monkeypatch.setattr("pte._run._llm.time.sleep", lambda _s: None)  # no backoff waits in the test
     with FakeOpenAIServer([Reply("", status=503)] * 3) as server:
         client = OpenAIClient("m", base_url=server.base_url, max_retries=2, timeout_s=5.0)
         with AuditLog(tmp_path / "a.jsonl") as audit:

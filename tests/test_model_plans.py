@@ -16,14 +16,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pte import PlanRejected, ReasonCode, ReplayClient, compile_plan, resume_file
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json
-from pte._engine import Engine
-from pte._errors import REPAIRABLE_REASONS
-from pte._registry import Registry
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry
+from pte._core import REPAIRABLE_REASONS, canonical_json
 from pte._replay import replay_file
-from pte._run_state import EngineConfig, RunResult
+from pte._run import Engine, EngineConfig, RunResult
 from pte.testing import DataCase, ScriptedModel, data_plans, example_registry, invalid_plan_cases, json_values
 from pte.testing.cookbook import cookbook_registry, ref, step
 

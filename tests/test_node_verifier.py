@@ -21,11 +21,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pte._audit_scan import GENESIS_HASH
-from pte._audit_verify import verify
-from pte._canonical import canonical_bytes
-from pte._checkpoint import load_public_key, verify_checkpoints, write_checkpoint
-from pte._endorsement import Endorsement
+from pte._audit import GENESIS_HASH, load_public_key, verify, verify_checkpoints, write_checkpoint
+from pte._core import canonical_bytes
+from pte._policy import Endorsement
 
 REPO = Path(__file__).resolve().parents[1]
 # The independent verifier reads format 2 only (docs/audit-format.md); format 1 samples are

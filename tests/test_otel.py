@@ -19,15 +19,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._engine import Engine
-from pte._errors import ReasonCode
-from pte._llm import LLMResponse
-from pte._registry import Registry
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, tool
+from pte._core import ReasonCode
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
-from pte._tools import tool
+from pte._run import Engine, EngineConfig, LLMResponse
 from pte.testing import FunctionCall, FunctionClient
 
 
@@ -159,7 +155,7 @@ def test_failed_steps_and_llm_calls_are_error_spans(
     assert (run.attributes or {})["pte.reason"] == "step_failed"
 
     exporter.clear()
-    from pte._errors import LLMError
+    from pte._core import LLMError
 
     def down(messages: list[dict[str, str]], call: FunctionCall) -> str:
         raise LLMError("endpoint down", attempts=3)
@@ -185,11 +181,11 @@ def test_without_opentelemetry_installed_runs_are_untraced(tmp_path: Path) -> No
 import sys, json
 sys.modules["opentelemetry"] = None  # as if the optional extra were not installed
 from pte import Registry, tool
-from pte._audit import AuditLog
-from pte._audit_verify import read_records
-from pte._engine import Engine, EngineConfig
-import pte._otel
-assert pte._otel._trace is None
+from pte._audit._writer import AuditLog
+from pte._audit._verify import read_records
+from pte._run._engine import Engine, EngineConfig
+import pte._run._otel
+assert pte._run._otel._trace is None
 
 @tool
 def add_one(value: int) -> int:
@@ -258,7 +254,7 @@ def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
     # span status used to carry the raw text to the collector.
     from secrets_corpus import FREE_TEXT
 
-    from pte._errors import LLMError
+    from pte._core import LLMError
 
     texts = [
         (text, secret) for provider_name, text, secret in FREE_TEXT if provider_name in {"openai", "github"}
@@ -283,8 +279,7 @@ def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
 def test_resume_links_to_the_crashed_runs_span_and_marks_re_read_steps(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    from pte._replay_authority import Deployment
-    from pte._resume import resume_file
+    from pte._replay import Deployment, resume_file
 
     log = tmp_path / "crashed.jsonl"
     with AuditLog(log) as audit:
@@ -325,7 +320,7 @@ def test_resume_links_to_the_crashed_runs_span_and_marks_re_read_steps(
 def test_a_tampered_origin_in_the_log_makes_no_link(
     provider: TracerProvider, exporter: InMemorySpanExporter, origin: dict[str, str]
 ) -> None:
-    from pte._otel import RunTracer
+    from pte._run import RunTracer
 
     tracer = RunTracer("r", "execute", provider, link=origin)
     tracer.finish("succeeded", None)
@@ -354,7 +349,7 @@ exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
-from pte._cli import main
+from pte._cli._main import main
 log = {str(tmp_path / "run.jsonl")!r}
 code = main(["--quiet", "execute", {str(plan)!r}, "--tools", {str(pack)!r}, "--audit", log])
 print(json.dumps([code, sorted(s.name for s in exporter.get_finished_spans())]))

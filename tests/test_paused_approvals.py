@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 
+from pte._catalogue import load_pack, load_registry
 from pte._cli import main
-from pte._engine import Engine
-from pte._errors import FailedClosed, ReasonCode
-from pte._registry import load_pack, load_registry
+from pte._core import FailedClosed, ReasonCode, SigningKey, TrustedKeys
+from pte._deploy import PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte._replay import replay_run
-from pte._runs import PausedRun, decide, pausing_gate, resume_run, run_in_store
-from pte._signing import SigningKey, TrustedKeys
+from pte._run import Engine
 from pte.stores import SQLiteStore, Store, StoreError, open_store
 
 PAY = """{"pte_plan": "1", "steps": [

@@ -1,4 +1,4 @@
-"""The pydantic models in pte/_plan.py and schemas/plan.schema.json accept exactly the same documents.
+"""The pydantic models in pte/_plan/_model.py and schemas/plan.schema.json accept exactly the same documents.
 
 Two validators implement the contract (pydantic's `PlanDocument` and the JSON Schema, which
 `compile` checks with jsonschema-rs); these tests hold them to each other, and to the
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pte._errors import ReasonCode
+from pte._core import ReasonCode
 from pte._plan import PlanDocument, plan_schema
 from pte.testing._catalogue import example_registry
 from pte.testing._strategies import invalid_plans, json_values, valid_plans

@@ -19,7 +19,7 @@ def test_the_page_states_the_limits_the_schema_enforces() -> None:
 
     text = DOC.read_text(encoding="utf-8")
     assert f"^{STEP_ID_RE.pattern}$" in text
-    from pte._errors import REPAIRABLE_REASONS
+    from pte._core import REPAIRABLE_REASONS
 
     for reason in REPAIRABLE_REASONS:
         assert f"`{reason.value}`" in text

@@ -17,21 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._compile_context import CompileContext
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import PlanRejected, PolicyError, PTEError, ReasonCode
-from pte._executor import Executor
-from pte._flow import LABELS, plan_literals
-from pte._plan import Plan, PlanStep
-from pte._policy import Policy, PolicyCheck, load_policy
-from pte._registry import Registry
-from pte._resources import load_schema
-from pte._tool_policy import ToolPolicy
-from pte._tool_spec import ToolSpec
-from pte._tools import tool
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, ToolSpec, tool
+from pte._core import PlanRejected, PolicyError, PTEError, ReasonCode, load_schema
+from pte._execution import Executor
+from pte._plan import CompileContext, Plan, PlanStep, compile_plan
+from pte._policy import LABELS, Policy, PolicyCheck, ToolPolicy, load_policy, plan_literals
+from pte._run import Engine
 
 # --- the catalogue ---------------------------------------------------------------------------
 

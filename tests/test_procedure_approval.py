@@ -19,18 +19,19 @@ from _cli_run import cli as _cli
 from _cli_run import ledger as ledger  # the fixture
 from test_procedures import PAY_SUPPLIER as PAY  # the procedure approved here
 
-from pte._approval import ApprovalStore
-from pte._approval_gate import ApprovalGate
-from pte._approval_record import ProcedureApproval
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json, sha256_hex
-from pte._compiler import compile_plan
-from pte._errors import ApprovalConsumed, ApprovalMissing
-from pte._policy import Policy
-from pte._procedure_approval import ProcedureCover, approve_procedure, procedure_cover, procedure_fingerprint
-from pte._procedures import Procedure, load_procedures
-from pte._registry import load_registry
-from pte._signing import SigningKey, TrustedKeys
+from pte._audit import ProcedureApproval, read_records, verify
+from pte._catalogue import load_registry
+from pte._core import ApprovalConsumed, ApprovalMissing, SigningKey, TrustedKeys, canonical_json, sha256_hex
+from pte._plan import Procedure, compile_plan, load_procedures
+from pte._policy import (
+    ApprovalGate,
+    ApprovalStore,
+    Policy,
+    ProcedureCover,
+    approve_procedure,
+    procedure_cover,
+    procedure_fingerprint,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

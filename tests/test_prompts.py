@@ -13,18 +13,21 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pte import _prompts as prompts
-from pte._audit import AuditLog
-from pte._audit_verify import read_records
-from pte._canonical import canonical_json
-from pte._engine import Engine
-from pte._errors import ToolRegistrationError
-from pte._fingerprint import PROMPT_MODULES, prompts_hash
+from pte._audit import AuditLog, read_records
+from pte._catalogue import (
+    PROMPT_MODULES,
+    STOCK_PACKS,
+    Registry,
+    load_registry,
+    prompts_hash,
+    tool_from_schema,
+)
+from pte._core import ToolRegistrationError, canonical_json
 from pte._plan import STEP_ID_RE
 from pte._policy import Policy
-from pte._registry import STOCK_PACKS, Registry, load_registry
 from pte._replay import replay_file
-from pte._tool_schema import tool_from_schema
+from pte._run import Engine
+from pte._run import prompts as prompts
 from pte.testing import ScriptedModel
 
 _PRIMITIVE = {"string": "str", "integer": "int", "number": "number", "boolean": "bool", "null": "null"}
@@ -216,12 +219,12 @@ def test_data_blocks_are_clipped() -> None:
 # --- all prompt text in one module, covered by the recorded hash (#27) ------------------------
 
 _SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
-_PTE = Path(prompts.__file__).resolve().parent
+_PTE = Path(prompts.__file__).resolve().parents[1]  # pte/
 
 
 def _covered() -> set[Path]:
     """The files the ``prompts`` hash covers."""
-    return {_PTE / f"{name.removeprefix('pte.')}.py" for name in PROMPT_MODULES}
+    return {_PTE / f"{name.removeprefix('pte.').replace('.', '/')}.py" for name in PROMPT_MODULES}
 
 
 def _texts_outside_prompts(min_len: int = 16) -> dict[str, str]:
@@ -259,9 +262,9 @@ def test_no_module_but_prompts_writes_text_a_model_is_shown(tmp_path: Path) -> N
     stage, repair, finalizer; replay compares the messages, so they are what today's code
     sends) is built from the prompt modules alone: no string of another ``pte`` module appears
     in a message, except where it is data (the request, the catalogue's own descriptions and
-    schemas, a model's answer, a rejection's message) or is spelled in pte/_prompts.py too
+    schemas, a model's answer, a rejection's message) or is spelled in pte/_run/_prompts.py too
     (then editing it there changes the hash)."""
-    own = (_PTE / "_prompts.py").read_text(encoding="utf-8")
+    own = (_PTE / "_run" / "_prompts.py").read_text(encoding="utf-8")
     others = {text: where for text, where in _texts_outside_prompts().items() if text not in own}
     roles: set[str] = set()
     leaks: set[tuple[str, str, str]] = set()
@@ -286,12 +289,12 @@ def test_no_module_but_prompts_writes_text_a_model_is_shown(tmp_path: Path) -> N
 
 
 def test_the_recorded_prompts_hash_covers_every_module_that_writes_model_text() -> None:
-    """Editing any prompt text (pte/_prompts.py, or the data rendering of the other prompt
-    modules) changes ``run_started.prompts``; the first module is pte._prompts itself."""
-    assert PROMPT_MODULES[0] == "pte._prompts"
+    """Editing any prompt text (pte/_run/_prompts.py, or the data rendering of the other prompt
+    modules) changes ``run_started.prompts``; the first module is pte._run._prompts itself."""
+    assert PROMPT_MODULES[0] == "pte._run._prompts"
     digest = hashlib.sha256()
     for name in PROMPT_MODULES:
-        source = (_PTE / f"{name.removeprefix('pte.')}.py").read_bytes()
+        source = (_PTE / f"{name.removeprefix('pte.').replace('.', '/')}.py").read_bytes()
         digest.update(name.encode() + b"\0" + source + b"\0")
     assert prompts_hash() == digest.hexdigest()
     assert prompts.CONTROL_RULES in prompts.planner_messages("x", load_registry(["calculator"]))[0]["content"]
@@ -440,9 +443,8 @@ def test_a_write_tool_with_several_guarded_parameters_replays_the_same_prompt(tm
     import pte
     from pte import ReplayClient
     from pte._audit import AuditLog
-    from pte._engine import Engine
     from pte._replay import replay_file
-    from pte._run_state import EngineConfig
+    from pte._run import Engine, EngineConfig
 
     @pte.tool(effect="write")
     def share(file_id: str, email: str, permission: str) -> dict[str, str]:

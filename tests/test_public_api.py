@@ -10,7 +10,7 @@ import pytest
 
 import pte
 from pte import ToolPackError, load_pack, load_registry
-from pte._packs import installed_packs
+from pte._catalogue import installed_packs
 
 
 def test_all_names_exist_and_are_documented() -> None:
@@ -140,7 +140,7 @@ def test_the_type_stub_lists_the_same_names() -> None:
 
 def test_lazy_names_resolve_and_unknown_names_raise() -> None:
     assert pte.Engine.__name__ == "Engine"
-    assert pte.replay_file.__module__ == "pte._replay"
+    assert pte.replay_file.__module__ == "pte._replay._replayer"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         pte.nope  # noqa: B018
     assert "Engine" in dir(pte)

@@ -18,9 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from pte._audit import AuditLog
-from pte._engine import Engine
-from pte._llm import OpenAIClient
-from pte._run_state import EngineConfig, RunResult
+from pte._run import Engine, EngineConfig, OpenAIClient, RunResult
 from tests.realserver import RealServerUnavailable, llama_server, small_registry
 
 pytestmark = pytest.mark.realserver

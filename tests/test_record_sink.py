@@ -3,7 +3,7 @@
 As LangGraph runs one checkpointer suite against every backend, every sink here runs the
 same checks: the in-memory log, the file log, a store's log (SQLite), replay's checker (a
 whole recording, and resume's: a recorded prefix, the rest forwarded to the log) and the
-tracing wrapper. What the engine relies on (pte/_record_sink.py):
+tracing wrapper. What the engine relies on (pte/_audit/_record_sink.py):
 
 - `write` returns the record as written: the common fields (consecutive-or-increasing
   ``seq``, the sink's ``run_id``, ``ts``, ``prev`` chained to the previous ``hash``, a hash
@@ -25,15 +25,11 @@ from typing import Any
 
 import pytest
 
-from pte import _records as rec
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_bytes, sha256_hex
-from pte._errors import AuditWriteError
-from pte._otel import RunTracer, TracedAudit
-from pte._record_sink import RecordSink
-from pte._records import TRACE_FIELDS, Record
+from pte._audit import TRACE_FIELDS, AuditLog, Record, RecordSink, read_records, verify
+from pte._audit import records as rec
+from pte._core import AuditWriteError, canonical_bytes, sha256_hex
 from pte._replay import CheckingAuditLog
+from pte._run import RunTracer, TracedAudit
 from pte.stores import SQLiteStore
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
@@ -45,7 +41,7 @@ MEMBERS = ("run_id", "redactor", "broken", "replaying", "continues_run", "origin
 
 
 def scenario() -> list[Record]:
-    """A small run, every record built by `pte._records` (a read step, a retried call, a secret)."""
+    """A small run, every record built by `pte._audit._records` (a read step, a retried call, a secret)."""
     return [
         rec.run_started(mode="execute", request=None, config={"refused": False}),
         rec.step_started(step_id="s1", tool="lookup", effect="read", args={"id": "x"}, plan_hash=PLAN_HASH),

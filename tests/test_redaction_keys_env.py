@@ -14,8 +14,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte._audit_verify import verify
-from pte._redaction import REDACTED, Redactor
+from pte._audit import verify
+from pte._core import REDACTED, Redactor
 from tests.secrets_corpus import FREE_TEXT, fragments
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from pte import AuditLog, Executor, Registry, compile_plan, tool
-from pte._redaction import REDACTED, Redactor
+from pte._core import REDACTED, Redactor
 from tests.audit_runs import begun
 
 

@@ -1,7 +1,7 @@
 """Wide plans are refused as cheaply as deep ones: the value cap and the skeleton scan.
 
 `Limits.max_values` bounds the JSON values a plan text holds, counted on its skeleton before
-parsing (`pte._nesting`); a text with more strings than could fit is refused from a count of
+parsing (`pte._core._nesting`); a text with more strings than could fit is refused from a count of
 its quotes; and a wide value that fails its schema is named without the pure-Python
 validator ranking thousands of errors. (Times are in bench/bench_rejection.py, not here.)
 """
@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pte import DEFAULT_LIMITS, Limits, PlanRejected, ReasonCode, compile_plan
-from pte._nesting import count_values, outside_strings
-from pte._run_state import EngineConfig
+from pte._core import count_values, outside_strings
+from pte._run import EngineConfig
 from pte.testing._catalogue import example_registry
 
 JSON = st.recursive(

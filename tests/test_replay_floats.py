@@ -16,10 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import AuditLog, Engine, EngineConfig, Registry, tool
-from pte._canonical import canonical_bytes
-from pte._canonical import loads as canonical_loads
-from pte._prompts import data_block, finalizer_messages
+from pte._core import canonical_bytes, canonical_loads
 from pte._replay import replay_file
+from pte._run import data_block, finalizer_messages
 from pte.testing import FunctionClient
 
 _SAFE = 2**53 - 1

@@ -28,15 +28,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import ReplayClient
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_json
-from pte._demo import SCENARIOS, demo_registry, run_scenario
-from pte._errors import LogNotIntact
+from pte._audit import read_records, verify
+from pte._catalogue import load_pack
+from pte._cli import SCENARIOS, demo_registry, run_scenario
+from pte._core import LogNotIntact, canonical_json
 from pte._policy import Policy
-from pte._registry import load_pack
-from pte._replay import IGNORED_FIELDS, replay_file
-from pte._replay_authority import Deployment
-from pte._run_state import EngineConfig
+from pte._replay import IGNORED_FIELDS, Deployment, replay_file
+from pte._run import EngineConfig
 
 #: log name -> the demo scenario that makes it (as audit_samples/generate.py does).
 MADE_BY = {

@@ -17,13 +17,11 @@ from pathlib import Path
 import _services
 import pytest
 
-from pte._audit import AuditLog
-from pte._audit_scan import GENESIS_HASH
-from pte._audit_verify import read_records, verify
-from pte._canonical import canonical_bytes, sha256_hex
+from pte._audit import GENESIS_HASH, AuditLog, read_records, verify
+from pte._catalogue import expand_run_started, stored_contents
 from pte._cli import main
-from pte._fingerprint import expand_run_started, stored_contents
-from pte._report import write_report
+from pte._core import canonical_bytes, sha256_hex
+from pte._replay import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))

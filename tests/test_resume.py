@@ -18,9 +18,9 @@ import pytest
 from _services import run_python
 
 from pte import resume_file
-from pte._audit_verify import read_records, verify
-from pte._errors import FailedClosed, ReasonCode
-from pte._registry import Registry, load_pack, load_registry
+from pte._audit import read_records, verify
+from pte._catalogue import Registry, load_pack, load_registry
+from pte._core import FailedClosed, ReasonCode
 from pte._replay import replay_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ KILL_PATCH = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from pte._audit import AuditLog
+    from pte._audit._writer import AuditLog
 
     kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
     original = AuditLog.append
@@ -68,8 +68,8 @@ KILL_PATCH = textwrap.dedent(
 )
 CHILD = KILL_PATCH + textwrap.dedent(
     """
-    from pte._engine import Engine
-    from pte._registry import load_registry
+    from pte._run._engine import Engine
+    from pte._catalogue._registry import load_registry
 
     registry = load_registry({packs!r})
     with AuditLog(sys.argv[1]) as audit:

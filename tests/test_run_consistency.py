@@ -18,9 +18,8 @@ import pytest
 import structlog
 
 from pte import AuditLog, Engine, EngineConfig, Registry, tool
-from pte._audit_verify import verify
-from pte._errors import ReasonCode
-from pte._logs import configure_logging, quiet_logging
+from pte._audit import verify
+from pte._core import ReasonCode, configure_logging, quiet_logging
 from pte._replay import replay_file
 from pte.testing import FunctionClient
 

@@ -30,10 +30,10 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = f"backoffice,calculator,shaping,{PACK}"
 
 
-#: The `pte` console script (`pte._cli:main`), each command in a process of its own.
-PTE = "import sys\nfrom pte._cli import main\nsys.exit(main(sys.argv[1:]))"
+#: The `pte` console script (`pte._cli._main:main`), each command in a process of its own.
+PTE = "import sys\nfrom pte._cli._main import main\nsys.exit(main(sys.argv[1:]))"
 #: What the operator's commands import (the fork server has them loaded: a command starts fast).
-CLI_IMPORTS = ["pte._cli", "pte._cli_store", "pte._workers", "pte.stores", "psycopg", "celery", "redis"]
+CLI_IMPORTS = ["pte._cli", "pte._cli", "pte._deploy", "pte.stores", "psycopg", "celery", "redis"]
 
 
 def _pte(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

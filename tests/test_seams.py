@@ -1,11 +1,11 @@
 """The seams of issue 27 hold: one owner of the record vocabulary, sinks by protocol, a typed context.
 
-- Only `pte._records` spells a record type when a record is written: an AST scan of every
+- Only `pte._audit._records` spells a record type when a record is written: an AST scan of every
   pte module finds no ``x.append("step_started", ...)``, ``x.write("...")`` or
   ``Record("...")`` elsewhere (and the scan is shown to catch one), and no module but the
   log itself writes through the untyped ``append(type, **fields)``.
 - The vocabulary is the format's: one builder per record type of the audit schema.
-- No sink subclasses `AuditLog` or forwards by ``__getattr__`` (pte._record_sink).
+- No sink subclasses `AuditLog` or forwards by ``__getattr__`` (pte._audit._record_sink).
 - `CompileContext` hands on what checks found in typed fields, not an ``extras`` dict.
 - `RunView`, which the report, `pte runs` (a paused run's plan) and resume (is the run
   finished?) fold a run's records with, reads any record a verified log may hold.
@@ -21,14 +21,14 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte import _records as rec
-from pte._compile_context import CompileContext
-from pte._run_view import RunView
+from pte._audit import records as rec
+from pte._plan import CompileContext
+from pte._replay import RunView
 
 ROOT = Path(__file__).resolve().parents[1]
 PTE = ROOT / "pte"
 #: The one module that spells record types for writing.
-OWNER = PTE / "_records.py"
+OWNER = PTE / "_audit" / "_records.py"
 #: Calls that write a record (a sink's `write`, the log's `append`) or build one.
 WRITING_CALLS = frozenset({"append", "write", "Record"})
 
@@ -67,9 +67,9 @@ def untyped_appends(source: str, filename: str = "<source>") -> list[str]:
 def test_records_are_written_as_built_records_not_through_the_untyped_append() -> None:
     found = []
     for path in sorted(PTE.rglob("*.py")):
-        if path != PTE / "_audit.py":  # AuditLog.write is append of a built record
+        if path != PTE / "_audit" / "_writer.py":  # AuditLog.write is append of a built record
             found += untyped_appends(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
-    assert found == [], "write a record built by pte._records with sink.write(...): " + ", ".join(found)
+    assert found == [], "write a record built by pte._audit with sink.write(...): " + ", ".join(found)
     assert untyped_appends("audit.append(kind, **fields)\nitems.append(x)\n") == ["<source>:1"]
 
 
@@ -78,7 +78,7 @@ def test_no_module_but_the_vocabulary_spells_a_record_type_when_writing() -> Non
     for path in sorted(PTE.rglob("*.py")):
         if path != OWNER:
             found += spelled_record_types(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
-    assert found == [], "build records with pte._records (one builder per type): " + ", ".join(found)
+    assert found == [], "build records with pte._audit._records (one builder per type): " + ", ".join(found)
 
 
 def test_the_scan_catches_a_record_written_by_name() -> None:

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import re2
 
-from pte._audit_verify import verify
-from pte._fingerprint import expand_run_started, stored_contents
-from pte._redaction import REDACTED, Redactor
-from pte._secret_rules import SecretRules, default_rule_files
+from pte._audit import verify
+from pte._catalogue import expand_run_started, stored_contents
+from pte._core import REDACTED, Redactor, SecretRules, default_rule_files
 from tests.secrets_corpus import ALL_SECRETS, FREE_TEXT, KEYED, PROVIDERS, fragments
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import pte
-from pte._compiler import compile_plan
-from pte._errors import PlanRejected, ReasonCode, ToolRegistrationError
+from pte._catalogue import Registry, load_registry
+from pte._core import PlanRejected, ReasonCode, ToolRegistrationError
+from pte._plan import compile_plan
 from pte._policy import Policy
-from pte._registry import Registry, load_registry
 
 FIELDS = ("f0", "f1", "f2", "f3")
 
@@ -378,11 +378,9 @@ def test_a_user_selection_is_recorded_and_replays_from_the_log_alone(tmp_path: A
     """The declaration travels in the recorded output schema: a run whose guarded write takes a
     trusted field out of a user tool's selection replays with the same decision from the log."""
     from pte import ReplayClient
-    from pte._audit import AuditLog
-    from pte._audit_verify import read_records
-    from pte._engine import Engine
+    from pte._audit import AuditLog, read_records
     from pte._replay import replay_file
-    from pte._run_state import EngineConfig
+    from pte._run import Engine, EngineConfig
 
     registry = _registry()
     registry.register(keep_rows)

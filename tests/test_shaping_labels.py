@@ -1,4 +1,4 @@
-"""Cookbook: field labels survive the stock shaping operations (pte._shaping_labels).
+"""Cookbook: field labels survive the stock shaping operations (pte._policy._shaping_labels).
 
 The bank's policy labels a transaction's subject ``untrusted`` (a third party wrote it) and
 the rest ``trusted``. After pluck / sort / filter / first, an amount or IBAN taken from the
@@ -17,12 +17,11 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte._audit_verify import verify
-from pte._canonical import hash_json
-from pte._compiler import compile_plan
-from pte._errors import PlanRejected, ReasonCode
+from pte._audit import verify
+from pte._catalogue import Registry, load_registry
+from pte._core import PlanRejected, ReasonCode, hash_json
+from pte._plan import compile_plan
 from pte._policy import Policy
-from pte._registry import Registry, load_registry
 from pte._replay import replay_file
 from tests.packs import world
 from tests.test_audit_samples import _rehash

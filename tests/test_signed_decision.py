@@ -1,6 +1,6 @@
 """Every signed decision (an approval of a run, of a procedure, an endorsement) is checked by
-one copy of the signature checks (`pte._signing.SignedDecision`) and signed by one path
-(`pte._signing.sign_decision`): a fix to one is a fix to all. Tamper property over all kinds."""
+one copy of the signature checks (`pte._core._signing.SignedDecision`) and signed by one path
+(`pte._core._signing.sign_decision`): a fix to one is a fix to all. Tamper property over all kinds."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte import _records as rec
-from pte._approval import make_approval
-from pte._approval_record import Approval, ProcedureApproval
-from pte._endorsement import Endorsement, make_endorsement
-from pte._signing import SignedDecision, SigningKey, TrustedKeys, sign_decision
+from pte._audit import Approval, ProcedureApproval
+from pte._audit import records as rec
+from pte._core import SignedDecision, SigningKey, TrustedKeys, sign_decision
+from pte._policy import Endorsement, make_approval, make_endorsement
 
 _KEY = SigningKey.generate()
 _OTHER = SigningKey.generate()

@@ -14,18 +14,14 @@ from _cli_run import ledger as ledger  # the fixture
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, load_registry
 from pte._cli import main
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import PlanRejected, ReasonCode, SpecialistError
+from pte._core import PlanRejected, ReasonCode, SpecialistError
+from pte._plan import Specialist, compile_plan, coordinator_view, load_specialists
 from pte._policy import Policy
-from pte._prompts import planner_messages
-from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
-from pte._specialists import Specialist, coordinator_view, load_specialists
+from pte._run import Engine, EngineConfig, planner_messages
 from pte.testing import ScriptedModel
 
 COLLECTIONS = Specialist(
@@ -386,7 +382,7 @@ def test_generated_delegations_compile_as_the_inline_plan(data: hs.DataObject) -
 
 
 def test_the_report_shows_delegated_steps_under_their_path(tmp_path: Path, ledger: Path) -> None:
-    from pte._report import render_report
+    from pte._replay import render_report
 
     model = ScriptedModel(
         planner=[COORDINATOR],
@@ -400,7 +396,7 @@ def test_the_report_shows_delegated_steps_under_their_path(tmp_path: Path, ledge
 
 
 def test_a_run_cut_after_a_delegated_step_resumes_without_asking_again(tmp_path: Path, ledger: Path) -> None:
-    from pte._resume import resume_file
+    from pte._replay import resume_file
 
     model = ScriptedModel(
         planner=[COORDINATOR],

@@ -1,4 +1,4 @@
-"""Labels survive storage (pte._storage): a banking-like store round trip."""
+"""Labels survive storage (pte._policy._storage): a banking-like store round trip."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, Policy, Registry, ReplayClient, tool
-from pte._errors import PolicyError
+from pte._core import PolicyError
 from pte._policy import load_policy
 
 ATTACKER = "GB33BUKB20201555555555"
@@ -132,7 +132,7 @@ def round_trip(policy: Policy, tmp_path: Path) -> Any:
         "result": {"$ref": "pay/id"},
     }
     engine = Engine(
-        # Twice: a refused plan is sent back once (pte._repair) and written the same way again.
+        # Twice: a refused plan is sent back once (pte._run._repair) and written the same way again.
         REGISTRY,
         ReplayClient([json.dumps(plan)] * 2),
         config=EngineConfig(llm_answer=False),

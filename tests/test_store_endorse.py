@@ -21,9 +21,9 @@ import pytest
 from _cli_run import cli as _cli
 
 import pte
-from pte._demo import _BILL_PAYMENT, ENDORSE_POLICY
-from pte._endorsement import EndorsementStore, pending_endorsement
-from pte._signing import SigningKey
+from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+from pte._core import SigningKey
+from pte._policy import EndorsementStore, pending_endorsement
 from pte.stores import open_store
 
 IBAN = "DE62370400440532013001"
@@ -42,7 +42,7 @@ class Deployment:
         monkeypatch.setenv("PTE_LEDGER", str(self.ledger))
         monkeypatch.delenv("PTE_STORE", raising=False)
         self.plan, policy = tmp / "bill.json", tmp / "policy.json"
-        self.plan.write_text(_BILL_PAYMENT, encoding="utf-8")
+        self.plan.write_text(BILL_PAYMENT, encoding="utf-8")
         policy.write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
         self.key, self.public = tmp / "approver.key", tmp / "approver.pub"
         signer = SigningKey.generate()
@@ -237,9 +237,8 @@ def test_bad_run_ids_and_a_missing_store_are_usage_errors(dep: Deployment) -> No
 
 
 def test_requeue_and_workers_treat_it_as_waiting(dep: Deployment) -> None:
-    from pte._registry import load_registry
-    from pte._requeue import requeue_problem
-    from pte._workers import process_run
+    from pte._catalogue import load_registry
+    from pte._deploy import process_run, requeue_problem
 
     dep.paused_for_endorsement("w1")
     with open_store(dep.url) as store:

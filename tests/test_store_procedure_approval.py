@@ -28,7 +28,7 @@ from pte.stores import open_store
 # The CLI in a child that kills itself at a record boundary (test_resume's patch, any AuditLog).
 CLI_CHILD = KILL_PATCH + textwrap.dedent(
     """
-    from pte._cli import main
+    from pte._cli._main import main
 
     sys.exit(main(["--quiet", *sys.argv[1:]]))
     """

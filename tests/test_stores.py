@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from _services import postgres_url  # noqa: F401 - the session fixture
 
-from pte._audit_verify import verify
-from pte._engine import Engine
-from pte._errors import AuditWriteError
-from pte._registry import load_pack, load_registry
+from pte._audit import verify
+from pte._catalogue import load_pack, load_registry
+from pte._core import AuditWriteError
 from pte._replay import replay_run
+from pte._run import Engine
 from pte.stores import JsonlStore, SQLiteStore, Store, StoreError, check_run_id, open_store
 
 PLAN = """{"pte_plan": "1", "steps": [
@@ -254,8 +254,8 @@ def test_sqlite_store_is_shared_by_processes(tmp_path: Path, ledger: Path) -> No
 
     url = f"sqlite://{tmp_path / 'shared.db'}"
     child = (
-        "import sys; from pte.stores import open_store; from pte._engine import Engine; "
-        "from pte._registry import load_registry; "
+        "import sys; from pte.stores import open_store; from pte._run._engine import Engine; "
+        "from pte._catalogue._registry import load_registry; "
         "reg = load_registry(['backoffice','calculator','shaping']); "
         "s = open_store(sys.argv[1]); plan = open(sys.argv[3]).read()\n"
         "for i in range(5):\n"
@@ -278,7 +278,7 @@ def test_the_setup_commands_need_no_database_driver_or_broker() -> None:
     import subprocess
 
     code = (
-        "import sys, pte._cli; pte._cli.build_parser(); import pte.stores, pte._runs; "
+        "import sys, pte._cli._main; pte._cli._main.build_parser(); import pte.stores, pte._deploy._runs; "
         "pte.stores.open_store('x.jsonl'); "
         "bad = sorted(m for m in ('psycopg', 'celery', 'kombu', 'redis') if m in sys.modules); "
         "print(bad); sys.exit(1 if bad else 0)"

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 
 from pte import PlanRejected, ReasonCode, compile_plan, load_registry
-from pte._approval import ApprovalStore
-from pte._errors import ApprovalStoreError, PolicyError, StrictJSONError, ToolPackError
-from pte._json import loads
-from pte._policy import load_policy
+from pte._core import ApprovalStoreError, PolicyError, StrictJSONError, ToolPackError, loads
+from pte._policy import ApprovalStore, load_policy
 
 PACK = """
 from pte import tool

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import Field
 
 from pte import ToolError, tool
-from pte._tool_spec import spec_of
+from pte._catalogue import spec_of
 
 
 @tool

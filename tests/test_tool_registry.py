@@ -24,8 +24,7 @@ from pte import (
     load_registry,
     tool,
 )
-from pte._registry import STOCK_PACKS
-from pte._tool_spec import spec_of
+from pte._catalogue import STOCK_PACKS, spec_of
 from pte.testing._catalogue import example_registry
 
 # --- the decorator ----------------------------------------------------------------------------
@@ -434,7 +433,7 @@ def test_load_pack_with_a_bad_tool(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", STOCK_PACKS)
 def test_stock_packs_load(name: str) -> None:
-    from pte._resources import data_dir
+    from pte._core import data_dir
 
     if not (data_dir("tools") / f"{name}.py").exists():
         pytest.skip(f"stock pack {name} is not in tools/ yet")
@@ -504,7 +503,7 @@ def test_manifest_and_allow_combine(pack: Path, tmp_path: Path) -> None:
 def test_manifest_conforms_to_its_schema() -> None:
     import jsonschema
 
-    from pte._resources import load_schema
+    from pte._core import load_schema
 
     schema = load_schema("tool-manifest.schema.json")
     jsonschema.Draft202012Validator.check_schema(schema)

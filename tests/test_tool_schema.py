@@ -9,11 +9,9 @@ from typing import Any
 import pytest
 
 from pte import PlanRejected, ReasonCode, Registry, ToolRegistrationError, compile_plan, tool_from_schema
-from pte._audit import AuditLog
-from pte._audit_verify import read_records
-from pte._engine import Engine
+from pte._audit import AuditLog, read_records
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
+from pte._run import Engine, EngineConfig
 
 INVOICE_OUT = {
     "type": "object",

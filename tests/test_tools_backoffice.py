@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from pte._errors import ToolError
-from pte._registry import Registry, load_pack
-from pte._tool_spec import spec_of
+from pte._catalogue import Registry, load_pack, spec_of
+from pte._core import ToolError
 
 REPO = Path(__file__).resolve().parents[1]
 AS_OF = date(2026, 11, 1)
@@ -603,8 +602,8 @@ def _ref(pointer: str) -> dict[str, str]:
 def _compile(steps: list[dict[str, Any]], *, policy: bool = False) -> Any:
     import json
 
-    from pte._compiler import compile_plan
-    from pte._registry import load_registry
+    from pte._catalogue import load_registry
+    from pte._plan import compile_plan
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     checks = []
@@ -677,8 +676,8 @@ def test_outputs_type_check_as_plan_references() -> None:
 
 
 def test_injected_payment_details_cannot_reach_send_payment() -> None:
-    pytest.importorskip("pte._policy")
-    from pte._errors import PlanRejected, ReasonCode
+    pytest.importorskip("pte._policy._document")
+    from pte._core import PlanRejected, ReasonCode
 
     doc = {"id": "doc", "tool": "read_document", "args": {"document_id": "DOC-004"}}
     direct = {

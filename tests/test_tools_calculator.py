@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte._errors import ToolError
-from pte._registry import Registry, load_pack
+from pte._catalogue import Registry, load_pack
+from pte._core import ToolError
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ top_key, coalesce, the clock; and empty inputs giving empty outputs for every li
 
 Each operation is called the way the executor calls it (arguments and output validated), typed
 through compile (references into its output are checked against the inferred type), and
-labelled per field (`pte._selection`).
+labelled per field (`pte._catalogue._selection`).
 """
 
 from __future__ import annotations
@@ -20,16 +20,14 @@ from pydantic import BaseModel
 
 import pte
 from pte import ReplayClient
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import PlanRejected, ReasonCode
-from pte._executor import Executor
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, load_registry
+from pte._core import PlanRejected, ReasonCode
+from pte._execution import Executor
+from pte._plan import compile_plan
 from pte._policy import Policy
-from pte._registry import Registry, load_registry
 from pte._replay import replay_file
-from pte._run_state import EngineConfig
+from pte._run import Engine, EngineConfig
 
 STOCK = load_registry(["shaping", "containers", "dates"])
 

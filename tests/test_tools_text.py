@@ -8,8 +8,8 @@ import time
 import pytest
 
 from pte import compile_plan
-from pte._errors import PlanRejected
-from pte._registry import load_registry
+from pte._catalogue import load_registry
+from pte._core import PlanRejected
 from tests._packs import caller
 
 text = caller("text")

@@ -16,19 +16,13 @@ import pytest
 from pydantic import BaseModel, Field
 
 from pte import ReplayClient
-from pte._approval import ApprovalStore, approve, catalogue_fingerprint
-from pte._approval_gate import ApprovalGate
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import Registry, load_pack, load_registry, tool
 from pte._cli import main
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._errors import PolicyError, ReasonCode, ToolRegistrationError
-from pte._policy import Policy
-from pte._registry import Registry, load_pack, load_registry
-from pte._run_state import EngineConfig
-from pte._signing import SigningKey, TrustedKeys
-from pte._tools import tool
+from pte._core import PolicyError, ReasonCode, SigningKey, ToolRegistrationError, TrustedKeys
+from pte._plan import compile_plan
+from pte._policy import ApprovalGate, ApprovalStore, Policy, approve, catalogue_fingerprint
+from pte._run import Engine, EngineConfig
 
 REPO = Path(__file__).resolve().parents[1]
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -382,12 +376,12 @@ def test_untrusted_error_text_copied_by_the_replanner_is_refused_at_the_sink(
         catalogue=catalogue_fingerprint(registry, compiled, policy),
         signing_key=signer,
     )
-    # Sent back once (pte._repair), the fooled replanner writes the same plan again.
+    # Sent back once (pte._run._repair), the fooled replanner writes the same plan again.
     llm = ReplayClient([json.dumps(first), json.dumps(hijacked), json.dumps(hijacked)])
     gate = ApprovalGate(store, registry, keys=TrustedKeys([signer.public_key]), policy=policy)
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
-        # planner_data="shown": the replanner reads the error text (pte._exposure; by default it
+        # planner_data="shown": the replanner reads the error text (pte._run._exposure; by default it
         # is withheld, tests/test_planner_exposure.py).
         shown = EngineConfig(planner_data="shown")
         engine = Engine(registry, llm, policy=policy, approval=gate, config=shown)
@@ -425,7 +419,7 @@ def test_a_trusted_tools_error_quoting_untrusted_arguments_is_untrusted(
     llm = ReplayClient([json.dumps(first), json.dumps(remind), json.dumps(remind)])
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
-        shown = EngineConfig(planner_data="shown")  # the error text is shown (pte._exposure)
+        shown = EngineConfig(planner_data="shown")  # the error text is shown (pte._run._exposure)
         result = Engine(registry, llm, config=shown).run("check the invoice in DOC-004", audit)
     assert result.reason is ReasonCode.REPLANS_EXHAUSTED
     assert (result.message or "").count("policy_violation") == 2

@@ -27,9 +27,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pte._audit_scan import GENESIS_HASH
-from pte._audit_verify import verify
-from pte._canonical import canonical_bytes
+from pte._audit import GENESIS_HASH, verify
+from pte._core import canonical_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 VERIFIER = REPO / "verifier" / "verify.mjs"

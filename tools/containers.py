@@ -45,7 +45,7 @@ __all__ = [
 T = TypeVar("T")
 V = TypeVar("V")
 R = TypeVar("R", bound=dict[str, Any])
-#: Plain values kept or ordered by comparing the values themselves (`pte._selection`).
+#: Plain values kept or ordered by comparing the values themselves (`pte._catalogue._selection`).
 _VALUES_BY_THEMSELVES = Selection({"/values/*": "values/*"}, decides=("values/*",))
 _NUMERIC_RE = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 

@@ -25,7 +25,7 @@ from dateutil.relativedelta import relativedelta
 from pydantic import BaseModel, Field
 
 from pte import tool
-from pte._generics import compile_regex
+from pte._catalogue import compile_regex
 
 __all__ = [
     "add_duration",

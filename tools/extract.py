@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pte import tool
-from pte._generics import compile_regex
+from pte._catalogue import compile_regex
 
 __all__ = ["extract", "extract_amounts"]
 

@@ -217,7 +217,7 @@ def _kind(value: Any) -> str:
 _TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?")
 
 
-def _instant(value: Any) -> dt.datetime | None:
+def as_instant(value: Any) -> dt.datetime | None:
     """An ISO 8601 date or timestamp as a datetime (a date is its midnight), else None."""
     if not isinstance(value, str) or not _TIMESTAMP_RE.fullmatch(value.strip()):
         return None
@@ -228,7 +228,7 @@ def _instant(value: Any) -> dt.datetime | None:
 
 
 def _instants(a: Any, b: Any) -> tuple[dt.datetime, dt.datetime] | None:
-    ta, tb = _instant(a), _instant(b)
+    ta, tb = as_instant(a), as_instant(b)
     if ta is None or tb is None:
         return None
     if (ta.tzinfo is None) != (tb.tzinfo is None):
@@ -367,7 +367,7 @@ def _render(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-#: Records kept whole, in input order or another (`pte._selection`: labels stay per field).
+#: Records kept whole, in input order or another (`pte._catalogue._selection`: labels stay per field).
 _ROWS = Selection({"/records/*": "records/*"})
 
 
@@ -484,7 +484,7 @@ def _sort_keys(values: list[Any], by: str) -> list[Any]:
     numbers = [_numeric(value) for value in values]
     if all(number is not None for number in numbers):
         return numbers
-    instants = [_instant(value) for value in values]
+    instants = [as_instant(value) for value in values]
     if values and all(instant is not None for instant in instants):
         aware = {instant.tzinfo is not None for instant in instants if instant is not None}
         if len(aware) > 1:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from pte import ExtendedBy, FieldName, RegexGroups, RegexPattern, tool
-from pte._generics import compile_regex, regex_group_names
+from pte._catalogue import compile_regex, regex_group_names
 
 __all__ = [
     "extract_into",

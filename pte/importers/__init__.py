@@ -11,7 +11,7 @@ that cannot be typed is refused (`ImportRefused`) with the declaration to add.
 
 from __future__ import annotations
 
-from pte._errors import ImportRefused
+from pte._core import ImportRefused
 from pte.importers._common import ImportManifest, SourceTool, build_registry, fingerprint
 
 __all__ = ["ImportManifest", "ImportRefused", "SourceTool", "build_registry", "fingerprint"]

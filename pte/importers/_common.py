@@ -20,14 +20,16 @@ from typing import Any
 
 import jsonschema
 
-from pte import _json as strict_json
-from pte._canonical import canonical_json, sha256_hex
-from pte._errors import ImportRefused, ToolRegistrationError
-from pte._registry import Registry
-from pte._resources import load_schema
-from pte._tool_schema import SchemaFunction, tool_from_schema
-from pte._tool_spec import TOOL_NAME_RE, Effect
-from pte._version import __version__
+from pte._catalogue import TOOL_NAME_RE, Effect, Registry, SchemaFunction, tool_from_schema
+from pte._core import (
+    ImportRefused,
+    ToolRegistrationError,
+    __version__,
+    canonical_json,
+    load_schema,
+    sha256_hex,
+)
+from pte._core import strict_json as strict_json
 from pte.importers._text import scrub
 
 __all__ = [

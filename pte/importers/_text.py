@@ -9,7 +9,7 @@ the user's. The import manifest replaces or drops it:
 - ``"parameters": {"p": {"description": ...}}``: one parameter's description (``null`` drops);
 - ``"source_text": "drop"``: every other description, title, example and comment the source
   wrote, in both schemas; ``"keep"`` (the default) leaves it, framed in the planner prompt as
-  untrusted, and a plan written after the planner read it is exposed (pte._exposure).
+  untrusted, and a plan written after the planner read it is exposed (pte._run._exposure).
 
 `scrub` walks a JSON Schema as a schema (keywords, not property names), so a property
 called ``description`` is never mistaken for text.

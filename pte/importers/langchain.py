@@ -27,10 +27,8 @@ from typing import Any
 
 from pydantic import PydanticUserError, TypeAdapter
 
-from pte._canonical import sha256_hex
-from pte._errors import ImportRefused, ImportSourceError, ToolError
-from pte._registry import Registry
-from pte._tool_schema import SchemaFunction
+from pte._catalogue import Registry, SchemaFunction
+from pte._core import ImportRefused, ImportSourceError, ToolError, sha256_hex
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["import_langchain_tools"]
@@ -50,11 +48,11 @@ def _return_schema(tool: Any) -> dict[str, Any] | None:
         return None
     if "return" not in hints or hints["return"] is Any:
         return None
-    from pte._tools import _JsonSchema  # the generator @pte.tool uses: same Decimal/date handling
+    from pte._catalogue import JsonSchema  # the generator @pte.tool uses: same Decimal/date handling
 
     try:
         schema: dict[str, Any] = TypeAdapter(hints["return"]).json_schema(
-            mode="serialization", schema_generator=_JsonSchema
+            mode="serialization", schema_generator=JsonSchema
         )
     except PydanticUserError:
         return None

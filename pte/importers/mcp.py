@@ -33,10 +33,9 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, TextIO
 
-from pte import _json as strict_json
-from pte._errors import MCPError, StrictJSONError, ToolError
-from pte._registry import Registry
-from pte._tool_schema import SchemaFunction
+from pte._catalogue import Registry, SchemaFunction
+from pte._core import MCPError, StrictJSONError, ToolError
+from pte._core import strict_json as strict_json
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["MCPConnection", "MCPError", "import_mcp_tools"]

@@ -31,11 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pte import _json as strict_json
-from pte._canonical import hash_json, sha256_hex
-from pte._errors import ImportRefused, OpenAPIError, StrictJSONError, ToolError
-from pte._registry import Registry
-from pte._tool_schema import SchemaFunction
+from pte._catalogue import Registry, SchemaFunction
+from pte._core import ImportRefused, OpenAPIError, StrictJSONError, ToolError, hash_json, sha256_hex
+from pte._core import strict_json as strict_json
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["OpenAPIError", "import_openapi", "load_openapi"]

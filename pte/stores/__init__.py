@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from pte._audit import RecordWriter
-from pte._errors import StoreError
+from pte._core import StoreError
 from pte.stores._base import (
     RUN_ID_PATTERN,
     RUN_STATES,

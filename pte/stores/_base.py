@@ -29,10 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pte._audit import AuditLog, Durability, RecordWriter
-from pte._audit_scan import VerifyReport
-from pte._audit_verify import verify
-from pte._errors import StoreError
+from pte._audit import AuditLog, Durability, RecordWriter, VerifyReport, verify
+from pte._core import StoreError
 
 __all__ = [
     "RUN_ID_PATTERN",

@@ -1,7 +1,7 @@
 """The JSON Lines store: today's audit log file, the zero-setup default for one-off runs.
 
 ``jsonl:path/to/log.jsonl`` or a bare file path. The file holds runs one after another on
-one hash chain (see `pte._audit`), so a run is verified as part of its file. It keeps no
+one hash chain (see `pte._audit._writer`), so a run is verified as part of its file. It keeps no
 approval decisions and no submitted jobs: pausing runs and workers need a SQL store.
 """
 
@@ -11,10 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pte._audit import AuditLog, Durability, RecordWriter
-from pte._audit_scan import VerifyReport
-from pte._audit_verify import iter_records, verify
-from pte._errors import StoreError
+from pte._audit import AuditLog, Durability, RecordWriter, VerifyReport, iter_records, verify
+from pte._core import StoreError
 from pte.stores._base import RunInfo, Store, check_run_id, paused_status
 
 __all__ = ["JsonlStore"]

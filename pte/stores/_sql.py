@@ -25,10 +25,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from pte._audit import Durability, RecordWriter
-from pte._audit_scan import VerifyIssue, VerifyReport
-from pte._audit_verify import verify
-from pte._errors import StoreError
+from pte._audit import Durability, RecordWriter, VerifyIssue, VerifyReport, verify
+from pte._core import StoreError
 from pte.stores._base import WAITING_STATES, Decision, RunInfo, Store, check_run_id, paused_status, utc_now
 
 #: Record types that change a run's row in ``pte_runs``.

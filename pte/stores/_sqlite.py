@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pte._audit import Durability
-from pte._errors import StoreError
+from pte._core import StoreError
 from pte.stores._base import check_run_id, utc_now
 from pte.stores._sql import SCHEMA, SQLStore
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pte._audit import Durability
-from pte._errors import StoreError
+from pte._core import StoreError
 from pte.stores._base import check_run_id
 from pte.stores._sql import SCHEMA, SQLStore
 

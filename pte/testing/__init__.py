@@ -15,18 +15,18 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
   generated record types; `pte.testing.cookbook` / `pte.testing.domains`: the cookbook's
   tasks runner and fixture packs.
 - `control_plans(registry)` / `invalid_control_plans(registry, reason)`: the same with
-  for_each, when, require and continue (pte._control).
+  for_each, when, require and continue (pte._plan._control).
 - `procedure_calls(registry)`: a procedure, a plan calling it, and the same plan with the body
-  written inline (pte._procedures): both must compile and run the same.
+  written inline (pte._plan._procedures): both must compile and run the same.
 - `delegations(registry)`: a specialist, a coordinator's plan delegating to it, the sub-plan
-  it answers, and the same plan written inline (pte._delegation); `ScriptedModel` answers
+  it answers, and the same plan written inline (pte._run._delegation); `ScriptedModel` answers
   each specialist's calls from its own script (``specialists={"name": [...]}``).
 - `example_registry()`: a small typed example catalogue.
 """
 
 from __future__ import annotations
 
-from pte._llm_replay import ReplayClient
+from pte._run import ReplayClient
 from pte.testing._catalogue import example_registry
 from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
 from pte.testing._data_plans import DataCase, data_plans

@@ -20,8 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from pte._registry import Registry
-from pte._tools import tool
+from pte._catalogue import Registry, tool
 
 __all__ = [
     "Address",

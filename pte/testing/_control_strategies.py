@@ -18,11 +18,10 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from pte import _schema_types as types
-from pte._control import _schema_kinds
-from pte._errors import ReasonCode
-from pte._plan import ELEMENT
-from pte._registry import Registry
+from pte._catalogue import Registry
+from pte._catalogue import schema_types as types
+from pte._core import ReasonCode
+from pte._plan import ELEMENT, schema_kinds
 from pte.testing._strategies.base import _choice, _fresh, _percent, _ref, _serialise
 from pte.testing._strategies.catalogue import _catalogue_for, _Tool
 from pte.testing._strategies.valid import _draw_plan
@@ -94,7 +93,7 @@ def _operands(doc: Doc, tools: Mapping[str, _Tool]) -> list[tuple[int, tuple[str
             continue
         tool = tools[step["id"]]
         for tokens, schema in tool.pointers:
-            kinds = _schema_kinds(schema, tool.spec.output_schema)
+            kinds = schema_kinds(schema, tool.spec.output_schema)
             if kinds and len(kinds) <= 2:
                 out.append((i, tokens, kinds, schema))
     return out

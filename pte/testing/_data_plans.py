@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 from pydantic import BaseModel, create_model
 
-from pte._registry import Registry, load_registry
-from pte._tools import tool
+from pte._catalogue import Registry, load_registry, tool
 
 __all__ = ["DataCase", "data_plans"]
 

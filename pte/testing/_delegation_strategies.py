@@ -18,8 +18,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from pte._registry import Registry
-from pte._specialists import Specialist
+from pte._catalogue import Registry
+from pte._plan import Specialist
 from pte.testing._procedure_strategies import CALL_ID, procedure_calls
 
 __all__ = ["DelegationCase", "delegations"]

@@ -13,9 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pte._call_role import current_role
-from pte._errors import LLMError
-from pte._llm import LLMResponse
+from pte._core import LLMError, current_role
+from pte._run import LLMResponse
 
 __all__ = ["FunctionCall", "FunctionClient"]
 
@@ -30,7 +29,7 @@ class FunctionCall:
     schema: Mapping[str, Any] | None
     schema_name: str
     #: What the engine calls for: ``planner``, ``replanner``, ``stage``, ``repair`` or
-    #: ``finalizer`` (`pte._call_role`); None when the client is called outside an engine.
+    #: ``finalizer`` (`pte._core._call_role`); None when the client is called outside an engine.
     role: str | None = None
 
     @property

@@ -18,7 +18,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from pte._registry import Registry
+from pte._catalogue import Registry
 from pte.testing._strategies import valid_plans
 
 __all__ = ["ProcedureCase", "procedure_calls"]

@@ -12,7 +12,7 @@ for a real model, and the audit log replays like any other::
     result = Engine(registry, model).run("How many unread e-mails do I have?", audit)
     assert model.unused() == {}
 
-A deployment with specialists (pte._specialists) is scripted by specialist: the engine asks a
+A deployment with specialists (pte._plan._specialists) is scripted by specialist: the engine asks a
 specialist for its sub-plan with role ``specialist``, and the model tells which one from its
 prompt::
 
@@ -30,13 +30,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from pte._llm import LLMResponse
-from pte._prompts import specialist_of
+from pte._run import LLMResponse, specialist_of
 from pte.testing._function_client import FunctionCall, FunctionClient
 
 __all__ = ["ROLES", "ScriptExhausted", "ScriptedModel"]
 
-#: The roles an engine calls a model for (`pte._call_role`).
+#: The roles an engine calls a model for (`pte._core._call_role`).
 ROLES = ("planner", "replanner", "stage", "repair", "finalizer", "specialist")
 
 Answer = (
@@ -93,7 +92,7 @@ class ScriptedModel(FunctionClient):
 
     def _answer(self, messages: list[dict[str, str]], call: FunctionCall) -> str | LLMResponse:
         role = call.role or ("planner" if call.wants_json else "finalizer")
-        if role == "specialist":  # which specialist: its prompt says (pte._prompts.SPECIALIST_INTRO)
+        if role == "specialist":  # which specialist: its prompt says (pte._run._prompts.SPECIALIST_INTRO)
             role = f"specialist:{specialist_of(messages)}"
         queue = self.script.get(role)
         if not queue:

@@ -31,16 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pte._audit import AuditLog
-from pte._audit_verify import read_records, verify
-from pte._compiler import compile_plan
-from pte._engine import Engine
-from pte._executor import Executor
-from pte._plan import Plan, is_reference
+from pte._audit import AuditLog, read_records, verify
+from pte._catalogue import STOCK_PACKS, Registry, load_pack, load_registry
+from pte._execution import ExecutionResult, Executor
+from pte._plan import Plan, compile_plan, is_reference
 from pte._policy import Policy
-from pte._registry import STOCK_PACKS, Registry, load_pack, load_registry
-from pte._run_state import EngineConfig, RunResult
-from pte._step_results import ExecutionResult
+from pte._run import Engine, EngineConfig, RunResult
 
 __all__ = [
     "ModelTask",

@@ -18,9 +18,8 @@ import jsonschema
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from pte import _schema_types as types
-from pte._registry import Registry
-from pte._tool_spec import ToolSpec
+from pte._catalogue import Registry, ToolSpec
+from pte._catalogue import schema_types as types
 from pte.testing._strategies.base import (
     Tokens,
     _thaw,

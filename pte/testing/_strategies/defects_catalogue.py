@@ -14,9 +14,9 @@ import jsonschema
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn
 
-from pte import _schema_types as types
-from pte._compile_context import Limits
-from pte._tool_spec import TOOL_NAME_RE
+from pte._catalogue import TOOL_NAME_RE
+from pte._catalogue import schema_types as types
+from pte._plan import Limits
 from pte.testing._strategies.base import (
     Doc,
     Json,

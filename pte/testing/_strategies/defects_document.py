@@ -13,7 +13,7 @@ import math
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn
 
-from pte._compile_context import Limits
+from pte._plan import Limits
 from pte.testing._strategies.base import (
     _KEYS,
     Doc,

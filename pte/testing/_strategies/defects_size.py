@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn
 
-from pte._compile_context import Limits
-from pte._nesting import count_values
+from pte._core import count_values
+from pte._plan import Limits
 from pte.testing._strategies.base import (
     _KEYS,
     Doc,

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis.strategies import DrawFn
 
-from pte._compile_context import Limits
+from pte._plan import Limits
 from pte.testing._strategies.base import (
     _KEYS,
     Doc,

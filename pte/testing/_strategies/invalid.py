@@ -10,9 +10,9 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from pte._compile_context import DEFAULT_LIMITS, Limits
-from pte._errors import PLAN_REASONS, ReasonCode
-from pte._registry import Registry
+from pte._catalogue import Registry
+from pte._core import PLAN_REASONS, ReasonCode
+from pte._plan import DEFAULT_LIMITS, Limits
 from pte.testing._strategies.base import (
     _copy,
     _serialise,

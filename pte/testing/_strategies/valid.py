@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
+from pte._catalogue import Registry
 from pte._plan import PLAN_FORMAT_VERSION
-from pte._registry import Registry
 from pte.testing._strategies.base import (
     _TEXT,
     Doc,

@@ -21,8 +21,8 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from pte import _schema_types as types
-from pte._linear_patterns import DECIMAL_STRING_PATTERN
+from pte._catalogue import schema_types as types
+from pte._core import DECIMAL_STRING_PATTERN
 from pte._plan import STEP_ID_RE
 from pte.testing._strategies.base import (
     _ASCII,

@@ -1,0 +1,111 @@
+"""The audit log: the hash-chained writer, its records' schema, verification (fast, parallel, scan),
+tails, checkpoints, deployment anchors and the text view.
+
+This module is the area's face: other areas import only what it re-exports.
+"""
+
+from __future__ import annotations
+
+from pte._audit import _records as records
+from pte._audit._anchors import (
+    ANCHORS_FILE_ENV,
+    DEPLOYMENT_KEY_ENV,
+    DEPLOYMENT_PUBLIC_KEY_ENV,
+    Anchors,
+    anchors_from_env,
+    run_problem,
+)
+from pte._audit._approval_record import (
+    Approval,
+    ProcedureApproval,
+    check_by,
+    format_time,
+    utc_now,
+)
+from pte._audit._checkpoint import (
+    Checkpoint,
+    CheckpointReport,
+    generate_key,
+    load_private_key,
+    load_public_key,
+    read_checkpoints,
+    verify_checkpoints,
+    write_checkpoint,
+)
+from pte._audit._content import (
+    approval_problem,
+    endorsement_problem,
+)
+from pte._audit._record_sink import (
+    RecordSink,
+)
+from pte._audit._records import (
+    TRACE_FIELDS,
+    Record,
+    traced,
+)
+from pte._audit._scan import (
+    GENESIS_HASH,
+    VerifyIssue,
+    VerifyReport,
+)
+from pte._audit._schema import (
+    load_audit_schema,
+)
+from pte._audit._show import (
+    render_record,
+    render_timeline,
+    visible,
+)
+from pte._audit._verify import (
+    iter_records,
+    read_records,
+    verify,
+)
+from pte._audit._writer import (
+    AuditLog,
+    Durability,
+    RecordWriter,
+)
+
+__all__ = [
+    "ANCHORS_FILE_ENV",
+    "DEPLOYMENT_KEY_ENV",
+    "DEPLOYMENT_PUBLIC_KEY_ENV",
+    "GENESIS_HASH",
+    "TRACE_FIELDS",
+    "Anchors",
+    "Approval",
+    "AuditLog",
+    "Checkpoint",
+    "CheckpointReport",
+    "Durability",
+    "ProcedureApproval",
+    "Record",
+    "RecordSink",
+    "RecordWriter",
+    "VerifyIssue",
+    "VerifyReport",
+    "anchors_from_env",
+    "approval_problem",
+    "check_by",
+    "endorsement_problem",
+    "format_time",
+    "generate_key",
+    "iter_records",
+    "load_audit_schema",
+    "load_private_key",
+    "load_public_key",
+    "read_checkpoints",
+    "read_records",
+    "records",
+    "render_record",
+    "render_timeline",
+    "run_problem",
+    "traced",
+    "utc_now",
+    "verify",
+    "verify_checkpoints",
+    "visible",
+    "write_checkpoint",
+]

@@ -1,0 +1,285 @@
+"""`pte audit ...`: verify (with checkpoints), show, checkpoint, keygen, report.
+
+Exit codes as for every command: 0 ok, 1 the log (or a checkpoint) does not hold, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pte._cli._deployment import EXIT_FAILED, EXIT_OK, _add_json, _print_json
+from pte._cli._support import UsageError, input_file, output_file
+
+__all__ = ["add_audit_commands"]
+
+
+def _existing_log(path: str) -> str:
+    input_file(path, "audit log")  # a missing, directory or FIFO path is a usage error
+    return path
+
+
+#: `pte audit verify` uses one process per CPU by default, up to this many.
+_MAX_JOBS = 8
+
+
+def _jobs(value: str | None) -> int:
+    """``--jobs``: a positive count, or (not given) one per CPU up to `_MAX_JOBS`."""
+    if value is None:
+        return min(os.cpu_count() or 1, _MAX_JOBS)
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise UsageError(f"--jobs must be a positive whole number, not {value!r}")
+    return jobs
+
+
+def _anchor_problem(log: Any) -> str | None:
+    """With a deployment key configured: the first run of `log` that is not as it was anchored."""
+    from pte._audit import run_problem
+    from pte._cli._deployment import _deployment_anchors
+    from pte._replay import iter_runs
+
+    anchors = _deployment_anchors()
+    if anchors is None:
+        return None
+    for run in iter_runs(log):
+        records = [r for _, r in run]
+        problem = run_problem(anchors, str(records[0].get("run_id")), records) if records else None
+        if problem is not None:
+            return problem
+    return None
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from pte._audit import load_public_key, verify, verify_checkpoints
+    from pte._core import CheckpointError
+    from pte.stores import is_store_url
+
+    if is_store_url(args.log):
+        if args.checkpoint is not None:
+            raise UsageError("--checkpoint works on an audit log file, not a store URL")
+        import pte._cli._store as cli_store
+
+        return cli_store.audit_verify(args)
+    from pte.stores import is_store_url
+
+    if is_store_url(args.log):
+        return _store_report(args)
+    log = _existing_log(args.log)
+    if (args.checkpoint is None) != (args.public_key is None):
+        raise UsageError("--checkpoint and --public-key go together")
+    jobs = _jobs(args.jobs)
+    input_file(args.checkpoint, "checkpoint file")
+    checkpoint: Any = None
+    if args.checkpoint is not None:
+        try:
+            key = load_public_key(args.public_key)
+            checkpoint = verify_checkpoints(log, args.checkpoint, key, jobs=jobs)
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        report = checkpoint.log
+    else:
+        report = verify(log, jobs=jobs)
+    anchored = _anchor_problem(log) if report.intact else None
+    if anchored is not None:
+        if args.json:
+            _print_json({"status": "tampered", **report.to_dict(), "anchors": anchored})
+        else:
+            print(f"FAILED: {anchored}")
+        return EXIT_FAILED
+    ok = report.ok and (checkpoint is None or checkpoint.ok)
+    if args.json:
+        status = "ok" if report.ok else ("incomplete" if report.intact else "tampered")
+        if report.intact and checkpoint is not None and not checkpoint.ok:
+            status = "tampered"
+        _print_json(
+            {
+                "status": status,
+                **report.to_dict(),
+                "checkpoint": checkpoint.to_dict() if checkpoint is not None else None,
+            }
+        )
+        return EXIT_OK if ok else EXIT_FAILED
+    fmt = f"format {report.format}" + (" (legacy, read-only)" if report.format == 1 else "")
+    if checkpoint is not None and not checkpoint.ok:
+        print(f"FAILED: {checkpoint.problem}")
+    elif report.ok:
+        anchored = (
+            f"; {checkpoint.checked} signed checkpoint(s) hold, covering {checkpoint.covered} record(s)"
+            if checkpoint is not None
+            else ""
+        )
+        print(
+            f"ok: {report.records} record(s), {report.runs} run(s), {fmt}, chain and schema intact, "
+            f"every run sealed{anchored}"
+        )
+    elif report.intact:
+        print(f"incomplete: {report.issue}")
+    else:
+        print(f"FAILED: {report.issue}")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_audit_show(args: argparse.Namespace) -> int:
+    from pte._audit import iter_records, render_record
+    from pte._core import AuditFormatError
+    from pte.stores import is_store_url
+
+    if is_store_url(args.log):
+        import pte._cli._store as cli_store
+
+        return cli_store.audit_show(args)
+    log = _existing_log(args.log)
+    # Streamed: one record in memory at a time, whatever the size of the log.
+    shown = 0
+    try:
+        for _, record in iter_records(log, skip_partial_tail=True):
+            print(render_record(record))
+            shown += 1
+    except AuditFormatError as exc:
+        print(f"cannot read {log}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if not shown:
+        print(f"nothing to show: {log} holds no complete record", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
+    from pte._audit import load_private_key, write_checkpoint
+    from pte._core import CheckpointError
+
+    log = _existing_log(args.log)
+    out = str(output_file(args.out or f"{log}.checkpoints", "checkpoint file"))
+    try:
+        key = load_private_key(args.key)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        checkpoint = write_checkpoint(log, key, out)
+    except CheckpointError as exc:
+        print(f"FAILED: {exc}")
+        return EXIT_FAILED
+    except OSError as exc:
+        raise UsageError(f"cannot write checkpoint file {out!r}: {exc.strerror or exc}") from None
+    if args.json:
+        _print_json({**checkpoint.to_dict(), "file": out})
+    else:
+        print(
+            f"checkpoint appended to {out}: {checkpoint.records} record(s), head {checkpoint.head[:16]}…, "
+            f"log {checkpoint.log_id[:16]}…, key {checkpoint.key_id[:16]}…"
+        )
+    return EXIT_OK
+
+
+def cmd_audit_keygen(args: argparse.Namespace) -> int:
+    from pte._audit import generate_key
+    from pte._core import CheckpointError
+
+    output_file(args.path, "key file")
+    try:
+        public = generate_key(args.path)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.path!r}: {exc.strerror or exc}") from None
+    print(f"Ed25519 key written to {args.path} (keep it secret) and {public} (give it to verifiers)")
+    return EXIT_OK
+
+
+def cmd_audit_report(args: argparse.Namespace) -> int:
+    from pte._core import CheckpointError, ReportError
+    from pte._replay import write_report
+    from pte.stores import is_store_url
+
+    if is_store_url(args.log):
+        return _store_report(args)
+    log = _existing_log(args.log)
+    if (args.checkpoint is None) != (args.public_key is None):
+        raise UsageError("--checkpoint and --public-key go together")
+    input_file(args.checkpoint, "checkpoint file")
+    output_file(args.out, "report")
+    try:
+        path = write_report(
+            log, args.out, run_id=args.run, checkpoint=args.checkpoint, public_key=args.public_key
+        )
+    except (ReportError, CheckpointError) as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out!r}: {exc.strerror or exc}") from None
+    print(f"report written to {path}")
+    return EXIT_OK
+
+
+def _store_report(args: argparse.Namespace) -> int:
+    """``pte audit report STORE_URL --run ID -o FILE``: one stored run, verified as stored."""
+    from pte._core import ReportError
+    from pte._replay import render_store_report
+    from pte.stores import StoreError, open_store
+
+    if args.run is None:
+        raise UsageError("--run RUN_ID is required with a store URL")
+    if args.checkpoint is not None or args.public_key is not None:
+        raise UsageError("--checkpoint works on an audit log file, not a store URL")
+    output_file(args.out, "report")
+    try:
+        with open_store(args.log) as store:
+            page = render_store_report(store, args.run)
+    except (ReportError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        Path(args.out).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out!r}: {exc.strerror or exc}") from None
+    print(f"report written to {args.out}")
+    return EXIT_OK
+
+
+def add_audit_commands(sub: Any) -> None:
+    """Register the ``pte audit`` sub-commands on `sub` (an argparse sub-parsers action)."""
+    p = sub.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: one run (default: every run)")
+    p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
+    p.add_argument(
+        "--jobs",
+        metavar="N",
+        help="processes to verify a large log file with, each taking a part (default: one per CPU, up to 8)",
+    )
+    p.add_argument(
+        "--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints (PEM file or env:NAME)"
+    )
+    _add_json(p)
+    p.set_defaults(func=cmd_audit_verify)
+
+    p = sub.add_parser("show", help="a readable timeline of the runs in a log")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("--run", metavar="RUN_ID", help="with a store URL: the run to show")
+    p.set_defaults(func=cmd_audit_show)
+
+    p = sub.add_parser("checkpoint", help="append a signed checkpoint (log id, records, head hash, time)")
+    p.add_argument("log")
+    p.add_argument("--key", required=True, metavar="KEY", help="Ed25519 signing key (PEM file or env:NAME)")
+    p.add_argument("-o", "--out", metavar="FILE", help="checkpoint file (default: LOG.checkpoints)")
+    _add_json(p)
+    p.set_defaults(func=cmd_audit_checkpoint)
+
+    p = sub.add_parser("report", help="one self-contained HTML page per log (or run) for auditors")
+    p.add_argument("log", metavar="LOG|STORE_URL")
+    p.add_argument("-o", "--out", required=True, metavar="FILE", help="the HTML file to write")
+    p.add_argument(
+        "--run", metavar="RUN_ID", help="only this run (default: every run in the log; required with a store)"
+    )
+    p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
+    p.add_argument("--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints")
+    p.set_defaults(func=cmd_audit_report)
+
+    p = sub.add_parser("keygen", help="write a new Ed25519 key pair (PATH and PATH.pub)")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_audit_keygen)

@@ -1,0 +1,338 @@
+"""What a command's flags make of the deployment, shared by the `pte` commands.
+
+The tool registry (``--tools``, ``--allow``, ``--manifest``), the policy (``--policy``), the
+approval gate (``--approvals``, ``--approval-keys``), the LLM client, the engine and the audit
+log, with the flags that name them, and how a run's result is printed. `pte._cli._main` (the parser
+and the core commands), `pte._cli._replay`, `pte._cli._store` and `pte._cli._audit` all build
+from these, so that every command reads a flag the same way. The redactor of the running
+command is set here by `pte._cli._main.main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from pte._catalogue import STOCK_PACKS, Registry, load_registry
+from pte._cli._support import (
+    UsageError,
+    execution_settings,
+    http_url,
+    input_file,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    print_json,
+)
+from pte._core import FailedClosed, LLMError, PTEError, Redactor, ToolPackError, ToolRegistrationError
+from pte._run import DEFAULT_MAX_TOKENS
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "current_redactor", "set_redactor"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+#: The redactor of the running command (`pte._cli._main.main` sets it): the audit log's and the output's.
+_redactor: Redactor | None = None
+
+
+def _print_json(value: Any) -> None:
+    print_json(value, _redactor)
+
+
+def set_redactor(redactor: Redactor | None) -> None:
+    """Set the redactor of the running command (its audit log's and its output's)."""
+    global _redactor
+    _redactor = redactor
+
+
+def current_redactor() -> Redactor | None:
+    """The redactor of the running command, if one is running."""
+    return _redactor
+
+
+def _packs(args: argparse.Namespace) -> list[str]:
+    from pte._cli._imports import is_import_spec
+
+    # An importer spec (mcp:CMD, openapi:SPEC#a,b) is one value: its commas are its own.
+    packs = [
+        p for spec in (args.tools or []) for p in ([spec] if is_import_spec(spec) else spec.split(",")) if p
+    ]
+    if not packs:
+        raise UsageError(
+            f"--tools is required: a stock pack ({', '.join(STOCK_PACKS)}), an installed pack, a .py file "
+            "or a module (`pte tools` lists them)"
+        )
+    return packs
+
+
+def _pack_refs(packs: list[str]) -> list[str | Registry]:
+    """Packs as `load_registry` takes them: an importer spec becomes the registry it imports."""
+    from pte._cli._imports import import_spec, is_import_spec
+
+    return [import_spec(p) if is_import_spec(p) else p for p in packs]
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
+    packs = _packs(args)
+    input_file(getattr(args, "manifest", None), "manifest")
+    input_file(getattr(args, "policy", None), "policy file")
+    allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
+    try:
+        registry = load_registry(_pack_refs(packs), allow=allow, manifest=getattr(args, "manifest", None))
+    except (ToolPackError, ToolRegistrationError) as exc:
+        raise UsageError(str(exc)) from None
+    return _with_procedures(registry, args)
+
+
+def _with_procedures(registry: Registry, args: argparse.Namespace) -> Registry:
+    """The registry with the procedures of --procedures DIR (checked against its allow-list)."""
+    folder = getattr(args, "procedures", None)
+    if not folder:
+        return registry
+    from pte._core import ProcedureError
+    from pte._plan import load_procedures
+
+    try:
+        return registry.with_procedures(load_procedures(folder, registry))
+    except ProcedureError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    parser.add_argument(
+        "--tools",
+        action="append",
+        metavar="PACK",
+        required=required,
+        help=f"tool pack: a stock pack ({', '.join(STOCK_PACKS)}), an installed pack, a .py file or a "
+        "module; repeat or comma-separate (`pte tools` lists them)",
+    )
+    parser.add_argument(
+        "--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools"
+    )
+    parser.add_argument("--manifest", metavar="FILE", help="a tool manifest narrowing the allow-list")
+    add_procedures_option(parser)
+    parser.add_argument("--policy", metavar="FILE", help="a data-flow policy file (compliance-owned)")
+
+
+def add_procedures_option(parser: argparse.ArgumentParser) -> None:
+    """--procedures DIR: the deployment's procedure files (docs/procedures.md)."""
+    parser.add_argument(
+        "--procedures",
+        metavar="DIR",
+        help="a folder of procedure files (*.json) plans may call like tools (docs/procedures.md)",
+    )
+
+
+def add_specialists_option(parser: argparse.ArgumentParser) -> None:
+    """--specialists FILE: the deployment's specialists (docs/specialists.md)."""
+    parser.add_argument(
+        "--specialists",
+        metavar="FILE",
+        help="a JSON or YAML file of specialists the planner delegates to (docs/specialists.md)",
+    )
+
+
+def specialists_of(args: argparse.Namespace, registry: Registry | None) -> Any:
+    """The specialists of --specialists FILE, checked against the deployment's registry (None:
+    no option). A file that does not load or names tools outside the allow-list is a usage error."""
+    path = getattr(args, "specialists", None)
+    if path is None:
+        return None
+    from pte._core import SpecialistError
+    from pte._plan import check_specialists, load_specialists
+
+    input_file(path, "--specialists file")
+    try:
+        specialists = load_specialists(path)
+        if registry is not None:
+            check_specialists(specialists, registry)
+    except SpecialistError as exc:
+        raise UsageError(f"--specialists {path!r}: {exc}") from None
+    return specialists
+
+
+def _add_approvals(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
+    parser.add_argument(
+        "--approval-keys",
+        metavar="FILE",
+        help="trusted approvers' Ed25519 public keys (PEM; default $PTE_APPROVAL_PUBLIC_KEYS_FILE); "
+        "with keys, only approvals signed by one of them count",
+    )
+    from pte._cli._endorse import add_endorsements_option
+
+    add_endorsements_option(parser)
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _policy(registry: Registry, args: argparse.Namespace) -> Any:
+    from pte._policy import Policy
+
+    path = getattr(args, "policy", None)
+    try:
+        if path is None:
+            return Policy.from_registry(registry)
+        # Tool names in the file are checked against the whole packs (a typo is an error), so
+        # one compliance-owned file serves deployments that narrow the allow-list differently.
+        policy = Policy.from_registry(load_registry(_pack_refs(_packs(args)))).with_file(path)
+        narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
+        return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
+    except PTEError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
+    return [_policy(registry, args).check()]
+
+
+def _deployment_anchors() -> Any:
+    """The deployment's anchors (`pte._audit._anchors`) from the environment, or None (no key)."""
+    from pte._audit import anchors_from_env
+    from pte._core import AnchorError
+
+    try:
+        return anchors_from_env()
+    except AnchorError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _open_audit(path: str, **kwargs: Any) -> Any:
+    from pte._audit import AuditLog
+
+    target = output_file(path, "audit log")
+    kwargs.setdefault("anchors", _deployment_anchors())
+    try:
+        return AuditLog(target, redactor=_redactor, **kwargs)
+    except FailedClosed as exc:
+        raise UsageError(f"cannot open audit log {path!r}: {exc.message}") from None
+
+
+def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -> int:
+    if args.json:
+        _print_json({**result.to_dict(), "audit": audit_path})
+    else:
+        if result.ok:
+            print(result.answer or "")
+            print(
+                f"\nsucceeded: {len(result.steps)} step(s), {result.llm_calls} LLM call(s); "
+                f"audit log {audit_path}"
+            )
+        elif result.status == "condition_not_met":  # pte._plan._control: a require was false; not a failure
+            print(f"{result.message}\n\ncondition_not_met: nothing after the require step ran")
+        else:
+            print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
+            if result.result is not None:
+                print(json.dumps(result.result, indent=2, ensure_ascii=False))
+    return EXIT_OK if result.ok or result.status == "condition_not_met" else EXIT_FAILED
+
+
+def _approvals_path(args: argparse.Namespace) -> str:
+    path = getattr(args, "approvals", None) or "pte_approvals.jsonl"
+    output_file(path, "approval store")
+    return str(path)
+
+
+def _approval_keys(args: argparse.Namespace) -> Any:
+    """The deployment's trusted approval public keys (--approval-keys, else the environment)."""
+    from pte._core import KeyFileError
+    from pte._policy import public_keys_from_env
+
+    try:
+        return public_keys_from_env(getattr(args, "approval_keys", None))
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
+    """The approval gate over the deployment's approval store (never over a log)."""
+    from pte._policy import ApprovalGate, ApprovalStore
+
+    store = ApprovalStore(_approvals_path(args))
+    return ApprovalGate(store, registry, keys=_approval_keys(args), policy=policy)
+
+
+def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
+    from pte._core import DEFAULT_DATA_BUDGET
+    from pte._run import Engine, EngineConfig
+
+    config = EngineConfig(
+        max_replans=getattr(args, "max_replans", 2),
+        repair=not getattr(args, "no_repair", False),
+        llm_answer=not getattr(args, "no_llm_answer", False),
+        planner_data=getattr(args, "planner_data", "handles"),
+        data_budget=getattr(args, "data_budget", DEFAULT_DATA_BUDGET),
+        specialists=specialists_of(args, registry) or (),
+    )
+    policy = _policy(registry, args)
+    gate = approval if approval is not None else _gate(registry, args, policy)
+    from pte._cli._endorse import endorsement_gate
+
+    return Engine(
+        registry,
+        llm,
+        config=config,
+        policy=policy,
+        approval=gate,
+        endorsement=endorsement_gate(args, _approval_keys(args)),
+        **execution_settings(args),
+    )
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    if getattr(args, "replay_responses", None):
+        from pte._core import ReplayDataError
+        from pte._run import ReplayClient
+
+        input_file(args.replay_responses, "--replay-responses file")
+        try:
+            return ReplayClient.from_file(args.replay_responses)
+        except (OSError, ReplayDataError, ValueError) as exc:
+            raise UsageError(f"cannot use --replay-responses {args.replay_responses!r}: {exc}") from None
+    from pte._run import OpenAIClient
+
+    try:
+        return OpenAIClient(
+            args.model,
+            base_url=args.base_url,
+            timeout_s=args.timeout,
+            max_retries=args.max_retries,
+            max_tokens=args.max_output_tokens,
+        )
+    except LLMError as exc:
+        raise UsageError(exc.message) from None
+
+
+def _add_llm(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="model name (default: $PTE_MODEL, $OPENAI_MODEL, gpt-4o-mini)")
+    parser.add_argument(
+        "--base-url", type=http_url, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI)"
+    )
+    parser.add_argument(
+        "--timeout", type=positive_float, default=60.0, help="seconds per LLM request (default 60)"
+    )
+    parser.add_argument(
+        "--max-retries", type=non_negative_int, default=2, help="transport retries per LLM call (default 2)"
+    )
+    parser.add_argument(
+        "--max-output-tokens",
+        type=positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help=f"bound on every LLM answer (default {DEFAULT_MAX_TOKENS})",
+    )
+    parser.add_argument(
+        "--replay-responses",
+        metavar="FILE",
+        help="serve recorded LLM answers from a JSON file instead of an endpoint",
+    )

@@ -1,0 +1,97 @@
+"""``pte runs``: the store's runs by status; ``pte runs requeue``: stranded runs back on the broker."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pte._cli._store import EXIT_FAILED, EXIT_OK, _broker, _print_json, _store, _usage_error, add_store
+from pte._cli._support import broker_problem, non_empty_text
+from pte.stores import RUN_STATES, StoreError, check_run_id
+
+__all__ = ["add_runs_command"]
+
+
+def runs_list(args: argparse.Namespace) -> int:
+    """``pte runs [--status S]``: id, status, created/updated, plan hash (short), oldest first."""
+    from pte._deploy import list_runs
+
+    with _store(args.store) as store:
+        rows = list_runs(store, args.status)
+        where = store.describe()
+    if args.json:
+        _print_json([row.to_dict() for row in rows])
+        return EXIT_OK
+    if not rows:
+        print(f"no {args.status + ' ' if args.status else ''}run in {where}")
+        return EXIT_OK
+    print(f"{'RUN_ID':<32}  {'STATUS':<24}  {'CREATED':<27}  {'UPDATED':<27}  PLAN")
+    for row in rows:
+        status = row.status + (f"({row.reason})" if row.reason else "")
+        plan = row.plan_hash[:12] if row.plan_hash else "-"
+        requeued = f"  requeued {row.requeues}x" if row.requeues else ""
+        print(
+            f"{row.run_id:<32}  {status:<24}  {row.created_at or '-':<27}  {row.updated_at or '-':<27}  "
+            f"{plan}{requeued}"
+        )
+    print(f"{len(rows)} run(s)")
+    return EXIT_OK
+
+
+def runs_requeue(args: argparse.Namespace) -> int:
+    """``pte runs requeue RUN_ID…``: enqueue stranded queued/crashed runs again (recorded)."""
+    from pte._core import RequeueRefused
+    from pte._deploy import make_app, requeue, requeue_problem
+
+    for run_id in args.run_ids:
+        try:
+            check_run_id(run_id)
+        except StoreError as exc:
+            raise _usage_error()(f"RUN_ID: {exc}") from None
+    broker = _broker(args)
+    with _store(args.store) as store:
+        # The runs first: a run that cannot be requeued is the operator's news, whatever the broker.
+        refused = [p for p in (requeue_problem(store, run_id) for run_id in args.run_ids) if p]
+        problem = refused[0] if refused else broker_problem(broker)
+        if problem is not None:
+            print(f"not requeued: {problem}", file=sys.stderr)
+            return EXIT_FAILED
+        try:
+            done = requeue(store, make_app(broker), args.run_ids, by=args.by)
+        except RequeueRefused as exc:
+            print(f"not requeued: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    if args.json:
+        _print_json({"requeued": done})
+    else:
+        for run_id in done:
+            print(f"run {run_id} queued again")
+    return EXIT_OK
+
+
+def add_runs_command(sub: Any, add_json: Any) -> None:
+    """Register ``pte runs`` and ``pte runs requeue``."""
+    p = sub.add_parser("runs", help="list the store's runs (by status); requeue stranded ones")
+    p.add_argument(
+        "--status",
+        choices=RUN_STATES,
+        metavar="STATUS",
+        help=f"only runs in this status: {', '.join(RUN_STATES)}",
+    )
+    add_store(p)
+    add_json(p)
+    p.set_defaults(func=runs_list)
+    actions = p.add_subparsers(dest="runs_command", metavar="ACTION")
+    q = actions.add_parser(
+        "requeue", help="put queued or crashed runs back on the broker (after a broker flush; safe to repeat)"
+    )
+    q.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    # Suppressed default: `pte runs --store URL requeue RUN_ID` keeps the --store given before.
+    q.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help="run store (default $PTE_STORE)")
+    q.add_argument("--broker", help="Celery broker URL (default $PTE_BROKER)")
+    q.add_argument(
+        "--by", type=non_empty_text, metavar="NAME", help="who requeues (recorded; default: your login)"
+    )
+    add_json(q)
+    q.set_defaults(func=runs_requeue)

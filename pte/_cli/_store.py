@@ -1,0 +1,749 @@
+"""The `pte` commands for run stores, paused approvals and workers (wired up in `pte._cli._main`).
+
+Store URLs (``sqlite:///abs/path.db``, ``sqlite:rel.db``, ``postgresql://…``) are accepted
+wherever a command reads runs: ``pte audit verify|show``, ``pte replay`` and ``pte resume``
+take ``URL --run RUN_ID`` as well as a JSON Lines file. ``--store`` defaults to
+``$PTE_STORE`` and ``--broker`` to ``$PTE_BROKER``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from datetime import timedelta
+from typing import Any
+
+from pte._cli._deployment import _llm, _packs, _policy, _registry
+from pte._cli._imports import is_import_spec
+from pte._cli._support import (
+    MAX_APPROVAL_TTL_S,
+    MAX_SUBMIT_COUNT,
+    MAX_VISIBILITY_TIMEOUT_S,
+    MAX_WORKER_PROCESSES,
+    InputFileError,
+    UsageError,
+    add_execution_flags,
+    bounded_float,
+    bounded_int,
+    broker_problem,
+    check_broker_url,
+    execution_settings,
+    read_bounded,
+    store_file,
+)
+from pte._core import FailedClosed, PTEError
+from pte.stores import WAITING_STATES, Store, StoreError, open_store
+
+__all__ = ["add_commands"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Usage(Exception):
+    pass
+
+
+def _usage_error() -> type[Exception]:
+    return UsageError
+
+
+def _store(url: str | None) -> Store:
+    url = url or os.environ.get("PTE_STORE")
+    if not url:
+        raise _usage_error()("--store is required (or set PTE_STORE): sqlite:///path.db or postgresql://…")
+    store_file(url)
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        raise _usage_error()(str(exc)) from None
+
+
+def uses_store(args: argparse.Namespace, target: str | None = None) -> bool:
+    """Whether a command that takes ``--store`` works on the run store.
+
+    ``--store URL`` says so; without it, ``$PTE_STORE`` does, unless the command's positional
+    argument names an existing file (``pte approve plan.json`` or ``pte resume run.jsonl``
+    with ``PTE_STORE`` set in the shell still mean the file). A run id is never a path.
+    """
+    if getattr(args, "store", None) is not None:
+        return True
+    if not os.environ.get("PTE_STORE"):
+        return False
+    return target is None or not os.path.lexists(target)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def _run_ids(store: Store, run: str | None) -> list[str]:
+    if run is not None:
+        try:
+            known = store.run(run) is not None or bool(list(store.lines(run)))
+        except StoreError as exc:
+            raise _usage_error()(str(exc)) from None
+        if not known:
+            raise _usage_error()(f"no run {run!r} in {store.describe()}")
+        return [run]
+    return [info.run_id for info in store.runs()]
+
+
+# --- audit verify / show, replay on a store ----------------------------------------------------
+
+
+def audit_verify(args: argparse.Namespace) -> int:
+    """``pte audit verify URL [--run ID]``: every run (or one) verified as stored."""
+    from pte._audit import run_problem
+
+    anchors = _anchors()
+    with _store(args.log) as store:
+        try:
+            run_ids = _run_ids(store, args.run)
+            results = []
+            for run_id in run_ids:
+                report = store.verify(run_id)
+                in_db = getattr(store, "verify_in_database", None)
+                server = in_db(run_id) if in_db is not None else None
+                if server is None and anchors is not None and report.intact:
+                    # The deployment's signed anchors, kept outside the database: a consistent
+                    # rewrite of the run's rows verifies as a chain, not against them.
+                    server = run_problem(anchors, run_id, store.records(run_id))
+                info = store.run(run_id)
+                paused = info is not None and info.status in WAITING_STATES
+                ok = report.intact and server is None and (report.complete or paused)
+                status = (
+                    "ok"
+                    if ok and report.complete
+                    else (info.status if info is not None else "awaiting_approval")
+                    if ok
+                    else ("incomplete" if report.intact and server is None else "tampered")
+                )
+                # The chain's own report first: its "ok" (sealed and intact) must not replace
+                # this one, which also counts a run paused for approval as ok.
+                results.append(
+                    {
+                        **report.to_dict(),
+                        "run_id": run_id,
+                        "status": status,
+                        "ok": ok,
+                        "database_check": server,
+                    }
+                )
+        except StoreError as exc:
+            print(f"cannot verify {store.describe()}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    bad = [r for r in results if not r["ok"]]
+    if args.json:
+        _print_json({"store": store.describe(), "runs": len(results), "failed": len(bad), "results": results})
+    else:
+        for r in results:
+            if not r["ok"] or args.run is not None:
+                issue = r["database_check"] or (r["issue"] or {}).get("message") or ""
+                print(
+                    f"{r['run_id']}: {r['status'].upper() if not r['ok'] else r['status']}"
+                    + (f": {issue}" if issue else f" ({r['records']} records)")
+                )
+        print(f"{len(results) - len(bad)} of {len(results)} run(s) verified in {store.describe()}")
+    return EXIT_OK if results and not bad else EXIT_FAILED
+
+
+def audit_show(args: argparse.Namespace) -> int:
+    from pte._audit import render_timeline
+
+    if args.run is None:
+        raise _usage_error()("--run RUN_ID is required with a store URL")
+    with _store(args.log) as store:
+        _run_ids(store, args.run)
+        print(render_timeline(store.records(args.run)))
+    return EXIT_OK
+
+
+def replay(args: argparse.Namespace, registry: Any) -> int:
+    from pte._replay import ReplayReport, replay_run
+
+    with _store(args.log) as store:
+        runs = []
+        for run_id in _run_ids(store, args.run):
+            records = store.records(run_id)
+            runs.append(
+                replay_run(
+                    list(enumerate(records, 1)),
+                    registry=registry,
+                    live=args.live,
+                    allow_writes=args.allow_writes,
+                )
+            )
+    report = ReplayReport(store.describe(), runs)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+# --- running in a store, pausing, deciding, resuming -------------------------------------------
+
+
+def _gate(store: Store, registry: Any, args: argparse.Namespace) -> Any:
+    from pte._cli._deployment import _approval_keys, _policy
+    from pte._deploy import pausing_gate
+    from pte._policy import ApprovalStore
+
+    approvals = ApprovalStore(args.approvals) if getattr(args, "approvals", None) else None
+    ttl = timedelta(seconds=getattr(args, "approval_ttl", None) or 86400)
+    # Approvals bind the policy in force (catalogue fingerprint): the deployment's file, if given.
+    policy = _policy(registry, args) if getattr(args, "policy", None) else None
+    return pausing_gate(
+        store, registry, keys=_approval_keys(args), ttl=ttl, approvals=approvals, policy=policy
+    )
+
+
+def report(result: Any, args: argparse.Namespace, store: Store) -> int:
+    from pte._deploy import PausedRun
+
+    if isinstance(result, PausedRun) and result.status == "awaiting_endorsement":
+        from pte._cli._endorse import _store_path
+        from pte._cli._hints import approver, deployment_flags, pte_command, store_flags
+        from pte._policy import pending_endorsement
+
+        records = store.records(result.run_id)
+        request = pending_endorsement(records)
+        # Why the decisions found did not count (the pause's message says, from the gate).
+        message = str(records[-1].get("message") or "") if records else ""
+        not_counted = message.split("; not counted: ", 1)[1] if "; not counted: " in message else None
+        if args.json:
+            _print_json(
+                {
+                    **result.to_dict(),
+                    **(request.to_dict() if request else {}),
+                    "not_counted": not_counted,
+                    "store": store.describe(),
+                }
+            )
+        else:
+            run_id, at = result.run_id, [*store_flags(args, store), "--endorsements", _store_path(args)]
+            shown = request.describe() if request else f"run {run_id} waits for an endorsement"
+            print(
+                f"awaiting_endorsement: {shown}\n"
+                + (f"  not counted: {not_counted}\n" if not_counted else "")
+                + f"  review:  {pte_command('endorse', run_id, *at)}\n"
+                f"  endorse: {pte_command('endorse', run_id, '--by', approver(), *at)}\n"
+                f"  then:    {pte_command('resume', run_id, *at, *deployment_flags(args))}"
+            )
+        return EXIT_OK
+    if isinstance(result, PausedRun):
+        if args.json:
+            _print_json({**result.to_dict(), "store": store.describe()})
+        else:
+            from pte._cli._hints import approver, deployment_flags, pte_command, store_flags
+
+            at = store_flags(args, store)
+            print(
+                f"awaiting_approval: run {result.run_id} waits for a person to approve plan "
+                f"{result.plan_hash} ({', '.join(result.tools)}) until {result.expires_at}.\n"
+                f"  review:  {pte_command('approvals', 'list', '--plans', *at)}\n"
+                f"  approve: {pte_command('approve', result.run_id, '--by', approver(), *at)}\n"
+                f"  then:    {pte_command('resume', result.run_id, *at, *deployment_flags(args))}"
+            )
+        return EXIT_OK
+    from pte._cli._deployment import _report_run
+
+    return int(_report_run(result, args, f"{store.describe()} run {result.run_id}"))
+
+
+def run_or_execute(
+    args: argparse.Namespace, engine_factory: Any, *, plan_text: str | None, request: str | None
+) -> int:
+    """``pte execute|run … --store URL``: the run is kept in the store and may pause."""
+    from pte._deploy import run_in_store
+
+    with _store(args.store) as store:
+        engine = engine_factory(_gate_factory(store, args))
+        result = run_in_store(
+            engine, store, run_id=args.run_id, plan_text=plan_text, request=request, anchors=_anchors()
+        )
+        return report(result, args, store)
+
+
+def _anchors() -> Any:
+    from pte._cli._deployment import _deployment_anchors
+
+    return _deployment_anchors()
+
+
+def _gate_factory(store: Store, args: argparse.Namespace) -> Any:
+    return lambda registry: _gate(store, registry, args)
+
+
+def approvals_list(args: argparse.Namespace) -> int:
+    """``pte approvals list``: the waiting runs, each with the plan its verified records hold.
+
+    The plan hash and plan come from the run's hash-verified ``plan_accepted`` record
+    (`pte._deploy._runs.awaiting_plan`), never from the ``pte_runs`` columns; a run whose records do
+    not show one is listed as unreviewable, with the reason, and no plan.
+    """
+    from pte._deploy import awaiting_plan
+
+    shown: list[tuple[Any, str | None, dict[str, Any] | None, str | None]] = []
+    with _store(args.store) as store:
+        for info in store.runs("awaiting_approval"):
+            try:
+                shown.append((info, *awaiting_plan(store, info.run_id), None))
+            except StoreError as exc:
+                shown.append((info, None, None, str(exc)))
+    if args.json:
+        _print_json(
+            [
+                {**info.to_dict(), "plan_hash": hash_, "plan": plan, "problem": problem}
+                for info, hash_, plan, problem in shown
+            ]
+        )
+        return EXIT_OK
+    if not shown:
+        print("no run is awaiting approval")
+    for info, hash_, plan, problem in shown:
+        if problem is not None:
+            print(f"{info.run_id}  CANNOT BE REVIEWED: {problem}")
+            continue
+        print(f"{info.run_id}  plan {hash_}  tools {','.join(info.tools)}  until {info.expires_at}")
+        if args.plans and plan is not None:
+            print(json.dumps(plan, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def approvals_expire(args: argparse.Namespace, registry: Any) -> int:
+    """``pte approvals expire``: end every paused run whose deadline passed with no decision.
+
+    Each is resumed: the gate finds no counting approval after the deadline and the run ends
+    ``failed_closed(approval_missing)`` on the record. Run it from cron, or any time.
+    """
+    from pte._deploy import is_expired, resume_run
+
+    ended = []
+    with _store(args.store) as store:
+        for info in store.runs("awaiting_approval"):
+            if not is_expired(info.expires_at) or store.decisions(info.run_id):
+                continue
+            try:
+                result = resume_run(
+                    store, info.run_id, registry, gate=_gate(store, registry, args), anchors=_anchors()
+                )
+            except FailedClosed as exc:
+                print(f"{info.run_id}: cannot end it: {exc.message}", file=sys.stderr)
+                continue
+            ended.append(
+                {
+                    "run_id": info.run_id,
+                    "status": result.status,
+                    "reason": getattr(getattr(result, "reason", None), "value", None),
+                }
+            )
+    if args.json:
+        _print_json(ended)
+    else:
+        for item in ended:
+            print(f"{item['run_id']}: {item['status']}({item['reason']})")
+        print(f"{len(ended)} expired run(s) ended")
+    return EXIT_OK
+
+
+def decide(args: argparse.Namespace, *, approve: bool) -> int:
+    from pte._core import KeyFileError
+    from pte._deploy import decide as record_decision
+    from pte._policy import signing_key_from_env
+
+    try:
+        signing_key = signing_key_from_env(getattr(args, "signing_key", None))
+    except KeyFileError as exc:
+        print(f"not recorded: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    with _store(args.store) as store:
+        try:
+            decision = record_decision(
+                store,
+                args.target,
+                by=args.by,
+                approve=approve,
+                note=getattr(args, "note", None),
+                signing_key=signing_key,
+                plan_hash=getattr(args, "plan_hash", None),
+            )
+        except (StoreError, ValueError) as exc:
+            print(f"not recorded: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print(
+            f"{decision.decision}: plan {decision.plan_hash} of run {decision.run_id} by {decision.by} "
+            f"at {decision.at}"
+        )
+        if getattr(args, "broker", None) or os.environ.get("PTE_BROKER"):
+            _enqueue(args, [decision.run_id])
+            print(f"run {decision.run_id} queued to resume")
+        else:
+            print(_resume_hint(args, store, decision.run_id))
+    return EXIT_OK
+
+
+def _resume_hint(args: argparse.Namespace, store: Store, run_id: str, extra: tuple[str, ...] = ()) -> str:
+    """How to continue a decided run: its packs from ``--tools`` here, else from its submitted job;
+    `extra`: further flags the resume needs (``--endorsements FILE``)."""
+    from pte._cli._hints import deployment_flags, pte_command, store_flags
+
+    flags = deployment_flags(args, approvals=False) + list(extra)
+    if not getattr(args, "tools", None):
+        info = store.run(run_id)
+        packs = [p for p in ((info.job or {}).get("tools") or ()) if isinstance(p, str)] if info else []
+        flags = [word for pack in packs for word in ("--tools", pack)] + flags
+    if not any(flag == "--tools" for flag in flags):
+        more = f" {shlex.join(extra)}" if extra else ""
+        return (
+            f"continue it with: pte resume {run_id}{more} and the --tools (and --policy) it was started with "
+            f"(give --tools to pte approve to have the whole command printed)"
+        )
+    return f"continue it with: {pte_command('resume', run_id, *store_flags(args, store), *flags)}"
+
+
+def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
+    """``pte resume RUN_ID --store URL``: continue the same run (after a crash or a decision)."""
+    from pte._deploy import resume_run
+
+    with _store(args.store) as store:
+        _run_ids(store, args.log)
+        info = store.run(args.log)
+        if info is None:
+            raise _usage_error()(f"no run {args.log!r} in {store.describe()}")
+        if info.status == "awaiting_approval" and not store.decisions(args.log):
+            from pte._deploy import is_expired
+
+            if not is_expired(info.expires_at):
+                from pte._cli._hints import approver, pte_command, store_flags
+
+                approve = pte_command("approve", args.log, "--by", approver(), *store_flags(args, store))
+                print(
+                    f"run {args.log} is awaiting approval of plan {info.plan_hash} until {info.expires_at}: "
+                    f"approve or reject it first: {approve}",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILED
+        try:
+            from pte._cli._deployment import _approval_keys, _policy
+            from pte._cli._endorse import endorsement_gate
+
+            result = resume_run(
+                store,
+                args.log,
+                registry,
+                gate=_gate(store, registry, args),
+                llm=llm,
+                anchors=_anchors(),
+                endorsements=endorsement_gate(args, _approval_keys(args)),
+                # The deployment's policy file, as the run was started with (--policy).
+                policy=_policy(registry, args) if getattr(args, "policy", None) else None,
+            )
+        except FailedClosed as exc:
+            print(f"cannot resume: {exc.message}", file=sys.stderr)
+            return EXIT_FAILED
+        return report(result, args, store)
+
+
+def endorse(args: argparse.Namespace) -> int:
+    """``pte endorse RUN_ID --store URL``: show or decide what a paused store run waits for.
+
+    The request is read from the run's records after its chain verifies in the store, never
+    from its ``pte_runs`` row (a copy any writer of the database can change); the decision is
+    signed and bound to run, step, element and value hash (`pte._policy._endorsement`) and goes to the
+    deployment's endorsement store (``--endorsements``), which resume checks under the trusted keys.
+    """
+    from pte._cli._endorse import _store_path, decide_request
+    from pte._policy import pending_endorsement
+    from pte.stores import check_run_id
+
+    try:
+        run_id = check_run_id(args.log)
+    except StoreError as exc:
+        raise _usage_error()(f"RUN_ID: {exc}") from None
+    with _store(args.store) as store:
+        _run_ids(store, run_id)
+        report = store.verify(run_id)
+        if not report.intact:
+            where = store.describe()
+            print(
+                f"endorse refused: run {run_id} does not verify in {where}: {report.issue}", file=sys.stderr
+            )
+            return EXIT_FAILED
+        try:
+            request = pending_endorsement(store.records(run_id))
+        except ValueError as exc:
+            print(f"endorse refused: run {run_id}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if request is None or request.run_id != run_id:
+            info = store.run(run_id)
+            status = info.status if info is not None else "unknown"
+            print(
+                f"endorse refused: run {run_id} is not waiting for an endorsement (its records end "
+                f"{'in a pause for an approval' if status == 'awaiting_approval' else 'otherwise'}; "
+                f"status {status})",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        hint = _resume_hint(args, store, run_id, ("--endorsements", _store_path(args)))
+        return decide_request(args, request, hint.removeprefix("continue it with: "))
+
+
+def add_endorse_store(parser: argparse.ArgumentParser) -> None:
+    """``pte endorse``'s ``--store``: a run id then names a paused run in the store."""
+    add_store(parser)
+    parser.set_defaults(func=cmd_endorse)
+
+
+def cmd_endorse(args: argparse.Namespace) -> int:
+    if uses_store(args, args.log):
+        return endorse(args)
+    from pte._cli._endorse import cmd_endorse as endorse_log
+
+    return endorse_log(args)
+
+
+# --- workers ----------------------------------------------------------------------------------
+
+
+def _broker(args: argparse.Namespace) -> str:
+    broker = getattr(args, "broker", None) or os.environ.get("PTE_BROKER")
+    if not broker:
+        raise _usage_error()("--broker is required (or set PTE_BROKER): redis://host:6379/0")
+    return check_broker_url(str(broker))
+
+
+def _enqueue(args: argparse.Namespace, run_ids: list[str]) -> None:
+    from pte._deploy import enqueue, make_app
+
+    enqueue(make_app(_broker(args)), run_ids)
+
+
+def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = None) -> int:
+    from pte._deploy import QUEUE, WorkerConfig, make_app
+
+    broker = _broker(args)
+    with _store(args.store):  # fail early on a bad store, in the parent
+        pass
+    llm = {
+        name: value
+        for name, value in (
+            ("model", args.model), ("base_url", args.base_url), ("replay_responses", args.replay_responses),
+            ("timeout", args.timeout), ("max_retries", args.max_retries),
+        )
+        if value is not None
+    } if (args.model or args.base_url or args.replay_responses) else {}  # fmt: skip
+    execution = execution_settings(args)
+    config = WorkerConfig(
+        args.store or os.environ["PTE_STORE"],
+        tuple(packs),
+        args.approval_ttl or 86400.0,
+        json.dumps(llm),
+        json.dumps(policy_document),
+        execution["max_concurrency"],
+        execution["serial_writes"],
+    )
+    os.environ.update(config.to_env())
+    app = make_app(broker, visibility_timeout=args.visibility_timeout)
+    argv = [
+        "worker",
+        "-Q",
+        QUEUE,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--loglevel",
+        args.loglevel,
+        "-n",
+        args.name or f"pte-{os.getpid()}@%h",
+    ]
+    argv += (
+        ["--pool", "solo"] if args.concurrency == 1 else ["--pool", "prefork", "-c", str(args.concurrency)]
+    )
+    app.worker_main(argv)
+    return EXIT_OK
+
+
+def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> int:
+    from pte._deploy import submit_job
+
+    if args.count < 1:
+        raise _usage_error()("--count must be at least 1")
+    if (args.plan_file is None) == (args.request is None):
+        raise _usage_error()("give a plan file or --request, not both")
+    if args.request is not None:
+        job = {"mode": "run", "request": args.request, "tools": packs, "policy": policy_document}
+    else:
+        text = _plan_text(args.plan_file)
+        job = {"mode": "execute", "plan_text": text, "tools": packs, "policy": policy_document}
+    broker = _broker(args)
+    problem = broker_problem(broker)  # before anything is stored: no run is left stranded
+    if problem is not None:
+        print(f"not submitted: {problem}", file=sys.stderr)
+        return EXIT_FAILED
+    with _store(args.store) as store:
+        try:
+            run_ids = [
+                submit_job(store, job, run_id=args.run_id if args.count == 1 else None)
+                for _ in range(args.count)
+            ]
+        except StoreError as exc:
+            print(f"not submitted: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    try:
+        _enqueue(args, run_ids)
+    except Exception as exc:  # the broker went away since the check: say which runs are stored
+        print(
+            f"stored but not enqueued (the broker {broker!r} failed: {exc}): {' '.join(run_ids)}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    if args.json:
+        _print_json({"submitted": run_ids})
+    else:
+        for run_id in run_ids:
+            print(run_id)
+    return EXIT_OK
+
+
+def _plan_text(path: str) -> str:
+    """A plan file: regular, UTF-8, read up to the plan byte limit plus one (the worker's
+    compile then rejects a longer text as plan_too_large)."""
+    from pte._plan import DEFAULT_LIMITS
+
+    try:
+        text, _ = read_bounded(path, "plan file", DEFAULT_LIMITS.max_bytes)
+    except InputFileError as exc:
+        raise _usage_error()(str(exc)) from None
+    return text
+
+
+# --- the commands' handlers --------------------------------------------------------------------
+
+
+def cmd_approvals_list(args: argparse.Namespace) -> int:
+    return approvals_list(args)
+
+
+def cmd_approvals_expire(args: argparse.Namespace) -> int:
+    return approvals_expire(args, _registry(args))
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    return decide(args, approve=False)
+
+
+def _no_imports_for_workers(args: argparse.Namespace) -> None:
+    if any(is_import_spec(p) for p in _packs(args)):
+        raise UsageError(
+            "workers load their packs themselves: --tools mcp:/openapi: works with execute, run, "
+            "validate, plan, approve and resume; for workers, write a pack file that imports them"
+        )
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    _no_imports_for_workers(args)
+
+    registry = _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    if args.replay_responses or args.model or args.base_url:
+        _llm(args)  # a bad LLM setting is a usage error here, not in every task
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return worker(args, _packs(args), policy)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    _no_imports_for_workers(args)
+
+    registry = _registry(args)
+    policy = _policy(registry, args).to_document() if args.policy else None
+    return submit(args, _packs(args), policy)
+
+
+def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
+    """Register ``approvals``, ``reject``, ``worker`` and ``submit`` (the rest extend existing ones)."""
+    approvals = sub.add_parser("approvals", help="runs awaiting approval").add_subparsers(
+        dest="approvals_command", metavar="ACTION", required=True
+    )
+    p = approvals.add_parser("list", help="list the runs that wait for a person's approval")
+    add_store(p)
+    p.add_argument("--plans", action="store_true", help="print each waiting plan")
+    add_json(p)
+    p.set_defaults(func=cmd_approvals_list)
+    p = approvals.add_parser("expire", help="end the paused runs whose approval deadline has passed")
+    add_tools(p)
+    add_store(p)
+    add_json(p)
+    p.set_defaults(func=cmd_approvals_expire)
+
+    p = sub.add_parser("reject", help="reject the plan a paused run waits with (it ends approval_rejected)")
+    p.add_argument("target", metavar="RUN_ID")
+    p.add_argument("--by", required=True, metavar="NAME")
+    p.add_argument("--note", help="why (recorded)")
+    p.add_argument("--plan-hash", help="the plan hash you reviewed (refused if it is not the waiting plan)")
+    add_store(p)
+    p.add_argument("--broker", help="also queue the run so a worker ends it (default $PTE_BROKER)")
+    p.set_defaults(func=cmd_reject)
+
+    p = sub.add_parser("worker", help="start a Celery worker that runs submitted runs from a store")
+    add_tools(p)
+    add_store(p)
+    p.add_argument("--broker", help="Celery broker URL, e.g. redis://127.0.0.1:6379/0 (default $PTE_BROKER)")
+    p.add_argument(
+        "--concurrency",
+        type=bounded_int(1, MAX_WORKER_PROCESSES),
+        default=1,
+        help=f"worker processes (default 1, at most {MAX_WORKER_PROCESSES})",
+    )
+    p.add_argument("--name", help="worker node name")
+    p.add_argument(
+        "--visibility-timeout",
+        type=bounded_float(MAX_VISIBILITY_TIMEOUT_S, "seconds"),
+        default=60.0,
+        help="seconds before an unacknowledged run is delivered again (default 60, at most 7 days)",
+    )
+    p.add_argument(
+        "--approval-ttl",
+        type=bounded_float(MAX_APPROVAL_TTL_S, "seconds"),
+        help="seconds a paused run waits for a decision (default 86400, at most 365 days: 31536000)",
+    )
+    p.add_argument(
+        "--loglevel",
+        default="WARNING",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="the worker's log level (default WARNING)",
+    )
+    add_execution_flags(p)
+    add_llm(p)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("submit", help="queue runs of a plan file (or a request) for the workers")
+    p.add_argument("plan_file", nargs="?", help="a plan file (or give --request)")
+    p.add_argument("--request", help="a request the worker plans with its LLM endpoint")
+    add_tools(p)
+    add_store(p)
+    p.add_argument("--broker", help="Celery broker URL (default $PTE_BROKER)")
+    p.add_argument(
+        "--count",
+        type=bounded_int(1, MAX_SUBMIT_COUNT),
+        default=1,
+        help=f"submit this many runs of the plan (at most {MAX_SUBMIT_COUNT:,})",
+    )
+    p.add_argument("--run-id", help="the run id (with --count 1)")
+    add_json(p)
+    p.set_defaults(func=cmd_submit)
+
+
+def add_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store", metavar="URL", help="run store: sqlite:///path.db or postgresql://… (default $PTE_STORE)"
+    )
+
+
+def store_error_exit(exc: PTEError) -> int:
+    print(f"store error: {exc}", file=sys.stderr)
+    return EXIT_FAILED

@@ -1,0 +1,144 @@
+"""Handles: what a later planner sees in place of untrusted data.
+
+A planner that has read untrusted text is the attacker's: it chooses more than literals
+(which reference path flows, which tool, how often), and no label on a literal covers
+that. So by default (``EngineConfig.planner_data="handles"``) a stage planner, a replanner
+and a repair prompt are shown data only where every label of it is ``request`` or
+``trusted``; every other part is replaced by a *handle*::
+
+    {"pte_handle": "mail/messages/0/body", "labels": ["untrusted"], "schema": {"type": "string"}}
+
+The planner cannot read what a handle stands for. It can pass it on, as
+``{"$ref": "mail/messages/0/body"}``, to deterministic operations and the extraction pack,
+and the compile-time labels still follow it there. Such a planner sees the request, the
+deployment's catalogue and trusted data, so what it writes is derived from those alone: its
+literals count as ``trusted`` (``request`` only for values the first plan wrote), and its
+plan carries no exposure (see `pte._run._exposure`).
+
+A failed step's error message is tool output that may quote its inputs: when they (or the
+tool's output) are untrusted, the replanner is told the error's kind, never its text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pte._policy._labels import LabelTree
+
+__all__ = ["HANDLE_KEY", "SchemaOf", "error_view", "handle_view", "is_clean", "schema_at"]
+
+#: The key of a handle object in a data block.
+HANDLE_KEY = "pte_handle"
+#: The key of an error message withheld from a planner.
+WITHHELD_KEY = "pte_withheld"
+
+#: (step id) -> (output schema, its root for "$ref"s), or None when unknown.
+SchemaOf = Callable[[str], "tuple[Mapping[str, Any], Mapping[str, Any]] | None"]
+
+_UNTRUSTED = "untrusted"
+_KIND = re.compile(r"^[a-z][a-z_]{0,31}$")
+
+
+def is_clean(labels: frozenset[str]) -> bool:
+    """Whether data with these labels may be shown to a planner (request and trusted only)."""
+    return _UNTRUSTED not in labels
+
+
+def _pointer(tokens: tuple[str, ...]) -> str:
+    return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+def schema_at(schema: Mapping[str, Any] | None, root: Mapping[str, Any], tokens: tuple[str, ...]) -> Any:
+    """A short description of the part of `schema` a pointer selects (None when unknown)."""
+    node: Any = schema
+    for token in (*tokens, None):
+        seen = 0
+        while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < 8:
+            ref = node["$ref"]
+            node = root.get("$defs", {}).get(ref[len("#/$defs/") :]) if ref.startswith("#/$defs/") else None
+            seen += 1
+        if token is None or not isinstance(node, Mapping):
+            break
+        props = node.get("properties")
+        if isinstance(props, Mapping) and token in props:
+            node = props[token]
+        elif node.get("type") == "array" or "items" in node:
+            node = node.get("items")
+        else:
+            node = node.get("additionalProperties")
+    if not isinstance(node, Mapping):
+        return None
+    out: dict[str, Any] = {}
+    kind = node.get("type")
+    if kind is not None:
+        out["type"] = kind
+    if isinstance(node.get("properties"), Mapping):
+        out["properties"] = sorted(node["properties"])
+    items = node.get("items")
+    if isinstance(items, Mapping) and "type" in items:
+        out["items"] = {"type": items["type"]}
+    return out or None
+
+
+def handle_view(
+    value: Any,
+    tree: LabelTree,
+    path: str,
+    schema: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+    base: tuple[str, ...] = (),
+) -> tuple[Any, bool]:
+    """`value` with every part that carries the ``untrusted`` label replaced by a handle.
+
+    `tree` labels `value` by field; `path` is the reference that selects `value`
+    (``"<step id>"`` or ``"<step id>/<pointer>"``): each handle names the reference that
+    selects its part. `schema` is the producing step's output schema (and its root), `base`
+    the pointer tokens of `value` inside that output. Returns the view and whether any
+    handle was made.
+    """
+    made = False
+
+    def handle(tokens: tuple[str, ...], labels: frozenset[str]) -> dict[str, Any]:
+        nonlocal made
+        made = True
+        out: dict[str, Any] = {HANDLE_KEY: path + _pointer(tokens), "labels": sorted(labels)}
+        described = schema_at(schema[0], schema[1], (*base, *tokens)) if schema is not None else None
+        if described is not None:
+            out["schema"] = described
+        return out
+
+    def view(item: Any, node: LabelTree | None, seen: frozenset[str], tokens: tuple[str, ...]) -> Any:
+        below = seen if node is None else seen | node.everything()
+        if is_clean(below):
+            return item  # nothing untrusted anywhere in it
+        if not is_clean(seen) or node is None:
+            return handle(tokens, below)  # who chose this part (or all of it) is untrusted
+        if isinstance(item, Mapping):
+            return {
+                key: view(sub, child, seen | child.own if child else seen, (*tokens, str(key)))
+                for key, sub in item.items()
+                for child in [node.child(str(key))]
+            }
+        if isinstance(item, list):
+            return [
+                view(sub, child, seen | child.own if child else seen, (*tokens, str(index)))
+                for index, sub in enumerate(item)
+                for child in [node.child(str(index))]
+            ]
+        return handle(tokens, below)
+
+    return view(value, tree, frozenset(tree.own), ()), made
+
+
+def error_view(error: Mapping[str, Any], labels: frozenset[str]) -> dict[str, Any]:
+    """A failed step's error as a planner in handles mode sees it: its text only when clean."""
+    if is_clean(labels):
+        return dict(error)
+    kind = error.get("kind")
+    out: dict[str, Any] = {"kind": kind if isinstance(kind, str) and _KIND.fullmatch(kind) else "tool_error"}
+    out["message"] = {
+        WITHHELD_KEY: "the error text may quote untrusted data, so it is not shown",
+        "labels": sorted(labels),
+    }
+    return out

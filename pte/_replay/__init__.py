@@ -1,0 +1,62 @@
+"""Replay and resume of recorded runs, the run view that folds a run's records, and the HTML report.
+
+This module is the area's face: other areas import only what it re-exports.
+"""
+
+from __future__ import annotations
+
+from pte._replay._authority import (
+    Deployment,
+    engine_for,
+    llm_for,
+    recorded_policy,
+    recorded_registry,
+)
+from pte._replay._replayer import (
+    DECISION_FIELDS,
+    IGNORED_FIELDS,
+    CheckingAuditLog,
+    RecordedInvoker,
+    ReplayReport,
+    drive_run,
+    iter_runs,
+    replay_file,
+    replay_run,
+)
+from pte._replay._report import (
+    render_report,
+    render_store_report,
+    write_report,
+)
+from pte._replay._resume import (
+    check_anchors,
+    recheck_unsigned_tail,
+    resume_file,
+)
+from pte._replay._run_view import (
+    RunView,
+)
+
+__all__ = [
+    "DECISION_FIELDS",
+    "IGNORED_FIELDS",
+    "CheckingAuditLog",
+    "Deployment",
+    "RecordedInvoker",
+    "ReplayReport",
+    "RunView",
+    "check_anchors",
+    "drive_run",
+    "engine_for",
+    "iter_runs",
+    "llm_for",
+    "recheck_unsigned_tail",
+    "recorded_policy",
+    "recorded_registry",
+    "render_report",
+    "render_store_report",
+    "replay_file",
+    "replay_run",
+    "resume_file",
+    "write_report",
+]

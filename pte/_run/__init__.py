@@ -1,0 +1,81 @@
+"""The engine around the executor: LLM clients, all prompt text, stages, repair, planner exposure, run
+state and tracing.
+
+This module is the area's face: other areas import only what it re-exports.
+"""
+
+from __future__ import annotations
+
+from pte._run import _prompts as prompts
+from pte._run._engine import (
+    Engine,
+    render_result,
+)
+from pte._run._llm import (
+    DEFAULT_MAX_TOKENS,
+    RUNAWAY_STOPS,
+    LLMClient,
+    LLMResponse,
+    OpenAIClient,
+)
+from pte._run._llm_endpoint import (
+    ENDPOINTS_FILE,
+    EndpointMemory,
+    context_tokens,
+    props_url,
+)
+from pte._run._llm_replay import (
+    RecordedReply,
+    ReplayClient,
+)
+from pte._run._otel import (
+    RunTracer,
+    TracedAudit,
+)
+from pte._run._prompts import (
+    DATA_CLOSE,
+    DATA_OPEN,
+    LABEL_RULE,
+    catalogue_text,
+    data_block,
+    finalizer_messages,
+    planner_messages,
+    replanner_messages,
+    specialist_of,
+    stage_messages,
+)
+from pte._run._state import (
+    EngineConfig,
+    RunResult,
+)
+
+__all__ = [
+    "DATA_CLOSE",
+    "DATA_OPEN",
+    "DEFAULT_MAX_TOKENS",
+    "ENDPOINTS_FILE",
+    "LABEL_RULE",
+    "RUNAWAY_STOPS",
+    "EndpointMemory",
+    "Engine",
+    "EngineConfig",
+    "LLMClient",
+    "LLMResponse",
+    "OpenAIClient",
+    "RecordedReply",
+    "ReplayClient",
+    "RunResult",
+    "RunTracer",
+    "TracedAudit",
+    "catalogue_text",
+    "context_tokens",
+    "data_block",
+    "finalizer_messages",
+    "planner_messages",
+    "prompts",
+    "props_url",
+    "render_result",
+    "replanner_messages",
+    "specialist_of",
+    "stage_messages",
+]

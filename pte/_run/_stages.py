@@ -1,0 +1,135 @@
+"""Staged planning: a plan that ends with `continue` hands named values to a next planning stage.
+
+Some work has a shape that depends on what was read ("do the tasks listed on this page") or
+needs a model's judgement in the middle ("send a summary of the article to Bob"). A plan
+ends with ``"continue": {"name": value, ...}`` instead of a ``result``; once its steps have
+run, the engine
+
+1. checks the bound: at most ``EngineConfig.max_stages`` plans in a row (``stages_exhausted``
+   beyond it), so the LLM budget of a run is ``2 + (stages - 1) + replans`` calls;
+2. writes a ``stage`` record: the stage number, the values as the plan wrote them and the
+   label set of each value (field-level, `pte._policy._labels`);
+3. shows the planner the request, the completed steps (ids and tools: the next plan
+   references their outputs by id, never by copying) and each value in a labelled data block;
+4. compiles the answer like a replan: the same checks, and once untrusted data has been shown
+   to a model, literals the new plan writes count as ``untrusted`` (values the first plan
+   already wrote stay ``request``), while values carried **by reference** keep their own,
+   field-level labels. A guarded sink then decides whether a later-stage literal may reach it.
+
+The executor never calls a model: stages are planned by the engine between executions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pte._audit import records as rec
+from pte._core import FailedClosed, ReasonCode, canonical_json
+from pte._execution import resolve_result
+from pte._plan import Plan, Reference, is_reference
+from pte._run._exposure import literal_of, value_for_planner
+from pte._run._prompts import stage_messages
+
+if TYPE_CHECKING:
+    from pte._policy import LabelTree
+    from pte._run._state import EngineView, _Run
+
+__all__ = ["continue_literals", "next_stage", "value_labels"]
+
+
+def continue_literals(plan: Plan) -> frozenset[str]:
+    """Canonical JSON of the literals inside a plan's `continue` (they stand for the request
+    when the plan was written before any untrusted data was shown)."""
+    out: set[str] = set()
+    stack: list[Any] = list(plan.continue_values.values())
+    while stack:
+        value = stack.pop()
+        if is_reference(value):
+            continue
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        else:
+            out.add(canonical_json(value))
+    return frozenset(out)
+
+
+def value_labels(
+    value: Any,
+    trees: Mapping[str, LabelTree],
+    labels: Mapping[str, frozenset[str]],
+    literal: str,
+    request_literals: frozenset[str],
+) -> frozenset[str]:
+    """The label set of a `continue` value: references by field, literals as their writer."""
+    out: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if is_reference(item):
+            ref = Reference.parse(item["$ref"])
+            tree = trees.get(ref.step)
+            out |= tree.select(ref.tokens) if tree is not None else labels.get(ref.step, {"untrusted"})
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        else:
+            out.add("request" if canonical_json(item) in request_literals else literal)
+    return frozenset(out)
+
+
+def stage_values(plan: Plan, outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The `continue` values resolved against step outputs (FailedClosed if one selects nothing)."""
+    values = plan.continue_values
+    shaped = Plan(
+        steps=plan.steps,
+        order=plan.order,
+        hash=plan.hash,
+        canonical=plan.canonical,
+        result_json=canonical_json(values),
+    )
+    try:
+        resolved: dict[str, Any] = resolve_result(shaped, outputs)
+    except (KeyError, IndexError, TypeError) as exc:
+        raise FailedClosed(
+            ReasonCode.STEP_FAILED, f"a value the plan hands to the next stage selects nothing: {exc}"
+        ) from None
+    return resolved
+
+
+def next_stage(engine: EngineView, run: _Run, request: str, plan: Plan, stage: int) -> Plan:
+    """Plan stage `stage` from the values `plan` hands over (see the module docstring)."""
+    limit = engine.config.max_stages
+    if stage > limit:
+        raise FailedClosed(
+            ReasonCode.STAGES_EXHAUSTED,
+            f"the plan hands values to planning stage {stage}; max_stages is {limit}",
+        )
+    resolved = stage_values(plan, run.result.outputs)
+    literal = literal_of(run)
+    shown: dict[str, tuple[Any, Any, str]] = {}
+    recorded: dict[str, list[str]] = {}
+    for name, expr in plan.continue_values.items():
+        labels = value_labels(expr, run.label_trees, run.labels, literal, run.request_literals)
+        # pte._run._exposure: handles in place of untrusted parts, or the text (and exposure).
+        value, provenance = value_for_planner(engine, run, expr, resolved[name], labels)
+        shown[name] = (expr, value, provenance)
+        recorded[name] = sorted(labels)
+    run.audit.write(rec.stage(stage=stage, plan_hash=plan.hash, values=plan.continue_values, labels=recorded))
+    # A generic step's output type is its instantiation (fields picked, records sorted): shown,
+    # so that the next stage can write references into it (the compiler checks them against it).
+    completed = [(sid, tool, run.output_types.get(sid)) for sid, tool in run.prior.items()]
+    messages = stage_messages(
+        request,
+        engine.planner_registry,
+        engine.policy,
+        stage,
+        shown,
+        completed,
+        budget=engine.config.data_budget,
+        handles=engine.config.planner_data == "handles",
+    )
+    return engine._plan(run, "stage", messages)

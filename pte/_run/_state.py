@@ -1,0 +1,232 @@
+"""A run's state and configuration, and what the engine's helpers see of the engine.
+
+`EngineConfig` (recorded in ``run_started``), `RunResult` and the state of one run (`_Run`)
+live here, apart from the engine, so that the modules the engine is built from
+(pte._run._exposure, pte._run._repair, pte._run._stages) are typed against `EngineView` and not against
+`pte._run._engine.Engine`, which imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, cast
+
+from pte._audit import RecordSink
+from pte._catalogue import Registry
+from pte._core import DEFAULT_DATA_BUDGET, ReasonCode
+from pte._execution import StepResult
+from pte._plan import DEFAULT_LIMITS, Limits, Plan, Specialist, specialists_from_records
+from pte._policy import Decided, LabelTree, Policy, PolicyCheck
+from pte._run._otel import RunTracer
+
+__all__ = [
+    "PLANNER_DATA",
+    "EngineConfig",
+    "EngineView",
+    "PlanOrigin",
+    "PlannerData",
+    "RunResult",
+    "RunStatus",
+]
+
+#: How a stage planner, replanner or repair prompt is shown untrusted data.
+PlannerData = Literal["handles", "shown"]
+PLANNER_DATA: tuple[str, ...] = ("handles", "shown")
+
+#: condition_not_met: a `require` step's condition was false (pte._plan._control): not a failure.
+RunStatus = Literal["succeeded", "failed_closed", "condition_not_met"]
+PlanOrigin = Literal["planner", "replanner", "file", "stage", "repair", "specialist"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a run is bounded and finished. Recorded in `run_started` so replay can reproduce it."""
+
+    max_replans: int = 2
+    limits: Limits = DEFAULT_LIMITS
+    #: Phrase the answer with one LLM call (True) or render the plan's result deterministically.
+    llm_answer: bool = True
+    #: Plans a run may chain with `continue` (pte._run._stages): the first plan is stage 1.
+    max_stages: int = 3
+    #: What stage planners, replanners and repair prompts are shown of untrusted data
+    #: (pte._run._exposure): ``handles`` (a reference, schema and labels in its place; the plan
+    #: stays as trusted as the first) or ``shown`` (the text itself; every call of a plan
+    #: written after that carries the ``untrusted`` label).
+    planner_data: PlannerData = "handles"
+    #: Characters per data block shown to a planner or the finalizer, cut at record
+    #: boundaries (pte._core._data_budget). None: the 4,000-character clip of older logs.
+    data_budget: int | None = DEFAULT_DATA_BUDGET
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "specialists", tuple(self.specialists))
+        if self.planner_data not in PLANNER_DATA:
+            raise ValueError(f"planner_data must be one of {list(PLANNER_DATA)}, not {self.planner_data!r}")
+        budget = self.data_budget
+        if budget is not None and (type(budget) is not int or not 200 <= budget <= 1_000_000):
+            raise ValueError(
+                f"data_budget must be an integer from 200 to 1,000,000 characters, not {budget!r}"
+            )
+
+    #: Send a plan rejected for a reason the planner can fix back to it once, as a replan
+    #: counted against `max_replans` (pte._run._repair); `max_replans=0` disables it too.
+    repair: bool = True
+    #: The deployment's specialists (pte._plan._specialists): planners a coordinating planner
+    #: delegates tasks to (pte._run._delegation). Empty: every planner is shown the whole catalogue.
+    specialists: tuple[Specialist, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "max_replans": self.max_replans,
+            "limits": self.limits.to_dict(),
+            "llm_answer": self.llm_answer,
+            "max_stages": self.max_stages,
+            # Recorded only where they differ from what a log without them means (from_dict).
+            **({"planner_data": self.planner_data} if self.planner_data != "shown" else {}),
+            **({"data_budget": self.data_budget} if self.data_budget is not None else {}),
+        }
+        if self.repair:  # absent: no repair, as in every run recorded before it existed
+            out["repair"] = True
+        if self.specialists:  # absent: none, as in every run recorded before they existed
+            out["specialists"] = [spec.to_dict() for spec in self.specialists]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        recorded = data.get("limits") or {}
+        limits: dict[str, Any] = {k: int(v) for k, v in recorded.items()}
+        if recorded and "max_values" not in limits:
+            limits["max_values"] = None  # recorded before the value cap existed: it had none
+        return cls(
+            max_replans=int(data.get("max_replans", 2)),
+            limits=Limits(**limits),
+            llm_answer=bool(data.get("llm_answer", True)),
+            max_stages=int(data.get("max_stages", 3)),
+            # Logs recorded before these existed showed planners everything, clipped at 4,000.
+            planner_data=cast(PlannerData, data.get("planner_data", "shown")),
+            data_budget=data.get("data_budget"),
+            # A run recorded before repair existed never repaired: its replay must not either.
+            repair=bool(data.get("repair", False)),
+            specialists=specialists_from_records(data["specialists"]) if "specialists" in data else (),
+        )
+
+
+@dataclass
+class RunResult:
+    """How a run ended: `succeeded` with an answer, or `failed_closed` with a reason."""
+
+    run_id: str
+    status: RunStatus
+    reason: ReasonCode | None = None
+    message: str | None = None
+    answer: str | None = None
+    result: Any = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    steps: list[StepResult] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    llm_calls: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    #: Consequential actions (write calls) that ran without a person, and those a person
+    #: allowed (the plan's approval, or an endorsement of the call's value).
+    writes_without_person: int = 0
+    writes_with_person: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+    @property
+    def tools_called(self) -> list[str]:
+        """The tools called, in order (failed calls included)."""
+        return [s.tool for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "reason": self.reason.value if self.reason else None,
+            "message": self.message,
+            "answer": self.answer,
+            "result": self.result,
+            "steps": [
+                {
+                    "id": s.step_id,
+                    "tool": s.tool,
+                    "status": s.status,
+                    **({"error": s.error.to_dict()} if s.error else {}),
+                }
+                for s in self.steps
+            ],
+            "plan_hashes": [p.hash for p in self.plans],
+            "llm_calls": self.llm_calls,
+            "usage": self.usage,
+            "autonomy": {
+                "writes_without_person": self.writes_without_person,
+                "writes_with_person": self.writes_with_person,
+            },
+        }
+
+
+@dataclass
+class _Run:
+    audit: RecordSink
+    result: RunResult
+    #: Tool name of every completed step, across plans (what a replan may reference).
+    prior: dict[str, str] = field(default_factory=dict)
+    #: Provenance label set of every step of every accepted plan.
+    labels: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Label set of every such step's arguments (what its error message may quote).
+    input_labels: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Whether an LLM prompt of this run has shown untrusted data (sticky): later plans'
+    #: literals then count as untrusted, except values the first plan already had, and every
+    #: call of such a plan carries the untrusted label (pte._run._exposure).
+    shown_untrusted: bool = False
+    #: Whether a planner prompt of this run has shown trusted data (sticky): later literals
+    #: then count as trusted, not as the request (pte._run._exposure).
+    shown_trusted: bool = False
+    #: Canonical JSON of the literals of plans written before any untrusted data was shown.
+    request_literals: frozenset[str] = frozenset()
+    #: OpenTelemetry spans of this run (inactive without a tracer provider).
+    tracer: RunTracer = field(default_factory=RunTracer.disabled)
+    #: Completed for_each steps (their output is a list): pte._plan._control.
+    prior_lists: set[str] = field(default_factory=set)
+    #: Field-level labels of every step of every accepted plan (pte._policy._labels).
+    label_trees: dict[str, LabelTree] = field(default_factory=dict)
+    #: The output schema compile inferred for every step of a generic tool of every accepted
+    #: plan (its instantiation: `pick` with its fields, `sort_records` of its records, ...).
+    #: Later stages and replans check references into completed steps against these; replay
+    #: and resume rebuild them by compiling the recorded plans again.
+    output_types: dict[str, Any] = field(default_factory=dict)
+    #: What decided that the current plan runs at all (docs/labels.md), and what decides that
+    #: a plan after it runs: its requires and failures joined in (`PolicyCheck.completion`).
+    decided: Decided = field(default_factory=Decided)
+    completion: Decided = field(default_factory=Decided)
+    #: What decides whether the plan being asked for now runs (see `_decided_for`).
+    deciding: Decided = field(default_factory=Decided)
+    #: Replans used so far: after a failed step, or to repair a rejected plan (pte._run._repair).
+    replans: int = 0
+    #: plan hash -> the steps that need an endorsement (pte._policy._endorsement): step -> {param: why}.
+    endorse: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    #: The calls (step ids, ``id[i]`` for elements) that consumed an endorsement.
+    endorsed: set[str] = field(default_factory=set)
+
+
+class EngineView(Protocol):
+    """What the engine's helpers (exposure, repair, stages) use of `pte._run._engine.Engine`."""
+
+    config: EngineConfig
+    registry: Registry
+    policy: Policy
+
+    def _plan(
+        self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]], *, gate: bool = True
+    ) -> Plan: ...
+
+    def _ask_plan(self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]]) -> str: ...
+
+    def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan: ...
+
+    def _compile(self, run: _Run, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]: ...
+
+    @property
+    def planner_registry(self) -> Registry: ...
