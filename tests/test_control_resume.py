@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _crash import KILL_PATCH
 from _services import run_python
 
 from pte import resume_file
@@ -44,26 +45,10 @@ PLAN = json.dumps(
     }
 )
 
-CHILD = textwrap.dedent(
+CHILD = KILL_PATCH + textwrap.dedent(
     """
-    import os, signal, sys
-    sys.path.insert(0, {repo!r})
-    from pte._audit._writer import AuditLog
-    from pte._run._engine import Engine
-    from pte._catalogue._registry import load_registry
+    from pte import Engine, load_registry
 
-    kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
-    original = AuditLog.append
-
-    def append(self, type, /, **fields):
-        if mode == "before" and self.next_seq == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        record = original(self, type, **fields)
-        if mode == "after" and record["seq"] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return record
-
-    AuditLog.append = append
     registry = load_registry([{pack!r}])
     with AuditLog(sys.argv[1]) as audit:
         Engine(registry).execute({plan!r}, audit)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _crash import ENGINE_CHILD
 from _services import run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -139,31 +140,7 @@ def test_decisions_do_not_depend_on_which_concurrent_step_finishes_first(
     assert runs[0] == runs[1] == runs[2] == runs[3]
 
 
-CHILD = textwrap.dedent(
-    """
-    import os, signal, sys
-    sys.path.insert(0, {repo!r})
-    from pte._audit._writer import AuditLog
-    from pte._run._engine import Engine
-    from pte._catalogue._registry import load_registry
-
-    kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
-    original = AuditLog.append
-
-    def append(self, type, /, **fields):
-        if mode == "before" and self.next_seq == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        record = original(self, type, **fields)
-        if mode == "after" and record["seq"] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return record
-
-    AuditLog.append = append
-    registry = load_registry([sys.argv[3]])
-    with AuditLog(sys.argv[1]) as audit:
-        Engine(registry).execute(open(sys.argv[2]).read(), audit)
-    """
-)
+CHILD = ENGINE_CHILD.replace("{packs}", "[sys.argv[3]]")
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _crash import ENGINE_CHILD
 from _services import run_python
 
 from pte import resume_file
@@ -42,40 +43,7 @@ PAYMENT_PLAN = """{"pte_plan": "1", "steps": [
  {"id": "after", "tool": "get_invoice", "args": {"invoice_id": "INV-1011"}, "after": ["pay"]}
 ], "result": {"$ref": "after/outstanding"}}"""
 
-# The child process kills itself right before (mode "before") or right after ("after") the
-# audit record with sequence number KILL_AT reaches the file: every record boundary, with
-# and without the tool call that happens between a step's two records. KILL_PATCH is that
-# patch alone (any `AuditLog`, a file's or a run store's): other tests prepend it to their child.
-KILL_PATCH = textwrap.dedent(
-    """
-    import os, signal, sys
-    sys.path.insert(0, {repo!r})
-    from pte._audit._writer import AuditLog
-
-    kill_at, mode = int(os.environ["KILL_AT"]), os.environ["KILL_MODE"]
-    original = AuditLog.append
-
-    def append(self, type, /, **fields):
-        if mode == "before" and self.next_seq == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        record = original(self, type, **fields)
-        if mode == "after" and record["seq"] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return record
-
-    AuditLog.append = append
-    """
-)
-CHILD = KILL_PATCH + textwrap.dedent(
-    """
-    from pte._run._engine import Engine
-    from pte._catalogue._registry import load_registry
-
-    registry = load_registry({packs!r})
-    with AuditLog(sys.argv[1]) as audit:
-        Engine(registry).execute(open(sys.argv[2]).read(), audit)
-    """
-)
+CHILD = ENGINE_CHILD
 
 
 def _new_ledger(path: Path) -> None:
@@ -89,7 +57,12 @@ def _crash(tmp: Path, plan: str, kill_at: int, mode: str, ledger: Path) -> tuple
     plan_file.write_text(plan, encoding="utf-8")
     env = {**os.environ, "PTE_LEDGER": str(ledger), "KILL_AT": str(kill_at), "KILL_MODE": mode}
     child = run_python(
-        CHILD.format(repo=str(REPO), packs=PACKS), str(log), str(plan_file), env=env, timeout=60, warm=PACKS
+        CHILD.format(repo=str(REPO), packs=repr(PACKS)),
+        str(log),
+        str(plan_file),
+        env=env,
+        timeout=60,
+        warm=PACKS,
     )
     return log, child.returncode
 

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _crash import KILL_PATCH
 from _services import run_python
 from test_procedure_approval import IBAN_A, IBAN_B, PAY, Deployment, _call, _payments, _plan
 from test_procedure_approval import ledger as ledger  # the fixture, for the tests below
-from test_resume import KILL_PATCH, REPO
+from test_resume import REPO
 
 from pte.stores import open_store
 
