@@ -600,8 +600,9 @@ def test_audit_show_prints_one_line_per_record(good_log: Path, capsys: pytest.Ca
     code, out, _ = cli(capsys, "audit", "show", str(good_log))
     assert code == 0
     lines = out.splitlines()
-    assert len(lines) == len(records)
-    for line, record in zip(lines, records, strict=True):
+    # One line per record, then the run's steps summary (tests/test_audit_show_steps.py).
+    assert lines[len(records)].startswith("steps of run ")
+    for line, record in zip(lines[: len(records)], records, strict=True):
         assert line.split()[0] == str(record["seq"])
         assert record["type"] in line
     assert "customer_balance" in lines[2]
@@ -611,7 +612,14 @@ def test_audit_show_prints_one_line_per_record(good_log: Path, capsys: pytest.Ca
 def test_audit_show_every_sample(sample: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys, "audit", "show", str(SAMPLES / sample))
     assert code == 0
-    assert len(out.splitlines()) == len(read_records(SAMPLES / sample))
+    records = read_records(SAMPLES / sample)
+    lines = out.splitlines()
+    runs = [r for r in records if r.get("type") == "run_started"]
+    # One line per record, and a steps summary per run.
+    assert sum(1 for line in lines if line.startswith("steps of run ")) == len(runs)
+    assert [line.split()[0] for line in lines if line[:6].strip().isdigit()] == [
+        str(r["seq"]) for r in records
+    ]
 
 
 def test_audit_show_unparsable_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

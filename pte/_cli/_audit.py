@@ -129,6 +129,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 def cmd_audit_show(args: argparse.Namespace) -> int:
     from pte._audit import iter_records, render_record
     from pte._core import AuditFormatError
+    from pte._replay import StepsSummary
     from pte.stores import is_store_url
 
     if is_store_url(args.log):
@@ -136,12 +137,18 @@ def cmd_audit_show(args: argparse.Namespace) -> int:
 
         return cli_store.audit_show(args)
     log = _existing_log(args.log)
-    # Streamed: one record in memory at a time, whatever the size of the log.
+    # Streamed: one record in memory at a time, whatever the size of the log; each run's steps
+    # summary (RunView's statuses) follows its records, folded from its step records only.
     shown = 0
+    steps = StepsSummary()
     try:
         for _, record in iter_records(log, skip_partial_tail=True):
+            for line in steps.add(record):
+                print(line)
             print(render_record(record))
             shown += 1
+        for line in steps.finish():
+            print(line)
     except AuditFormatError as exc:
         print(f"cannot read {log}: {exc}", file=sys.stderr)
         return EXIT_FAILED

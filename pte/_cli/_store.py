@@ -152,12 +152,16 @@ def audit_verify(args: argparse.Namespace) -> int:
 
 def audit_show(args: argparse.Namespace) -> int:
     from pte._audit import render_timeline
+    from pte._catalogue import stored_contents
+    from pte._replay import RunView, render_steps
 
     if args.run is None:
         raise _usage_error()("--run RUN_ID is required with a store URL")
     with _store(args.log) as store:
         _run_ids(store, args.run)
-        print(render_timeline(store.records(args.run)))
+        records = store.records(args.run)
+        print(render_timeline(records))
+        print("\n".join(render_steps(RunView.fold(args.run, records, stored_contents(records)))))
     return EXIT_OK
 
 

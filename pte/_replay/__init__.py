@@ -36,6 +36,11 @@ from pte._replay._resume import (
 from pte._replay._run_view import (
     RunView,
 )
+from pte._replay._steps_text import (
+    StepsSummary,
+    render_steps,
+    status_text,
+)
 
 __all__ = [
     "DECISION_FIELDS",
@@ -45,6 +50,7 @@ __all__ = [
     "RecordedInvoker",
     "ReplayReport",
     "RunView",
+    "StepsSummary",
     "check_anchors",
     "drive_run",
     "engine_for",
@@ -54,9 +60,11 @@ __all__ = [
     "recorded_policy",
     "recorded_registry",
     "render_report",
+    "render_steps",
     "render_store_report",
     "replay_file",
     "replay_run",
     "resume_file",
+    "status_text",
     "write_report",
 ]

@@ -32,6 +32,7 @@ from pte._audit import VerifyReport, approval_problem, endorsement_problem, iter
 from pte._catalogue import stored_contents
 from pte._core import AuditFormatError, ReportError
 from pte._replay._run_view import RunView, StepView, plan_references
+from pte._replay._steps_text import status_text
 
 __all__ = ["render_report", "render_store_report", "write_report"]
 
@@ -219,13 +220,6 @@ def _duration(value: float | None) -> str:
     return f"{float(value):.1f} ms" if isinstance(value, int | float) else "-"
 
 
-def _status_text(step: StepView) -> str:
-    if step.kind == "for_each" and step.items is not None:
-        done = sum(1 for e in step.elements if e.status == "ok")
-        return f"{step.status} ({done}/{step.items} elements)"
-    return step.status
-
-
 def _summary(view: RunView) -> str:
     s = view.summary()
     outcomes = ", ".join(f"{n} {_e(k)}" for k, n in s["outcomes"].items()) or "none"
@@ -299,7 +293,7 @@ def _run_section(view: RunView) -> str:
                 f"<td><code>{_e(step.id)}</code>{_procedure_path(step)}</td>"
                 f"<td>{_e(step.tool or step.kind)}</td>"
                 f"<td>{_badge(step.effect, step.effect)}</td><td>{labels}</td>"
-                f"<td>{_badge(step.status.replace(' ', '-'), _status_text(step))}</td>"
+                f"<td>{_badge(step.status.replace(' ', '-'), status_text(step))}</td>"
                 f"<td>{_duration(step.duration_ms)}</td><td>{_step_details(step)}</td></tr>"
             )
         out.append("</tbody></table>")
