@@ -19,6 +19,7 @@ from typing import Any
 
 from pte._core import RequeueRefused
 from pte._deploy._workers import enqueue, is_expired
+from pte._replay import RunView
 from pte.stores import RunInfo, Store, check_run_id
 from pte.stores._base import utc_now
 
@@ -55,16 +56,18 @@ class RunRow:
 
 
 def _plan_hash(store: Store, info: RunInfo) -> str | None:
-    """The hash of the run's latest accepted plan, from its records (None: no plan yet)."""
+    """The hash of the run's latest accepted plan, folded by `RunView` (None: no plan yet)."""
     if info.plan_hash is not None:
         return info.plan_hash
-    found = None
-    for line in store.lines(info.run_id):
-        if b'"plan_accepted"' in line:
-            record = json.loads(line)
-            if record.get("type") == "plan_accepted" and isinstance(record.get("plan_hash"), str):
-                found = record["plan_hash"]
-    return found
+    # `pte runs` lists every run: only the lines a plan is folded from are parsed (the first,
+    # run_started, and those naming plan_accepted); RunView decides which are plans.
+    records = [
+        json.loads(line)
+        for index, line in enumerate(store.lines(info.run_id))
+        if index == 0 or b'"plan_accepted"' in line
+    ]
+    plans = RunView.fold(info.run_id, records).plans
+    return plans[-1].plan_hash if plans else None
 
 
 def list_runs(store: Store, status: str | None = None) -> list[RunRow]:
