@@ -13,12 +13,14 @@ from _cli_run import cli
 from pte._audit import read_records
 from pte._catalogue import stored_contents
 from pte._replay import RunView, StepsSummary, render_report, render_steps, status_text
+from pte.stores import open_store
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "audit_samples"
 
 HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b1m\rpaid \u202eyaw\u202c \u2066iso\u2069 zero\u200bwidth\x00"
 RAW = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_COMMON = {"seq", "ts", "run_id", "type", "hash", "prev"}
 _REPORT_STEP = re.compile(r'<tr class="step" data-step-id="([^"]*)"[^>]*? data-status="([^"]*)"')
 _REPORT_ELEMENT = re.compile(
     r'<tr class="element" data-step-id="([^"]*)" data-index="\d+" data-status="([^"]*)"'
@@ -172,3 +174,18 @@ def test_steps_summary_keeps_only_step_records_per_run() -> None:
     steps = StepsSummary()
     assert [line for r in noisy for line in steps.add(r)] == []
     assert steps.finish() == list(render_steps(RunView.fold(str(records[0]["run_id"]), records)))
+
+
+def test_show_of_a_stored_run_ends_with_its_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite://{tmp_path / 'runs.db'}"
+    records = _hostile_run()
+    with open_store(url) as store:
+        log = store.audit_log("r1")
+        for record in records:
+            log.append(str(record["type"]), **{k: v for k, v in record.items() if k not in _COMMON})
+    code, out, err = cli(capsys, "audit", "show", url, "--run", "r1")
+    assert code == 0, err
+    summary = _summary(out)
+    assert summary == list(render_steps(RunView.fold("r1", records)))
+    assert "    each  t  failed (0/1 elements)" in "\n".join(summary)
+    assert RAW.search(out.replace("\n", "")) is None
