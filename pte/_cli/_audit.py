@@ -67,10 +67,6 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         import pte._cli._store as cli_store
 
         return cli_store.audit_verify(args)
-    from pte.stores import is_store_url
-
-    if is_store_url(args.log):
-        return _store_report(args)
     log = _existing_log(args.log)
     if (args.checkpoint is None) != (args.public_key is None):
         raise UsageError("--checkpoint and --public-key go together")
