@@ -167,6 +167,22 @@ def test_a_forged_record_for_a_step_the_plan_lacks_adds_no_step(capsys: pytest.C
     assert lines == list(render_steps(RunView.fold(str(records[0]["run_id"]), records)))
 
 
+def test_an_element_index_past_the_list_adds_no_element() -> None:
+    """Bug: a record naming ``step[i]`` padded the step with i empty elements, so an index of
+    10**9 in a log (an edited one, or any file given to show/report) hung the fold."""
+    records = list(read_records(SAMPLES / "control.jsonl"))
+    run_id = str(records[0]["run_id"])
+    honest = RunView.fold(run_id, records)
+    step = next(s for plan in honest.plans for s in plan.steps if s.kind == "for_each" and s.items)
+    finished = next(
+        r for r in records if r.get("step_id") == f"{step.id}[0]" and r["type"] == "step_finished"
+    )
+    forged = [{**finished, "step_id": f"{step.id}[{index}]"} for index in (step.items, 1000, 10**9)]
+    view = RunView.fold(run_id, [*records[:-1], *forged, records[-1]])
+    again = next(s for plan in view.plans for s in plan.steps if s.id == step.id)
+    assert len(again.elements) == step.items and again.status == step.status
+
+
 def test_steps_summary_keeps_only_step_records_per_run() -> None:
     """Many non-step records in a run do not change (or grow) what the summary folds."""
     records = _hostile_run()

@@ -187,3 +187,22 @@ def test_run_view_folds_any_records_without_raising(records: list[dict[str, obje
     view.summary()
     assert (view.finished is not None) == any(r["type"] == "run_finished" for r in records)
     assert (view.paused is not None) == (bool(records) and records[-1]["type"] == "run_paused")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.none() | st.integers(0, 50), st.lists(st.integers(0, 10**12), max_size=10))
+def test_run_view_elements_stay_within_the_list(items: int | None, indices: list[int]) -> None:
+    """Whatever element indices records name (``e[i]``), a for_each step's view holds at most
+    its recorded item count (or the largest list any plan may iterate), never one per index."""
+    plan = {"steps": [{"id": "e", "tool": "t", "for_each": {"$ref": "x"}, "args": {}}]}
+    records: list[dict[str, object]] = [
+        {"type": "run_started"},
+        {"type": "plan_accepted", "plan": plan, "plan_hash": "h"},
+    ]
+    if items is not None:
+        records.append({"type": "for_each", "step_id": "e", "items": items})
+    records += [{"type": "step_finished", "step_id": f"e[{i}]", "status": "ok"} for i in indices]
+    step = RunView.fold("r", records).plans[0].steps[0]
+    bound = items if items is not None else 1000
+    inside = [i for i in indices if i < bound]
+    assert len(step.elements) == (max(inside) + 1 if inside else 0)

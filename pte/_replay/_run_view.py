@@ -302,7 +302,16 @@ def _condition_status(step: StepView, condition: ConditionView) -> str:
     return step.status  # "run": what the call then records decides
 
 
+#: The most elements a `for_each` can have (the plan language's largest ``max_items``).
+MAX_ELEMENTS = 1000
+
+
 def _fold_element(step: StepView, index: int, record: Mapping[str, Any]) -> None:
+    # An element the list never had (past its recorded item count, or past what any plan may
+    # iterate) is no element: a record naming ``x[999999999]`` must not pad the view with
+    # empty elements (nor the report and `pte audit show` with lines, nor memory without end).
+    if index >= (step.items if step.items is not None else MAX_ELEMENTS):
+        return
     while len(step.elements) <= index:
         step.elements.append(ElementView(len(step.elements), status="not run"))
     element = step.elements[index]
