@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from pte._cli._deployment import _llm, _packs, _policy, _registry
@@ -550,6 +551,7 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
         json.dumps(policy_document),
         execution["max_concurrency"],
         execution["serial_writes"],
+        str(Path(args.procedures).resolve()) if getattr(args, "procedures", None) else "",
     )
     os.environ.update(config.to_env())
     app = make_app(broker, visibility_timeout=args.visibility_timeout)

@@ -48,6 +48,7 @@ from pte._deploy._runs import (
     run_in_store,
 )
 from pte._execution import DEFAULT_CONCURRENCY
+from pte._plan import load_procedures
 from pte._run import LLMClient
 from pte.stores import Store, StoreError, check_run_id, open_store
 
@@ -79,6 +80,8 @@ class WorkerConfig:
     #: --max-concurrency/--serial-writes``; `pte.Executor`).
     max_concurrency: int = DEFAULT_CONCURRENCY
     serial_writes: bool = False
+    #: The deployment's procedure folder (``pte worker --procedures DIR``, absolute); "": none.
+    procedures: str = ""
 
     def __post_init__(self) -> None:
         # Checked when the worker is configured, not per task: a NaN or infinite TTL made
@@ -100,6 +103,7 @@ class WorkerConfig:
             "PTE_WORKER_POLICY": self.policy,
             "PTE_WORKER_MAX_CONCURRENCY": str(self.max_concurrency),
             "PTE_WORKER_SERIAL_WRITES": "1" if self.serial_writes else "0",
+            "PTE_WORKER_PROCEDURES": self.procedures,
         }
 
     @classmethod
@@ -113,6 +117,7 @@ class WorkerConfig:
                 os.environ.get("PTE_WORKER_POLICY", "null"),
                 int(os.environ.get("PTE_WORKER_MAX_CONCURRENCY", DEFAULT_CONCURRENCY)),
                 os.environ.get("PTE_WORKER_SERIAL_WRITES", "0") == "1",
+                os.environ.get("PTE_WORKER_PROCEDURES", ""),
             )
         except KeyError as exc:
             raise PTEError(f"worker configuration missing: {exc}") from None
@@ -130,7 +135,7 @@ class _Context:
         self.pid = os.getpid()
         self.owner = f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.store = open_store(config.store_url)
-        self.registry = load_registry(list(config.tools))
+        self.registry = served_registry(config)
         self.keys = public_keys_from_env()
         self.llm = worker_llm(json.loads(config.llm))
         self.policy: Any = json.loads(config.policy)
@@ -164,6 +169,40 @@ def _get_context() -> _Context:
     return _context
 
 
+def served_registry(config: WorkerConfig) -> Registry:
+    """What a worker serves: its packs and, with ``--procedures``, the deployment's procedures
+    (checked against those packs as at ``pte worker`` start)."""
+    registry = load_registry(list(config.tools))
+    if not config.procedures:
+        return registry
+    return registry.with_procedures(load_procedures(config.procedures, registry))
+
+
+def _narrowed(registry: Registry, allow: Sequence[str]) -> Registry:
+    """`registry` narrowed to a job's `allow`, with the procedures whose bodies (and the
+    procedures they call) use only what is still allowed: a narrower allow-list never lets a
+    procedure reach a tool it no longer holds."""
+    narrowed = registry.allow(list(allow))
+    procedures = dict(registry.procedures)
+    while True:
+        kept = {
+            name: proc
+            for name, proc in procedures.items()
+            if all(
+                str(step.get("tool")) in narrowed or step.get("tool") in procedures
+                for step in proc.body["steps"]
+            )
+        }
+        if kept == procedures:
+            break
+        procedures = kept
+    return (
+        narrowed.with_procedures(load_procedures(list(procedures.values()), narrowed))
+        if procedures
+        else narrowed
+    )
+
+
 def _job_registry(job: Mapping[str, Any], served: Sequence[str], registry: Registry) -> Registry:
     wanted = [p for p in job.get("tools") or () if isinstance(p, str)]
     extra = sorted(set(wanted) - set(served))
@@ -173,7 +212,7 @@ def _job_registry(job: Mapping[str, Any], served: Sequence[str], registry: Regis
             f"the job asks for tool packs {extra} this worker does not serve ({', '.join(served)})",
         )
     allow = job.get("allow")
-    return registry.allow(list(allow)) if allow else registry
+    return _narrowed(registry, [a for a in allow if isinstance(a, str)]) if allow else registry
 
 
 def _check_job_policy(job: Mapping[str, Any], policy: Any) -> None:
