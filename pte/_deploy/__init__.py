@@ -23,11 +23,11 @@ from pte._deploy._workers import (
     MAX_APPROVAL_TTL_S,
     QUEUE,
     WorkerConfig,
-    served_registry,
     enqueue,
     is_expired,
     make_app,
     process_run,
+    served_registry,
     submit_job,
 )
 
@@ -36,7 +36,6 @@ __all__ = [
     "QUEUE",
     "PausedRun",
     "WorkerConfig",
-    "served_registry",
     "awaiting_plan",
     "decide",
     "enqueue",
@@ -50,5 +49,6 @@ __all__ = [
     "requeue_problem",
     "resume_run",
     "run_in_store",
+    "served_registry",
     "submit_job",
 ]
