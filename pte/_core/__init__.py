@@ -99,6 +99,10 @@ from pte._core._secret_rules import (
     SecretRules,
     default_rule_files,
 )
+from pte._core._shared_lines import (
+    append_line,
+    read_shared,
+)
 from pte._core._signing import (
     PublicKey,
     SignedDecision,
@@ -167,6 +171,7 @@ __all__ = [
     "TransientError",
     "TrustedKeys",
     "__version__",
+    "append_line",
     "call_role",
     "canonical_bytes",
     "canonical_json",
@@ -189,6 +194,7 @@ __all__ = [
     "pattern_matcher",
     "quiet_logging",
     "read_key_file",
+    "read_shared",
     "render_budgeted",
     "sha256_hex",
     "sign_decision",

@@ -37,7 +37,6 @@ key and the signature, so an auditor can check it with nothing but the log and t
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import threading
@@ -46,7 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pte._audit import (
     Approval,
@@ -56,7 +55,15 @@ from pte._audit import (
     utc_now,
 )
 from pte._catalogue import Registry, ToolSpec
-from pte._core import ApprovalConsumed, ApprovalStoreError, SigningKey, canonical_json, sign_decision
+from pte._core import (
+    ApprovalConsumed,
+    ApprovalStoreError,
+    SigningKey,
+    append_line,
+    canonical_json,
+    read_shared,
+    sign_decision,
+)
 from pte._core import strict_json as strict_json
 from pte._plan import Plan
 
@@ -166,26 +173,13 @@ class ApprovalStore:
                 raise ApprovalStoreError(f"approval store {str(self.path)!r} line {number}: {exc}") from None
         return contents
 
-    def _read_locked(self, fh: IO[str]) -> _StoreContents:
-        fh.seek(0)
-        try:
-            return self._parse(fh.read())
-        except UnicodeDecodeError as exc:
-            raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
-
     def contents(self) -> _StoreContents:
         """Everything in the store (approvals, old-format lines, consumptions)."""
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-                try:
-                    return self._read_locked(fh)
-                finally:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        except FileNotFoundError:
-            return _StoreContents()
-        except OSError as exc:
+            text = read_shared(self.path)
+        except (OSError, UnicodeDecodeError) as exc:
             raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
+        return _StoreContents() if text is None else self._parse(text)
 
     def __iter__(self) -> Any:
         """Every approval in the store, oldest first."""
@@ -198,19 +192,16 @@ class ApprovalStore:
     # -- writing ------------------------------------------------------------------------------
 
     def _append(self, line: str, check: Callable[[_StoreContents], None] | None = None) -> None:
+        def checked(text: str) -> bool:
+            if check is not None:
+                check(self._parse(text))  # raises to refuse
+            return True
+
         with self._lock:
             try:
-                with open(self.path, "a+", encoding="utf-8") as fh:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-                    try:
-                        if check is not None:
-                            check(self._read_locked(fh))
-                        fh.seek(0, os.SEEK_END)
-                        fh.write(line)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                    finally:
-                        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                append_line(self.path, line, None if check is None else checked)
+            except UnicodeDecodeError as exc:
+                raise ApprovalStoreError(f"cannot read approval store {str(self.path)!r}: {exc}") from None
             except OSError as exc:
                 raise ApprovalStoreError(f"cannot write approval store {str(self.path)!r}: {exc}") from None
 

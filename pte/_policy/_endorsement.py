@@ -33,7 +33,6 @@ public key and the signature.
 from __future__ import annotations
 
 import contextvars
-import fcntl
 import hashlib
 import os
 import re
@@ -42,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from pte._audit import RecordSink
 from pte._audit import records as rec
@@ -54,8 +53,10 @@ from pte._core import (
     SignedDecision,
     SigningKey,
     TrustedKeys,
+    append_line,
     canonical_json,
     check_signature_fields,
+    read_shared,
     sign_decision,
 )
 from pte._core import strict_json as strict_json
@@ -288,25 +289,12 @@ class EndorsementStore:
                 ) from None
         return contents
 
-    def _read(self, fh: IO[str]) -> _Contents:
-        fh.seek(0)
-        try:
-            return self._parse(fh.read())
-        except UnicodeDecodeError as exc:
-            raise EndorsementStoreError(f"cannot read endorsement store {str(self.path)!r}: {exc}") from None
-
     def contents(self) -> _Contents:
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-                try:
-                    return self._read(fh)
-                finally:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        except FileNotFoundError:
-            return _Contents()
-        except OSError as exc:
+            text = read_shared(self.path)
+        except (OSError, UnicodeDecodeError) as exc:
             raise EndorsementStoreError(f"cannot read endorsement store {str(self.path)!r}: {exc}") from None
+        return _Contents() if text is None else self._parse(text)
 
     def __iter__(self) -> Iterator[Endorsement]:
         return iter(self.contents().endorsements)
@@ -314,17 +302,11 @@ class EndorsementStore:
     def _append(self, line: str, check: Callable[[_Contents], bool] | None = None) -> None:
         with self._lock:
             try:
-                with open(self.path, "a+", encoding="utf-8") as fh:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-                    try:
-                        if check is not None and not check(self._read(fh)):
-                            return
-                        fh.seek(0, os.SEEK_END)
-                        fh.write(line)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                    finally:
-                        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                append_line(self.path, line, None if check is None else lambda text: check(self._parse(text)))
+            except UnicodeDecodeError as exc:
+                raise EndorsementStoreError(
+                    f"cannot read endorsement store {str(self.path)!r}: {exc}"
+                ) from None
             except OSError as exc:
                 raise EndorsementStoreError(
                     f"cannot write endorsement store {str(self.path)!r}: {exc}"
