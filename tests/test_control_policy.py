@@ -184,7 +184,7 @@ def test_untrusted_data_cannot_choose_the_branch_into_a_guarded_sink(
             ],
         },
     )
-    assert err.path == "$.steps[1].args.iban"
+    assert err.path == "$.steps[1].when"
 
 
 def test_a_require_on_untrusted_data_guards_the_later_write(registry: Registry, policy: Policy) -> None:

@@ -364,7 +364,13 @@ def test_policy_schema_and_cli_schema_know_on_violation(capsys: pytest.CaptureFi
     assert main(["schema", "policy"]) == 0
     schema = json.loads(capsys.readouterr().out)
     tool_schema = schema["$defs"]["tool"]["properties"]["on_violation"]
-    assert tool_schema["additionalProperties"] == {"enum": ["refuse", "endorse"]}
+    per_param, whole_call = tool_schema["oneOf"][1], tool_schema["oneOf"][0]
+    assert per_param["additionalProperties"] == {"enum": ["refuse", "endorse"]}
+    assert whole_call == {"enum": ["refuse", "endorse"]}
+    with pytest.raises(pte.PolicyError):
+        Policy.from_registry(REGISTRY).with_document(
+            {"pte_policy": "1", "tools": {"pay": {"on_violation": "allow"}}}
+        )
     with pytest.raises(pte.PolicyError):
         Policy.from_registry(REGISTRY).with_document(
             {"pte_policy": "1", "tools": {"pay": {"on_violation": {"iban": "allow"}}}}

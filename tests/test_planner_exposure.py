@@ -124,7 +124,7 @@ def test_a_stage_planner_shown_untrusted_text_cannot_choose_what_a_write_gets(tm
     assert (result.status, result.reason and result.reason.value) == ("failed_closed", "replans_exhausted")
     assert "policy_violation" in (result.message or "")
     assert "shown untrusted text" in (result.message or "")
-    assert "delete_file.file_id" in (result.message or "")
+    assert "whether delete_file runs" in (result.message or "")
     assert DELETED == []
 
 

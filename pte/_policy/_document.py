@@ -77,6 +77,19 @@ def _frozen_sinks(sinks: Mapping[str, frozenset[str]]) -> Mapping[str, frozenset
     return MappingProxyType({param: frozenset(allowed) for param, allowed in sinks.items()})
 
 
+def _call_sink(entry: ToolPolicy, guarded: frozenset[str] | None) -> frozenset[str] | None:
+    """Which labels may decide whether and how often a call runs (docs/labels.md): the policy's
+    ``call`` when it declares one; else `guarded` (a write in guarded mode, an egress read: whatever
+    its parameters, none included) narrowed by every declared sink, since whether a value
+    arrives is a flow into it; else (open mode) the declared sinks alone (None: none)."""
+    if entry.call is not None:
+        return entry.call
+    out = guarded
+    for allowed in entry.sinks.values():
+        out = allowed if out is None else out & allowed
+    return out
+
+
 # --- the policy --------------------------------------------------------------------------------
 
 
@@ -233,12 +246,18 @@ class Policy:
                 )
             egress = bool(entry.get("egress", current.egress))
             endorse = set(current.endorse)
-            for param, action in entry.get("on_violation", {}).items():
+            endorse_call = current.endorse_call
+            on_violation = entry.get("on_violation", {})
+            if isinstance(on_violation, str):  # the whole call (pte._policy._endorsement)
+                endorse_call = on_violation == "endorse"
+                on_violation = {}
+            for param, action in on_violation.items():
                 _check_sink_param(source, name, param, self._registry)
                 if action == "endorse":
                     endorse.add(param)
                 else:
                     endorse.discard(param)
+            call = current.call if "call" not in entry else frozenset(entry["call"])
             tools[name] = ToolPolicy(
                 output,
                 _frozen_sinks(sinks),
@@ -246,6 +265,8 @@ class Policy:
                 MappingProxyType(stores),
                 egress,
                 frozenset(endorse),
+                call,
+                endorse_call,
             )
         default = cast(DefaultMode, document.get("default", self.default))
         return Policy(tools, registry=self._registry, sources=(*self.sources, source), default=default)
@@ -321,16 +342,14 @@ class Policy:
             self.default == "guarded" and spec is not None and spec.effect == "write"
         )
         if spec is None or not guard_all:
-            return entry
+            return dataclasses.replace(entry, decided_by=_call_sink(entry, None))
         params = spec.input_schema.get("properties") or {}
         # The idempotency key is the engine's, never a plan's: not a sink (pte._catalogue._idempotency).
         missing = [p for p in params if p not in entry.sinks and p != spec.idempotency_key]
-        if not missing:
-            return entry
         # Declared sinks first (their order is the check order), then the guarded defaults.
         sinks = dict(entry.sinks)
         sinks.update(dict.fromkeys(missing, _GUARDED))
-        return dataclasses.replace(entry, sinks=_frozen_sinks(sinks))
+        return dataclasses.replace(entry, sinks=_frozen_sinks(sinks), decided_by=_call_sink(entry, _GUARDED))
 
 
 class PolicyCheck:

@@ -401,41 +401,43 @@ class _FlowGraph:
         depends on the data): only a value can be endorsed (pte._policy._endorsement), not that.
         """
         for step in self.steps:  # plan order, so the first violation is the first one a reader meets
-            sinks = self.entry(step.tool).sinks
-            for param, allowed in sinks.items():
+            entry = self.entry(step.tool)
+            for param, allowed in entry.sinks.items():
                 if param in step.args:
                     labels = self.value_labels(_components(step.args[param]))
                     offending = labels - allowed
                     if offending:
                         yield step, param, self.violation(step, param, allowed, offending)
-            implicit = self.implicit_labels(step) if sinks else frozenset()
-            for param, allowed in sinks.items():
-                # Whether (and how often) the call happens is itself a flow into every sink
-                # (explained after the explicit flows: those are what a reader fixes first).
-                if implicit - allowed:
-                    yield step, None, self.implicit_violation(step, param, allowed, implicit - allowed)
-                    break
+            # The call-level sink: whether (and how often) the call happens, whatever its
+            # parameters, none included (explained after the explicit flows: those are what a
+            # reader fixes first).
+            call = entry.decided_by
+            if call is not None:
+                offending = self.implicit_labels(step) - call
+                if offending:
+                    yield step, None, self.implicit_violation(step, call, offending)
 
     def implicit_violation(
-        self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]
+        self, step: _StepView, allowed: frozenset[str], offending: frozenset[str]
     ) -> PlanRejected:
         label = next(lab for lab in _EXPLAIN_ORDER if lab in offending)
         accepts = " or ".join(lab for lab in LABELS if lab in allowed) or "no"
+        where: tuple[str, ...] = ()
         if label in self.exposure:
             why = f"the plan was written by a planner that was shown {label} text (pte._run._exposure)"
         elif step.for_each is not None and label in self.membership(step.for_each):
             why = f"the for_each list {str(step.for_each)!r} (its elements were chosen by {label} data)"
+            where = ("for_each",)
         elif step.when is not None and label in self.condition_labels(step.when):
             why = self.condition_source(step.when, label)
+            where = ("when",)
         else:
             why = self.before[step.id].get(label) or self.before_failures[step.id][label]
         message = (
-            f"step {step.id!r}: {step.tool}.{param} accepts only {accepts} data, but whether and how often "
-            f"{step.tool} runs depends on {label} data: {why}"
+            f"step {step.id!r}: only {accepts} data may decide whether {step.tool} runs, but whether and "
+            f"how often {step.tool} runs depends on {label} data: {why}"
         )
-        return PlanRejected(
-            ReasonCode.POLICY_VIOLATION, message, json_path(("steps", step.position, "args", param))
-        )
+        return PlanRejected(ReasonCode.POLICY_VIOLATION, message, json_path(("steps", step.position, *where)))
 
     def violation(
         self, step: _StepView, param: str, allowed: frozenset[str], offending: frozenset[str]

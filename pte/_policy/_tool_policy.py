@@ -48,6 +48,17 @@ class ToolPolicy:
     #: Sink parameters whose violation a person may endorse value by value (pte._policy._endorsement)
     #: instead of the plan being refused: ``on_violation: {"param": "endorse"}``.
     endorse: frozenset[str] = frozenset()
+    #: The call-level sink as the policy file declares it (``"call": [...]``): which labels may
+    #: decide whether and how often the tool runs. None: the default (`decided_by`).
+    call: frozenset[str] | None = None
+    #: A person may endorse the call itself (``on_violation: "endorse"`` for the whole tool):
+    #: every parameter, and the decisions that lead to the call (pte._policy._endorsement).
+    endorse_call: bool = False
+    #: The call-level sink a check enforces (set by `Policy.effective`; not part of the file
+    #: form): `call` when declared; else ``request``/``trusted`` for every write in guarded mode
+    #: and every egress read (narrowed by every declared sink); else the declared sinks'
+    #: intersection (open mode); None: nothing decides this call's running but its own sinks.
+    decided_by: frozenset[str] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The policy-file form of this entry."""
@@ -58,7 +69,11 @@ class ToolPolicy:
             out["fields"] = dict(sorted(self.fields.items()))
         if self.egress:
             out["egress"] = True
-        if self.endorse:
+        if self.call is not None:
+            out["call"] = sorted(self.call)
+        if self.endorse_call:
+            out["on_violation"] = "endorse"
+        elif self.endorse:
             out["on_violation"] = dict.fromkeys(sorted(self.endorse), "endorse")
         if self.stores:
             out["stores"] = {
