@@ -211,8 +211,11 @@ class _Types:
         for schema in schemas:
             defs.update(schema.get("$defs") or {})
         taken = {name for name, *_ in self.order}
+        # A definition means what its references mean: it is keyed with the tool's whole $defs,
+        # encoded once (not once per definition: that would be quadratic in the document).
+        context = _jcs({k: defs[k] for k in sorted(defs)})
         for name, body in sorted(defs.items()):  # sorted: as a catalogue read back from a log
-            key = _jcs({"body": body, "defs": {k: defs[k] for k in sorted(defs)}})
+            key = f"{_jcs(body)}\0{context}"
             shown = self.by_body.get(key)
             if shown is None:
                 shown, n = name, 2
@@ -238,6 +241,8 @@ class _Writer:
         self.shapes = shapes or {}
         #: The tool's own description: a field it names is not described again.
         self.described = described
+        #: Its words, found once (a lookup per field, not a search of the description per field).
+        self.words = frozenset(re.findall(r"\w+", described))
 
     def type(self, node: Any) -> str:
         """`node` in the catalogue's notation; as its JSON when it has a shape the notation
@@ -385,6 +390,8 @@ class _Writer:
         return text
 
     def _mentioned(self, name: str) -> bool:
+        if re.fullmatch(r"\w+", name):
+            return name in self.words
         return re.search(rf"\b{re.escape(name)}\b", self.described) is not None
 
 
@@ -463,6 +470,13 @@ def _type_variables(node: Any, out: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _marked_fields(schema: Mapping[str, Any]) -> dict[str, str]:
+    """The output's field labels (`schema_fields`), walked only when the schema marks a field: a
+    walk lists every pointer a schema's references open, which a fan-out of named types makes
+    exponential, while the marks are found by one linear scan of the document."""
+    return schema_fields(schema) if _LABEL in _jcs(schema) else {}
+
+
 def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> str:
     """Effect, approval and labels as compile enforces them (policy files included)."""
     endorsable: list[str] = []
@@ -473,7 +487,7 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
             endorsable = sorted(p for p in entry.endorse if p in sinks)
     else:
         output, sinks = spec.provenance, spec.sinks
-        fields = schema_fields(spec.output_schema) if output != "derived" else {}
+        fields = _marked_fields(spec.output_schema) if output != "derived" else {}
     parts = ["write"] if spec.effect == "write" else []
     if spec.requires_approval:
         parts.append("needs approval")
