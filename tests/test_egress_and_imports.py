@@ -82,10 +82,27 @@ DOCUMENT: dict[str, Any] = {
 CLEAN = {
     "pte_import": "1",
     "tools": {
-        "get_webpage": {"description": "Fetch a web page by URL.", "source_text": "drop"},
+        "get_webpage": {
+            "description": "Fetch a web page by URL.",
+            "parameters": {"url": {}},
+            "source_text": "drop",
+        },
         "pay": {
             "description": "Pay someone.",
-            "parameters": {"body": {"description": "The payment."}},
+            # The body's field names are the source's: the deployment restates the schema.
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "body": {
+                        "type": "object",
+                        "description": "The payment.",
+                        "properties": {"iban": {"type": "string"}},
+                        "required": ["iban"],
+                    }
+                },
+                "required": ["body"],
+                "additionalProperties": False,
+            },
             "source_text": "drop",
             "output_schema": {"type": "object"},
         },
@@ -120,7 +137,12 @@ def test_an_openapi_get_is_guarded_by_default_and_a_manifest_can_open_it() -> No
     opened = json.loads(json.dumps(CLEAN))
     opened["tools"]["get_webpage"]["sinks"] = {"url": ["request", "trusted", "untrusted"]}
     assert imported(opened)["get_webpage"].sinks["url"] == {"request", "trusted", "untrusted"}
-    opened["tools"]["get_webpage"] = {"description": "Fetch.", "source_text": "drop", "egress": False}
+    opened["tools"]["get_webpage"] = {
+        "description": "Fetch.",
+        "parameters": {"url": {}},
+        "source_text": "drop",
+        "egress": False,
+    }
     assert imported(opened)["get_webpage"].sinks == {}
 
 
@@ -253,6 +275,7 @@ def test_the_manifest_replaces_or_drops_every_text_of_the_source() -> None:
     )
     assert raw["get_webpage"].third_party_text == (
         "description",
+        "input_schema/properties/url",  # the parameter's name: the manifest did not declare it
         "input_schema/properties/url/title",
         "input_schema/properties/url/examples",
         "input_schema/properties/url/description",
@@ -261,9 +284,18 @@ def test_the_manifest_replaces_or_drops_every_text_of_the_source() -> None:
 
 def test_a_property_named_description_is_not_text() -> None:
     schema = {"type": "object", "properties": {"description": {"type": "string", "description": "free"}}}
-    dropped, kept = scrub(schema, "input_schema", drop=True)
-    assert kept == [] and dropped == {"type": "object", "properties": {"description": {"type": "string"}}}
-    assert scrub(schema, "s", drop=False)[1] == ["s/properties/description/description"]
+    dropped = scrub(schema, "input_schema", drop=True, names=["description"])
+    assert dropped.kept == dropped.undroppable == []
+    assert dropped.schema == {"type": "object", "properties": {"description": {"type": "string"}}}
+    assert scrub(schema, "s", drop=False, names=["description"]).kept == [
+        "s/properties/description/description"
+    ]
+    # Undeclared, the name is the source's text: kept, or not droppable.
+    assert scrub(schema, "s", drop=False).kept == [
+        "s/properties/description",
+        "s/properties/description/description",
+    ]
+    assert scrub(schema, "s", drop=True).undroppable == ["s/properties/description"]
 
 
 def test_a_parameter_description_copied_as_a_literal_counts_untrusted(tmp_path: Path) -> None:
@@ -275,7 +307,10 @@ def test_a_parameter_description_copied_as_a_literal_counts_untrusted(tmp_path: 
         "tools": {"pay": {"description": "Pay someone.", "output_schema": {"type": "object"}}},
     }
     registry = imported(manifest)
-    assert registry["pay"].third_party_text == ("input_schema/properties/body/properties/iban/description",)
+    assert registry["pay"].third_party_text == (
+        "input_schema/properties/body/properties/iban",
+        "input_schema/properties/body/properties/iban/description",
+    )
 
     def planner(messages: list[dict[str, str]], call: FunctionCall) -> str:
         system = messages[0]["content"]

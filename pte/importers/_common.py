@@ -11,6 +11,7 @@ come from the manifest, else from conservative defaults (``write``, not idempote
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -57,6 +58,8 @@ class SourceTool:
     #: Whether the call's arguments reach a third party when the manifest says nothing (an
     #: OpenAPI GET: its URL and query): every parameter is then a guarded sink (egress).
     default_egress: bool = False
+    #: Top-level input property names the importer chose, not the source (OpenAPI's ``body``).
+    own_names: frozenset[str] = frozenset()
 
     def definition(self) -> dict[str, Any]:
         """The parts a manifest pin covers."""
@@ -180,7 +183,7 @@ def build_registry(
         if not output_schema:
             problems.append(f"{kind} tool {name!r} declares no output schema; {_how_to_declare(kind, name)}")
             continue
-        input_schema = source.input_schema
+        input_schema = declaration.get("input_schema", source.input_schema)
         if not input_schema or input_schema.get("type") != "object":
             problems.append(
                 f"{kind} tool {name!r} has no object input schema; PTE passes one arguments object "
@@ -194,7 +197,9 @@ def build_registry(
                 f'(^[A-Za-z][A-Za-z0-9_.-]{{0,63}}$); rename it: {{"tools": {{"{name}": {{"name": "..."}}}}}}'
             )
             continue
-        text = _deployment_text(source, declaration, input_schema, output_schema)
+        text = _deployment_text(
+            source, declaration, named_by_deployment=declared is not None or only is not None
+        )
         if isinstance(text, str):
             problems.append(f"{kind} tool {name!r}: {text}")
             continue
@@ -239,17 +244,32 @@ def build_registry(
 
 
 def _deployment_text(
-    source: SourceTool,
-    declaration: Mapping[str, Any],
-    input_schema: Mapping[str, Any],
-    output_schema: Mapping[str, Any],
+    source: SourceTool, declaration: Mapping[str, Any], *, named_by_deployment: bool
 ) -> tuple[str, dict[str, Any], dict[str, Any], list[str]] | str:
     """The description and schemas with the manifest's text applied (pte.importers._text), and
-    where the source's own text is left; a message when a parameter override names no parameter."""
+    where the source's own text is left; a message when the manifest names no parameter, or
+    ``source_text: "drop"`` cannot drop what the source wrote.
+
+    A schema the manifest gives (``input_schema``, ``output_schema``) is the deployment's own
+    text; the source's are scrubbed. Top-level parameter names the manifest declares
+    (``parameters``, ``sinks``) are the deployment's too.
+    """
     drop = declaration.get("source_text", "keep") == "drop"
-    inputs, kept = scrub(input_schema, "input_schema", drop=drop)
-    outputs, kept_out = scrub(output_schema, "output_schema", drop=drop)
-    kept += kept_out
+    names = {*source.own_names, *(declaration.get("parameters") or {}), *(declaration.get("sinks") or {})}
+    kept: list[str] = []
+    undroppable: list[str] = []
+    schemas: dict[str, dict[str, Any]] = {}
+    for part in ("input_schema", "output_schema"):
+        if part in declaration:
+            schemas[part] = copy.deepcopy(dict(declaration[part]))
+            continue
+        scrubbed = scrub(
+            getattr(source, part), part, drop=drop, names=names if part == "input_schema" else ()
+        )
+        schemas[part] = scrubbed.schema
+        kept += scrubbed.kept
+        undroppable += scrubbed.undroppable
+    inputs, outputs = schemas["input_schema"], schemas["output_schema"]
     properties = inputs.get("properties") or {}
     for param, override in (declaration.get("parameters") or {}).items():
         if param not in properties or not isinstance(properties[param], dict):
@@ -264,6 +284,18 @@ def _deployment_text(
             properties[param]["description"] = text  # the deployment's own words
         pointer = f"input_schema/properties/{param.replace('~', '~0').replace('/', '~1')}/description"
         kept = [where for where in kept if where != pointer]
+        undroppable = [where for where in undroppable if where != pointer]
+    if undroppable:
+        shown = ", ".join(undroppable[:8]) + (
+            f" and {len(undroppable) - 8} more" if len(undroppable) > 8 else ""
+        )
+        return (
+            f'source_text "drop" cannot drop what the tool needs of its source\'s text: {shown} '
+            "(names, enum/const values, patterns). Declare them in the manifest: "
+            '"parameters": {"<name>": {}} for a top-level parameter name, or the deployment\'s own '
+            '"input_schema" / "output_schema"; or keep the text (source_text "keep": shown as untrusted, '
+            "and a plan written after it is exposed)"
+        )
     if "description" in declaration:
         description = declaration["description"] or ""
     elif drop:
@@ -272,4 +304,6 @@ def _deployment_text(
         description = source.description or ""
         if description:
             kept.insert(0, "description")
+    if not named_by_deployment and not drop:
+        kept.insert(0, "name")  # the tool's name as the source wrote it: no manifest or `only` chose it
     return description, inputs, outputs, kept

@@ -17,6 +17,7 @@ code and the langchain-core version, so an approval binds what runs.
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import inspect
 import marshal
@@ -61,7 +62,11 @@ def _return_schema(tool: Any) -> dict[str, Any] | None:
 
 def _source_tool(tool: Any) -> SourceTool:
     try:
-        input_schema = tool.tool_call_schema.model_json_schema()
+        call_schema = tool.tool_call_schema
+        # A tool declared with a JSON Schema (args_schema as a dict) is called with exactly it.
+        input_schema = (
+            copy.deepcopy(call_schema) if isinstance(call_schema, dict) else call_schema.model_json_schema()
+        )
     except Exception:  # a tool whose args schema is not a pydantic model
         input_schema = tool.get_input_jsonschema() if hasattr(tool, "get_input_jsonschema") else None
     return SourceTool(

@@ -239,11 +239,14 @@ class _Operation:
         operation_id = self.operation.get("operationId")
         name = str(operation_id) if operation_id else f"{self.method.upper()} {self.path}"
         description = str(self.operation.get("description") or self.operation.get("summary") or "")
+        input_schema = self.input_schema()
         return SourceTool(
             name=name,
             description=description,
-            input_schema=self.input_schema(),
+            input_schema=input_schema,
             output_schema=self.output_schema(),
+            # "body" is this importer's name for the request body, not the document's text.
+            own_names=frozenset({"body"}) & frozenset((input_schema or {}).get("properties") or ()),
             default_effect="read" if self.method in _READ_METHODS else "write",
             # The URL and query of a GET go to the server: guarded unless the manifest opens them.
             default_egress=self.method in _READ_METHODS,
