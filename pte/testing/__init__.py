@@ -22,27 +22,70 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
   it answers, and the same plan written inline (pte._run._delegation); `ScriptedModel` answers
   each specialist's calls from its own script (``specialists={"name": [...]}``).
 - `example_registry()`: a small typed example catalogue.
+
+The doubles import without hypothesis; the strategies need it (``pip install hypothesis``) and
+are imported when first used.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from pte._run import ReplayClient
 from pte.testing._catalogue import example_registry
-from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
-from pte.testing._data_plans import DataCase, data_plans
-from pte.testing._delegation_strategies import DelegationCase, delegations
 from pte.testing._function_client import FunctionCall, FunctionClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
-from pte.testing._procedure_strategies import ProcedureCase, procedure_calls
 from pte.testing._scripted_model import ScriptedModel, ScriptExhausted
-from pte.testing._strategies import (
-    COMPILE_REASONS,
-    invalid_plan_cases,
-    invalid_plans,
-    json_values,
-    planner_text,
-    valid_plans,
-)
+
+if TYPE_CHECKING:
+    from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
+    from pte.testing._data_plans import DataCase, data_plans
+    from pte.testing._delegation_strategies import DelegationCase, delegations
+    from pte.testing._procedure_strategies import ProcedureCase, procedure_calls
+    from pte.testing._strategies import (
+        COMPILE_REASONS,
+        invalid_plan_cases,
+        invalid_plans,
+        json_values,
+        planner_text,
+        valid_plans,
+    )
+
+#: The strategies need hypothesis (the ``test`` extra); the doubles above do not, so these are
+#: imported on first use: ``from pte.testing import ScriptedModel`` works without hypothesis.
+_STRATEGIES = {
+    "pte.testing._control_strategies": ("CONTROL_REASONS", "control_plans", "invalid_control_plans"),
+    "pte.testing._data_plans": ("DataCase", "data_plans"),
+    "pte.testing._delegation_strategies": ("DelegationCase", "delegations"),
+    "pte.testing._procedure_strategies": ("ProcedureCase", "procedure_calls"),
+    "pte.testing._strategies": (
+        "COMPILE_REASONS",
+        "invalid_plan_cases",
+        "invalid_plans",
+        "json_values",
+        "planner_text",
+        "valid_plans",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _STRATEGIES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pte.testing' has no attribute {name!r}")
+    try:
+        value = getattr(import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if exc.name != "hypothesis" and not str(exc.name).startswith("hypothesis."):
+            raise
+        raise ImportError(
+            f"pte.testing.{name} is a hypothesis strategy: pip install hypothesis (or 'pte[test]')"
+        ) from exc
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "COMPILE_REASONS",
