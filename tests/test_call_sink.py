@@ -49,6 +49,8 @@ class Done(BaseModel):
 @pte.tool(provenance="untrusted")
 def read_email() -> Email:
     """The newest e-mail (third-party text)."""
+    if EMAIL["code"] == "crash":  # an e-mail this reader cannot parse: its author chose that
+        raise ValueError("unreadable e-mail")
     return Email(**EMAIL)
 
 
@@ -220,6 +222,42 @@ def test_an_exposed_replanner_cannot_release_the_batch(tmp_path: Path) -> None:
     message = result.message or ""
     assert "whether and how often release_payment_batch runs depends on untrusted data" in message
     assert "shown untrusted text" in (result.message or "")
+    assert BATCHES == []
+
+
+# --- a replan carries what triggered it -------------------------------------------------------------
+
+
+def _replan(first_steps: list[dict[str, Any]], tmp_path: Path) -> pte.RunResult:
+    first = {"pte_plan": "1", "steps": first_steps, "result": None}
+    again = {"pte_plan": "1", "steps": [GUARDED], "result": {"$ref": "release/ok"}}
+    model = ScriptedModel(planner=[first], replanner=[again], repair=[again])
+    engine = Engine(REGISTRY, model, config=EngineConfig(llm_answer=False))  # handles: not exposed
+    with AuditLog(tmp_path / f"run{len(list(tmp_path.iterdir()))}.jsonl") as audit:
+        return engine.run("Check the code in my e-mail; if that fails, release the batch.", audit)
+
+
+def test_an_untrusted_flag_cannot_decide_a_write_through_a_failing_step_and_a_replan(tmp_path: Path) -> None:
+    # The one-plan form is refused: the check may fail on the e-mail's code.
+    check = {"id": "chk", "tool": "check_code", "args": {"code": {"$ref": "mail/code"}}}
+    refused(plan(MAIL, check, GUARDED))
+    # Split by a failure and a replan, the e-mail's author chose whether the batch is released.
+    EMAIL["code"] = "fail"
+    result = _replan([MAIL, check], tmp_path)
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED, result.message
+    assert "an earlier stage or plan of the run" in (result.message or "")
+    assert BATCHES == []
+    # The same failure on the request's own literal: the replan is the user's.
+    result = _replan([MAIL, {**check, "args": {"code": "fail"}}], tmp_path)
+    assert result.ok, result.message
+    assert BATCHES == ["ACC-1"]
+
+
+def test_a_failure_of_an_untrusted_read_itself_decides_the_replan(tmp_path: Path) -> None:
+    # The error's kind and text are the reader's output: its author can make it fail at will.
+    EMAIL["code"] = "crash"
+    result = _replan([ACCOUNT, MAIL], tmp_path)
+    assert result.reason is ReasonCode.REPLANS_EXHAUSTED, result.message
     assert BATCHES == []
 
 

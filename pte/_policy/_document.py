@@ -394,6 +394,9 @@ class PolicyCheck:
         #: The labels of what decides whether each call runs (docs/labels.md): its condition,
         #: list, the requires and failures before it, the run-level `decided` labels.
         self.decisions: dict[str, frozenset[str]] = {}
+        #: The labels of what decides whether each step runs and fails: a replan after its
+        #: failure carries them (pte._run._stages.decided_for).
+        self.triggers: dict[str, frozenset[str]] = {}
         #: Run-level labels of what decided that the plan runs at all (see `Policy.check`).
         self.decided = decided or Decided()
         #: What decides whether anything after the last plan this check labelled runs (a next
@@ -433,6 +436,7 @@ class PolicyCheck:
         self.completion = graph.completion
         self.input_labels = {step.id: graph.input_labels(step) for step in graph.steps}
         self.decisions = {step.id: graph.implicit_labels(step) for step in graph.steps}
+        self.triggers = {step.id: graph.trigger_labels(step) for step in graph.steps}
         self.trees = {sid: graph.trees[sid] for sid in labels}
         ctx.provenance = dict(labels)
         self.endorsements = {}

@@ -330,6 +330,14 @@ class _FlowGraph:
             out |= self.membership(step.for_each)
         return frozenset(out)
 
+    def trigger_labels(self, step: _StepView) -> frozenset[str]:
+        """What decides whether `step` runs *and fails* (a replan's trigger, pte._run._stages): its
+        failure labels and every decision before it, without the exception `implicit_labels`
+        makes for its own arguments (the replan is a new plan: it may carry none of them)."""
+        out = set(self.failure_labels(step)) | self.exposure
+        out |= self.before.get(step.id, {}).keys() | self.before_failures.get(step.id, {}).keys()
+        return frozenset(out)
+
     def condition_source(self, cond: Any, label: str) -> str:
         """'a condition on <what>' for the first part of `cond` that brings `label`."""
         part = next((c for c in _condition_components(cond) if label in self.component_labels(c)), None)

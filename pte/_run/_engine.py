@@ -44,7 +44,6 @@ from pte._execution import (
 )
 from pte._plan import CompileCheck, Plan, check_specialists, compile_plan, coordinator_view, plan_schema
 from pte._policy import (
-    Decided,
     EndorsementPoint,
     NoApprovals,
     Policy,
@@ -64,7 +63,7 @@ from pte._run._exposure import (
 from pte._run._llm import LLMClient, LLMResponse, _usage
 from pte._run._otel import RunTracer, TracedAudit
 from pte._run._repair import may_repair, repair
-from pte._run._stages import continue_literals, next_stage
+from pte._run._stages import continue_literals, decided_for, next_stage, replan_trigger
 from pte._run._state import EngineConfig, PlanOrigin, RunResult, RunStatus, _Run
 
 __all__ = ["Engine", "render_result"]
@@ -205,9 +204,9 @@ class Engine:
                     )
                 )
                 log.info("replan", attempt=run.replans, failed_step=failure.step_id)
-                error, error_provenance = error_for_planner(
-                    self, run, failure.error.to_dict(), self._error_labels(run, failure)
-                )
+                error_labels = self._error_labels(run, failure)
+                run.trigger = replan_trigger(run, failure.step_id, error_labels)  # decides the replan
+                error, error_provenance = error_for_planner(self, run, failure.error.to_dict(), error_labels)
                 messages = prompts.replanner_messages(
                     request,
                     self.planner_registry,
@@ -402,7 +401,7 @@ class Engine:
 
     def _policy_check(self, run: _Run, origin: PlanOrigin) -> PolicyCheck:
         if origin != "repair":  # a repair answers the same request for a plan as the one it repairs
-            run.deciding = _decided_for(run, origin)
+            run.deciding = decided_for(run, origin)
         prior = {sid: run.labels[sid] for sid in run.prior if sid in run.labels}
         # A planner copies what it was shown into literals, and decides with it which
         # references flow and which tools run (pte._run._exposure). A person's plan ("file") is theirs.
@@ -442,6 +441,7 @@ class Engine:
             raise
         run.labels.update(policy_check.labels)
         run.input_labels.update(policy_check.input_labels)
+        run.triggers.update(policy_check.triggers)
         run.label_trees.update(policy_check.trees)
         for step in plan.steps:  # a reused id (a failed step's) takes its new plan's type
             inferred = plan.output_schema(step.id)
@@ -659,15 +659,3 @@ class Engine:
 def _person_allowed(engine: Engine, run: _Run, step_id: str, tool: str) -> bool:
     spec = engine.registry.get(tool)
     return (spec is not None and spec.requires_approval) or step_id in run.endorsed
-
-
-def _decided_for(run: _Run, origin: PlanOrigin) -> Decided:
-    """What decides that a new plan runs at all (docs/labels.md): a stage runs only if the plan
-    before it ended, so every require and failure of that plan; a replan is recovery toward the
-    same request, so the failure that triggered it does not count (a replanner shown its
-    untrusted text is exposed: pte._run._exposure), only the requires that held."""
-    if origin == "stage":
-        return run.completion
-    if origin == "replanner":
-        return Decided(run.completion.conditions, run.decided.failures)
-    return Decided()

@@ -28,6 +28,7 @@ from pte._audit import records as rec
 from pte._core import FailedClosed, ReasonCode, canonical_json
 from pte._execution import resolve_result
 from pte._plan import Plan, Reference, is_reference
+from pte._policy import Decided
 from pte._run._exposure import literal_of, value_for_planner
 from pte._run._prompts import stage_messages
 
@@ -35,7 +36,30 @@ if TYPE_CHECKING:
     from pte._policy import LabelTree
     from pte._run._state import EngineView, _Run
 
-__all__ = ["continue_literals", "next_stage", "value_labels"]
+__all__ = ["continue_literals", "decided_for", "next_stage", "replan_trigger", "value_labels"]
+
+_UNKNOWN = frozenset({"untrusted"})
+
+
+def decided_for(run: _Run, origin: str) -> Decided:
+    """What decides that a new plan runs at all (docs/labels.md). A stage runs only if the plan
+    before it ended: every require, failure and hand-off of that plan. A replan runs because a
+    step failed: the requires of the plan that failed, the earlier failures, and the trigger
+    (`replan_trigger`: what decided that the step ran and failed, and the error it was shown)."""
+    if origin == "stage":
+        return run.completion
+    if origin == "replanner":
+        return Decided(run.completion.conditions | run.trigger, run.decided.failures)
+    return Decided()
+
+
+def replan_trigger(run: _Run, step_id: str, error_labels: frozenset[str]) -> frozenset[str]:
+    """The labels of a failure that triggers a replan: what decided that the step ran and
+    failed (its inputs, condition, list and every decision before it; an element's step), and
+    the labels of its error (its kind included: a tool reading untrusted data may fail as that
+    data chooses). Unknown step: assume the worst."""
+    base = step_id.split("[", 1)[0]
+    return run.triggers.get(base, _UNKNOWN) | error_labels
 
 
 def continue_literals(plan: Plan) -> frozenset[str]:

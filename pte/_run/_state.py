@@ -201,8 +201,12 @@ class _Run:
     #: a plan after it runs: its requires and failures joined in (`PolicyCheck.completion`).
     decided: Decided = field(default_factory=Decided)
     completion: Decided = field(default_factory=Decided)
-    #: What decides whether the plan being asked for now runs (see `_decided_for`).
+    #: What decides whether the plan being asked for now runs (see `pte._run._stages.decided_for`).
     deciding: Decided = field(default_factory=Decided)
+    #: Per step of every accepted plan: what decides whether it runs and fails (`PolicyCheck.triggers`).
+    triggers: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: The labels of the failure that triggered the replan being asked for now.
+    trigger: frozenset[str] = frozenset()
     #: Replans used so far: after a failed step, or to repair a rejected plan (pte._run._repair).
     replans: int = 0
     #: plan hash -> the steps that need an endorsement (pte._policy._endorsement): step -> {param: why}.
