@@ -65,6 +65,7 @@ from pte._core import (
     configure_logging,
     hash_json,
 )
+from pte._core import DeploymentError as DeploymentError
 from pte._core import EndorsementStoreError as EndorsementStoreError
 from pte._core import KeyFileError as KeyFileError
 from pte._core import LogEnded as LogEnded
@@ -73,6 +74,7 @@ from pte._core import ReplayDataError as ReplayDataError
 from pte._core import ReplayDivergence as ReplayDivergence
 from pte._core import RequeueRefused as RequeueRefused
 from pte._core import RunPaused as RunPaused
+from pte._deploy import Deployment as Deployment
 from pte._deploy import PausedRun as PausedRun
 from pte._deploy import decide as decide
 from pte._deploy import pausing_gate as pausing_gate
@@ -163,6 +165,8 @@ __all__ = [
     "CheckpointReport",
     "ConditionNotMet",
     "Decided",
+    "Deployment",
+    "DeploymentError",
     "Durability",
     "Endorsement",
     "EndorsementGate",

@@ -272,6 +272,12 @@ class AnchorError(PTEError):
     """The anchors file is unreadable or damaged, or a run does not match its anchors."""
 
 
+class DeploymentError(PTEError):
+    """A deployment (`pte.Deployment`) cannot be used: no deployment found, a document that does
+    not parse, a path it names that is missing, a flag that would widen it, or a run that was
+    started under another deployment."""
+
+
 class PolicyError(PTEError):
     """A policy file (or document) cannot be used: unreadable, invalid, or naming unknown tools."""
 

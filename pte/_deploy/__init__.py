@@ -5,6 +5,11 @@ This module is the area's face: other areas import only what it re-exports.
 
 from __future__ import annotations
 
+from pte._deploy._deployment import Deployment, recorded_fingerprint
+from pte._deploy._deployment_discovery import DEFAULT_FOLDER, DEPLOYMENT_ENV, find_deployment_folder
+from pte._deploy._deployment_document import DOCUMENT_NAME, DeploymentDocument, resolve_store_url
+from pte._deploy._deployment_init import init_deployment
+from pte._deploy._pack_imports import IMPORT_PREFIXES, import_spec, is_import_spec
 from pte._deploy._requeue import (
     list_runs,
     requeue,
@@ -32,21 +37,33 @@ from pte._deploy._workers import (
 )
 
 __all__ = [
+    "DEFAULT_FOLDER",
+    "DEPLOYMENT_ENV",
+    "DOCUMENT_NAME",
+    "IMPORT_PREFIXES",
     "MAX_APPROVAL_TTL_S",
     "QUEUE",
+    "Deployment",
+    "DeploymentDocument",
     "PausedRun",
     "WorkerConfig",
     "awaiting_plan",
     "decide",
     "enqueue",
+    "find_deployment_folder",
+    "import_spec",
+    "init_deployment",
     "is_expired",
+    "is_import_spec",
     "job_engine",
     "list_runs",
     "make_app",
     "pausing_gate",
     "process_run",
+    "recorded_fingerprint",
     "requeue",
     "requeue_problem",
+    "resolve_store_url",
     "resume_run",
     "run_in_store",
     "served_registry",

@@ -1,0 +1,451 @@
+"""`pte.Deployment`: a deployment is one thing, and the only way to get an engine.
+
+A deployment folder (``pte init``) holds ``pte-deployment.json`` and its key pair. The
+document names everything a run's authority and behaviour depend on (tool packs, allow-list,
+manifest, policy, procedures, specialists, approver keys, approval and endorsement stores,
+run store, anchors, redaction rules, model endpoint); `fingerprint` hashes it all. The CLI,
+the demo, workers and replay build their registry, policy, gates, anchors, redactor and LLM
+client from here; a caller may narrow (a subset of packs, an allow-list), never widen.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pte._catalogue import Registry, load_registry
+from pte._core import DeploymentError, PTEError, Redactor, TrustedKeys
+from pte._deploy._deployment_discovery import find_deployment_folder
+from pte._deploy._deployment_document import (
+    DOCUMENT_NAME,
+    KEY_NAME,
+    PUBLIC_KEY_NAME,
+    DeploymentDocument,
+    resolve_path,
+    resolve_store_url,
+)
+from pte._deploy._deployment_fingerprint import file_digest, fingerprint_of, folder_digests
+from pte._deploy._pack_imports import import_spec, is_import_spec
+
+__all__ = ["Deployment"]
+
+
+def _split_packs(specs: Iterable[str]) -> list[str]:
+    # An importer spec (mcp:CMD, openapi:SPEC#a,b) is one value: its commas are its own.
+    return [p for spec in specs for p in ([spec] if is_import_spec(spec) else spec.split(",")) if p]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A deployment folder read: its document, where it is, and what it builds.
+
+    Make one with ``pte init`` (or `Deployment.from_folder` on a folder that has one); find
+    the one in force with `Deployment.discover` (``$PTE_DEPLOYMENT``, else the nearest folder
+    upward with a ``pte-deployment.json``). Frozen: narrowing (`narrowed`) makes a new one.
+    """
+
+    folder: Path
+    document: DeploymentDocument
+    #: What a command narrowed it to (packs, allow-list); never wider than the document's.
+    packs: tuple[str, ...] = ()
+    allow: tuple[str, ...] | None = None
+    _document_text: str = field(default="", repr=False, compare=False)
+
+    # --- finding one ---------------------------------------------------------------------
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike[str]) -> Deployment:
+        """The deployment in `folder` (or the ``pte-deployment.json`` file given); `DeploymentError`
+        when there is none or its document does not parse."""
+        path = Path(os.path.expanduser(folder))
+        if path.name == DOCUMENT_NAME:
+            path = path.parent
+        path = path.resolve()
+        if not (path / DOCUMENT_NAME).is_file():
+            raise DeploymentError(
+                f"no deployment in {str(path)!r} (no {DOCUMENT_NAME}); make one with: pte init {path}"
+            )
+        document, data = DeploymentDocument.read(path / DOCUMENT_NAME)
+        packs = tuple(_split_packs(document.tools))
+        return cls(path, document, packs, document.allow, data.decode("utf-8"))
+
+    @classmethod
+    def discover(
+        cls, start: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Deployment | None:
+        """The deployment in force: ``$PTE_DEPLOYMENT``, else the nearest one upward from `start`
+        (the working directory); None when there is none."""
+        folder = find_deployment_folder(start, environ)
+        return cls.from_folder(folder) if folder is not None else None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Deployment:
+        """`discover`, but a `DeploymentError` saying how to make one when there is none."""
+        found = cls.discover(environ=environ)
+        if found is None:
+            raise DeploymentError(
+                "no deployment here: make one with `pte init` (a .pte folder here), or set "
+                "$PTE_DEPLOYMENT to a deployment folder"
+            )
+        return found
+
+    def from_run(self, started: Mapping[str, Any]) -> Deployment:
+        """This deployment, after checking that the run whose ``run_started`` record is `started`
+        was started under it (its recorded deployment fingerprint); `DeploymentError` naming both
+        fingerprints when it was not. A run that recorded none (started before deployments) passes."""
+        recorded = recorded_fingerprint(started)
+        if recorded is not None and recorded != self.fingerprint:
+            raise DeploymentError(
+                f"run {started.get('run_id')!r} was started under deployment {recorded[:16]}…, not this one "
+                f"({self.fingerprint[:16]}… in {self.folder}): its catalogue, policy, keys or stores differ; "
+                "continue it under the deployment it started with"
+            )
+        return self
+
+    # --- where things are ----------------------------------------------------------------
+
+    def path(self, value: str | None) -> Path | None:
+        """A path the document names, resolved against the folder (None stays None)."""
+        return None if value is None else resolve_path(self.folder, value)
+
+    @property
+    def key_path(self) -> Path:
+        """The deployment's signing key (mode 0600): executing machines."""
+        return self.folder / KEY_NAME
+
+    @property
+    def public_key_path(self) -> Path:
+        """The deployment's public key: verifiers."""
+        return self.folder / PUBLIC_KEY_NAME
+
+    @property
+    def has_key(self) -> bool:
+        """Whether this machine holds the deployment's signing key (it may then run writes)."""
+        return self.key_path.is_file()
+
+    @property
+    def approvals_path(self) -> Path:
+        return resolve_path(self.folder, self.document.approvals)
+
+    @property
+    def endorsements_path(self) -> Path | None:
+        return self.path(self.document.endorsements)
+
+    @property
+    def anchors_path(self) -> Path:
+        return resolve_path(self.folder, self.document.anchors)
+
+    @property
+    def store_url(self) -> str | None:
+        """The run store URL, a relative file path resolved against the folder (None: no store)."""
+        url = self.document.store
+        return None if url is None else resolve_store_url(self.folder, url)
+
+    # --- narrowing -----------------------------------------------------------------------
+
+    def narrowed(
+        self, *, packs: Sequence[str] | None = None, allow: Sequence[str] | None = None
+    ) -> Deployment:
+        """This deployment with fewer packs and/or a narrower allow-list; `DeploymentError` when a
+        pack is not one of its packs or a tool is outside its allow-list (narrow, never widen)."""
+        chosen = self.packs
+        if packs:
+            wanted = _split_packs(packs)
+            extra = [p for p in wanted if p not in self.packs]
+            if extra:
+                raise DeploymentError(
+                    f"--tools {', '.join(extra)}: not a pack of the deployment in {self.folder} "
+                    f"(its packs: {', '.join(self.packs) or 'none'}); a flag may narrow the deployment, "
+                    f"never widen it: add the pack to its {DOCUMENT_NAME} instead"
+                )
+            chosen = tuple(wanted)
+        narrowed_allow = self.allow
+        if allow:
+            names = [a for spec in allow for a in spec.split(",") if a]
+            if self.allow is not None:
+                outside = [n for n in names if n not in self.allow]
+                if outside:
+                    raise DeploymentError(
+                        f"--allow {', '.join(outside)}: outside the deployment's allow-list "
+                        f"({', '.join(self.allow)}); a flag may narrow the deployment, never widen it"
+                    )
+            narrowed_allow = tuple(names)
+        return Deployment(self.folder, self.document, chosen, narrowed_allow, self._document_text)
+
+    # --- checking ------------------------------------------------------------------------
+
+    def problems(self) -> list[str]:
+        """Every path the document names that cannot be used, as sentences (empty: all good)."""
+        doc, found = self.document, []
+        for key, what in (
+            ("manifest", "tool manifest"),
+            ("policy", "policy file"),
+            ("specialists", "specialists file"),
+            ("approval_keys", "approver public keys"),
+        ):
+            path = self.path(getattr(doc, key))
+            if path is not None and not _is_regular(path):
+                found.append(f"{key}: the {what} {str(path)!r} does not exist or is not a regular file")
+        procedures = self.path(doc.procedures)
+        if procedures is not None and not procedures.is_dir():
+            found.append(f"procedures: the procedures folder {str(procedures)!r} does not exist")
+        for rules in doc.secret_rules:
+            if not _is_regular(resolve_path(self.folder, rules)):
+                found.append(f"redaction.rule_files: {rules!r} does not exist or is not a regular file")
+        writable = [("approvals", self.approvals_path), ("anchors", self.anchors_path)]
+        if self.endorsements_path is not None:
+            writable.append(("endorsements", self.endorsements_path))
+        for key, path in writable:
+            problem = _writable_file_problem(path)
+            if problem:
+                found.append(f"{key}: {str(path)!r} {problem}")
+        url = self.store_url
+        if url is not None and not url.startswith(("postgresql://", "postgres://")):
+            path = _store_path(url)
+            problem = _writable_file_problem(path) if path is not None else None
+            if problem:
+                found.append(f"store: {url!r} {problem}")
+        if self.has_key:
+            mode = self.key_path.stat().st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                found.append(
+                    f"{KEY_NAME}: readable by others (mode {oct(mode & 0o777)}); chmod 600 {self.key_path}"
+                )
+        return found
+
+    def check(self) -> Deployment:
+        """This deployment, after checking every path it names (before a run starts: a typo must
+        not be found after steps ran); `DeploymentError` listing every problem."""
+        found = self.problems()
+        if found:
+            raise DeploymentError(f"the deployment in {self.folder} cannot be used: " + "; ".join(found))
+        return self
+
+    # --- what it builds ------------------------------------------------------------------
+
+    def registry(self, *, import_spec_with: Callable[[str], Registry] | None = None) -> Registry:
+        """The tool registry: its packs (importer specs imported), allow-list, manifest, procedures."""
+        if not self.packs:
+            raise DeploymentError(
+                f"the deployment in {self.folder} names no tool packs: add them to its {DOCUMENT_NAME} "
+                '("tools": ["backoffice"]) or make it with pte init --tools PACK'
+            )
+        importer = import_spec_with or import_spec
+        refs: list[str | Registry] = [importer(p) if is_import_spec(p) else p for p in self.packs]
+        manifest = self.path(self.document.manifest)
+        try:
+            registry = load_registry(refs, allow=self.allow, manifest=manifest)
+        except PTEError as exc:
+            raise DeploymentError(str(exc)) from None
+        folder = self.path(self.document.procedures)
+        if folder is None:
+            return registry
+        from pte._plan import load_procedures
+
+        try:
+            return registry.with_procedures(load_procedures(folder, registry))
+        except PTEError as exc:
+            raise DeploymentError(str(exc)) from None
+
+    def policy(self, registry: Registry, *, import_spec_with: Callable[[str], Registry] | None = None) -> Any:
+        """The data-flow policy for `registry` (a registry of this deployment): the tools' own
+        declarations, with the deployment's policy file applied."""
+        from pte._policy import Policy
+
+        path = self.path(self.document.policy)
+        try:
+            if path is None:
+                return Policy.from_registry(registry)
+            # Tool names in the file are checked against the whole packs (a typo is an error),
+            # so one compliance-owned file serves every narrowing of the deployment.
+            importer = import_spec_with or import_spec
+            whole = load_registry([importer(p) if is_import_spec(p) else p for p in self.packs])
+            policy = Policy.from_registry(whole).with_file(path)
+            narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
+            return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
+        except PTEError as exc:
+            raise DeploymentError(str(exc)) from None
+
+    def approval_keys(self) -> TrustedKeys | None:
+        """The trusted approvers' public keys (None: the document names none)."""
+        path = self.path(self.document.approval_keys)
+        if path is None:
+            return None
+        try:
+            return TrustedKeys.load(path)
+        except PTEError as exc:
+            raise DeploymentError(f"approval_keys: {exc}") from None
+
+    def approval_gate(self, registry: Registry, policy: Any = None) -> Any:
+        """The approval gate over the deployment's approval store, under its approver keys."""
+        from pte._policy import ApprovalGate, ApprovalStore
+
+        return ApprovalGate(
+            ApprovalStore(self.approvals_path), registry, keys=self.approval_keys(), policy=policy
+        )
+
+    def endorsement_gate(self) -> Any:
+        """The endorsement gate over the deployment's endorsement store (None: it names none)."""
+        path = self.endorsements_path
+        if path is None:
+            return None
+        from pte._policy import EndorsementGate, EndorsementStore
+
+        return EndorsementGate(EndorsementStore(path), keys=self.approval_keys())
+
+    def anchors(self) -> Any:
+        """The deployment's anchors (`pte.Anchors`): signing with its key when this machine has it,
+        else checking with its public key; None when the folder has neither."""
+        from pte._audit import Anchors
+        from pte._core import SigningKey
+
+        try:
+            if self.has_key:
+                return Anchors(self.anchors_path, key=SigningKey.load(self.key_path))
+            if self.public_key_path.is_file():
+                (key,) = TrustedKeys.load(self.public_key_path).values()
+                return Anchors(self.anchors_path, public=key)
+        except (PTEError, ValueError) as exc:
+            raise DeploymentError(f"the deployment key in {self.folder}: {exc}") from None
+        return None
+
+    def redactor(self, environ: Mapping[str, str] | None = None) -> Redactor:
+        """The redactor: the defaults and the environment's (`Redactor.from_env`), plus the
+        deployment's secret key names and rule files."""
+        env = dict(os.environ if environ is None else environ)
+        keys_env, files_env = "PTE_REDACT_KEYS", "PTE_SECRET_RULES"  # as `Redactor.from_env` reads them
+        env[keys_env] = ",".join(
+            [*filter(None, env.get(keys_env, "").split(",")), *self.document.redact_keys]
+        )
+        files = [str(resolve_path(self.folder, f)) for f in self.document.secret_rules]
+        env[files_env] = os.pathsep.join([*filter(None, env.get(files_env, "").split(os.pathsep)), *files])
+        try:
+            return Redactor.from_env(env)
+        except ValueError as exc:
+            raise DeploymentError(f"redaction: {exc}") from None
+
+    def llm(self, **settings: Any) -> Any:
+        """The LLM client of the deployment's model endpoint (`pte.OpenAIClient`; the API key from
+        the environment). `settings`: timeouts, retries, token bound."""
+        from pte._run import OpenAIClient
+
+        return OpenAIClient(
+            self.document.model, base_url=self.document.base_url, deployment_dir=self.folder, **settings
+        )
+
+    def engine(
+        self,
+        llm: Any = None,
+        *,
+        registry: Registry | None = None,
+        config: Any = None,
+        approval: Any = None,
+        **engine_settings: Any,
+    ) -> Any:
+        """The engine (`pte.Engine`) of this deployment: its registry, policy, approval gate (or
+        `approval`, a gate over its run store), endorsement gate and specialists. `llm`: the
+        planner (None: plans are given); `engine_settings`: concurrency, tracer."""
+        from dataclasses import replace
+
+        from pte._run import Engine, EngineConfig
+
+        registry = registry if registry is not None else self.registry()
+        policy = self.policy(registry)
+        specialists = self.specialists(registry)
+        config = config or EngineConfig()
+        if specialists:
+            config = replace(config, specialists=specialists)
+        return Engine(
+            registry,
+            llm,
+            config=config,
+            policy=policy,
+            approval=approval if approval is not None else self.approval_gate(registry, policy),
+            endorsement=self.endorsement_gate(),
+            **engine_settings,
+        )
+
+    def specialists(self, registry: Registry | None = None) -> tuple[Any, ...]:
+        """The deployment's specialists, checked against `registry` (empty: it names none)."""
+        path = self.path(self.document.specialists)
+        if path is None:
+            return ()
+        from pte._plan import check_specialists, load_specialists
+
+        try:
+            loaded = load_specialists(path)
+            if registry is not None:
+                check_specialists(loaded, registry)
+        except PTEError as exc:
+            raise DeploymentError(f"specialists {str(path)!r}: {exc}") from None
+        return tuple(loaded)
+
+    # --- the fingerprint -----------------------------------------------------------------
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 over the document, every file it names, its public key and its catalogue
+        (tools' schemas and code under its policy): what runs started under it are bound to."""
+        from pte._policy import catalogue_fingerprint
+
+        doc, files = self.document, dict[str, object]()
+        for key in ("manifest", "policy", "specialists", "approval_keys"):
+            path = self.path(getattr(doc, key))
+            if path is not None:
+                files[key] = file_digest(path, key.replace("_", " "))
+        procedures = self.path(doc.procedures)
+        if procedures is not None:
+            files["procedures"] = folder_digests(procedures, "procedures folder")
+        files["secret_rules"] = [
+            file_digest(resolve_path(self.folder, f), "secret rules") for f in doc.secret_rules
+        ]
+        if self.public_key_path.is_file():
+            files["public_key"] = file_digest(self.public_key_path, "public key")
+        full = Deployment(self.folder, doc, tuple(_split_packs(doc.tools)), doc.allow, self._document_text)
+        catalogue = ""
+        if full.packs:
+            registry = full.registry()
+            catalogue = catalogue_fingerprint(registry, registry.names, full.policy(registry))
+        return fingerprint_of(doc.canonical(), files, catalogue)
+
+
+def recorded_fingerprint(started: Mapping[str, Any]) -> str | None:
+    """The deployment fingerprint a ``run_started`` record holds (None: it holds none)."""
+    for key in ("deployment_fingerprint", "deployment"):
+        value = started.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, Mapping) and isinstance(value.get("fingerprint"), str):
+            return str(value["fingerprint"])
+    return None
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _writable_file_problem(path: Path) -> str | None:
+    """Why a file the deployment appends to cannot be: a directory, a FIFO, a missing folder."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None if path.parent.is_dir() else "is in a folder that does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None if stat.S_ISREG(info.st_mode) else "is not a regular file"
+
+
+def _store_path(url: str) -> Path | None:
+    if url.startswith("sqlite:"):
+        rest = url.removeprefix("sqlite:")
+        rest = rest[2:] if rest.startswith("//") else rest
+        return None if rest in ("", ":memory:") else Path(rest)
+    return None  # a JSON Lines store is a folder it makes; a database is checked by opening it

@@ -1,0 +1,98 @@
+"""Imported tools a deployment names (``tools`` in its document, ``--tools`` on the command line):
+``mcp:CMD[#tool,…]`` and ``openapi:SPEC[#op,…]``.
+
+``mcp:CMD`` starts ``CMD`` (a command line, split as a POSIX shell would) as an MCP server over
+stdio and imports the tools it lists; ``openapi:SPEC`` reads an OpenAPI 3 document (a file, or
+an http(s) URL; JSON or YAML) and imports its operations. Requests go to the document's first
+server URL when the document is a file (the deployment's own); a fetched document's requests
+stay on the origin it was fetched from (its relative server path is kept, another host is not).
+``#names`` imports just those tools or operation ids. Effects come from the source (GET/HEAD
+are reads, other methods writes; an MCP tool is a write unless it says it is read-only); a
+tool the source leaves untyped is refused with the declaration to add (`pte.importers.build_registry`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from urllib.parse import urljoin
+
+from pte._catalogue import Registry
+from pte._core import DeploymentError, PTEError
+
+__all__ = ["IMPORT_PREFIXES", "import_spec", "is_import_spec"]
+
+IMPORT_PREFIXES = ("mcp:", "openapi:")
+
+#: Live MCP connections of this process (closed when it exits): the tools call them.
+_connections: list[object] = []
+#: Each spec is imported once per process (an MCP server is started once).
+_imported: dict[str, Registry] = {}
+
+
+def is_import_spec(spec: str) -> bool:
+    """Whether a ``--tools`` value names an importer rather than packs."""
+    return spec.startswith(IMPORT_PREFIXES)
+
+
+def _names(spec: str) -> tuple[str, list[str] | None]:
+    source, sep, tail = spec.rpartition("#")
+    if not sep or not tail or any(c.isspace() for c in tail):
+        return spec, None
+    return source, [name for name in tail.split(",") if name]
+
+
+def import_spec(spec: str) -> Registry:
+    """The registry an importer spec names; a usage error (with the reason) when it cannot be built."""
+    if spec in _imported:
+        return _imported[spec]
+    kind, _, rest = spec.partition(":")
+    source, only = _names(rest)
+    if not source.strip():
+        raise DeploymentError(f"--tools {kind}: needs a {'command' if kind == 'mcp' else 'spec file or URL'}")
+    try:
+        registry = _mcp(source, only) if kind == "mcp" else _openapi(source, only)
+    except PTEError as exc:
+        raise DeploymentError(f"--tools {spec}: {exc}") from None
+    except ImportError as exc:
+        raise DeploymentError(f"--tools {spec}: {exc} (pip install 'pte[{kind}]')") from None
+    _imported[spec] = registry
+    return registry
+
+
+def _mcp(command_line: str, only: list[str] | None) -> Registry:
+    from pte.importers.mcp import MCPConnection, import_mcp_tools
+
+    try:
+        words = shlex.split(command_line)
+    except ValueError as exc:
+        raise DeploymentError(f"--tools mcp:{command_line}: {exc}") from None
+    # The server's own stderr goes to the terminal's: the CLI's sys.stderr is a redacting
+    # wrapper without a file descriptor, which a subprocess cannot write to.
+    errlog = sys.__stderr__ if sys.__stderr__ is not None else open(os.devnull, "w")  # noqa: SIM115
+    connection = MCPConnection.stdio(words[0], words[1:], errlog=errlog)
+    _connections.append(connection)
+    return import_mcp_tools(connection, only=only)
+
+
+def _openapi(source: str, only: list[str] | None) -> Registry:
+    from pte._core import OpenAPIError
+    from pte.importers.openapi import import_openapi, load_openapi
+
+    document = load_openapi(source)
+    servers = document.get("servers") or []
+    # No servers: OpenAPI's default is "/", relative to where the document came from.
+    server = servers[0].get("url") if servers and isinstance(servers[0], dict) else "/"
+    absolute = isinstance(server, str) and server.startswith(("http://", "https://"))
+    if source.startswith(("http://", "https://")):
+        # Fetched: requests stay on the origin the deployment named; the fetched document
+        # may add a path ("/api/v1") but never send them to another host.
+        base_url = urljoin(source, "/" if absolute or not isinstance(server, str) else server)
+    elif absolute:
+        base_url = str(server)  # the deployment's own file says where the service is
+    else:
+        raise OpenAPIError(
+            f"the document names no absolute server URL ('servers': [{{'url': 'https://…'}}]): {server!r}"
+        )
+    return import_openapi(document, base_url=base_url, only=only)
