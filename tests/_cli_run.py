@@ -34,3 +34,33 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     assert code == 0, out + err
     monkeypatch.setenv("PTE_LEDGER", str(path))
     return path
+
+
+def make_deployment(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *options: str,
+    folder: str = "deployment",
+) -> Path:
+    """A deployment made by `pte init FOLDER OPTIONS…` in `tmp_path`, named by ``PTE_DEPLOYMENT``
+    for the commands the test runs (as an operator exports it); its folder."""
+    where = tmp_path / folder
+    code, out, err = cli(capsys, "init", str(where), *options)
+    assert code == 0, out + err
+    monkeypatch.setenv("PTE_DEPLOYMENT", str(where))
+    for name in ("PTE_STORE", "PTE_APPROVAL_PUBLIC_KEYS_FILE", "PTE_ANCHORS_FILE", "PTE_DEPLOYMENT_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return where
+
+
+def approver_keys(tmp_path: Path, name: str = "approver") -> tuple[Path, Path]:
+    """An approver's key pair in `tmp_path`: (private key file, mode 0600; public key file)."""
+    from pte._core import SigningKey
+
+    signer = SigningKey.generate()
+    private, public = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub"
+    private.write_bytes(signer.to_pem())
+    private.chmod(0o600)
+    public.write_bytes(signer.public_key.to_pem())
+    return private, public

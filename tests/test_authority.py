@@ -525,13 +525,13 @@ def test_pte_init_then_a_cut_log_is_not_resumed_by_the_cli(
 ) -> None:
     from pte._cli import main
 
-    assert main(["--quiet", "init", "--dir", str(tmp_path / "deploy")]) == 0
-    assert "PTE_DEPLOYMENT_KEY_FILE" in capsys.readouterr().out
+    assert main(["--quiet", "init", str(tmp_path / "deploy"), "--tools", "backoffice"]) == 0
+    assert f"PTE_DEPLOYMENT={tmp_path / 'deploy'}" in capsys.readouterr().out
     with pytest.raises(SystemExit) as usage:  # never replaced
         main(["--quiet", "init", "--dir", str(tmp_path / "deploy")])
     assert usage.value.code == 2
     capsys.readouterr()
-    monkeypatch.setenv("PTE_DEPLOYMENT_KEY_FILE", str(tmp_path / "deploy" / "deployment.key"))
+    monkeypatch.setenv("PTE_DEPLOYMENT", str(tmp_path / "deploy"))
     plan = tmp_path / "post.json"
     plan.write_text(
         json.dumps(
@@ -548,7 +548,7 @@ def test_pte_init_then_a_cut_log_is_not_resumed_by_the_cli(
     log = tmp_path / "audit.jsonl"
     tools = ["--tools", "backoffice"]
     assert main(["--quiet", "execute", str(plan), *tools, "--audit", str(log)]) == 0
-    assert (tmp_path / "deploy" / "deployment.key.anchors.jsonl").exists()
+    assert (tmp_path / "deploy" / "anchors.jsonl").exists()
     assert main(["--quiet", "audit", "verify", str(log)]) == 0
     _cut_before(log, log, "step_started", "mail")
     capsys.readouterr()

@@ -56,8 +56,29 @@ def current_redactor() -> Redactor | None:
     return _redactor
 
 
+def _in_force(args: argparse.Namespace) -> Any:
+    """The deployment this command runs under, narrowed by its flags (None: no deployment)."""
+    from pte._cli._deployment_in_force import deployment_of
+
+    return deployment_of(args)
+
+
+def _deployment_call(make: Any) -> Any:
+    """``make()``, a `DeploymentError` (a path, a pack, a key the deployment names) as a usage error."""
+    from pte._core import DeploymentError
+
+    try:
+        return make()
+    except DeploymentError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _packs(args: argparse.Namespace) -> list[str]:
     from pte._cli._imports import is_import_spec
+
+    deployment = _in_force(args)
+    if deployment is not None:
+        return list(deployment.packs)
 
     # An importer spec (mcp:CMD, openapi:SPEC#a,b) is one value: its commas are its own.
     packs = [
@@ -65,7 +86,8 @@ def _packs(args: argparse.Namespace) -> list[str]:
     ]
     if not packs:
         raise UsageError(
-            f"--tools is required: a stock pack ({', '.join(STOCK_PACKS)}), an installed pack, a .py file "
+            "--tools is required (or run under a deployment: `pte init --tools PACK`): a stock pack "
+            f"({', '.join(STOCK_PACKS)}), an installed pack, a .py file "
             "or a module (`pte tools` lists them)"
         )
     return packs
@@ -79,7 +101,17 @@ def _pack_refs(packs: list[str]) -> list[str | Registry]:
 
 
 def _registry(args: argparse.Namespace) -> Registry:
-    """The allow-list: the packs named by --tools, narrowed by --allow and --manifest."""
+    """The allow-list: the packs named by --tools, narrowed by --allow and --manifest; under a
+    deployment, its registry (narrowed by --tools and --allow), after checking its paths."""
+    deployment = _in_force(args)
+    if deployment is not None:
+        from pte._cli._deployment_in_force import checked
+        from pte._cli._imports import import_spec
+
+        registry: Registry = _deployment_call(
+            lambda: checked(deployment).registry(import_spec_with=import_spec)
+        )
+        return registry
     packs = _packs(args)
     input_file(getattr(args, "manifest", None), "manifest")
     input_file(getattr(args, "policy", None), "policy file")
@@ -110,9 +142,9 @@ def _add_tools(parser: argparse.ArgumentParser, *, required: bool = True) -> Non
         "--tools",
         action="append",
         metavar="PACK",
-        required=required,
+        # Required without a deployment (`_packs` says so); under one, its packs, which this narrows.
         help=f"tool pack: a stock pack ({', '.join(STOCK_PACKS)}), an installed pack, a .py file or a "
-        "module; repeat or comma-separate (`pte tools` lists them)",
+        "module; repeat or comma-separate (`pte tools` lists them); under a deployment: some of its packs",
     )
     parser.add_argument(
         "--allow", action="append", metavar="TOOL", help="narrow the allow-list to these tools"
@@ -143,6 +175,9 @@ def add_specialists_option(parser: argparse.ArgumentParser) -> None:
 def specialists_of(args: argparse.Namespace, registry: Registry | None) -> Any:
     """The specialists of --specialists FILE, checked against the deployment's registry (None:
     no option). A file that does not load or names tools outside the allow-list is a usage error."""
+    deployment = _in_force(args)
+    if deployment is not None:
+        return _deployment_call(lambda: deployment.specialists(registry)) or None
     path = getattr(args, "specialists", None)
     if path is None:
         return None
@@ -179,6 +214,11 @@ def _add_json(parser: argparse.ArgumentParser) -> None:
 def _policy(registry: Registry, args: argparse.Namespace) -> Any:
     from pte._policy import Policy
 
+    deployment = _in_force(args)
+    if deployment is not None:
+        from pte._cli._imports import import_spec
+
+        return _deployment_call(lambda: deployment.policy(registry, import_spec_with=import_spec))
     path = getattr(args, "policy", None)
     try:
         if path is None:
@@ -192,14 +232,28 @@ def _policy(registry: Registry, args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def _endorsable(args: argparse.Namespace) -> bool:
+    """Whether a person may endorse a guarded value here (the deployment, or --endorsements, names
+    an endorsement store): plans are compiled so by every command, as the engine compiles them."""
+    deployment = _in_force(args)
+    if deployment is not None:
+        return deployment.endorsements_path is not None
+    return bool(getattr(args, "endorsements", None))
+
+
 def _policy_checks(registry: Registry, args: argparse.Namespace) -> list[Any]:
-    return [_policy(registry, args).check()]
+    return [_policy(registry, args).check(endorsable=_endorsable(args))]
 
 
 def _deployment_anchors() -> Any:
-    """The deployment's anchors (`pte._audit._anchors`) from the environment, or None (no key)."""
+    """The deployment's anchors (its key and anchors file), else from the environment, or None."""
     from pte._audit import anchors_from_env
+    from pte._cli._deployment_in_force import current_deployment
     from pte._core import AnchorError
+
+    deployment = current_deployment()
+    if deployment is not None:
+        return _deployment_call(deployment.anchors)
 
     try:
         return anchors_from_env()
@@ -238,6 +292,9 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
 
 
 def _approvals_path(args: argparse.Namespace) -> str:
+    deployment = _in_force(args)
+    if deployment is not None:
+        return str(deployment.approvals_path)
     path = getattr(args, "approvals", None) or "pte_approvals.jsonl"
     output_file(path, "approval store")
     return str(path)
@@ -248,6 +305,9 @@ def _approval_keys(args: argparse.Namespace) -> Any:
     from pte._core import KeyFileError
     from pte._policy import public_keys_from_env
 
+    deployment = _in_force(args)
+    if deployment is not None:
+        return _deployment_call(deployment.approval_keys)
     try:
         return public_keys_from_env(getattr(args, "approval_keys", None))
     except KeyFileError as exc:
@@ -290,6 +350,25 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
 
 
 def _llm(args: argparse.Namespace) -> Any:
+    deployment = _in_force(args)
+    if deployment is not None and not getattr(args, "replay_responses", None):
+        # The deployment's endpoint (a --model/--base-url flag may only repeat it, or fill in one
+        # it leaves open); the API key from the environment.
+        model = deployment.document.model or args.model
+        base_url = deployment.document.base_url or args.base_url
+        from pte._run import OpenAIClient
+
+        try:
+            return OpenAIClient(
+                model,
+                base_url=base_url,
+                timeout_s=args.timeout,
+                max_retries=args.max_retries,
+                max_tokens=args.max_output_tokens,
+                deployment_dir=deployment.folder,
+            )
+        except LLMError as exc:
+            raise UsageError(exc.message) from None
     if getattr(args, "replay_responses", None):
         from pte._core import ReplayDataError
         from pte._run import ReplayClient

@@ -32,6 +32,15 @@ def _print_json(value: Any) -> None:
 
 
 def _store_path(args: argparse.Namespace) -> str:
+    from pte._cli._deployment_in_force import deployment_of
+
+    deployment = deployment_of(args)
+    if deployment is not None:
+        if deployment.endorsements_path is None:
+            raise UsageError(
+                f'the deployment in {deployment.folder} names no endorsement store (its "endorsements")'
+            )
+        return str(deployment.endorsements_path)
     path = getattr(args, "endorsements", None) or DEFAULT_STORE
     output_file(path, "endorsement store")
     return str(path)
@@ -39,6 +48,11 @@ def _store_path(args: argparse.Namespace) -> str:
 
 def endorsement_gate(args: argparse.Namespace, keys: Any) -> Any:
     """The deployment's endorsement gate (``--endorsements FILE``), or None without the option."""
+    from pte._cli._deployment_in_force import deployment_of
+
+    deployment = deployment_of(args)
+    if deployment is not None:
+        return deployment.endorsement_gate()
     if not getattr(args, "endorsements", None):
         return None
     from pte._policy import EndorsementGate, EndorsementStore
@@ -62,12 +76,34 @@ def report_pause(log: str, args: argparse.Namespace) -> int:
             {"status": "awaiting_endorsement", "run_id": request.run_id, **request.to_dict(), "audit": log}
         )
     else:
+        from pte._cli._hints import approver, pte_command
+
+        at = _endorsements_flag(args)
         print(
             f"awaiting_endorsement: {request.describe()}\n"
-            f"  pte endorse {log} --by NAME --endorsements FILE [--reject]; "
-            f"pte resume {log} --tools … --endorsements FILE"
+            f"  review:  {pte_command('endorse', log, *at)}\n"
+            f"  endorse: {pte_command('endorse', log, '--by', approver(), *at)}\n"
+            f"  then:    {_resume_log_command(log, args)}"
         )
     return EXIT_OK
+
+
+def _endorsements_flag(args: argparse.Namespace) -> list[str]:
+    """``--endorsements FILE`` for a hint; none under a deployment (it names the store)."""
+    from pte._cli._deployment_in_force import deployment_of
+
+    return [] if deployment_of(args) is not None else ["--endorsements", _store_path(args)]
+
+
+def _resume_log_command(log: str, args: argparse.Namespace) -> str:
+    """``pte resume LOG`` with what the run needs: nothing more under a deployment; else the
+    deployment flags this command was given (``--tools``… and ``--endorsements``)."""
+    from pte._cli._hints import deployment_flags, pte_command
+
+    flags = deployment_flags(args)
+    if "--endorsements" not in flags:
+        flags += _endorsements_flag(args)
+    return pte_command("resume", log, *flags)
 
 
 def cmd_endorse(args: argparse.Namespace) -> int:
@@ -88,9 +124,7 @@ def cmd_endorse(args: argparse.Namespace) -> int:
             f"endorse refused: the last run in {args.log} is not waiting for an endorsement", file=sys.stderr
         )
         return EXIT_FAILED
-    return decide_request(
-        args, request, f"pte resume {args.log} --tools … --endorsements {_store_path(args)}"
-    )
+    return decide_request(args, request, _resume_log_command(args.log, args))
 
 
 def decide_request(args: argparse.Namespace, request: Any, then: str) -> int:
@@ -117,6 +151,10 @@ def decide_request(args: argparse.Namespace, request: Any, then: str) -> int:
         key = signing_key_from_env(args.signing_key)
     except KeyFileError as exc:
         raise UsageError(str(exc)) from None
+    if not args.reject:  # a rejection only ends the run: it needs no signature to count
+        from pte._cli._deployment_in_force import require_signer
+
+        require_signer(args, key, "endorsement")
     try:
         made = endorse(
             EndorsementStore(_store_path(args)),

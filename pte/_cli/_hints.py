@@ -1,8 +1,11 @@
 """Hints the CLI prints are commands that run as printed.
 
-A hint names the values the user gave (the plan file, the run id, the deployment's flags:
-packs, allow-list, manifest, procedures, policy, approval store and keys, the store) instead
-of placeholders, quoted for a POSIX shell. tests/test_cli_hints.py executes each one.
+A hint names the values the user gave (the plan file, the run id) instead of placeholders,
+quoted for a POSIX shell. Under a deployment (`pte.Deployment`) a hint carries no authority:
+the next command reads the same deployment, so only the flags that narrowed it (``--tools``,
+``--allow``) are repeated. Without one, the deployment's flags the command was given (packs,
+allow-list, manifest, procedures, policy, approval store and keys, the store) are carried.
+tests/test_cli_hints.py executes each one.
 """
 
 from __future__ import annotations
@@ -32,13 +35,17 @@ def approver() -> str:
 
 
 def deployment_flags(args: argparse.Namespace, *, approvals: bool = True) -> list[str]:
-    """The deployment flags `args` was given, as arguments for another `pte` command."""
+    """The deployment flags `args` was given, as arguments for another `pte` command (under a
+    deployment: only the narrowing ones, ``--tools`` and ``--allow``)."""
+    from pte._cli._deployment_in_force import deployment_of
+
+    under_deployment = deployment_of(args) is not None
     flags: list[str] = []
     for pack in getattr(args, "tools", None) or ():
         flags += ["--tools", pack]
     for tool in getattr(args, "allow", None) or ():
         flags += ["--allow", tool]
-    for name in _DEPLOYMENT_OPTIONS:
+    for name in () if under_deployment else _DEPLOYMENT_OPTIONS:
         value = getattr(args, name, None)
         if value and (approvals or name != "approvals"):
             flags += [f"--{name.replace('_', '-')}", str(value)]
@@ -50,7 +57,9 @@ def store_flags(args: argparse.Namespace, store: Any) -> list[str]:
 
     A URL with a password is never printed: the hint then relies on ``$PTE_STORE``.
     """
+    from pte._cli._deployment_in_force import deployment_of
+
     url = getattr(args, "store", None)
-    if url is None or store.describe() != url:
+    if url is None or store.describe() != url or deployment_of(args) is not None:
         return []
     return ["--store", url]

@@ -27,6 +27,7 @@ from pte._cli._deployment import (
     _add_llm,
     _add_tools,
     _approvals_path,
+    _endorsable,
     _engine,
     _gate,
     _llm,
@@ -122,8 +123,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _in_store(registry: Registry, llm: Any, args: argparse.Namespace, **what: str | None) -> int | None:
-    """With --store, run in the store (the run may pause for approval); None: use --audit."""
-    if args.store is None and (args.audit is not None or not os.environ.get("PTE_STORE")):
+    """With --store, run in the store (the run may pause for approval); None: use --audit. Under
+    a deployment with a run store, runs go to it unless --audit names a log."""
+    if not cli_store.uses_store(args) or (args.store is None and args.audit is not None):
         if args.audit is None:
             raise UsageError("--audit LOG or --store URL is required")
         return None
@@ -156,7 +158,7 @@ def _approved_run(registry: Registry, args: argparse.Namespace, text: str) -> st
 
     policy = _policy(registry, args)
     gate = _gate(registry, args, policy)
-    endorsable = bool(getattr(args, "endorsements", None))  # as the engine will compile it
+    endorsable = _endorsable(args)  # as the engine will compile it
     try:
         plan = compile_plan(text, registry, checks=[policy.check(endorsable=endorsable)])
         approval = gate.check(plan)
@@ -168,9 +170,23 @@ def _approved_run(registry: Registry, args: argparse.Namespace, text: str) -> st
     return approval.run if isinstance(approval, Approval) else None  # a procedure approval binds no run
 
 
+def _plan_tools(text: str, registry: Registry) -> set[str]:
+    """The tools a plan calls (its procedures inlined); none when it does not compile (the engine
+    then rejects it on the record, and nothing runs)."""
+    from pte._plan import compile_plan
+
+    try:
+        return {step.tool for step in compile_plan(text, registry).tool_steps()}
+    except PlanRejected:
+        return set()
+
+
 def cmd_execute(args: argparse.Namespace) -> int:
+    from pte._cli._deployment_in_force import require_deployment_for_writes
+
     registry = _registry(args)
     text = _read_text(args.plan_file, "plan file")
+    require_deployment_for_writes(args, registry, _plan_tools(text, registry), "this plan")
     _approvals_path(args)  # checked before the log is created
     stored = _in_store(registry, None, args, plan_text=text)
     if stored is not None:
@@ -186,7 +202,12 @@ def cmd_execute(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from pte._cli._deployment_in_force import require_deployment_for_writes
+
     registry = _registry(args)
+    # The planner may call any tool it is shown: the whole allow-list counts (narrow it with
+    # --allow to reads, or run under a deployment).
+    require_deployment_for_writes(args, registry, registry.names, "the allow-list of this run")
     llm = _llm(args)
     _approvals_path(args)  # checked before the log is created
     stored = _in_store(registry, llm, args, request=args.request)
@@ -252,7 +273,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     key = _approval_signing_key(args)
     try:
         # With an endorsement store the deployment pauses such calls for a person (pte._policy._endorsement).
-        endorsable = bool(getattr(args, "endorsements", None))
+        endorsable = _endorsable(args)
         plan = compile_plan(text, registry, checks=[policy.check(endorsable=endorsable)])
     except PlanRejected as rejection:
         print(f"not approved: the plan is rejected: {rejection}", file=sys.stderr)
@@ -269,7 +290,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
     print(
         f"approved run {approval.run} of plan {plan.hash} by {args.by} at {approval.at} until "
-        f"{approval.expires}, {_signed_words(approval)}; recorded in {args.approvals}\n"
+        f"{approval.expires}, {_signed_words(approval)}; recorded in {_approvals_path(args)}\n"
         "execute it (once) with: "
         + pte_command("execute", args.plan_file, *deployment_flags(args), "--audit", "pte_audit.jsonl")
     )
@@ -284,9 +305,13 @@ def _approval_signing_key(args: argparse.Namespace) -> SigningKey | None:
     if not args.valid_for > 0:
         raise UsageError("--valid-for must be a positive number of hours")
     try:
-        return signing_key_from_env(args.signing_key)
+        key = signing_key_from_env(args.signing_key)
     except KeyFileError as exc:
         raise UsageError(str(exc)) from None
+    from pte._cli._deployment_in_force import require_signer
+
+    require_signer(args, key, "approval")
+    return key
 
 
 def _signed_words(approval: SignedDecision) -> str:
@@ -365,36 +390,10 @@ def cmd_keys_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    """``pte init``: the deployment's signing key, so that runs anchor their progress (pte._audit)."""
-    from pte._audit import ANCHORS_FILE_ENV, DEPLOYMENT_KEY_ENV, DEPLOYMENT_PUBLIC_KEY_ENV
-    from pte._core import SigningKey
+    """``pte init [DIR]``: a deployment folder: its document (what runs' authority depends on) and key."""
+    from pte._cli._deployment_init import init_command
 
-    where = Path(args.dir)
-    private = where / "deployment.key"
-    public = where / "deployment.key.pub"
-    anchors = where / "deployment.key.anchors.jsonl"
-    for path in (private, public):
-        if path.exists():
-            raise UsageError(f"{path} exists; refusing to replace a deployment key (its anchors need it)")
-    key = SigningKey.generate()
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key.to_pem())
-        public.write_bytes(key.public_key.to_pem())
-    except OSError as exc:
-        raise UsageError(f"cannot write the deployment key: {exc}") from None
-    print(
-        f"deployment key {key.public_key.key_id[:16]}… created.\n"
-        f"executing machines (pte execute/run/resume, workers):\n"
-        f"  export {DEPLOYMENT_KEY_ENV}={private.resolve()}\n"
-        f"  export {ANCHORS_FILE_ENV}={anchors.resolve()}   # keep it apart from logs and stores\n"
-        f"verifiers (pte audit verify):\n"
-        f"  export {DEPLOYMENT_PUBLIC_KEY_ENV}={public.resolve()} {ANCHORS_FILE_ENV}={anchors.resolve()}\n"
-        "approvers' keys: pte keys generate --private approver.pem --public approver.pub"
-    )
-    return EXIT_OK
+    return init_command(args)
 
 
 def cmd_ledger_init(args: argparse.Namespace) -> int:
@@ -523,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
         "policy allows",
     )
     p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
-    p.add_argument("--approvals", default="pte_approvals.jsonl", metavar="FILE")
+    p.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
     add_endorsements_option(p)
     p.add_argument(
         "--signing-key",
@@ -543,8 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--broker", help="with --store: also queue the run so a worker continues it")
     p.set_defaults(func=cmd_approve)
 
-    p = sub.add_parser("init", help="create the deployment's signing key (runs anchor their progress)")
-    p.add_argument("--dir", default=".", metavar="DIR", help="where the key goes (default: here)")
+    from pte._cli._deployment_init import add_init_options
+
+    p = sub.add_parser(
+        "init", help="make a deployment: one document naming its tools, policy, keys and stores, and its key"
+    )
+    add_init_options(p)
     p.set_defaults(func=cmd_init)
 
     keys = sub.add_parser("keys", help="approval signing keys").add_subparsers(
@@ -600,9 +603,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Everything printed goes through the audit log's redaction (`RedactingWriter`); Ctrl-C
     exits 130 after the run is sealed as ``interrupted``; no input ends in a traceback.
     """
+    from pte._cli._deployment_in_force import forget_deployment
+
     parser = build_parser()
     try:
-        redactor = Redactor.from_env()
+        redactor = _redactor()
     except ValueError as exc:
         _fail_usage(parser, f"cannot load the secret rules: {exc}")
     set_redactor(redactor)
@@ -611,6 +616,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             return guarded(lambda: _main(parser, argv), debug=bool(os.environ.get("PTE_DEBUG")))
     finally:
         set_redactor(None)
+        forget_deployment()
+
+
+def _redactor() -> Redactor:
+    """The deployment's redactor (its rules added to the environment's), else the environment's.
+    A deployment that cannot be read is left for the command to report (exit 2)."""
+    from pte._cli._deployment_in_force import current_deployment, forget_deployment
+    from pte._core import DeploymentError
+
+    try:
+        deployment = current_deployment()
+    except UsageError:
+        forget_deployment()
+        deployment = None
+    if deployment is None:
+        return Redactor.from_env()
+    try:
+        return deployment.redactor()
+    except DeploymentError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:

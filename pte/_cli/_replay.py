@@ -105,6 +105,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return cli_store.resume(args, _registry(args), llm)
     input_file(args.log, "audit log")
     registry = _registry(args)
+    _writes_need_a_deployment(args, registry)
     deployment = _deployment(args, registry)
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
@@ -132,6 +133,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
         print(f"cannot resume {args.log}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     return _report_run(result, args, args.log)
+
+
+def _writes_need_a_deployment(args: argparse.Namespace, registry: Registry) -> None:
+    """Safe by default: resuming a log whose plans call a write needs a deployment with a key."""
+    from pte._audit import read_records
+    from pte._cli._deployment_in_force import require_deployment_for_writes, tools_named
+
+    try:
+        records = read_records(args.log, skip_partial_tail=True)
+    except (PTEError, OSError, ValueError):
+        return  # resume refuses a log it cannot read, with its reason
+    plans = [r for r in records if r.get("type") == "plan_accepted"]
+    require_deployment_for_writes(args, registry, tools_named(plans), f"the run in {args.log}")
 
 
 def add_replay_commands(sub: Any) -> None:

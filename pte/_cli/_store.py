@@ -51,8 +51,17 @@ def _usage_error() -> type[Exception]:
     return UsageError
 
 
+def _deployment_store() -> str | None:
+    """The run store of the deployment in force (None: no deployment, or it names none)."""
+    from pte._cli._deployment_in_force import current_deployment
+
+    deployment = current_deployment()
+    return deployment.store_url if deployment is not None else None
+
+
 def _store(url: str | None) -> Store:
-    url = url or os.environ.get("PTE_STORE")
+    # Under a deployment, a --store or $PTE_STORE other than its store was refused already.
+    url = _deployment_store() or url or os.environ.get("PTE_STORE")
     if not url:
         raise _usage_error()("--store is required (or set PTE_STORE): sqlite:///path.db or postgresql://…")
     store_file(url)
@@ -71,7 +80,7 @@ def uses_store(args: argparse.Namespace, target: str | None = None) -> bool:
     """
     if getattr(args, "store", None) is not None:
         return True
-    if not os.environ.get("PTE_STORE"):
+    if not os.environ.get("PTE_STORE") and _deployment_store() is None:
         return False
     return target is None or not os.path.lexists(target)
 
@@ -193,14 +202,16 @@ def replay(args: argparse.Namespace, registry: Any) -> int:
 
 
 def _gate(store: Store, registry: Any, args: argparse.Namespace) -> Any:
-    from pte._cli._deployment import _approval_keys, _policy
+    from pte._cli._deployment import _approval_keys, _approvals_path, _in_force, _policy
     from pte._deploy import pausing_gate
     from pte._policy import ApprovalStore
 
-    approvals = ApprovalStore(args.approvals) if getattr(args, "approvals", None) else None
+    deployment = _in_force(args)
+    given = deployment is not None or getattr(args, "approvals", None)
+    approvals = ApprovalStore(_approvals_path(args)) if given else None
     ttl = timedelta(seconds=getattr(args, "approval_ttl", None) or 86400)
     # Approvals bind the policy in force (catalogue fingerprint): the deployment's file, if given.
-    policy = _policy(registry, args) if getattr(args, "policy", None) else None
+    policy = _policy(registry, args) if deployment is not None or getattr(args, "policy", None) else None
     return pausing_gate(
         store, registry, keys=_approval_keys(args), ttl=ttl, approvals=approvals, policy=policy
     )
@@ -210,7 +221,6 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
     from pte._deploy import PausedRun
 
     if isinstance(result, PausedRun) and result.status == "awaiting_endorsement":
-        from pte._cli._endorse import _store_path
         from pte._cli._hints import approver, deployment_flags, pte_command, store_flags
         from pte._policy import pending_endorsement
 
@@ -229,7 +239,7 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
                 }
             )
         else:
-            run_id, at = result.run_id, [*store_flags(args, store), "--endorsements", _store_path(args)]
+            run_id, at = result.run_id, [*store_flags(args, store), *_endorsements_flag(args)]
             shown = request.describe() if request else f"run {run_id} waits for an endorsement"
             print(
                 f"awaiting_endorsement: {shown}\n"
@@ -257,6 +267,14 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
     from pte._cli._deployment import _report_run
 
     return int(_report_run(result, args, f"{store.describe()} run {result.run_id}"))
+
+
+def _endorsements_flag(args: argparse.Namespace) -> list[str]:
+    """``--endorsements FILE`` for a hint; none under a deployment (it names the store)."""
+    from pte._cli._deployment import _in_force
+    from pte._cli._endorse import _store_path
+
+    return [] if _in_force(args) is not None else ["--endorsements", _store_path(args)]
 
 
 def run_or_execute(
@@ -365,6 +383,10 @@ def decide(args: argparse.Namespace, *, approve: bool) -> int:
     except KeyFileError as exc:
         print(f"not recorded: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    if approve:
+        from pte._cli._deployment_in_force import require_signer
+
+        require_signer(args, signing_key, "approval")
 
     with _store(args.store) as store:
         try:
@@ -398,6 +420,10 @@ def _resume_hint(args: argparse.Namespace, store: Store, run_id: str, extra: tup
     from pte._cli._hints import deployment_flags, pte_command, store_flags
 
     flags = deployment_flags(args, approvals=False) + list(extra)
+    from pte._cli._deployment import _in_force
+
+    if _in_force(args) is not None:  # the deployment names everything resume needs
+        return f"continue it with: {pte_command('resume', run_id, *store_flags(args, store), *flags)}"
     if not getattr(args, "tools", None):
         info = store.run(run_id)
         packs = [p for p in ((info.job or {}).get("tools") or ()) if isinstance(p, str)] if info else []
@@ -420,6 +446,10 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
         info = store.run(args.log)
         if info is None:
             raise _usage_error()(f"no run {args.log!r} in {store.describe()}")
+        from pte._cli._deployment_in_force import require_deployment_for_writes, tools_named
+
+        plans = [r for r in store.records(args.log) if r.get("type") == "plan_accepted"]
+        require_deployment_for_writes(args, registry, tools_named(plans), f"run {args.log}")
         if info.status == "awaiting_approval" and not store.decisions(args.log):
             from pte._deploy import is_expired
 
@@ -446,12 +476,18 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
                 anchors=_anchors(),
                 endorsements=endorsement_gate(args, _approval_keys(args)),
                 # The deployment's policy file, as the run was started with (--policy).
-                policy=_policy(registry, args) if getattr(args, "policy", None) else None,
+                policy=_policy(registry, args) if _has_policy(args) else None,
             )
         except FailedClosed as exc:
             print(f"cannot resume: {exc.message}", file=sys.stderr)
             return EXIT_FAILED
         return report(result, args, store)
+
+
+def _has_policy(args: argparse.Namespace) -> bool:
+    from pte._cli._deployment import _in_force
+
+    return _in_force(args) is not None or bool(getattr(args, "policy", None))
 
 
 def endorse(args: argparse.Namespace) -> int:
@@ -462,7 +498,7 @@ def endorse(args: argparse.Namespace) -> int:
     signed and bound to run, step, element and value hash (`pte._policy._endorsement`) and goes to the
     deployment's endorsement store (``--endorsements``), which resume checks under the trusted keys.
     """
-    from pte._cli._endorse import _store_path, decide_request
+    from pte._cli._endorse import decide_request
     from pte._policy import pending_endorsement
     from pte.stores import check_run_id
 
@@ -494,7 +530,7 @@ def endorse(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_FAILED
-        hint = _resume_hint(args, store, run_id, ("--endorsements", _store_path(args)))
+        hint = _resume_hint(args, store, run_id, tuple(_endorsements_flag(args)))
         return decide_request(args, request, hint.removeprefix("continue it with: "))
 
 

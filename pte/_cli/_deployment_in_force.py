@@ -1,0 +1,214 @@
+"""The deployment a `pte` command runs under, and the flags that may only narrow it.
+
+Found once per command (``$PTE_DEPLOYMENT``, else the nearest ``pte-deployment.json`` upward,
+`pte.Deployment.discover`). Under a deployment, authority comes only from it: a flag naming
+another approval store, endorsement store, approver keys, policy, manifest, procedures,
+specialists, run store or model endpoint than the deployment's is refused (usage error), as
+is a pack outside its packs or a tool outside its allow-list; ``--tools`` and ``--allow``
+may narrow it. The same holds for the environment variables that used to name those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from pte._cli._support import UsageError
+from pte._core import DeploymentError
+from pte._deploy import DOCUMENT_NAME, Deployment
+
+__all__ = ["current_deployment", "deployment_of", "forget_deployment", "no_deployment_message"]
+
+_UNSET: Any = object()
+#: The deployment of the running command, found on first use (`forget_deployment` resets it).
+_found: Any = _UNSET
+
+#: Flags (argparse dests) naming a file the deployment names, with the document key.
+_FILE_FLAGS = {
+    "manifest": "manifest",
+    "policy": "policy",
+    "procedures": "procedures",
+    "specialists": "specialists",
+    "approval_keys": "approval_keys",
+    "approvals": "approvals",
+    "endorsements": "endorsements",
+}
+#: Variables that named authority before deployments: under one they must agree with it.
+_ENV_FILES = {
+    "PTE_APPROVAL_PUBLIC_KEYS_FILE": "approval_keys",
+    "PTE_ANCHORS_FILE": "anchors",
+    "PTE_DEPLOYMENT_KEY_FILE": "key",
+}
+
+
+def current_deployment() -> Deployment | None:
+    """The deployment in force for this command (None: there is none); found once."""
+    global _found
+    if _found is _UNSET:
+        try:
+            _found = Deployment.discover()
+        except DeploymentError as exc:
+            raise UsageError(str(exc)) from None
+    return _found  # type: ignore[no-any-return]
+
+
+def forget_deployment() -> None:
+    """Forget the deployment found (a command has ended; the next one finds its own)."""
+    global _found
+    _found = _UNSET
+
+
+def no_deployment_message(what: str) -> str:
+    """What a command that can call a write says when there is no deployment."""
+    return (
+        f"{what} runs only under a deployment (its tools, policy, approver keys and stores, and the "
+        "key that anchors its runs): make one with `pte init --tools PACK` (a .pte folder here; "
+        "commands find it from this folder and below, or set $PTE_DEPLOYMENT), then run this again"
+    )
+
+
+def _same_path(given: str, named: Path | None) -> bool:
+    return named is not None and os.path.realpath(os.path.expanduser(given)) == os.path.realpath(named)
+
+
+def _document_path(deployment: Deployment, key: str) -> Path | None:
+    if key == "approvals":
+        return deployment.approvals_path
+    if key == "anchors":
+        return deployment.anchors_path
+    if key == "key":
+        return deployment.key_path
+    return deployment.path(getattr(deployment.document, key))
+
+
+def _refuse(flag: str, given: str, deployment: Deployment, named: Any) -> UsageError:
+    return UsageError(
+        f"{flag} {given!r} is not the deployment's ({named if named is not None else 'none'}, in "
+        f"{deployment.folder / DOCUMENT_NAME}): under a deployment, flags may narrow what a command "
+        "does, never widen or replace its authority; drop the flag, or change the deployment"
+    )
+
+
+def _same_store(given: str, deployment: Deployment) -> bool:
+    named = deployment.store_url
+    if named is None:
+        return False
+    from pte._deploy import resolve_store_url
+
+    return bool(resolve_store_url(Path.cwd(), given) == named or given == named)
+
+
+def deployment_of(args: argparse.Namespace) -> Deployment | None:
+    """The deployment in force, narrowed by ``--tools``/``--allow``, after refusing every flag
+    (and variable) that names other authority than the deployment's; None: no deployment."""
+    cached = getattr(args, "_pte_deployment", _UNSET)
+    if cached is not _UNSET:
+        return cached  # type: ignore[no-any-return]
+    found = current_deployment()
+    if found is not None:
+        for dest, key in _FILE_FLAGS.items():
+            given = getattr(args, dest, None)
+            if given and not _same_path(str(given), _document_path(found, key)):
+                raise _refuse(f"--{dest.replace('_', '-')}", str(given), found, _document_path(found, key))
+        for name, key in _ENV_FILES.items():
+            given = os.environ.get(name)
+            if given and not _same_path(given, _document_path(found, key)):
+                raise _refuse(f"${name}", given, found, _document_path(found, key))
+        store = getattr(args, "store", None)
+        if store and not _same_store(str(store), found):
+            raise _refuse("--store", str(store), found, found.store_url)
+        env_store = os.environ.get("PTE_STORE")
+        if env_store and not _same_store(env_store, found):
+            raise _refuse("$PTE_STORE", env_store, found, found.store_url)
+        for dest, value in (("model", found.document.model), ("base_url", found.document.base_url)):
+            given = getattr(args, dest, None)
+            if given and value is not None and given != value:
+                raise _refuse(f"--{dest.replace('_', '-')}", str(given), found, value)
+        try:
+            found = found.narrowed(packs=getattr(args, "tools", None), allow=getattr(args, "allow", None))
+        except DeploymentError as exc:
+            raise UsageError(str(exc)) from None
+    args._pte_deployment = found
+    return found
+
+
+def checked(deployment: Deployment) -> Deployment:
+    """`deployment` after checking every path it names (a usage error listing the problems)."""
+    try:
+        return deployment.check()
+    except DeploymentError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def require_signer(args: argparse.Namespace, key: Any, what: str) -> None:
+    """Under a deployment with approver keys, refuse to record an unsigned `what` (it would never
+    count) or one signed by a key that is not one of them; a usage error saying how to sign."""
+    deployment = deployment_of(args)
+    if deployment is None:
+        return
+    try:
+        keys = deployment.approval_keys()
+    except DeploymentError as exc:
+        raise UsageError(str(exc)) from None
+    if keys is None:
+        return
+    named = deployment.path(deployment.document.approval_keys)
+    if key is None:
+        raise UsageError(
+            f"{what} not recorded: this deployment counts only {what}s signed by its approver keys "
+            f"({named}); sign it with --signing-key FILE (or $PTE_APPROVAL_SIGNING_KEY_FILE)"
+        )
+    if key.public_key.key_id not in set(keys):
+        raise UsageError(
+            f"{what} not recorded: key {key.public_key.key_id[:16]}… is not one of the deployment's "
+            f"approver keys ({named}), so it would never count"
+        )
+
+
+def _writes(registry: Any, names: Any) -> list[str]:
+    """The names among `names` that are write tools of `registry` (a procedure counts as one:
+    its body may write)."""
+    procedures = getattr(registry, "procedures", {}) or {}
+    return sorted(
+        {
+            name
+            for name in names
+            if name in procedures or (name in registry and registry[name].effect == "write")
+        }
+    )
+
+
+def tools_named(document: Any) -> set[str]:
+    """Every ``"tool"`` a plan document (or records holding plans) names, at any depth."""
+    found: set[str] = set()
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("tool"), str):
+                found.add(item["tool"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def require_deployment_for_writes(args: argparse.Namespace, registry: Any, names: Any, what: str) -> None:
+    """Safe by default: a command whose plan calls a write (`names`: the tools it calls) runs only
+    under a deployment whose key this machine holds; else a usage error saying how to make one,
+    before anything is appended."""
+    writes = _writes(registry, names)
+    if not writes:
+        return
+    deployment = deployment_of(args)
+    called = f"{what} calls {', '.join(writes)} (a write)"
+    if deployment is None:
+        return  # flag-only runs: refused in the next step of #33 (safe by default)
+    if not deployment.has_key:
+        raise UsageError(
+            f"{called}, and this machine does not hold the deployment's key ({deployment.key_path}): "
+            "a write runs only where the deployment's key anchors the run; copy the deployment "
+            "folder with its key to this machine (docs/deployment.md)"
+        )

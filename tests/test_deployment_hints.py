@@ -1,0 +1,169 @@
+"""Hints under a deployment carry no authority, and run as printed (issue 33's critical repros).
+
+Found by the red team on main 29c1bf5: a run started with ``--approval-keys`` paused; ``pte
+approve RUN --signing-key … --tools backoffice`` printed ``pte resume RUN --tools backoffice``
+without the keys, and run as printed it paid under an earlier *unsigned* approval; the
+endorsement pause hint dropped ``--endorsements`` the same way (the run ended LogEnded, stuck
+``running``). The fix is at the root: authority comes from the deployment (`pte.Deployment`),
+so the next command reads the same keys and stores, and a hint needs no authority flag.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests._cli_run import approver_keys, cli, ledger, make_deployment
+
+__all__ = ["ledger"]  # the fixture, used by name
+
+PAY = """{"pte_plan": "1", "steps": [
+ {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
+ {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
+  "currency": "EUR", "reference": "Invoice 7"}}
+], "result": {"$ref": "pay/payment_id"}}"""
+PLACEHOLDER = re.compile(r"\bURL\b|\bNAME\b|…|\.\.\.|\bLOG\b|\bRUN_ID\b|PLAN_FILE|\bFILE\b")
+#: Flags that name authority: a hint under a deployment never carries one.
+AUTHORITY = ("--approval-keys", "--approvals", "--endorsements", "--policy", "--store", "--manifest")
+
+
+def _payments(ledger: Path) -> int:
+    with sqlite3.connect(ledger) as conn:
+        return int(conn.execute("SELECT count(*) FROM payments_out").fetchone()[0])
+
+
+def _hint(text: str, after: str) -> str:
+    """The command printed after `after` on its line: runnable, no placeholder, no authority flag."""
+    line = next(line for line in text.splitlines() if after in line)
+    command = line[line.index(after) + len(after) :].strip()
+    assert command.startswith("pte "), line
+    assert not PLACEHOLDER.search(command), command
+    assert not any(flag in shlex.split(command) for flag in AUTHORITY), command
+    return command
+
+
+def _run(command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    return cli(capsys, *shlex.split(command)[1:])
+
+
+def test_resume_as_printed_after_a_signed_approval_never_pays_on_an_earlier_unsigned_one(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private, public = approver_keys(tmp_path)
+    monkeypatch.delenv("PTE_APPROVAL_SIGNING_KEY_FILE", raising=False)
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--approval-keys", str(public))
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    code, out, err = cli(capsys, "execute", "pay.json", "--run-id", "r1")
+    assert code == 0 and "awaiting_approval" in out, err
+    resume = _hint(out, "then: ")
+    assert resume == "pte resume r1"
+    # An unsigned approval is refused outright: it would never count under approver keys.
+    code, out, err = cli(capsys, "approve", "r1", "--by", "mallory")
+    assert code == 2 and "signed by its approver keys" in err and "--signing-key" in err
+    # One signed by a key that is not the deployment's is refused the same way.
+    other, _ = approver_keys(tmp_path, "other")
+    code, _, err = cli(capsys, "approve", "r1", "--by", "mallory", "--signing-key", str(other))
+    assert code == 2 and "not one of the deployment's approver keys" in err
+    assert _payments(ledger) == 0
+    # Resumed as printed before a decision: refused, nothing paid.
+    code, _, err = _run(resume, capsys)
+    assert code == 1 and _payments(ledger) == 0
+    # Approved as the issue did (signing key, --tools): the printed resume carries no keys flag,
+    # and still runs under the deployment's approver keys.
+    code, out, err = cli(
+        capsys, "approve", "r1", "--by", "alice", "--signing-key", str(private), "--tools", "backoffice"
+    )
+    assert code == 0, err
+    resume = _hint(out, "continue it with: ")
+    code, out, err = _run(resume, capsys)
+    assert code == 0 and "succeeded" in out, err
+    assert _payments(ledger) == 1
+
+
+def test_an_unsigned_approval_recorded_in_the_store_never_counts_under_the_deployments_keys(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's attack: an unsigned approval already in the store (written before the keys were
+    configured, or by a writer of the store) is not one the resume may pay on."""
+    from pte.stores import open_store
+
+    _, public = approver_keys(tmp_path)
+    where = make_deployment(
+        tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--approval-keys", str(public)
+    )
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    assert cli(capsys, "execute", "pay.json", "--run-id", "r1")[0] == 0
+    from pte._deploy import decide
+
+    with open_store(f"sqlite://{where / 'runs.db'}") as store:
+        decide(store, "r1", by="mallory", approve=True)  # unsigned, behind the CLI's back
+    code, out, err = cli(capsys, "resume", "r1")
+    assert _payments(ledger) == 0, (code, out, err)
+    assert "awaiting_approval" in out or code == 1
+
+
+def test_endorsement_pause_hints_in_a_store_run_as_printed_under_a_deployment(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The endorsement pause hint no longer drops the endorsement store: the deployment names it."""
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+
+    private, public = approver_keys(tmp_path)
+    monkeypatch.setenv("PTE_APPROVAL_SIGNING_KEY_FILE", str(private))  # the approver's, as hints assume
+    (tmp_path / "bill.json").write_text(BILL_PAYMENT, encoding="utf-8")
+    (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
+    make_deployment(
+        tmp_path, monkeypatch, capsys,
+        "--tools", "backoffice", "--policy", "policy.json", "--approval-keys", str(public),
+    )  # fmt: skip
+    code, out, err = cli(capsys, "execute", "bill.json", "--run-id", "e1")
+    assert code == 0, err
+    code, out, err = _run(_hint(out, "approve: "), capsys)
+    assert code == 0, err
+    code, out, err = _run(_hint(out, "continue it with: "), capsys)
+    assert code == 0 and "awaiting_endorsement" in out, out + err
+    review, endorse, resume = _hint(out, "review: "), _hint(out, "endorse: "), _hint(out, "then: ")
+    assert resume == "pte resume e1"
+    code, out, _ = _run(review, capsys)
+    assert code == 0 and "send_payment.iban" in out and _payments(ledger) == 0
+    code, out, _ = _run(resume, capsys)  # before the decision: it waits again, same hints
+    assert code == 0 and _hint(out, "endorse: ") == endorse and _payments(ledger) == 0
+    code, out, err = _run(endorse, capsys)
+    assert code == 0 and "(signed)" in out, err
+    code, out, err = _run(_hint(out, "continue with: "), capsys)
+    assert code == 0 and "succeeded" in out, (out, err)
+    assert _payments(ledger) == 1
+    code, out, _ = cli(capsys, "runs")
+    assert "e1" in out
+
+
+def test_endorsement_pause_of_a_log_run_hints_run_as_printed_under_a_deployment(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run kept in an audit log (``--audit``): the pause hints name the log, no placeholder."""
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+
+    private, public = approver_keys(tmp_path)
+    monkeypatch.setenv("PTE_APPROVAL_SIGNING_KEY_FILE", str(private))
+    (tmp_path / "bill.json").write_text(BILL_PAYMENT, encoding="utf-8")
+    (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
+    make_deployment(
+        tmp_path, monkeypatch, capsys,
+        "--tools", "backoffice", "--policy", "policy.json", "--approval-keys", str(public),
+    )  # fmt: skip
+    code, out, err = cli(capsys, "approve", "bill.json", "--by", "alice")
+    assert code == 0, err
+    code, out, err = _run(_hint(out, "execute it (once) with: "), capsys)
+    assert code == 0 and "awaiting_endorsement" in out, out + err
+    endorse, resume = _hint(out, "endorse: "), _hint(out, "then: ")
+    assert resume == "pte resume pte_audit.jsonl"
+    code, out, err = _run(endorse, capsys)
+    assert code == 0 and "(signed)" in out, err
+    code, out, err = _run(_hint(out, "continue with: "), capsys)
+    assert code == 0 and "succeeded" in out, (out, err)
+    assert _payments(ledger) == 1
