@@ -84,9 +84,13 @@ def _payments(ledger: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM payments_out").fetchone()[0])
 
 
-def _start(store: Store, run_id: str, registry: Registry = REGISTRY, plan: str = PAY) -> PausedRun:
+def _start(
+    store: Store, run_id: str, registry: Registry = REGISTRY, plan: str = PAY, anchors: Any = None
+) -> PausedRun:
     gate = pausing_gate(store, registry, keys=KEYS)
-    result = run_in_store(Engine(registry, approval=gate), store, run_id=run_id, plan_text=plan)
+    result = run_in_store(
+        Engine(registry, approval=gate), store, run_id=run_id, plan_text=plan, anchors=anchors
+    )
     assert isinstance(result, PausedRun), result
     return result
 
@@ -338,6 +342,12 @@ def _cut_before(path: Path, out: Path, kind: str, step: str | None = None) -> No
     out.write_text("".join(lines[:cut]), encoding="utf-8")
 
 
+def _anchors_up_to(path: Path, records: int) -> None:
+    """Keep the anchors file's lines that name a record before `records` (a crash there)."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if json.loads(line)["seq"] < records), encoding="utf-8")
+
+
 def test_a_consumed_line_deleted_from_the_approval_store_pays_nothing_again(
     tmp_path: Path, ledger: Path
 ) -> None:
@@ -408,12 +418,14 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
     The tail is unsigned; resume calls the read again, sees the edit, and pays nothing."""
     paid = _Paid(tmp_path)
     scratch = tmp_path / "scratch.jsonl"
-    assert paid.execute(scratch, _anchors(tmp_path / "scratch-anchors.jsonl")).ok
+    assert paid.execute(scratch, _anchors(tmp_path / "anchors.jsonl")).ok
     with sqlite3.connect(ledger) as conn:
         conn.execute("DELETE FROM payments_out")
-    # The crash: the log ends after the read; nothing was anchored yet (no write had started).
+    # The crash: the log ends after the read; its start and plan were anchored, the read not
+    # (no write had started). The anchors file keeps what was signed by then.
     crashed = tmp_path / "crashed.jsonl"
     _cut_before(scratch, crashed, "step_started", "pay")
+    _anchors_up_to(tmp_path / "anchors.jsonl", len(_records(crashed)))
     paid.approvals.path.write_text(
         "".join(
             line
@@ -422,7 +434,7 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
         ),
         encoding="utf-8",
     )
-    anchors = _anchors(tmp_path / "anchors.jsonl")  # the deployment's: no anchor of this run
+    anchors = _anchors(tmp_path / "anchors.jsonl")
     records = _records(crashed)
     for r in records:
         if r["type"] == "step_finished" and r["step_id"] == "sup":
@@ -475,9 +487,9 @@ def test_a_consistently_rewritten_sealed_store_run_is_refused_with_the_deploymen
 
     key_file = tmp_path / "deployment.key"
     key_file.write_bytes(DEPLOYMENT.to_pem())
-    _start(store, "sealed")
-    decide(store, "sealed", by="alice", approve=True, signing_key=SIGNER)
     anchors = _anchors(tmp_path / "deployment.key.anchors.jsonl")
+    _start(store, "sealed", anchors=anchors)
+    decide(store, "sealed", by="alice", approve=True, signing_key=SIGNER)
     assert resume_run(
         store, "sealed", REGISTRY, gate=pausing_gate(store, REGISTRY, keys=KEYS), anchors=anchors
     ).ok

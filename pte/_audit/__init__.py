@@ -22,6 +22,10 @@ from pte._audit._approval_record import (
     format_time,
     utc_now,
 )
+from pte._audit._binding import (
+    deployment_binding,
+    deployment_problem,
+)
 from pte._audit._checkpoint import (
     Checkpoint,
     CheckpointReport,
@@ -89,6 +93,8 @@ __all__ = [
     "anchors_from_env",
     "approval_problem",
     "check_by",
+    "deployment_binding",
+    "deployment_problem",
     "endorsement_problem",
     "format_time",
     "generate_key",

@@ -116,16 +116,20 @@ def run_started(
     config: Mapping[str, Any],
     content: Mapping[str, Any] | None = None,
     trace: Mapping[str, str] | None = None,
+    deployment: Mapping[str, Any] | None = None,
 ) -> Record:
     """``run_started``: how the run was started and with what.
 
     `content`: the catalogue, policy and prompts it runs with (``tools``, ``catalogue``,
     ``policy``, ``prompts``, ``stored``: `pte._catalogue._fingerprint.run_started_fields`); None for a run
     refused before it had any (it records no tools). The writer adds ``format`` and
-    ``pte_version`` and drops stored content its file already holds.
+    ``pte_version`` and drops stored content its file already holds. `deployment`: the
+    deployment the run is bound to (`pte._audit._binding.deployment_binding`), when it has one.
     """
     fields: dict[str, Any] = {"mode": mode, "request": request, "config": config}
     fields.update(content if content is not None else {"tools": []})
+    if deployment is not None:
+        fields["deployment"] = dict(deployment)
     return Record("run_started", {**fields, **_trace(trace)})
 
 

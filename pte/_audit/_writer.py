@@ -61,6 +61,10 @@ _HASH_KEY = b'"hash":"'
 _PLACEHOLDER = GENESIS_HASH
 _PLACEHOLDER_MEMBER = _HASH_KEY + _PLACEHOLDER.encode("ascii") + b'"'
 
+#: Records a log with the deployment's anchors signs as soon as they are written (besides every
+#: `AuditLog.sync`): what a run is (its start, bound to its deployment) and each plan it accepts.
+ANCHOR_POINTS = frozenset({"run_started", "plan_accepted"})
+
 # ---------------------------------------------------------------------------------------------
 # Writing
 # ---------------------------------------------------------------------------------------------
@@ -390,6 +394,11 @@ class AuditLog:
                         self._fsync()
                     # Nothing more can be written here: the next writer may open the file.
                     self._unlock()
+            elif type in ANCHOR_POINTS and self.anchors is not None:
+                # The run's start and each plan are signed before any tool runs: no writer of
+                # the log or store can swap what a run is, even if it crashes before its first
+                # write (pte._audit._anchors).
+                self._sync_locked()
             return record
 
     def _run_started_fields(self, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -487,17 +496,21 @@ class AuditLog:
         `AuditWriteError` when the fsync fails or the log is already broken.
         """
         with self._lock:
-            if self._broken is not None:
-                raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
-            if self._writer is not None:
-                try:
-                    self._writer.sync()
-                except (OSError, PTEError) as exc:
-                    raise self._fail(f"cannot sync the run's store: {exc}", exc) from exc
-            if self._fd is not None and self.durability is not Durability.NONE:
-                self._fsync()
-            if self.anchors is not None and self._begun:
-                self._anchor()
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        """`sync` for a caller that holds the lock."""
+        if self._broken is not None:
+            raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
+        if self._writer is not None:
+            try:
+                self._writer.sync()
+            except (OSError, PTEError) as exc:
+                raise self._fail(f"cannot sync the run's store: {exc}", exc) from exc
+        if self._fd is not None and self.durability is not Durability.NONE:
+            self._fsync()
+        if self.anchors is not None and self._begun:
+            self._anchor()
 
     def _anchor(self) -> None:
         # Under self._lock: the anchor names exactly the record just made durable.

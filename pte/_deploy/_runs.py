@@ -390,8 +390,12 @@ def resume_run(
     policy: Any = None,
     anchors: Any = None,
     endorsements: Any = None,
+    deployment: Any = None,
 ) -> RunResult | PausedRun:
     """Continue run `run_id` of `store`: verify it, re-drive its records, go on live.
+
+    `deployment`: the deployment in hand (its fingerprint, `pte.Deployment.fingerprint`): a run
+    that started under another one is refused, naming what differs (`pte._replay.check_deployment`).
 
     `anchors`: the deployment's anchors (`pte._audit._anchors`): a run that falls short of them or
     was rewritten is refused, the reads of its unsigned tail are called again, and what the
@@ -414,8 +418,9 @@ def resume_run(
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} has no records to resume")
     if RunView.fold(run_id, records).finished is not None:
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} is already finished; nothing to resume")
-    from pte._replay import check_anchors
+    from pte._replay import check_anchors, check_deployment
 
+    check_deployment(records, deployment, f"run {run_id} in {store.describe()}")
     anchored, unsigned_after = check_anchors(anchors, run_id, records, f"run {run_id} in {store.describe()}")
     numbered = list(enumerate(records, start=1))
     if unsigned_after is not None:

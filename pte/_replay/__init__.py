@@ -30,6 +30,7 @@ from pte._replay._report import (
 )
 from pte._replay._resume import (
     check_anchors,
+    check_deployment,
     recheck_unsigned_tail,
     resume_file,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "RunView",
     "StepsSummary",
     "check_anchors",
+    "check_deployment",
     "drive_run",
     "engine_for",
     "iter_runs",

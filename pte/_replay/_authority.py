@@ -96,6 +96,9 @@ class Deployment:
     #: resume takes decisions from it; None: recorded endorsements are re-checked as evidence
     #: (replay), and a call without one is where the recorded run paused.
     endorsements: Any = None
+    #: The deployment in hand (its fingerprint, or ``{"fingerprint", "parts"}``: `pte._audit.
+    #: deployment_binding`): resume refuses a run that started under another one. None: no check.
+    fingerprint: Any = None
     #: The deployment's specialists (pte._plan._specialists); None: the recorded ones. Replay checks
     #: the run against them (other specialists diverge at ``run_started.config``).
     specialists: tuple[Any, ...] | None = None
@@ -392,7 +395,22 @@ def engine_for(
         approval=approvals,
         endorsement=endorsement,
         tracer_provider=deployment.tracer_provider if deployment is not None else None,
+        # The run's binding as recorded: resume compared it with the deployment in hand first
+        # (`check_deployment`); replay reproduces it (it is evidence, not authority).
+        deployment=_recorded_binding(started),
     )
+
+
+def _recorded_binding(started: Mapping[str, Any]) -> Any:
+    """``run_started.deployment`` when it is a binding the engine records again; else None (and
+    replay reports the difference at ``run_started``)."""
+    from pte._audit import deployment_binding
+
+    recorded = started.get("deployment")
+    try:
+        return deployment_binding(recorded) if isinstance(recorded, Mapping) else None
+    except ValueError:
+        return None
 
 
 class RecordedEndorsements:

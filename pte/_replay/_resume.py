@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pte._audit import AuditLog, RecordSink
+from pte._audit import AuditLog, RecordSink, deployment_problem
 from pte._catalogue import Registry, stored_contents
 from pte._core import ApprovalMissing, FailedClosed, ReasonCode
 from pte._execution import LiveInvoker
@@ -18,7 +18,7 @@ from pte._replay._replayer import CheckingAuditLog, RecordedInvoker, _verified, 
 from pte._replay._run_view import RunView
 from pte._run import LLMClient, RunResult
 
-__all__ = ["check_anchors", "recheck_unsigned_tail", "resume_file"]
+__all__ = ["check_anchors", "check_deployment", "recheck_unsigned_tail", "resume_file"]
 
 
 def resume_file(
@@ -56,6 +56,7 @@ def resume_file(
     deployment = replace(deployment, registry=registry)
     gate = deployment.approvals
     run_id = str(records[0]["run_id"])
+    check_deployment(records, deployment.fingerprint, str(path))
     anchored, unsigned_after = check_anchors(deployment.anchors, run_id, records, str(path))
     live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
     if unsigned_after is not None:
@@ -81,7 +82,10 @@ def check_anchors(
 ) -> tuple[int, int | None]:
     """(anchor count, seq after which records are unsigned) for resuming `run_id`; (0, None)
     without a deployment key. `FailedClosed(needs_review)` when the run falls short of its
-    anchors or its anchored records were rewritten (`pte._audit._anchors`)."""
+    anchors or its anchored records were rewritten (`pte._audit._anchors`), when the
+    deployment never anchored its start, or when a plan (or a model's answer a plan is
+    made from) is recorded after its last anchor: a run signs its start and each plan before
+    any tool runs, so an unsigned plan never ran anything, and may have been swapped."""
     from pte._core import AnchorError
 
     if anchors is None:
@@ -90,7 +94,48 @@ def check_anchors(
         count, last = anchors.check(run_id, records)
     except AnchorError as exc:
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{where}: {exc}; not resumed") from None
-    return count, (last if last is not None else -1)
+    if count == 0:
+        raise FailedClosed(
+            ReasonCode.NEEDS_REVIEW,
+            f"{where}: the deployment never anchored run {run_id}'s start (a run signs its start "
+            "and plan before any tool runs): it was made up or rewritten by a writer of the log or "
+            "store, started without the deployment key, or crashed before its first record was "
+            "signed; not resumed (start it again)",
+        )
+    assert last is not None
+    for record in records:
+        seq = record.get("seq")
+        if not isinstance(seq, int) or seq <= last or record.get("run_id") != run_id:
+            continue
+        kind = record.get("type")
+        if kind == "plan_accepted" or (kind == "llm_call" and record.get("role") != "finalizer"):
+            what = "plan" if kind == "plan_accepted" else f"{record.get('role')} model answer"
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW,
+                f"{where}: run {run_id}'s {what} (record {seq}) is recorded after the run's last "
+                "signed anchor: the deployment signs every plan before a tool runs, so this one "
+                "never ran anything and may have been swapped by a writer of the log or store; "
+                "not resumed (start it again)",
+            )
+    return count, last
+
+
+def check_deployment(records: Sequence[Mapping[str, Any]], deployment: Any, where: str) -> None:
+    """`FailedClosed(needs_review)` when the run of `records` started under another deployment
+    than `deployment` (its fingerprint, or binding: `pte._audit.deployment_binding`), naming
+    what differs; nothing when they agree, or either names none (`pte._audit.deployment_problem`).
+
+    Every command that continues a run (resume of a log or a store, a worker) calls this
+    before anything runs."""
+    started = next((r for r in records if r.get("type") == "run_started"), None)
+    if started is None:
+        return
+    try:
+        problem = deployment_problem(started, deployment)
+    except ValueError as exc:
+        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{where}: the deployment in hand: {exc}") from None
+    if problem is not None:
+        raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"{where}: {problem}; not resumed")
 
 
 def recheck_unsigned_tail(

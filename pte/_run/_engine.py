@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 import pte._run._prompts as prompts
-from pte._audit import RecordSink
+from pte._audit import RecordSink, deployment_binding
 from pte._audit import records as rec
 from pte._catalogue import Registry, run_started_fields
 from pte._core import (
@@ -116,6 +116,10 @@ class Engine:
     - `endorsement`: the endorsement gate (`pte.EndorsementGate`, docs/endorsement.md): a
       call whose value only a person can vouch for pauses the run (`pte.RunPaused`) instead
       of the plan being refused.
+    - `deployment`: the deployment the run is bound to: its fingerprint (``pte.Deployment.
+      fingerprint``), or a mapping ``{"fingerprint": ..., "parts": {name: fingerprint}}`` whose
+      parts let a refusal name what differs (`pte._audit._binding`). Recorded in ``run_started``
+      (and anchored with it, before any tool runs); resume refuses the run under another one.
     """
 
     def __init__(
@@ -133,8 +137,11 @@ class Engine:
         max_concurrency: int = DEFAULT_CONCURRENCY,
         serial_writes: bool = False,
         endorsement: Any = None,
+        deployment: Any = None,
     ) -> None:
         self.registry = registry
+        #: ``run_started.deployment`` of every run (`pte._audit._binding`); None: not bound.
+        self.deployment = deployment_binding(deployment)
         #: The endorsement gate (`pte._policy._endorsement.EndorsementGate`): with one, a plan whose
         #: only violations are values reaching ``on_violation: "endorse"`` sinks compiles, and
         #: the run pauses at each such call for a person. None: such plans are refused.
@@ -315,7 +322,12 @@ class Engine:
         )
         run.audit.write(
             rec.run_started(
-                mode=mode, request=request, config=config, content=fields, trace=run.tracer.run_ids()
+                mode=mode,
+                request=request,
+                config=config,
+                content=fields,
+                trace=run.tracer.run_ids(),
+                deployment=self.deployment,
             )
         )
 
