@@ -43,7 +43,7 @@ from pte._core import PolicyError, StrictJSONError, load_schema
 from pte._core import strict_json as strict_json
 from pte._plan import CompileContext, Plan, json_path
 from pte._policy._flow import LABELS, Decided, _checked_prior, _flow_graph
-from pte._policy._labels import LabelTree, parse_field_pointer, schema_fields
+from pte._policy._labels import LabelTree, SchemaLabels, parse_field_pointer, schema_fields
 from pte._policy._storage import check_stores, parse_stores
 from pte._policy._tool_policy import ToolPolicy
 
@@ -69,8 +69,13 @@ _GUARDED = frozenset({"request", "trusted"})
 
 def _declared(spec: ToolSpec) -> ToolPolicy:
     """What a tool declares itself: output provenance, sinks, and labelled output fields."""
-    fields = schema_fields(spec.output_schema) if spec.provenance != "derived" else {}
-    return ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks), MappingProxyType(fields))
+    if spec.provenance == "derived":
+        return ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks))
+    fields = schema_fields(spec.output_schema)
+    labels = SchemaLabels(spec.output_schema)
+    return ToolPolicy(
+        spec.provenance, _frozen_sinks(spec.sinks), MappingProxyType(fields), schema_labels=labels
+    )
 
 
 def _frozen_sinks(sinks: Mapping[str, frozenset[str]]) -> Mapping[str, frozenset[str]]:
@@ -267,6 +272,7 @@ class Policy:
                 frozenset(endorse),
                 call,
                 endorse_call,
+                schema_labels=current.schema_labels,
             )
         default = cast(DefaultMode, document.get("default", self.default))
         return Policy(tools, registry=self._registry, sources=(*self.sources, source), default=default)

@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pte._catalogue import Position, SchemaWalk
 from pte._policy._labels import LabelTree
 
 __all__ = ["HANDLE_KEY", "SchemaOf", "error_view", "handle_view", "is_clean", "schema_at"]
@@ -38,6 +39,8 @@ WITHHELD_KEY = "pte_withheld"
 SchemaOf = Callable[[str], "tuple[Mapping[str, Any], Mapping[str, Any]] | None"]
 
 _UNTRUSTED = "untrusted"
+#: Where `schema_walk` puts a schema that is not its root's own (a for_each step's list of outputs).
+_START = "pte-described"
 _KIND = re.compile(r"^[a-z][a-z_]{0,31}$")
 
 
@@ -50,36 +53,52 @@ def _pointer(tokens: tuple[str, ...]) -> str:
     return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
 
 
-def schema_at(schema: Mapping[str, Any] | None, root: Mapping[str, Any], tokens: tuple[str, ...]) -> Any:
-    """A short description of the part of `schema` a pointer selects (None when unknown)."""
-    node: Any = schema
-    for token in (*tokens, None):
-        seen = 0
-        while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < 8:
-            ref = node["$ref"]
-            node = root.get("$defs", {}).get(ref[len("#/$defs/") :]) if ref.startswith("#/$defs/") else None
-            seen += 1
-        if token is None or not isinstance(node, Mapping):
-            break
-        props = node.get("properties")
-        if isinstance(props, Mapping) and token in props:
-            node = props[token]
-        elif node.get("type") == "array" or "items" in node:
-            node = node.get("items")
-        else:
-            node = node.get("additionalProperties")
-    if not isinstance(node, Mapping):
+def schema_walk(schema: Mapping[str, Any], root: Mapping[str, Any]) -> SchemaWalk:
+    """A walk over `schema`, whose ``$ref``s name parts of `root` (the tool's output schema)."""
+    if schema is root:
+        return SchemaWalk(root)
+    return SchemaWalk({**root, _START: schema}, start=(_START,))
+
+
+def schema_at(
+    schema: Mapping[str, Any] | None,
+    root: Mapping[str, Any],
+    tokens: tuple[str, ...],
+    walk: SchemaWalk | None = None,
+) -> Any:
+    """A short description of the part of `schema` a pointer selects (None when unknown):
+    its type(s), property names and element type, through references, unions and tuples."""
+    if schema is None:
         return None
+    walk = walk or schema_walk(schema, root)
+    position = walk.root
+    for token in tokens:
+        position = walk.child(position, token)
+        if not position:
+            return None
     out: dict[str, Any] = {}
-    kind = node.get("type")
-    if kind is not None:
-        out["type"] = kind
-    if isinstance(node.get("properties"), Mapping):
-        out["properties"] = sorted(node["properties"])
-    items = node.get("items")
-    if isinstance(items, Mapping) and "type" in items:
-        out["items"] = {"type": items["type"]}
+    types = _types(walk, position)
+    if types:
+        out["type"] = types[0] if len(types) == 1 else sorted(types)
+    names = {
+        name for props in walk.keyword(position, "properties") if isinstance(props, Mapping) for name in props
+    }
+    if names:
+        out["properties"] = sorted(names)
+    if "array" in types:
+        items = _types(walk, walk.child(position, "*"))
+        if len(items) == 1:
+            out["items"] = {"type": items[0]}
     return out or None
+
+
+def _types(walk: SchemaWalk, position: Position) -> list[str]:
+    found: dict[str, None] = {}
+    for kind in walk.keyword(position, "type"):
+        for name in kind if isinstance(kind, list) else [kind]:
+            if isinstance(name, str):
+                found[name] = None
+    return list(found)
 
 
 def handle_view(
@@ -98,12 +117,13 @@ def handle_view(
     handle was made.
     """
     made = False
+    walk = schema_walk(schema[0], schema[1]) if schema is not None else None
 
     def handle(tokens: tuple[str, ...], labels: frozenset[str]) -> dict[str, Any]:
         nonlocal made
         made = True
         out: dict[str, Any] = {HANDLE_KEY: path + _pointer(tokens), "labels": sorted(labels)}
-        described = schema_at(schema[0], schema[1], (*base, *tokens)) if schema is not None else None
+        described = schema_at(schema[0], schema[1], (*base, *tokens), walk) if schema is not None else None
         if described is not None:
             out["schema"] = described
         return out

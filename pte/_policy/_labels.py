@@ -20,18 +20,35 @@ list's length joined with, after a filter, the fields its predicate read (pte._p
 Element-specific labels never replace the ``*`` labels: a label on ``/items/0/note`` is
 combined with the one on ``/items/*/note`` (the most restrictive wins, as both are kept),
 and selecting ``/items/*`` (every element) collects every element-specific label too.
+
+A tool's output schema labels its parts at every depth (`SchemaLabels`): a recursive model
+(a ticket whose ``replies`` are tickets), tuple positions, union branches. Such a tree is
+walked lazily over the schema (pte._catalogue's `SchemaWalk`): a node per (schema position,
+inherited labels), made when first asked for, so a cycle in the schema is a cycle among
+nodes, never an unfolding, and `everything` is one pass over the schema.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import Field
 
-__all__ = ["ANY", "PROVENANCE_KEY", "LabelTree", "parse_field_pointer", "provenance", "schema_fields"]
+from pte._catalogue import Location, Position, SchemaWalk, document_size, location_order
+
+__all__ = [
+    "ANY",
+    "PROVENANCE_KEY",
+    "LabelTree",
+    "SchemaLabels",
+    "parse_field_pointer",
+    "provenance",
+    "schema_fields",
+    "union",
+]
 
 #: The JSON Schema keyword by which a tool labels a part of its output (see `provenance`).
 PROVENANCE_KEY = "x-pte-provenance"
@@ -69,7 +86,12 @@ class LabelTree:
     @classmethod
     def from_fields(cls, own: Iterable[str], fields: Mapping[str, str]) -> LabelTree:
         """`own` for the whole value, with the parts at each pointer labelled as given."""
-        tree = cls.leaf(own)
+        return cls.leaf(own).with_fields(fields)
+
+    def with_fields(self, fields: Mapping[str, str]) -> LabelTree:
+        """This tree with the part at each pointer labelled as given (that part's own labels
+        replaced; the labels on the way down still count when it is selected)."""
+        tree = self
         for pointer, label in sorted(fields.items()):
             tree = tree._overlay(parse_field_pointer(pointer), frozenset({label}))
         return tree
@@ -102,10 +124,7 @@ class LabelTree:
             found = [c for c in (self.children.get(token), self.children.get(ANY)) if c is not None]
         if not found:
             return None
-        out = found[0]
-        for other in found[1:]:
-            out = _combine(out, other)
-        return out
+        return found[0] if len(found) == 1 else _Union.of(found)
 
     def _walk(self, tokens: Iterable[str]) -> tuple[set[str], LabelTree | None]:
         node = self
@@ -151,20 +170,184 @@ class LabelTree:
         return LabelTree(self.own | extra, self.children)
 
 
-def _combine(a: LabelTree, b: LabelTree) -> LabelTree:
-    """Two label trees of the same part (an element's entry and the ``*`` entry) as one: every
-    label of either, at every depth (the most restrictive wins because both are kept)."""
-    if a is b:
-        return a
-    children: dict[str, LabelTree] = {}
-    for key in {*a.children, *b.children}:
-        mine, theirs = a.children.get(key), b.children.get(key)
-        if key != ANY:  # an entry one side lacks is covered there by its '*' entry, if any
-            mine = mine or a.children.get(ANY)
-            theirs = theirs or b.children.get(ANY)
-        parts = [c for c in (mine, theirs) if c is not None]
-        children[key] = parts[0] if len(parts) == 1 else _combine(parts[0], parts[1])
-    return LabelTree(a.own | b.own, MappingProxyType(children))
+def union(trees: Iterable[LabelTree]) -> LabelTree:
+    """Labels of one part that each of `trees` labels (an element's entry and the ``*`` entry,
+    or a value that may be either's): every label of every tree, at every depth, so the most
+    restrictive wins. Lazy: parts are combined when they are asked for, so combining two
+    trees over cyclic schemas never unfolds them."""
+    return _Union.of(trees)
+
+
+class _Union(LabelTree):
+    """The lazy union of several trees (see `union`)."""
+
+    _parts: tuple[LabelTree, ...]
+
+    def __init__(self, parts: tuple[LabelTree, ...]) -> None:
+        object.__setattr__(self, "own", frozenset().union(*(p.own for p in parts)))
+        object.__setattr__(self, "children", _UnionChildren(parts))
+        object.__setattr__(self, "_parts", parts)
+
+    @classmethod
+    def of(cls, trees: Iterable[LabelTree]) -> LabelTree:
+        parts: list[LabelTree] = []
+        for tree in trees:
+            parts.extend(tree._parts if isinstance(tree, _Union) else (tree,))
+        unique = tuple({id(p): p for p in parts}.values())  # by identity, in order
+        if not unique:
+            return LabelTree(frozenset())
+        return unique[0] if len(unique) == 1 else cls(unique)
+
+    def everything(self) -> frozenset[str]:
+        known: frozenset[str] | None = self.__dict__.get("_everything")
+        if known is None:
+            known = frozenset().union(*(p.everything() for p in self._parts))
+            object.__setattr__(self, "_everything", known)
+        return known
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"LabelTree.union({len(self._parts)} trees, own={sorted(self.own)})"
+
+
+class _UnionChildren(Mapping[str, LabelTree]):
+    """A union's parts by key: each tree's entry for the key, or its ``*`` entry (which covers
+    a key a tree does not name)."""
+
+    def __init__(self, parts: tuple[LabelTree, ...]) -> None:
+        self._parts = parts
+        self._keys = tuple(dict.fromkeys(key for part in parts for key in part.children))
+        self._made: dict[str, LabelTree] = {}
+
+    def __getitem__(self, key: str) -> LabelTree:
+        made = self._made.get(key)
+        if made is not None:
+            return made
+        if key not in self._keys:
+            raise KeyError(key)
+        found = []
+        for part in self._parts:
+            entry = part.children.get(key)
+            if entry is None and key != ANY:
+                entry = part.children.get(ANY)
+            if entry is not None:
+                found.append(entry)
+        made = self._made[key] = union(found)
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"<parts {list(self._keys)}>"
+
+
+class SchemaLabels:
+    """The labels a tool's output schema declares (``x-pte-provenance``), at every depth.
+
+    `tree(own)` is the label tree of an output whose own labels are `own` (the tool's
+    declared output provenance): a part whose schema is marked with a label carries it, an
+    unmarked one its parent's. Nodes are made lazily, one per (schema location, inherited
+    labels); a part that may match several schemas (a union, a tuple position and ``items``)
+    is the `union` of theirs. So a recursive schema is a finite cyclic tree, and there are at
+    most a few nodes per location of the schema document, however far its references fan out.
+    """
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = schema
+        self.walk = SchemaWalk(schema)
+        self._nodes: dict[tuple[Location, frozenset[str]], _SchemaNode] = {}
+        self._trees: dict[frozenset[str], LabelTree] = {}
+
+    @property
+    def labelled(self) -> bool:
+        """Whether any part below the whole output is marked with a label."""
+        return bool(self.labels_below(self.walk.root))
+
+    def tree(self, own: Iterable[str]) -> LabelTree:
+        """The labels of an output whose own labels are `own` (a leaf when nothing is marked)."""
+        own = frozenset(own)
+        made = self._trees.get(own)
+        if made is None:
+            made = self._trees[own] = self.node((), own) if self.labelled else LabelTree(own)
+        return made
+
+    def node(self, location: Location, own: frozenset[str]) -> _SchemaNode:
+        """The node of a part matching the schema at `location`, with `own` labels."""
+        made = self._nodes.get((location, own))
+        if made is None:
+            made = self._nodes[(location, own)] = _SchemaNode(self, self.walk.closure([location]), own)
+        return made
+
+    def part(self, location: Location, inherited: frozenset[str]) -> _SchemaNode:
+        """The node of a part matching the schema at `location` below a node labelled `inherited`."""
+        marked = self.labels_at(self.walk.closure([location]))
+        return self.node(location, marked or inherited)
+
+    def labels_at(self, position: Position) -> frozenset[str]:
+        return frozenset(v for v in self.walk.keyword(position, PROVENANCE_KEY) if v in _FIELD_LABELS)
+
+    def labels_below(self, position: Position) -> frozenset[str]:
+        return frozenset(v for v in self.walk.below(position, PROVENANCE_KEY) if v in _FIELD_LABELS)
+
+
+_FIELD_LABELS = frozenset({"trusted", "untrusted"})
+
+
+class _SchemaNode(LabelTree):
+    """One node of a `SchemaLabels` tree: a schema position with the labels it carries."""
+
+    _labels: SchemaLabels
+    _position: Position
+
+    def __init__(self, labels: SchemaLabels, position: Position, own: frozenset[str]) -> None:
+        object.__setattr__(self, "own", own)
+        object.__setattr__(self, "children", _SchemaChildren(labels, position, own))
+        object.__setattr__(self, "_labels", labels)
+        object.__setattr__(self, "_position", position)
+
+    def everything(self) -> frozenset[str]:
+        # Every node below carries its own mark or its parent's: one pass over the schema finds them.
+        return self.own | self._labels.labels_below(self._position)
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"LabelTree(own={sorted(self.own)}, schema parts={list(self.children)})"
+
+
+class _SchemaChildren(Mapping[str, LabelTree]):
+    """A schema node's parts by key, made when asked for."""
+
+    def __init__(self, labels: SchemaLabels, position: Position, own: frozenset[str]) -> None:
+        self._labels = labels
+        self._own = own
+        self._subs: dict[str, list[Location]] = {}
+        for location in sorted(position, key=location_order):
+            for key, sub in labels.walk.parts(location):
+                self._subs.setdefault(key, []).append(sub)
+        self._made: dict[str, LabelTree] = {}
+
+    def __getitem__(self, key: str) -> LabelTree:
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = union(self._labels.part(sub, self._own) for sub in self._subs[key])
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._subs)
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def __repr__(self) -> str:
+        return f"<schema parts {list(self._subs)}>"
 
 
 def provenance(label: Literal["trusted", "untrusted"]) -> Any:
@@ -180,18 +363,29 @@ def provenance(label: Literal["trusted", "untrusted"]) -> Any:
 
 
 def schema_fields(schema: Mapping[str, Any]) -> dict[str, str]:
-    """JSON Pointer -> label for every part of an output schema marked with `provenance`."""
-    out: dict[str, str] = {}
+    """JSON Pointer -> label for the parts of an output schema marked with `provenance`.
 
-    def pointer(tokens: tuple[str, ...]) -> str:
-        return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
+    A listing (for the policy document, the catalogue fingerprint and ``pte tools``): each
+    ``$ref`` is followed once per path, as policy files write pointers. The labels themselves
+    hold at every depth through `SchemaLabels`, which this listing does not limit. A schema
+    whose listing would outgrow its own size (a fan-out of references: 12 properties each
+    referring to the next of 12 levels lists 12**12 paths) lists each marked part once, by
+    the first path that reaches it.
+    """
+    budget = 64 + 4 * document_size(schema)
+    out: dict[str, str] = {}
+    steps = 0
 
     def walk(node: Any, tokens: tuple[str, ...], seen: frozenset[str]) -> None:
+        nonlocal steps
+        steps += 1
+        if steps > budget:
+            raise _TooLarge
         if not isinstance(node, Mapping) or len(tokens) > 16:
             return
         label = node.get(PROVENANCE_KEY)
-        if label in ("trusted", "untrusted") and tokens:
-            out[pointer(tokens)] = label
+        if label in _FIELD_LABELS and tokens:
+            out[_pointer(tokens)] = label
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/") and ref not in seen:
             walk(schema.get("$defs", {}).get(ref[len("#/$defs/") :]), tokens, seen | {ref})
@@ -203,5 +397,37 @@ def schema_fields(schema: Mapping[str, Any]) -> dict[str, str]:
         for key in ("items", "additionalProperties"):
             walk(node.get(key), (*tokens, ANY), seen)
 
-    walk(schema, (), frozenset())
+    try:
+        walk(schema, (), frozenset())
+    except _TooLarge:
+        return _first_paths(schema)
     return out
+
+
+class _TooLarge(Exception):
+    """The path-by-path listing outgrew its budget."""
+
+
+def _first_paths(schema: Mapping[str, Any]) -> dict[str, str]:
+    """Each marked part of `schema` once, by the first (shortest) path that reaches it."""
+    walk = SchemaWalk(schema)
+    out: dict[str, str] = {}
+    queue: list[tuple[Location, tuple[str, ...]]] = [
+        (location, ()) for location in sorted(walk.root, key=location_order)
+    ]
+    seen = set(walk.root)
+    for location, tokens in queue:  # breadth first: the queue grows while it is read
+        for key, sub in walk.parts(location):
+            path = (*tokens, key)
+            for found in sorted(walk.closure([sub]) - seen, key=location_order):
+                seen.add(found)
+                node = walk.node(found)
+                label = node.get(PROVENANCE_KEY) if isinstance(node, Mapping) else None
+                if label in _FIELD_LABELS and out.get(_pointer(path)) != "untrusted":
+                    out[_pointer(path)] = label
+                queue.append((found, path))
+    return out
+
+
+def _pointer(tokens: tuple[str, ...]) -> str:
+    return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)

@@ -32,7 +32,7 @@ from typing import Any
 
 from pte._catalogue import Selection
 from pte._plan import Reference, is_reference
-from pte._policy._labels import ANY, LabelTree
+from pte._policy._labels import ANY, LabelTree, union
 
 __all__ = ["selection_of", "shaped_tree"]
 
@@ -121,7 +121,7 @@ def shaped_tree(
             part, membership = _walk(tree_of, path, args)
             decided |= membership
             parts.append(part)
-        copied.append((tuple(pointer.split("/")[1:]), functools.reduce(_join, parts)))
+        copied.append((tuple(pointer.split("/")[1:]), union(parts)))
     own = frozenset(decided)
     out = LabelTree(own)
     for tokens, part in copied:
@@ -184,15 +184,6 @@ def _child(node: LabelTree, key: str) -> LabelTree:
 def _elements(node: LabelTree) -> LabelTree:
     """The labels of any one element of a list (or value of an object): all its entries combined."""
     return node.child(ANY) or _EMPTY
-
-
-def _join(a: LabelTree, b: LabelTree) -> LabelTree:
-    """Labels of a value that may be either `a`'s or `b`'s (pointwise union)."""
-    if not b.children and b.own <= a.own and not a.children:
-        return a
-    keys = dict.fromkeys([*a.children, *b.children])
-    children = {k: _join(_child(a, k), _child(b, k)) for k in keys}
-    return LabelTree(a.own | b.own, MappingProxyType(children))
 
 
 def _insert(tree: LabelTree, tokens: tuple[str, ...], part: LabelTree, own: frozenset[str]) -> LabelTree:

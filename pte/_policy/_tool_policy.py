@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from pte._catalogue import OutputProvenance, Registry
-from pte._policy._labels import LabelTree
+from pte._policy._labels import LabelTree, SchemaLabels
 
 __all__ = ["Landing", "PolicyEntries", "ToolPolicy", "output_labels"]
 
@@ -59,6 +59,9 @@ class ToolPolicy:
     #: and every egress read (narrowed by every declared sink); else the declared sinks'
     #: intersection (open mode); None: nothing decides this call's running but its own sinks.
     decided_by: frozenset[str] | None = field(default=None, compare=False)
+    #: The labels the tool's output schema declares at every depth (pte._policy._labels); the
+    #: listing in `fields` names them by pointer but cannot follow a recursive schema down.
+    schema_labels: SchemaLabels | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The policy-file form of this entry."""
@@ -87,7 +90,8 @@ class ToolPolicy:
         fixed = output_labels(self.output)
         if fixed is None:
             return None
-        return LabelTree.from_fields(fixed, self.fields) if self.fields else LabelTree(fixed)
+        base = self.schema_labels.tree(fixed) if self.schema_labels is not None else LabelTree(fixed)
+        return base.with_fields(self.fields) if self.fields else base
 
 
 class PolicyEntries(Protocol):
