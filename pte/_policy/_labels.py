@@ -155,6 +155,21 @@ class LabelTree:
         depend on): the labels on the path down to it and its own, not its elements'."""
         return self.membership(tokens)
 
+    def least(self, tokens: Iterable[str]) -> frozenset[str]:
+        """The labels every part a pointer may name is sure to carry: the labels on the path down
+        to it, where ``*`` is an element (or key) no entry names (only the ``*`` entry covers it,
+        so it carries the fewest). Where a written value lands (pte._policy._storage): every
+        label of the landing's must cover what is stored there, whichever element it becomes."""
+        node: LabelTree | None = self
+        seen = set(self.own)
+        for token in tokens:
+            assert node is not None
+            node = node.children.get(ANY) if token == ANY else node.child(token)
+            if node is None:
+                break  # uniform below: the labels so far cover the rest
+            seen |= node.own
+        return frozenset(seen)
+
     def subtree(self, tokens: Iterable[str]) -> LabelTree:
         """The tree of the selected part, with the labels on the way down added to its own."""
         seen, node = self._walk(tokens)

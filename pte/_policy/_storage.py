@@ -12,9 +12,13 @@ So a policy says where a write lands (schemas/policy.schema.json, ``stores``)::
 
 and a policy in which a parameter that accepts untrusted data lands in a field that its read
 declares trusted is refused when it is built (`PolicyError`), with the two declarations that
-would fix it. Declaring the field untrusted is usually right: then the compile-time labels
-carry the value's label through storage, and a payment to an IBAN read back from there is
-refused like one read from an e-mail.
+would fix it. The check is per landing field and per element: the landing itself must be
+declared untrusted (an untrusted ``/*/note`` does not cover text landing at ``/*``, whose
+``subject`` would come back trusted), and at a ``*`` for every element (an untrusted
+``/0/subject`` does not cover ``/*/subject``: the text may land in element 1). Declaring
+the field untrusted is usually right: then the compile-time labels carry the value's label
+through storage, and a payment to an IBAN read back from there is refused like one read
+from an e-mail.
 """
 
 from __future__ import annotations
@@ -67,8 +71,8 @@ def _check_one(
         )
     if allowed is not None and "untrusted" not in allowed:
         return  # only request/trusted data can be stored there
-    if "untrusted" in tree.select(tokens):
-        return  # the read says what is stored there is untrusted: the label survives
+    if "untrusted" in tree.least(tokens):
+        return  # the read says whatever is stored there is untrusted, in every element: the label survives
     opens = "accepts any data" if allowed is None else "accepts untrusted data"
     fix_field = json.dumps({"tools": {read: {"fields": {pointer: "untrusted"}}}})
     fix_sink = json.dumps({"tools": {writer: {"sinks": {param: ["request", "trusted"]}}}})
