@@ -115,16 +115,32 @@ def test_the_fingerprint_covers_the_document_and_every_file_it_names(
         before = after
 
 
-def test_from_run_refuses_a_run_started_under_another_deployment(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_run_records_its_deployment_and_continues_only_under_it(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    one = Deployment.from_folder(_init(tmp_path, capsys, "--tools", "backoffice", folder="one"))
-    two = Deployment.from_folder(_init(tmp_path, capsys, "--tools", "backoffice", folder="two"))
-    assert one.fingerprint != two.fingerprint  # another key: another deployment
-    started = {"type": "run_started", "run_id": "r1", "deployment_fingerprint": one.fingerprint}
+    one_folder = make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", folder="one")
+    one = Deployment.from_folder(one_folder)
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    code, out, err = cli(capsys, "approve", "pay.json", "--by", "alice")
+    assert code == 0, err
+    # Cut before the write ran: a run to resume.
+    code, out, err = cli(capsys, "execute", "pay.json", "--audit", "run.jsonl")
+    assert code == 0, err
+    started = next(r for r in pte.read_records("run.jsonl") if r["type"] == "run_started")
+    assert started["deployment"]["fingerprint"] == one.fingerprint
+    assert set(started["deployment"]["parts"]) >= {"catalogue", "document", "deployment_key"}
     assert one.from_run(started) is one
-    with pytest.raises(DeploymentError, match="started under deployment"):
+    two = Deployment.from_folder(
+        make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", folder="two")
+    )
+    with pytest.raises(DeploymentError, match="deployment_key"):
         two.from_run(started)
+    # The CLI under the other deployment refuses to continue it, naming what differs.
+    log = (tmp_path / "run.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(log) if '"run_finished"' in line)
+    (tmp_path / "cut.jsonl").write_text("".join(log[:cut]), encoding="utf-8")
+    code, out, err = cli(capsys, "resume", "cut.jsonl")
+    assert code == 1 and "deployment_key" in out + err, out + err
 
 
 @pytest.mark.parametrize(

@@ -345,6 +345,7 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
         policy=policy,
         approval=gate,
         endorsement=endorsement_gate(args, _approval_keys(args)),
+        deployment=_in_force(args),  # run_started records its fingerprint (None: no deployment)
         **execution_settings(args),
     )
 

@@ -68,6 +68,17 @@ def _placed(path: str, folder: Path) -> str:
         return str(absolute)
 
 
+def _placed_store(url: str, folder: Path) -> str:
+    """A store URL given on the command line: a relative file path is relative to the working
+    directory (as every path given here), written relative to the folder when inside it."""
+    if url.startswith("sqlite:") and not url.startswith("sqlite://") and url != "sqlite::memory:":
+        placed = _placed(url.removeprefix("sqlite:"), folder)
+        return f"sqlite:{placed}" if not placed.startswith("/") else f"sqlite://{placed}"
+    if url.startswith("jsonl:"):
+        return "jsonl:" + _placed(url.removeprefix("jsonl:"), folder)
+    return url
+
+
 def init_command(args: argparse.Namespace) -> int:
     from pte._deploy import DEFAULT_FOLDER, DeploymentDocument, init_deployment
 
@@ -89,7 +100,9 @@ def init_command(args: argparse.Namespace) -> int:
         endorsements=None
         if args.no_endorsements
         else (_placed(args.endorsements, folder) if args.endorsements else defaults.endorsements),
-        store=None if args.no_store else (args.store or defaults.store),
+        store=None
+        if args.no_store
+        else (_placed_store(args.store, folder) if args.store else defaults.store),
         anchors=_placed(args.anchors, folder) if args.anchors else defaults.anchors,
         redact_keys=tuple(args.redact_key or ()),
         secret_rules=tuple(_placed(f, folder) for f in args.secret_rules or ()),

@@ -20,6 +20,7 @@ from pte._cli._deployment import (
     _add_tools,
     _approval_keys,
     _gate,
+    _in_force,
     _llm,
     _policy,
     _print_json,
@@ -54,6 +55,7 @@ def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
         anchors=_deployment_anchors() if registry is not None else None,
         endorsements=endorsement_gate(args, _approval_keys(args)) if registry is not None else None,
         specialists=specialists_of(args, registry),
+        fingerprint=_in_force(args),  # the deployment in force: a run started under another is refused
     )
 
 

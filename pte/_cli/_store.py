@@ -464,7 +464,7 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
                 )
                 return EXIT_FAILED
         try:
-            from pte._cli._deployment import _approval_keys, _policy
+            from pte._cli._deployment import _approval_keys, _in_force, _policy
             from pte._cli._endorse import endorsement_gate
 
             result = resume_run(
@@ -477,6 +477,7 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
                 endorsements=endorsement_gate(args, _approval_keys(args)),
                 # The deployment's policy file, as the run was started with (--policy).
                 policy=_policy(registry, args) if _has_policy(args) else None,
+                deployment=_in_force(args),  # a run started under another one is refused
             )
         except FailedClosed as exc:
             print(f"cannot resume: {exc.message}", file=sys.stderr)

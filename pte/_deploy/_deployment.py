@@ -29,7 +29,7 @@ from pte._deploy._deployment_document import (
     resolve_path,
     resolve_store_url,
 )
-from pte._deploy._deployment_fingerprint import file_digest, fingerprint_of, folder_digests
+from pte._deploy._deployment_fingerprint import digest_of, file_digest, folder_digests
 from pte._deploy._pack_imports import import_spec, is_import_spec
 
 __all__ = ["Deployment"]
@@ -98,13 +98,11 @@ class Deployment:
         """This deployment, after checking that the run whose ``run_started`` record is `started`
         was started under it (its recorded deployment fingerprint); `DeploymentError` naming both
         fingerprints when it was not. A run that recorded none (started before deployments) passes."""
-        recorded = recorded_fingerprint(started)
-        if recorded is not None and recorded != self.fingerprint:
-            raise DeploymentError(
-                f"run {started.get('run_id')!r} was started under deployment {recorded[:16]}…, not this one "
-                f"({self.fingerprint[:16]}… in {self.folder}): its catalogue, policy, keys or stores differ; "
-                "continue it under the deployment it started with"
-            )
+        from pte._audit import deployment_problem
+
+        problem = deployment_problem(started, self)
+        if problem is not None:
+            raise DeploymentError(f"{problem} (the deployment in hand is in {self.folder})")
         return self
 
     # --- where things are ----------------------------------------------------------------
@@ -367,6 +365,7 @@ class Deployment:
             policy=policy,
             approval=approval if approval is not None else self.approval_gate(registry, policy),
             endorsement=self.endorsement_gate(),
+            deployment=self,  # every run records this deployment's fingerprint and parts
             **engine_settings,
         )
 
@@ -388,30 +387,38 @@ class Deployment:
     # --- the fingerprint -----------------------------------------------------------------
 
     @cached_property
-    def fingerprint(self) -> str:
-        """SHA-256 over the document, every file it names, its public key and its catalogue
-        (tools' schemas and code under its policy): what runs started under it are bound to."""
+    def parts(self) -> dict[str, str]:
+        """The fingerprint of each part (``document``, ``catalogue``, and each file it names:
+        ``policy``, ``manifest``, ``procedures``, ``specialists``, ``approval_keys``,
+        ``secret_rules``, ``deployment_key``), so a refusal can name what differs."""
         from pte._policy import catalogue_fingerprint
 
-        doc, files = self.document, dict[str, object]()
+        doc = self.document
+        parts = {"document": digest_of(doc.canonical())}
         for key in ("manifest", "policy", "specialists", "approval_keys"):
             path = self.path(getattr(doc, key))
             if path is not None:
-                files[key] = file_digest(path, key.replace("_", " "))
+                parts[key] = file_digest(path, key.replace("_", " "))
         procedures = self.path(doc.procedures)
         if procedures is not None:
-            files["procedures"] = folder_digests(procedures, "procedures folder")
-        files["secret_rules"] = [
-            file_digest(resolve_path(self.folder, f), "secret rules") for f in doc.secret_rules
-        ]
+            parts["procedures"] = digest_of(folder_digests(procedures, "procedures folder"))
+        if doc.secret_rules:
+            rules = [file_digest(resolve_path(self.folder, f), "secret rules") for f in doc.secret_rules]
+            parts["secret_rules"] = digest_of(rules)
         if self.public_key_path.is_file():
-            files["public_key"] = file_digest(self.public_key_path, "public key")
+            parts["deployment_key"] = file_digest(self.public_key_path, "public key")
         full = Deployment(self.folder, doc, tuple(_split_packs(doc.tools)), doc.allow, self._document_text)
-        catalogue = ""
         if full.packs:
             registry = full.registry()
-            catalogue = catalogue_fingerprint(registry, registry.names, full.policy(registry))
-        return fingerprint_of(doc.canonical(), files, catalogue)
+            parts["catalogue"] = catalogue_fingerprint(registry, registry.names, full.policy(registry))
+        return parts
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 over its `parts`: the document, every file it names, its public key and its
+        catalogue (tools' schemas and code under its policy). Runs started under it record it
+        (``run_started.deployment``) and continue only under it."""
+        return digest_of(self.parts)
 
 
 def recorded_fingerprint(started: Mapping[str, Any]) -> str | None:

@@ -10,12 +10,11 @@ changes it, so a run started under the old one is refused under the new one (`De
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from pathlib import Path
 
 from pte._core import DeploymentError, canonical_json
 
-__all__ = ["file_digest", "fingerprint_of", "folder_digests"]
+__all__ = ["digest_of", "file_digest", "folder_digests"]
 
 #: Largest file a fingerprint reads whole (policy, keys, procedures are small).
 _MAX_FILE_BYTES = 16 << 20
@@ -40,8 +39,6 @@ def folder_digests(folder: Path, what: str) -> dict[str, str]:
     return {p.name: file_digest(p, what) for p in sorted(folder.glob("*.json"))}
 
 
-def fingerprint_of(document: str, files: Mapping[str, object], catalogue: str) -> str:
-    """The fingerprint: SHA-256 of canonical JSON of the document text, the digests of the
-    files it names (by document key) and the catalogue fingerprint."""
-    payload = {"document": document, "files": dict(files), "catalogue": catalogue}
-    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+def digest_of(value: object) -> str:
+    """SHA-256 of canonical JSON of `value` (a part's fingerprint, and the whole one over the parts)."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
