@@ -17,7 +17,7 @@ from pathlib import Path
 import _services
 import pytest
 
-from pte._audit import GENESIS_HASH, AuditLog, read_records, verify
+from pte._audit import GENESIS_HASH, AuditLog, read_records, verdict
 from pte._catalogue import expand_run_started, stored_contents
 from pte._cli import main
 from pte._core import canonical_bytes, sha256_hex
@@ -107,11 +107,13 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Elements]:
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
 def test_the_report_of_every_sample_in_chromium(sample: Path, rendered: dict[str, Elements]) -> None:
     dom = rendered[sample.stem]
-    report = verify(sample)
+    found = verdict(sample)  # what `pte audit verify` says, check by check
     (banner,) = dom.find("div", id="verification")
-    expected_chain = "ok" if report.ok else ("incomplete" if report.intact else "tampered")
-    assert banner[1]["data-chain"] == expected_chain
-    assert banner[1]["data-checkpoint"] == "none"
+    assert banner[1]["data-verdict"] == found.status
+    assert ("ok" in banner[1]["class"].split()) == found.ok  # never green where verify is not ok
+    shown = {e[1]["data-check"]: e[1]["data-state"] for e in dom.find("tr") if "data-check" in e[1]}
+    assert shown == found.states()
+    assert "checkpoint" not in shown
     # Nothing active, nothing fetched: no script, no external reference.
     assert not dom.find("script") and not dom.find("img") and not dom.find("link")
     records = read_records(sample)
@@ -213,7 +215,7 @@ def test_a_tampered_log_shows_a_failing_banner(tmp_path: Path, capsys: pytest.Ca
     page = tmp_path / "tampered.html"
     assert main(["--quiet", "audit", "report", str(log), "-o", str(page)]) == 0
     (banner,) = parse(dump_dom(page, tmp_path / "profile")).find("div", id="verification")
-    assert banner[1]["data-chain"] == "tampered" and "bad" in banner[1]["class"]
+    assert banner[1]["data-verdict"] == "tampered" and "bad" in banner[1]["class"]
 
 
 def test_report_with_a_failing_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -226,8 +228,10 @@ def test_report_with_a_failing_checkpoint(tmp_path: Path, capsys: pytest.Capture
     page = tmp_path / "cp.html"
     argv = ["--quiet", "audit", "report", str(log), "-o", str(page)]
     assert main([*argv, "--checkpoint", f"{log}.checkpoints", "--public-key", f"{key}.pub"]) == 0
-    (banner,) = parse(dump_dom(page, tmp_path / "profile")).find("div", id="verification")
-    assert banner[1]["data-checkpoint"] == "failed"
+    dom = parse(dump_dom(page, tmp_path / "profile"))
+    (banner,) = dom.find("div", id="verification")
+    assert banner[1]["data-verdict"] == "tampered" and "bad" in banner[1]["class"]
+    assert dom.find("tr", data_check="checkpoint", data_state="failed")
 
 
 def test_approvals_show_their_signature_verified_from_the_log(
@@ -256,7 +260,7 @@ def test_approvals_show_their_signature_verified_from_the_log(
     (row,) = dom.find("tr", data_kind="approval")
     assert row[1]["data-verified"] == "false"
     (banner,) = dom.find("div", id="verification")
-    assert banner[1]["data-chain"] == "tampered"
+    assert banner[1]["data-verdict"] == "tampered"
 
 
 CONTROL_SAMPLES = ["control", "staged", "paused_then_approved"]
@@ -359,7 +363,7 @@ def test_a_stored_run_is_reported(
     assert main(["audit", "report", url, "--run", "stored-run", "-o", str(out)]) == 0
     dom = parse(dump_dom(out, tmp_path / "profile"))
     (banner,) = dom.find("div", id="verification")
-    assert banner[1]["data-chain"] == "ok"
+    assert banner[1]["data-verdict"] == "ok"
     (section,) = dom.find("section", data_run_id="stored-run")
     assert section[1]["data-status"] == "succeeded"
     assert dom.find("tr", data_step_id="remind", data_status="ok", data_items="6")

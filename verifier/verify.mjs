@@ -5,8 +5,14 @@
 // PTE: JCS (RFC 8785) comes from JavaScript itself (JSON.stringify writes numbers and
 // strings exactly as RFC 8785 requires; keys are sorted by UTF-16 code unit here).
 //
-//   node verifier/verify.mjs LOG [--checkpoint FILE --public-key PEM] [--json]
+//   node verifier/verify.mjs LOG [--checkpoint FILE --public-key PEM]
+//                                [--deployment-key PEM --anchors FILE] [--json]
 //   node verifier/verify.mjs --jcs FILE     # JCS and SHA-256 of each JSON line (for tests)
+//
+// With the deployment's public key and anchors file, each run is checked against what the
+// deployment signed (docs/audit-format.md, "Anchors"). The output says which checks were
+// made (chain, schema, sealed, anchors, checkpoint: checked, failed or not available), as
+// `pte audit verify` does.
 //
 // Exit code: 0 the log verifies (and is complete), 1 it does not, 2 usage error.
 
@@ -315,6 +321,7 @@ class Issue extends Error {
   constructor(line, message) {
     super(`line ${line}: ${message}`);
     this.line = line;
+    this.schema = message.startsWith("schema:");
   }
 }
 
@@ -346,8 +353,9 @@ export function verifyLog(buf) {
   const sealed = new Set();
   const openRuns = new Map();
   const stored = new Map(); // content hash -> value
+  const runRecords = new Map(); // run id -> [{seq, hash, type}]
   let logId = null;
-  const result = (intact, complete, issue) => ({
+  const result = (intact, complete, issue, schemaIssue = false) => ({
     ok: intact && complete,
     intact,
     complete,
@@ -357,6 +365,9 @@ export function verifyLog(buf) {
     last_hash: heads.length ? heads[heads.length - 1] : null,
     heads,
     issue,
+    schema_issue: schemaIssue,
+    // Each run's records (hash and seq), in log order: what anchors are checked against.
+    runRecords,
   });
   try {
     for (let i = 0; i < lines.length; i++) {
@@ -426,11 +437,13 @@ export function verifyLog(buf) {
       } else {
         openRuns.set(run, n);
       }
+      if (!runRecords.has(run)) runRecords.set(run, []);
+      runRecords.get(run).push({ seq: record.seq, hash: digest, type });
       heads.push(digest);
       prev = digest;
     }
   } catch (e) {
-    if (e instanceof Issue) return result(false, false, e.message);
+    if (e instanceof Issue) return result(false, false, e.message, e.schema);
     throw e;
   }
   if (partial) return result(false, false, `line ${lines.length + 1}: partial last line (${partial} bytes)`);
@@ -501,6 +514,138 @@ export function checkCheckpoint(checkpoint, publicKey, report) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Anchors (docs/audit-format.md, "Anchors"): the deployment's signed progress of each run
+// ---------------------------------------------------------------------------------------
+
+const ANCHOR_DOMAIN = "pte-anchor-v1\n";
+const ANCHOR_KEYS = ["head", "key_id", "prev", "pte_anchor", "run_id", "seq", "signature", "time"];
+
+/** Every anchor of an anchors file, checked (chain, key, signature, canonical form); throws the problem. */
+export function readAnchors(buf, publicKey) {
+  const keyId = sha256Hex(Buffer.from(rawPublicKeyHex(publicKey), "hex"));
+  const anchors = [];
+  let prev = GENESIS;
+  const { lines } = splitLines(buf); // a partial last line is being written: not an anchor yet
+  for (let i = 0; i < lines.length; i++) {
+    const raw = lines[i];
+    const where = `anchors file line ${i + 1}`;
+    let text;
+    let doc;
+    try {
+      text = decoder.decode(raw);
+    } catch {
+      throw new Error(`${where} is not UTF-8`);
+    }
+    if (text.trim() === "") continue;
+    try {
+      doc = JSON.parse(text);
+    } catch {
+      throw new Error(`${where} is not JSON`);
+    }
+    if (doc === null || typeof doc !== "object" || Array.isArray(doc) || jcs(Object.keys(doc).sort()) !== jcs(ANCHOR_KEYS) || doc.pte_anchor !== "1") {
+      throw new Error(`${where} is not an anchor`);
+    }
+    if (!Number.isInteger(doc.seq) || doc.seq < 0) throw new Error(`${where}: seq must be a non-negative integer`);
+    if (!ANCHOR_KEYS.filter((k) => k !== "seq").every((k) => typeof doc[k] === "string")) throw new Error(`${where}: malformed member`);
+    if (doc.prev !== prev) throw new Error(`${where}: the chain is broken (a line before it was removed or edited)`);
+    if (doc.key_id !== keyId) throw new Error(`${where}: signed by key ${doc.key_id.slice(0, 16)}…, not the deployment's key`);
+    const { signature, ...signed } = doc;
+    const message = Buffer.from(ANCHOR_DOMAIN + jcs(signed), "utf8");
+    const valid = /^[0-9a-fA-F]{128}$/.test(signature) && cryptoVerify(null, message, publicKey, Buffer.from(signature, "hex"));
+    if (!valid || jcs(doc) !== text) throw new Error(`${where}: the signature does not verify (forged or edited)`);
+    anchors.push(doc);
+    prev = sha256Hex(Buffer.concat([raw, Buffer.from("\n")]));
+  }
+  return anchors;
+}
+
+/**
+ * Check each run of a verified log against the deployment's anchors: every anchor of a run
+ * names a record the run reaches, with the anchor's hash; a sealed run has at least one.
+ * Returns { problem, runs, anchors }.
+ */
+export function checkAnchors(report, anchors) {
+  const byRun = new Map();
+  for (const a of anchors) {
+    if (!byRun.has(a.run_id)) byRun.set(a.run_id, []);
+    byRun.get(a.run_id).push(a);
+  }
+  let signed = 0;
+  for (const [run, records] of report.runRecords) {
+    const mine = byRun.get(run) ?? [];
+    const bySeq = new Map(records.map((r) => [r.seq, r]));
+    const last = records.length ? records[records.length - 1].seq : -1;
+    for (const a of mine) {
+      const record = bySeq.get(a.seq);
+      if (record === undefined) {
+        return { problem: `run ${run} falls short of its signed anchor: the deployment anchored record ${a.seq} at ${a.time}, the run's records end at ${last} (truncated)` };
+      }
+      if (record.hash !== a.head) {
+        return { problem: `run ${run}'s record ${a.seq} is not the one the deployment signed at ${a.time} (edited and re-hashed, or another log's)` };
+      }
+    }
+    if (mine.length === 0 && records.some((r) => r.type === "run_finished")) {
+      return { problem: `run ${run} is sealed but the deployment never anchored it (made up, or rewritten, without the deployment key)` };
+    }
+    signed += mine.length;
+  }
+  return { problem: null, runs: report.runRecords.size, anchors: signed };
+}
+
+// ---------------------------------------------------------------------------------------
+// The verdict: which checks were made and what each found (as `pte audit verify` says it)
+// ---------------------------------------------------------------------------------------
+
+export const CHECKED = "checked";
+export const FAILED = "failed";
+export const NOT_AVAILABLE = "not available";
+
+/**
+ * The checks of a verdict, named as PTE names them: chain, schema, sealed, anchors and, when
+ * a checkpoint was given, checkpoint; each { state, detail }. `anchors`: the anchors file's
+ * anchors (or an Error when it does not read), or undefined without a deployment key.
+ */
+export function judge(report, anchors, checkpoint) {
+  const checks = {};
+  if (report.intact) {
+    checks.chain = { state: CHECKED, detail: `${report.records} record(s), ${report.runs} run(s): canonical, chained and hashed right` };
+    checks.schema = { state: CHECKED, detail: "every record valid against the audit record schema" };
+  } else if (report.schema_issue) {
+    checks.chain = { state: NOT_AVAILABLE, detail: `checked up to ${report.issue}, not past it` };
+    checks.schema = { state: FAILED, detail: report.issue };
+  } else {
+    checks.chain = { state: FAILED, detail: report.issue };
+    checks.schema = { state: NOT_AVAILABLE, detail: `not checked past ${report.issue}` };
+  }
+  if (!report.intact) checks.sealed = { state: NOT_AVAILABLE, detail: "not checked: the records do not verify" };
+  else if (report.complete) checks.sealed = { state: CHECKED, detail: "every run sealed (or resumed by a later run)" };
+  else checks.sealed = { state: FAILED, detail: report.issue };
+  if (anchors === undefined) {
+    checks.anchors = { state: NOT_AVAILABLE, detail: "no deployment public key given: a cut at the end or a consistent rewrite cannot be ruled out" };
+  } else if (!report.intact) {
+    checks.anchors = { state: NOT_AVAILABLE, detail: "not checked: the records do not verify" };
+  } else if (anchors instanceof Error) {
+    checks.anchors = { state: FAILED, detail: anchors.message };
+  } else {
+    const found = checkAnchors(report, anchors);
+    checks.anchors = found.problem !== null
+      ? { state: FAILED, detail: found.problem }
+      : { state: CHECKED, detail: `${found.runs} run(s) as the deployment signed them (${found.anchors} anchor(s)); records after a run's last anchor are covered by the chain only` };
+  }
+  if (checkpoint !== null && checkpoint !== undefined) {
+    checks.checkpoint = checkpoint.ok
+      ? { state: CHECKED, detail: `the checkpoint of ${checkpoint.records} record(s) holds` }
+      : { state: FAILED, detail: checkpoint.problem };
+  }
+  const failed = Object.entries(checks).filter(([, c]) => c.state === FAILED).map(([name]) => name);
+  const status = failed.some((name) => name !== "sealed") ? "tampered" : failed.length ? "incomplete" : "ok";
+  // The problem named: a tampering before a run merely not sealed.
+  const first = failed.find((name) => name !== "sealed") ?? failed[0];
+  const problem = first !== undefined ? checks[first].detail : null;
+  return { status, ok: status === "ok", problem, checks };
+}
+
+// ---------------------------------------------------------------------------------------
 // Command line
 // ---------------------------------------------------------------------------------------
 
@@ -518,6 +663,8 @@ function main(argv) {
     else if (a === "--checkpoint") args.checkpoint = next();
     else if (a === "--public-key") args.publicKey = next();
     else if (a === "--jcs") args.jcs = next();
+    else if (a === "--deployment-key") args.deploymentKey = next();
+    else if (a === "--anchors") args.anchors = next();
     else if (a.startsWith("-")) usage(`unknown option ${a}`);
     else if (args.log === undefined) args.log = a;
     else usage(`unexpected argument ${a}`);
@@ -540,6 +687,7 @@ function main(argv) {
   }
   if (args.log === undefined) usage("give a LOG");
   if ((args.checkpoint === undefined) !== (args.publicKey === undefined)) usage("--checkpoint needs --public-key (and back)");
+  if ((args.deploymentKey === undefined) !== (args.anchors === undefined)) usage("--deployment-key needs --anchors (and back)");
   let buf;
   try {
     buf = readFileSync(args.log);
@@ -560,17 +708,38 @@ function main(argv) {
     const problem = report.intact || report.heads.length ? checkCheckpoint(doc, key, report) : "the log does not verify";
     checkpoint = { ok: problem === null, records: doc.records, problem };
   }
-  const ok = report.ok && (checkpoint === null || checkpoint.ok);
-  const { heads, ...summary } = report;
-  if (args.json) {
-    process.stdout.write(JSON.stringify({ ...summary, ok, checkpoint }) + "\n");
-  } else if (ok) {
-    process.stdout.write(`ok: ${report.records} record(s), ${report.runs} run(s)` + (checkpoint ? `, checkpoint of ${checkpoint.records} record(s) holds` : "") + "\n");
-  } else {
-    const problem = checkpoint !== null && !checkpoint.ok ? checkpoint.problem : report.issue;
-    process.stdout.write(`FAILED: ${problem}\n`);
+  let anchors;
+  if (args.deploymentKey !== undefined) {
+    let key;
+    try {
+      key = loadPublicKey(args.deploymentKey);
+    } catch (e) {
+      usage(e.message);
+    }
+    let file = null;
+    try {
+      file = readFileSync(args.anchors);
+    } catch (e) {
+      if (e.code !== "ENOENT") usage(`cannot read ${args.anchors}: ${e.message}`);
+    }
+    try {
+      anchors = file === null ? [] : readAnchors(file, key); // no file yet: nothing anchored
+    } catch (e) {
+      anchors = e;
+    }
   }
-  return ok ? 0 : 1;
+  const verdict = judge(report, anchors, checkpoint);
+  const { heads, runRecords, schema_issue, ...summary } = report;
+  if (args.json) {
+    process.stdout.write(JSON.stringify({ ...summary, ...verdict, checkpoint }) + "\n");
+  } else {
+    const first = verdict.ok
+      ? `ok: ${report.records} record(s), ${report.runs} run(s)` + (checkpoint ? `, checkpoint of ${checkpoint.records} record(s) holds` : "")
+      : `${verdict.status === "incomplete" ? "incomplete" : "FAILED"}: ${verdict.problem}`;
+    const lines = [first, ...Object.entries(verdict.checks).map(([name, c]) => `  ${name.padEnd(10)} ${c.state}: ${c.detail}`)];
+    process.stdout.write(lines.join("\n") + "\n");
+  }
+  return verdict.ok ? 0 : 1;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

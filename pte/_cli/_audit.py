@@ -39,25 +39,22 @@ def _jobs(value: str | None) -> int:
     return jobs
 
 
-def _anchor_problem(log: Any) -> str | None:
-    """With a deployment key configured: the first run of `log` that is not as it was anchored."""
-    from pte._audit import run_problem
-    from pte._cli._deployment import _deployment_anchors
-    from pte._replay import iter_runs
+def _deployment_anchors() -> Any:
+    """The deployment's anchors, for checking (public key), or None when no key is configured."""
+    from pte._cli._deployment import _deployment_anchors as anchors
 
-    anchors = _deployment_anchors()
-    if anchors is None:
-        return None
-    for run in iter_runs(log):
-        records = [r for _, r in run]
-        problem = run_problem(anchors, str(records[0].get("run_id")), records) if records else None
-        if problem is not None:
-            return problem
-    return None
+    return anchors()
+
+
+def print_verdict(verdict: Any, first: str) -> None:
+    """`first` (the verdict in one line), then each check: what was checked, what was not, and why."""
+    print(first)
+    for check in verdict.checks:
+        print(f"  {check.name:<10} {check.state}: {check.detail}")
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from pte._audit import load_public_key, verify, verify_checkpoints
+    from pte._audit import load_public_key, verdict
     from pte._core import CheckpointError
     from pte.stores import is_store_url
 
@@ -72,54 +69,32 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         raise UsageError("--checkpoint and --public-key go together")
     jobs = _jobs(args.jobs)
     input_file(args.checkpoint, "checkpoint file")
-    checkpoint: Any = None
-    if args.checkpoint is not None:
-        try:
-            key = load_public_key(args.public_key)
-            checkpoint = verify_checkpoints(log, args.checkpoint, key, jobs=jobs)
-        except CheckpointError as exc:
-            raise UsageError(str(exc)) from None
-        report = checkpoint.log
-    else:
-        report = verify(log, jobs=jobs)
-    anchored = _anchor_problem(log) if report.intact else None
-    if anchored is not None:
-        if args.json:
-            _print_json({"status": "tampered", **report.to_dict(), "anchors": anchored})
-        else:
-            print(f"FAILED: {anchored}")
-        return EXIT_FAILED
-    ok = report.ok and (checkpoint is None or checkpoint.ok)
+    anchors = _deployment_anchors()
+    try:
+        key = load_public_key(args.public_key) if args.public_key is not None else None
+        found = verdict(log, anchors=anchors, checkpoint=args.checkpoint, public_key=key, jobs=jobs)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    report = found.report
     if args.json:
-        status = "ok" if report.ok else ("incomplete" if report.intact else "tampered")
-        if report.intact and checkpoint is not None and not checkpoint.ok:
-            status = "tampered"
+        checkpoint = found.checkpoint
         _print_json(
             {
-                "status": status,
                 **report.to_dict(),
-                "checkpoint": checkpoint.to_dict() if checkpoint is not None else None,
+                **found.to_dict(),
+                "checkpoint": None if checkpoint is None else checkpoint.to_dict(),
             }
         )
-        return EXIT_OK if ok else EXIT_FAILED
+        return EXIT_OK if found.ok else EXIT_FAILED
     fmt = f"format {report.format}" + (" (legacy, read-only)" if report.format == 1 else "")
-    if checkpoint is not None and not checkpoint.ok:
-        print(f"FAILED: {checkpoint.problem}")
-    elif report.ok:
-        anchored = (
-            f"; {checkpoint.checked} signed checkpoint(s) hold, covering {checkpoint.covered} record(s)"
-            if checkpoint is not None
-            else ""
-        )
-        print(
-            f"ok: {report.records} record(s), {report.runs} run(s), {fmt}, chain and schema intact, "
-            f"every run sealed{anchored}"
-        )
-    elif report.intact:
-        print(f"incomplete: {report.issue}")
+    if found.ok:
+        first = f"ok: {report.records} record(s), {report.runs} run(s), {fmt}"
+    elif found.status == "incomplete":
+        first = f"incomplete: {found.problem}"
     else:
-        print(f"FAILED: {report.issue}")
-    return EXIT_OK if ok else EXIT_FAILED
+        first = f"FAILED: {found.problem}"
+    print_verdict(found, first)
+    return EXIT_OK if found.ok else EXIT_FAILED
 
 
 def cmd_audit_show(args: argparse.Namespace) -> int:
@@ -210,7 +185,12 @@ def cmd_audit_report(args: argparse.Namespace) -> int:
     output_file(args.out, "report")
     try:
         path = write_report(
-            log, args.out, run_id=args.run, checkpoint=args.checkpoint, public_key=args.public_key
+            log,
+            args.out,
+            run_id=args.run,
+            checkpoint=args.checkpoint,
+            public_key=args.public_key,
+            anchors=_deployment_anchors(),
         )
     except (ReportError, CheckpointError) as exc:
         raise UsageError(str(exc)) from None
@@ -233,7 +213,7 @@ def _store_report(args: argparse.Namespace) -> int:
     output_file(args.out, "report")
     try:
         with open_store(args.log) as store:
-            page = render_store_report(store, args.run)
+            page = render_store_report(store, args.run, anchors=_deployment_anchors())
     except (ReportError, StoreError) as exc:
         raise UsageError(str(exc)) from None
     try:

@@ -52,7 +52,7 @@ def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
         policy=policy,
         approvals=gate,
         keys=_approval_keys(args),
-        anchors=_deployment_anchors() if registry is not None else None,
+        anchors=_deployment_anchors(),  # replay checks the log against them, as verify does
         endorsements=endorsement_gate(args, _approval_keys(args)) if registry is not None else None,
         specialists=specialists_of(args, registry),
         fingerprint=_in_force(args),  # the deployment in force: a run started under another is refused

@@ -36,7 +36,7 @@ from pte._cli._support import (
     store_file,
 )
 from pte._core import FailedClosed, PTEError
-from pte.stores import WAITING_STATES, Store, StoreError, open_store
+from pte.stores import Store, StoreError, open_store
 
 __all__ = ["add_commands"]
 
@@ -106,7 +106,7 @@ def _run_ids(store: Store, run: str | None) -> list[str]:
 
 def audit_verify(args: argparse.Namespace) -> int:
     """``pte audit verify URL [--run ID]``: every run (or one) verified as stored."""
-    from pte._audit import run_problem
+    from pte._audit import stored_verdict
 
     anchors = _anchors()
     with _store(args.log) as store:
@@ -114,32 +114,23 @@ def audit_verify(args: argparse.Namespace) -> int:
             run_ids = _run_ids(store, args.run)
             results = []
             for run_id in run_ids:
-                report = store.verify(run_id)
-                in_db = getattr(store, "verify_in_database", None)
-                server = in_db(run_id) if in_db is not None else None
-                if server is None and anchors is not None and report.intact:
-                    # The deployment's signed anchors, kept outside the database: a consistent
-                    # rewrite of the run's rows verifies as a chain, not against them.
-                    server = run_problem(anchors, run_id, store.records(run_id))
+                # The verdict `pte audit verify` gives a log, the report shows and replay acts on.
+                found = stored_verdict(store, run_id, anchors=anchors)
+                report = found.report
                 info = store.run(run_id)
-                paused = info is not None and info.status in WAITING_STATES
-                ok = report.intact and server is None and (report.complete or paused)
-                status = (
-                    "ok"
-                    if ok and report.complete
-                    else (info.status if info is not None else "awaiting_approval")
-                    if ok
-                    else ("incomplete" if report.intact and server is None else "tampered")
-                )
+                status = found.status
+                tampered = found.problem if report.intact and status == "tampered" else None
+                if found.ok and not report.complete:  # paused for a person: say for what
+                    status = info.status if info is not None else "awaiting_approval"
                 # The chain's own report first: its "ok" (sealed and intact) must not replace
                 # this one, which also counts a run paused for approval as ok.
                 results.append(
                     {
                         **report.to_dict(),
+                        **found.to_dict(),
                         "run_id": run_id,
                         "status": status,
-                        "ok": ok,
-                        "database_check": server,
+                        "database_check": tampered,
                     }
                 )
         except StoreError as exc:

@@ -36,7 +36,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pte._audit import TRACE_FIELDS, AuditLog, Record, RecordSink, VerifyReport, iter_records, verify
+from pte._audit import (
+    FAILED,
+    NOT_AVAILABLE,
+    TRACE_FIELDS,
+    AuditLog,
+    Record,
+    RecordSink,
+    Verdict,
+    iter_records,
+    verdict,
+)
 from pte._audit import records as rec
 from pte._catalogue import Registry, ToolSpec, expand_run_started, stored_contents
 from pte._core import (
@@ -537,6 +547,8 @@ class ReplayReport:
 
     path: str
     runs: list[RunReplay]
+    #: The log's verdict (`pte._audit.Verdict`): which checks were made before replaying it.
+    verdict: Verdict | None = None
 
     @property
     def ok(self) -> bool:
@@ -547,6 +559,7 @@ class ReplayReport:
             "status": "ok" if self.ok else "diverged",
             "log": self.path,
             "runs": [r.to_dict() for r in self.runs],
+            "checks": self.verdict.to_dict()["checks"] if self.verdict is not None else None,
         }
 
     def render(self) -> str:
@@ -574,21 +587,31 @@ class ReplayReport:
                 lines.append(f"  live output differs for step {diff.step_id} ({diff.tool}):")
                 lines.append(f"    recorded: {diff.recorded!r}")
                 lines.append(f"    live:     {diff.live!r}")
+        if self.verdict is not None:
+            lines.append(f"log checks: {self.verdict.summary()}")
+            missing = self.verdict.check("anchors")
+            if missing is not None and missing.state == NOT_AVAILABLE:
+                lines.append(f"  anchors: {missing.detail}")
         return "\n".join(lines) if lines else f"{self.path}: no runs"
 
 
-def _verified(path: str | Path) -> VerifyReport:
-    """Verify before act: the whole log, from its first record, or `LogNotIntact`."""
+def _verified(path: str | Path, anchors: Any = None) -> Verdict:
+    """Verify before act: the whole log, from its first record, and the deployment's `anchors`
+    (the verdict `pte audit verify` gives), or `LogNotIntact`."""
     try:
-        report = verify(path)
+        found = verdict(path, anchors=anchors)
     except OSError as exc:
         raise AuditFormatError(path, 0, f"cannot read: {exc}") from None
+    report = found.report
     torn_tail = report.issue is not None and report.issue.message.startswith("partial last line")
     if not report.intact and not torn_tail:
         # A torn last line is what a crash leaves (every record before it verified);
         # anything else is damage or tampering.
         raise LogNotIntact(path, report)
-    return report
+    anchored = found.check("anchors")
+    if anchored is not None and anchored.state == FAILED:
+        raise LogNotIntact(path, found)
+    return found
 
 
 def iter_runs(path: str | Path) -> Iterator[list[tuple[int, dict[str, Any]]]]:
@@ -617,7 +640,7 @@ def replay_file(
     The log is verified first; a log that is not intact raises `LogNotIntact`. Without a
     registry (here or in `deployment`), the recorded tool schemas are used.
     """
-    _verified(path)
+    found = _verified(path, deployment.anchors if deployment is not None else None)
     runs = []
     # Contents earlier runs stored (format 2 stores a catalogue once per log): an entry per
     # catalogue or policy, not per run. Each run is let go before the next is read.
@@ -635,4 +658,4 @@ def replay_file(
                 stored=stored,
             )
         )
-    return ReplayReport(str(path), runs)
+    return ReplayReport(str(path), runs, found)

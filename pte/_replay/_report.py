@@ -28,7 +28,14 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from pte._audit import VerifyReport, approval_problem, endorsement_problem, iter_records, verify
+from pte._audit import (
+    Verdict,
+    approval_problem,
+    endorsement_problem,
+    iter_records,
+    stored_verdict,
+    verdict,
+)
 from pte._catalogue import stored_contents
 from pte._core import AuditFormatError, ReportError
 from pte._replay._run_view import RunView, StepView, plan_references
@@ -529,25 +536,27 @@ def _timeline(records: Sequence[Mapping[str, Any]], t0: datetime | None) -> str:
     return "".join(out)
 
 
-def _banner(report: VerifyReport, checkpoint: Any) -> str:
-    if report.ok:
-        chain, text = "ok", f"chain intact: {report.records} records, every run sealed"
-    elif report.intact:
-        chain, text = "incomplete", f"chain intact but incomplete: {report.issue}"
+def _banner(verdict: Verdict) -> str:
+    """The verdict at the top of the page: the one `pte audit verify` gives, check by check."""
+    report = verdict.report
+    if verdict.ok:
+        overall, text = "ok", f"verifies: {report.records} records, {report.runs} run(s)"
+    elif verdict.status == "incomplete":
+        overall, text = "incomplete", f"incomplete: {verdict.problem}"
     else:
-        chain, text = "tampered", f"DOES NOT VERIFY: {report.issue}"
-    if checkpoint is None:
-        cp_state, cp_text = "none", "no checkpoint given: truncation of whole runs cannot be ruled out"
-    elif checkpoint.ok:
-        cp_state = "ok"
-        cp_text = f"{checkpoint.checked} signed checkpoint(s) hold, covering {checkpoint.covered} records"
-    else:
-        cp_state, cp_text = "failed", f"CHECKPOINT FAILS: {checkpoint.problem}"
-    overall = "ok" if chain == "ok" and cp_state in ("ok", "none") else "bad"
+        overall, text = "bad", f"DOES NOT VERIFY: {verdict.problem}"
+    rows = "".join(
+        f'<tr class="check" data-check="{_e(c.name)}" data-state="{_e(c.state)}"><th>{_e(c.name)}</th>'
+        f"<td>{_badge(c.state.replace(' ', '-'), c.state)}</td><td>{_e(c.detail)}</td></tr>"
+        for c in verdict.checks
+    )
     return (
-        f'<div id="verification" class="banner {overall}" data-chain="{chain}" data-checkpoint="{cp_state}">'
-        f'<p class="chain"><b>Chain:</b> {_e(text)}</p>'
-        f'<p class="checkpoint"><b>Checkpoint:</b> {_e(cp_text)}</p>'
+        f'<div id="verification" class="banner {overall}" data-verdict="{_e(verdict.status)}">'
+        f'<p class="verdict"><b>Verdict:</b> {_e(text)}</p>'
+        f'<table class="checks"><thead><tr><th>check</th><th>state</th><th>what it found</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+        '<p class="meta">The checks <code>pte audit verify</code> makes, with the same deployment key and '
+        "anchors. <i>not available</i>: the check was not made, for the reason given.</p>"
         f'<p class="meta">format {_e(report.format)} · log id <code>{_e(report.log_id or "-")}</code> · '
         f"head <code>{_e(report.last_hash or '-')}</code></p></div>"
     )
@@ -559,18 +568,17 @@ def render_report(
     run_id: str | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     public_key: str | None = None,
+    anchors: Any = None,
 ) -> str:
-    """The HTML report of `log` (every run, or `run_id`), verified (with the checkpoint if given)."""
-    from pte._audit import load_public_key, verify_checkpoints
+    """The HTML report of `log` (every run, or `run_id`), with the verdict `pte audit verify`
+    gives: the chain, the schema, sealing, the deployment's `anchors` (`pte._audit.Anchors`,
+    None when no deployment public key is at hand) and the checkpoint, if given."""
+    from pte._audit import load_public_key
 
-    cp_report = None
-    if checkpoint is not None:
-        if public_key is None:
-            raise ReportError("a checkpoint needs the public key to check it")
-        cp_report = verify_checkpoints(log, checkpoint, load_public_key(public_key))
-        report = cp_report.log
-    else:
-        report = verify(log)
+    if checkpoint is not None and public_key is None:
+        raise ReportError("a checkpoint needs the public key to check it")
+    key = load_public_key(public_key) if public_key is not None else None
+    found = verdict(log, anchors=anchors, checkpoint=checkpoint, public_key=key)
     try:
         records = [r for _, r in iter_records(log, skip_partial_tail=True)]
     except AuditFormatError as exc:
@@ -583,16 +591,17 @@ def render_report(
             raise ReportError(f"no run {run_id!r} in {os.fspath(log)}")
         runs = {run_id: runs[run_id]}
     title = f"PTE audit report: {Path(log).name}" + (f" / {run_id}" if run_id else "")
-    return _page(title, _banner(report, cp_report), runs, stored_contents(records))
+    return _page(title, _banner(found), runs, stored_contents(records))
 
 
-def render_store_report(store: Any, run_id: str) -> str:
-    """The HTML report of one run of a run store (`pte.stores`), verified as stored."""
+def render_store_report(store: Any, run_id: str, *, anchors: Any = None) -> str:
+    """The HTML report of one run of a run store (`pte.stores`), with its verdict as stored."""
     records = store.records(run_id)
     if not records:
         raise ReportError(f"no run {run_id!r} in {store.describe()}")
     title = f"PTE audit report: {store.describe()} / {run_id}"
-    return _page(title, _banner(store.verify(run_id), None), {run_id: records}, stored_contents(records))
+    found = stored_verdict(store, run_id, anchors=anchors)
+    return _page(title, _banner(found), {run_id: records}, stored_contents(records))
 
 
 def _page(
