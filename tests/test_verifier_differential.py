@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pte._audit import GENESIS_HASH, verify
+from pte._audit import GENESIS_HASH, verdict, verify
 from pte._core import canonical_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,16 +38,29 @@ SAMPLES = sorted(
 RECORDS = {p.stem: [json.loads(line) for line in p.read_bytes().splitlines()] for p in SAMPLES}
 
 DRIVER = """
-import { verifyLog } from %s;
-import { readFileSync } from "node:fs";
+import { verifyLog, readAnchors, judge } from %s;
+import { readFileSync, existsSync } from "node:fs";
+import { createPublicKey } from "node:crypto";
 import { createInterface } from "node:readline";
-for await (const path of createInterface({ input: process.stdin })) {
+for await (const line of createInterface({ input: process.stdin })) {
   let out;
   try {
-    const { heads, ...report } = verifyLog(readFileSync(path));
-    out = report;
+    // A log's path, or {"log", "key", "anchors"}: the log with the deployment's key and anchors.
+    const job = line.startsWith("{") ? JSON.parse(line) : { log: line };
+    const report = verifyLog(readFileSync(job.log));
+    let anchors;
+    if (job.key !== undefined) {
+      try {
+        const key = createPublicKey(readFileSync(job.key));
+        anchors = existsSync(job.anchors) ? readAnchors(readFileSync(job.anchors), key) : [];
+      } catch (e) {
+        anchors = e;
+      }
+    }
+    const { heads, runRecords, ...rest } = report;
+    out = { ...rest, verdict: judge(report, anchors, null) };
   } catch (e) {
-    out = { error: String(e && e.message) };
+    out = { error: String(e && e.stack) };
   }
   process.stdout.write(JSON.stringify(out) + "\\n");
 }
@@ -67,9 +80,14 @@ class NodeVerifier:
             text=True,
         )
 
-    def __call__(self, path: Path) -> dict[str, Any]:
+    def __call__(self, path: Path, key: Path | None = None, anchors: Path | None = None) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{path}\n")
+        job = (
+            str(path)
+            if key is None
+            else json.dumps({"log": str(path), "key": str(key), "anchors": str(anchors)})
+        )
+        self.proc.stdin.write(f"{job}\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         assert line, "the Node verifier ended"
@@ -209,11 +227,18 @@ def _verdicts(node: NodeVerifier, data: bytes) -> tuple[dict[str, Any], dict[str
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "log.jsonl"
         log.write_bytes(data)
-        return verify(log).to_dict(), node(log)
+        return {**verify(log).to_dict(), "verdict": verdict(log).to_dict()}, node(log)
+
+
+def _states(found: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    return found["status"], {name: check["state"] for name, check in found["checks"].items()}
 
 
 def _agree(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
     if (mine["ok"], mine["intact"]) != (theirs["ok"], theirs["intact"]):
+        return False
+    # One verdict: the same checks made, failed and not available (pte._audit.verdict).
+    if _states(mine["verdict"]) != _states(theirs["verdict"]):
         return False
     if mine["intact"]:
         keys = ("records", "last_hash", "log_id")
@@ -273,3 +298,167 @@ def test_both_verifiers_agree_on_rekeyed_content_tamperings(node: NodeVerifier, 
     mine, theirs = _verdicts(node, data)
     assert _agree(mine, theirs), (what, mine["issue"], theirs["issue"])
     assert not mine["ok"]
+
+
+# --- anchored logs: the deployment's public key and anchors (docs/audit-format.md, "Anchors") ---
+
+REMIND = json.dumps(
+    {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "overdue", "tool": "list_overdue_invoices", "args": {"days": 30}},
+            {"id": "remind", "tool": "send_reminders", "args": {"invoice_ids": {"$ref": "overdue/ids"}}},
+        ],
+        "result": {"$ref": "overdue/total"},
+    }
+)
+READ_ONLY = json.dumps(
+    {"pte_plan": "1", "steps": [{"id": "inv", "tool": "get_invoice", "args": {"invoice_id": "INV-1006"}}]}
+)
+
+
+@pytest.fixture(scope="module")
+def anchored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A log of three runs (two with a write, one read-only) written with a deployment key."""
+    from pte._audit import Anchors, AuditLog
+    from pte._catalogue import load_registry
+    from pte._cli import main
+    from pte._core import SigningKey
+    from pte._run import Engine
+
+    where = tmp_path_factory.mktemp("anchored")
+    key = SigningKey.generate()
+    public = where / "deployment.key.pub"
+    public.write_bytes(key.public_key.to_pem())
+    anchors_file = where / "anchors.jsonl"
+    log = where / "log.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PTE_LEDGER", str(where / "ledger.sqlite"))
+        assert main(["--quiet", "ledger", "init", "--path", str(where / "ledger.sqlite")]) == 0
+        engine = Engine(load_registry(["backoffice"]))
+        for plan in (REMIND, READ_ONLY, REMIND):
+            with AuditLog(log, anchors=Anchors(anchors_file, key=key)) as audit:
+                assert engine.execute(plan, audit).ok
+    return {
+        "log": log.read_bytes(),
+        "anchors": anchors_file.read_bytes(),
+        "public": public,
+        "checker": Anchors(anchors_file, public=key.public_key),
+        "key": key,
+    }
+
+
+def _anchored_verdicts(
+    node: NodeVerifier, anchored: dict[str, Any], log_bytes: bytes, anchor_bytes: bytes
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from pte._audit import Anchors
+
+    with tempfile.TemporaryDirectory() as scratch:
+        log = Path(scratch) / "log.jsonl"
+        log.write_bytes(log_bytes)
+        anchors_file = Path(scratch) / "anchors.jsonl"
+        anchors_file.write_bytes(anchor_bytes)
+        checker = Anchors(anchors_file, public=anchored["key"].public_key)
+        mine = {**verify(log).to_dict(), "verdict": verdict(log, anchors=checker).to_dict()}
+        return mine, node(log, anchored["public"], anchors_file)
+
+
+def test_an_untouched_anchored_log_agrees_and_its_anchors_are_checked(
+    node: NodeVerifier, anchored: dict[str, Any]
+) -> None:
+    mine, theirs = _anchored_verdicts(node, anchored, anchored["log"], anchored["anchors"])
+    assert _agree(mine, theirs), (mine, theirs)
+    assert _states(mine["verdict"]) == (
+        "ok",
+        {"chain": "checked", "schema": "checked", "sealed": "checked", "anchors": "checked"},
+    )
+
+
+@st.composite
+def anchored_tamperings(draw: st.DrawFn, log: bytes, anchors: bytes) -> tuple[bytes, bytes, str, bool]:
+    """(log, anchors file, what was done, whether a checker with the key must refuse it): an edit
+    re-chained, a cut, an anchor line removed, edited or signed by another key, or the anchors
+    file cut. Not every one can be caught: whole runs cut off the end of a log (anchors name
+    runs, not logs), and a run's last anchors dropped while it keeps one (the anchors file
+    rolled back; the records after its last anchor are covered by the chain only)."""
+    lines = log.splitlines(keepends=True)
+    anchor_lines = anchors.splitlines(keepends=True)
+    kinds = ["edit", "cut", "drop_anchor", "edit_anchor", "forged_anchor", "drop_last_anchors"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "edit":
+        records = [json.loads(line) for line in lines]
+        index = draw(st.integers(0, len(records) - 1))
+        record = records[index]
+        fixed = ("hash", "prev", "seq", "run_id", "type")
+        field = draw(st.sampled_from(sorted(k for k in record if k not in fixed)))
+        new = draw(json_values)
+        assume(new != record[field])
+        record[field] = new
+        data = _rechain(records)
+        assume(data is not None)
+        assert data is not None
+        return data, anchors, f"edit {field} of record {index}, re-chained", True
+    if kind == "cut":
+        keep = draw(st.integers(1, len(lines) - 1))
+        between_runs = json.loads(lines[keep])["type"] == "run_started"
+        return b"".join(lines[:keep]), anchors, f"cut after record {keep - 1}", not between_runs
+    run_ids = {json.loads(line)["run_id"] for line in lines}
+    if kind == "drop_last_anchors":
+        keep = draw(st.integers(0, len(anchor_lines) - 1))
+        kept = {json.loads(line)["run_id"] for line in anchor_lines[:keep]}
+        return log, b"".join(anchor_lines[:keep]), f"anchors file cut after line {keep}", kept != run_ids
+    index = draw(st.integers(0, len(anchor_lines) - 1))
+    if kind == "drop_anchor":
+        rest = anchor_lines[:index] + anchor_lines[index + 1 :]
+        last = index == len(anchor_lines) - 1
+        orphan = {json.loads(line)["run_id"] for line in rest} != run_ids
+        return log, b"".join(rest), f"anchor line {index} removed", not last or orphan
+    doc = json.loads(anchor_lines[index])
+    if kind == "edit_anchor":
+        name = draw(st.sampled_from(["seq", "head", "run_id", "time"]))
+        new = draw(json_values)
+        assume(new != doc[name])
+        doc[name] = new
+    else:  # signed, by a key that is not the deployment's
+        from pte._core import SigningKey
+
+        other = SigningKey.generate()
+        doc["key_id"] = other.public_key.key_id
+        signed = {k: v for k, v in doc.items() if k != "signature"}
+        doc["signature"] = other.sign(b"pte-anchor-v1\n" + canonical_bytes(signed)).hex()
+    line = canonical_bytes(doc) + b"\n"
+    edited = b"".join([*anchor_lines[:index], line, *anchor_lines[index + 1 :]])
+    return log, edited, f"{kind} at line {index}", True
+
+
+@pytest.mark.slow
+@settings(
+    deadline=None,
+    max_examples=150,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_both_verifiers_agree_on_anchored_logs_and_their_tamperings(
+    node: NodeVerifier, anchored: dict[str, Any], data: st.DataObject
+) -> None:
+    log, anchors, what, caught = data.draw(anchored_tamperings(anchored["log"], anchored["anchors"]))
+    mine, theirs = _anchored_verdicts(node, anchored, log, anchors)
+    assert _agree(mine, theirs), (what, mine["verdict"], theirs["verdict"])
+    if caught:  # a checker with the key refuses it (the spec's MUST), Node as Python
+        assert mine["verdict"]["status"] == "tampered", (what, mine["verdict"])
+
+
+def test_a_big_double_in_stored_content_hashes_as_the_double_it_is(node: NodeVerifier) -> None:
+    """Found by the tamperings above: stored content holding the double 4.026231202385854e16
+    (JCS: 40262312023858540, read back as an integer no double holds exactly) was refused by
+    `pte audit verify` ("does not hash to its key") and accepted by Node. Every number in a log
+    is a double (docs/audit-format.md section 1): both accept it."""
+    records = json.loads(json.dumps(RECORDS["success"]))
+    policy = records[0]["stored"][records[0]["policy"]]
+    policy["note"] = {"": 4.026231202385854e16}
+    assert _rekey(records[0])
+    data = _rechain(records)
+    assert data is not None
+    mine, theirs = _verdicts(node, data)
+    assert _agree(mine, theirs), (mine["issue"], theirs["issue"])
+    assert mine["ok"]

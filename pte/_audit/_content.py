@@ -28,7 +28,9 @@ def content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | 
     fresh = record.get("stored") or {}
     for key, value in fresh.items():
         try:
-            actual = _sha256(canonical_bytes(value)).hexdigest()
+            # Read from the log: every number is a double (JCS writes 4.026231202385854e16 as
+            # 40262312023858540, which reads back as an integer no double holds exactly).
+            actual = _sha256(canonical_bytes(value, from_text=True)).hexdigest()
         except (ValueError, TypeError, RecursionError):
             actual = None
         if actual != key:
@@ -50,10 +52,12 @@ def content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | 
     for tool in tools:
         entry = by_name[tool.get("name")]
         schemas = {"input_schema": entry.get("input_schema"), "output_schema": entry.get("output_schema")}
-        if tool.get("schema_hash") != _sha256(canonical_bytes(schemas)).hexdigest():
+        if tool.get("schema_hash") != _sha256(canonical_bytes(schemas, from_text=True)).hexdigest():
             return f"tool {tool.get('name')}: schema_hash does not match the stored catalogue"
         for name in _FINGERPRINT_FIELDS:
-            if name in tool and canonical_bytes(tool[name]) != canonical_bytes(entry.get(name)):
+            if name in tool and canonical_bytes(tool[name], from_text=True) != canonical_bytes(
+                entry.get(name), from_text=True
+            ):
                 return f"tool {tool.get('name')}: {name} differs from the stored catalogue"
     return None
 
