@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any, Generic, Literal, TypeVar
@@ -23,6 +22,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from pte import FieldName, Selection, tool
+from pte._core import decimal_in_bounds, decimal_of_text
 
 __all__ = [
     "coalesce",
@@ -47,7 +47,6 @@ V = TypeVar("V")
 R = TypeVar("R", bound=dict[str, Any])
 #: Plain values kept or ordered by comparing the values themselves (`pte._catalogue._selection`).
 _VALUES_BY_THEMSELVES = Selection({"/values/*": "values/*"}, decides=("values/*",))
-_NUMERIC_RE = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
 class Entry(BaseModel, Generic[V]):
@@ -103,14 +102,21 @@ class KeyValue(BaseModel, Generic[V]):
 
 
 def _number(value: Any) -> Decimal | None:
-    if isinstance(value, bool):
+    """`value` as a Decimal when it is a JSON number or a decimal string within PTE's number
+    bounds (pte._core: digits and exponent checked on the text first, so ``1e100000000`` is
+    never expanded), else None."""
+    if isinstance(value, bool):  # bool is an int subclass, but true is not 1 here
         return None
+    if isinstance(value, Decimal):
+        return value if decimal_in_bounds(value) else None
     if isinstance(value, int):
-        return Decimal(value)
+        number = Decimal(value)
+        return number if decimal_in_bounds(number) else None
     if isinstance(value, float):
+        # str() gives the shortest repr ("0.1"), not the binary expansion of the float.
         return Decimal(str(value)) if math.isfinite(value) else None
-    if isinstance(value, str) and _NUMERIC_RE.fullmatch(value.strip()):
-        return Decimal(value.strip())
+    if isinstance(value, str):
+        return decimal_of_text(value)
     return None
 
 

@@ -30,6 +30,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
 from pte import FieldName, FieldOf, PickOf, Selection, tool
+from pte._core import decimal_in_bounds, decimal_of_text
 
 __all__ = [
     "count",
@@ -52,8 +53,6 @@ __all__ = [
 MAX_TEXT_LENGTH = 100_000
 
 _DECIMAL_STRING_PATTERN = r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"
-# Plain decimal numbers as strings: "12", "-3.50", ".5", "1e3". Dates ("2026-10-01") and ids do not match.
-_NUMERIC_STRING_RE = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 _PLACEHOLDER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -150,18 +149,21 @@ def _context() -> decimal.Context:
 
 
 def _numeric(value: Any) -> Decimal | None:
-    """`value` as a Decimal when it is a JSON number or a decimal string, else None."""
+    """`value` as a Decimal when it is a JSON number or a decimal string within PTE's number
+    bounds (pte._core: digits and exponent checked on the text first, so ``1e100000000`` is
+    never expanded), else None."""
     if isinstance(value, bool):  # bool is an int subclass, but true is not 1 here
         return None
     if isinstance(value, Decimal):
-        return value if value.is_finite() else None
+        return value if decimal_in_bounds(value) else None
     if isinstance(value, int):
-        return Decimal(value)
+        number = Decimal(value)
+        return number if decimal_in_bounds(number) else None
     if isinstance(value, float):
         # str() gives the shortest repr ("0.1"), not the binary expansion of the float.
         return Decimal(str(value)) if math.isfinite(value) else None
-    if isinstance(value, str) and _NUMERIC_STRING_RE.fullmatch(value.strip()):
-        return Decimal(value.strip())
+    if isinstance(value, str):
+        return decimal_of_text(value)
     return None
 
 
@@ -190,7 +192,10 @@ def _required(records: Sequence[Record], field: str) -> list[Any]:
 def _number_of(value: Any, where: str) -> Decimal:
     number = _numeric(value)
     if number is None:
-        raise ValueError(f"{where} is not a number: {_describe(value)}")
+        raise ValueError(
+            f"{where} is not a number (a JSON number or decimal string of at most 1000 digits "
+            f"and an exponent within ±1000): {_describe(value)}"
+        )
     return number
 
 

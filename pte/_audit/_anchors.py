@@ -43,7 +43,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pte._core import AnchorError, KeyFileError, PublicKey, SigningKey, canonical_json
+from pte._core import (
+    AnchorError,
+    FileRefused,
+    KeyFileError,
+    PublicKey,
+    SigningKey,
+    canonical_json,
+    check_file,
+)
 
 __all__ = [
     "ANCHORS_FILE_ENV",
@@ -180,6 +188,7 @@ class Anchors:
 
     def all(self) -> list[Anchor]:
         """Every anchor, checked (chain and signatures), oldest first; none when the file is missing."""
+        self._check_path()
         try:
             with open(self.path, "rb") as fh:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
@@ -191,6 +200,13 @@ class Anchors:
             return []
         except OSError as exc:
             raise AnchorError(f"cannot read anchors file {str(self.path)!r}: {exc}") from None
+
+    def _check_path(self) -> None:
+        # $PTE_ANCHORS_FILE may name a FIFO (open blocks) or /dev/zero (read never ends).
+        try:
+            check_file(self.path, "anchors file", missing_ok=True)
+        except FileRefused as exc:
+            raise AnchorError(str(exc)) from None
 
     def for_run(self, run_id: str) -> list[Anchor]:
         """The anchors of one run, oldest first."""
@@ -232,6 +248,7 @@ class Anchors:
         """
         if self.key is None:
             raise AnchorError("no deployment signing key: cannot anchor")
+        self._check_path()
         with self._lock:
             try:
                 with open(self.path, "a+b") as fh:
@@ -296,6 +313,10 @@ def anchors_from_env(environ: Mapping[str, str] | None = None, *, signing: bool 
     if not source:
         return None
     path = env.get(ANCHORS_FILE_ENV) or (source.removesuffix(".pub") + ".anchors.jsonl")
+    try:
+        check_file(path, "anchors file", missing_ok=True)  # before any run starts: a usage error
+    except FileRefused as exc:
+        raise AnchorError(str(exc)) from None
     try:
         if private:
             return Anchors(path, key=SigningKey.load(private))

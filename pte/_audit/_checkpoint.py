@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from pte._audit._scan import VerifyReport
 from pte._audit._verify import verify
-from pte._core import CheckpointError, canonical_bytes, read_key_file
+from pte._core import CheckpointError, FileRefused, canonical_bytes, read_bounded_bytes, read_key_file
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -242,13 +242,9 @@ def write_checkpoint(
 def read_checkpoints(path: str | os.PathLike[str]) -> list[Checkpoint]:
     """Every checkpoint in a checkpoint file, in order; `CheckpointError` on a bad line."""
     try:
-        with open(path, "rb") as fh:
-            lines = fh.read(16 * 1024 * 1024 + 1)
-    except OSError as exc:
-        where = os.fspath(path)
-        raise CheckpointError(f"cannot read checkpoint file {where}: {exc.strerror or exc}") from None
-    if len(lines) > 16 * 1024 * 1024:
-        raise CheckpointError(f"checkpoint file {os.fspath(path)} is larger than 16 MiB")
+        lines = read_bounded_bytes(path, "checkpoint file", 16 * 1024 * 1024)
+    except FileRefused as exc:
+        raise CheckpointError(str(exc)) from None
     out: list[Checkpoint] = []
     for number, raw in enumerate(lines.splitlines(), start=1):
         if not raw.strip():

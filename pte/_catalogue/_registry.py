@@ -18,7 +18,14 @@ import jsonschema
 
 from pte._catalogue._packs import installed_packs
 from pte._catalogue._tool_spec import _TOOL_ATTR, ToolSpec, _format_error, spec_of
-from pte._core import ToolPackError, ToolRegistrationError, data_dir, load_schema
+from pte._core import (
+    FileRefused,
+    ToolPackError,
+    ToolRegistrationError,
+    data_dir,
+    load_schema,
+    read_bounded_text,
+)
 from pte._core import strict_json as strict_json
 
 __all__ = ["STOCK_PACKS", "Registry", "load_pack", "load_registry"]
@@ -186,8 +193,10 @@ def load_registry(
 
 def _apply_manifest(registry: Registry, path: Path) -> Registry:
     try:
-        doc = strict_json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        doc = strict_json.loads(read_bounded_text(path, "tool manifest"))
+    except FileRefused as exc:
+        raise ToolPackError(str(exc)) from None
+    except ValueError as exc:
         raise ToolPackError(f"cannot read tool manifest {str(path)!r}: {exc}") from None
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(load_schema("tool-manifest.schema.json")).iter_errors(doc)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from pte._core import PTEError, Redactor
+from pte._core import FileRefused, PTEError, Redactor, check_file
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -139,15 +139,9 @@ def print_json(value: Any, redactor: Redactor | None = None) -> None:
 def require_regular_file(path: str, what: str) -> None:
     """Raise `InputFileError` unless `path` is an existing regular file (or a link to one)."""
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise InputFileError(f"{what} {path!r} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise InputFileError(f"cannot read {what} {path!r}: {exc}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise InputFileError(f"{what} {path!r} is a directory, not a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputFileError(f"{what} {path!r} is not a regular file (a FIFO, device or socket is refused)")
+        check_file(path, what)  # pte._core: the one check every named path goes through
+    except FileRefused as exc:
+        raise InputFileError(str(exc)) from None
 
 
 def read_bounded(path: str, what: str, max_bytes: int) -> tuple[str, bool]:

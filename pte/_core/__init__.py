@@ -7,6 +7,14 @@ This module is the area's face: other areas import only what it re-exports.
 from __future__ import annotations
 
 from pte._core import _strict_json as strict_json
+from pte._core._bounded_files import (
+    MAX_INPUT_FILE_BYTES,
+    FileRefused,
+    check_file,
+    check_folder,
+    read_bounded_bytes,
+    read_bounded_text,
+)
 from pte._core._call_role import (
     call_role,
     current_role,
@@ -87,6 +95,12 @@ from pte._core._nesting import (
     nests_deeper_than,
     outside_strings,
 )
+from pte._core._numbers import (
+    MAX_DECIMAL_DIGITS,
+    MAX_DECIMAL_EXPONENT,
+    decimal_in_bounds,
+    decimal_of_text,
+)
 from pte._core._redaction import (
     DEFAULT_REDACT_KEYS,
     REDACTED,
@@ -124,6 +138,9 @@ __all__ = [
     "DECIMAL_STRING_RE2",
     "DEFAULT_DATA_BUDGET",
     "DEFAULT_REDACT_KEYS",
+    "MAX_DECIMAL_DIGITS",
+    "MAX_DECIMAL_EXPONENT",
+    "MAX_INPUT_FILE_BYTES",
     "PLAN_REASONS",
     "REDACTED",
     "REPAIRABLE_REASONS",
@@ -141,6 +158,7 @@ __all__ = [
     "EndorsementStoreError",
     "ExplainingValidator",
     "FailedClosed",
+    "FileRefused",
     "ImportRefused",
     "ImportSourceError",
     "KeyFileError",
@@ -179,11 +197,15 @@ __all__ = [
     "canonical_json",
     "canonical_json_v1",
     "canonical_loads",
+    "check_file",
+    "check_folder",
     "check_signature_fields",
     "configure_logging",
     "count_values",
     "current_role",
     "data_dir",
+    "decimal_in_bounds",
+    "decimal_of_text",
     "default_rule_files",
     "get_logger",
     "hash_json",
@@ -195,6 +217,8 @@ __all__ = [
     "outside_strings",
     "pattern_matcher",
     "quiet_logging",
+    "read_bounded_bytes",
+    "read_bounded_text",
     "read_key_file",
     "read_shared",
     "render_budgeted",

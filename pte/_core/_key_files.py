@@ -2,14 +2,15 @@
 
 A key path comes from a flag or an environment variable. A FIFO there would block `open()`
 until some writer appears (the command hangs), a device such as ``/dev/zero`` would never
-end, and a huge file would be read whole. `read_key_file` opens without blocking, refuses
-anything but a regular file and reads at most a bound.
+end, and a huge file would be read whole. `read_key_file` reads it as every named path is
+read (pte._core._bounded_files): without blocking, a regular file only, at most a bound.
 """
 
 from __future__ import annotations
 
 import os
-import stat
+
+from pte._core._bounded_files import FileRefused, read_bounded_bytes
 
 __all__ = ["MAX_KEY_FILE_BYTES", "read_key_file"]
 
@@ -25,31 +26,8 @@ def read_key_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_
     """
     name = os.fspath(path)
     try:
-        # O_NONBLOCK: opening a FIFO returns at once (no writer needed); fstat then refuses it.
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise ValueError(f"cannot read {what} file {name!r}: {exc.strerror or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise ValueError(f"{what} file {name!r} is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise ValueError(
-                f"{what} file {name!r} is not a regular file (a FIFO, device or socket is refused)"
-            )
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise ValueError(f"cannot read {what} file {name!r}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > max_bytes:
-        raise ValueError(f"{what} file {name!r} is over {max_bytes} bytes: too large to be a key file")
-    return data
+        return read_bounded_bytes(name, f"{what} file", max_bytes)
+    except FileRefused as exc:
+        if str(exc).endswith(f"is over {max_bytes} bytes"):
+            raise ValueError(f"{exc}: too large to be a key file") from None
+        raise ValueError(str(exc)) from None

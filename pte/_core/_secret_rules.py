@@ -35,6 +35,8 @@ from typing import Any
 
 import re2
 
+from pte._core._bounded_files import FileRefused, read_bounded_text
+
 __all__ = ["SecretRule", "SecretRules", "default_rule_files"]
 
 # How much of the line around a match an allowlist with regexTarget = "line" looks at:
@@ -204,9 +206,11 @@ class SecretRules:
         for path in paths:
             source = os.fspath(path)
             try:
-                with open(source, "rb") as fh:
-                    document = tomllib.load(fh)
-            except (OSError, tomllib.TOMLDecodeError) as exc:
+                # A FIFO or device named by $PTE_SECRET_RULES would hang or exhaust every command.
+                document = tomllib.loads(read_bounded_text(source, "secret rules file"))
+            except FileRefused as exc:
+                raise ValueError(f"cannot load secret rules: {exc}") from None
+            except tomllib.TOMLDecodeError as exc:
                 raise ValueError(f"cannot load secret rules {source!r}: {exc}") from None
             shared: list[_Allow] = []
             for key in ("allowlist", "allowlists"):

@@ -15,11 +15,16 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from pte._core._bounded_files import check_file
+
 __all__ = ["append_line", "read_shared"]
 
 
 def read_shared(path: str | Path) -> str | None:
-    """The file's text, read under a shared lock; None when there is no file yet."""
+    """The file's text, read under a shared lock; None when there is no file yet. `FileRefused`
+    when the path is not a regular file (a FIFO would block the open)."""
+    if not check_file(path, "store file", missing_ok=True):
+        return None
     try:
         with open(path, encoding="utf-8") as fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
@@ -35,6 +40,7 @@ def append_line(path: str | Path, line: str, check: Callable[[str], bool] | None
     """Append `line` under an exclusive lock, fsynced. With `check`, the file's text is read
     under that lock first and the line is written only if ``check(text)`` is true (it may
     also raise). True when the line was written."""
+    check_file(path, "store file", missing_ok=True)
     with open(path, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:

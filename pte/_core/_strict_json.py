@@ -6,7 +6,8 @@ document mean two things to two readers:
 
 - duplicate keys (``{"deny": ["x"], "deny": []}``: Python keeps the last, other parsers the
   first, so a reviewer and the engine could read different rules);
-- ``NaN``, ``Infinity`` and ``-Infinity``, which are not JSON and cannot be hashed canonically;
+- ``NaN``, ``Infinity`` and ``-Infinity``, which are not JSON and cannot be hashed canonically
+  (nor a number like ``1e400`` that Python would read as infinity);
 - unbounded nesting, which ends in a `RecursionError` deep inside the parser.
 
 Each is refused with a `StrictJSONError` that says what and where.
@@ -15,6 +16,7 @@ Each is refused with a `StrictJSONError` that says what and where.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from pte._core._errors import StrictJSONError
@@ -36,6 +38,14 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _constant(name: str) -> Any:
     raise StrictJSONError("constant", f"{name} is not valid JSON")
+
+
+def _float(text: str) -> float:
+    # 1e400 is valid JSON that Python reads as inf: the infinity the constants above refuse.
+    value = float(text)
+    if not math.isfinite(value):
+        raise StrictJSONError("constant", f"the number {text[:40]} is beyond a double's range")
+    return value
 
 
 def _depth(value: Any) -> int:
@@ -67,7 +77,7 @@ def loads(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
         except UnicodeDecodeError as exc:
             raise StrictJSONError("syntax", f"not UTF-8: {exc}") from None
     try:
-        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
     except StrictJSONError:
         raise
     except json.JSONDecodeError as exc:

@@ -26,7 +26,6 @@ or calls a procedure that calls it back (directly or through others).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -35,7 +34,18 @@ from typing import Any
 
 import jsonschema
 
-from pte._core import PlanRejected, ProcedureError, ReasonCode, canonical_json, load_schema, sha256_hex
+from pte._core import (
+    FileRefused,
+    PlanRejected,
+    ProcedureError,
+    ReasonCode,
+    canonical_json,
+    check_folder,
+    load_schema,
+    read_bounded_text,
+    sha256_hex,
+    strict_json,
+)
 from pte._plan._model import ProcedureOrigin, Reference
 
 __all__ = [
@@ -50,6 +60,9 @@ __all__ = [
     "recorded_procedures",
     "step_path",
 ]
+
+#: Largest procedure file read: a procedure's body is a plan (1 MB at most), with its header.
+MAX_PROCEDURE_FILE_BYTES = 2_000_000
 
 #: The separator of a nested step's id: call ``x`` of a body step ``fetch`` runs as ``x__fetch``.
 #: Step ids allow only ``[a-z0-9_]`` and references use ``/``, so the path ``x/fetch`` is written
@@ -152,14 +165,19 @@ def load_procedures(folder: str | Path | Iterable[Procedure], registry: Any) -> 
     procedures: dict[str, Procedure] = {}
     if isinstance(folder, (str, Path)):
         root = Path(folder)
-        if not root.is_dir():
-            raise ProcedureError(f"procedures folder {str(root)!r} is not a directory")
+        try:
+            check_folder(root, "procedures folder")
+        except FileRefused as exc:
+            raise ProcedureError(str(exc)) from None
         items = []
         for path in sorted(root.glob("*.json")):
             try:
-                text = path.read_text(encoding="utf-8")
-                document = json.loads(text)
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                # A FIFO named *.json would block the read: refused, as a device or a huge file is.
+                text = read_bounded_text(path, "procedure file", MAX_PROCEDURE_FILE_BYTES)
+                document = strict_json.loads(text)  # duplicate keys, NaN: refused, as in every authority file
+            except FileRefused as exc:
+                raise ProcedureError(str(exc)) from None
+            except ValueError as exc:
                 raise ProcedureError(f"{path.name}: cannot read a procedure: {exc}") from None
             items.append(Procedure.from_document(document, path.name))
     else:

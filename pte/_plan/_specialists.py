@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pte._catalogue import Registry
-from pte._core import SpecialistError
+from pte._core import FileRefused, SpecialistError, read_bounded_text
 
 __all__ = [
     "CoordinatorView",
@@ -111,9 +111,9 @@ def load_specialists(path: str | Path) -> tuple[Specialist, ...]:
     """
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecialistError(f"cannot read specialists file {str(source)!r}: {exc}") from None
+        text = read_bounded_text(source, "specialists file")
+    except FileRefused as exc:
+        raise SpecialistError(str(exc)) from None
     try:
         if source.suffix.lower() in (".yaml", ".yml"):
             try:

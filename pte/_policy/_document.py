@@ -32,14 +32,13 @@ import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
 import jsonschema
 
 from pte._catalogue import OutputProvenance, Registry, ToolSpec
-from pte._core import PolicyError, StrictJSONError, load_schema
+from pte._core import FileRefused, PolicyError, StrictJSONError, load_schema, read_bounded_text
 from pte._core import strict_json as strict_json
 from pte._plan import CompileContext, Plan, json_path
 from pte._policy._flow import LABELS, Decided, _checked_prior, _flow_graph
@@ -198,9 +197,9 @@ class Policy:
         """
         source = os.fspath(path)
         try:
-            text = Path(source).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyError(f"cannot read policy file {source!r}: {exc}") from None
+            text = read_bounded_text(source, "policy file")
+        except FileRefused as exc:
+            raise PolicyError(str(exc)) from None
         return self.with_document(_parse_json(text, source), source=source, ignore_unknown=ignore_unknown)
 
     def with_document(

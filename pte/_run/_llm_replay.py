@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from pte._core import LLMError, ReplayDataError
+from pte._core import FileRefused, LLMError, ReplayDataError, read_bounded_text
 from pte._run._llm import _RESPONSE_FORMATS, LLMResponse, _usage
 
 __all__ = ["ReplayClient"]
+
+#: Largest recorded responses file read (answers are plans: a few KiB each).
+MAX_RESPONSES_FILE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,9 @@ class ReplayClient:
         """
         source = Path(path)
         try:
-            data = json.loads(source.read_text(encoding="utf-8"))
+            data = json.loads(read_bounded_text(source, "recorded responses file", MAX_RESPONSES_FILE_BYTES))
+        except FileRefused as exc:
+            raise ReplayDataError(str(exc)) from None
         except ValueError as exc:
             raise ReplayDataError(f"{source}: not valid JSON: {exc}") from None
         if not isinstance(data, list):

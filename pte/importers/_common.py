@@ -23,11 +23,13 @@ import jsonschema
 
 from pte._catalogue import TOOL_NAME_RE, Effect, Registry, SchemaFunction, tool_from_schema
 from pte._core import (
+    FileRefused,
     ImportRefused,
     ToolRegistrationError,
     __version__,
     canonical_json,
     load_schema,
+    read_bounded_text,
     sha256_hex,
 )
 from pte._core import strict_json as strict_json
@@ -94,8 +96,10 @@ class ImportManifest:
         else:
             source = str(manifest)
             try:
-                document = strict_json.loads(Path(manifest).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+                document = strict_json.loads(read_bounded_text(manifest, "import manifest"))
+            except FileRefused as exc:
+                raise ImportRefused(str(exc)) from None
+            except ValueError as exc:
                 raise ImportRefused(f"cannot read import manifest {source!r}: {exc}") from None
         validator = jsonschema.Draft202012Validator(load_schema("import-manifest.schema.json"))
         error = jsonschema.exceptions.best_match(validator.iter_errors(document))

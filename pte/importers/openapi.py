@@ -27,12 +27,20 @@ import copy
 import json
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from pte._catalogue import Registry, SchemaFunction
-from pte._core import ImportRefused, OpenAPIError, StrictJSONError, ToolError, hash_json, sha256_hex
+from pte._core import (
+    FileRefused,
+    ImportRefused,
+    OpenAPIError,
+    StrictJSONError,
+    ToolError,
+    hash_json,
+    read_bounded_bytes,
+    sha256_hex,
+)
 from pte._core import strict_json as strict_json
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
@@ -42,6 +50,8 @@ _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _READ_METHODS = frozenset({"get", "head"})
 _PARAM_LOCATIONS = ("path", "query", "header")
 _MAX_ERROR_CHARS = 1000
+#: Largest OpenAPI document read from a file or fetched (large public APIs are a few MiB).
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 
 
 def _httpx() -> Any:
@@ -76,9 +86,9 @@ def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[
                 http.close()
     else:
         try:
-            raw = Path(source).read_bytes()
-        except OSError as exc:
-            raise OpenAPIError(f"cannot read OpenAPI document {text!r}: {exc}") from None
+            raw = read_bounded_bytes(source, "OpenAPI document", MAX_DOCUMENT_BYTES)
+        except FileRefused as exc:
+            raise OpenAPIError(str(exc)) from None
     if _is_yaml(text, raw):
         document = _yaml_document(text, raw)
     else:
