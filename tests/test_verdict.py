@@ -302,3 +302,35 @@ def test_a_stored_run_has_the_same_verdict_in_verify_and_in_its_report(
         assert f'data-verdict="{status}"' in text
         shown = dict(re.findall(r'data-check="([^"]+)" data-state="([^"]+)"', text))
         assert shown == states(verified)
+
+
+def test_a_bound_run_never_anchored_is_refused_even_unfinished(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose run_started names its deployment is anchored as it starts: one with no anchor,
+    even one that never finished (made up, or crashed and rewritten), is not the deployment's."""
+    deployment = Deployment(tmp_path / "deployment")
+    log = tmp_path / "bound.jsonl"
+    with AuditLog(log) as audit:  # bound to a deployment, but written without its key
+        assert Engine(REGISTRY, deployment="the-deployment").execute(REMIND, audit).ok
+    assert records(log)[0]["deployment"]["fingerprint"] == "the-deployment"
+    unfinished = tmp_path / "unfinished.jsonl"
+    unfinished.write_bytes(b"".join(log.read_bytes().splitlines(keepends=True)[:3]))
+    deployment.verifier_env(monkeypatch)
+    found = every_verdict(capsys, unfinished, deployment, tmp_path)
+    checks = assert_one_verdict(found, "tampered")
+    assert checks["anchors"] == "failed" and checks["sealed"] == "failed"
+    assert "never anchored" in node_verdict(unfinished, deployment)["problem"]
+    # Anchored as it starts (and at its plan), a crash after its first read is only incomplete:
+    # the run and the anchors file as the crash leaves them.
+    anchored = tmp_path / "anchored.jsonl"
+    with AuditLog(anchored, anchors=deployment.anchors()) as audit:
+        assert Engine(REGISTRY, deployment="the-deployment").execute(REMIND, audit).ok
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(anchored.read_bytes().splitlines(keepends=True)[:3]))
+    signed = deployment.anchors_file.read_bytes().splitlines(keepends=True)
+    assert [json.loads(line)["seq"] for line in signed[:2]] == [0, 1]  # its start, its plan
+    deployment.anchors_file.write_bytes(b"".join(signed[:2]))
+    found = every_verdict(capsys, cut, deployment, tmp_path)
+    checks = assert_one_verdict(found, "incomplete")
+    assert checks["anchors"] == "checked"

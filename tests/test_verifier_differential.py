@@ -335,7 +335,9 @@ def anchored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PTE_LEDGER", str(where / "ledger.sqlite"))
         assert main(["--quiet", "ledger", "init", "--path", str(where / "ledger.sqlite")]) == 0
-        engine = Engine(load_registry(["backoffice"]))
+        # Bound to a deployment: each run is anchored at its start and its plan, as well as
+        # before its write and at its seal (docs/audit-format.md, "Anchors").
+        engine = Engine(load_registry(["backoffice"]), deployment="differential-test-deployment")
         for plan in (REMIND, READ_ONLY, REMIND):
             with AuditLog(log, anchors=Anchors(anchors_file, key=key)) as audit:
                 assert engine.execute(plan, audit).ok
@@ -406,6 +408,7 @@ def anchored_tamperings(draw: st.DrawFn, log: bytes, anchors: bytes) -> tuple[by
     if kind == "drop_last_anchors":
         keep = draw(st.integers(0, len(anchor_lines) - 1))
         kept = {json.loads(line)["run_id"] for line in anchor_lines[:keep]}
+        # A run left with no anchor is refused (sealed, and bound to its deployment).
         return log, b"".join(anchor_lines[:keep]), f"anchors file cut after line {keep}", kept != run_ids
     index = draw(st.integers(0, len(anchor_lines) - 1))
     if kind == "drop_anchor":

@@ -353,7 +353,7 @@ export function verifyLog(buf) {
   const sealed = new Set();
   const openRuns = new Map();
   const stored = new Map(); // content hash -> value
-  const runRecords = new Map(); // run id -> [{seq, hash, type}]
+  const runRecords = new Map(); // run id -> [{seq, hash, type, bound}]
   let logId = null;
   const result = (intact, complete, issue, schemaIssue = false) => ({
     ok: intact && complete,
@@ -438,7 +438,8 @@ export function verifyLog(buf) {
         openRuns.set(run, n);
       }
       if (!runRecords.has(run)) runRecords.set(run, []);
-      runRecords.get(run).push({ seq: record.seq, hash: digest, type });
+      // `bound`: a run_started naming its deployment (anchored as it starts, section 7a).
+      runRecords.get(run).push({ seq: record.seq, hash: digest, type, bound: type === "run_started" && record.deployment !== undefined && record.deployment !== null });
       heads.push(digest);
       prev = digest;
     }
@@ -561,7 +562,8 @@ export function readAnchors(buf, publicKey) {
 
 /**
  * Check each run of a verified log against the deployment's anchors: every anchor of a run
- * names a record the run reaches, with the anchor's hash; a sealed run has at least one.
+ * names a record the run reaches, with the anchor's hash; a sealed run has at least one, and
+ * so does a run whose run_started names its deployment (a bound run is anchored as it starts).
  * Returns { problem, runs, anchors }.
  */
 export function checkAnchors(report, anchors) {
@@ -586,6 +588,9 @@ export function checkAnchors(report, anchors) {
     }
     if (mine.length === 0 && records.some((r) => r.type === "run_finished")) {
       return { problem: `run ${run} is sealed but the deployment never anchored it (made up, or rewritten, without the deployment key)` };
+    }
+    if (mine.length === 0 && records.some((r) => r.bound)) {
+      return { problem: `run ${run} names a deployment but was never anchored: its start was never signed (made up, or rewritten, without the deployment key)` };
     }
     signed += mine.length;
   }

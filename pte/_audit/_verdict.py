@@ -154,10 +154,17 @@ def _anchor_check(report: VerifyReport, anchors: Any, runs: Runs) -> Check:
                 continue
             run_id = str(records[0].get("run_id"))
             problem = run_problem(anchors, run_id, records)
+            count = anchors.check(run_id, records)[0] if problem is None else 0
+            if problem is None and count == 0 and records[0].get("deployment") is not None:
+                # A bound run is anchored as it starts (docs/audit-format.md, "Anchors").
+                problem = (
+                    f"run {run_id} names a deployment but was never anchored: its start was never "
+                    "signed (made up, or rewritten, without the deployment key)"
+                )
             if problem is not None:
                 return Check("anchors", FAILED, problem)
             counted += 1
-            signed += anchors.check(run_id, records)[0]
+            signed += count
     except AnchorError as exc:  # a damaged anchors file vouches for nothing
         return Check("anchors", FAILED, str(exc))
     return Check(
