@@ -358,7 +358,7 @@ class _Run:
         # A call whose value needs a person's endorsement (pte._policy._endorsement): pause, refuse or
         # record the endorsement it consumes, before its intent is recorded. Such a step is a
         # write, started only at its turn, so everything before it is recorded.
-        check_endorsement(step.id, spec.name, args)
+        check_endorsement(step.id, spec.name, args, self.available, (spec.idempotency_key,))
         if i == self.next:
             # Its turn to be recorded: the intent goes first, as it would one step at a time
             # (a write is only ever started at its turn).

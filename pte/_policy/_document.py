@@ -409,8 +409,12 @@ class PolicyCheck:
         self.completion: Decided = self.decided
         self.endorsable = endorsable
         #: Steps of the last plan this check accepted that need a person's endorsement:
-        #: step id -> {parameter: the violation's explanation (its provenance chain)}.
+        #: step id -> {parameter: the violation's explanation (its provenance chain)}; a step
+        #: whose only violation is what decides it runs has no parameters here.
         self.endorsements: dict[str, dict[str, str]] = {}
+        #: step id -> the decisions a person is shown (and endorses) with the call: what brings
+        #: untrusted data into whether and how often it runs (`_FlowGraph.call_decisions`).
+        self.endorse_decisions: dict[str, list[dict[str, Any]]] = {}
 
     def configured(
         self,
@@ -445,21 +449,41 @@ class PolicyCheck:
         self.trees = {sid: graph.trees[sid] for sid in labels}
         ctx.provenance = dict(labels)
         self.endorsements = {}
+        self.endorse_decisions = {}
         needs: dict[str, dict[str, str]] = {}
+        decisions: dict[str, list[dict[str, Any]]] = {}
         for step, param, violation in graph.violations():
-            if not (self.endorsable and param is not None and self._endorsable(graph, step.tool, param)):
+            if not self.endorsable or not self._write(graph, step.tool):
                 raise violation
-            needs.setdefault(step.id, {})[param] = violation.message
+            entry = graph.entry(step.tool)
+            if param is not None:
+                if not (entry.endorse_call or param in entry.endorse):
+                    raise violation
+                needs.setdefault(step.id, {})[param] = violation.message
+                continue
+            # Whether (and how often) it runs: endorsable where its values are (or the call
+            # is), and only for decisions a person can be shown at the call.
+            shown = None
+            if entry.endorse_call or entry.endorse:
+                assert entry.decided_by is not None
+                shown = graph.call_decisions(
+                    graph.index[step.id], graph.implicit_labels(graph.index[step.id]) - entry.decided_by
+                )
+            if not shown:
+                raise violation
+            needs.setdefault(step.id, {})
+            decisions[step.id] = shown
         self.endorsements = needs
+        self.endorse_decisions = decisions
         if needs:
             ctx.needs_endorsement = {sid: sorted(params) for sid, params in needs.items()}
 
     @staticmethod
-    def _endorsable(graph: Any, tool: str, param: str) -> bool:
+    def _write(graph: Any, tool: str) -> bool:
         # Only a write's call waits at its turn, after every earlier step is recorded: the
         # place a run can pause for a person without losing or repeating anything.
         spec = graph.spec(tool)
-        return spec is not None and spec.effect == "write" and param in graph.entry(tool).endorse
+        return spec is not None and spec.effect == "write"
 
     def __repr__(self) -> str:
         return f"PolicyCheck(literal={self.literal!r}, prior={len(self.prior)} step(s))"

@@ -60,6 +60,7 @@ from pte._core import (
     sign_decision,
 )
 from pte._core import strict_json as strict_json
+from pte._policy._call_decisions import call_hash, render_decisions
 
 __all__ = [
     "ENDORSEMENT_FORMAT",
@@ -361,9 +362,12 @@ class EndorsementRequest:
     value_hash: str
     #: parameter -> the policy's violation trace, in words (where the value comes from).
     provenance: Mapping[str, str]
+    #: What decided that (and how often) the call runs, in words with its values, where that
+    #: needs a person too (pte._policy._call_decisions); `value_hash` then covers them as well.
+    decisions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "plan_hash": self.plan_hash,
             "step_id": self.step_id,
             "element": self.element,
@@ -372,12 +376,18 @@ class EndorsementRequest:
             "value_hash": self.value_hash,
             "provenance": dict(self.provenance),
         }
+        if self.decisions:
+            out["decisions"] = list(self.decisions)
+        return out
 
     @classmethod
     def from_record(cls, run_id: str, data: Mapping[str, Any]) -> EndorsementRequest:
         values = data.get("values")
-        if not isinstance(values, dict) or value_hash(values) != data.get("value_hash"):
-            raise ValueError("the request's values do not hash to its value_hash")
+        decisions = data.get("decisions") or []
+        if not isinstance(decisions, list) or not all(isinstance(d, str) for d in decisions):
+            raise ValueError("the request's decisions are not a list of sentences")
+        if not isinstance(values, dict) or call_hash(values, decisions) != data.get("value_hash"):
+            raise ValueError("the request's values (and decisions) do not hash to its value_hash")
         return cls(
             run_id,
             str(data.get("plan_hash")),
@@ -387,6 +397,7 @@ class EndorsementRequest:
             values,
             str(data.get("value_hash")),
             dict(data.get("provenance") or {}),
+            tuple(decisions),
         )
 
     def describe(self) -> str:
@@ -398,6 +409,9 @@ class EndorsementRequest:
             why = self.provenance.get(param)
             if why:
                 lines.append(f"    source: {why}")
+        if self.decisions:
+            lines.append(f"  and that {self.tool} runs here at all, decided by data only you can vouch for:")
+            lines.extend(f"    {decision}" for decision in self.decisions)
         lines.append(f"  value hash {self.value_hash}")
         return "\n".join(lines)
 
@@ -450,6 +464,8 @@ class EndorsementPoint:
     needs: Mapping[str, Mapping[str, str]]
     #: The calls that consumed an endorsement (autonomy counts, `pte.RunResult`).
     endorsed: list[str] = field(default_factory=list)
+    #: step id -> the decisions the person is shown with the call (`PolicyCheck.endorse_decisions`).
+    decisions: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
 
 _CURRENT: contextvars.ContextVar[EndorsementPoint | None] = contextvars.ContextVar(
@@ -465,16 +481,29 @@ def reset_point(token: contextvars.Token[EndorsementPoint | None]) -> None:
     _CURRENT.reset(token)
 
 
-def check_call(step_id: str, tool: str, args: Mapping[str, Any]) -> None:
-    """Called by the executor before it records and starts a call: pause, refuse or let it run."""
+def check_call(
+    step_id: str,
+    tool: str,
+    args: Mapping[str, Any],
+    outputs: Mapping[str, Any] | None = None,
+    hidden: Sequence[str | None] = (),
+) -> None:
+    """Called by the executor before it records and starts a call: pause, refuse or let it run.
+    `outputs`: the run's outputs so far (the decisions are shown with their values); `hidden`:
+    arguments that are the engine's, not the plan's (an idempotency key)."""
     point = _CURRENT.get()
     if point is None:
         return
     base, element = split_element(step_id)
     needs = point.needs.get(base)
-    if not needs:
+    specs = point.decisions.get(base)
+    if not needs and not specs:
         return
-    values = {param: args[param] for param in sorted(needs) if param in args}
+    needs = needs or {}
+    decisions = tuple(render_decisions(specs or (), element, outputs or {}))
+    # Vouching that the call runs at all is vouching for all of it: every argument is shown.
+    shown = [p for p in sorted(args) if p not in hidden] if decisions else sorted(needs)
+    values = {param: args[param] for param in shown if param in args}
     request = EndorsementRequest(
         point.audit.run_id,
         point.plan_hash,
@@ -482,8 +511,9 @@ def check_call(step_id: str, tool: str, args: Mapping[str, Any]) -> None:
         element,
         tool,
         values,
-        value_hash(values),
+        call_hash(values, decisions),
         {param: needs[param] for param in sorted(needs) if param in args},
+        decisions,
     )
     point.gate.at_call(request, point.audit)
     point.endorsed.append(step_id)

@@ -338,6 +338,57 @@ class _FlowGraph:
         out |= self.before.get(step.id, {}).keys() | self.before_failures.get(step.id, {}).keys()
         return frozenset(out)
 
+    def call_decisions(self, step: _StepView, offending: frozenset[str]) -> list[dict[str, Any]] | None:
+        """What brings `offending` into whether and how often `step` runs, as decisions a person
+        can be shown at the call (pte._policy._endorsement renders them with their values): its
+        `when`, its `for_each` list, the requires and failures before it in this plan. None when
+        some of it cannot be shown there: what its planner was shown (exposure), or what decided
+        that the plan runs at all (an earlier stage, a replan's trigger)."""
+        decided = self.decided.conditions | (self.decided.failures - self.input_labels(step))
+        if offending & (self.exposure | decided):
+            return None
+        out: list[dict[str, Any]] = []
+        fails: set[str] = set()
+        own = self.input_labels(step)
+        for sid in self.full_order:
+            if sid == step.id:
+                break
+            if sid in self.requires:
+                cond = self.requires[sid][1]
+                if self.condition_labels(cond) & offending:
+                    sources = self.sources(cond, offending)
+                    out.append({"kind": "require", "step": sid, "condition": cond, "sources": sources})
+            elif sid in self.index:
+                other = self.index[sid]
+                labels = (self.failure_labels(other) - own) & offending
+                if labels - fails:
+                    fails |= labels
+                    out.append({"kind": "failure", "step": sid, "tool": other.tool, "labels": sorted(labels)})
+        if step.when is not None and self.condition_labels(step.when) & offending:
+            sources = self.sources(step.when, offending)
+            out.append({"kind": "when", "step": step.id, "condition": step.when, "sources": sources})
+        if step.for_each is not None and self.membership(step.for_each) & offending:
+            each = step.for_each
+            label = next(lab for lab in _EXPLAIN_ORDER if lab in self.membership(each) & offending)
+            chain = self.chain(iter([each]), label) if label in self.component_labels(each) else []
+            out.append({"kind": "for_each", "list": str(each), "label": label, "source": " ← ".join(chain)})
+        return out
+
+    def sources(self, cond: Any, offending: frozenset[str]) -> dict[str, str]:
+        """Where each reference of a condition comes from, in words (for the offending labels)."""
+        out: dict[str, str] = {}
+        for part in _condition_components(cond):
+            ref = part.ref if isinstance(part, _Length) else part
+            if isinstance(ref, _Literal):
+                continue
+            labels = self.component_labels(part) & offending
+            if not labels or str(ref) in out:
+                continue
+            label = next(lab for lab in _EXPLAIN_ORDER if lab in labels)
+            hops = self.chain(iter([ref]), label) if label in self.component_labels(ref) else [str(ref)]
+            out[str(ref)] = " ← ".join(hops) if hops else f"{ref} ({label})"
+        return out
+
     def condition_source(self, cond: Any, label: str) -> str:
         """'a condition on <what>' for the first part of `cond` that brings `label`."""
         part = next((c for c in _condition_components(cond) if label in self.component_labels(c)), None)
@@ -461,8 +512,11 @@ class _FlowGraph:
 
     def trace(self, step: _StepView, param: str, label: str) -> list[str]:
         """The flow that brings `label` into ``step.tool.param``, hop by hop back to its source."""
-        parts = [f"{step.tool}.{param}"]
-        components: Iterator[Reference | _Literal] = _components(step.args[param])
+        return [f"{step.tool}.{param}", *self.chain(_components(step.args[param]), label)]
+
+    def chain(self, components: Iterator[Reference | _Literal], label: str) -> list[str]:
+        """The hops that bring `label` out of `components`, back to its source."""
+        parts: list[str] = []
         while True:
             component = next(c for c in components if label in self.component_labels(c))
             if isinstance(component, _Literal):

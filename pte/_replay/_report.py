@@ -423,6 +423,9 @@ def _endorsements(records: Sequence[Mapping[str, Any]]) -> str:
                 f"<br><small>{_e(sources.get(k, ''))}</small></div>"
                 for k, v in values.items()
             )
+            # What decided that the call runs, as the person saw it (docs/endorsement.md, #38).
+            decided = [d for d in asked.get("decisions") or [] if isinstance(d, str)]
+            shown += "".join(f'<div class="decision"><small>{_e(d)}</small></div>' for d in decided)
             by, state = (
                 "-",
                 f"waiting for a person (value hash <code>{_e(str(asked.get('value_hash'))[:16])}</code>)",

@@ -476,6 +476,7 @@ class Engine:
         )
         if endorsing:
             run.endorse[plan.hash] = policy_check.endorsements
+            run.endorse_decisions[plan.hash] = policy_check.endorse_decisions
         run.result.plans.append(plan)
         if gate:
             self.approval(plan, run.audit)
@@ -523,7 +524,8 @@ class Engine:
         needs = run.endorse.get(plan.hash)
         point: EndorsementPoint | None = None
         if needs and self.endorsement:
-            point = EndorsementPoint(self.endorsement, audit, plan.hash, needs)
+            decisions = run.endorse_decisions.get(plan.hash, {})
+            point = EndorsementPoint(self.endorsement, audit, plan.hash, needs, decisions=decisions)
         token = set_point(point)
         try:
             execution = self.executor.run(plan, audit, completed=run.result.outputs, on_step=on_step)

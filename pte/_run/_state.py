@@ -211,6 +211,8 @@ class _Run:
     replans: int = 0
     #: plan hash -> the steps that need an endorsement (pte._policy._endorsement): step -> {param: why}.
     endorse: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    #: plan hash -> step -> the decisions a person is shown with the call (`PolicyCheck.endorse_decisions`).
+    endorse_decisions: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     #: The calls (step ids, ``id[i]`` for elements) that consumed an endorsement.
     endorsed: set[str] = field(default_factory=set)
 
