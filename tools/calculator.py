@@ -486,19 +486,15 @@ def calculator(
     places: Annotated[int, Field(ge=0, le=28)] | None = None,
     rounding: Literal["half_even", "half_up"] = "half_even",
 ) -> CalcResult:
-    """Evaluate an arithmetic expression exactly in decimal (no floating point).
+    """Evaluate an arithmetic expression exactly in decimal (34 digits: 0.1 + 0.2 == 0.3).
 
-    `expression` (at most 1,000 characters) may use numbers, the names of `variables`,
-    + - * / // % ** (exponent at most 10,000), parentheses, unary minus, comparisons
-    (== != < <= > >=: 1 true, 0 false), `and`/`or`/`not`, `x if cond else y`, indexing a
-    list variable (xs[0], xs[-1]), sum, min, max, avg (= mean) over numbers and/or lists
-    (sum(amounts)), len(list), abs(x), round(x, n), floor(x), ceil(x); nothing else.
-    `variables` maps names to numbers, decimal strings or lists of them, e.g.
-    {"amounts": ["10.50", "2.25"]}. 34 significant digits: 0.1 + 0.2 == 0.3, money sums
-    are exact. A share in percent is `part / whole * 100`.
-    `places` rounds the result; `rounding` (half_even: banker's, half_up: commercial)
-    applies to `places` and round(). `value` is a decimal string, e.g. "12.75".
-    Fails on unknown names or functions, division by zero, or a list-valued result.
+    `expression` (at most 1,000 characters): numbers, names of `variables`, + - * / // % **
+    (exponent at most 10,000), parentheses, comparisons (== != < <= > >=: 1 or 0), and/or/not,
+    `x if cond else y`, xs[0], xs[-1], sum min max avg over numbers and lists (sum(amounts)),
+    len abs round(x, n) floor ceil; nothing else. `variables`: names to numbers, decimal
+    strings or lists of them ({"amounts": ["10.50", "2.25"]}). Percent: part / whole * 100.
+    `places` rounds the result; `rounding` (half_even, half_up) applies to it and round().
+    Fails on unknown names, division by zero or a list result.
     """
     with decimal.localcontext(_context()):
         value = _evaluate(expression, variables or {}, _ROUNDINGS[rounding])
@@ -513,11 +509,8 @@ def percentage(
     whole: Decimal,
     places: Annotated[int, Field(ge=0, le=28)] = 2,
 ) -> PercentageResult:
-    """Return {value}: `part` as a percentage of `whole` (part / whole * 100), exact in decimal.
-
-    `part` and `whole` are numbers or decimal strings in the same unit (e.g. two amounts in
-    one currency). The result is rounded half-even to `places` decimals, e.g.
-    part "25", whole "200" gives {"value": "12.50"}. Fails when `whole` is zero.
+    """Return {value}: `part` / `whole` * 100 (numbers or decimal strings in one unit), exact,
+    rounded half-even to `places`. Fails when `whole` is zero.
     """
     with decimal.localcontext(_context()):
         if whole == 0:
@@ -547,9 +540,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 @tool(provenance="derived")
 def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None = None) -> NumberResult:
-    """Return {value}: a decimal string (e.g. calculator's "1125.00") as a JSON number, for a
-    parameter typed number (e.g. an amount to pay). Exact or nothing: a value that would lose
-    digits as a number fails the step; `places` first rounds half-even to that many decimals.
+    """Return {value}: a decimal string ("1125.00") as a JSON number, for a parameter typed
+    number. A value that would lose digits fails; `places` first rounds half-even.
     """
     with decimal.localcontext(_context()):
         if places is not None:
@@ -565,9 +557,8 @@ def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None 
 
 @tool(provenance="derived")
 def to_integer(value: Decimal) -> IntegerResult:
-    """Return {value}: a whole decimal string or number (e.g. "42", "42.00") as a JSON integer,
-    for a parameter typed integer. A fraction ("42.5") or a value beyond 2**53 - 1 fails the
-    step: round it first (calculator round(x)).
+    """Return {value}: a whole decimal string or number ("42.00") as a JSON integer. A
+    fraction or a value beyond 2**53 - 1 fails: round it first (calculator round(x)).
     """
     if value != value.to_integral_value():
         raise ValueError(f"{_plain(value)} is not a whole number; round it first (calculator: round(x))")

@@ -172,12 +172,9 @@ def _describe(value: dt.datetime, with_time: bool) -> DateTime:
 
 @tool(provenance="derived")
 def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = None) -> DateTime:
-    """Read a date or date-time in any common format ("June 10th 2024 at 1 PM", "15.05.2024",
-    "05/15/2024 9:30").
-
-    dayfirst: "03/04/2024" is 3 April. timezone (IANA): attached to a value without an offset.
-    No year, month or day is an error (no guessing from today).
-    Returns {value, date, time, weekday}.
+    """Read a date or date-time in any common format ("June 10th 2024 at 1 PM", "15.05.2024").
+    dayfirst: "03/04/2024" is 3 April; timezone (IANA) for a value without an offset. No
+    year, month or day is an error. Returns {value, date, time, weekday}.
     """
     value, with_time = _parse(text, dayfirst)
     if timezone is not None and value.tzinfo is None:
@@ -187,11 +184,8 @@ def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = Non
 
 @tool(provenance="derived")
 def extract_dates(text: str, dayfirst: bool = False) -> DateList:
-    """Dates and date-times in free text as ISO 8601, in order of appearance.
-
-    ISO, "June 10th, 2024 at 1 PM", "10 June 2024", "15.05.2024 13:00", "05/15/2024" (dayfirst:
-    "15/05/2024").
-    Returns {values, count}.
+    """Dates and date-times in free text ("10 June 2024", "15.05.2024 13:00") as ISO 8601,
+    in order. Returns {values, count}.
     """
     values = []
     for found in _DATE_RE.finditer(text):
@@ -205,8 +199,8 @@ def extract_dates(text: str, dayfirst: bool = False) -> DateList:
 
 @tool(provenance="derived")
 def format_datetime(value: str, pattern: str) -> Text:
-    """Return {text}: an ISO 8601 value formatted with a strftime pattern, e.g. "%Y-%m-%d %H:%M"
-    or "%d.%m.%Y". Allowed: %a %A %b %B %d %H %I %j %m %M %p %S %y %Y %z %Z %f %G %u %V %w %%.
+    """Return {text}: an ISO 8601 value formatted with a strftime pattern ("%d.%m.%Y").
+    Allowed: %a %A %b %B %d %H %I %j %m %M %p %S %y %Y %z %Z %f %G %u %V %w %%.
     """
     directives = re.findall(r"%(.)", pattern.replace("%%", ""))
     bad = sorted(
@@ -234,10 +228,8 @@ def add_duration(value: str, duration: str, subtract: bool = False) -> DateTime:
 
 @tool(provenance="derived")
 def time_between(start: str, end: str) -> Duration:
-    """How long from `start` to `end` (e.g. iso "PT1H30M", minutes 90); both with a time zone, or
-    neither.
-
-    Returns {iso, seconds, minutes, hours, days}: minutes, hours, days whole (truncated).
+    """How long from `start` to `end` (both with a time zone, or neither). Returns {iso,
+    seconds, minutes, hours, days}: iso "PT1H30M", the others whole (truncated).
     """
     a, b = _value(start), _value(end)
     if (a.tzinfo is None) != (b.tzinfo is None):

@@ -122,11 +122,9 @@ class Amounts(BaseModel):
 def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: bool = True) -> Values:
     """Find entities of one kind in free text; returns {values, count}, in order of appearance.
 
-    iban: only IBANs with a valid checksum and length for their country, without spaces,
-    upper case ("DE89 3704 0044 0532 0130 00" -> "DE89370400440532013000").
-    email: e-mail addresses. url: http(s):// or www. URLs, without trailing punctuation.
-    number: decimal numbers as decimal strings, thousands commas removed ("1,234.5" -> "1234.5").
-    unique: each value once, first occurrence kept.
+    iban: valid checksum and length, without spaces, upper case. email. url: http(s):// or
+    www. number: decimal strings without thousands commas ("1,234.5" -> "1234.5"). unique: each
+    value once.
     """
     if kind == "iban":
         values = _ibans(text)
@@ -147,9 +145,8 @@ def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: 
 def extract_amounts(text: str, currency: str | None = None) -> Amounts:
     """Find money amounts with their currency; returns {records: [{amount, currency, text}], count}.
 
-    Recognises "EUR 1,234.50", "1.234,50 €", "$12", "-45.00 USD", "CHF 99", "12 euros".
-    amount is an exact decimal string ("1234.50"); currency an ISO code. currency: keep only
-    amounts in that currency. Numbers without a currency are not amounts (see extract number).
+    "EUR 1,234.50", "1.234,50 €", "$12", "12 euros": amount a decimal string, currency an
+    ISO code. currency: keep only that one. A number without a currency is no amount.
     """
     records: list[Amount] = []
     for found in _AMOUNT_RE.finditer(text):

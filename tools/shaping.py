@@ -390,10 +390,7 @@ def pick(
     records: list[R], fields: Annotated[list[str], FieldName(R)]
 ) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
     """Keep only `fields` in each record (a field a record lacks is left out); returns {records,
-    count}, order kept.
-
-    An empty list gives an empty result; a field no record of a non-empty list has is an error (a
-    typo).
+    count}, order kept. A field no record of a non-empty list has is an error (a typo).
     """
     if not fields:
         raise ValueError("fields is empty: name at least one field to keep")
@@ -455,13 +452,11 @@ def filter_records(
 ) -> RecordsResult[R]:
     """Keep the records whose `field` satisfies `op` `value`; returns {records, count}, order kept.
 
-    eq ne lt le gt ge: numbers and decimal strings by value ("120.50" eq 120.5), ISO dates and
-    timestamps as instants, else text order; a number against text is an error.
-    contains starts_with ends_with has_word (a whole word): a text field; contains on a list
-    field: it has an item equal to `value`. has_key: an object field has the key `value`.
-    in: the field is one of `value` (a list). Another field type is an error, not "no match".
-    ignore_case: for text. Missing or null fields never match. An empty list gives an empty
-    result; a field no record of a non-empty list has is an error (a typo).
+    eq ne lt le gt ge: numbers and decimal strings by value, ISO dates as instants, else text
+    (a number against text is an error). contains starts_with ends_with has_word (a whole
+    word): text; contains on a list field: has an item equal to `value`. has_key: an object
+    field has the key `value`. in: the field is one of `value` (a list). ignore_case: text.
+    Missing or null fields never match; a field no record has is an error (a typo).
     """
     _check_field(records, field)
     matches = _matcher(op, value, ignore_case)
@@ -524,10 +519,8 @@ def sum_field(records: list[R], field: FieldOfR) -> SumResult:
 
 @tool(provenance="derived", selection=Selection(decides=("records/*/{key}", "records/*/{field}")))
 def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResult:
-    """Return {groups, count}: per distinct value of `key`, the exact decimal sum of `field`; groups
-    sorted by key (as text).
-
-    Every record must have both fields, e.g. key "currency", field "outstanding".
+    """Return {groups, count}: per distinct value of `key` (as text, sorted), the exact decimal
+    sum of `field`; every record must have both.
     """
     keys = _required(records, key)
     values = _required(records, field)
@@ -548,11 +541,9 @@ def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResul
 def format_text(template: str, values: dict[str, Any]) -> TextResult:
     """Fill `{name}` placeholders in `template` from `values`; returns {text}.
 
-    Only plain names are allowed: no attribute or index access ({a.b}, {a[0]}), no
-    conversions ({a!r}) and no format specs ({a:>10}); write {{ and }} for literal braces.
-    Values render as: text as is, numbers and decimal strings as written, true/false,
-    null as empty text, lists as "a, b, c", objects as JSON. A placeholder with no
-    value is an error; unused values are ignored.
+    Plain names only ({a.b}, {a[0]}, {a!r}, {a:>10} are errors); {{ and }} for braces. Text as
+    is, numbers as written, null as "", lists as "a, b, c", objects as JSON. A placeholder
+    with no value is an error.
     """
     try:
         parts = list(string.Formatter().parse(template))
@@ -629,9 +620,8 @@ def join_records(
     ignore_case: bool = False,
 ) -> PairsResult[RL, RS]:
     """Return {records, count}: an inner join, every pair where left[left_field] equals
-    right[right_field], in left then right order.
-
-    Numbers and decimal strings by value; ignore_case for text; missing or null fields never match.
+    right[right_field], in left then right order; numbers by value, ignore_case for text,
+    missing or null never match.
     """
     _check_field(left, left_field)
     _check_field(right, right_field)

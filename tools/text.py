@@ -129,10 +129,9 @@ def regex_extract(
 ) -> MatchRecords:
     """Find the matches of an RE2 regular expression; returns {records, count, matched}.
 
-    Each record has one string field per named group (?P<name>...), typed from the pattern,
-    e.g. pattern "Rating: (?P<rating>[0-9.]+)" gives records [{"rating": "4.2"}]; with no
-    named group the field is "match" (the whole match). RE2 runs in linear time; no
-    backreferences or lookaround. A literal pattern is checked at compile time.
+    A record has one string field per named group (?P<name>...): "Rating: (?P<rating>[0-9.]+)"
+    gives [{"rating": "4.2"}]; with no named group the field is "match". No backreferences or
+    lookaround.
     """
     # The same RE2 settings and group names compile used to type the records.
     regex = compile_regex(pattern, ignore_case)
@@ -158,10 +157,8 @@ def extract_into(
 ) -> ExtendedRecords[R]:
     """For each record, search text `field` with an RE2 pattern and add its named groups as
     fields; returns {records, count}. Records whose field does not match (or is missing or
-    null) are dropped (keep_unmatched: kept, with the groups as ""). e.g. records
-    [{key, value: "Rating: 4.2"}], field "value", pattern "Rating: (?P<rating>[0-9.]+)" add
-    "rating": "4.2" to each, ready for sort_records/filter_records (decimal strings compare
-    as numbers).
+    null) are dropped (keep_unmatched: kept, the groups ""). Decimal strings then compare as
+    numbers in sort_records/filter_records.
     """
     regex = compile_regex(pattern, ignore_case)
     names = regex_group_names(pattern)
@@ -191,10 +188,8 @@ def split_text(
     skip_empty: bool = True,
     strip_bullets: bool = False,
 ) -> TextList:
-    """Split `text` into parts; returns {values, count}.
-
-    separator null: into lines. strip: trim each part; skip_empty: drop empty
-    parts; strip_bullets: drop a leading "- ", "* ", "• ", "1. " from each part (a listing).
+    """Split `text` into parts; returns {values, count}. separator null: lines. strip: trim
+    parts; skip_empty: drop empty ones; strip_bullets: drop a leading "- ", "* ", "• ", "1. ".
     """
     if separator == "":
         raise ValueError("separator is empty: give a separator, or null to split into lines")
@@ -217,11 +212,9 @@ def split_text(
 def parse_fields(text: str, separator: str = ":") -> Fields:
     """Parse "Key: value" lines into {fields, entries, count}.
 
-    fields maps each key to its value ("Rating: 4.2\\nPrice: 120 EUR" gives
-    {"Rating": "4.2", "Price": "120 EUR"}). Lines without the separator continue the entry
-    above: entries[i].lines holds its value and those lines (bullets stripped), so a listing
-    "Ingredients:\\n- eggs\\n- milk" gives lines ["eggs", "milk"]. Text before the first key
-    is ignored.
+    fields maps each key to its value. A line without the separator continues the entry above:
+    entries[i].lines holds its value and those lines, bullets stripped ("Ingredients:\n- eggs"
+    gives lines ["eggs"]). Text before the first key is ignored.
     """
     if not separator:
         raise ValueError("separator is empty")
@@ -252,11 +245,9 @@ def _heading(line: str) -> tuple[int, str] | None:
 
 @tool(provenance="derived")
 def section(text: str, heading: str, until: str | None = None) -> TextOut:
-    """Return {text}: the lines under the heading `heading` (case-insensitive), without it.
-
-    A heading is a markdown line ("## Packing list") or a line "Title:" on its own. The
-    section ends at the next heading of the same or a higher level (or at `until` when
-    given), else at the end. A heading that is not there is an error.
+    """Return {text}: the lines under the heading `heading` (case-insensitive, a markdown
+    "## X" or a line "X:"), up to the next heading of the same or a higher level (or `until`).
+    A missing heading is an error.
     """
     lines = text.splitlines()
     wanted = heading.strip().rstrip(":").strip().casefold()

@@ -43,6 +43,7 @@ from pte._run._prompts import (
     replanner_messages,
     specialist_of,
     stage_messages,
+    static_prompt,
 )
 from pte._run._state import (
     EngineConfig,
@@ -78,4 +79,5 @@ __all__ = [
     "replanner_messages",
     "specialist_of",
     "stage_messages",
+    "static_prompt",
 ]

@@ -1,0 +1,143 @@
+"""The planner prompt keeps every fact the cookbook's plans use (#37): a shorter prompt must not
+lose a tool, a parameter, an enum value, an output field a plan references or a control word.
+
+Each cookbook task's plans (the honest plans of tests/cookbook/<domain>.py and every answer of
+the model-written tasks) are checked against the planner prompt the engine shows for that
+domain: the text a scripted model is given is enough to write them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pte._policy import Policy
+from pte._run import planner_messages, stage_messages
+from pte.testing.cookbook import cookbook_registry
+from pte.testing.domains import DOMAINS
+from tests.cookbook.model_written import MODEL_TASKS
+
+_CONTROL_WORDS = ("for_each", "max_items", "when", "default", "require", "message", "continue", "after")
+
+
+def _plans() -> Iterator[tuple[str, str, bool, dict[str, Any]]]:
+    """(task name, domain, whether its plans are all correct, plan document) of every cookbook
+    plan; a model-written task whose plan the compiler sends back holds a deliberate mistake."""
+    for domain in DOMAINS:
+        for task in importlib.import_module(f"tests.cookbook.{domain}").TASKS:
+            yield task.name, task.domain, True, task.document()
+    for model_task in MODEL_TASKS:
+        for answers in (model_task.planner, model_task.stage, model_task.repair, model_task.replanner):
+            for answer in answers:
+                if isinstance(answer, dict) and isinstance(answer.get("steps"), list):
+                    yield model_task.name, model_task.domain, not model_task.expect_rejected, answer
+
+
+PLANS = list(_plans())
+
+
+def _entries(system: str) -> dict[str, str]:
+    """Tool name -> its entry (signature, labels, description) in a planner's system prompt."""
+    tools = system[system.index("\nTools:\n") + 8 :] if "\nTools:\n" in system else system
+    out: dict[str, str] = {}
+    for block in tools.split("\n\n"):
+        name = re.match(r"([a-z_][a-z0-9_]*)(?:\[[^\]]*\])?\(", block)
+        if name is not None:
+            out[name.group(1)] = block
+    return out
+
+
+def _types(system: str) -> dict[str, str]:
+    """Shared type name -> its definition line."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^([A-Z]\w*) = (.*)$", system, re.M)}
+
+
+def _keys(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _keys(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _keys(item)
+
+
+def _references(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        if isinstance(value.get("$ref"), str):
+            yield value["$ref"]
+        for item in value.values():
+            yield from _references(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _references(item)
+
+
+_PROMPTS: dict[str, str] = {}
+
+
+def _system(domain: str) -> str:
+    if domain not in _PROMPTS:
+        registry = cookbook_registry(domain)
+        _PROMPTS[domain] = planner_messages("x", registry, Policy.from_registry(registry))[0]["content"]
+    return _PROMPTS[domain]
+
+
+@pytest.mark.parametrize(("name", "domain", "correct", "doc"), PLANS, ids=[p[0] for p in PLANS])
+def test_the_planner_prompt_states_what_the_plan_uses(
+    name: str, domain: str, correct: bool, doc: dict[str, Any]
+) -> None:
+    system = _system(domain)
+    entries, types = _entries(system), _types(system)
+    registry = cookbook_registry(domain)
+    produced_by = {s.get("id"): s.get("tool") for s in doc["steps"]}
+    for item in doc["steps"]:
+        for word in _CONTROL_WORDS:
+            if word in item:
+                assert f'"{word}"' in system, (name, word)
+        for key in (*_keys(item.get("when")), *_keys(item.get("require"))):
+            if key != "$ref":
+                assert f'"{key}"' in system, (name, key)
+        tool = item.get("tool")
+        if tool is None or tool not in registry.names:
+            continue  # a delegate step, or a tool the compiler sends back (the model's mistake)
+        entry = entries[tool]
+        signature = entry.split("\n")[0]
+        inputs = registry[tool].planner_input_schema.get("properties", {})
+        for arg, value in (item.get("args") or {}).items():
+            if arg not in inputs:
+                continue  # a mistake the compiler sends back
+            assert re.search(rf"[(, ]{re.escape(arg)}\??: ", signature), (name, tool, arg)
+            enum = inputs[arg].get("enum") if isinstance(inputs[arg], dict) else None
+            if enum and isinstance(value, str):
+                assert f'"{value}"' in signature, (name, tool, arg, value)
+    for pointer in _references(doc) if correct else ():
+        step_id, _, rest = pointer.partition("/")
+        tool = produced_by.get(step_id)
+        field = rest.split("/")[0]
+        if not field or tool not in registry.names or field in ("*",) or field.isdigit():
+            continue
+        output = entries[tool].split("\n")[0].split(") -> ", 1)[1]
+        if re.fullmatch(r"[A-Z]\w*", output):
+            output = types[output]
+        if output.startswith("{[key]: "):  # a map: its keys are named in the description
+            assert re.search(rf"\b{re.escape(field)}\b", entries[tool]), (name, tool, field)
+            continue
+        if re.search(r"\b[A-Z]\b|\bR[A-Z]?\b|Pick<|groups<", output) and f"{field}" not in output:
+            continue  # a generic tool: the field is one of the data's, not the catalogue's
+        assert re.search(rf"[{{ ]{re.escape(field)}\??: ", output), (name, tool, field, output)
+
+
+def test_the_stage_prompt_starts_with_the_planner_prompt_byte_for_byte() -> None:
+    """The static part (rules and catalogue) comes first and is the same in every planner call of
+    a deployment, so a provider's prompt cache serves it: a stage adds its part after it."""
+    registry = cookbook_registry("workspace")
+    policy = Policy.from_registry(registry)
+    planner = planner_messages("x", registry, policy)[0]["content"]
+    stage = stage_messages("y", registry, policy, 2, {}, [])[0]["content"]
+    assert stage.startswith(planner + "\n\n")
+    assert len(planner) / len(stage) > 0.9
