@@ -108,6 +108,7 @@ def main() -> None:
         react_json[domain] = json.dumps(registry.catalogue(), indent=1, ensure_ascii=False, sort_keys=True)
         react_sig[domain] = catalogue_text(registry, policy)
     pte_total = cached = calls = 0
+    by_role: dict[str, list[int]] = {}
     react_total = react_sig_total = 0
     for _, domain, records in runs:
         for record in records:
@@ -116,6 +117,7 @@ def main() -> None:
             calls += 1
             shown = sum(len(m["content"]) for m in record["messages"])
             pte_total += shown
+            by_role.setdefault(record["role"], []).append(shown)
             first = record["messages"][0]["content"]
             if first.startswith(static[domain]):
                 cached += len(static[domain])
@@ -127,6 +129,8 @@ def main() -> None:
     print(f"    of it the static prompt (cacheable)   {cached / n:10,.0f}  ({cached / pte_total:.0%})")
     for label, react in (("JSON Schemas", react_total), ("PTE's signatures", react_sig_total)):
         print(f"  ReAct, catalogue as {label:18} {react / n:10,.0f}   PTE / ReAct {pte_total / react:.2f}")
+    for role, sizes_of in sorted(by_role.items()):
+        print(f"  {role:10} {len(sizes_of):4d} calls, mean {sum(sizes_of) / len(sizes_of):10,.0f} characters")
     sizes = {domain: len(text) for domain, text in static.items()}
     print("  static prompt per domain: " + ", ".join(f"{d} {c:,}" for d, c in sizes.items()))
 

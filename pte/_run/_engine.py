@@ -609,10 +609,17 @@ class Engine:
         plan = run.result.plans[-1]
         sources = {ref.step for ref in plan.result_references()}
         result_labels = frozenset().union(*(run.labels.get(sid, frozenset({"untrusted"})) for sid in sources))
+        # The finalizer phrases the result: it is shown the steps the result selects from and the
+        # writes (what the run did), not every intermediate read and shaping step (#37).
+        shown = [
+            view
+            for view in self._completed_view(run)
+            if view[0] in sources or (view[1] in self.registry and self.registry[view[1]].effect == "write")
+        ]
         messages = prompts.finalizer_messages(
             request,
             run.result.result,
-            self._completed_view(run),
+            shown,
             result_provenance=self._label(run, result_labels),
             budget=self.config.data_budget,
         )

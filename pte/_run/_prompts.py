@@ -798,7 +798,8 @@ def finalizer_messages(
     result_provenance: str = "trusted",
     budget: int | None = None,
 ) -> list[dict[str, str]]:
-    """The finalizer's messages: phrase an answer from the result and the step outputs only."""
+    """The finalizer's messages: phrase an answer from the result and the outputs of `steps` only
+    (the engine passes the steps the result selects from and the writes)."""
     system = FINALIZER_RULES
     blocks = [
         data_block(f"step={sid} tool={tool} output", out, provenance=prov, budget=budget)
@@ -808,7 +809,8 @@ def finalizer_messages(
         [
             f"The request:\n{request}",
             "The run's result:\n" + data_block("result", result, provenance=result_provenance, budget=budget),
-            "Step outputs:\n" + ("\n".join(blocks) if blocks else "(none)"),
+            "The outputs of the steps it comes from and of the writes:\n"
+            + ("\n".join(blocks) if blocks else "(none)"),
         ]
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
