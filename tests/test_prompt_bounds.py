@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte._catalogue import Registry, tool_from_schema
+from pte._policy import Policy
 from pte._run import catalogue_text, planner_messages
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +86,8 @@ def _dag_schema(levels: int, width: int, shapes: list[int]) -> dict[str, Any]:
     a shape picked per level (property, list, union, map), so every path is a different pointer."""
 
     def next_ref(i: int, j: int) -> Any:
-        if i + 1 == levels:
-            return {"type": "integer"}
+        if i + 1 == levels:  # a leaf, marked: a label walk must reach it along every path
+            return {"type": "string", "x-pte-provenance": "untrusted"}
         ref = {"$ref": f"#/$defs/T{i + 1}"}
         return [
             ref,
@@ -153,3 +154,11 @@ def test_rendering_work_and_text_grow_with_the_schema_not_with_its_paths(
     assert len(texts[0]) <= 2 * size + 200
     calls = _calls(lambda: planner_messages("Read it.", registry))
     assert calls <= 40 * size + 10_000, (calls, size)
+    # With the policy in force (its field labels walked by pte._policy's bounded walker).
+    calls = _calls(
+        lambda: texts.append(
+            planner_messages("Read it.", registry, Policy.from_registry(registry))[0]["content"]
+        )
+    )
+    assert calls <= 400 * size + 20_000, (calls, size)
+    assert len(texts[-1]) <= len(texts[0]) + 4 * size + 8_000

@@ -609,12 +609,26 @@ class Engine:
         plan = run.result.plans[-1]
         sources = {ref.step for ref in plan.result_references()}
         result_labels = frozenset().union(*(run.labels.get(sid, frozenset({"untrusted"})) for sid in sources))
-        # The finalizer phrases the result: it is shown the steps the result selects from and the
-        # writes (what the run did), not every intermediate read and shaping step (#37).
+        # The finalizer phrases the result: it is shown the steps the result depends on (through
+        # references, across the run's plans) and the writes (what the run did), not steps the
+        # result does not depend on (#37).
+        uses: dict[str, set[str]] = {}
+        for each in run.result.plans:
+            for item in each.steps:
+                refs = {ref.step for _, ref in item.references}
+                if item.for_each is not None:
+                    refs.add(item.for_each.step)
+                uses.setdefault(item.id, set()).update(refs)
+        needed, todo = set(), list(sources)
+        while todo:
+            sid = todo.pop()
+            if sid not in needed:
+                needed.add(sid)
+                todo.extend(uses.get(sid, ()))
         shown = [
             view
             for view in self._completed_view(run)
-            if view[0] in sources or (view[1] in self.registry and self.registry[view[1]].effect == "write")
+            if view[0] in needed or (view[1] in self.registry and self.registry[view[1]].effect == "write")
         ]
         messages = prompts.finalizer_messages(
             request,

@@ -434,13 +434,6 @@ def _type_variables(node: Any, out: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _marked_fields(schema: Mapping[str, Any]) -> dict[str, str]:
-    """The output's field labels (`schema_fields`), walked only when the schema marks a field: a
-    walk lists every pointer a schema's references open, which a fan-out of named types makes
-    exponential, while the marks are found by one linear scan of the document."""
-    return schema_fields(schema) if _LABEL in _jcs(schema) else {}
-
-
 def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> str:
     """Effect, approval and labels as compile enforces them (policy files included)."""
     endorsable: list[str] = []
@@ -451,7 +444,7 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
             endorsable = sorted(p for p in entry.endorse if p in sinks)
     else:
         output, sinks = spec.provenance, spec.sinks
-        fields = _marked_fields(spec.output_schema) if output != "derived" else {}
+        fields = schema_fields(spec.output_schema) if output != "derived" else {}
     parts = ["write"] if spec.effect == "write" else []
     if spec.requires_approval:
         parts.append("needs approval")
@@ -799,7 +792,7 @@ def finalizer_messages(
     budget: int | None = None,
 ) -> list[dict[str, str]]:
     """The finalizer's messages: phrase an answer from the result and the outputs of `steps` only
-    (the engine passes the steps the result selects from and the writes)."""
+    (the engine passes the steps the result depends on and the writes)."""
     system = FINALIZER_RULES
     blocks = [
         data_block(f"step={sid} tool={tool} output", out, provenance=prov, budget=budget)
@@ -809,7 +802,7 @@ def finalizer_messages(
         [
             f"The request:\n{request}",
             "The run's result:\n" + data_block("result", result, provenance=result_provenance, budget=budget),
-            "The outputs of the steps it comes from and of the writes:\n"
+            "The outputs of the steps it depends on and of the writes:\n"
             + ("\n".join(blocks) if blocks else "(none)"),
         ]
     )
