@@ -545,3 +545,12 @@ def test_a_call_runs_only_with_its_labels_allowed_or_bound_by_a_consumed_endorse
         assert bool(request.decisions) == ("untrusted" in decided)
         words = {"values": args, "decisions": list(request.decisions)} if request.decisions else args
         assert request.value_hash == hashlib.sha256(canonical_json(words).encode()).hexdigest()
+
+
+def test_the_planner_is_told_an_endorsable_write_may_keep_its_guards() -> None:
+    from pte._run import planner_messages
+
+    policy = Policy.from_registry(REGISTRY).with_document(CALL_ENDORSABLE)
+    prompt = planner_messages("Pay the bill.", REGISTRY, policy)[0]["content"]
+    assert "An endorsable write may keep its guards" in prompt
+    assert "endorsable amount, recipient" in prompt  # the whole call: every parameter

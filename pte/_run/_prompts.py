@@ -77,7 +77,9 @@ Any other output carries the labels of what the tool read; a selection (filter, 
 extreme, pick) those of the fields it returns and decided on.
 - "guarded p: request|trusted": p accepts only those labels, whatever the request says. \
 "endorsable p": you may reference untrusted data into p when the request asks to act on it; \
-the run stops there until a person, shown the value and its source, endorses it.
+the run stops there until a person, shown the value and its source, endorses it. \
+An endorsable write may keep its guards (require, when, for_each on untrusted data): the person \
+sees them too.
 - """
     + LABEL_RULE
     + """
@@ -441,7 +443,7 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
         entry = policy.effective(spec.name, registry)
         output, sinks, fields = entry.output, entry.sinks, dict(entry.fields)
         if spec.effect == "write":  # pte._policy._endorsement: only a write's value can be endorsed
-            endorsable = sorted(p for p in entry.endorse if p in sinks)
+            endorsable = sorted(p for p in sinks if entry.endorse_call or p in entry.endorse)
     else:
         output, sinks = spec.provenance, spec.sinks
         fields = schema_fields(spec.output_schema) if output != "derived" else {}
