@@ -638,3 +638,23 @@ def test_resume_after_a_crash_past_the_endorsed_call_does_not_ask_again_or_pay_t
     assert len(PAID) == 1
     assert types.count("endorsement") == 1
     assert [r["type"] for r in read_records(log)].count("run_paused") == 1
+
+
+def test_a_log_cut_before_the_consumed_endorsement_does_not_let_the_write_run_again(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    """#33: the log is cut back to the pause after the endorsed payment ran (a lost tail, or a
+    writer of the log). Re-driven from there, the call is not in the log, so it would run live:
+    the store's consumption by this very call must not let it (a non-idempotent write, no key),
+    as an approval's does not. The run fails closed for review instead of paying twice."""
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    paused = log.read_bytes()
+    endorse(gate.store, request_of(log), "alice", signing_key=signer)
+    assert resume(log, gate).ok
+    assert len(PAID) == 1
+    log.write_bytes(paused)  # the log as it was at the pause
+    result = resume(log, gate)
+    assert result.status == "failed_closed" and result.reason is pte.ReasonCode.NEEDS_REVIEW, result.message
+    assert "already consumed by this call" in (result.message or "")
+    assert len(PAID) == 1

@@ -76,6 +76,11 @@ __all__ = [
 ]
 
 ENDORSEMENT_FORMAT = "1"
+#: Why a call may not consume its own endorsement again (the run then ends needs_review).
+CONSUMED_BY_THIS_CALL = (
+    "was already consumed by this call, and the log no longer records that use: the write may "
+    "have run; check its effect before going on"
+)
 _DOMAIN = b"pte-endorsement-v1\n"
 #: How long a paused run waits for an endorsement by default.
 DEFAULT_TTL = timedelta(hours=24)
@@ -317,9 +322,20 @@ class EndorsementStore:
         """Append one decision (fsynced)."""
         self._append(canonical_json(endorsement.to_dict()) + "\n")
 
-    def consume(self, endorsement: Endorsement, run_id: str, step_id: str, element: int | None) -> str | None:
-        """Record that `endorsement` lets this call run now. None when it may (first use, or the
-        same call of the same run re-driven by resume); else why not (used elsewhere)."""
+    def consume(
+        self,
+        endorsement: Endorsement,
+        run_id: str,
+        step_id: str,
+        element: int | None,
+        *,
+        again: bool = False,
+    ) -> str | None:
+        """Record that `endorsement` lets this call run now. None when it may: its first use, or
+        `again` (the same call re-driven from its recorded records by resume, or a tool whose
+        idempotency key makes a repeated call harmless) by the call that used it. Else why not:
+        used by another call, or by this one while its use is no longer recorded
+        (`CONSUMED_BY_THIS_CALL`: a cut log; like an approval, never a second live call)."""
         refused: list[str] = []
         call = (run_id, step_id, element)
 
@@ -332,6 +348,8 @@ class EndorsementStore:
                     f"endorsement by {endorsement.by} was already used "
                     f"(run {earlier[0]}, step {earlier[1]!r})"
                 )
+            elif not again:
+                refused.append(f"endorsement by {endorsement.by} {CONSUMED_BY_THIS_CALL}")
             return False
 
         line = {
@@ -365,6 +383,8 @@ class EndorsementRequest:
     #: What decided that (and how often) the call runs, in words with its values, where that
     #: needs a person too (pte._policy._call_decisions); `value_hash` then covers them as well.
     decisions: tuple[str, ...] = ()
+    #: The tool has an idempotency key (a repeated call is harmless): not shown, not recorded.
+    recall: bool = field(default=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -514,6 +534,7 @@ def check_call(
         call_hash(values, decisions),
         {param: needs[param] for param in sorted(needs) if param in args},
         decisions,
+        recall=any(key is not None for key in hidden),
     )
     point.gate.at_call(request, point.audit)
     point.endorsed.append(step_id)
@@ -586,7 +607,14 @@ class EndorsementGate:
                     f"{made.by} rejected the value of {request.tool} at step {request.step_id!r}"
                     + (f": {made.note}" if made.note else "")
                 )
-            used = self.store.consume(made, request.run_id, request.step_id, request.element)
+            # Re-driven from its recorded records (resume), or harmless to repeat (an idempotency
+            # key): the call that consumed it may pass again; run live once more, never.
+            again = audit.replaying or request.recall
+            used = self.store.consume(made, request.run_id, request.step_id, request.element, again=again)
+            if used is not None and used.endswith(CONSUMED_BY_THIS_CALL):
+                raise FailedClosed(
+                    ReasonCode.NEEDS_REVIEW, f"step {request.step_id!r} ({request.tool}): {used}"
+                )
             if used is not None:
                 reasons.append(f"{made.by} ({made.at}): {used}")
                 continue
