@@ -9,6 +9,8 @@ from __future__ import annotations
 from pte._audit import _records as records
 from pte._audit._anchors import (
     ANCHORS_FILE_ENV,
+    ANCHORS_IN_STORE,
+    ANCHORS_SEEN_ENV,
     DEPLOYMENT_KEY_ENV,
     DEPLOYMENT_PUBLIC_KEY_ENV,
     Anchors,
@@ -85,6 +87,8 @@ from pte._audit._writer import (
 
 __all__ = [
     "ANCHORS_FILE_ENV",
+    "ANCHORS_IN_STORE",
+    "ANCHORS_SEEN_ENV",
     "CHECKED",
     "DEPLOYMENT_KEY_ENV",
     "DEPLOYMENT_PUBLIC_KEY_ENV",

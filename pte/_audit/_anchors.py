@@ -32,7 +32,6 @@ a log, but not a cut at its end nor a consistent rewrite (docs/threat-model.md).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -43,18 +42,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pte._core import (
-    AnchorError,
-    FileRefused,
-    KeyFileError,
-    PublicKey,
-    SigningKey,
-    canonical_json,
-    check_file,
-)
+from pte._audit._anchor_lines import AnchorFile, anchor_place
+from pte._audit._anchor_seen import SeenChain
+from pte._core import AnchorError, KeyFileError, PublicKey, SigningKey, canonical_json
 
 __all__ = [
     "ANCHORS_FILE_ENV",
+    "ANCHORS_IN_STORE",
+    "ANCHORS_SEEN_ENV",
     "DEPLOYMENT_KEY_ENV",
     "DEPLOYMENT_PUBLIC_KEY_ENV",
     "Anchors",
@@ -66,10 +61,16 @@ __all__ = [
 DEPLOYMENT_KEY_ENV = "PTE_DEPLOYMENT_KEY_FILE"
 DEPLOYMENT_PUBLIC_KEY_ENV = "PTE_DEPLOYMENT_PUBLIC_KEY_FILE"
 ANCHORS_FILE_ENV = "PTE_ANCHORS_FILE"
+#: This machine's high-water file of the shared chain (`pte._audit._anchor_seen`).
+ANCHORS_SEEN_ENV = "PTE_ANCHORS_SEEN_FILE"
+#: The value of ``$PTE_ANCHORS_FILE`` that keeps the chain in the run store.
+ANCHORS_IN_STORE = "store"
 
 _DOMAIN = b"pte-anchor-v1\n"
 _GENESIS = "0" * 64
 _KEYS = frozenset({"pte_anchor", "run_id", "seq", "head", "time", "prev", "key_id", "signature"})
+#: How often `Anchors.sign` re-reads and retries when another machine appended first.
+_APPEND_ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
@@ -102,36 +103,46 @@ class Anchor:
 
 
 class Anchors:
-    """The deployment's anchors file: `sign` with the private key, `check` with the public one.
+    """The deployment's anchor chain: `sign` with the private key, `check` with the public one.
 
-    `key`: the deployment's signing key (executing machines); `public`: its public key (enough
-    to check). A malformed line, a broken chain or a bad signature makes every read fail
-    (`AnchorError`), so a damaged anchors file stops runs rather than vouching for them.
+    `chain`: where the chain is kept: a file path (`pte._audit._anchor_lines.AnchorFile`), or a
+    run store that keeps anchors (SQLite, PostgreSQL: every machine of the deployment shares
+    it). `key`: the deployment's signing key (executing machines); `public`: its public key
+    (enough to check). `high_water`: this machine's file of how far it has seen the chain
+    (`pte._audit._anchor_seen`): a chain rolled back or replaced since is refused. A malformed
+    line, a broken chain or a bad signature makes every read fail (`AnchorError`), so a
+    damaged chain stops runs rather than vouching for them.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, key: SigningKey | None = None, public: PublicKey | None = None
+        self,
+        chain: Any,
+        *,
+        key: SigningKey | None = None,
+        public: PublicKey | None = None,
+        high_water: str | os.PathLike[str] | None = None,
     ) -> None:
         if key is None and public is None:
             raise ValueError("Anchors needs the deployment's signing key or its public key")
-        self.path = Path(path)
+        self.place = anchor_place(chain)
+        #: The anchors file (None: the chain is kept in a run store).
+        self.path: Path | None = self.place.path if isinstance(self.place, AnchorFile) else None
         self.key = key
-        self.public = key.public_key if key is not None else public
+        self.public: PublicKey = key.public_key if key is not None else public  # type: ignore[assignment]
+        self.seen = SeenChain(high_water, self.public.key_id) if high_water is not None else None
         self._lock = threading.Lock()
-        # (file identity, bytes checked, chain head, last line, lines, anchors): `_read` checks
-        # only what was appended since, so a long-lived anchors file costs little per write.
-        self._cache: tuple[tuple[int, int], int, str, bytes, int, list[Anchor]] | None = None
+        # (lines, chain head, last line, anchors, chain hash after each line): `_read` checks
+        # only what was appended since, so a long-lived chain costs little per write.
+        self._cache: tuple[int, str, bytes, list[Anchor], list[str]] | None = None
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _parse(self, data: bytes, prev: str = _GENESIS, first_line: int = 1) -> tuple[list[Anchor], str]:
-        """Anchors in `data` (whole lines) continuing the chain at `prev`; and the new chain head."""
-        assert self.public is not None
+    def _parse(self, lines: Sequence[bytes], prev: str, first_line: int) -> tuple[list[Anchor], list[str]]:
+        """Anchors in `lines` continuing the chain at `prev`; and the chain hash after each."""
         out: list[Anchor] = []
-        for number, raw in enumerate(data.split(b"\n"), start=first_line):
-            if not raw.strip():
-                continue
-            where = f"anchors file {str(self.path)!r} line {number}"
+        heads: list[str] = []
+        for number, raw in enumerate(lines, start=first_line):
+            where = f"{self.place.describe()} line {number}"
             try:
                 doc = json.loads(raw)
             except ValueError:
@@ -158,55 +169,40 @@ class Anchors:
                 raise AnchorError(f"{where}: the signature does not verify (forged or edited)")
             out.append(anchor)
             prev = hashlib.sha256(raw + b"\n").hexdigest()
-        return out, prev
+            heads.append(prev)
+        return out, heads
 
-    def _read(self, fh: Any) -> list[Anchor]:
-        """Every anchor, checked. Lines already checked by this object are not checked again:
-        only what was appended since (the file's identity, size and last line still match)."""
-        stat = os.fstat(fh.fileno())
+    def _read(self) -> tuple[list[Anchor], int, str]:
+        """(every anchor, checked; how many lines; the chain head). Lines this object checked
+        before are not checked again: only what was appended since (the last line it read is
+        still there). Checked against this machine's high-water mark, which then advances."""
         cached = self._cache
+        anchors: list[Anchor] | None = None
         if cached is not None:
-            ident, size, prev, last, lines, anchors = cached
-            fh.seek(size - len(last))
-            if ident == (stat.st_dev, stat.st_ino) and stat.st_size >= size and fh.read(len(last)) == last:
-                tail = fh.read()
-                cut = tail.rfind(b"\n") + 1  # whole lines only
-                more, prev = self._parse(tail[:cut], prev, lines + 1)
-                if more:
-                    anchors = anchors + more
-                    last = tail[:cut].rstrip(b"\n").rsplit(b"\n", 1)[-1] + b"\n"
-                    lines += tail[:cut].count(b"\n")
-                    self._cache = (ident, size + cut, prev, last, lines, anchors)
-                return anchors
-        fh.seek(0)
-        data = fh.read()
-        cut = data.rfind(b"\n") + 1
-        anchors, prev = self._parse(data[:cut])
-        last = data[:cut].rstrip(b"\n").rsplit(b"\n", 1)[-1] + b"\n" if cut else b""
-        self._cache = ((stat.st_dev, stat.st_ino), cut, prev, last, data[:cut].count(b"\n"), anchors)
-        return anchors
+            count, head, last, anchors, heads = cached
+            new = self.place.anchor_lines(count - 1)
+            if new and new[0] == last:
+                if len(new) > 1:
+                    more, more_heads = self._parse(new[1:], head, count + 1)
+                    anchors, heads = anchors + more, heads + more_heads
+                    count, head, last = count + len(more), heads[-1], new[-1]
+                    self._cache = (count, head, last, anchors, heads)
+            else:
+                anchors = None  # rolled back or replaced under this object: read it all again
+        if anchors is None:
+            lines = self.place.anchor_lines(0)
+            anchors, heads = self._parse(lines, _GENESIS, 1)
+            count, head = len(lines), (heads[-1] if heads else _GENESIS)
+            self._cache = (count, head, lines[-1], anchors, heads) if lines else None
+        if self.seen is not None:
+            self.seen.check(count, heads, self.place.describe())
+            self.seen.advance(count, head)
+        return anchors, count, head
 
     def all(self) -> list[Anchor]:
-        """Every anchor, checked (chain and signatures), oldest first; none when the file is missing."""
-        self._check_path()
-        try:
-            with open(self.path, "rb") as fh:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-                try:
-                    return self._read(fh)
-                finally:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise AnchorError(f"cannot read anchors file {str(self.path)!r}: {exc}") from None
-
-    def _check_path(self) -> None:
-        # $PTE_ANCHORS_FILE may name a FIFO (open blocks) or /dev/zero (read never ends).
-        try:
-            check_file(self.path, "anchors file", missing_ok=True)
-        except FileRefused as exc:
-            raise AnchorError(str(exc)) from None
+        """Every anchor, checked (chain and signatures), oldest first; none when there is no chain."""
+        with self._lock:
+            return self._read()[0]
 
     def for_run(self, run_id: str) -> list[Anchor]:
         """The anchors of one run, oldest first."""
@@ -243,42 +239,37 @@ class Anchors:
 
         `expected`: how many anchors this run already has as far as the writer knows (the ones
         `check` verified when it resumed the run, plus the ones it signed since). Any other
-        count means another process ran or is running this run: `AnchorError`, and the caller
-        stops before its write. An anchor of the same seq and head again is a no-op.
+        count means another process or machine ran or is running this run: `AnchorError`, and
+        the caller stops before its write. An anchor of the same seq and head again is a no-op.
+        The check and the append are one step: the append succeeds only if nothing was
+        appended to the chain since the check (else it checks again).
         """
         if self.key is None:
             raise AnchorError("no deployment signing key: cannot anchor")
-        self._check_path()
         with self._lock:
-            try:
-                with open(self.path, "a+b") as fh:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-                    try:
-                        anchors = self._read(fh)
-                        mine = [a for a in anchors if a.run_id == run_id]
-                        if mine and mine[-1].seq == seq and mine[-1].head == head and len(mine) == expected:
-                            return expected
-                        if len(mine) != expected:
-                            raise AnchorError(
-                                f"run {run_id} has {len(mine)} signed anchor(s) where this writer expected "
-                                f"{expected}: the run already ran (or runs now) elsewhere, from another "
-                                "copy of its log; a run id executes its writes once"
-                            )
-                        assert self._cache is not None
-                        prev = self._cache[2]
-                        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-                        unsigned = Anchor(run_id, seq, head, stamp, prev, self.key.public_key.key_id, "")
-                        signature = self.key.sign(unsigned.message()).hex()
-                        anchor = Anchor(run_id, seq, head, stamp, prev, unsigned.key_id, signature)
-                        fh.seek(0, os.SEEK_END)
-                        fh.write(anchor.to_line())
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                        return expected + 1
-                    finally:
-                        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-            except OSError as exc:
-                raise AnchorError(f"cannot write anchors file {str(self.path)!r}: {exc}") from None
+            for _ in range(_APPEND_ATTEMPTS):
+                anchors, count, prev = self._read()
+                mine = [a for a in anchors if a.run_id == run_id]
+                if mine and mine[-1].seq == seq and mine[-1].head == head and len(mine) == expected:
+                    return expected
+                if len(mine) != expected:
+                    raise AnchorError(
+                        f"run {run_id} has {len(mine)} signed anchor(s) where this writer expected "
+                        f"{expected}: the run already ran (or runs now) elsewhere, from another "
+                        "copy of its log; a run id executes its writes once"
+                    )
+                stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                unsigned = Anchor(run_id, seq, head, stamp, prev, self.key.public_key.key_id, "")
+                signature = self.key.sign(unsigned.message()).hex()
+                line = Anchor(run_id, seq, head, stamp, prev, unsigned.key_id, signature).to_line()
+                if self.place.append_anchor(count, line[:-1]):
+                    if self.seen is not None:
+                        self.seen.advance(count + 1, hashlib.sha256(line).hexdigest())
+                    return expected + 1
+            raise AnchorError(
+                f"cannot append to {self.place.describe()}: other writers appended first "
+                f"{_APPEND_ATTEMPTS} times in a row"
+            )
 
 
 def run_problem(anchors: Anchors, run_id: str, records: Sequence[Mapping[str, Any]]) -> str | None:
@@ -299,12 +290,18 @@ def run_problem(anchors: Anchors, run_id: str, records: Sequence[Mapping[str, An
     return None
 
 
-def anchors_from_env(environ: Mapping[str, str] | None = None, *, signing: bool = True) -> Anchors | None:
+def anchors_from_env(
+    environ: Mapping[str, str] | None = None, *, signing: bool = True, store: Any = None
+) -> Anchors | None:
     """The deployment's anchors from the environment, or None when no deployment key is set.
 
     ``$PTE_DEPLOYMENT_KEY_FILE`` (the private key; `signing`) or, for a verifier,
-    ``$PTE_DEPLOYMENT_PUBLIC_KEY_FILE``; the file is ``$PTE_ANCHORS_FILE``, by default the
-    key's path with ``.anchors.jsonl`` appended. `AnchorError` when a key cannot be loaded.
+    ``$PTE_DEPLOYMENT_PUBLIC_KEY_FILE``; the chain is ``$PTE_ANCHORS_FILE``, by default the
+    key's path with ``.anchors.jsonl`` appended, or the run store `store` when that variable
+    is ``store`` (every machine of the deployment shares it). A signing machine keeps how far
+    it has seen the chain in ``$PTE_ANCHORS_SEEN_FILE`` (default: the key's path with
+    ``.anchors-seen.json`` appended), so a rollback of the shared chain is refused.
+    `AnchorError` when a key cannot be loaded, or the chain is the store and there is none.
     """
     env = os.environ if environ is None else environ
     private = env.get(DEPLOYMENT_KEY_ENV) if signing else None
@@ -312,17 +309,23 @@ def anchors_from_env(environ: Mapping[str, str] | None = None, *, signing: bool 
     source = private or public
     if not source:
         return None
-    path = env.get(ANCHORS_FILE_ENV) or (source.removesuffix(".pub") + ".anchors.jsonl")
-    try:
-        check_file(path, "anchors file", missing_ok=True)  # before any run starts: a usage error
-    except FileRefused as exc:
-        raise AnchorError(str(exc)) from None
+    chain: Any = env.get(ANCHORS_FILE_ENV) or (source.removesuffix(".pub") + ".anchors.jsonl")
+    if chain == ANCHORS_IN_STORE:
+        if store is None:
+            raise AnchorError(
+                f"${ANCHORS_FILE_ENV}={ANCHORS_IN_STORE} keeps the deployment's anchors in its run store, "
+                "and this command has no run store"
+            )
+        chain = store
+    else:
+        AnchorFile(chain).check_path()  # before any run starts: a usage error
+    seen = (env.get(ANCHORS_SEEN_ENV) or private + ".anchors-seen.json") if private else None
     try:
         if private:
-            return Anchors(path, key=SigningKey.load(private))
+            return Anchors(chain, key=SigningKey.load(private), high_water=seen)
         from pte._core import TrustedKeys
 
         (key,) = TrustedKeys.load(source).values()
-        return Anchors(path, public=key)
+        return Anchors(chain, public=key)
     except (KeyFileError, ValueError) as exc:
         raise AnchorError(f"deployment key: {exc}") from None

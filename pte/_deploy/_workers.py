@@ -277,7 +277,9 @@ def process_run(
         except FailedClosed as refused:
             return _refuse(store, run_id, refused)
         gate = pausing_gate(store, job_registry, keys=keys, ttl=ttl)
-        anchors = anchors_from_env()  # the worker's deployment key (its environment), never the job's
+        # The worker's deployment key (its environment), never the job's; the chain in the run
+        # store when the deployment keeps it there (shared by every worker machine).
+        anchors = anchors_from_env(store=store)
         if info.records == 0:
             engine = job_engine(job, job_registry, gate, llm, policy, execution)
             if job.get("plan_text") is not None:

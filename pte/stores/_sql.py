@@ -12,6 +12,9 @@ Tables (``pte_`` prefix, created if missing):
   and the approval itself as JSON); also the plan-hash approvals the engine checks.
 - ``pte_checkpoints``: the ``(seq, hash)`` each run was sealed at, so a run cut short in the
   table is caught by verify even though its chain is intact.
+- ``pte_anchors``: the deployment's anchor chain when the deployment keeps it in its run store
+  (`pte._audit._anchors`): line ``n`` of the chain, signed by the deployment key, shared by
+  every machine of the deployment.
 
 Every statement is parameterised: run ids, hashes and record text never become SQL.
 """
@@ -26,7 +29,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from pte._audit import Durability, RecordWriter, VerifyIssue, VerifyReport, verify
-from pte._core import StoreError
+from pte._core import AnchorError, StoreError
 from pte.stores._base import WAITING_STATES, Decision, RunInfo, Store, check_run_id, paused_status, utc_now
 
 #: Record types that change a run's row in ``pte_runs``.
@@ -80,6 +83,10 @@ CREATE TABLE IF NOT EXISTS pte_checkpoints (
   hash TEXT NOT NULL,
   at TEXT NOT NULL,
   PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS pte_anchors (
+  n BIGINT PRIMARY KEY,
+  line TEXT NOT NULL
 );
 """
 
@@ -395,6 +402,35 @@ class SQLStore(Store):
             (check_run_id(run_id),),
         )
         return [{"seq": int(seq), "hash": digest, "at": at} for seq, digest, at in rows]
+
+    # -- the deployment's anchor chain (pte._audit._anchor_lines.AnchorPlace) ------------------------
+
+    def anchor_lines(self, start: int) -> list[bytes]:
+        """Lines ``start``.. of the anchor chain kept in this store, in order."""
+        rows = self._query(self._sql("SELECT n, line FROM pte_anchors WHERE n >= ? ORDER BY n"), (start,))
+        for expected, (n, _) in enumerate(rows, start=start):
+            if int(n) != expected:
+                raise AnchorError(
+                    f"the anchor chain in {self.describe()} has no line {expected}: a row was deleted"
+                )
+        return [str(line).encode("utf-8") for _, line in rows]
+
+    def append_anchor(self, index: int, line: bytes) -> bool:
+        """Append line ``index`` of the anchor chain if the chain has exactly ``index`` lines."""
+        try:
+            added = self._execute_one(
+                self._sql(
+                    "INSERT INTO pte_anchors (n, line) SELECT ?, ? "
+                    "WHERE NOT EXISTS (SELECT 1 FROM pte_anchors WHERE n >= ?) "
+                    "AND (? = 0 OR EXISTS (SELECT 1 FROM pte_anchors WHERE n = ?))"
+                ),
+                (index, line.decode("utf-8"), index, index, index - 1),
+            )
+        except StoreError as exc:
+            if "UNIQUE" in str(exc) or "duplicate key" in str(exc):
+                return False  # another machine appended line `index` first
+            raise
+        return added == 1
 
 
 class _SQLWriter:
