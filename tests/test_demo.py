@@ -9,6 +9,7 @@ between steps the way an LLM does, and gets a different total.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -22,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pte._audit import read_records, verify
-from pte._cli import SCENARIOS, main, run_demo
+from pte._cli import SCENARIOS, answer_problem, main, run_demo
 from pte._replay import replay_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,14 +81,25 @@ def test_pte_demo_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no network" in out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("scenario"))
-    assert lines[header].split() == ["scenario", "status", "reason", "LLM", "calls", "steps", "audit"]
+    assert lines[header].split() == [
+        "scenario",
+        "status",
+        "reason",
+        "LLM",
+        "calls",
+        "steps",
+        "audit",
+        "answer",
+    ]
     rows = {line.split()[0]: line.split() for line in lines[header + 2 : header + 2 + len(SCENARIOS)]}
     assert list(rows) == NAMES
     for s in SCENARIOS:
         row = rows[s.name]
         assert row[1] == s.expect_status
         assert row[2] == (s.expect_reason or "-")
-        assert row[-1] == "verified"
+        assert row[-2] == "verified"
+        # A run that succeeded has an answer that agrees with its result (none otherwise).
+        assert row[-1] == ("agrees" if s.expect_status == "succeeded" else "-")
     assert "all scenarios ended as expected" in out
     assert '"total_eur": "59093.25"' in out
 
@@ -360,3 +374,63 @@ def test_the_demo_prints_its_table_without_log_lines_unless_verbose(tmp_path: Pa
     assert "all scenarios ended as expected" in out.stdout
     logged = [line for line in out.stderr.splitlines() if '"event"' in line or "run_finished" in line]
     assert bool(logged) is verbose, out.stderr[-2000:]
+
+
+# --- the demo checks what each answer says against its result (#36) ---------------------------
+
+
+def test_every_answer_agrees_with_its_result(demo_run: DemoRun) -> None:
+    for s in SCENARIOS:
+        entry = demo_run.scenario(s.name)
+        assert entry["answer_problem"] is None, (s.name, entry["answer"], entry["result"])
+    # bill_endorsed paid the second payment of the demo's ledger, and says so.
+    bill = demo_run.scenario("bill_endorsed")
+    assert bill["result"] == "PO-0002" and "PO-0002" in bill["answer"]
+
+
+def test_an_answer_contradicting_its_result_fails_the_demo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: bill_endorsed paid PO-0002 and its answer said "Payment PO-0001…", and
+    the demo still printed "all scenarios ended as expected"."""
+    wrong = "Payment PO-0001 of EUR 612.40 to the IBAN in the bill (endorsed by a person) was submitted."
+    scenarios = [
+        dataclasses.replace(s, responses=[s.responses[0], wrong]) if s.name == "bill_endorsed" else s
+        for s in SCENARIOS
+        if s.name in ("payment_approved", "bill_endorsed")
+    ]
+    code = run_demo(out_dir=str(tmp_path / "out"), scenarios=scenarios)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "SOME SCENARIOS DID NOT END AS EXPECTED" in out and "CONTRADICTS" in out
+    assert "bill_endorsed: the answer says PO-0001, the result is PO-0002" in out
+
+
+@pytest.mark.parametrize(
+    ("answer", "result", "agrees"),
+    [
+        ("Payment PO-0002 was submitted.", "PO-0002", True),
+        ("Payment PO-0001 was submitted.", "PO-0002", False),
+        ("Payments PO-0002 and PO-0003 were submitted.", "PO-0002", False),
+        ("GBP 6088.40 is outstanding on invoice INV-1006.", "6088.40", True),
+        ("GBP 6088.4 is outstanding.", "6088.40", False),
+        ("GBP 16088.40 is outstanding.", "6088.40", False),
+        ("Reminders were queued for the 10 invoices.", 0, False),
+        ("0 reminders were newly queued.", 0, True),
+        ("EUR 59093.25 in total, of which 15.04%.", {"total": "59093.25", "share": "15.04"}, True),
+        ("EUR 59093.25 in total.", {"total": "59093.25", "share": "15.04"}, False),
+        ("Anything at all.", None, True),
+    ],
+)
+def test_answer_problem(answer: str, result: Any, agrees: bool) -> None:
+    assert (answer_problem(answer, result) is None) == agrees
+
+
+@given(paid=st.integers(1, 9999), said=st.integers(1, 9999), amount=st.decimals("0.01", "99999.99", places=2))
+def test_property_an_answer_naming_another_payment_or_amount_is_caught(
+    paid: int, said: int, amount: Decimal
+) -> None:
+    result = {"payment_id": f"PO-{paid:04d}", "amount": str(amount)}
+    answer = f"Payment PO-{said:04d} of EUR {amount} was submitted."
+    assert (answer_problem(answer, result) is None) == (paid == said)
+    assert answer_problem(f"Payment PO-{paid:04d} was submitted.", result) is not None  # no amount

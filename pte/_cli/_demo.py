@@ -9,6 +9,7 @@ audit log, which is verified at the end of every scenario.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,15 @@ from pte._policy import (
 )
 from pte._run import Engine, EngineConfig, ReplayClient, RunResult
 
-__all__ = ["SCENARIOS", "DemoOutcome", "Scenario", "demo_registry", "run_demo", "run_scenario"]
+__all__ = [
+    "SCENARIOS",
+    "DemoOutcome",
+    "Scenario",
+    "answer_problem",
+    "demo_registry",
+    "run_demo",
+    "run_scenario",
+]
 
 STOCK = ("backoffice", "calculator", "shaping")
 
@@ -211,7 +220,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                 _step("queue_reminders", "send_reminders", invoice_ids=_ref("overdue_invoices/ids")),
                 result=_ref("queue_reminders/queued"),
             ),
-            "Reminders were queued for the 10 invoices more than 30 days overdue.",
+            # The run before this one queued them: this run queued none anew (its result is 0).
+            "0 reminders were newly queued: the 10 invoices more than 30 days overdue already had one.",
         ],
         expect_status="succeeded",
         note="the same mistake, sent back once with the compiler's reason: the repaired plan runs",
@@ -273,7 +283,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         request="Pay the bill in document DOC-001.",
         responses=[
             BILL_PAYMENT,
-            "Payment PO-0001 of EUR 612.40 to the IBAN in the bill (endorsed by a person) was submitted.",
+            "Payment PO-0002 of EUR 612.40 to the IBAN in the bill (endorsed by a person) was submitted.",
         ],
         expect_status="succeeded",
         approve_by="controller@example.com",
@@ -286,7 +296,8 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 @dataclass
 class DemoOutcome:
-    """What one scenario did, and whether its audit log verified."""
+    """What one scenario did, whether its audit log verified, and whether its answer says what
+    its result is (`answer_problem`: None when it does)."""
 
     scenario: Scenario
     result: RunResult
@@ -294,6 +305,48 @@ class DemoOutcome:
     audit_ok: bool
     as_expected: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    answer_problem: str | None = None
+
+
+#: An identifier in a result or an answer: a payment PO-0002, an invoice INV-1006, a reminder...
+_IDENTIFIER = re.compile(r"\b([A-Z]{1,6})-(\d+)\b")
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def _says(answer: str, text: str) -> bool:
+    """`text` (a figure or an identifier) stands in `answer` on its own: not inside a longer one."""
+    return re.search(rf"(?<![\w.]){re.escape(text)}(?![\w]|[.,]\d)", answer) is not None
+
+
+def answer_problem(answer: Any, result: Any) -> str | None:
+    """How a run's answer (a model's words) contradicts its result (what the tools returned), or
+    None. Every figure and identifier of the result must stand in the answer, and every
+    identifier the answer gives of a kind the result has (``PO-…``) must be one of the result's:
+    an answer saying "Payment PO-0001" of a run that paid PO-0002 is wrong."""
+    if not isinstance(answer, str) or result is None:
+        return None
+    facts = [
+        leaf for leaf in _leaves(result) if isinstance(leaf, str | int | float) and not isinstance(leaf, bool)
+    ]
+    ids = {f"{m[0]}-{m[1]}" for leaf in facts for m in _IDENTIFIER.findall(str(leaf))}
+    kinds = {identifier.split("-")[0] for identifier in ids}
+    for kind, number in _IDENTIFIER.findall(answer):
+        said = f"{kind}-{number}"
+        if kind in kinds and said not in ids:
+            return f"the answer says {said}, the result is {', '.join(sorted(ids))}"
+    for fact in facts:
+        text = str(fact)
+        is_figure = re.fullmatch(r"-?\d+(\.\d+)?", text) is not None
+        if (is_figure or text in ids) and not _says(answer, text):
+            return f"the answer does not say {text}, which the result holds"
+    return None
 
 
 def demo_registry() -> Registry:
@@ -373,7 +426,11 @@ def run_scenario(
     as_expected = result.status == scenario.expect_status and (
         (result.reason.value if result.reason else None) == scenario.expect_reason
     )
-    return DemoOutcome(scenario, result, path, report.ok, as_expected and report.ok, extra)
+    # The answer is a model's (recorded) words about the result: it must not contradict it.
+    wrong = answer_problem(result.answer, result.result) if result.ok else None
+    return DemoOutcome(
+        scenario, result, path, report.ok, as_expected and report.ok and wrong is None, extra, wrong
+    )
 
 
 def _demo_key(workdir: Path) -> Any:
@@ -390,7 +447,7 @@ def _demo_key(workdir: Path) -> Any:
 
 
 def _table(outcomes: Sequence[DemoOutcome]) -> str:
-    header = ("scenario", "status", "reason", "LLM calls", "steps", "audit")
+    header = ("scenario", "status", "reason", "LLM calls", "steps", "audit", "answer")
     rows = [
         (
             o.scenario.name,
@@ -399,6 +456,7 @@ def _table(outcomes: Sequence[DemoOutcome]) -> str:
             str(o.result.llm_calls),
             str(len(o.result.steps)),
             "verified" if o.audit_ok else "FAILED",
+            ("agrees" if o.result.ok else "-") if o.answer_problem is None else "CONTRADICTS",
         )
         for o in outcomes
     ]
@@ -409,8 +467,11 @@ def _table(outcomes: Sequence[DemoOutcome]) -> str:
     return "\n".join(out)
 
 
-def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
-    """Run every scenario on a fresh sample ledger; print a table; exit 0 if all ended as expected."""
+def run_demo(
+    *, out_dir: str | None = None, as_json: bool = False, scenarios: Sequence[Scenario] = SCENARIOS
+) -> int:
+    """Run every scenario on a fresh sample ledger; print a table; exit 0 if all ended as expected
+    (status and reason, a verified log, and an answer that agrees with the result)."""
     import os
 
     from pte._catalogue import load_pack
@@ -428,9 +489,9 @@ def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
             registry = demo_registry()
             # Only this demo's own files: --out may point at a directory holding other logs.
             own = ("approvals.jsonl", "endorsements.jsonl", "demo-approver.key")
-            for stale in [workdir / f"{s.name}.jsonl" for s in SCENARIOS] + [workdir / name for name in own]:
+            for stale in [workdir / f"{s.name}.jsonl" for s in scenarios] + [workdir / name for name in own]:
                 stale.unlink(missing_ok=True)
-            outcomes = [run_scenario(s, registry, workdir) for s in SCENARIOS]
+            outcomes = [run_scenario(s, registry, workdir) for s in scenarios]
         finally:
             if previous is None:
                 os.environ.pop("PTE_LEDGER", None)
@@ -447,6 +508,7 @@ def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
                                 "scenario": o.scenario.name,
                                 **o.result.to_dict(),
                                 "audit_verified": o.audit_ok,
+                                "answer_problem": o.answer_problem,
                                 "as_expected": o.as_expected,
                                 "audit": str(o.audit_path) if out_dir else None,
                             }
@@ -463,9 +525,12 @@ def run_demo(*, out_dir: str | None = None, as_json: bool = False) -> int:
                 "real engine, tools and audit logs.\n"
             )
             print(_table(outcomes))
-            three = next(o for o in outcomes if o.scenario.name == "three_figures_share")
-            if three.result.ok:
+            three = next((o for o in outcomes if o.scenario.name == "three_figures_share"), None)
+            if three is not None and three.result.ok:
                 print(f"\nthree_figures_share result: {json.dumps(three.result.result)}")
+            for o in outcomes:
+                if o.answer_problem is not None:
+                    print(f"\n{o.scenario.name}: {o.answer_problem}")
             print(f"\naudit logs: {workdir if out_dir else '(temporary; use --out DIR to keep them)'}")
             print("all scenarios ended as expected" if all_ok else "SOME SCENARIOS DID NOT END AS EXPECTED")
     return 0 if all_ok else 1
