@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+import orjson
+
 from pte._core import AuditWriteError, PTEError, canonical_bytes, sha256_hex, without_member
 
 try:  # POSIX; elsewhere appends are serialised within one process only
@@ -432,16 +434,21 @@ class AuditLog:
         """
         prev = self.last_hash
         # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
-        record: dict[str, Any] = {
+        common = {
             "seq": self.next_seq,
             "run_id": self.run_id,
             "ts": self._clock(),
             "type": type,
             "prev": prev,
-            **self.redactor.redact_fields(type, fields),
-            "hash": _PLACEHOLDER,
         }
-        encoded = canonical_bytes(record)
+        record: dict[str, Any] = {**common, **fields, "hash": _PLACEHOLDER}
+        # Most records hold nothing to redact: checked whole, their encoding is the line's.
+        encoded = self.redactor.canonical_if_clean(record)
+        if encoded is None:
+            record = {**common, **self.redactor.redact_fields(type, fields), "hash": _PLACEHOLDER}
+            encoded = canonical_bytes(record)
+        else:
+            record = orjson.loads(encoded)  # the caller's values stay the caller's
         parts = without_member(encoded, _PLACEHOLDER_MEMBER)
         if parts is None:
             del record["hash"]

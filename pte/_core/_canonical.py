@@ -18,7 +18,7 @@ The two differ only in
 - key order when a key holds a character outside the Basic Multilingual Plane (orjson
   sorts by code point, JCS by UTF-16 code unit).
 
-`_orjson_safe` walks the value's containers and sends every value holding a number outside
+`numbers_as_jcs` walks the value's containers and sends every value holding a number outside
 the range where both agree (or a non-BMP character) to `rfc8785`: false alarms cost time,
 misses cannot happen.
 tests/test_canonical.py checks the RFC's test vectors, the equality of both paths on
@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -41,8 +42,11 @@ __all__ = [
     "canonical_json",
     "canonical_json_v1",
     "canonical_loads",
+    "checked_jcs",
     "hash_json",
     "is_canonical",
+    "json_plain",
+    "numbers_as_jcs",
     "sha256_hex",
     "without_member",
 ]
@@ -77,21 +81,38 @@ def canonical_bytes(value: Any, *, from_text: bool = False) -> bytes:
             return orjson.dumps(value)
         except TypeError:
             return _jcs(value)
-    if (kind is dict or kind is list) and _orjson_safe(value):
-        try:
-            data = orjson.dumps(value, option=_ORJSON_OPTIONS)
-        except TypeError:  # orjson refuses (a lone surrogate, a dataclass, too deep...)
-            pass
-        else:
-            if data.isascii() or _NON_BMP.search(data) is None:
-                return data
-    elif (kind is int or kind is float or kind is bool or value is None) and _orjson_safe((value,)):
+    if (kind is dict or kind is list) and numbers_as_jcs(value):
+        data = checked_jcs(value)
+        if data is not None:
+            return data
+    elif (kind is int or kind is float or kind is bool or value is None) and numbers_as_jcs((value,)):
         return orjson.dumps(value)  # a bare number, as many tools return: no walk in rfc8785
     return _jcs(value, exact=not from_text)
 
 
-def _orjson_safe(value: Any) -> bool:
-    """True when orjson writes every number in `value` as JCS does.
+def checked_jcs(value: dict[str, Any] | list[Any]) -> bytes | None:
+    """The JCS form of a dict or list that `numbers_as_jcs` accepted, as orjson writes it;
+    None where orjson's form may differ or orjson refuses (then `canonical_bytes` asks the
+    reference encoder)."""
+    try:
+        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson refuses (a lone surrogate, a dataclass, too deep...)
+        return None
+    # Keys are sorted by code point; JCS sorts by UTF-16 unit: the same outside the BMP only.
+    return data if data.isascii() or _NON_BMP.search(data) is None else None
+
+
+def json_plain(text: str) -> bool:
+    """Whether JSON writes `text` inside a string as it is (no quote, backslash or control
+    character to escape): then `text` occurs in a string of a value exactly where it occurs
+    in the value's encoding."""
+    return not any(c in '"\\' or c < " " for c in text)
+
+
+def numbers_as_jcs(value: Any, refuse_key: Callable[[str], bool] | None = None) -> bool:
+    """True when `value` (a list, dict or tuple of values) holds exact JSON types only (dict,
+    list, str, int, float, bool, None) and orjson writes every number in it as JCS does;
+    with `refuse_key`, also every key of every dict in it is text for which it is False.
 
     Integers within ±(2**53 - 1) and floats with a fraction between 1e-4 and 1e15 in
     magnitude (both write the shortest round-trip digits in plain decimal notation there;
@@ -103,6 +124,10 @@ def _orjson_safe(value: Any) -> bool:
     push = stack.append
     while stack:
         node = pop()
+        if refuse_key is not None and node.__class__ is dict:
+            for key in node:
+                if key.__class__ is not str or refuse_key(key):
+                    return False
         for item in node.values() if node.__class__ is dict else node:
             kind = item.__class__
             if kind is str or item is None or item is True or item is False:
@@ -178,7 +203,7 @@ def is_canonical(data: bytes, value: Any) -> bool:
             mine = b""
         # `data` is orjson's form; it is JCS's too unless it holds a number the two write
         # differently or a non-BMP character (`isascii` first: a C scan, no regex).
-        if mine == data and _orjson_safe(value) and (data.isascii() or _NON_BMP.search(data) is None):
+        if mine == data and numbers_as_jcs(value) and (data.isascii() or _NON_BMP.search(data) is None):
             return True
     try:
         return _jcs(value, exact=False) == data

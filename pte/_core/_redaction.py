@@ -22,6 +22,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
+from pte._core._canonical import checked_jcs, numbers_as_jcs
 from pte._core._secret_rules import SecretRules
 
 #: What a redacted value or substring is replaced with.
@@ -172,6 +175,8 @@ class Redactor:
         # record; memoising them takes most of the rule work off the write path.
         self._text_cache: dict[str, str] = {}
         self._key_cache: dict[str, bool] = {}
+        #: The registered secrets as JSON writes them inside a string (`add_secret`).
+        self._encoded_secrets: list[bytes] = []
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -204,6 +209,7 @@ class Redactor:
             self._secrets.append(value)
             # Longest first, so a secret that contains another is replaced whole.
             self._secrets.sort(key=len, reverse=True)
+            self._encoded_secrets.append(orjson.dumps(value)[1:-1])
             self._text_cache = {}
 
     def is_secret_key(self, key: str) -> bool:
@@ -288,6 +294,32 @@ class Redactor:
             # `redact` copies as it goes: a plain dict needs no copy of its own first.
             return self.redact(fields if type(fields) is dict else dict(fields))  # type: ignore[no-any-return]
         return self._redact_around(fields, [tuple(p.split(".")) for p in paths])
+
+    def canonical_if_clean(self, record: dict[str, Any]) -> bytes | None:
+        """The canonical form (`canonical_bytes`) of `record` when no rule can change anything
+        in it; None when it may need `redact_fields` (or is not exact JSON data).
+
+        The audit writer's fast path: one walk checks the types, the numbers and every key
+        (`is_secret_key`, stricter than `redact_fields`, which spares structure); the text
+        rules and registered secrets are then checked once on the whole encoding instead
+        of on each string: a registered secret or a rule keyword (the rules run only where
+        one of their keywords occurs: `SecretRules.keyword_gated`) inside any string or key
+        occurs in the encoding too, since JSON writes each of them as it is. Finding one
+        there does not mean a string holds it (it may span two strings), only that the
+        walk must decide.
+        """
+        rules = self.rules
+        if not rules.keyword_gated or not numbers_as_jcs(record, self.is_secret_key):
+            return None
+        encoded = checked_jcs(record)
+        if encoded is None:
+            return None
+        for secret in self._encoded_secrets:
+            if secret in encoded:
+                return None
+        # Lower-casing bytes changes ASCII letters only; other text may lower to ASCII.
+        lowered = encoded.lower() if encoded.isascii() else encoded.decode().lower().encode()
+        return None if rules.has_keyword(lowered) else encoded
 
     def _redact_around(self, mapping: Mapping[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -36,6 +36,7 @@ from typing import Any
 import re2
 
 from pte._core._bounded_files import FileRefused, read_bounded_text
+from pte._core._canonical import json_plain
 
 __all__ = ["SecretRule", "SecretRules", "default_rule_files"]
 
@@ -196,6 +197,11 @@ class SecretRules:
             for keyword in self._keywords:
                 self._keyword_set.Add(re2.escape(keyword))
             self._keyword_set.Compile()
+        #: Every rule has keywords (none runs on every text) and JSON writes each keyword as
+        #: it is: then a text in which no keyword occurs has no finding, and `has_keyword` over
+        #: a record's encoding answers for every string in it at once
+        #: (`pte._core._redaction.Redactor.redact_fields`).
+        self.keyword_gated = not self._always and all(json_plain(k) for k in self._keywords)
 
     @classmethod
     def from_files(cls, paths: Sequence[str | os.PathLike[str]], *, eager: bool = True) -> SecretRules:
@@ -247,6 +253,11 @@ class SecretRules:
 
     def __len__(self) -> int:
         return len(self.rules)
+
+    def has_keyword(self, lowered: str | bytes) -> bool:
+        """Whether a keyword of any rule occurs in `lowered` (a text already lower-cased, or
+        its UTF-8 encoding)."""
+        return self._keyword_set is not None and bool(self._keyword_set.Match(lowered))
 
     def candidates(self, text: str) -> list[SecretRule]:
         """The rules whose keywords occur in `text` (and the rules without keywords)."""

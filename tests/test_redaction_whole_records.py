@@ -1,0 +1,120 @@
+"""The audit writer's fast path (`Redactor.canonical_if_clean`): a record checked whole.
+
+A record in which no rule could change anything is encoded once and that encoding is its
+line; the property: whenever the fast path answers, its bytes are exactly what the walk
+(`redact_fields`, then `canonical_bytes`) gives, and the walk changed nothing. Secrets,
+rule keywords and secret key names anywhere in a record (strings, keys, nested, split
+across strings, escaped, in non-ASCII text that lower-cases to ASCII) send it to the walk.
+"""
+
+from __future__ import annotations
+
+import string
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pte import AuditLog, verify
+from pte._audit import records
+from pte._core import Redactor, canonical_bytes
+from tests.secrets_corpus import FREE_TEXT, KEYED
+
+SECRET = "pl41n-s3cret-of-the-deployment"
+# Texts that may or may not be (or hold) something a rule redacts.
+TEXTS = [
+    *(text for _, text, _ in FREE_TEXT),
+    *KEYED.values(),
+    SECRET,
+    SECRET.upper(),
+    'a "quoted" \\ text\n',
+    "K\u212aelvin İstanbul Σίσυφος",  # non-ASCII that lower-cases to ASCII
+    "ghp",
+    "_",
+    "",
+]
+KEYS = ["id", "note", "api_key", "API-KEY", "password", "pass_word", "tokens", "Authorization", "x"]
+
+texts = st.one_of(
+    st.sampled_from(TEXTS), st.text(max_size=30), st.text(string.ascii_letters + "_-", max_size=12)
+)
+keys = st.one_of(st.sampled_from(KEYS), texts)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**60), 2**60),
+    st.floats(allow_nan=True, allow_infinity=True),
+    texts,
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+    max_leaves=20,
+)
+record_dicts = st.dictionaries(keys, values, max_size=6)
+
+
+def _redactor() -> Redactor:
+    redactor = Redactor()
+    redactor.add_secret(SECRET)
+    return redactor
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(record_dicts)
+def test_a_record_checked_whole_is_encoded_as_the_walk_would(record: dict[str, object]) -> None:
+    redactor = _redactor()
+    encoded = redactor.canonical_if_clean(record)
+    if encoded is None:
+        return
+    walked = redactor.redact_fields("step_finished", record)
+    assert walked == record  # nothing was there to redact
+    assert encoded == canonical_bytes(walked)
+
+
+def test_the_fast_path_is_taken_for_plain_records_and_refused_for_each_kind_of_secret() -> None:
+    redactor = _redactor()
+    plain = {"step_id": "pay_supplier", "tool": "send_payment", "output": {"id": "PO-7", "eur": 12.5}}
+    assert redactor.canonical_if_clean(plain) == canonical_bytes(plain)
+    for refused in (
+        {**plain, "note": f"see {SECRET}"},  # a registered secret
+        {**plain, "note": FREE_TEXT[0][1]},  # a rule's finding
+        {**plain, "nested": [{"client_secret": "abc"}]},  # a secret key, deep down
+        {**plain, "nested": [{"client_secret": None}]},  # checked whole: stricter than the walk
+        {**plain, "n": float("nan")},  # not JSON: the walk and the encoder decide (and refuse)
+        {**plain, "n": 2**60},  # a number JCS writes differently
+    ):
+        assert redactor.canonical_if_clean(refused) is None, refused
+
+
+def test_a_log_written_on_the_fast_path_verifies_and_holds_no_secret(tmp_path) -> None:
+    path = tmp_path / "run.jsonl"
+    redactor = _redactor()
+    plan_hash = "a" * 64
+    with AuditLog(path, redactor=redactor) as log:
+        log.write(records.run_started(mode="execute", request=None, config={}))
+        log.write(
+            records.step_started(step_id="a", tool="t", effect="read", args={"q": 1}, plan_hash=plan_hash)
+        )
+        log.write(records.step_finished(step_id="a", tool="t", status="ok", duration_ms=1.0, output="plain"))
+        log.write(
+            records.step_started(
+                step_id="b", tool="t", effect="read", args={"token": "abc"}, plan_hash=plan_hash
+            )
+        )
+        log.write(
+            records.step_finished(step_id="b", tool="t", status="ok", duration_ms=1.0, output=f"key {SECRET}")
+        )
+        log.write(
+            records.run_finished(
+                status="succeeded",
+                reason=None,
+                message=None,
+                answer=None,
+                result=None,
+                steps_run=2,
+                llm_calls=0,
+            )
+        )
+    data = path.read_bytes()
+    assert SECRET.encode() not in data and b'"abc"' not in data
+    assert verify(path).ok
