@@ -92,7 +92,7 @@ def test_bad_yaml_specs_are_usage_errors_with_the_reason(
 
 
 def test_mcp_server_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("mcp", reason="the MCP importer is an optional extra: pip install 'pte[mcp]'")
+    pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
     tools = f"mcp:{shlex.join([sys.executable, str(SERVER)])}#lookup_invoice,total_cents"
     plan = {
         "pte_plan": "1",

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp", reason="the MCP importer is an optional extra: pip install 'pte[mcp]'")
+pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
 pytest.importorskip("langchain_core", reason="the LangChain importer is an optional extra")
-pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: pip install 'pte[test]'")
+pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 
 from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip(
-    "langchain_core", reason="the LangChain importer is an optional extra: pip install 'pte[langchain]'"
+    "langchain_core", reason="the LangChain importer is an optional extra: 'plan-then-execute[langchain]'"
 )
 
 from langchain_core.tools import BaseTool, StructuredTool

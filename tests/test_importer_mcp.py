@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp", reason="the MCP importer is an optional extra: pip install 'pte[mcp]'")
+pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
 
 from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
 from pte._audit import AuditLog, read_records

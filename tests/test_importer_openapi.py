@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: pip install 'pte[test]'")
+pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 import httpx
 from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-pytest.importorskip("opentelemetry.sdk", reason="OpenTelemetry is an optional extra: pip install 'pte[otel]'")
+pytest.importorskip("opentelemetry.sdk", reason="OpenTelemetry is optional: 'plan-then-execute[otel]'")
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider

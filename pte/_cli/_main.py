@@ -40,6 +40,7 @@ from pte._cli._deployment import (
     add_specialists_option,
     current_redactor,
     set_redactor,
+    specialists_of,
 )
 from pte._cli._endorse import add_endorse_command, add_endorsements_option, report_pause
 from pte._cli._replay import add_replay_commands
@@ -210,6 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_deployment_for_writes(args, registry, registry.names, "the allow-list of this run")
     llm = _llm(args)
     _approvals_path(args)  # checked before the log is created
+    specialists_of(args, registry)  # refused before any log or store is written (#36)
     stored = _in_store(registry, llm, args, request=args.request)
     if stored is not None:
         return stored
@@ -228,6 +230,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     registry = _registry(args)
     output = output_file(args.output, "plan file")
     llm = _llm(args)
+    specialists_of(args, registry)  # refused before the log is written (#36)
     audit = _open_audit(args.audit) if args.audit else AuditLog(None, redactor=current_redactor())
     with audit:
         result = _engine(registry, llm, args).plan(args.request, audit)

@@ -338,13 +338,20 @@ def http_url(text: str) -> str:
     return text
 
 
+#: Workers and a broker need Celery (and its kombu), the ``workers`` extra.
+WORKERS_MISSING = "workers and --broker need Celery: pip install 'plan-then-execute[workers]'"
+
+
 def check_broker_url(url: str) -> str:
     """`url` if it names a broker transport Celery can load (``redis://``, ``amqp://``...);
     else `UsageError` (Celery would raise KeyError or ImportError deep inside the worker)."""
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if not scheme or any(c.isspace() or ord(c) < 0x20 for c in url):
         raise UsageError(f"--broker {url[:200]!r} is not a broker URL (e.g. redis://127.0.0.1:6379/0)")
-    from kombu.transport import resolve_transport
+    try:
+        from kombu.transport import resolve_transport
+    except ImportError:
+        raise UsageError(WORKERS_MISSING) from None
 
     try:
         resolve_transport(scheme.split("+", 1)[0])
@@ -355,7 +362,10 @@ def check_broker_url(url: str) -> str:
 
 def broker_problem(url: str, timeout_s: float = 5.0) -> str | None:
     """Why the broker at `url` cannot be reached now (one try, bounded), or None."""
-    from kombu.connection import Connection
+    try:
+        from kombu.connection import Connection
+    except ImportError:
+        return WORKERS_MISSING
 
     try:
         with Connection(url, connect_timeout=timeout_s) as connection:  # type: ignore[no-untyped-call]

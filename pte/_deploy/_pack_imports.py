@@ -56,7 +56,7 @@ def import_spec(spec: str) -> Registry:
     except PTEError as exc:
         raise DeploymentError(f"--tools {spec}: {exc}") from None
     except ImportError as exc:
-        raise DeploymentError(f"--tools {spec}: {exc} (pip install 'pte[{kind}]')") from None
+        raise DeploymentError(f"--tools {spec}: {exc} (pip install 'plan-then-execute[{kind}]')") from None
     _imported[spec] = registry
     return registry
 

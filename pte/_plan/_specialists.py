@@ -120,8 +120,8 @@ def load_specialists(path: str | Path) -> tuple[Specialist, ...]:
                 import yaml  # type: ignore[import-untyped, unused-ignore]
             except ImportError:
                 raise SpecialistError(
-                    f"specialists file {source.name!r} is YAML, which needs PyYAML (pip install pyyaml); "
-                    "or write it as JSON"
+                    f"specialists file {source.name!r} is YAML, which needs PyYAML, a dependency of "
+                    "plan-then-execute (pip install plan-then-execute); or write it as JSON"
                 ) from None
             document: Any = yaml.safe_load(text)
         else:

@@ -1,6 +1,6 @@
 """OpenTelemetry spans for runs, LLM calls and steps; their ids go into the audit records.
 
-With ``opentelemetry-api`` installed (``pip install 'pte[otel]'``) and a tracer provider
+With ``opentelemetry-api`` installed (``pip install 'plan-then-execute[otel]'``) and a tracer provider
 configured by the application, each run gets a ``pte.run`` span (a child of whatever span
 is current when the run starts), with one child span per LLM call and one per step:
 

@@ -1,6 +1,7 @@
 """Importers: tools from outside catalogues as typed PTE tools.
 
-- `pte.importers.mcp`: the tools of an MCP server (stdio or Streamable HTTP), ``pip install 'pte[mcp]'``.
+- `pte.importers.mcp`: the tools of an MCP server (stdio or Streamable HTTP),
+  ``pip install 'plan-then-execute[mcp]'``.
 - `pte.importers.openapi`: the operations of an OpenAPI 3 document, called over httpx.
 - `pte.importers.langchain`: LangChain tools (``langchain-core``).
 

@@ -1,4 +1,4 @@
-"""LangChain tools as PTE tools (``pip install 'pte[langchain]'``, i.e. ``langchain-core``).
+"""LangChain tools as PTE tools (``pip install 'plan-then-execute[langchain]'``, i.e. ``langchain-core``).
 
     from pte.importers.langchain import import_langchain_tools
 
@@ -92,7 +92,7 @@ def import_langchain_tools(
         from langchain_core.tools import BaseTool, ToolException
     except ImportError:
         raise ImportSourceError(
-            "the LangChain importer needs langchain-core: pip install 'pte[langchain]'"
+            "the LangChain importer needs langchain-core: pip install 'plan-then-execute[langchain]'"
         ) from None
     by_name: dict[str, Any] = {}
     for tool in tools:

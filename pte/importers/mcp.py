@@ -1,4 +1,5 @@
-"""Tools of an MCP server as PTE tools, through the official `mcp` SDK (``pip install 'pte[mcp]'``).
+"""Tools of an MCP server as PTE tools, through the official `mcp` SDK
+(``pip install 'plan-then-execute[mcp]'``).
 
     from pte.importers.mcp import MCPConnection, import_mcp_tools
 
@@ -48,7 +49,9 @@ def _require_sdk() -> Any:
     try:
         import mcp
     except ImportError:
-        raise MCPError("the MCP importer needs the official SDK: pip install 'pte[mcp]'") from None
+        raise MCPError(
+            "the MCP importer needs the official SDK: pip install 'plan-then-execute[mcp]'"
+        ) from None
     return mcp
 
 

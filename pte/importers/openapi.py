@@ -1,4 +1,5 @@
-"""The operations of an OpenAPI 3 document as PTE tools, called over httpx (``pip install 'pte[openapi]'``).
+"""The operations of an OpenAPI 3 document as PTE tools, called over httpx
+(``pip install 'plan-then-execute[openapi]'``).
 
     import httpx
     from pte.importers.openapi import import_openapi, load_openapi
@@ -58,7 +59,9 @@ def _httpx() -> Any:
     try:
         import httpx
     except ImportError:
-        raise OpenAPIError("the OpenAPI importer needs httpx: pip install 'pte[openapi]'") from None
+        raise OpenAPIError(
+            "the OpenAPI importer needs httpx: pip install 'plan-then-execute[openapi]'"
+        ) from None
     return httpx
 
 
@@ -114,7 +117,8 @@ def _yaml_document(source: str, raw: bytes) -> Any:
         import yaml  # type: ignore[import-untyped, unused-ignore]
     except ImportError:
         raise OpenAPIError(
-            f"OpenAPI document {source!r} is YAML: install PyYAML (pip install 'pte[openapi]')"
+            f"OpenAPI document {source!r} is YAML, which needs PyYAML, a dependency of "
+            "plan-then-execute (pip install 'plan-then-execute[openapi]')"
         ) from None
 
     class _Strict(yaml.SafeLoader):  # type: ignore[misc, unused-ignore]

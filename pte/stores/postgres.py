@@ -47,7 +47,9 @@ class PostgresStore(SQLStore):
         try:
             import psycopg
         except ImportError:  # pragma: no cover - the [postgres] extra is not installed
-            raise StoreError("the PostgreSQL store needs psycopg: pip install 'pte[postgres]'") from None
+            raise StoreError(
+                "the PostgreSQL store needs psycopg: pip install 'plan-then-execute[postgres]'"
+            ) from None
         self._psycopg = psycopg
         try:
             self._conn = psycopg.connect(url, autocommit=True, connect_timeout=10)

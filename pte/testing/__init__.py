@@ -81,7 +81,8 @@ def __getattr__(name: str) -> Any:
         if exc.name != "hypothesis" and not str(exc.name).startswith("hypothesis."):
             raise
         raise ImportError(
-            f"pte.testing.{name} is a hypothesis strategy: pip install hypothesis (or 'pte[test]')"
+            f"pte.testing.{name} is a hypothesis strategy: "
+            "pip install hypothesis (or 'plan-then-execute[test]')"
         ) from exc
     globals()[name] = value
     return value
