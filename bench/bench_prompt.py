@@ -11,7 +11,12 @@ to measure against.
 Printed for the six generic packs (calculator, shaping, text, extract, dates, containers),
 for the 47 of their tools that issue #25 counted, and for the whole stock catalogue (with
 the back-office pack): characters and approximate tokens of the catalogue section, and of
-the whole planner system prompt (rules, notation, worked example, catalogue), new / old.
+the whole planner system prompt (rules, notation, catalogue), new / old.
+
+Then the cacheable share: the static prompt (rules + catalogue, `pte._run.static_prompt`) opens
+every planner, replanner and stage call of a deployment byte for byte; printed as its share of
+each role's messages for one request (bench/bench_cookbook_input.py measures it over the
+cookbook's runs: 96%).
 
 Tokens: tiktoken needs its BPE files from a non-registry host, so this counts the pieces of
 cl100k's pre-tokenizer (words with their leading space, runs of 1-3 digits, punctuation
@@ -34,7 +39,7 @@ from pte._catalogue import STOCK_PACKS, Registry, load_registry
 from pte._core import canonical_json
 from pte._plan import Specialist, coordinator_view, specialist_registry
 from pte._policy import Policy
-from pte._run import catalogue_text, planner_messages
+from pte._run import catalogue_text, planner_messages, replanner_messages, stage_messages, static_prompt
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.
 _PIECES = re.compile(
@@ -203,6 +208,30 @@ def main() -> None:
             )
             label = ""
     stock = load_registry(STOCK_PACKS)
+    policy = Policy.from_registry(stock)
+    static = static_prompt(stock, policy)
+    request = "Total the overdue invoices of customer C002 and remind them by letter."
+    calls = {
+        "planner": planner_messages(request, stock, policy),
+        "stage": stage_messages(
+            request, stock, policy, 2, {"ids": ({"$ref": "inv/ids"}, ["INV-1"], "trusted")}, []
+        ),
+        "replanner": replanner_messages(
+            request,
+            stock,
+            {"pte_plan": "1", "steps": []},
+            [],
+            "inv",
+            "list_overdue_invoices",
+            {"kind": "tool_error", "message": "timeout"},
+            policy=policy,
+        ),
+    }
+    print("\nstatic prompt (cacheable prefix), whole stock catalogue:", f"{len(static):,d} characters")
+    for role, messages in calls.items():
+        assert messages[0]["content"].startswith(static)
+        total = sum(len(m["content"]) for m in messages)
+        print(f"  {role:10} {total:8,d} characters sent, {len(static) / total:.0%} of them the cached prefix")
     sizes = coordinator_sizes(stock, BACKOFFICE_SPECIALISTS)
     owned = sum(len(s.catalogue) for s in BACKOFFICE_SPECIALISTS)
     print(

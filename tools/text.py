@@ -213,7 +213,7 @@ def parse_fields(text: str, separator: str = ":") -> Fields:
     """Parse "Key: value" lines into {fields, entries, count}.
 
     fields maps each key to its value. A line without the separator continues the entry above:
-    entries[i].lines holds its value and those lines, bullets stripped ("Ingredients:\n- eggs"
+    entries[i].lines holds its value and those lines, bullets stripped ("Ingredients:\\n- eggs"
     gives lines ["eggs"]). Text before the first key is ignored.
     """
     if not separator:
