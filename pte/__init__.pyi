@@ -74,6 +74,8 @@ from pte._core import ReplayDataError as ReplayDataError
 from pte._core import ReplayDivergence as ReplayDivergence
 from pte._core import RequeueRefused as RequeueRefused
 from pte._core import RunPaused as RunPaused
+from pte._core import SigningKey as SigningKey
+from pte._core import TrustedKeys as TrustedKeys
 from pte._deploy import Deployment as Deployment
 from pte._deploy import PausedRun as PausedRun
 from pte._deploy import decide as decide
@@ -228,6 +230,7 @@ __all__ = [
     "SQLiteStore",
     "SchemaTool",
     "Selection",
+    "SigningKey",
     "Specialist",
     "SpecialistError",
     "StepModel",
@@ -239,6 +242,7 @@ __all__ = [
     "ToolRegistrationError",
     "ToolSpec",
     "TransientError",
+    "TrustedKeys",
     "VerifyReport",
     "__version__",
     "anchors_from_env",

@@ -554,3 +554,36 @@ def test_the_planner_is_told_an_endorsable_write_may_keep_its_guards() -> None:
     prompt = planner_messages("Pay the bill.", REGISTRY, policy)[0]["content"]
     assert "An endorsable write may keep its guards" in prompt
     assert "endorsable amount, recipient" in prompt  # the whole call: every parameter
+
+
+# --- endorsing from Python with public names only (#38) --------------------------------------------
+
+
+def test_endorse_and_resume_from_python_with_the_pem_files_pte_keys_writes(tmp_path: Path) -> None:
+    from pte._cli import main
+
+    private, public = tmp_path / "alice.key", tmp_path / "approvers.pub"
+    assert main(["keys", "generate", "--private", str(private), "--public", str(public)]) == 0
+    gate = pte.EndorsementGate(pte.EndorsementStore(tmp_path / "e.jsonl"), keys=pte.TrustedKeys.load(public))
+    registry = REGISTRY
+    policy = Policy.from_registry(registry).with_document(CALL_ENDORSABLE)
+    engine = Engine(
+        registry,
+        ScriptedModel(planner=[PAY_BILL]),
+        config=EngineConfig(llm_answer=False),
+        policy=policy,
+        endorsement=gate,
+    )
+    store = pte.SQLiteStore(tmp_path / "runs.db")
+    paused = pte.run_in_store(engine, store, run_id="bill-1", request="Pay the bill.")
+    assert isinstance(paused, pte.PausedRun) and paused.status == "awaiting_endorsement"
+    request = pte.pending_endorsement(store.records("bill-1"))
+    assert request is not None
+    pte.endorse(gate.store, request, "alice", signing_key=pte.SigningKey.load(private))
+    result = pte.resume_run(store, "bill-1", registry, policy=policy, endorsements=gate)
+    assert isinstance(result, pte.RunResult)
+    assert result.ok, result.message
+    assert len(DONE) == 1
+    # A key file that is not what `pte keys generate` writes is a clear error, not a traceback.
+    with pytest.raises(pte.KeyFileError):
+        pte.TrustedKeys.load(private)
