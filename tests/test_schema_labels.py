@@ -20,7 +20,7 @@ import pte
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry, provenance, tool
 from pte._catalogue import SchemaWalk, ToolSpec, document_size
 from pte._policy import schema_at
-from pte.testing import ScriptedModel
+from pte.testing import ScriptedModel, fan_out_schema
 
 ATTACKER = "GB33BUKB20201555555555"
 WIRED: list[str] = []
@@ -181,22 +181,12 @@ def test_a_handles_mode_replanner_never_reads_a_reply_body(tmp_path: Path) -> No
 # --- a hostile catalogue: work bounded by the schema's size ----------------------------------------
 
 
-def fan_out(levels: int = 12, width: int = 12) -> dict[str, Any]:
-    """`width` properties per level, each referring to the next of `levels` levels: 12**12 paths."""
-    defs: dict[str, Any] = {}
-    for i in range(levels):
-        last = i + 1 == levels
-        nxt = {"type": "string", "x-pte-provenance": "untrusted"} if last else {"$ref": f"#/$defs/L{i + 1}"}
-        defs[f"L{i}"] = {"type": "object", "properties": {f"p{j}": nxt for j in range(width)}}
-    return {"$defs": defs, "$ref": "#/$defs/L0"}
-
-
 def fan_registry() -> Registry:
     deep = pte.tool_from_schema(
         "read_deep",
         description="A deep record.",
         input_schema={"type": "object", "properties": {}},
-        output_schema=fan_out(),
+        output_schema=fan_out_schema(),
         func=lambda args: {},
     )
     return Registry([deep, wire])

@@ -276,7 +276,7 @@ class SchemaLabels:
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self.schema = schema
         self.walk = SchemaWalk(schema)
-        self._nodes: dict[tuple[Location, frozenset[str]], _SchemaNode] = {}
+        self._nodes: dict[tuple[Position, frozenset[str]], _SchemaNode] = {}
         self._trees: dict[frozenset[str], LabelTree] = {}
 
     @property
@@ -294,15 +294,24 @@ class SchemaLabels:
 
     def node(self, location: Location, own: frozenset[str]) -> _SchemaNode:
         """The node of a part matching the schema at `location`, with `own` labels."""
-        made = self._nodes.get((location, own))
+        position = self.walk.closure([location])
+        made = self._nodes.get((position, own))
         if made is None:
-            made = self._nodes[(location, own)] = _SchemaNode(self, self.walk.closure([location]), own)
+            made = self._nodes[(position, own)] = _SchemaNode(self, position, own)
         return made
 
     def part(self, location: Location, inherited: frozenset[str]) -> _SchemaNode:
-        """The node of a part matching the schema at `location` below a node labelled `inherited`."""
-        marked = self.labels_at(self.walk.closure([location]))
-        return self.node(location, marked or inherited)
+        """The node of a part matching the schema at `location` below a node labelled `inherited`.
+
+        Nodes are keyed by the locations that have parts (a bare ``$ref`` has none: twelve
+        properties referring to one definition share its node), and by their labels."""
+        position = self.walk.closure([location])
+        own = self.labels_at(position) or inherited
+        core = frozenset(loc for loc in position if self.walk.parts(loc))
+        made = self._nodes.get((core, own))
+        if made is None:
+            made = self._nodes[(core, own)] = _SchemaNode(self, core, own)
+        return made
 
     def labels_at(self, position: Position) -> frozenset[str]:
         return frozenset(v for v in self.walk.keyword(position, PROVENANCE_KEY) if v in _FIELD_LABELS)
@@ -346,6 +355,7 @@ class _SchemaChildren(Mapping[str, LabelTree]):
         self._subs: dict[str, list[Location]] = {}
         for location in sorted(position, key=location_order):
             for key, sub in labels.walk.parts(location):
+                labels.walk.steps += 1
                 self._subs.setdefault(key, []).append(sub)
         self._made: dict[str, LabelTree] = {}
 

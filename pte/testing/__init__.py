@@ -21,6 +21,10 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
 - `delegations(registry)`: a specialist, a coordinator's plan delegating to it, the sub-plan
   it answers, and the same plan written inline (pte._run._delegation); `ScriptedModel` answers
   each specialist's calls from its own script (``specialists={"name": [...]}``).
+- `labelled_outputs()`: output schemas a deployment's catalogue may declare (recursive models,
+  tuples, unions, maps, patterns, 12 x 12 fan-outs, `pte.provenance` marks anywhere), each with
+  a value carrying the attacker's text (`ATTACKER_IBAN`) in its untrusted leaves and every
+  part's true labels (`LabelledCase`); `fan_out_schema()` the hostile fan-out alone.
 - `example_registry()`: a small typed example catalogue.
 
 The doubles import without hypothesis; the strategies need it (``pip install hypothesis``) and
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
     from pte.testing._control_strategies import CONTROL_REASONS, control_plans, invalid_control_plans
     from pte.testing._data_plans import DataCase, data_plans
     from pte.testing._delegation_strategies import DelegationCase, delegations
+    from pte.testing._label_strategies import ATTACKER_IBAN, LabelledCase, fan_out_schema, labelled_outputs
     from pte.testing._procedure_strategies import ProcedureCase, procedure_calls
     from pte.testing._strategies import (
         COMPILE_REASONS,
@@ -58,6 +63,7 @@ _STRATEGIES = {
     "pte.testing._control_strategies": ("CONTROL_REASONS", "control_plans", "invalid_control_plans"),
     "pte.testing._data_plans": ("DataCase", "data_plans"),
     "pte.testing._delegation_strategies": ("DelegationCase", "delegations"),
+    "pte.testing._label_strategies": ("ATTACKER_IBAN", "LabelledCase", "fan_out_schema", "labelled_outputs"),
     "pte.testing._procedure_strategies": ("ProcedureCase", "procedure_calls"),
     "pte.testing._strategies": (
         "COMPILE_REASONS",
@@ -89,6 +95,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ATTACKER_IBAN",
     "COMPILE_REASONS",
     "CONTROL_REASONS",
     "DataCase",
@@ -96,6 +103,7 @@ __all__ = [
     "FakeOpenAIServer",
     "FunctionCall",
     "FunctionClient",
+    "LabelledCase",
     "ProcedureCase",
     "ReplayClient",
     "Reply",
@@ -105,10 +113,12 @@ __all__ = [
     "data_plans",
     "delegations",
     "example_registry",
+    "fan_out_schema",
     "invalid_control_plans",
     "invalid_plan_cases",
     "invalid_plans",
     "json_values",
+    "labelled_outputs",
     "planner_text",
     "procedure_calls",
     "valid_plans",
