@@ -71,3 +71,40 @@ def test_the_site_lists_every_page_and_the_readme_links_them() -> None:
         if page.name != "index.md":
             assert f"(docs/{page.name})" in readme, f"the README does not link docs/{page.name}"
     assert len(readme.splitlines()) < 200, "the README is an entry point; the reference is in docs/"
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+SECTION_REF = re.compile(r'README,? "(?P<section>[^"]+)"')
+
+
+def _slugs(page: Path) -> set[str]:
+    """The heading anchors of a page, as MkDocs' toc extension makes them."""
+    from markdown.extensions.toc import slugify
+
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {slugify(m.group(1).strip(), "-") for m in re.finditer(r"^#+ +(.+?) *$", text, re.M)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
+    """mkdocs build --strict checks docs/ against docs/; this checks the README too, and the
+    prose references to README sections ('README, "Approvals"') that no link checker sees."""
+    broken = []
+    text = page.read_text(encoding="utf-8")
+    for match in LINK.finditer(re.sub(r"```.*?```", "", text, flags=re.S)):
+        target = match.group("target")
+        if re.match(r"[a-z]+:", target):
+            continue  # an absolute URL: no network in tests
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in _slugs(file):
+            broken.append(f"{target}: no heading #{anchor} in {file.name}")
+    readme_sections = {
+        m.group(1).strip() for m in re.finditer(r"^#+ +(.+?) *$", (REPO / "README.md").read_text(), re.M)
+    }
+    for match in SECTION_REF.finditer(text):
+        if match.group("section") not in readme_sections:
+            broken.append(f'README, "{match.group("section")}": the README has no such section')
+    assert not broken, broken
