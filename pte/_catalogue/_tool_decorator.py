@@ -445,7 +445,7 @@ def tool(
     - `selection`: for a ``derived`` tool that selects, orders, groups or aggregates: which
       output parts are copied from which inputs and which input fields decide
       (`pte.Selection`), so each output field keeps its own labels plus the decision's
-      instead of the union of every argument's (docs/operations.md).
+      instead of the union of every argument's (docs/generic-operations.md).
     - `read_effects`: a ``read`` whose call has effects (an HTTP GET that triggers something, a
       visit a third party sees): resume and ``replay --live`` never re-run it.
 
