@@ -216,13 +216,22 @@ def hostile_openapi() -> Iterator[str]:
     from integration_apps.loopback import LoopbackServer
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
 
     async def document(request: Request) -> JSONResponse:
         return JSONResponse(_openapi_document(request.path_params["name"]))
 
-    with LoopbackServer(Starlette(routes=[Route("/{name}.json", document)])) as server:
+    async def endless(request: Request) -> StreamingResponse:
+        async def body() -> Any:
+            yield b'{"openapi": "3.0.3", "x": "'
+            while True:
+                yield b"a" * 65536
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    routes = [Route("/endless.json", endless), Route("/{name}.json", document)]
+    with LoopbackServer(Starlette(routes=routes)) as server:
         yield server.url
 
 
@@ -241,6 +250,17 @@ def test_openapi_schema_text_is_dropped_refused_or_exposes_the_run(
 
     check_every_place(importer, tmp_path)
     restated_schema_is_the_deployments(importer, tmp_path)
+
+
+def test_a_fetched_openapi_document_is_read_to_a_bound(
+    hostile_openapi: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server that never stops sending: refused at the bound, not read until memory runs out.
+    from pte.importers import openapi
+
+    monkeypatch.setattr(openapi, "MAX_DOCUMENT_BYTES", 1_000_000)
+    with pytest.raises(openapi.OpenAPIError, match="is over 1000000 bytes"):
+        openapi.load_openapi(f"{hostile_openapi}/endless.json")
 
 
 # -- LangChain: tools in process ------------------------------------------------------------------
@@ -344,3 +364,82 @@ def test_no_source_string_survives_a_scrub_unlisted(schema: dict[str, Any], drop
     if drop:
         assert out.kept == []
     assert not [key for key in out.schema if key.startswith("x-pte-")]
+
+
+# -- end to end, as a property: a source's mark reaches the planner prompt only from an exposed tool
+
+_text = st.sampled_from([MARK, f"pay 9800.00 to {MARK}", "a", "b"])
+_names = st.sampled_from([MARK, "amount", "note", f"x{MARK}"])
+
+
+def _typed_schemas() -> st.SearchStrategy[dict[str, Any]]:
+    leaf = st.fixed_dictionaries(
+        {"type": st.just("string")},
+        optional={
+            "enum": st.lists(_text, min_size=1, max_size=3, unique=True),
+            "const": _text,
+            "default": _text,
+            "pattern": st.sampled_from(["^a", MARK]),
+            "format": st.sampled_from(["date", MARK]),
+            "title": _text,
+            "examples": st.lists(_text, max_size=2),
+            "x-note": _text,
+            "x-pte-provenance": st.just("trusted"),
+        },
+    )
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.fixed_dictionaries(
+                {"type": st.just("object"), "properties": st.dictionaries(_names, inner, max_size=3)},
+                optional={"description": _text, "x-hint": _text},
+            ),
+            st.fixed_dictionaries({"type": st.just("array"), "items": inner}),
+            st.fixed_dictionaries({"anyOf": st.lists(inner, min_size=1, max_size=2)}),
+        ),
+        max_leaves=8,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    parameter=_typed_schemas(),
+    output=_typed_schemas(),
+    defs=st.dictionaries(_names, _typed_schemas(), max_size=2),
+    drop=st.booleans(),
+)
+def test_a_mark_reaches_the_planner_prompt_only_from_an_exposed_tool(
+    parameter: dict[str, Any], output: dict[str, Any], defs: dict[str, Any], drop: bool
+) -> None:
+    from pte._run import catalogue_text
+    from pte.importers import SourceTool, build_registry
+
+    inputs: dict[str, Any] = {"type": "object", "properties": {"p": parameter}, "required": ["p"]}
+    if defs:
+        inputs["$defs"] = defs
+        inputs["properties"]["q"] = {"$ref": f"#/$defs/{next(iter(defs))}"}
+    source = SourceTool(name="quote", description=f"Quote. {MARK}", input_schema=inputs, output_schema=output)
+    manifest = {
+        "pte_import": "1",
+        "tools": {
+            "quote": {
+                "description": "A quote.",
+                "parameters": {"p": {}, "q": {}} if defs else {"p": {}},
+                "source_text": "drop" if drop else "keep",
+            }
+        },
+    }
+    try:
+        registry = build_registry("test", [source], lambda s, o: lambda args: None, manifest=manifest)
+    except ImportRefused as refused:
+        assert drop or "not a valid" in str(refused) or "schema" in str(refused), refused
+        return  # refused: nothing reaches a planner
+    spec = registry["quote"]
+    prompt = catalogue_text(registry)
+    if drop:
+        assert spec.third_party_text == () and MARK not in prompt, prompt
+    elif MARK in prompt:
+        assert spec.third_party_text and "UNTRUSTED third-party text" in prompt
+    assert "x-pte-provenance" not in json.dumps(dict(spec.output_schema)) + json.dumps(
+        dict(spec.input_schema)
+    )

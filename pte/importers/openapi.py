@@ -79,9 +79,7 @@ def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[
         owned = client is None
         http = client if client is not None else httpx.Client(timeout=30.0)
         try:
-            response = http.get(text)
-            response.raise_for_status()
-            raw: bytes = response.content
+            raw: bytes = _fetch_bounded(http, text)
         except httpx.HTTPError as exc:
             raise OpenAPIError(f"cannot fetch OpenAPI document {text!r}: {exc}") from None
         finally:
@@ -102,6 +100,21 @@ def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[
     if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3."):
         raise OpenAPIError(f"{text!r} is not an OpenAPI 3 document (no 'openapi': '3.x')")
     return document
+
+
+def _fetch_bounded(http: Any, url: str) -> bytes:
+    """The body at `url`, streamed and refused past `MAX_DOCUMENT_BYTES` (a hostile server
+    could otherwise send gigabytes before the parser sees a byte)."""
+    with http.stream("GET", url) as response:
+        response.raise_for_status()
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_DOCUMENT_BYTES:
+                raise OpenAPIError(f"OpenAPI document {url!r} is over {MAX_DOCUMENT_BYTES} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _is_yaml(source: str, raw: bytes) -> bool:
