@@ -56,6 +56,9 @@ _ANY_ONE = (
     "additionalItems",
 )
 _EMPTY_POSITION: Position = frozenset()
+# Concrete types: isinstance against the Mapping ABC is several times slower on this hot path
+# (a tool's schema is a MappingProxyType over dicts, pte._catalogue._tool_spec).
+_MAPPINGS = (dict, MappingProxyType)
 
 
 def document_size(document: Any) -> int:
@@ -64,7 +67,7 @@ def document_size(document: Any) -> int:
     while stack:
         node = stack.pop()
         count += 1
-        if isinstance(node, Mapping):
+        if isinstance(node, _MAPPINGS):
             stack.extend(node.values())
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
@@ -98,7 +101,7 @@ class SchemaWalk:
             return self._nodes[location]
         node: Any = self.document
         for token in location:
-            if isinstance(node, Mapping) and isinstance(token, str):
+            if isinstance(node, _MAPPINGS) and isinstance(token, str):
                 node = node.get(token)
             elif isinstance(node, (list, tuple)) and isinstance(token, int) and 0 <= token < len(node):
                 node = node[token]
@@ -124,7 +127,7 @@ class SchemaWalk:
                     return None
                 tokens.append(int(token))
                 node = node[int(token)] if int(token) < len(node) else None
-            elif isinstance(node, Mapping):
+            elif isinstance(node, _MAPPINGS):
                 tokens.append(token)
                 node = node.get(token)
             else:
@@ -139,7 +142,7 @@ class SchemaWalk:
             while stack:
                 location, node = stack.pop()
                 self.steps += 1
-                if isinstance(node, Mapping):
+                if isinstance(node, _MAPPINGS):
                     anchor = node.get("$anchor")
                     if isinstance(anchor, str):
                         self._anchors.setdefault(anchor, location)
@@ -151,7 +154,7 @@ class SchemaWalk:
     def _in_place(self, location: Location) -> Iterator[Location]:
         """The locations that apply to the same value as `location`: its reference, branches."""
         node = self.node(location)
-        if not isinstance(node, Mapping):
+        if not isinstance(node, _MAPPINGS):
             return
         for key in ("$ref", "$dynamicRef"):
             ref = node.get(key)
@@ -167,7 +170,7 @@ class SchemaWalk:
             if key in node:
                 yield (*location, key)
         dependent = node.get("dependentSchemas")
-        if isinstance(dependent, Mapping):
+        if isinstance(dependent, _MAPPINGS):
             yield from ((*location, "dependentSchemas", name) for name in dependent if isinstance(name, str))
 
     def closure(self, locations: Sequence[Location]) -> Position:
@@ -198,14 +201,14 @@ class SchemaWalk:
         self.steps += 1
         node = self.node(location)
         parts: list[tuple[str, Location]] = []
-        if isinstance(node, Mapping):
+        if isinstance(node, _MAPPINGS):
             properties = node.get("properties")
-            if isinstance(properties, Mapping):
+            if isinstance(properties, _MAPPINGS):
                 parts.extend(
                     (name, (*location, "properties", name)) for name in properties if isinstance(name, str)
                 )
             patterns = node.get("patternProperties")
-            if isinstance(patterns, Mapping):
+            if isinstance(patterns, _MAPPINGS):
                 parts.extend(
                     (ANY, (*location, "patternProperties", p)) for p in patterns if isinstance(p, str)
                 )
@@ -215,9 +218,9 @@ class SchemaWalk:
             items = node.get("items")
             if isinstance(items, (list, tuple)):  # draft 7 tuples: "items": [...], "additionalItems"
                 parts.extend((str(i), (*location, "items", i)) for i in range(len(items)))
-            elif isinstance(items, Mapping):
+            elif isinstance(items, _MAPPINGS):
                 parts.append((ANY, (*location, "items")))
-            parts.extend((ANY, (*location, key)) for key in _ANY_ONE if isinstance(node.get(key), Mapping))
+            parts.extend((ANY, (*location, key)) for key in _ANY_ONE if isinstance(node.get(key), _MAPPINGS))
         self._raw[location] = out = tuple(parts)
         return out
 
@@ -259,7 +262,7 @@ class SchemaWalk:
         out = []
         for location in sorted(position, key=location_order):
             node = self.node(location)
-            if isinstance(node, Mapping) and key in node:
+            if isinstance(node, _MAPPINGS) and key in node:
                 out.append(node[key])
         return out
 
@@ -333,7 +336,7 @@ class SchemaWalk:
                     values: set[Hashable] = set()
                     for member in members:
                         node = self.node(member)
-                        if isinstance(node, Mapping) and key in node and isinstance(node[key], Hashable):
+                        if isinstance(node, _MAPPINGS) and key in node and isinstance(node[key], Hashable):
                             values.add(node[key])
                         values.update(*(done[s] for s in self._edges(member) if s in done))
                     settled = frozenset(values)

@@ -54,6 +54,7 @@ from pte._policy._handles import (
 )
 from pte._policy._labels import (
     LabelTree,
+    SchemaLabels,
     parse_field_pointer,
     provenance,
     schema_fields,
@@ -86,6 +87,7 @@ __all__ = [
     "Policy",
     "PolicyCheck",
     "ProcedureCover",
+    "SchemaLabels",
     "ToolPolicy",
     "approval_hook",
     "approve",

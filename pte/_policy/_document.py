@@ -70,8 +70,8 @@ def _declared(spec: ToolSpec) -> ToolPolicy:
     """What a tool declares itself: output provenance, sinks, and labelled output fields."""
     if spec.provenance == "derived":
         return ToolPolicy(spec.provenance, _frozen_sinks(spec.sinks))
-    fields = schema_fields(spec.output_schema)
     labels = SchemaLabels(spec.output_schema)
+    fields = schema_fields(spec.output_schema, labels.walk)
     return ToolPolicy(
         spec.provenance, _frozen_sinks(spec.sinks), MappingProxyType(fields), schema_labels=labels
     )

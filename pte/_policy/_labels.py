@@ -387,7 +387,7 @@ def provenance(label: Literal["trusted", "untrusted"]) -> Any:
     return Field(json_schema_extra={PROVENANCE_KEY: label})
 
 
-def schema_fields(schema: Mapping[str, Any]) -> dict[str, str]:
+def schema_fields(schema: Mapping[str, Any], schema_walk: SchemaWalk | None = None) -> dict[str, str]:
     """JSON Pointer -> label for the parts of an output schema marked with `provenance`.
 
     A listing (for the policy document, the catalogue fingerprint and ``pte tools``): each
@@ -425,7 +425,7 @@ def schema_fields(schema: Mapping[str, Any]) -> dict[str, str]:
     try:
         walk(schema, (), frozenset())
     except _TooLarge:
-        return _first_paths(schema)
+        return _first_paths(schema_walk or SchemaWalk(schema))
     return out
 
 
@@ -433,9 +433,8 @@ class _TooLarge(Exception):
     """The path-by-path listing outgrew its budget."""
 
 
-def _first_paths(schema: Mapping[str, Any]) -> dict[str, str]:
-    """Each marked part of `schema` once, by the first (shortest) path that reaches it."""
-    walk = SchemaWalk(schema)
+def _first_paths(walk: SchemaWalk) -> dict[str, str]:
+    """Each marked part of the walk's schema once, by the first (shortest) path that reaches it."""
     out: dict[str, str] = {}
     queue: list[tuple[Location, tuple[str, ...]]] = [
         (location, ()) for location in sorted(walk.root, key=location_order)
@@ -447,7 +446,7 @@ def _first_paths(schema: Mapping[str, Any]) -> dict[str, str]:
             for found in sorted(walk.closure([sub]) - seen, key=location_order):
                 seen.add(found)
                 node = walk.node(found)
-                label = node.get(PROVENANCE_KEY) if isinstance(node, Mapping) else None
+                label = node.get(PROVENANCE_KEY) if isinstance(node, (dict, MappingProxyType)) else None
                 if label in _FIELD_LABELS and out.get(_pointer(path)) != "untrusted":
                     out[_pointer(path)] = label
                 queue.append((found, path))
