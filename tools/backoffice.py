@@ -109,19 +109,19 @@ class Invoice(BaseModel):
     invoice_id: str = Field(description="Invoice id, e.g. 'INV-1001'.")
     customer_id: str = Field(description="Customer id, e.g. 'C001'.")
     customer_name: str
-    issue_date: date = Field(description="ISO date YYYY-MM-DD.")
-    due_date: date = Field(description="ISO date YYYY-MM-DD.")
+    issue_date: date
+    due_date: date
     currency: str = Field(description="ISO 4217 code: EUR, USD, GBP or CHF.")
-    amount: PlainDecimal = Field(description="Invoiced amount, decimal string with 2 places.")
-    paid: PlainDecimal = Field(description="Sum of payments received, decimal string.")
-    outstanding: PlainDecimal = Field(description="amount - paid, decimal string.")
+    amount: PlainDecimal = Field(description="Invoiced amount, 2 places.")
+    paid: PlainDecimal = Field(description="Sum of payments received.")
+    outstanding: PlainDecimal = Field(description="amount - paid.")
     status: Literal["open", "paid"]
     days_overdue: int = Field(description="Days past the due date as of the ledger date; 0 if not overdue.")
 
 
 class CurrencyTotal(BaseModel):
     currency: str
-    total: PlainDecimal = Field(description="Sum of outstanding amounts in this currency, decimal string.")
+    total: PlainDecimal = Field(description="Sum of outstanding amounts in this currency.")
     count: int
 
 
@@ -161,7 +161,7 @@ class CustomerBalance(BaseModel):
     customer_id: str
     name: str
     currency: str
-    open_total: PlainDecimal = Field(description="Outstanding on all open invoices, decimal string.")
+    open_total: PlainDecimal = Field(description="Outstanding on all open invoices.")
     overdue_total: PlainDecimal = Field(description="Outstanding on open invoices past their due date.")
     open_count: int
     overdue_count: int
@@ -173,7 +173,7 @@ class CustomerBalance(BaseModel):
 class FxRate(BaseModel):
     base: str
     quote: str
-    rate: PlainDecimal = Field(description="Units of `quote` per 1 unit of `base`, decimal string.")
+    rate: PlainDecimal = Field(description="Units of `quote` per 1 unit of `base`.")
     on: date = Field(
         description="Date of the rate used: the latest ledger rate on or before the requested date."
     )
@@ -188,7 +188,7 @@ class PaymentRecorded(BaseModel):
     amount: PlainDecimal
     currency: str
     status: Literal["open", "paid"] = Field(description="The invoice's status after this payment.")
-    remaining: PlainDecimal = Field(description="Still outstanding on the invoice, decimal string.")
+    remaining: PlainDecimal = Field(description="Still outstanding on the invoice.")
 
 
 class ReminderQueued(BaseModel):

@@ -114,7 +114,7 @@ _COMPARE_SYMBOLS: dict[type[ast.AST], str] = {
 class CalcResult(BaseModel):
     """The value of a calculator expression."""
 
-    value: PlainDecimal = Field(description="The result as a decimal string, e.g. '1234.50'.")
+    value: PlainDecimal = Field(description="The result.")
     expression: str = Field(description="The expression that was evaluated, as given.")
 
 

@@ -93,7 +93,7 @@ class ValuesResult(BaseModel, Generic[T]):
 
 
 class NumbersResult(BaseModel):
-    values: list[PlainDecimal] = Field(description="One decimal string per input record, in input order.")
+    values: list[PlainDecimal] = Field(description="One per input record, in input order.")
     count: int = Field(description="Number of values.")
 
 
@@ -103,14 +103,14 @@ class TextValuesResult(BaseModel):
 
 
 class SumResult(BaseModel):
-    total: PlainDecimal = Field(description="Exact decimal sum, as a decimal string, e.g. '1520.75'.")
+    total: PlainDecimal = Field(description="Exact decimal sum.")
     count: int = Field(description="Number of values added.")
 
 
 class Group(BaseModel):
     key: str = Field(description="The group's key value, as text.")
     total: PlainDecimal = Field(
-        description="Exact decimal sum of the field over the group, as a decimal string."
+        description="Exact decimal sum of the field over the group."
     )
     count: int = Field(description="Number of records in the group.")
 
