@@ -45,7 +45,7 @@ def test_copied_decisions_and_a_cut_run_pay_once_through_a_worker(
     store = open_store(store_url)
     app = make_app(broker)
     job = {"mode": "execute", "plan_text": PLANS["approval"], "tools": TOOLS.split(","), "policy": None}
-    runs = [submit_job(store, job, run_id=name) for name in ("a", "b", "c")]
+    runs = [submit_job(store, job, run_id=name, signing_key=DEPLOYMENT) for name in ("a", "b", "c")]
     enqueue(app, runs)
     workers_env["procs"].append(_worker("a", store_url, broker, env))
     _wait_for(lambda: len(store.runs("awaiting_approval")) == 3, 120, "three paused runs", every=0.2)

@@ -58,11 +58,11 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _pte(work: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+def _pte(work: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pte._cli", "--quiet", *argv],
         cwd=work,
-        env=_env(),
+        env={**_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,  # a hang fails the test instead of the suite
@@ -310,7 +310,13 @@ def test_a_named_failure_is_not_an_internal_error(work: Path) -> None:
 
 def test_submit_to_an_unreachable_broker_stores_nothing_and_says_so(work: Path) -> None:
     store = f"sqlite:///{work}/submit.db"
-    done = _pte(work, "submit", "plan.json", "--tools", "calculator", "--store", store, "--broker", NOWHERE)
+    from pte._core import SigningKey
+
+    (work / "deployment.key").write_bytes(SigningKey.generate().to_pem())  # submit signs its jobs
+    done = _pte(
+        work, "submit", "plan.json", "--tools", "calculator", "--store", store, "--broker", NOWHERE,
+        env={"PTE_DEPLOYMENT_KEY_FILE": str(work / "deployment.key")},
+    )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "not submitted: cannot reach the broker" in done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr

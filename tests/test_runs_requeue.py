@@ -24,6 +24,7 @@ import pytest
 from _services import postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
 from test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
 
+from pte._core import SigningKey
 from pte.stores import open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +56,11 @@ def deployment(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[di
         "PYTHONPATH": str(REPO),
         "PTE_STORE": store_url,
         "PTE_BROKER": redis_url,
+        # The deployment key: `pte submit` signs each job with it and workers run only signed jobs.
+        "PTE_DEPLOYMENT_KEY_FILE": str(tmp_path / "deployment.key"),
+        "PTE_ANCHORS_FILE": str(tmp_path / "deployment.anchors.jsonl"),
     }
+    (tmp_path / "deployment.key").write_bytes(SigningKey.generate().to_pem())
     procs: list[subprocess.Popen[bytes]] = []
     try:
         yield {"store_url": store_url, "broker": redis_url, "ledger": ledger, "env": env, "procs": procs}

@@ -26,6 +26,7 @@ import pytest
 from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 
 from pte._catalogue import load_pack
+from pte._core import SigningKey
 from pte._deploy import decide, enqueue, make_app, process_run, submit_job
 from pte.stores import Store, open_store
 
@@ -126,13 +127,23 @@ def _wait_for(condition: Callable[[], Any], timeout: float, what: str, every: fl
 def workers_env(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[dict[str, Any]]:  # noqa: F811
     store_url = _fresh_database(postgres_url, "pte_workers")
     ledger = _ledger(tmp_path / "ledger.sqlite")
-    env = _env(ledger)
+    # The deployment key: `pte submit` signs each job with it and workers run only signed jobs.
+    key = SigningKey.generate()
+    (tmp_path / "deployment.key").write_bytes(key.to_pem())
+    env = {
+        **_env(ledger),
+        "PTE_DEPLOYMENT_KEY_FILE": str(tmp_path / "deployment.key"),
+        "PTE_ANCHORS_FILE": str(tmp_path / "deployment.anchors.jsonl"),
+    }
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        yield {"store_url": store_url, "ledger": ledger, "env": env, "broker": redis_url, "procs": procs}
+        yield {
+            "store_url": store_url, "ledger": ledger, "env": env, "broker": redis_url,
+            "procs": procs, "key": key,
+        }  # fmt: skip
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -165,7 +176,7 @@ def test_200_runs_two_workers_one_killed_mid_run(workers_env: dict[str, Any], tm
     app = make_app(broker)
     for kind in ("read", "idempotent", "payment_in", "approval"):
         job = {"mode": "execute", "plan_text": PLANS[kind], "tools": TOOLS.split(","), "policy": None}
-        run_ids = [submit_job(store, job) for _ in range(COUNTS[kind])]
+        run_ids = [submit_job(store, job, signing_key=workers_env["key"]) for _ in range(COUNTS[kind])]
         enqueue(app, run_ids)
         kinds.update(dict.fromkeys(run_ids, kind))
     assert len(kinds) == 200

@@ -562,6 +562,7 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
     broker = _broker(args)
     with _store(args.store):  # fail early on a bad store, in the parent
         pass
+    _worker_job_key()
     llm = {
         name: value
         for name, value in (
@@ -602,18 +603,41 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
     return EXIT_OK
 
 
-def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> int:
-    from pte._deploy import submit_job
+def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, registry: Any) -> int:
+    """``pte submit``: each job redacted, signed with the deployment key for its run id, stored
+    ``queued``; only its run id goes on the broker (`pte._deploy._jobs`)."""
+    from pte._cli._deployment import current_redactor
+    from pte._deploy import job_fingerprint, redact_job, submit_job
 
     if args.count < 1:
         raise _usage_error()("--count must be at least 1")
     if (args.plan_file is None) == (args.request is None):
         raise _usage_error()("give a plan file or --request, not both")
-    if args.request is not None:
-        job = {"mode": "run", "request": args.request, "tools": packs, "policy": policy_document}
-    else:
-        text = _plan_text(args.plan_file)
-        job = {"mode": "execute", "plan_text": text, "tools": packs, "policy": policy_document}
+    what = (
+        {"mode": "run", "request": args.request}
+        if args.request is not None
+        else {"mode": "execute", "plan_text": _plan_text(args.plan_file)}
+    )
+    signing_key = _job_signing_key()
+    # What the worker may do is signed with the job: the allow-list it was narrowed to here and
+    # the deployment fingerprint (catalogue, policy, procedures) it was submitted under.
+    job, redacted = redact_job(
+        {
+            **what,
+            "tools": packs,
+            "allow": sorted(registry.names),
+            "policy": policy_document,
+            "deployment": job_fingerprint(registry, policy_document),
+        },
+        current_redactor(),
+    )
+    if redacted:
+        print(
+            "note: the job holds values the deployment's redaction rules treat as secrets; it is stored "
+            "(and runs) with them replaced by [REDACTED], as the run's records would show them. Give a "
+            "tool its secrets through its own configuration, never in a plan or request.",
+            file=sys.stderr,
+        )
     broker = _broker(args)
     problem = broker_problem(broker)  # before anything is stored: no run is left stranded
     if problem is not None:
@@ -622,7 +646,9 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> 
     with _store(args.store) as store:
         try:
             run_ids = [
-                submit_job(store, job, run_id=args.run_id if args.count == 1 else None)
+                submit_job(
+                    store, job, run_id=args.run_id if args.count == 1 else None, signing_key=signing_key
+                )
                 for _ in range(args.count)
             ]
         except StoreError as exc:
@@ -642,6 +668,42 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any) -> 
         for run_id in run_ids:
             print(run_id)
     return EXIT_OK
+
+
+def _worker_job_key() -> Any:
+    """The key a worker checks jobs with; a usage error (exit 2) without one: the worker would
+    end every job ``failed_closed(job_signature_invalid)``."""
+    from pte._audit import DEPLOYMENT_KEY_ENV
+    from pte._deploy import deployment_job_key
+
+    try:
+        key = deployment_job_key()
+    except PTEError as exc:
+        raise _usage_error()(str(exc)) from None
+    if key is None:
+        raise _usage_error()(
+            f"a worker runs only jobs signed with the deployment key ({DEPLOYMENT_KEY_ENV} is not set): "
+            "create the key with `pte init` and export what it prints"
+        )
+    return key
+
+
+def _job_signing_key() -> Any:
+    """The deployment key that signs jobs; a usage error (exit 2) without one: workers run only
+    signed jobs, so an unsigned one would only end ``failed_closed(job_signature_invalid)``."""
+    from pte._audit import DEPLOYMENT_KEY_ENV
+    from pte._deploy import deployment_signing_key
+
+    try:
+        key = deployment_signing_key()
+    except PTEError as exc:
+        raise _usage_error()(str(exc)) from None
+    if key is None:
+        raise _usage_error()(
+            f"pte submit signs each job with the deployment key ({DEPLOYMENT_KEY_ENV} is not set), and "
+            "workers run only signed jobs: create the key with `pte init` and export what it prints"
+        )
+    return key
 
 
 def _plan_text(path: str) -> str:
@@ -694,7 +756,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     registry = _registry(args)
     policy = _policy(registry, args).to_document() if args.policy else None
-    return submit(args, _packs(args), policy)
+    return submit(args, _packs(args), policy, registry)
 
 
 def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:

@@ -70,6 +70,11 @@ class ReasonCode(StrEnum):
     INTERRUPTED = "interrupted"
     #: A person rejected the value a paused run waited with at a call (pte._policy._endorsement).
     ENDORSEMENT_REJECTED = "endorsement_rejected"
+    #: A worker's job is not signed by the deployment key for this run (pte._deploy._jobs).
+    JOB_SIGNATURE_INVALID = "job_signature_invalid"
+    #: A run or job cannot continue under the deployment in hand: its catalogue, policy or
+    #: procedures differ from those it was submitted or started under.
+    DEPLOYMENT_MISMATCH = "deployment_mismatch"
 
 
 #: Reason codes that `compile` can produce (a plan rejection), as opposed to run-time ends.

@@ -9,6 +9,14 @@ from pte._deploy._deployment import Deployment, recorded_fingerprint
 from pte._deploy._deployment_discovery import DEFAULT_FOLDER, DEPLOYMENT_ENV, find_deployment_folder
 from pte._deploy._deployment_document import DOCUMENT_NAME, DeploymentDocument, resolve_store_url
 from pte._deploy._deployment_init import init_deployment
+from pte._deploy._jobs import (
+    deployment_job_key,
+    deployment_signing_key,
+    job_fingerprint,
+    job_refusal,
+    redact_job,
+    sign_job,
+)
 from pte._deploy._pack_imports import IMPORT_PREFIXES, import_spec, is_import_spec
 from pte._deploy._requeue import (
     list_runs,
@@ -19,6 +27,7 @@ from pte._deploy._runs import (
     PausedRun,
     awaiting_plan,
     decide,
+    end_run,
     job_engine,
     pausing_gate,
     resume_run,
@@ -49,6 +58,9 @@ __all__ = [
     "WorkerConfig",
     "awaiting_plan",
     "decide",
+    "deployment_job_key",
+    "deployment_signing_key",
+    "end_run",
     "enqueue",
     "find_deployment_folder",
     "import_spec",
@@ -56,16 +68,20 @@ __all__ = [
     "is_expired",
     "is_import_spec",
     "job_engine",
+    "job_fingerprint",
+    "job_refusal",
     "list_runs",
     "make_app",
     "pausing_gate",
     "process_run",
     "recorded_fingerprint",
+    "redact_job",
     "requeue",
     "requeue_problem",
     "resolve_store_url",
     "resume_run",
     "run_in_store",
     "served_registry",
+    "sign_job",
     "submit_job",
 ]

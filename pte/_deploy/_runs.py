@@ -37,6 +37,7 @@ from pte._core import (
     ApprovalRejected,
     FailedClosed,
     ReasonCode,
+    ReplayDivergence,
     RunPaused,
     SigningKey,
     TrustedKeys,
@@ -64,6 +65,7 @@ __all__ = [
     "PausingGate",
     "awaiting_plan",
     "decide",
+    "end_run",
     "pausing_gate",
     "resume_run",
     "run_in_store",
@@ -448,6 +450,62 @@ def resume_run(
             return drive_run(engine, records[0], audit)
         except RunPaused as pause:
             return PausedRun(pause.run_id, pause.plan.hash, pause.tools, pause.expires_at, pause.reason)
+        except ReplayDivergence as divergence:
+            # Nothing was forwarded: the re-driven records differ before any new one is written.
+            raise _not_continuable(run_id, divergence) from None
+
+
+def _not_continuable(run_id: str, divergence: ReplayDivergence) -> FailedClosed:
+    """Why a stored run does not go on here: a different ``run_started`` (its tools, their
+    catalogue or policy) is another deployment; anything later is a record that does not replay."""
+    if divergence.record_type == "run_started":
+        return FailedClosed(
+            ReasonCode.DEPLOYMENT_MISMATCH,
+            f"run {run_id} was started under another deployment than this one: {divergence.field} "
+            f"differs (recorded {str(divergence.recorded)[:80]!r}, here {str(divergence.replayed)[:80]!r}); "
+            "its tools, their code or the policy changed since",
+        )
+    return FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id}'s records do not replay here: {divergence}")
+
+
+def end_run(store: Store, run_id: str, refused: FailedClosed, *, anchors: Any = None) -> bool:
+    """End stored run `run_id` ``failed_closed(refused.reason)`` on the record, nothing run.
+
+    For a run that cannot go on here (`DEPLOYMENT_MISMATCH`, a job that does not verify): its
+    chain must verify and reach its anchors, then ``run_resumed`` and ``run_finished`` extend
+    it. False (nothing written) when the run is ended already or its records cannot be trusted
+    (a tampered run is left for a person: ``pte audit verify`` reports it).
+    """
+    from pte._core import AnchorError
+
+    check_run_id(run_id)
+    if not store.verify(run_id).intact:
+        return False
+    records = store.records(run_id)
+    if RunView.fold(run_id, records).finished is not None:
+        return False
+    try:
+        anchored = anchors.check(run_id, records)[0] if anchors is not None else 0
+    except AnchorError:
+        return False
+    with store.audit_log(run_id, anchors=anchors) as audit:
+        audit.anchored = anchored
+        if records:
+            audit.write(rec.run_resumed(after_records=len(records)))
+        else:
+            audit.write(rec.run_started(mode="execute", request=None, config={"refused": True}))
+        audit.write(
+            rec.run_finished(
+                status="failed_closed",
+                reason=refused.reason.value,
+                message=refused.message,
+                answer=None,
+                result=None,
+                steps_run=0,
+                llm_calls=0,
+            )
+        )
+    return True
 
 
 def job_engine(
@@ -464,11 +522,9 @@ def job_engine(
 
     A job's own ``policy`` is never applied (workers refuse a job whose policy differs from
     theirs). The answer is the plan's result rendered deterministically (no finalizer call)."""
-    from pte._policy import Policy
+    from pte._deploy._jobs import job_policy
     from pte._run import EngineConfig
 
-    policy = Policy.from_registry(registry)
-    if policy_document is not None:
-        policy = policy.with_document(policy_document, source="<worker policy>", ignore_unknown=True)
+    policy = job_policy(registry, policy_document)
     config = EngineConfig(llm_answer=False)
     return Engine(registry, llm, config=config, policy=policy, approval=gate, **dict(execution or {}))

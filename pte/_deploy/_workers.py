@@ -26,6 +26,7 @@ Exactly-once effects from at-least-once delivery:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import socket
@@ -36,12 +37,13 @@ from datetime import timedelta
 from typing import Any
 
 from pte._audit import anchors_from_env
-from pte._audit import records as rec
 from pte._catalogue import Registry, load_registry
-from pte._core import FailedClosed, PTEError, ReasonCode
+from pte._core import FailedClosed, PTEError, PublicKey, ReasonCode, SigningKey, ToolPackError
+from pte._deploy._jobs import deployment_job_key, job_fingerprint, job_refusal, sign_job
 from pte._deploy._runs import (
     DEFAULT_APPROVAL_TTL,
     PausedRun,
+    end_run,
     job_engine,
     pausing_gate,
     resume_run,
@@ -57,6 +59,7 @@ __all__ = ["TASK_NAME", "WorkerConfig", "enqueue", "make_app", "process_run", "s
 #: The Celery task every run goes through; its only argument is the run id.
 TASK_NAME = "pte.run"
 QUEUE = "pte"
+_log = logging.getLogger("pte.worker")
 
 
 #: Longest a paused run may wait for a decision (``pte worker --approval-ttl``): 365 days.
@@ -137,6 +140,8 @@ class _Context:
         self.store = open_store(config.store_url)
         self.registry = served_registry(config)
         self.keys = public_keys_from_env()
+        # The deployment key's public half: a job counts only when signed with it (`_jobs`).
+        self.job_key = deployment_job_key()
         self.llm = worker_llm(json.loads(config.llm))
         self.policy: Any = json.loads(config.policy)
 
@@ -212,7 +217,14 @@ def _job_registry(job: Mapping[str, Any], served: Sequence[str], registry: Regis
             f"the job asks for tool packs {extra} this worker does not serve ({', '.join(served)})",
         )
     allow = job.get("allow")
-    return _narrowed(registry, [a for a in allow if isinstance(a, str)]) if allow else registry
+    if not allow:
+        return registry
+    try:
+        return _narrowed(registry, [a for a in allow if isinstance(a, str)])
+    except ToolPackError as exc:
+        raise FailedClosed(
+            ReasonCode.TOOL_NOT_ALLOWED, f"the job allows tools this worker does not serve: {exc}"
+        ) from None
 
 
 def _check_job_policy(job: Mapping[str, Any], policy: Any) -> None:
@@ -243,12 +255,20 @@ def process_run(
     llm: LLMClient | None = None,
     policy: Any = None,
     execution: Mapping[str, Any] | None = None,
+    job_key: PublicKey | None = None,
+    require_signed: bool = False,
 ) -> str:
     """Take run `run_id` one step further; returns what happened.
 
     ``"busy"`` (another worker holds it: retry later), ``"unknown"``, ``"done"`` (already
-    ended), ``"waiting"`` (paused, no decision yet), or the status it reached:
+    ended), ``"waiting"`` (paused, no decision yet), ``"refused"`` (a run whose records cannot
+    be trusted: left as it is, for ``pte audit verify``), or the status it reached:
     ``"succeeded"``, ``"failed_closed"``, ``"awaiting_approval"``, ``"awaiting_endorsement"``.
+
+    `job_key`: the deployment's public key; a submitted job counts only when signed by it for
+    this run (`pte._deploy._jobs`), else the run ends ``failed_closed(job_signature_invalid)``.
+    `require_signed` (``pte worker``): refuse every job when there is no key to check it with.
+    None and False: the caller trusts its store (a library caller that wrote the jobs itself).
     """
     check_run_id(run_id)
     if not store.claim(run_id, owner):
@@ -259,6 +279,21 @@ def process_run(
             return "unknown"
         if info.status in ("succeeded", "failed_closed"):
             return "done"
+        # The worker's deployment key (its environment), never the job's; the chain in the run
+        # store when the deployment keeps it there (shared by every worker machine).
+        anchors = anchors_from_env(store=store)
+        job = info.job or {}
+        # A started run's authority is its (anchored) records; a job, when there is one, must
+        # still be the signed one. A run started by `pte execute --store` has none.
+        if (job_key is not None or require_signed) and (info.records == 0 or info.job is not None):
+            problem = (
+                job_refusal(info.job, run_id, job_key)
+                if job_key is not None
+                else "this worker has no deployment key to check jobs with (pte init, then "
+                "PTE_DEPLOYMENT_KEY_FILE): it runs no job"
+            )
+            if problem is not None:
+                return _end(store, run_id, FailedClosed(ReasonCode.JOB_SIGNATURE_INVALID, problem), anchors)
         if info.status == "awaiting_endorsement":
             # A worker has no endorsement store: only `pte resume RUN_ID --endorsements FILE`
             # after `pte endorse` continues it (docs/endorsement.md). Re-driving it here would
@@ -270,16 +305,14 @@ def process_run(
             and not is_expired(info.expires_at)
         ):
             return "waiting"
-        job = info.job or {}
         try:
             job_registry = _job_registry(job, served, registry)
             _check_job_policy(job, policy)
+            if info.records == 0 and job_key is not None:
+                _check_job_deployment(job, job_registry, policy)
         except FailedClosed as refused:
-            return _refuse(store, run_id, refused)
+            return _end(store, run_id, refused, anchors)
         gate = pausing_gate(store, job_registry, keys=keys, ttl=ttl)
-        # The worker's deployment key (its environment), never the job's; the chain in the run
-        # store when the deployment keeps it there (shared by every worker machine).
-        anchors = anchors_from_env(store=store)
         if info.records == 0:
             engine = job_engine(job, job_registry, gate, llm, policy, execution)
             if job.get("plan_text") is not None:
@@ -289,19 +322,41 @@ def process_run(
             elif llm is not None and isinstance(job.get("request"), str):
                 result = run_in_store(engine, store, run_id=run_id, request=job["request"], anchors=anchors)
             else:
-                return _refuse(
+                return _end(
                     store,
                     run_id,
                     FailedClosed(
                         ReasonCode.LLM_ERROR,
                         "workers run plan files; a request needs an LLM endpoint and this worker has none",
                     ),
+                    anchors,
                 )
         else:
-            result = resume_run(store, run_id, job_registry, gate=gate, llm=llm, anchors=anchors)
+            try:
+                result = resume_run(store, run_id, job_registry, gate=gate, llm=llm, anchors=anchors)
+            except FailedClosed as refused:
+                if refused.reason is ReasonCode.DEPLOYMENT_MISMATCH:
+                    return _end(store, run_id, refused, anchors)
+                _log.warning("run %s not resumed: %s", run_id, refused.message)
+                return "refused"
         return result.status if isinstance(result, PausedRun) else str(result.status)
     finally:
         store.release(run_id, owner)
+
+
+def _check_job_deployment(job: Mapping[str, Any], registry: Registry, policy: Any) -> None:
+    """Refuse a signed job submitted under another deployment (catalogue, policy, procedures)."""
+    signed_for = job.get("deployment")
+    if signed_for is None:
+        return
+    here = job_fingerprint(registry, policy)
+    if signed_for != here:
+        raise FailedClosed(
+            ReasonCode.DEPLOYMENT_MISMATCH,
+            f"the job was submitted under deployment {str(signed_for)[:16]}…, this worker's is {here[:16]}…: "
+            "its tools, their code, the policy or the procedures differ; "
+            "submit it again under this deployment",
+        )
 
 
 def is_expired(expires_at: str | None) -> bool:
@@ -312,22 +367,13 @@ def is_expired(expires_at: str | None) -> bool:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") > expires_at
 
 
-def _refuse(store: Store, run_id: str, refused: FailedClosed) -> str:
-    """End a job the worker will not run, on the record: run_started + run_finished."""
-    with store.audit_log(run_id) as audit:
-        audit.write(rec.run_started(mode="execute", request=None, config={"refused": True}))
-        audit.write(
-            rec.run_finished(
-                status="failed_closed",
-                reason=refused.reason.value,
-                message=refused.message,
-                answer=None,
-                result=None,
-                steps_run=0,
-                llm_calls=0,
-            )
-        )
-    return "failed_closed"
+def _end(store: Store, run_id: str, refused: FailedClosed, anchors: Any) -> str:
+    """End a job the worker will not run, on the record (`end_run`); "refused" when it cannot be."""
+    if end_run(store, run_id, refused, anchors=anchors):
+        _log.warning("run %s ended failed_closed(%s): %s", run_id, refused.reason.value, refused.message)
+        return "failed_closed"
+    _log.warning("run %s not run (%s) and not ended: its records do not verify", run_id, refused.message)
+    return "refused"
 
 
 def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
@@ -377,6 +423,8 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                     "max_concurrency": context.config.max_concurrency,
                     "serial_writes": context.config.serial_writes,
                 },
+                job_key=context.job_key,
+                require_signed=True,
             )
         except StoreError:
             # The store is unreachable or refused a write: leave the run to a retry.
@@ -388,10 +436,19 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
     return app
 
 
-def submit_job(store: Store, job: Mapping[str, Any], *, run_id: str | None = None) -> str:
-    """Record `job` in `store` as a ``queued`` run; returns its run id."""
+def submit_job(
+    store: Store,
+    job: Mapping[str, Any],
+    *,
+    run_id: str | None = None,
+    signing_key: SigningKey | None = None,
+) -> str:
+    """Record `job` in `store` as a ``queued`` run; returns its run id.
+
+    `signing_key`: the deployment key; the job is stored signed for this run id (`sign_job`),
+    which is the only form a worker with the deployment's key acts on."""
     run_id = check_run_id(run_id if run_id is not None else uuid.uuid4().hex)
-    store.submit(run_id, job)
+    store.submit(run_id, sign_job(job, run_id, signing_key) if signing_key is not None else job)
     return run_id
 
 
