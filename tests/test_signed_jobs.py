@@ -27,6 +27,7 @@ from pte._catalogue import load_pack, load_registry
 from pte._cli import main
 from pte._core import Redactor, SigningKey
 from pte._deploy import (
+    decide,
     enqueue,
     job_fingerprint,
     job_refusal,
@@ -303,3 +304,37 @@ def test_through_postgres_redis_and_a_worker_a_replaced_job_pays_nothing(
     rows = store._query("SELECT job FROM pte_runs UNION ALL SELECT line FROM pte_records")  # type: ignore[attr-defined]
     assert rows and TOKEN not in json.dumps(rows)
     store.close()
+
+
+PAY_OUT = """{"pte_plan": "1", "steps": [
+ {"id": "supplier", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
+ {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "supplier/iban"}, "amount": "120.00",
+  "currency": "EUR", "reference": "Invoice 7"}}
+], "result": {"$ref": "pay/payment_id"}}"""
+
+
+def test_a_paused_run_under_changed_packs_ends_deployment_mismatch_instead_of_a_traceback(
+    tmp_path: Path, ledger: Path
+) -> None:
+    """A worker whose packs changed while a run waited: it failed in the worker's log with a
+    ReplayDivergence traceback and left the run paused; now the run ends on the record."""
+    served = load_registry(["backoffice"])
+    before = _payments(ledger)
+    with open_store(f"sqlite:{tmp_path / 'runs.db'}") as store:
+        job = {"mode": "execute", "plan_text": PAY_OUT, "tools": ["backoffice"], "policy": None}
+        submit_job(store, job, run_id="p", signing_key=KEY)
+        outcome = process_run(store, "p", served, ["backoffice"], owner="w", job_key=KEY.public_key)
+        assert outcome == "awaiting_approval"
+        decide(store, "p", by="alice", approve=True)
+        wider = load_registry(["backoffice", "calculator"])  # the worker now serves another pack too
+        outcome = process_run(
+            store, "p", wider, ["backoffice", "calculator"], owner="w", job_key=KEY.public_key
+        )
+        assert outcome == "failed_closed"
+        info = store.run("p")
+        assert info is not None and (info.status, info.reason) == ("failed_closed", "deployment_mismatch")
+        records = store.records("p")
+        assert [r["type"] for r in records[-2:]] == ["run_resumed", "run_finished"]
+        assert "started under another deployment" in records[-1]["message"]
+        assert store.verify("p").intact
+    assert _payments(ledger) == before

@@ -15,11 +15,14 @@ __all__ = ["add_runs_command"]
 
 def runs_list(args: argparse.Namespace) -> int:
     """``pte runs [--status S]``: id, status, created/updated, plan hash (short), oldest first."""
+    from pte._cli._deployment import _in_force
+    from pte._cli._hints import pte_command, store_flags
     from pte._deploy import list_runs
 
     with _store(args.store) as store:
-        rows = list_runs(store, args.status)
+        rows = list_runs(store, args.status, deployment=_in_force(args))
         where = store.describe()
+        at = store_flags(args, store)
     if args.json:
         _print_json([row.to_dict() for row in rows])
         return EXIT_OK
@@ -35,12 +38,57 @@ def runs_list(args: argparse.Namespace) -> int:
             f"{row.run_id:<32}  {status:<24}  {row.created_at or '-':<27}  {row.updated_at or '-':<27}  "
             f"{plan}{requeued}"
         )
-    print(f"{len(rows)} run(s)")
+        if row.cannot_continue is not None:
+            # Nothing stranded silently: why, and the command that ends it (as printed).
+            print(f"  CANNOT CONTINUE here: {row.cannot_continue}")
+            print(f"  end it: {pte_command('runs', *at, 'end', row.run_id)}")
+    stranded = sum(row.cannot_continue is not None for row in rows)
+    print(f"{len(rows)} run(s)" + (f", {stranded} cannot continue under this deployment" if stranded else ""))
     return EXIT_OK
+
+
+def runs_end(args: argparse.Namespace) -> int:
+    """``pte runs end RUN_ID…``: end runs that cannot continue under the deployment in force,
+    ``failed_closed(deployment_mismatch)`` on the record (nothing of them runs)."""
+    from pte._cli._deployment import _in_force
+    from pte._core import RequeueRefused
+    from pte._deploy import end_stranded
+
+    for run_id in args.run_ids:
+        try:
+            check_run_id(run_id)
+        except StoreError as exc:
+            raise _usage_error()(f"RUN_ID: {exc}") from None
+    deployment = _in_force(args)
+    if deployment is None:
+        raise _usage_error()(
+            "pte runs end ends runs that cannot continue under the deployment in force, and there is "
+            "none: run it where the deployment is found (pte init made it; or set $PTE_DEPLOYMENT)"
+        )
+    failed = False
+    ended = []
+    with _store(args.store) as store:
+        for run_id in args.run_ids:
+            try:
+                reason = end_stranded(store, run_id, deployment, by=args.by)
+            except RequeueRefused as exc:
+                print(f"not ended: {exc}", file=sys.stderr)
+                failed = True
+                continue
+            ended.append(
+                {"run_id": run_id, "status": "failed_closed", "reason": "deployment_mismatch", "why": reason}
+            )
+    if args.json:
+        _print_json({"ended": ended})
+    else:
+        for item in ended:
+            print(f"run {item['run_id']} ended failed_closed(deployment_mismatch): {item['why']}")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def runs_requeue(args: argparse.Namespace) -> int:
     """``pte runs requeue RUN_ID…``: enqueue stranded queued/crashed runs again (recorded)."""
+    from pte._cli._deployment import _in_force
     from pte._core import RequeueRefused
     from pte._deploy import make_app, requeue, requeue_problem
 
@@ -52,13 +100,14 @@ def runs_requeue(args: argparse.Namespace) -> int:
     broker = _broker(args)
     with _store(args.store) as store:
         # The runs first: a run that cannot be requeued is the operator's news, whatever the broker.
-        refused = [p for p in (requeue_problem(store, run_id) for run_id in args.run_ids) if p]
+        deployment = _in_force(args)
+        refused = [p for p in (requeue_problem(store, run_id, deployment) for run_id in args.run_ids) if p]
         problem = refused[0] if refused else broker_problem(broker)
         if problem is not None:
             print(f"not requeued: {problem}", file=sys.stderr)
             return EXIT_FAILED
         try:
-            done = requeue(store, make_app(broker), args.run_ids, by=args.by)
+            done = requeue(store, make_app(broker), args.run_ids, by=args.by, deployment=deployment)
         except RequeueRefused as exc:
             print(f"not requeued: {exc}", file=sys.stderr)
             return EXIT_FAILED
@@ -95,3 +144,13 @@ def add_runs_command(sub: Any, add_json: Any) -> None:
     )
     add_json(q)
     q.set_defaults(func=runs_requeue)
+    e = actions.add_parser(
+        "end", help="end runs that cannot continue under this deployment (failed_closed(deployment_mismatch))"
+    )
+    e.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    e.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help="run store (default $PTE_STORE)")
+    e.add_argument(
+        "--by", type=non_empty_text, metavar="NAME", help="who ends them (recorded; default: your login)"
+    )
+    add_json(e)
+    e.set_defaults(func=runs_end)

@@ -397,12 +397,36 @@ def decide(args: argparse.Namespace, *, approve: bool) -> int:
             f"{decision.decision}: plan {decision.plan_hash} of run {decision.run_id} by {decision.by} "
             f"at {decision.at}"
         )
-        if getattr(args, "broker", None) or os.environ.get("PTE_BROKER"):
-            _enqueue(args, [decision.run_id])
-            print(f"run {decision.run_id} queued to resume")
-        else:
-            print(_resume_hint(args, store, decision.run_id))
+        print(_after_decision(args, store, decision.run_id, approve=approve))
     return EXIT_OK
+
+
+def _after_decision(args: argparse.Namespace, store: Store, run_id: str, *, approve: bool) -> str:
+    """What really happens to a decided run next: queued (and how a worker ends or continues
+    it), or the command that does it; a run that cannot continue under the deployment in hand
+    is ended by ``pte runs end``, whatever the decision (a worker would end it the same way)."""
+    from pte._cli._deployment import _in_force
+    from pte._cli._hints import pte_command, store_flags
+    from pte._deploy import stranded
+
+    info = store.run(run_id)
+    reason = stranded(store, info, _in_force(args)) if info is not None else None
+    queued = bool(getattr(args, "broker", None) or os.environ.get("PTE_BROKER"))
+    if reason is not None:
+        end = pte_command("runs", *store_flags(args, store), "end", run_id)
+        if queued:
+            _enqueue(args, [run_id])
+            return (
+                f"run {run_id} queued, but {reason}: a worker ends it failed_closed(deployment_mismatch), "
+                f"nothing runs (or end it now: {end})"
+            )
+        return f"{reason}: it cannot continue here, nothing runs; end it with: {end}"
+    if queued:
+        _enqueue(args, [run_id])
+        if approve:
+            return f"run {run_id} queued to resume: a worker continues it under the approved plan"
+        return f"run {run_id} queued: a worker ends it failed_closed(approval_rejected); nothing runs"
+    return _resume_hint(args, store, run_id)
 
 
 def _resume_hint(args: argparse.Namespace, store: Store, run_id: str, extra: tuple[str, ...] = ()) -> str:
@@ -557,12 +581,20 @@ def _enqueue(args: argparse.Namespace, run_ids: list[str]) -> None:
 
 
 def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = None) -> int:
+    from pte._cli._deployment import _in_force
     from pte._deploy import QUEUE, WorkerConfig, make_app
 
     broker = _broker(args)
+    deployment = _in_force(args)
     with _store(args.store):  # fail early on a bad store, in the parent
         pass
-    _worker_job_key()
+    if deployment is None:
+        _worker_job_key()
+    elif not deployment.has_key:
+        raise _usage_error()(
+            f"this machine does not hold the deployment's key ({deployment.key_path}): a worker checks "
+            "jobs and anchors its runs with it; copy the deployment folder with its key here"
+        )
     llm = {
         name: value
         for name, value in (
@@ -573,7 +605,7 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
     } if (args.model or args.base_url or args.replay_responses) else {}  # fmt: skip
     execution = execution_settings(args)
     config = WorkerConfig(
-        args.store or os.environ["PTE_STORE"],
+        (deployment.store_url if deployment is not None else None) or args.store or os.environ["PTE_STORE"],
         tuple(packs),
         args.approval_ttl or 86400.0,
         json.dumps(llm),
@@ -581,6 +613,8 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
         execution["max_concurrency"],
         execution["serial_writes"],
         str(Path(args.procedures).resolve()) if getattr(args, "procedures", None) else "",
+        # Under a deployment the worker's processes build everything from it (`_workers._Context`).
+        str(deployment.folder) if deployment is not None else "",
     )
     os.environ.update(config.to_env())
     app = make_app(broker, visibility_timeout=args.visibility_timeout)
@@ -606,7 +640,7 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
 def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, registry: Any) -> int:
     """``pte submit``: each job redacted, signed with the deployment key for its run id, stored
     ``queued``; only its run id goes on the broker (`pte._deploy._jobs`)."""
-    from pte._cli._deployment import current_redactor
+    from pte._cli._deployment import _in_force, current_redactor
     from pte._deploy import job_fingerprint, redact_job, submit_job
 
     if args.count < 1:
@@ -618,7 +652,8 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, reg
         if args.request is not None
         else {"mode": "execute", "plan_text": _plan_text(args.plan_file)}
     )
-    signing_key = _job_signing_key()
+    deployment = _in_force(args)
+    signing_key = _job_signing_key(deployment)
     # What the worker may do is signed with the job: the allow-list it was narrowed to here and
     # the deployment fingerprint (catalogue, policy, procedures) it was submitted under.
     job, redacted = redact_job(
@@ -626,8 +661,11 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, reg
             **what,
             "tools": packs,
             "allow": sorted(registry.names),
-            "policy": policy_document,
-            "deployment": job_fingerprint(registry, policy_document),
+            # Under a deployment the workers apply its policy, which its fingerprint binds.
+            "policy": policy_document if deployment is None else None,
+            "deployment": job_fingerprint(registry, policy_document)
+            if deployment is None
+            else deployment.fingerprint,
         },
         current_redactor(),
     )
@@ -688,12 +726,23 @@ def _worker_job_key() -> Any:
     return key
 
 
-def _job_signing_key() -> Any:
+def _job_signing_key(deployment: Any) -> Any:
     """The deployment key that signs jobs; a usage error (exit 2) without one: workers run only
     signed jobs, so an unsigned one would only end ``failed_closed(job_signature_invalid)``."""
     from pte._audit import DEPLOYMENT_KEY_ENV
+    from pte._core import SigningKey
     from pte._deploy import deployment_signing_key
 
+    if deployment is not None:
+        if not deployment.has_key:
+            raise _usage_error()(
+                f"this machine does not hold the deployment's key ({deployment.key_path}): pte submit "
+                "signs each job with it; submit from a machine that holds the deployment folder with its key"
+            )
+        try:
+            return SigningKey.load(deployment.key_path)
+        except PTEError as exc:
+            raise _usage_error()(f"the deployment key: {exc}") from None
     try:
         key = deployment_signing_key()
     except PTEError as exc:

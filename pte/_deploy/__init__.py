@@ -11,6 +11,7 @@ from pte._deploy._deployment_document import DOCUMENT_NAME, DeploymentDocument, 
 from pte._deploy._deployment_init import init_deployment
 from pte._deploy._jobs import (
     deployment_job_key,
+    deployment_public_key,
     deployment_signing_key,
     job_fingerprint,
     job_refusal,
@@ -18,10 +19,13 @@ from pte._deploy._jobs import (
     sign_job,
 )
 from pte._deploy._pack_imports import IMPORT_PREFIXES, import_spec, is_import_spec
+from pte._deploy._process import is_expired, process_run
 from pte._deploy._requeue import (
+    end_stranded,
     list_runs,
     requeue,
     requeue_problem,
+    stranded,
 )
 from pte._deploy._runs import (
     PausedRun,
@@ -38,9 +42,7 @@ from pte._deploy._workers import (
     QUEUE,
     WorkerConfig,
     enqueue,
-    is_expired,
     make_app,
-    process_run,
     served_registry,
     submit_job,
 )
@@ -59,8 +61,10 @@ __all__ = [
     "awaiting_plan",
     "decide",
     "deployment_job_key",
+    "deployment_public_key",
     "deployment_signing_key",
     "end_run",
+    "end_stranded",
     "enqueue",
     "find_deployment_folder",
     "import_spec",
@@ -83,5 +87,6 @@ __all__ = [
     "run_in_store",
     "served_registry",
     "sign_job",
+    "stranded",
     "submit_job",
 ]

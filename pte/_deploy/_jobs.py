@@ -29,6 +29,7 @@ from pte._core import KeyFileError, PTEError, PublicKey, Redactor, SigningKey, T
 __all__ = [
     "JOB_FORMAT",
     "deployment_job_key",
+    "deployment_public_key",
     "deployment_signing_key",
     "job_fingerprint",
     "job_policy",
@@ -156,3 +157,18 @@ def deployment_job_key(environ: Mapping[str, str] | None = None) -> PublicKey | 
     if len(keys) != 1:
         raise PTEError(f"deployment public key file {path!r} must hold exactly one key, not {len(keys)}")
     return next(iter(keys.values()))
+
+
+def deployment_public_key(deployment: Any) -> PublicKey | None:
+    """The public key of `deployment` (`pte.Deployment`): its key's, else its ``.pub`` file's;
+    None when the folder holds neither."""
+    try:
+        if deployment.has_key:
+            return SigningKey.load(deployment.key_path).public_key
+        if deployment.public_key_path.is_file():
+            keys = TrustedKeys.load(deployment.public_key_path)
+            if len(keys) == 1:
+                return next(iter(keys.values()))
+    except KeyFileError as exc:
+        raise PTEError(f"the deployment key in {deployment.folder}: {exc}") from None
+    return None

@@ -422,6 +422,7 @@ def resume_run(
         raise FailedClosed(ReasonCode.NEEDS_REVIEW, f"run {run_id} is already finished; nothing to resume")
     from pte._replay import check_anchors, check_deployment
 
+    _check_same_deployment(run_id, records[0], deployment)
     check_deployment(records, deployment, f"run {run_id} in {store.describe()}")
     anchored, unsigned_after = check_anchors(anchors, run_id, records, f"run {run_id} in {store.describe()}")
     numbered = list(enumerate(records, start=1))
@@ -453,6 +454,19 @@ def resume_run(
         except ReplayDivergence as divergence:
             # Nothing was forwarded: the re-driven records differ before any new one is written.
             raise _not_continuable(run_id, divergence) from None
+
+
+def _check_same_deployment(run_id: str, started: Mapping[str, Any], deployment: Any) -> None:
+    """`FailedClosed(deployment_mismatch)` when the run started under another deployment than
+    `deployment`: it cannot continue here (`pte runs` lists it, `pte runs end` ends it)."""
+    from pte._audit import deployment_problem
+
+    try:
+        problem = deployment_problem(started, deployment)
+    except ValueError:
+        return  # an unreadable binding: check_deployment refuses it (needs_review)
+    if problem is not None:
+        raise FailedClosed(ReasonCode.DEPLOYMENT_MISMATCH, problem)
 
 
 def _not_continuable(run_id: str, divergence: ReplayDivergence) -> FailedClosed:

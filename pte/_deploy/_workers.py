@@ -36,25 +36,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from pte._audit import anchors_from_env
 from pte._catalogue import Registry, load_registry
-from pte._core import FailedClosed, PTEError, PublicKey, ReasonCode, SigningKey, ToolPackError
-from pte._deploy._jobs import deployment_job_key, job_fingerprint, job_refusal, sign_job
+from pte._core import PTEError, SigningKey
+from pte._deploy._jobs import deployment_job_key, deployment_public_key, sign_job
+from pte._deploy._process import process_run
 from pte._deploy._runs import (
     DEFAULT_APPROVAL_TTL,
-    PausedRun,
-    end_run,
-    job_engine,
-    pausing_gate,
-    resume_run,
-    run_in_store,
 )
 from pte._execution import DEFAULT_CONCURRENCY
 from pte._plan import load_procedures
 from pte._run import LLMClient
 from pte.stores import Store, StoreError, check_run_id, open_store
 
-__all__ = ["TASK_NAME", "WorkerConfig", "enqueue", "make_app", "process_run", "submit_job"]
+__all__ = ["TASK_NAME", "WorkerConfig", "enqueue", "make_app", "submit_job"]
 
 #: The Celery task every run goes through; its only argument is the run id.
 TASK_NAME = "pte.run"
@@ -85,6 +79,10 @@ class WorkerConfig:
     serial_writes: bool = False
     #: The deployment's procedure folder (``pte worker --procedures DIR``, absolute); "": none.
     procedures: str = ""
+    #: The deployment folder (`pte.Deployment`, absolute) the worker acts under; "": none (the
+    #: flags above are then the worker's authority). Under one, `store_url` and `policy` are
+    #: the deployment's and `tools` only narrows its packs.
+    deployment: str = ""
 
     def __post_init__(self) -> None:
         # Checked when the worker is configured, not per task: a NaN or infinite TTL made
@@ -107,20 +105,32 @@ class WorkerConfig:
             "PTE_WORKER_MAX_CONCURRENCY": str(self.max_concurrency),
             "PTE_WORKER_SERIAL_WRITES": "1" if self.serial_writes else "0",
             "PTE_WORKER_PROCEDURES": self.procedures,
+            # How the worker's processes find their deployment (`pte.Deployment.discover`).
+            **({"PTE_DEPLOYMENT": self.deployment} if self.deployment else {}),
         }
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
+        deployment = os.environ.get("PTE_DEPLOYMENT", "")
         try:
             return cls(
-                os.environ["PTE_WORKER_STORE"],
-                tuple(t for t in os.environ["PTE_WORKER_TOOLS"].split(",") if t),
+                os.environ.get("PTE_WORKER_STORE", "") if deployment else os.environ["PTE_WORKER_STORE"],
+                tuple(
+                    t
+                    for t in (
+                        os.environ.get("PTE_WORKER_TOOLS", "")
+                        if deployment
+                        else os.environ["PTE_WORKER_TOOLS"]
+                    ).split(",")
+                    if t
+                ),
                 float(os.environ.get("PTE_WORKER_APPROVAL_TTL", DEFAULT_APPROVAL_TTL.total_seconds())),
                 os.environ.get("PTE_WORKER_LLM", "{}"),
                 os.environ.get("PTE_WORKER_POLICY", "null"),
                 int(os.environ.get("PTE_WORKER_MAX_CONCURRENCY", DEFAULT_CONCURRENCY)),
                 os.environ.get("PTE_WORKER_SERIAL_WRITES", "0") == "1",
                 os.environ.get("PTE_WORKER_PROCEDURES", ""),
+                deployment,
             )
         except KeyError as exc:
             raise PTEError(f"worker configuration missing: {exc}") from None
@@ -132,18 +142,44 @@ class _Context:
     """Per worker process: its store connection, registry and gate (opened after a fork)."""
 
     def __init__(self, config: WorkerConfig) -> None:
-        from pte._policy import public_keys_from_env
-
         self.config = config
         self.pid = os.getpid()
         self.owner = f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"
+        self.llm = worker_llm(json.loads(config.llm))
+        self.deployment: Any = None
+        if config.deployment:
+            self._from_deployment(config)
+            return
+        from pte._policy import public_keys_from_env
+
         self.store = open_store(config.store_url)
         self.registry = served_registry(config)
+        self.served = config.tools
         self.keys = public_keys_from_env()
         # The deployment key's public half: a job counts only when signed with it (`_jobs`).
         self.job_key = deployment_job_key()
-        self.llm = worker_llm(json.loads(config.llm))
         self.policy: Any = json.loads(config.policy)
+
+    def _from_deployment(self, config: WorkerConfig) -> None:
+        """Everything from the deployment: its store, packs (narrowed by ``--tools``), policy,
+        approver keys, approval and endorsement stores, anchors, key and model endpoint."""
+        from pte._deploy._deployment import Deployment
+
+        deployment = Deployment.from_folder(config.deployment)
+        if config.tools:
+            deployment = deployment.narrowed(packs=config.tools)
+        url = deployment.store_url
+        if url is None:
+            raise PTEError(f"the deployment in {deployment.folder} names no run store: workers need one")
+        self.deployment = deployment
+        self.store = open_store(url)
+        self.registry = deployment.registry()
+        self.served = deployment.packs
+        self.keys = None
+        self.job_key = deployment_public_key(deployment)
+        self.policy = None
+        if self.llm is None and (deployment.document.model or deployment.document.base_url):
+            self.llm = deployment.llm()
 
 
 def worker_llm(settings: Mapping[str, Any]) -> LLMClient | None:
@@ -183,199 +219,6 @@ def served_registry(config: WorkerConfig) -> Registry:
     return registry.with_procedures(load_procedures(config.procedures, registry))
 
 
-def _narrowed(registry: Registry, allow: Sequence[str]) -> Registry:
-    """`registry` narrowed to a job's `allow`, with the procedures whose bodies (and the
-    procedures they call) use only what is still allowed: a narrower allow-list never lets a
-    procedure reach a tool it no longer holds."""
-    narrowed = registry.allow(list(allow))
-    procedures = dict(registry.procedures)
-    while True:
-        kept = {
-            name: proc
-            for name, proc in procedures.items()
-            if all(
-                str(step.get("tool")) in narrowed or step.get("tool") in procedures
-                for step in proc.body["steps"]
-            )
-        }
-        if kept == procedures:
-            break
-        procedures = kept
-    return (
-        narrowed.with_procedures(load_procedures(list(procedures.values()), narrowed))
-        if procedures
-        else narrowed
-    )
-
-
-def _job_registry(job: Mapping[str, Any], served: Sequence[str], registry: Registry) -> Registry:
-    wanted = [p for p in job.get("tools") or () if isinstance(p, str)]
-    extra = sorted(set(wanted) - set(served))
-    if extra:
-        raise FailedClosed(
-            ReasonCode.TOOL_NOT_ALLOWED,
-            f"the job asks for tool packs {extra} this worker does not serve ({', '.join(served)})",
-        )
-    allow = job.get("allow")
-    if not allow:
-        return registry
-    try:
-        return _narrowed(registry, [a for a in allow if isinstance(a, str)])
-    except ToolPackError as exc:
-        raise FailedClosed(
-            ReasonCode.TOOL_NOT_ALLOWED, f"the job allows tools this worker does not serve: {exc}"
-        ) from None
-
-
-def _check_job_policy(job: Mapping[str, Any], policy: Any) -> None:
-    """Refuse a job whose policy differs from the worker's: policy is never taken from a job.
-
-    Whoever can submit a job (or write the store) could otherwise open a guarded sink.
-    """
-    from pte._core import canonical_json
-
-    carried = job.get("policy")
-    if carried is not None and canonical_json(carried) != canonical_json(policy):
-        raise FailedClosed(
-            ReasonCode.POLICY_VIOLATION,
-            "the job carries a policy that differs from this worker's (pte worker --policy); "
-            "policy comes from the deployment, never from a job",
-        )
-
-
-def process_run(
-    store: Store,
-    run_id: str,
-    registry: Registry,
-    served: Sequence[str],
-    *,
-    owner: str,
-    keys: Any = None,
-    ttl: timedelta = DEFAULT_APPROVAL_TTL,
-    llm: LLMClient | None = None,
-    policy: Any = None,
-    execution: Mapping[str, Any] | None = None,
-    job_key: PublicKey | None = None,
-    require_signed: bool = False,
-) -> str:
-    """Take run `run_id` one step further; returns what happened.
-
-    ``"busy"`` (another worker holds it: retry later), ``"unknown"``, ``"done"`` (already
-    ended), ``"waiting"`` (paused, no decision yet), ``"refused"`` (a run whose records cannot
-    be trusted: left as it is, for ``pte audit verify``), or the status it reached:
-    ``"succeeded"``, ``"failed_closed"``, ``"awaiting_approval"``, ``"awaiting_endorsement"``.
-
-    `job_key`: the deployment's public key; a submitted job counts only when signed by it for
-    this run (`pte._deploy._jobs`), else the run ends ``failed_closed(job_signature_invalid)``.
-    `require_signed` (``pte worker``): refuse every job when there is no key to check it with.
-    None and False: the caller trusts its store (a library caller that wrote the jobs itself).
-    """
-    check_run_id(run_id)
-    if not store.claim(run_id, owner):
-        return "busy"
-    try:
-        info = store.run(run_id)
-        if info is None:
-            return "unknown"
-        if info.status in ("succeeded", "failed_closed"):
-            return "done"
-        # The worker's deployment key (its environment), never the job's; the chain in the run
-        # store when the deployment keeps it there (shared by every worker machine).
-        anchors = anchors_from_env(store=store)
-        job = info.job or {}
-        # A started run's authority is its (anchored) records; a job, when there is one, must
-        # still be the signed one. A run started by `pte execute --store` has none.
-        if (job_key is not None or require_signed) and (info.records == 0 or info.job is not None):
-            problem = (
-                job_refusal(info.job, run_id, job_key)
-                if job_key is not None
-                else "this worker has no deployment key to check jobs with (pte init, then "
-                "PTE_DEPLOYMENT_KEY_FILE): it runs no job"
-            )
-            if problem is not None:
-                return _end(store, run_id, FailedClosed(ReasonCode.JOB_SIGNATURE_INVALID, problem), anchors)
-        if info.status == "awaiting_endorsement":
-            # A worker has no endorsement store: only `pte resume RUN_ID --endorsements FILE`
-            # after `pte endorse` continues it (docs/endorsement.md). Re-driving it here would
-            # only pause it again.
-            return "waiting"
-        if (
-            info.status == "awaiting_approval"
-            and not store.decisions(run_id)
-            and not is_expired(info.expires_at)
-        ):
-            return "waiting"
-        try:
-            job_registry = _job_registry(job, served, registry)
-            _check_job_policy(job, policy)
-            if info.records == 0 and job_key is not None:
-                _check_job_deployment(job, job_registry, policy)
-        except FailedClosed as refused:
-            return _end(store, run_id, refused, anchors)
-        gate = pausing_gate(store, job_registry, keys=keys, ttl=ttl)
-        if info.records == 0:
-            engine = job_engine(job, job_registry, gate, llm, policy, execution)
-            if job.get("plan_text") is not None:
-                result = run_in_store(
-                    engine, store, run_id=run_id, plan_text=str(job["plan_text"]), anchors=anchors
-                )
-            elif llm is not None and isinstance(job.get("request"), str):
-                result = run_in_store(engine, store, run_id=run_id, request=job["request"], anchors=anchors)
-            else:
-                return _end(
-                    store,
-                    run_id,
-                    FailedClosed(
-                        ReasonCode.LLM_ERROR,
-                        "workers run plan files; a request needs an LLM endpoint and this worker has none",
-                    ),
-                    anchors,
-                )
-        else:
-            try:
-                result = resume_run(store, run_id, job_registry, gate=gate, llm=llm, anchors=anchors)
-            except FailedClosed as refused:
-                if refused.reason is ReasonCode.DEPLOYMENT_MISMATCH:
-                    return _end(store, run_id, refused, anchors)
-                _log.warning("run %s not resumed: %s", run_id, refused.message)
-                return "refused"
-        return result.status if isinstance(result, PausedRun) else str(result.status)
-    finally:
-        store.release(run_id, owner)
-
-
-def _check_job_deployment(job: Mapping[str, Any], registry: Registry, policy: Any) -> None:
-    """Refuse a signed job submitted under another deployment (catalogue, policy, procedures)."""
-    signed_for = job.get("deployment")
-    if signed_for is None:
-        return
-    here = job_fingerprint(registry, policy)
-    if signed_for != here:
-        raise FailedClosed(
-            ReasonCode.DEPLOYMENT_MISMATCH,
-            f"the job was submitted under deployment {str(signed_for)[:16]}…, this worker's is {here[:16]}…: "
-            "its tools, their code, the policy or the procedures differ; "
-            "submit it again under this deployment",
-        )
-
-
-def is_expired(expires_at: str | None) -> bool:
-    from datetime import UTC, datetime
-
-    if expires_at is None:
-        return False
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") > expires_at
-
-
-def _end(store: Store, run_id: str, refused: FailedClosed, anchors: Any) -> str:
-    """End a job the worker will not run, on the record (`end_run`); "refused" when it cannot be."""
-    if end_run(store, run_id, refused, anchors=anchors):
-        _log.warning("run %s ended failed_closed(%s): %s", run_id, refused.reason.value, refused.message)
-        return "failed_closed"
-    _log.warning("run %s not run (%s) and not ended: its records do not verify", run_id, refused.message)
-    return "refused"
-
-
 def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
     """The Celery app: late acks, prefetch 1, JSON only, one queue, no result backend."""
     from celery import Celery
@@ -413,7 +256,7 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                 context.store,
                 run_id,
                 context.registry,
-                context.config.tools,
+                context.served,
                 owner=context.owner,
                 keys=context.keys,
                 ttl=timedelta(seconds=context.config.approval_ttl_s),
@@ -425,6 +268,7 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                 },
                 job_key=context.job_key,
                 require_signed=True,
+                deployment=context.deployment,
             )
         except StoreError:
             # The store is unreachable or refused a write: leave the run to a retry.
