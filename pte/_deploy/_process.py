@@ -258,7 +258,6 @@ def _start(
             registry=registry,
             config=EngineConfig(llm_answer=False),
             approval=gate,
-            deployment=authority.deployment,
             **dict(execution or {}),
         )
     else:
