@@ -63,6 +63,7 @@ MISSING_INPUT = [
     ("approvals", "list"),  # no store named
     ("reject", "abc", "--by", "ann"),  # no store named
     ("runs", "requeue", "abc"),  # no broker named
+    ("runs", "end", "abc"),  # no deployment
     ("demo", "--out", "plan.json"),  # not a folder
 ]
 
