@@ -9,6 +9,7 @@ the log stays text, and a tampered log shows a failing banner.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -372,3 +373,106 @@ def test_a_stored_run_is_reported(
             main(["audit", "report", url, *bad, "-o", str(out)])
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
+
+
+# --- the report in an auditor's words (#36) ----------------------------------------------------
+
+#: Reasons whose message is PTE's own decision on a plan: shown plainly, not as untrusted text.
+PTE_DECISIONS = {"policy_violation", "tool_not_allowed", "invalid_args", "bad_reference", "invalid_json"}
+
+
+def _text(dom: Elements, element: tuple[str, dict[str, str], list[str]]) -> str:
+    """The text of `element` and everything inside it (the parser keeps elements in document order)."""
+    start = dom.elements.index(element)
+    depth_end = next(
+        (i for i in range(start + 1, len(dom.elements)) if dom.elements[i][0] == element[0]),
+        len(dom.elements),
+    )
+    return " ".join("".join(e[2]) for e in dom.elements[start:depth_end])
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_the_report_says_what_waits_for_whom_and_who_allowed_each_flow(
+    sample: Path, rendered: dict[str, Elements]
+) -> None:
+    dom = rendered[sample.stem]
+    records = read_records(sample)
+    page = " ".join("".join(e[2]) for e in dom.elements)
+    assert "every sink receives data it accepts" not in page
+    # A pause says what the run waits for, from whom: an approval of its plan, or an endorsement.
+    for row in dom.find("tr", data_kind="run_paused"):
+        words = _text(dom, row)
+        if "approval" in row[1].get("class", ""):
+            assert "waits for a person to approve plan" in words and "endorse" not in words, words
+        else:
+            assert "waits for a person to endorse the exact values" in words, words
+    pauses = [r for r in records if r["type"] == "run_paused"]
+    assert len(dom.find("tr", data_kind="run_paused")) == len(pauses)
+    # Each flow into a sink names who or what allowed it; a parameter the policy did not accept
+    # on its own (needs_endorsement) was allowed by a person's endorsement, or by nobody.
+    needs = {
+        (step, param)
+        for r in records
+        if r["type"] == "plan_accepted"
+        for step, params in (r.get("needs_endorsement") or {}).items()
+        for param in params
+    }
+    endorsed = any(r["type"] == "endorsement" for r in records)
+    for flow in dom.find("li"):
+        if "flow" not in flow[1].get("class", "").split():
+            continue
+        allowed = flow[1]["data-allowed-by"]
+        words = _text(dom, flow)
+        assert "Allowed by" in words
+        if "approval-needed" in flow[1]["class"]:
+            approved = any(r["type"] == "approval" for r in records)
+            assert allowed == ("approval" if approved else "none"), words
+        elif (flow[1]["data-step-id"], flow[1]["data-param"]) in needs:
+            assert allowed == ("endorsement" if endorsed else "none"), words
+        else:
+            assert allowed == "policy", words
+    # PTE's own decisions and trusted results are not framed as untrusted text.
+    for r in records:
+        if (
+            r["type"] in ("plan_rejected", "run_finished")
+            and r.get("reason") in PTE_DECISIONS
+            and r.get("message")
+        ):
+            decisions = ["".join(e[2]) for e in dom.elements if "decision" in e[1].get("class", "").split()]
+            assert r["message"] in decisions, (r["reason"], r["message"])
+
+
+def test_an_endorsement_pause_is_not_a_wait_for_approval(rendered: dict[str, Elements]) -> None:
+    """The issue's case: an endorsement pause was listed under approvals as "waiting for approval"."""
+    dom = rendered["endorsed_payment"]
+    (pause,) = dom.find("tr", data_kind="run_paused")
+    assert "endorsement" in pause[1]["class"]
+    words = _text(dom, pause)
+    assert (
+        "endorse the exact values of send_payment.amount, send_payment.currency, send_payment.iban" in words
+    )
+    flows = {f[1]["data-param"]: f[1]["data-allowed-by"] for f in dom.find("li") if f[1].get("data-param")}
+    assert flows == {
+        "iban": "endorsement",
+        "amount": "endorsement",
+        "currency": "endorsement",
+        "reference": "policy",
+    }
+    # The trusted result is shown plainly, the model's answer about it as untrusted text.
+    records = read_records(REPO / "audit_samples" / "endorsed_payment.jsonl")
+    finished = records[-1]
+    framed = ["".join(e[2]) for e in dom.elements if "untrusted" in e[1].get("class", "").split()]
+    plain = ["".join(e[2]) for e in dom.elements if "data" in e[1].get("class", "").split()]
+    assert finished["result"] in plain and finished["result"] not in framed
+    assert finished["answer"] in framed
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_every_label_on_the_page_is_in_its_glossary(sample: Path, rendered: dict[str, Elements]) -> None:
+    dom = rendered[sample.stem]
+    (glossary,) = dom.find("details", id="glossary")
+    words = _text(dom, glossary)
+    badges = {"".join(e[2]).split(" (")[0] for e in dom.elements if "badge" in e[1].get("class", "").split()}
+    assert badges
+    for badge in badges:
+        assert re.search(rf"(?<![\w_]){re.escape(badge)}(?![\w_])", words), badge

@@ -38,7 +38,14 @@ from pte._audit import (
 )
 from pte._catalogue import stored_contents
 from pte._core import AuditFormatError, ReportError
-from pte._replay._run_view import RunView, StepView, plan_references
+from pte._replay._report_authority import (
+    PTE_DECISIONS,
+    approval_lines,
+    flow_lines,
+    pause_text,
+    result_is_trusted,
+)
+from pte._replay._run_view import PlanView, RunView, StepView
 from pte._replay._steps_text import status_text
 
 __all__ = ["render_report", "render_store_report", "write_report"]
@@ -117,28 +124,6 @@ def _dag_svg(steps: Sequence[StepView]) -> str:
 
 def _badge(kind: str, text: str) -> str:
     return f'<span class="badge {_e(kind)}">{_e(text)}</span>'
-
-
-def _flows(step: StepView, steps: Mapping[str, StepView]) -> list[str]:
-    """For each sink parameter of `step`: where its value comes from, with that source's provenance."""
-    out = []
-    args = step.plan_args if isinstance(step.plan_args, dict) else {}
-    for sink in step.sinks or []:
-        if not isinstance(sink, list) or len(sink) != 2:
-            continue
-        param, allowed = sink
-        sources = []
-        for ref in plan_references(args.get(param)):
-            source = steps.get(ref.partition("/")[0])
-            prov = source.provenance if source is not None else "an earlier stage"
-            sources.append(f"{_e(ref)} ← {_e(source.tool if source else '?')} ({_e(prov)})")
-        if not sources:
-            sources.append("a literal in the plan")
-        out.append(
-            f"<li><code>{_e(step.tool)}.{_e(param)}</code> accepts {_e(', '.join(map(str, allowed)))}; "
-            f"receives {'; '.join(sources)}</li>"
-        )
-    return out
 
 
 def _framed(value: Any, trusted: bool) -> str:
@@ -304,17 +289,19 @@ def _run_section(view: RunView) -> str:
                 f"<td>{_duration(step.duration_ms)}</td><td>{_step_details(step)}</td></tr>"
             )
         out.append("</tbody></table>")
-        by_id = {s.id: s for s in plan.steps}
-        flows = [line for step in plan.steps for line in _flows(step, by_id)]
+        flows = flow_lines(view.records, plan) + approval_lines(view.records, plan)
         if flows:
-            out.append('<div class="policy accepted"><p>Policy: every sink receives data it accepts.</p><ul>')
+            out.append(
+                '<div class="flows"><p>Who or what allowed each flow of data into a sink (a parameter '
+                "that accepts only some labels of data), and each call that needs an approved plan:</p><ul>"
+            )
             out += flows
             out.append("</ul></div>")
 
     records = view.records
     out.append(_policy_decisions(records))
-    out.append(_approvals(records))
-    out.append(_endorsements(records))
+    out.append(_approvals(records, view.plans))
+    out.append(_endorsements(records, view.plans))
     out.append(_replans(records))
     out.append(_llm_calls(records))
     out.append(
@@ -324,13 +311,33 @@ def _run_section(view: RunView) -> str:
     if finished is not None:
         out.append('<h3>Outcome</h3><dl class="outcome">')
         out.append(f"<dt>status</dt><dd>{_e(finished.get('status'))}</dd>")
-        for name in ("reason", "message", "result", "answer"):
-            if finished.get(name) is not None:
-                value = finished.get(name)
-                out.append(f"<dt>{name}</dt><dd>{_untrusted(value, block=not isinstance(value, str))}</dd>")
+        out.extend(_outcome(view))
         out.append("</dl>")
     out.append("</section>")
     return "\n".join(out)
+
+
+def _outcome(view: RunView) -> list[str]:
+    """The run's reason, message, result and answer, each framed by where it comes from."""
+    finished = view.finished or {}
+    out = []
+    if finished.get("reason") is not None:
+        out.append(f'<dt>reason</dt><dd><code class="reason">{_e(finished["reason"])}</code></dd>')
+    if finished.get("message") is not None:
+        out.append(f"<dt>message</dt><dd>{_decision(finished.get('reason'), finished['message'])}</dd>")
+    trusted = result_is_trusted(view.plans[-1] if view.plans else None)
+    result = finished.get("result")
+    if result is not None:
+        source = "made of trusted tools' outputs" if trusted else "from sources the deployment does not trust"
+        out.append(f'<dt>result <span class="meta">({source})</span></dt><dd>{_framed(result, trusted)}</dd>')
+    answer = finished.get("answer")
+    if answer is not None:
+        # The finalizer's words are a model's; without one, the answer is PTE's rendering of the result.
+        by_model = any(r.get("type") == "llm_call" and r.get("role") == "finalizer" for r in view.records)
+        source = "the model's words about the result" if by_model else "the result, as PTE renders it"
+        shown = _untrusted(answer, block=True) if by_model or not trusted else _framed(answer, True)
+        out.append(f'<dt>answer <span class="meta">({source})</span></dt><dd>{shown}</dd>')
+    return out
 
 
 def _policy_decisions(records: Sequence[Mapping[str, Any]]) -> str:
@@ -346,14 +353,37 @@ def _policy_decisions(records: Sequence[Mapping[str, Any]]) -> str:
             f'<tr class="decision" data-reason="{_e(r.get("reason"))}"><td>{_e(r.get("origin"))}</td>'
             f'<td><code class="reason">{_e(r.get("reason"))}</code></td>'
             f"<td><code>{_e(r.get('path'))}</code></td>"
-            f"<td>{_untrusted(r.get('message', ''))}</td></tr>"
+            f"<td>{_decision(r.get('reason'), r.get('message', ''))}</td></tr>"
         )
     out.append("</tbody></table>")
     return "".join(out)
 
 
-def _approvals(records: Sequence[Mapping[str, Any]]) -> str:
-    rows = [r for r in records if r.get("type") in ("approval", "approval_rejected", "run_paused")]
+def _decision(reason: Any, message: Any) -> str:
+    """A refusal's message: PTE's own decision shown plainly (its names come from the plan, as
+    text); a message carrying a tool's, a model's or a person's words is framed as untrusted."""
+    if reason in PTE_DECISIONS:
+        return f'<span class="decision" title="PTE\'s decision">{_e(message)}</span>'
+    return _untrusted(message)
+
+
+#: What each kind of record is, in the approvals and endorsements tables.
+_WHAT = {
+    "run_paused": "paused for an approval",
+    "approval": "approved",
+    "approval_rejected": "approval refused",
+    "endorsement": "endorsed",
+    "endorsement_rejected": "endorsement refused",
+}
+
+
+def _approvals(records: Sequence[Mapping[str, Any]], plans: Sequence[PlanView]) -> str:
+    rows = [
+        r
+        for r in records
+        if r.get("type") in ("approval", "approval_rejected")
+        or (r.get("type") == "run_paused" and r.get("reason") != "awaiting_endorsement")
+    ]
     if not rows:
         return ""
     out = [
@@ -364,9 +394,9 @@ def _approvals(records: Sequence[Mapping[str, Any]]) -> str:
         kind = str(r.get("type"))
         verified = ""
         if kind == "run_paused":
-            state = f"waiting for approval of {_e(', '.join(map(str, r.get('tools') or [])))}"
+            state = pause_text(r, plans)
         elif kind == "approval_rejected":
-            state = "rejected"
+            state = "the person refused to approve this plan: the calls needing it did not run"
         else:
             # Checked here, from the record alone, as `pte audit verify` does (audit format §7).
             problem = approval_problem(r)
@@ -386,15 +416,15 @@ def _approvals(records: Sequence[Mapping[str, Any]]) -> str:
         out.append(
             f'<tr class="approval" data-kind="{_e(kind)}" data-signed="{_e(bool(r.get("signed")))}"'
             f' data-verified="{verified}">'
-            f"<td>{_e(kind)}</td><td><code>{_e(str(r.get('plan_hash'))[:16])}</code></td>"
-            f"<td>{_untrusted(r.get('by', '-'))}</td><td>{_e(r.get('at', r.get('ts')))}</td>"
+            f"<td>{_e(_WHAT.get(kind, kind))}</td><td><code>{_e(str(r.get('plan_hash'))[:16])}</code></td>"
+            f"<td>{_untrusted(r['by']) if r.get('by') else '-'}</td><td>{_e(r.get('at', r.get('ts')))}</td>"
             f"<td>{state}</td></tr>"
         )
     out.append("</tbody></table>")
     return "".join(out)
 
 
-def _endorsements(records: Sequence[Mapping[str, Any]]) -> str:
+def _endorsements(records: Sequence[Mapping[str, Any]], plans: Sequence[PlanView]) -> str:
     """Each endorsement a run asked for (the values, their source) and each decision on one."""
     rows = [
         r
@@ -428,7 +458,7 @@ def _endorsements(records: Sequence[Mapping[str, Any]]) -> str:
             shown += "".join(f'<div class="decision"><small>{_e(d)}</small></div>' for d in decided)
             by, state = (
                 "-",
-                f"waiting for a person (value hash <code>{_e(str(asked.get('value_hash'))[:16])}</code>)",
+                f"{pause_text(r, plans)} (value hash <code>{_e(str(asked.get('value_hash'))[:16])}</code>)",
             )
         else:
             call = f"{r.get('step_id')}" + (f"[{r['element']}]" if r.get("element") is not None else "")
@@ -447,7 +477,8 @@ def _endorsements(records: Sequence[Mapping[str, Any]]) -> str:
                 state = "rejected; " + state
         out.append(
             f'<tr class="endorsement" data-kind="{_e(kind)}" data-verified="{verified}">'
-            f"<td>{_e(kind)}</td><td><code>{_e(call)}</code></td><td>{shown}</td><td>{by}</td>"
+            f"<td>{_e('paused for an endorsement' if kind == 'run_paused' else _WHAT.get(kind, kind))}</td>"
+            f"<td><code>{_e(call)}</code></td><td>{shown}</td><td>{by}</td>"
             f"<td>{state}</td></tr>"
         )
     out.append("</tbody></table>")
@@ -469,7 +500,8 @@ def _replans(records: Sequence[Mapping[str, Any]]) -> str:
                 f'<tr class="repair" data-reason="{_e(r.get("reason"))}"><td>repair of the '
                 f"{_e(r.get('origin'))}'s plan</td><td>{_e(r.get('attempt'))}</td>"
                 f"<td><code>{_e(r.get('path'))}</code></td>"
-                f"<td><code>{_e(r.get('reason'))}</code> {_untrusted(r.get('message', ''))}</td>"
+                f"<td><code>{_e(r.get('reason'))}</code> "
+                f"{_decision(r.get('reason'), r.get('message', ''))}</td>"
                 "<td>-</td></tr>"
             )
             continue
