@@ -658,3 +658,49 @@ def test_a_log_cut_before_the_consumed_endorsement_does_not_let_the_write_run_ag
     assert result.status == "failed_closed" and result.reason is pte.ReasonCode.NEEDS_REVIEW, result.message
     assert "already consumed by this call" in (result.message or "")
     assert len(PAID) == 1
+
+
+KEYED_SEEN: dict[str, int] = {}
+
+
+@tool(effect="write", idempotency_key="key")
+def pay_keyed(iban: str, amount: str, key: str) -> Receipt:
+    """Pay through an API with idempotency keys: a key seen before pays nothing again."""
+    if key not in KEYED_SEEN:
+        KEYED_SEEN[key] = len(KEYED_SEEN) + 1
+        PAID.append({"iban": iban, "amount": amount, "reference": key})
+    return Receipt(payment_id=f"P-{KEYED_SEEN[key]}")
+
+
+def test_a_keyed_write_may_consume_its_own_endorsement_again_after_a_log_cut(
+    tmp_path: Path, gate: EndorsementGate, signer: SigningKey
+) -> None:
+    """The same cut as above, for a tool with an idempotency key: the repeated call is harmless
+    (the key is derived from run, plan and step), so the call passes and the API pays once."""
+    registry = Registry([read_bill, pay_keyed])
+    policy = Policy.from_registry(registry).with_document(
+        {
+            "pte_policy": "1",
+            "tools": {"pay_keyed": {"on_violation": {"iban": "endorse", "amount": "endorse"}}},
+        },
+    )
+    plan = bill_plan()
+    plan["steps"][1] = {**plan["steps"][1], "tool": "pay_keyed"}
+    del plan["steps"][1]["args"]["reference"]
+    log = tmp_path / "run.jsonl"
+    engine = Engine(registry, ScriptedModel(planner=[plan]), policy=policy, endorsement=gate)
+    with AuditLog(log) as audit, pytest.raises(RunPaused):
+        engine.run(REQUEST, audit)
+    paused = log.read_bytes()
+    endorse(gate.store, request_of(log), "alice", signing_key=signer)
+
+    def again() -> pte.RunResult:
+        deployment = Deployment(policy=policy, endorsements=gate)
+        return resume_file(log, registry, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
+
+    KEYED_SEEN.clear()
+    assert again().ok
+    log.write_bytes(paused)
+    result = again()
+    assert result.ok, result.message
+    assert len(PAID) == 1
