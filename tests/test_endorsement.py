@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from pte import (
     verify,
 )
 from pte._core import SigningKey, TrustedKeys
+from pte._policy import make_endorsement
 from pte._replay import Deployment, resume_file
 from pte.testing import ScriptedModel
 
@@ -703,4 +705,41 @@ def test_a_keyed_write_may_consume_its_own_endorsement_again_after_a_log_cut(
     log.write_bytes(paused)
     result = again()
     assert result.ok, result.message
+    assert len(PAID) == 1
+
+
+def test_a_request_expires_when_its_pause_says(tmp_path: Path, signer: SigningKey) -> None:
+    """#33: the pause says "waiting until X"; resumed after X, the endorsement made for it does
+    not count: the run asks again (a new request, a new X), and only a decision made for that
+    request answers it."""
+    now = [datetime.now(UTC)]
+    gate = EndorsementGate(
+        EndorsementStore(tmp_path / "e.jsonl"), keys=TrustedKeys([signer.public_key]), clock=lambda: now[0]
+    )
+    log = tmp_path / "run.jsonl"
+    start(log, gate)
+    first = read_records(log)[-1]["expires_at"]
+
+    def decide() -> None:
+        asked = request_of(log)
+        made = make_endorsement(
+            asked.run_id,
+            asked.step_id,
+            asked.element,
+            asked.value_hash,
+            "alice",
+            signing_key=signer,
+            at=now[0],
+        )
+        gate.store.add(made)
+
+    decide()
+    now[0] += timedelta(hours=25)  # past the 24 h the pause waited
+    _still_paused(log, gate, "the request expired at")
+    assert PAID == []
+    assert read_records(log)[-1]["expires_at"] > first
+    now[0] += timedelta(minutes=1)
+    _still_paused(log, gate, "made for a request that expired at")  # the old one stays void
+    decide()
+    assert resume(log, gate).ok
     assert len(PAID) == 1

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import itertools
 import os
 import re
 import threading
@@ -123,6 +124,14 @@ def _now() -> datetime:
 
 def _format_time(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: Any) -> datetime:
+    """An ISO-8601 UTC time of a record or decision (ValueError when it is none)."""
+    if not isinstance(text, str):
+        raise ValueError("not a time")
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def value_hash(values: Mapping[str, Any]) -> str:
@@ -563,6 +572,33 @@ class EndorsementGate:
         self.keys = keys if keys else None
         self.ttl = ttl
         self.clock = clock
+        #: (step id, element) -> until when each pause of the run being resumed waited there,
+        #: in record order (`resuming`); empty for a new run.
+        self.pauses: dict[tuple[str, int | None], list[datetime]] = {}
+
+    def resuming(self, records: Sequence[Mapping[str, Any]]) -> EndorsementGate:
+        """This gate for resuming a run with these (verified) records: a request expires when its
+        pause says (``expires_at``), and a decision made for an expired request does not count."""
+        gate = EndorsementGate(self.store, keys=self.keys, ttl=self.ttl, clock=self.clock)
+        for record in records:
+            asked = record.get("endorsement")
+            if record.get("type") != "run_paused" or not isinstance(asked, Mapping):
+                continue
+            try:
+                expires = _parse_time(record.get("expires_at"))
+            except ValueError:
+                continue  # a record the verified chain holds but that names no time: nothing to enforce
+            gate.pauses.setdefault((str(asked.get("step_id")), asked.get("element")), []).append(expires)
+        return gate
+
+    def _late(self, made: Endorsement, request: EndorsementRequest) -> str | None:
+        """Why `made` answers no request of this call that is still waiting (None: it may)."""
+        waits = self.pauses.get((request.step_id, request.element), [])
+        for earlier, later in itertools.pairwise(waits):
+            asked_again = later - self.ttl  # when the later pause asked (its expiry is asked + ttl)
+            if asked_again > earlier and _parse_time(made.at) < asked_again:
+                return f"made for a request that expired at {_format_time(earlier)}"
+        return None
 
     def _why_not(self, made: Endorsement) -> str | None:
         if self.keys is not None:
@@ -583,6 +619,11 @@ class EndorsementGate:
             contents, reasons = _Contents(), [str(exc)]
         else:
             reasons = []
+        waits = self.pauses.get((request.step_id, request.element))
+        if waits and not audit.replaying and self.clock() > waits[-1]:
+            # The request expired when its pause said: nothing made for it counts; ask anew.
+            expired = f"the request expired at {_format_time(waits[-1])}: endorse it again"
+            self.pause(request, audit, [expired])
         for made in contents.endorsements:
             if (
                 made.run != request.run_id
@@ -593,7 +634,7 @@ class EndorsementGate:
             if made.value_hash != request.value_hash:
                 reasons.append(f"{made.by} ({made.at}): it is about another value ({made.value_hash[:12]}…)")
                 continue
-            why = self._why_not(made)
+            why = self._why_not(made) or (None if audit.replaying else self._late(made, request))
             if why is not None:
                 reasons.append(f"{made.by} ({made.at}): {why}")
                 continue

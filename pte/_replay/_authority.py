@@ -384,7 +384,10 @@ def engine_for(
     checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
     endorsement = None
     if (started.get("config") or {}).get("endorsement") is True:  # the run could pause for a person
-        endorsement = deployment.endorsements or RecordedEndorsements(run_records, deployment.keys)
+        live = deployment.endorsements
+        resuming = getattr(live, "resuming", None)  # a request expires when its pause says (#33)
+        live = resuming(run_records) if callable(resuming) else live
+        endorsement = live or RecordedEndorsements(run_records, deployment.keys)
     return Engine(
         registry,
         llm,
