@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 import pte
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry, provenance, tool
-from pte._catalogue import SchemaWalk, ToolSpec, document_size
+from pte._catalogue import SchemaWalk, ToolSpec, document_size, schema_types
 from pte._policy import schema_at
 from pte.testing import ScriptedModel, fan_out_schema
 
@@ -243,3 +243,46 @@ def test_a_handle_describes_a_tuple_position_and_a_nested_part() -> None:
     assert schema_at(schema, schema, ("pinned", "1")) == {"type": "integer"}
     assert schema_at(schema, schema, ("ref", "replies", "0", "replies", "0", "body")) == {"type": "string"}
     assert schema_at(schema, schema, ("nothing",)) is None
+
+
+def test_a_fan_out_output_into_a_fan_out_parameter_is_type_checked_in_bounded_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The type check compares each pair of subschemas once: 12**12 paths took 5 s at 5 levels
+    # and grew 12x per level before.
+    schema = json.loads(json.dumps(fan_out_schema()))  # as a document read from a file: no shared parts
+    record = {"type": "object", "properties": {"record": {"$ref": "#/$defs/L0"}}, "required": ["record"]}
+    store = pte.tool_from_schema(
+        "store_deep",
+        description="Store a deep record.",
+        input_schema={**record, "$defs": schema["$defs"]},
+        output_schema={"type": "object"},
+        func=lambda args: {},
+        effect="write",
+        idempotent=True,
+        sinks={"record": ["request", "trusted", "untrusted"]},
+    )
+    deep = pte.tool_from_schema(
+        "read_deep",
+        description="A deep record.",
+        input_schema={"type": "object", "properties": {}},
+        output_schema=json.loads(json.dumps(schema)),
+        func=lambda args: {},
+    )
+    registry = Registry([deep, store])
+    calls = 0
+    compare = schema_types.assignable
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        return compare(*args, **kwargs)
+
+    monkeypatch.setattr(schema_types, "assignable", counted)
+    doc = plan(
+        {"id": "read", "tool": "read_deep", "args": {}},
+        {"id": "keep", "tool": "store_deep", "args": {"record": {"$ref": "read"}}},
+    )
+    pte.compile_plan(json.dumps(doc), registry)
+    size = document_size(schema)
+    assert 0 < calls <= size * size
