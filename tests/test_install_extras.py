@@ -155,3 +155,35 @@ def test_a_refused_specialists_file_writes_nothing(
     assert done.returncode == 2, done.stderr
     assert "--specialists" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [name], "a refused command wrote a file"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "why"),
+    [
+        # Two entries for one key: a reviewer reads the first catalogue, PyYAML kept the last.
+        (
+            "dup.yaml",
+            "- name: payments\n  description: d\n  catalogue: [fx_rate]\n  catalogue: [send_payment]\n",
+            "duplicate key 'catalogue'",
+        ),
+        (
+            "dup.json",
+            '[{"name": "payments", "description": "d", "catalogue": ["fx_rate"], '
+            '"catalogue": ["send_payment"]}]',
+            "duplicate key 'catalogue'",
+        ),
+        # An alias shares one node: a few lines can stand for a billion items.
+        ("alias.yaml", "- &s {name: a, description: d, catalogue: [fx_rate]}\n- *s\n", "aliases"),
+        ("date.yaml", "- {name: a, description: 2026-01-01, catalogue: [fx_rate]}\n", None),
+    ],
+)
+def test_a_specialists_file_is_read_strictly(tmp_path: Path, name: str, text: str, why: str | None) -> None:
+    from pte import SpecialistError, load_specialists
+
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    if why is None:  # a date stays the text it was written as
+        (specialist,) = load_specialists(tmp_path / name)
+        assert specialist.description == "2026-01-01"
+        return
+    with pytest.raises(SpecialistError, match=why):
+        load_specialists(tmp_path / name)

@@ -7,6 +7,7 @@ This module is the area's face: other areas import only what it re-exports.
 from __future__ import annotations
 
 from pte._core import _strict_json as strict_json
+from pte._core import _strict_yaml as strict_yaml
 from pte._core._bounded_files import (
     MAX_INPUT_FILE_BYTES,
     FileRefused,
@@ -225,5 +226,6 @@ __all__ = [
     "sha256_hex",
     "sign_decision",
     "strict_json",
+    "strict_yaml",
     "without_member",
 ]

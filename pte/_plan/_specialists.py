@@ -18,7 +18,6 @@ against the deployment's registry and the coordinator's narrower view of the cat
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pte._catalogue import Registry
-from pte._core import FileRefused, SpecialistError, read_bounded_text
+from pte._core import FileRefused, SpecialistError, read_bounded_text, strict_json, strict_yaml
 
 __all__ = [
     "CoordinatorView",
@@ -115,17 +114,17 @@ def load_specialists(path: str | Path) -> tuple[Specialist, ...]:
     except FileRefused as exc:
         raise SpecialistError(str(exc)) from None
     try:
+        # Strict (duplicate keys, YAML aliases, NaN refused): specialists' catalogues are authority.
         if source.suffix.lower() in (".yaml", ".yml"):
             try:
-                import yaml  # type: ignore[import-untyped, unused-ignore]
+                document: Any = strict_yaml.loads(text)
             except ImportError:
                 raise SpecialistError(
                     f"specialists file {source.name!r} is YAML, which needs PyYAML, a dependency of "
                     "plan-then-execute (pip install plan-then-execute); or write it as JSON"
                 ) from None
-            document: Any = yaml.safe_load(text)
         else:
-            document = json.loads(text)
+            document = strict_json.loads(text)
     except SpecialistError:
         raise
     except Exception as exc:  # a parser's own errors: the file is not what it claims to be

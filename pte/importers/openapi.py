@@ -43,6 +43,7 @@ from pte._core import (
     sha256_hex,
 )
 from pte._core import strict_json as strict_json
+from pte._core import strict_yaml as strict_yaml
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
 __all__ = ["OpenAPIError", "import_openapi", "load_openapi"]
@@ -125,50 +126,18 @@ def _is_yaml(source: str, raw: bytes) -> bool:
 
 
 def _yaml_document(source: str, raw: bytes) -> Any:
-    """A YAML document as JSON values, parsed as strictly as JSON is."""
+    """A YAML document as JSON values, parsed as strictly as JSON is (pte._core.strict_yaml)."""
     try:
-        import yaml  # type: ignore[import-untyped, unused-ignore]
+        return strict_yaml.loads(raw.decode("utf-8"))
     except ImportError:
         raise OpenAPIError(
             f"OpenAPI document {source!r} is YAML, which needs PyYAML, a dependency of "
-            "plan-then-execute (pip install 'plan-then-execute[openapi]')"
+            "plan-then-execute (pip install plan-then-execute)"
         ) from None
-
-    class _Strict(yaml.SafeLoader):  # type: ignore[misc, unused-ignore]
-        pass
-
-    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, str):
-                raise OpenAPIError(f"OpenAPI document {source!r}: a key that is not text: {key!r}")
-            if key in out:
-                raise OpenAPIError(f"OpenAPI document {source!r}: duplicate key {key!r}")
-            out[key] = loader.construct_object(value_node, deep=True)
-        return out
-
-    def text_of(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
-        return str(loader.construct_scalar(node))
-
-    _Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    _Strict.add_constructor("tag:yaml.org,2002:timestamp", text_of)
-    _Strict.add_constructor("tag:yaml.org,2002:binary", text_of)
-    try:
-        text = raw.decode("utf-8")
-        # Aliases can multiply a small document into a huge one: refused, as JSON has none.
-        for event in yaml.parse(text, Loader=_Strict):
-            if isinstance(event, yaml.AliasEvent):
-                raise OpenAPIError(f"OpenAPI document {source!r}: YAML aliases (*name) are not accepted")
-        document = yaml.load(text, Loader=_Strict)
-        return strict_json.loads(json.dumps(document, allow_nan=False))
     except UnicodeDecodeError:
         raise OpenAPIError(f"OpenAPI document {source!r} is not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise OpenAPIError(f"OpenAPI document {source!r} is not valid YAML: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        message = getattr(exc, "message", None) or str(exc)
-        raise OpenAPIError(f"OpenAPI document {source!r} is not a JSON document: {message}") from None
+    except StrictJSONError as exc:
+        raise OpenAPIError(f"OpenAPI document {source!r}: {exc.message}") from None
 
 
 # -- schemas --------------------------------------------------------------------------------------
