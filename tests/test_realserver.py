@@ -1,7 +1,7 @@
 """Against a real model server that no one here wrote: llama.cpp's, with Gemma 3 270M.
 
-Opt-in (``pytest -m realserver``; see tests/realserver.py for what it needs and README
-"Hardening" for how to run it): the server builds from source and a small model on 2 shared
+Opt-in (``pytest -m realserver``; see tests/realserver.py for what it needs and docs/hardening.md,
+"Real model servers", for how to run it): the server builds from source and a small model on 2 shared
 cores is slow, so the default run leaves it out. It shows that PTE's plan request is
 bounded (the server stops at the output-token bound PTE sends) and that an answer that runs
 away ends the run as ``invalid_json`` within seconds, leaving the server free for the next
