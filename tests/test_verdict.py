@@ -291,6 +291,15 @@ def test_a_stored_run_has_the_same_verdict_in_verify_and_in_its_report(
         ).ok
         assert run_in_store(Engine(REGISTRY), store, run_id="unanchored", plan_text=REMIND).ok
     deployment.verifier_env(monkeypatch)
+    # `pte runs --verify` shows each run's verdict, and replay refuses the one that does not verify.
+    code, out, _ = cli(capsys, "runs", "--store", url, "--verify", "--json")
+    assert code == 0
+    listed = {row["run_id"]: row["verdict"]["status"] for row in json.loads(out)}
+    assert listed == {"anchored": "ok", "unanchored": "tampered"}
+    code, out, err = cli(capsys, "replay", url, "--run", "unanchored")
+    assert code == 1 and "replay refused: run unanchored does not verify" in err
+    code, out, _ = cli(capsys, "replay", url, "--run", "anchored", "--json")
+    assert code == 0 and json.loads(out)["checks"]["anchors"]["state"] == "checked"
     for run_id, status in (("anchored", "ok"), ("unanchored", "tampered")):
         code, out, _ = cli(capsys, "audit", "verify", url, "--run", run_id, "--json")
         (verified,) = json.loads(out)["results"]

@@ -23,8 +23,9 @@ def runs_list(args: argparse.Namespace) -> int:
         rows = list_runs(store, args.status, deployment=_in_force(args))
         where = store.describe()
         at = store_flags(args, store)
+        verdicts = _verdicts(store, [row.run_id for row in rows]) if args.verify else {}
     if args.json:
-        _print_json([row.to_dict() for row in rows])
+        _print_json([{**row.to_dict(), **_verdict_json(verdicts.get(row.run_id))} for row in rows])
         return EXIT_OK
     if not rows:
         print(f"no {args.status + ' ' if args.status else ''}run in {where}")
@@ -38,6 +39,12 @@ def runs_list(args: argparse.Namespace) -> int:
             f"{row.run_id:<32}  {status:<24}  {row.created_at or '-':<27}  {row.updated_at or '-':<27}  "
             f"{plan}{requeued}"
         )
+        if row.run_id in verdicts:
+            found = verdicts[row.run_id]
+            print(
+                f"  verdict: {found.status}: {found.summary()}"
+                + (f": {found.problem}" if found.problem else "")
+            )
         if row.cannot_continue is not None:
             # Nothing stranded silently: why, and the command that ends it (as printed).
             print(f"  CANNOT CONTINUE here: {row.cannot_continue}")
@@ -45,6 +52,19 @@ def runs_list(args: argparse.Namespace) -> int:
     stranded = sum(row.cannot_continue is not None for row in rows)
     print(f"{len(rows)} run(s)" + (f", {stranded} cannot continue under this deployment" if stranded else ""))
     return EXIT_OK
+
+
+def _verdicts(store: Any, run_ids: list[str]) -> dict[str, Any]:
+    """``--verify``: each run's verdict, the one `pte audit verify` gives (the deployment's anchors)."""
+    from pte._audit import stored_verdict
+    from pte._cli._store import _anchors
+
+    anchors = _anchors()
+    return {run_id: stored_verdict(store, run_id, anchors=anchors) for run_id in run_ids}
+
+
+def _verdict_json(found: Any) -> dict[str, Any]:
+    return {} if found is None else {"verdict": found.to_dict()}
 
 
 def runs_end(args: argparse.Namespace) -> int:
@@ -127,6 +147,11 @@ def add_runs_command(sub: Any, add_json: Any) -> None:
         choices=RUN_STATES,
         metavar="STATUS",
         help=f"only runs in this status: {', '.join(RUN_STATES)}",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also each run's verdict: the checks pte audit verify makes (chain, schema, sealed, anchors)",
     )
     add_store(p)
     add_json(p)

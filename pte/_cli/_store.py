@@ -167,11 +167,25 @@ def audit_show(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace, registry: Any) -> int:
+    from pte._audit import stored_verdict
     from pte._replay import ReplayReport, replay_run
 
+    anchors = _anchors()
     with _store(args.log) as store:
         runs = []
+        verdicts = []
         for run_id in _run_ids(store, args.run):
+            # Verify before act, as a log file's replay does: the verdict `pte audit verify` gives.
+            found = stored_verdict(store, run_id, anchors=anchors)
+            if found.status == "tampered":
+                if args.json:
+                    _print_json(
+                        {"status": "refused", "log": store.describe(), "run_id": run_id, **found.to_dict()}
+                    )
+                else:
+                    print(f"replay refused: run {run_id} does not verify: {found.problem}", file=sys.stderr)
+                return EXIT_FAILED
+            verdicts.append(found)
             records = store.records(run_id)
             runs.append(
                 replay_run(
@@ -181,7 +195,7 @@ def replay(args: argparse.Namespace, registry: Any) -> int:
                     allow_writes=args.allow_writes,
                 )
             )
-    report = ReplayReport(store.describe(), runs)
+    report = ReplayReport(store.describe(), runs, verdicts[0] if len(verdicts) == 1 else None)
     if args.json:
         _print_json(report.to_dict())
     else:
