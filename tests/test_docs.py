@@ -73,6 +73,18 @@ def test_the_site_lists_every_page_and_the_readme_links_them() -> None:
     assert len(readme.splitlines()) < 200, "the README is an entry point; the reference is in docs/"
 
 
+def test_the_first_hour_page_runs_the_readmes_commands_as_written() -> None:
+    """docs/index.md (the site's first page) repeats the README's install, Python and CLI
+    quickstarts; a change to one that misses the other would send a reader down two paths."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    first_hour = (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+    fenced = re.compile(r"```(?:sh|python)\n.*?```", re.S)
+    for section in ("## Install and run", "## Python quickstart", "## CLI quickstart"):
+        block = fenced.search(readme.split(section, 1)[1])
+        assert block is not None, section
+        assert block[0] in first_hour, f"docs/index.md lacks the README's {section[3:]} as written"
+
+
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 SECTION_REF = re.compile(r'README,? "(?P<section>[^"]+)"')
 
