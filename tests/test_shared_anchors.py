@@ -244,3 +244,45 @@ def test_the_environment_keeps_the_chain_in_the_run_store(
         anchors_from_env(env)
     with pytest.raises(AnchorError, match="cannot keep anchors"):
         anchors_from_env(env, store=JsonlStore(tmp_path / "log.jsonl"))
+
+
+def test_a_deployment_copied_to_a_second_machine_shares_one_chain_in_its_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pte init --anchors store`, the folder copied to a second worker machine (docs/deployment.md):
+    both anchor to the run store's chain, each keeps its high-water mark in its folder."""
+    import shutil
+
+    from tests._cli_run import cli
+
+    machine_a, machine_b = tmp_path / "machine-a", tmp_path / "machine-b"
+    store_url = f"sqlite://{tmp_path / 'runs.db'}"
+    code, out, err = cli(
+        capsys, "init", str(machine_a), "--tools", "backoffice", "--store", store_url, "--anchors", "store"
+    )
+    assert code == 0, out + err
+    shutil.copytree(machine_a, machine_b)
+    deployed_a, deployed_b = pte.Deployment.from_folder(machine_a), pte.Deployment.from_folder(machine_b)
+    assert deployed_a.fingerprint == deployed_b.fingerprint and not deployed_b.problems()
+    with open_store(store_url) as store:
+        anchors_a = deployed_a.anchors()
+        assert anchors_a.path is None  # the chain is the store's
+        assert run_in_store(Engine(REGISTRY), store, run_id="paid", plan_text=PLAN, anchors=anchors_a).ok
+        _cut_before_payment(store, "paid")
+        with pytest.raises(FailedClosed, match="falls short of its signed anchor"):
+            _redeliver(store, "paid", deployed_b.anchors())
+    assert (machine_a / "anchors-seen.json").is_file() and (machine_b / "anchors-seen.json").is_file()
+    assert len(PAID) == 1
+    # A deployment whose run store is a JSON Lines file cannot keep the chain there.
+    code, out, err = cli(
+        capsys,
+        "init",
+        str(tmp_path / "c"),
+        "--tools",
+        "backoffice",
+        "--store",
+        "jsonl:x.jsonl",
+        "--anchors",
+        "store",
+    )
+    assert 'anchors: "store"' in out + err

@@ -41,7 +41,12 @@ def add_init_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--store", metavar="URL", help="run store URL (default: sqlite:runs.db in DIR)")
     p.add_argument("--no-store", action="store_true", help="no run store: runs go to audit logs only")
-    p.add_argument("--anchors", metavar="FILE", help="anchors file (default: anchors.jsonl in DIR)")
+    p.add_argument(
+        "--anchors",
+        metavar="FILE",
+        help="anchors file (default: anchors.jsonl in DIR); 'store': the anchor chain in the run store, "
+        "shared by every machine of the deployment",
+    )
     p.add_argument("--redact-key", action="append", metavar="NAME", help="a further secret key name")
     p.add_argument("--secret-rules", action="append", metavar="FILE", help="a further secret rules file")
     p.add_argument("--model", help="the model name of its endpoint")
@@ -103,7 +108,9 @@ def init_command(args: argparse.Namespace) -> int:
         store=None
         if args.no_store
         else (_placed_store(args.store, folder) if args.store else defaults.store),
-        anchors=_placed(args.anchors, folder) if args.anchors else defaults.anchors,
+        anchors=(args.anchors if args.anchors == "store" else _placed(args.anchors, folder))
+        if args.anchors
+        else defaults.anchors,
         redact_keys=tuple(args.redact_key or ()),
         secret_rules=tuple(_placed(f, folder) for f in args.secret_rules or ()),
         model=args.model,

@@ -34,6 +34,9 @@ from pte._deploy._pack_imports import import_spec, is_import_spec
 
 __all__ = ["Deployment"]
 
+#: This machine's high-water mark of the deployment's anchor chain, in its folder.
+ANCHORS_SEEN_NAME = "anchors-seen.json"
+
 
 def _split_packs(specs: Iterable[str]) -> list[str]:
     # An importer spec (mcp:CMD, openapi:SPEC#a,b) is one value: its commas are its own.
@@ -195,7 +198,11 @@ class Deployment:
         for rules in doc.secret_rules:
             if not _is_regular(resolve_path(self.folder, rules)):
                 found.append(f"redaction.rule_files: {rules!r} does not exist or is not a regular file")
-        writable = [("approvals", self.approvals_path), ("anchors", self.anchors_path)]
+        writable = [("approvals", self.approvals_path)]
+        if doc.anchors != "store":  # else the chain is rows of the run store (checked below)
+            writable.append(("anchors", self.anchors_path))
+        elif self.store_url is None or not self.store_url.startswith(("sqlite:", "postgresql:", "postgres:")):
+            found.append('anchors: "store" keeps the anchor chain in the run store: sqlite: or postgresql:')
         if self.endorsements_path is not None:
             writable.append(("endorsements", self.endorsements_path))
         for key, path in writable:
@@ -299,15 +306,32 @@ class Deployment:
     def anchors(self) -> Any:
         """The deployment's anchors (`pte.Anchors`): signing with its key when this machine has it,
         else checking with its public key; None when the folder has neither."""
-        from pte._audit import Anchors
+        from pte._audit import ANCHORS_IN_STORE, Anchors
         from pte._core import SigningKey
 
+        chain: Any = self.anchors_path
+        if self.document.anchors == ANCHORS_IN_STORE:  # one chain in the run store, every machine's
+            from pte.stores import is_store_url, open_store
+
+            url = self.store_url
+            if url is None or not is_store_url(url) or url.startswith("jsonl:"):
+                raise DeploymentError(
+                    f'the deployment in {self.folder} keeps its anchors in its run store ("anchors": '
+                    '"store"), which must be a sqlite: or postgresql: store'
+                )
+            try:
+                chain = open_store(url)
+            except PTEError as exc:
+                raise DeploymentError(f"the deployment's run store (its anchors): {exc}") from None
         try:
             if self.has_key:
-                return Anchors(self.anchors_path, key=SigningKey.load(self.key_path))
+                # This machine's high-water mark of the chain (the folder is per machine: it
+                # holds the key): a rollback of the shared chain is refused (pte._audit._anchor_seen).
+                seen = self.folder / ANCHORS_SEEN_NAME
+                return Anchors(chain, key=SigningKey.load(self.key_path), high_water=seen)
             if self.public_key_path.is_file():
                 (key,) = TrustedKeys.load(self.public_key_path).values()
-                return Anchors(self.anchors_path, public=key)
+                return Anchors(chain, public=key)
         except (PTEError, ValueError) as exc:
             raise DeploymentError(f"the deployment key in {self.folder}: {exc}") from None
         return None
