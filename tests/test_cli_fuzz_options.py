@@ -66,6 +66,7 @@ BASES: dict[str, list[str]] = {
     "tools": ["tools"],
     "runs": ["runs", "--store", "sqlite:s.db"],
     "runs requeue": ["runs", "requeue", "RUNID", "--store", "sqlite:s.db", "--broker", NOWHERE],
+    "runs end": ["runs", "end", "RUNID", "--store", "sqlite:s.db", "--by", "ann"],
     "ledger init": ["ledger", "init", "--path", "led.db"],
     "init": ["init", "--dir", "deployment"],
     "endorse": ["endorse", "log.jsonl", "--by", "al", "--endorsements", "e.jsonl"],

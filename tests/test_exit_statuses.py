@@ -117,6 +117,19 @@ def test_a_missing_input_is_a_usage_error_and_writes_nothing(
     assert sorted(p.name for p in empty_dir.iterdir()) == before, "a refused command wrote a file"
 
 
+def test_init_refuses_a_folder_of_other_files(empty_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pte init --dir /` (a fuzzed value, run as root) spread a key pair into the root."""
+    (empty_dir / "notes.txt").write_text("mine", encoding="utf-8")
+    for argv in (("init", "."), ("init", "--dir", str(empty_dir))):
+        code, _ = _run(*argv)
+        assert code == 2 and "holds other files" in capsys.readouterr().err
+        assert sorted(p.name for p in empty_dir.iterdir()) == ["notes.txt"]
+    assert _run("init", "--tools", "calculator")[0] == 0  # the default: a folder of its own
+    assert (empty_dir / ".pte" / "pte-deployment.json").exists()
+    (empty_dir / "fresh").mkdir()
+    assert _run("init", "fresh", "--tools", "calculator")[0] == 0  # an empty folder
+
+
 def test_every_command_with_an_input_is_in_the_table() -> None:
     """A new command that reads a file gets a row above (or this list says why not)."""
     no_input = {

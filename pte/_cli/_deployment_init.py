@@ -90,6 +90,13 @@ def init_command(args: argparse.Namespace) -> int:
     folder = Path(args.dir or args.dir_option or DEFAULT_FOLDER)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} exists and is not a folder")
+    if folder.is_dir() and not (folder / "pte-deployment.json").exists() and any(folder.iterdir()):
+        # A deployment's folder holds its key: never spread one into a folder of other files
+        # (`pte init --dir /` wrote a key pair into the root).
+        raise UsageError(
+            f"{folder} holds other files: a deployment gets a folder of its own "
+            "(`pte init` with no folder makes .pte here)"
+        )
     tools = tuple(t for spec in args.tools or () for t in ([spec] if ":" in spec else spec.split(",")) if t)
     allow = tuple(a for spec in args.allow or () for a in spec.split(",") if a) or None
     defaults = DeploymentDocument()
