@@ -85,6 +85,19 @@ def test_the_first_hour_page_runs_the_readmes_commands_as_written() -> None:
         assert block[0] in first_hour, f"docs/index.md lacks the README's {section[3:]} as written"
 
 
+def test_no_two_pages_share_a_topic() -> None:
+    """One page per job: two pages titled "Hardening: limits …" and "Hardening: secrets …"
+    split one job in two, and a reader cannot tell which to open. A title's topic is what
+    comes before its colon."""
+    topics: dict[str, str] = {}
+    for page in sorted((REPO / "docs").glob("*.md")):
+        title = re.search(r"^# +(.+?) *$", page.read_text(encoding="utf-8"), re.M)
+        assert title is not None, f"docs/{page.name} has no title"
+        topic = re.sub(r"^the ", "", title[1].split(":", 1)[0].strip().lower())
+        assert topic not in topics, f"docs/{page.name} and docs/{topics[topic]} share the topic {topic!r}"
+        topics[topic] = page.name
+
+
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 SECTION_REF = re.compile(r'README,? "(?P<section>[^"]+)"')
 
