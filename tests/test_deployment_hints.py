@@ -167,3 +167,52 @@ def test_endorsement_pause_of_a_log_run_hints_run_as_printed_under_a_deployment(
     code, out, err = _run(_hint(out, "continue with: "), capsys)
     assert code == 0 and "succeeded" in out, (out, err)
     assert _payments(ledger) == 1
+
+
+def test_plan_hints_run_as_printed_under_a_deployment_with_keys_endorsements_anchors_and_a_store(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private, public = approver_keys(tmp_path)
+    monkeypatch.setenv("PTE_APPROVAL_SIGNING_KEY_FILE", str(private))  # the approver's, as hints assume
+    where = make_deployment(
+        tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--approval-keys", str(public)
+    )
+    (tmp_path / "resp.json").write_text(json.dumps([PAY]), encoding="utf-8")
+    code, out, err = cli(
+        capsys, "plan", "pay a supplier", "-o", "my plan.json", "--replay-responses", "resp.json"
+    )
+    assert code == 0, err
+    approve, execute = _hint(out, "needs approval): "), _hint(out, "execute it: ")
+    assert _run(execute, capsys)[0] == 1 and _payments(ledger) == 0  # not approved yet: refused
+    code, out, err = _run(approve, capsys)
+    assert code == 0 and "Ed25519-signed" in out, err
+    code, out, err = _run(_hint(out, "execute it (once) with: "), capsys)
+    assert code == 0, err
+    assert _payments(ledger) == 1
+    # Anchored with the deployment's key, in its anchors file; the log verifies under it.
+    assert (where / "anchors.jsonl").stat().st_size > 0
+    assert cli(capsys, "audit", "verify", "pte_audit.jsonl")[0] == 0
+
+
+def test_resume_before_a_decision_prints_the_approve_command_which_runs_as_printed(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private, public = approver_keys(tmp_path)
+    monkeypatch.setenv("PTE_APPROVAL_SIGNING_KEY_FILE", str(private))
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--approval-keys", str(public))
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    code, out, _ = cli(capsys, "execute", "pay.json", "--run-id", "b1")
+    review, resume = _hint(out, "review: "), _hint(out, "then: ")
+    code, _, err = _run(resume, capsys)
+    assert code == 1 and _payments(ledger) == 0
+    approve = _hint(err, "approve or reject it first: ")
+    code, out, _ = _run(review, capsys)
+    assert code == 0 and "b1" in out and "send_payment" in out
+    code, out, err = _run(approve, capsys)
+    assert code == 0, err
+    code, out, err = _run(_hint(out, "continue it with: "), capsys)
+    assert code == 0 and "succeeded" in out, err
+    assert _payments(ledger) == 1
+    # Resumed again as printed: the run is sealed, nothing pays twice.
+    code, out, err = _run(resume, capsys)
+    assert _payments(ledger) == 1
