@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import cli
+from _cli_run import cli, make_deployment
 
 from pte import __version__
 from pte._audit import read_records, verify
@@ -634,11 +634,12 @@ def test_audit_show_unparsable_log(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_approve_then_execute_a_payment(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan = write_json(tmp_path / "pay.json", PAYMENT_PLAN)
     store = tmp_path / "approvals.jsonl"
     common = ["--tools", STOCK, "--approvals", str(store)]
+    make_deployment(tmp_path, monkeypatch, capsys, *common)  # a write runs only under a deployment
 
     unapproved = tmp_path / "unapproved.jsonl"
     code, out, _ = cli(capsys, "execute", str(plan), *common, "--audit", str(unapproved), "--json")
@@ -674,11 +675,12 @@ def test_approve_then_execute_a_payment(
 
 
 def test_approval_covers_only_the_exact_plan(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan = write_json(tmp_path / "pay.json", PAYMENT_PLAN)
     store = tmp_path / "approvals.jsonl"
     common = ["--tools", STOCK, "--approvals", str(store)]
+    make_deployment(tmp_path, monkeypatch, capsys, *common)
     assert cli(capsys, "approve", str(plan), "--by", "alice", *common)[0] == 0
     changed = json.loads(json.dumps(PAYMENT_PLAN))
     changed["steps"][1]["args"]["amount"] = "12400.00"
@@ -698,9 +700,15 @@ def test_unsigned_approval_does_not_count_with_keys(
     assert code == 0 and "Ed25519 approval key" in out
     assert private.stat().st_mode & 0o777 == 0o600
     common = ["--tools", STOCK, "--approvals", str(store)]
+    # A deployment without approver keys records an unsigned approval in the store...
+    make_deployment(tmp_path, monkeypatch, capsys, *common, folder="without-keys")
     assert cli(capsys, "approve", str(plan), "--by", "alice", *common)[0] == 0  # no key: unsigned
 
+    # ...which does not count under one with keys (same store), nor can one be recorded there.
     trusted = [*common, "--approval-keys", str(public)]
+    make_deployment(tmp_path, monkeypatch, capsys, *trusted, folder="with-keys")
+    code, _, err = cli(capsys, "approve", str(plan), "--by", "mallory", *common)
+    assert code == 2 and "signed by its approver keys" in err
     code, out, _ = cli(capsys, "execute", str(plan), *trusted, "--audit", str(tmp_path / "a.jsonl"), "--json")
     assert code == 1
     doc = json.loads(out)
@@ -709,6 +717,7 @@ def test_unsigned_approval_does_not_count_with_keys(
 
     code, out, _ = cli(capsys, "approve", str(plan), "--by", "bob", "--signing-key", str(private), *common)
     assert code == 0 and "Ed25519-signed" in out
+    make_deployment(tmp_path, monkeypatch, capsys, *trusted, folder="with-keys-2")  # its own anchors
     log = tmp_path / "b.jsonl"
     code, out, _ = cli(capsys, "execute", str(plan), *trusted, "--audit", str(log), "--json")
     assert code == 0, out
@@ -719,16 +728,8 @@ def test_unsigned_approval_does_not_count_with_keys(
     # Another deployment's key: the signature does not verify under it, so nothing counts.
     other = tmp_path / "other.pub"
     cli(capsys, "keys", "generate", "--private", str(tmp_path / "o.pem"), "--public", str(other))
-    code, out, _ = cli(
-        capsys,
-        "execute",
-        str(plan),
-        *common,
-        "--approval-keys",
-        str(other),
-        "--audit",
-        str(tmp_path / "c.jsonl"),
-    )
+    make_deployment(tmp_path, monkeypatch, capsys, *common, "--approval-keys", str(other), folder="other")
+    code, out, _ = cli(capsys, "execute", str(plan), *common, "--audit", str(tmp_path / "c.jsonl"))
     assert code == 1
 
     # The old HMAC key variable is refused with a clear message, not ignored.
@@ -811,8 +812,13 @@ def test_run_fails_closed_on_prose(tmp_path: Path, ledger: Path, capsys: pytest.
 
 @pytest.mark.parametrize("no_repair", [False, True], ids=["repair", "no-repair"])
 def test_run_sends_a_fixable_plan_back_once_unless_no_repair(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], no_repair: bool
+    tmp_path: Path,
+    ledger: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_repair: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its plan writes
     repaired = scenario("repaired_plan")
     responses = write_json(tmp_path / "responses.json", list(repaired.responses))
     log = tmp_path / "run.jsonl"
@@ -1008,11 +1014,12 @@ def test_plan_rejected_writes_no_file(
 
 
 def test_plan_of_a_payment_can_be_written_for_review(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     responses = write_json(tmp_path / "responses.json", [json.dumps(PAYMENT_PLAN)])
     out_file = tmp_path / "pay.json"
     store = tmp_path / "approvals.jsonl"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--approvals", str(store))
     code, _, _ = cli(
         capsys,
         "plan",
@@ -1140,26 +1147,22 @@ def test_replay_of_a_replan_reusing_the_failed_step_id(
 
 
 def test_resume_a_crashed_run_on_a_fresh_ledger(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The sample crashed before its write, written with no deployment key. Its plan writes:
+    without a deployment, resume says how to make one; under one, a run that deployment never
+    anchored is not resumed (it may have been made up or rewritten). Nothing is appended.
+    (A crashed run resumed under its deployment: tests/test_run_binding.py.)"""
     crashed = tmp_path / "crashed.jsonl"
     shutil.copyfile(SAMPLES / "crashed_mid_run.jsonl", crashed)
-    before = len(read_records(crashed))
-    code, out, _ = cli(capsys, "resume", str(crashed), "--tools", STOCK, "--json")
-    assert code == 0, out
-    doc = json.loads(out)
-    assert doc["status"] == "succeeded"
-    records = read_records(crashed)
-    assert len(records) > before
-    assert records[-1]["type"] == "run_finished"
-    assert verify(crashed).ok
-    assert replay_file(crashed).ok
+    before = crashed.read_bytes()
+    code, _, err = cli(capsys, "resume", str(crashed), "--tools", STOCK)
+    assert code == 2 and "pte init" in err and crashed.read_bytes() == before
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")
+    code, _, err = cli(capsys, "resume", str(crashed), "--tools", STOCK)
+    assert code == 1 and "never anchored" in err and crashed.read_bytes() == before
     # The sample itself is untouched.
     assert verify(SAMPLES / "crashed_mid_run.jsonl").complete is False
-    # A sealed log has nothing to resume: refused (exit 1), not a usage error.
-    code, _, err = cli(capsys, "resume", str(crashed), "--tools", STOCK)
-    assert code == 1
-    assert "already finished" in err
 
 
 def test_resume_missing_log_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

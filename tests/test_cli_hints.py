@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pte._catalogue import load_pack, load_registry
+from pte._catalogue import load_pack
 from pte._cli import main
-from pte._deploy import process_run
-from pte.stores import open_store
+from tests._cli_run import make_deployment
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
@@ -63,8 +62,9 @@ def _run(command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, st
 
 
 def test_plan_hints_approve_and_execute_run_as_printed(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice")  # its writes need one
     (tmp_path / "resp.json").write_text(json.dumps([PAY]), encoding="utf-8")
     argv = ["--quiet", "plan", "pay a supplier", "--tools", "backoffice", "-o", "my plan.json"]
     assert main([*argv, "--replay-responses", "resp.json"]) == 0
@@ -89,14 +89,15 @@ def test_paused_run_hints_review_approve_resume_run_as_printed(
     from_env: bool,
 ) -> None:
     url = f"sqlite:{tmp_path / 'runs.db'}"
-    store = [] if from_env else ["--store", url]
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url)
+    store = [] if from_env else ["--store", url]  # the deployment's own store, repeated
     if from_env:
         monkeypatch.setenv("PTE_STORE", url)
     (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
     assert main(["--quiet", "execute", "pay.json", "--tools", "backoffice", *store, "--run-id", "h1"]) == 0
     out = capsys.readouterr().out
     review, approve, resume = _hint(out, "review: "), _hint(out, "approve: "), _hint(out, "then: ")
-    assert ("--store" in resume) is not from_env
+    assert "--store" not in resume  # the deployment names its store
     # Resumed before a decision: refused, with the approve command to run.
     code, _, err = _run(resume, capsys)
     assert code == 1
@@ -110,9 +111,10 @@ def test_paused_run_hints_review_approve_resume_run_as_printed(
 
 
 def test_approve_run_id_hint_resumes_with_the_deployments_packs(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:{tmp_path / 'runs.db'}"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url)
     (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
     assert (
         main(["--quiet", "execute", "pay.json", "--tools", "backoffice", "--store", url, "--run-id", "a1"])
@@ -122,15 +124,8 @@ def test_approve_run_id_hint_resumes_with_the_deployments_packs(
     assert main(["--quiet", "approve", "a1", "--by", "alice", "--store", url, "--tools", "backoffice"]) == 0
     code, _, err = _run(_hint(capsys.readouterr().out, "continue it with: "), capsys)
     assert code == 0, err
-    # A submitted run: its packs come from its job.
-    with open_store(url) as opened:
-        opened.submit("a2", {"mode": "execute", "plan_text": PAY, "tools": ["backoffice"]})
-        registry = load_registry(["backoffice"])
-        assert process_run(opened, "a2", registry, ["backoffice"], owner="w") == "awaiting_approval"
-    assert main(["--quiet", "approve", "a2", "--by", "alice", "--store", url]) == 0
-    code, _, err = _run(_hint(capsys.readouterr().out, "continue it with: "), capsys)
-    assert code == 0, err
-    assert _payments(ledger) == 2
+    # (A submitted run's packs came from its job; under a deployment they are the deployment's.)
+    assert _payments(ledger) == 1
 
 
 def test_endorsement_pause_hints_in_a_store_run_as_printed(
@@ -150,6 +145,7 @@ def test_endorsement_pause_hints_in_a_store_run_as_printed(
     (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
     flags = ["--tools", "backoffice", "--policy", "policy.json", "--approval-keys", str(public)]
     flags += ["--store", f"sqlite:{tmp_path / 'runs.db'}", "--endorsements", "e.jsonl"]
+    make_deployment(tmp_path, monkeypatch, capsys, *flags)  # the same flags, repeated, are accepted
     assert main(["--quiet", "execute", "bill.json", *flags, "--run-id", "e1"]) == 0
     code, out, err = _run(_hint(capsys.readouterr().out, "approve: "), capsys)
     assert code == 0, err

@@ -413,7 +413,14 @@ def test_the_cli_cycle(
     keys = ["--approval-keys", str(public), "--endorsements", str(store)]
     base = ["--quiet"]
     approve = ["approve", str(plan), "--by", "alice", "--signing-key", str(key), *deployment]
-    assert main([*base, *approve]) == 1  # without an endorsement store the plan is refused
+    from tests._cli_run import make_deployment
+
+    # Under a deployment without an endorsement store the plan is refused...
+    make_deployment(tmp_path, monkeypatch, capsys, *deployment, "--approval-keys", str(public),
+                    "--no-endorsements", folder="without-endorsements")  # fmt: skip
+    assert main([*base, *approve]) == 1
+    # ...and approved under one that has it (its flags repeat the deployment's: accepted).
+    make_deployment(tmp_path, monkeypatch, capsys, *deployment, *keys)
     assert main([*base, *approve, "--endorsements", str(store)]) == 0
     capsys.readouterr()
     assert main([*base, "execute", str(plan), *deployment, *keys, "--audit", str(log)]) == 0
@@ -602,6 +609,9 @@ def test_the_cli_cycle_in_a_store(
         "--endorsements",
         str(store_file),
     ]
+    from tests._cli_run import make_deployment
+
+    make_deployment(tmp_path, monkeypatch, capsys, *flags)  # the flags then repeat the deployment's
     base = ["--quiet"]
     assert main([*base, "execute", str(plan), *flags, "--run-id", "b1"]) == 0
     assert "awaiting_approval" in capsys.readouterr().out

@@ -198,8 +198,13 @@ def test_a_tampered_paused_run_is_not_resumed(store: Store, ledger: Path) -> Non
     assert _payments(ledger) == 0
 
 
-def test_the_cli_cycle(tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_cycle(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests._cli_run import make_deployment
+
     url = f"sqlite://{tmp_path / 'cli.db'}"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url)
     plan = tmp_path / "pay.json"
     plan.write_text(PAY, encoding="utf-8")
     base = ["--quiet"]

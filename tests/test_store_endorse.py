@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from _cli_run import cli as _cli
+from _cli_run import make_deployment
 
 import pte
 from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
@@ -64,6 +65,8 @@ class Deployment:
             "--approval-keys",
             str(self.public),
         ]
+        # The deployment these flags name (repeating its own values is accepted; writes need one).
+        make_deployment(tmp, monkeypatch, capsys, *self.flags)
 
     def cli(self, *argv: str) -> tuple[int, str, str]:
         return _cli(self.capsys, *argv)
@@ -123,13 +126,15 @@ def test_pte_endorse_a_store_run_then_resume_pays_once(dep: Deployment) -> None:
     assert code == 1 and "not " + "0" * 64 in err
     assert dep.endorsements.exists() is False or dep.endorsements.read_text() == ""
     # An approval is not what it waits for.
-    code, _, err = dep.cli("approve", "b1", "--by", "alice", "--store", dep.url)
+    code, _, err = dep.cli(
+        "approve", "b1", "--by", "alice", "--signing-key", str(dep.key), "--store", dep.url
+    )
     assert code == 1 and "awaiting_endorsement" in err and "pte endorse b1" in err
     code, out, err = dep.endorse(
         "b1", "--by", "alice", "--signing-key", str(dep.key), "--value-hash", shown["value_hash"]
     )
     assert code == 0, err
-    assert "endorsed by alice (signed)" in out and "pte resume b1 --endorsements" in out
+    assert "endorsed by alice (signed)" in out and "pte resume b1" in out
     code, out, err = dep.cli("resume", "b1", *dep.flags, "--json")
     assert code == 0, err
     result = json.loads(out)

@@ -108,6 +108,11 @@ def deployment_of(args: argparse.Namespace) -> Deployment | None:
         return cached  # type: ignore[no-any-return]
     found = current_deployment()
     if found is not None:
+        if os.environ.get("PTE_APPROVAL_KEY"):
+            raise UsageError(
+                "PTE_APPROVAL_KEY (an HMAC key) is no longer supported: approvals are signed with Ed25519; "
+                "unset it and name the approvers' public keys in the deployment (its approval_keys)"
+            )
         for dest, key in _FILE_FLAGS.items():
             given = getattr(args, dest, None)
             if given and not _same_path(str(given), _document_path(found, key)):
@@ -205,10 +210,22 @@ def require_deployment_for_writes(args: argparse.Namespace, registry: Any, names
     deployment = deployment_of(args)
     called = f"{what} calls {', '.join(writes)} (a write)"
     if deployment is None:
-        return  # flag-only runs: refused in the next step of #33 (safe by default)
+        raise UsageError(no_deployment_message(f"{called}; a command that can call a write"))
     if not deployment.has_key:
         raise UsageError(
             f"{called}, and this machine does not hold the deployment's key ({deployment.key_path}): "
             "a write runs only where the deployment's key anchors the run; copy the deployment "
             "folder with its key to this machine (docs/deployment.md)"
         )
+
+
+def deployment_store(given: str | None) -> str | None:
+    """The deployment's run store URL (None: no deployment, or it names none); a usage error when
+    `given` (``--store``) or ``$PTE_STORE`` names another one."""
+    found = current_deployment()
+    if found is None:
+        return None
+    for flag, value in (("--store", given), ("$PTE_STORE", os.environ.get("PTE_STORE"))):
+        if value and not _same_store(value, found):
+            raise _refuse(flag, value, found, found.store_url)
+    return found.store_url

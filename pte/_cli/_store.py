@@ -59,9 +59,14 @@ def _deployment_store() -> str | None:
     return deployment.store_url if deployment is not None else None
 
 
-def _store(url: str | None) -> Store:
-    # Under a deployment, a --store or $PTE_STORE other than its store was refused already.
-    url = _deployment_store() or url or os.environ.get("PTE_STORE")
+def _store(url: str | None, *, evidence: bool = False) -> Store:
+    """The run store a command works on: under a deployment, its store (a --store or $PTE_STORE
+    naming another is refused); `evidence`: a store given to read (audit verify/show, replay)."""
+    if not evidence:
+        from pte._cli._deployment_in_force import deployment_store
+
+        url = deployment_store(url) or url
+    url = url or os.environ.get("PTE_STORE")
     if not url:
         raise _usage_error()("--store is required (or set PTE_STORE): sqlite:///path.db or postgresql://…")
     store_file(url)
@@ -109,7 +114,7 @@ def audit_verify(args: argparse.Namespace) -> int:
     from pte._audit import stored_verdict
 
     anchors = _anchors()
-    with _store(args.log) as store:
+    with _store(args.log, evidence=True) as store:
         try:
             run_ids = _run_ids(store, args.run)
             results = []
@@ -158,7 +163,7 @@ def audit_show(args: argparse.Namespace) -> int:
 
     if args.run is None:
         raise _usage_error()("--run RUN_ID is required with a store URL")
-    with _store(args.log) as store:
+    with _store(args.log, evidence=True) as store:
         _run_ids(store, args.run)
         records = store.records(args.run)
         print(render_timeline(records))
@@ -171,7 +176,7 @@ def replay(args: argparse.Namespace, registry: Any) -> int:
     from pte._replay import ReplayReport, replay_run
 
     anchors = _anchors()
-    with _store(args.log) as store:
+    with _store(args.log, evidence=True) as store:
         runs = []
         verdicts = []
         for run_id in _run_ids(store, args.run):
