@@ -8,6 +8,7 @@ nested id itself and a tampered log are all refused.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -57,6 +58,12 @@ def _payments(ledger: Path) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in conn.execute("SELECT iban, amount FROM payments_out ORDER BY id")]
 
 
+@pytest.fixture(autouse=True)
+def _deployment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$PTE_DEPLOYMENT as `Deployment` sets it, restored (unset) after each test."""
+    monkeypatch.setenv("PTE_DEPLOYMENT", "")
+
+
 class Deployment:
     """A deployment on disk: procedures folder, approval store, an approver's key pair."""
 
@@ -70,6 +77,11 @@ class Deployment:
         assert (
             self.cli("keys", "generate", "--private", str(self.private), "--public", str(self.public))[0] == 0
         )
+        # The deployment these flags name: a write under approver keys runs only under one (the
+        # flags then repeat its values, which is accepted). `_deployment_variable` restores it.
+        code, out, err = self.cli("init", str(tmp / "deployment"), *self.flags, "--no-store")
+        assert code == 0, out + err
+        os.environ["PTE_DEPLOYMENT"] = str(tmp / "deployment")
 
     def write(self, document: dict[str, Any]) -> Path:
         path = self.folder / f"{document['name']}.json"
@@ -454,7 +466,9 @@ def test_approve_checks_valid_for_and_the_key_and_says_unsigned_alike_for_a_plan
         assert code == 2 and "--valid-for" in err, (target, err)
         code, out, err = dep.cli(*base, "--signing-key", str(tmp_path / "missing.pem"))
         assert code == 2 and "missing.pem" in err and "Traceback" not in err, (target, err)
+        # The deployment has approver keys: an unsigned approval would never count, so it is
+        # refused, saying how to sign (without keys it is recorded "unsigned": test_cli.py).
         code, out, err = dep.cli(*base)
-        assert code == 0 and "unsigned (give --signing-key" in out, (target, out, err)
+        assert code == 2 and "signed by its approver keys" in err and "--signing-key" in err, (target, err)
         code, out, err = dep.cli(*base, "--signing-key", str(dep.private))
         assert code == 0 and "Ed25519-signed by key " in out, (target, out, err)

@@ -4,7 +4,6 @@ appended. Read-only work keeps working with flags alone."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 
@@ -36,7 +35,7 @@ def _no_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_flag_only_repro_cannot_run_a_write_without_a_deployment(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The red team's exact commands with no deployment: a flag given to one command and not
     the next was the bug, so a write is refused until a deployment names keys for every command."""
@@ -49,9 +48,11 @@ def test_the_flag_only_repro_cannot_run_a_write_without_a_deployment(
     )  # fmt: skip
     assert code == 2, out + err
     assert "send_payment" in err and "pte init --tools PACK" in err
-    assert not (tmp_path / "runs.db").exists()
+    assert not (tmp_path / "runs.db").exists() and _payments(ledger) == 0
+    # The variable that named the keys is refused the same way.
+    monkeypatch.setenv("PTE_APPROVAL_PUBLIC_KEYS_FILE", str(public))
     code, out, err = cli(capsys, "execute", "pay.json", "--tools", "backoffice", "--audit", "a.jsonl")
-    assert code == 2 and "pte init" in err
+    assert code == 2 and "PTE_APPROVAL_PUBLIC_KEYS_FILE" in err and "pte init" in err, out + err
     assert not (tmp_path / "a.jsonl").exists() and _payments(ledger) == 0
 
 
@@ -63,16 +64,38 @@ def test_a_plan_of_reads_still_runs_with_flags_alone(
     assert code == 0 and "DE" in out, err
 
 
-def test_a_planner_without_a_deployment_is_shown_only_reads(
+def test_without_a_deployment_a_write_says_how_to_make_one(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "resp.json").write_text(json.dumps([PAY, PAY]), encoding="utf-8")
+    """With no approver keys named, a write under flags alone still runs (its hints repeat its
+    flags), and says how to make the deployment every command would share."""
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    code, _, err = cli(capsys, "approve", "pay.json", "--by", "alice", "--tools", "backoffice")
+    assert code == 0, err
+    code, _, err = cli(capsys, "execute", "pay.json", "--tools", "backoffice", "--audit", "a.jsonl")
+    assert code == 0 and "no deployment" in err and "pte init --tools PACK" in err
+    assert _payments(ledger) == 1
+
+
+def test_endorsements_by_flag_need_a_deployment(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pte._cli import BILL_PAYMENT
+
+    (tmp_path / "bill.json").write_text(BILL_PAYMENT, encoding="utf-8")
     code, _, err = cli(
-        capsys, "run", "pay S001", "--tools", "backoffice", "--audit", "a.jsonl",
-        "--replay-responses", "resp.json", "--no-llm-answer",
-    )  # fmt: skip
-    assert code == 1 and "pte init" in err and "send_payment" in err
-    assert _payments(ledger) == 0
+        capsys,
+        "execute",
+        "bill.json",
+        "--tools",
+        "backoffice",
+        "--endorsements",
+        "e.jsonl",
+        "--audit",
+        "a.jsonl",
+    )
+    assert code == 2 and "--endorsements" in err and "pte init" in err
+    assert not (tmp_path / "a.jsonl").exists()
 
 
 def test_resuming_a_write_needs_the_deployment_it_started_under(
@@ -84,7 +107,7 @@ def test_resuming_a_write_needs_the_deployment_it_started_under(
     store = f"sqlite:{tmp_path / 'deployment' / 'runs.db'}"
     monkeypatch.delenv("PTE_DEPLOYMENT")
     code, out, err = cli(capsys, "resume", "r1", "--store", store, "--tools", "backoffice")
-    assert code == 2 and "pte init" in err, out + err
+    assert code == 2 and "continue it under that deployment" in err, out + err
 
 
 def test_a_machine_without_the_deployment_key_runs_no_write(

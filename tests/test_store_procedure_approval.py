@@ -21,6 +21,7 @@ import pytest
 from _crash import KILL_PATCH
 from _services import run_python
 from test_procedure_approval import IBAN_A, IBAN_B, PAY, Deployment, _call, _payments, _plan
+from test_procedure_approval import _deployment_variable as _deployment_variable  # autouse fixture
 from test_procedure_approval import ledger as ledger  # the fixture, for the tests below
 from test_resume import REPO
 
@@ -45,6 +46,11 @@ class StoreDeployment(Deployment):
         super().__init__(tmp, capsys)
         self.db = tmp / "runs.db"
         self.url = f"sqlite://{self.db}"
+        # The deployment's run store is this one.
+        document_path = tmp / "deployment" / "pte-deployment.json"
+        document = json.loads(document_path.read_text(encoding="utf-8"))
+        document["store"] = self.url
+        document_path.write_text(json.dumps(document), encoding="utf-8")
         self.plan = tmp / "plan.json"
         self.plan.write_text(TWO_PAYMENTS, encoding="utf-8")
 

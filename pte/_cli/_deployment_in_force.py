@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +211,30 @@ def require_deployment_for_writes(args: argparse.Namespace, registry: Any, names
     deployment = deployment_of(args)
     called = f"{what} calls {', '.join(writes)} (a write)"
     if deployment is None:
-        raise UsageError(no_deployment_message(f"{called}; a command that can call a write"))
+        # Approver keys and an endorsement store are authority a later command (the resume a
+        # hint prints) can silently lose when they come from flags: they live only in a
+        # deployment. Without them, the run's authority is its flags, repeated by its hints.
+        named = [
+            flag
+            for flag, given in (
+                ("--approval-keys", getattr(args, "approval_keys", None)),
+                ("$PTE_APPROVAL_PUBLIC_KEYS_FILE", os.environ.get("PTE_APPROVAL_PUBLIC_KEYS_FILE")),
+                ("$PTE_APPROVAL_PUBLIC_KEYS", os.environ.get("PTE_APPROVAL_PUBLIC_KEYS")),
+                ("--endorsements", getattr(args, "endorsements", None)),
+            )
+            if given
+        ]
+        if named:
+            raise UsageError(
+                no_deployment_message(f"{called} with {' and '.join(named)}; a write under approver keys")
+            )
+        print(
+            f"pte: warning: no deployment: {called} under this command's flags alone; "
+            "make a deployment with `pte init --tools PACK` so every command (and every hint) "
+            "runs under the same keys and stores",
+            file=sys.stderr,
+        )
+        return
     if not deployment.has_key:
         raise UsageError(
             f"{called}, and this machine does not hold the deployment's key ({deployment.key_path}): "
@@ -229,3 +253,19 @@ def deployment_store(given: str | None) -> str | None:
         if value and not _same_store(value, found):
             raise _refuse(flag, value, found, found.store_url)
     return found.store_url
+
+
+def require_bound_deployment(args: argparse.Namespace, records: Any, what: str) -> None:
+    """A run that recorded the deployment it started under continues only under a deployment
+    (which resume then checks is that one): with none in force, a usage error naming it."""
+    if deployment_of(args) is not None:
+        return
+    from pte._deploy import recorded_fingerprint
+
+    for record in records:
+        if record.get("type") == "run_started" and recorded_fingerprint(record) is not None:
+            short = str(recorded_fingerprint(record))[:16]
+            raise UsageError(
+                f"{what} started under deployment {short}…: continue it under that deployment "
+                "(run from its folder, or set $PTE_DEPLOYMENT to it), never under flags alone"
+            )

@@ -202,27 +202,12 @@ def cmd_execute(args: argparse.Namespace) -> int:
     return _report_run(result, args, args.audit)
 
 
-def _reads_only_without_a_deployment(args: argparse.Namespace, registry: Registry) -> Registry:
-    """Safe by default: without a deployment, a planner is shown only the read tools (a write
-    runs only under a deployment whose key anchors the run); says so when it hides any."""
-    from pte._cli._deployment_in_force import deployment_of
-
-    if deployment_of(args) is not None:
-        return registry
-    writes = sorted(spec.name for spec in registry if spec.effect == "write")
-    if not writes and not registry.procedures:
-        return registry
-    print(
-        f"pte: no deployment: the planner is shown only the read tools (not {', '.join(writes)}"
-        f"{' or any procedure' if registry.procedures else ''}); to let it plan writes, make a "
-        "deployment with `pte init --tools PACK`",
-        file=sys.stderr,
-    )
-    return registry.deny(writes)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    registry = _reads_only_without_a_deployment(args, _registry(args))
+    from pte._cli._deployment_in_force import require_deployment_for_writes
+
+    registry = _registry(args)
+    # The planner may call any tool it is shown: every write of the allow-list counts.
+    require_deployment_for_writes(args, registry, registry.names, "this run (its allow-list)")
     llm = _llm(args)
     _approvals_path(args)  # checked before the log is created
     specialists_of(args, registry)  # refused before any log or store is written (#36)

@@ -140,12 +140,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _writes_need_a_deployment(args: argparse.Namespace, registry: Registry) -> None:
     """Safe by default: resuming a log whose plans call a write needs a deployment with a key."""
     from pte._audit import read_records
-    from pte._cli._deployment_in_force import require_deployment_for_writes, tools_named
+    from pte._cli._deployment_in_force import (
+        require_bound_deployment,
+        require_deployment_for_writes,
+        tools_named,
+    )
 
     try:
         records = read_records(args.log, skip_partial_tail=True)
     except (PTEError, OSError, ValueError):
         return  # resume refuses a log it cannot read, with its reason
+    require_bound_deployment(args, records, f"the run in {args.log}")
     plans = [r for r in records if r.get("type") == "plan_accepted"]
     require_deployment_for_writes(args, registry, tools_named(plans), f"the run in {args.log}")
 

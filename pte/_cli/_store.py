@@ -480,8 +480,13 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
         info = store.run(args.log)
         if info is None:
             raise _usage_error()(f"no run {args.log!r} in {store.describe()}")
-        from pte._cli._deployment_in_force import require_deployment_for_writes, tools_named
+        from pte._cli._deployment_in_force import (
+            require_bound_deployment,
+            require_deployment_for_writes,
+            tools_named,
+        )
 
+        require_bound_deployment(args, store.records(args.log), f"run {args.log}")
         plans = [r for r in store.records(args.log) if r.get("type") == "plan_accepted"]
         require_deployment_for_writes(args, registry, tools_named(plans), f"run {args.log}")
         if info.status == "awaiting_approval" and not store.decisions(args.log):
