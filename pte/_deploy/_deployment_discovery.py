@@ -42,7 +42,9 @@ def find_deployment_folder(
             )
         return folder.resolve()
     here = Path(start if start is not None else os.getcwd()).resolve()
-    for folder in (here, *here.parents):
+    # The filesystem root is a ceiling, never a deployment found by walking up: a stray
+    # document there would put every command on the machine under it.
+    for folder in [f for f in (here, *here.parents) if f != f.parent]:
         for candidate in (folder, folder / DEFAULT_FOLDER):
             if (candidate / DOCUMENT_NAME).is_file():
                 return candidate
