@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pte._cli import main
-from pte._cli._main import build_parser
+from pte._cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -159,3 +158,17 @@ def test_the_docs_state_the_table() -> None:
     section = page.split("## Exit statuses", 1)[1].split("\n## ", 1)[0]
     for row in ("| 0 |", "| 1 |", "| 2 |"):
         assert row in section
+
+
+def test_the_key_commands_share_one_convention(empty_dir: Path) -> None:
+    """PATH and PATH.pub, as `pte init` writes deployment.key and deployment.key.pub (three
+    commands used three conventions); --private/--public still name the two files."""
+    assert _run("keys", "generate", "approver.pem")[0] == 0
+    assert _run("audit", "keygen", "checkpoints.key")[0] == 0
+    assert _run("init", "--tools", "calculator")[0] == 0
+    names = {p.name for p in empty_dir.iterdir()} | {p.name for p in (empty_dir / ".pte").iterdir()}
+    for private in ("approver.pem", "checkpoints.key", "deployment.key"):
+        assert {private, f"{private}.pub"} <= names
+    assert _run("keys", "generate", "--private", "a.pem", "--public", "a.pub")[0] == 0
+    assert _run("keys", "generate", "b.pem", "--public", "b.pub")[0] == 2  # one form or the other
+    assert _run("keys", "generate")[0] == 2

@@ -146,7 +146,7 @@ def init_command(args: argparse.Namespace) -> int:
     print(
         f"commands run under it from {home} and the folders below it, or anywhere with:\n"
         f"  export PTE_DEPLOYMENT={where}\n"
-        "approvers' keys: pte keys generate --private approver.pem --public approver.pub, "
-        f'then name approver.pub in its "approval_keys" ({where / "pte-deployment.json"})'
+        "approvers' keys: pte keys generate approver.pem (writes approver.pem and approver.pem.pub), "
+        f'then name approver.pem.pub in its "approval_keys" ({where / "pte-deployment.json"})'
     )
     return 0

@@ -371,7 +371,14 @@ def _approve_procedure(args: argparse.Namespace) -> int:
 def cmd_keys_generate(args: argparse.Namespace) -> int:
     from pte._core import SigningKey
 
-    private, public = Path(args.private), Path(args.public)
+    # One convention with pte init and pte audit keygen: PATH and PATH.pub; --private/--public
+    # name the two files instead.
+    if args.path is not None and (args.private or args.public):
+        raise UsageError("give PATH (writes PATH and PATH.pub) or --private and --public, not both")
+    if args.path is None and not (args.private and args.public):
+        raise UsageError("give PATH (writes PATH and PATH.pub), or both --private FILE and --public FILE")
+    private = Path(args.path if args.path is not None else args.private)
+    public = Path(f"{args.path}.pub" if args.path is not None else args.public)
     for path in (private, public):
         if path.exists() and not args.force:
             raise UsageError(f"{path} exists; use --force to overwrite it")
@@ -386,7 +393,8 @@ def cmd_keys_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write the key files: {exc}") from None
     print(
         f"Ed25519 approval key {key.public_key.key_id}: private key in {private} (approvers only: "
-        f"pte approve --signing-key), public key in {public} (executing machines: --approval-keys)"
+        f"pte approve --signing-key), public key in {public} (name it in the deployment: pte init "
+        f"--approval-keys {public}, or its document's approval_keys)"
     )
     return EXIT_OK
 
@@ -555,9 +563,15 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="approval signing keys").add_subparsers(
         dest="keys_command", metavar="ACTION", required=True
     )
-    p = keys.add_parser("generate", help="create an Ed25519 key pair for approvals")
-    p.add_argument("--private", required=True, metavar="FILE", help="private key (PEM, mode 0600)")
-    p.add_argument("--public", required=True, metavar="FILE", help="public key (PEM)")
+    p = keys.add_parser("generate", help="create an Ed25519 key pair for approvals (PATH and PATH.pub)")
+    p.add_argument(
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help="the private key; the public key is PATH.pub (as pte init writes)",
+    )
+    p.add_argument("--private", metavar="FILE", help="private key (PEM, mode 0600), instead of PATH")
+    p.add_argument("--public", metavar="FILE", help="public key (PEM), instead of PATH.pub")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_keys_generate)
 
