@@ -249,117 +249,198 @@ def scan_lines(
     lines: Iterable[bytes], start: ScanStart, *, check_schema: bool, anchors: frozenset[int]
 ) -> Scan:
     """Verify `lines` from `start` (see `verify`), up to the first problem."""
-    checkers = _checkers() if check_schema else None
-    fast_checks = {name: checker.fast.is_valid for name, checker in (checkers or {}).items()}
-    wanted = anchors
-    found_anchors: dict[int, str] = {}
-    stored: dict[str, Any] = {}
-    deferred: list[tuple[int, dict[str, Any], int]] = []
-    expected_prev = start.prev
-    count = start.count
-    version = 2
-    log_id: str | None = None
-    current_run = start.run
-    segments: list[Segment] = []
-    seen_runs: set[str] = set()
-    if current_run is not None:  # a part of a log that begins inside a run
-        segments.append(Segment(current_run, begins=False, resumes=None))
-        seen_runs.add(current_run)
-    current_sealed = False
-
-    def scanned(issue: VerifyIssue | None) -> Scan:
-        if segments and not segments[-1].sealed:
-            segments[-1].last_seq = count - 1
-        return Scan(
-            issue,
-            count,
-            expected_prev,
-            version,
-            log_id,
-            found_anchors,
-            segments,
-            stored,
-            deferred,
-            len(seen_runs),
-            start,
-        )
-
-    def broken(line: int, seq: int | None, message: str) -> Scan:
-        return scanned(VerifyIssue(line, seq, message))
-
-    loads = orjson.loads
-    fast = _fast_path()
-    if fast is not None:
-        decode, encode, hash_of = fast.decode, fast.encode, _hash_of_line
-        finished = next((cls for cls, name in fast.types.items() if name == "run_finished"), None)
+    scanner = _Scanner(start, check_schema, anchors)
+    fast = scanner.fast
+    fast_accepts, take = scanner.fast_accepts, scanner.take
     for number, raw in enumerate(lines, start=1):
         if not raw.endswith(b"\n"):
-            return broken(number, None, f"partial last line ({len(raw)} bytes): the log ends mid-record")
+            message = f"partial last line ({len(raw)} bytes): the log ends mid-record"
+            return scanner.result(VerifyIssue(number, None, message))
         body = raw[:-1]
-        if fast is not None and version == 2 and number > 1:
-            # The fast path (pte._audit._fast): one C pass decodes and schema-checks the
-            # line; it is accepted here only when every check below would pass, else
-            # the reference path that follows decides and names the problem.
-            rec: Any
-            try:
-                rec = decode(body)
-            except fast_errors:
-                rec = None
-            if (
-                rec is not None
-                and rec.seq == count
-                and rec.prev == expected_prev
-                and rec.run_id == current_run
-                and not current_sealed
-                and encode(rec) == body
-                and no_surrogate_pairs(body)
-                and hash_of(expected_prev, body, rec.hash) == rec.hash
-                and ((residual := fast.checks[rec.__class__]) is None or residual(rec))
-            ):
-                expected_prev = rec.hash
-                if rec.__class__ is finished:
-                    current_sealed = segments[-1].sealed = True
-                    segments[-1].last_seq = count
-                if count in wanted:
-                    found_anchors[count] = expected_prev
-                count += 1
-                continue
+        if fast is not None and scanner.version == 2 and number > 1 and fast_accepts(body):
+            continue
+        issue = take(number, body)
+        if issue is not None:
+            return scanner.result(issue)
+    return scanner.result(None)
+
+
+#: Record types whose signed content `_Scanner.signed_problem` checks.
+_SIGNED = frozenset({"approval", "endorsement", "endorsement_rejected"})
+
+
+class _Scanner:
+    """The state of one `scan_lines`, and its phases: each line goes through them in order
+    (decode, common fields and chain link, schema, stored content, signed records, runs and
+    seals, advance) and the first problem is the one named."""
+
+    __slots__ = (
+        "checkers",
+        "count",
+        "current_run",
+        "current_sealed",
+        "deferred",
+        "expected_prev",
+        "fast",
+        "fast_checks",
+        "finished",
+        "found_anchors",
+        "log_id",
+        "seen_runs",
+        "segments",
+        "start",
+        "stored",
+        "version",
+        "wanted",
+    )
+
+    def __init__(self, start: ScanStart, check_schema: bool, anchors: frozenset[int]) -> None:
+        self.start = start
+        self.wanted = anchors
+        self.checkers = _checkers() if check_schema else None
+        self.fast_checks = {name: checker.fast.is_valid for name, checker in (self.checkers or {}).items()}
+        self.found_anchors: dict[int, str] = {}
+        self.stored: dict[str, Any] = {}
+        self.deferred: list[tuple[int, dict[str, Any], int]] = []
+        self.expected_prev = start.prev
+        self.count = start.count
+        self.version = 2
+        self.log_id: str | None = None
+        self.current_run = start.run
+        self.current_sealed = False
+        self.segments: list[Segment] = []
+        self.seen_runs: set[str] = set()
+        if start.run is not None:  # a part of a log that begins inside a run
+            self.segments.append(Segment(start.run, begins=False, resumes=None))
+            self.seen_runs.add(start.run)
+        self.fast = _fast_path()
+        self.finished = None
+        if self.fast is not None:
+            self.finished = next((c for c, name in self.fast.types.items() if name == "run_finished"), None)
+
+    def result(self, issue: VerifyIssue | None) -> Scan:
+        """Collect the result: the issue (if any) and the state the lines leave."""
+        if self.segments and not self.segments[-1].sealed:
+            self.segments[-1].last_seq = self.count - 1
+        return Scan(
+            issue,
+            self.count,
+            self.expected_prev,
+            self.version,
+            self.log_id,
+            self.found_anchors,
+            self.segments,
+            self.stored,
+            self.deferred,
+            len(self.seen_runs),
+            self.start,
+        )
+
+    def fast_accepts(self, body: bytes) -> bool:
+        """Take the line by the fast path if it proves every check would pass (pte._audit._fast).
+
+        One C pass decodes and schema-checks the line; when anything is off, the reference
+        path (`take`) decides and names the problem.
+        """
+        fast = self.fast
+        assert fast is not None
+        rec: Any
         try:
-            if version == 2:
-                record = loads(body)
+            rec = fast.decode(body)
+        except fast_errors:
+            return False
+        prev = self.expected_prev
+        count = self.count
+        if not (
+            rec.seq == count
+            and rec.prev == prev
+            and rec.run_id == self.current_run
+            and not self.current_sealed
+            and fast.encode(rec) == body
+            and no_surrogate_pairs(body)
+            and _hash_of_line(prev, body, rec.hash) == rec.hash
+            and ((residual := fast.checks[rec.__class__]) is None or residual(rec))
+        ):
+            return False
+        self.expected_prev = rec.hash
+        if rec.__class__ is self.finished:
+            self.current_sealed = self.segments[-1].sealed = True
+            self.segments[-1].last_seq = count
+        if count in self.wanted:
+            self.found_anchors[count] = rec.hash
+        self.count = count + 1
+        return True
+
+    def take(self, number: int, body: bytes) -> VerifyIssue | None:
+        """Check one line by the reference path and advance past it; its problem if any."""
+        decoded = self.decode(body, number)
+        if isinstance(decoded, str):
+            return VerifyIssue(number, None, decoded)
+        record, canonical = decoded
+        problem = self.link_problem(record, body, canonical)
+        if problem is not None:
+            seq = record.get("seq")
+            return VerifyIssue(
+                number, seq if isinstance(seq, int) and not isinstance(seq, bool) else None, problem
+            )
+        # Linked: the record's seq is `count` and its common fields are non-empty strings.
+        rtype: str = record["type"]
+        problem = None if self.checkers is None else self.schema_problem(record, rtype)
+        if problem is None and rtype == "run_started":
+            problem = self.run_started_problem(record, rtype)
+        if problem is None and rtype in _SIGNED:
+            problem = self.signed_problem(record, rtype)
+        if problem is None and (
+            rtype == "run_started" or record["run_id"] != self.current_run or self.current_sealed
+        ):
+            problem = self.run_problem(record, rtype)
+        if problem is not None:
+            return VerifyIssue(number, self.count, problem)
+        self.advance(rtype, record["hash"])
+        return None
+
+    def decode(self, body: bytes, number: int) -> tuple[dict[str, Any], bool] | str:
+        """Decode a line: the record and whether it is canonical, or the problem; a whole
+        log's first line decides its format."""
+        try:
+            if self.version == 2:
+                record = orjson.loads(body)
                 canonical = type(record) is dict and is_canonical(body, record)
             else:
                 record, canonical = _v1_line_problem(body)
         except ValueError as exc:  # orjson.JSONDecodeError and UnicodeDecodeError are ValueErrors
-            return broken(number, None, f"not valid JSON: {exc}")
+            return f"not valid JSON: {exc}"
         except RecursionError:
-            return broken(number, None, "not valid JSON for this reader: nested too deeply")
+            return "not valid JSON for this reader: nested too deeply"
         if type(record) is not dict:
-            return broken(number, None, "not a JSON object")
+            return "not a JSON object"
         if (
-            start.whole
+            self.start.whole
             and number == 1
             and record.get("format") is None
             and record.get("type") == "run_started"
         ):
-            version = 1  # a log written before format 2: its own rules, read-only
+            self.version = 1  # a log written before format 2: its own rules, read-only
             try:
                 record, canonical = _v1_line_problem(body)
             except (ValueError, RecursionError) as exc:
-                return broken(number, None, f"not valid JSON: {exc}")
+                return f"not valid JSON: {exc}"
+        return record, canonical
+
+    def link_problem(self, record: dict[str, Any], body: bytes, canonical: bool) -> str | None:
+        """Check canonical form, the common fields, the hash, seq and the chain link."""
         seq = record.get("seq")
-        # Any: once the checks below pass, each holds a non-empty str.
-        digest: Any = record.get("hash")
-        run_id: Any = record.get("run_id")
-        rtype: Any = record.get("type")
+        digest = record.get("hash")
+        run_id = record.get("run_id")
+        rtype = record.get("type")
         ts = record.get("ts")
         # The usual case first, in a few comparisons: a well-formed record that links up
         # (prev equal to a verified hash and a hash equal to a computed one are both hex).
-        if not (
+        if (
             canonical
-            and seq == count
+            and seq == self.count
             and type(seq) is int
-            and record.get("prev") == expected_prev
+            and record.get("prev") == self.expected_prev
             and type(digest) is str
             and type(run_id) is str
             and run_id
@@ -368,90 +449,111 @@ def scan_lines(
             and type(ts) is str
             and ts
             and digest.isascii()
-            and _hash_of_line(expected_prev, body, digest) == digest
+            and _hash_of_line(self.expected_prev, body, digest) == digest
         ):
-            # Otherwise every check in turn, so that the first problem is the one named.
-            seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-            if not canonical:
-                form = "RFC 8785 canonical form" if version == 2 else "canonical form"
-                return broken(number, seq, f"not in {form} (the line was edited)")
-            problem = _common_fields_problem(record)
-            if problem is not None:
-                return broken(number, seq, problem)
-            expected = _record_hash(record, version)
-            if expected != digest:
-                return broken(
-                    number,
-                    seq,
-                    f"hash mismatch: recorded {digest[:12]}…, content hashes to {expected[:12]}…",
-                )
-            if seq != count:
-                hint = " (a record is missing)" if seq is not None and seq > count else ""
-                return broken(number, seq, f"seq {seq} where {count} was expected{hint}")
-            if record["prev"] != expected_prev:
-                return broken(
-                    number, seq, "prev is not the previous record's hash (records removed or reordered)"
-                )
-        if checkers is not None:
-            # The compiled check decides; `problem` (which words the message) only runs
-            # on a record it rejects or cannot take in.
-            is_valid = fast_checks.get(rtype)
-            try:
-                valid = is_valid is not None and is_valid(record)
-            except (ValueError, TypeError, OverflowError):
-                valid = False
-            if not valid:
-                checker = checkers.get(rtype)
-                if checker is None:
-                    return broken(number, seq, f"schema: unknown record type {rtype!r}")
-                problem = checker.problem(record)
-                if problem is not None:
-                    return broken(number, seq, f"schema: {problem}")
-        if rtype == "run_started":
-            found = record.get("format")
-            if version == 2 and found != AUDIT_FORMAT:
-                return broken(number, seq, f"run_started of format {found!r} in a {AUDIT_FORMAT} log")
-            if version == 1 and found is not None:
-                return broken(number, seq, f"run_started of format {found!r} in a format 1 log")
-            if version == 2:
-                if not start.whole and _refers_before(record, stored):
-                    deferred.append((count, record, len(stored)))
-                else:
-                    problem = _content_problem(record, stored)
-                    if problem is not None:
-                        return broken(number, seq, problem)
-        if rtype in ("approval", "endorsement", "endorsement_rejected") and version == 2:
-            problem = approval_problem(record) if rtype == "approval" else endorsement_problem(record)
-            if problem is not None:
-                return broken(number, seq, problem)
-        if run_id != current_run:
-            if run_id in seen_runs:
-                return broken(number, seq, f"record of run {run_id} after run {current_run} began")
-            if rtype != "run_started":
-                return broken(number, seq, f"run {run_id} does not begin with run_started")
-            if segments and not segments[-1].sealed:
-                segments[-1].last_seq = count - 1
-            resumed = record.get("resumes")
-            segments.append(
-                Segment(run_id, begins=True, resumes=resumed if isinstance(resumed, str) else None)
-            )
-            seen_runs.add(run_id)
-            current_run = run_id
-            current_sealed = False
-        elif current_sealed:
-            return broken(number, seq, f"{rtype} after run_finished of run {run_id}")
-        elif rtype == "run_started":
-            return broken(number, seq, f"second run_started in run {run_id}")
+            return None
+        return self.first_link_problem(record, canonical)
+
+    def first_link_problem(self, record: dict[str, Any], canonical: bool) -> str | None:
+        """Every link check in turn, so that the first problem is the one named."""
+        if not canonical:
+            form = "RFC 8785 canonical form" if self.version == 2 else "canonical form"
+            return f"not in {form} (the line was edited)"
+        problem = _common_fields_problem(record)
+        if problem is not None:
+            return problem
+        digest = record["hash"]
+        expected = _record_hash(record, self.version)
+        if expected != digest:
+            return f"hash mismatch: recorded {digest[:12]}…, content hashes to {expected[:12]}…"
+        seq = record["seq"]
+        if seq != self.count:
+            hint = " (a record is missing)" if seq > self.count else ""
+            return f"seq {seq} where {self.count} was expected{hint}"
+        if record["prev"] != self.expected_prev:
+            return "prev is not the previous record's hash (records removed or reordered)"
+        return None
+
+    def schema_problem(self, record: dict[str, Any], rtype: str) -> str | None:
+        """Check the record against its type's schema (when asked to)."""
+        if self.checkers is None:
+            return None
+        # The compiled check decides; `problem` (which words the message) only runs on a
+        # record it rejects or cannot take in.
+        is_valid = self.fast_checks.get(rtype)
+        try:
+            valid = is_valid is not None and is_valid(record)
+        except (ValueError, TypeError, OverflowError):
+            valid = False
+        if valid:
+            return None
+        checker = self.checkers.get(rtype)
+        if checker is None:
+            return f"schema: unknown record type {rtype!r}"
+        problem = checker.problem(record)
+        return None if problem is None else f"schema: {problem}"
+
+    def run_started_problem(self, record: dict[str, Any], rtype: str) -> str | None:
+        """Check a ``run_started``'s format and its stored content (deferred in a part of a
+        log when it refers to content before the part)."""
+        if rtype != "run_started":
+            return None
+        found = record.get("format")
+        if self.version == 1:
+            return None if found is None else f"run_started of format {found!r} in a format 1 log"
+        if found != AUDIT_FORMAT:
+            return f"run_started of format {found!r} in a {AUDIT_FORMAT} log"
+        if not self.start.whole and _refers_before(record, self.stored):
+            self.deferred.append((self.count, record, len(self.stored)))
+            return None
+        return _content_problem(record, self.stored)
+
+    def signed_problem(self, record: dict[str, Any], rtype: str) -> str | None:
+        """Check a format 2 approval or endorsement record's content."""
+        if self.version != 2:
+            return None
+        if rtype == "approval":
+            return approval_problem(record)
+        if rtype in ("endorsement", "endorsement_rejected"):
+            return endorsement_problem(record)
+        return None
+
+    def run_problem(self, record: dict[str, Any], rtype: str) -> str | None:
+        """Track runs: a run's records are contiguous, begin with run_started and end at its
+        seal; a new run opens a new segment."""
+        run_id: str = record["run_id"]
+        if run_id == self.current_run:
+            if self.current_sealed:
+                return f"{rtype} after run_finished of run {run_id}"
+            if rtype == "run_started":
+                return f"second run_started in run {run_id}"
+            return None
+        if run_id in self.seen_runs:
+            return f"record of run {run_id} after run {self.current_run} began"
+        if rtype != "run_started":
+            return f"run {run_id} does not begin with run_started"
+        if self.segments and not self.segments[-1].sealed:
+            self.segments[-1].last_seq = self.count - 1
+        resumed = record.get("resumes")
+        self.segments.append(
+            Segment(run_id, begins=True, resumes=resumed if isinstance(resumed, str) else None)
+        )
+        self.seen_runs.add(run_id)
+        self.current_run = run_id
+        self.current_sealed = False
+        return None
+
+    def advance(self, rtype: str, digest: str) -> None:
+        """Past a verified record: its seal, the log's id, the anchors asked for, the chain."""
         if rtype == "run_finished":
-            current_sealed = segments[-1].sealed = True
-            segments[-1].last_seq = count
-        if count == 0:
-            log_id = digest
-        if count in wanted:
-            found_anchors[count] = digest
-        expected_prev = digest
-        count += 1
-    return scanned(None)
+            self.current_sealed = self.segments[-1].sealed = True
+            self.segments[-1].last_seq = self.count
+        if self.count == 0:
+            self.log_id = digest
+        if self.count in self.wanted:
+            self.found_anchors[self.count] = digest
+        self.expected_prev = digest
+        self.count += 1
 
 
 def _refers_before(record: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
