@@ -409,7 +409,9 @@ def schema_fields(schema: Mapping[str, Any], schema_walk: SchemaWalk | None = No
         if not isinstance(node, Mapping) or len(tokens) > 16:
             return
         label = node.get(PROVENANCE_KEY)
-        if label in _FIELD_LABELS and tokens:
+        # Union branches (or a tuple position and items) may mark one part differently: the
+        # part may be either, so untrusted wins (as in `_first_paths`); the last branch did.
+        if label in _FIELD_LABELS and tokens and out.get(_pointer(tokens)) != "untrusted":
             out[_pointer(tokens)] = label
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/") and ref not in seen:
