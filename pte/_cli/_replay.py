@@ -31,7 +31,7 @@ from pte._cli._deployment import (
     specialists_of,
 )
 from pte._cli._store import add_store
-from pte._cli._support import UsageError, input_file
+from pte._cli._support import UsageError, add_execution_flags, execution_settings, input_file
 from pte._core import FailedClosed, PTEError
 
 __all__ = ["add_replay_commands"]
@@ -111,7 +111,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     deployment = _deployment(args, registry)
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
-        result = resume_file(args.log, registry, llm=llm, deployment=deployment)
+        result = resume_file(args.log, registry, llm=llm, deployment=deployment, **execution_settings(args))
     except RunPaused:  # at a call whose value a person must endorse (pte._policy._endorsement)
         from pte._cli._endorse import report_pause
 
@@ -179,5 +179,6 @@ def add_replay_commands(sub: Any) -> None:
     add_store(p)
     _add_llm(p)
     _add_approvals(p)
+    add_execution_flags(p)  # how the live part runs; the records do not depend on it
     _add_json(p)
     p.set_defaults(func=cmd_resume)

@@ -517,6 +517,7 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
                 # The deployment's policy file, as the run was started with (--policy).
                 policy=_policy(registry, args) if _has_policy(args) else None,
                 deployment=_in_force(args),  # a run started under another one is refused
+                **execution_settings(args),  # how its live steps run (--max-concurrency, --serial-writes)
             )
         except FailedClosed as exc:
             print(f"cannot resume: {exc.message}", file=sys.stderr)

@@ -227,6 +227,7 @@ def process_run(
                 policy=run_policy,
                 endorsements=authority.endorsements,
                 deployment=deployment,
+                **dict(execution or {}),  # the worker's concurrency, as for the runs it starts
             )
         except FailedClosed as refused:
             if refused.reason is ReasonCode.DEPLOYMENT_MISMATCH:

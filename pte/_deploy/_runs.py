@@ -42,13 +42,13 @@ from pte._core import (
     SigningKey,
     TrustedKeys,
 )
-from pte._execution import LiveInvoker
+from pte._execution import DEFAULT_CONCURRENCY, LiveInvoker
 from pte._plan import Plan
 from pte._policy import ApprovalGate, ApprovalStore, catalogue_fingerprint, make_approval, requires_approval
 from pte._replay import (
     CheckingAuditLog,
     Deployment,
-    RecordedInvoker,
+    ResumingInvoker,
     RunView,
     drive_run,
     engine_for,
@@ -393,8 +393,12 @@ def resume_run(
     anchors: Any = None,
     endorsements: Any = None,
     deployment: Any = None,
+    max_concurrency: int = DEFAULT_CONCURRENCY,
+    serial_writes: bool = False,
 ) -> RunResult | PausedRun:
     """Continue run `run_id` of `store`: verify it, re-drive its records, go on live.
+
+    `max_concurrency`, `serial_writes`: how its live steps run (`pte.resume_file`).
 
     `deployment`: the deployment in hand (its fingerprint, `pte.Deployment.fingerprint`): a run
     that started under another one is refused, naming what differs (`pte._replay.check_deployment`).
@@ -434,7 +438,7 @@ def resume_run(
     # (a procedure approval: keyed by run and step, so a resumed write is refused, not re-run).
     hook = getattr(gate, "before_call", None)
     live = LiveInvoker(hooks=(hook,) if callable(hook) else ())
-    invoker = RecordedInvoker(records, live=live, resume=True)
+    invoker = ResumingInvoker(records, live)
     deployment = Deployment(registry=registry, policy=policy, endorsements=endorsements)
     engine = engine_for(
         records,
@@ -443,6 +447,8 @@ def resume_run(
         invoker,
         checks_factory,
         gate=gate,
+        max_concurrency=max_concurrency,
+        serial_writes=serial_writes,
     )
     with store.audit_log(run_id, anchors=anchors) as forward:
         forward.anchored = anchored

@@ -17,6 +17,9 @@ from pte._execution._executor import (
     LiveInvoker,
     ToolInvoker,
 )
+from pte._execution._invoke import (
+    CallOutcome,
+)
 from pte._execution._step_results import (
     ExecutionResult,
     StepResult,
@@ -25,6 +28,7 @@ from pte._execution._step_results import (
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "CallOutcome",
     "ExecutionResult",
     "Executor",
     "LiveInvoker",

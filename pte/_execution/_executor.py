@@ -101,6 +101,13 @@ class LiveInvoker:
         """Start the call; `done` gets its outcome from some thread. Returns a handle with `cancel()`."""
         return start_call(spec, args, done)
 
+    def served(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> CallOutcome | None:
+        """The step's outcome when it is known without calling the tool, else None (call it).
+
+        Always None here. Resume's invoker (pte._replay) serves the steps its log recorded, so
+        the executor schedules only the rest live, as many at a time as it may."""
+        return None
+
     def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
         """Run the hooks; the executor calls this before every call of a step starts."""
         for hook in self.hooks:
@@ -374,6 +381,10 @@ class _Run:
         self.called.add(i)
         invoker = self.executor.invoker
         if isinstance(invoker, LiveInvoker):
+            served = invoker.served(spec, private, step)
+            if served is not None:  # recorded (resume): no hook, no call
+                self.completions.put((i, served))
+                return
             invoker.before_call(spec, private, step)
             if may_run_on_owner(spec):
                 lone = len(self.running) == 1 and not self.ready  # nothing else could run

@@ -31,7 +31,7 @@ from pte._core import (
     canonical_json,
     canonical_json_v1,
 )
-from pte._execution import ToolInvoker
+from pte._execution import DEFAULT_CONCURRENCY, ToolInvoker
 from pte._plan import Plan, recorded_procedures
 from pte._policy import (
     ApprovalGate,
@@ -375,6 +375,8 @@ def engine_for(
     *,
     gate: Callable[[Plan, RecordSink], None] | None = None,
     stored: Mapping[str, Any] | None = None,
+    max_concurrency: int = DEFAULT_CONCURRENCY,
+    serial_writes: bool = False,
 ) -> Engine:
     started = _expanded(run_records, stored, required=deployment.registry is None)
     registry, policy, config = deployment.resolved(started)
@@ -398,6 +400,9 @@ def engine_for(
         approval=approvals,
         endorsement=endorsement,
         tracer_provider=deployment.tracer_provider if deployment is not None else None,
+        # How the live part of a resume runs (the records do not depend on it).
+        max_concurrency=max_concurrency,
+        serial_writes=serial_writes,
         # The run's binding as recorded: resume compared it with the deployment in hand first
         # (`check_deployment`); replay reproduces it (it is evidence, not authority).
         deployment=_recorded_binding(started),

@@ -62,7 +62,7 @@ from pte._core import (
     ToolError,
     canonical_json,
 )
-from pte._execution import LiveInvoker, ToolInvoker
+from pte._execution import CallOutcome, LiveInvoker, ToolInvoker
 from pte._plan import PlanStep
 from pte._replay._authority import (
     Deployment,
@@ -77,6 +77,7 @@ __all__ = [
     "CheckingAuditLog",
     "RecordedInvoker",
     "ReplayReport",
+    "ResumingInvoker",
     "RunReplay",
     "replay_file",
     "replay_run",
@@ -389,7 +390,20 @@ class RecordedInvoker:
         if live_view != recorded_view:
             self.diffs.append(OutputDiff(step.id, spec.name, recorded_view, live_view))
 
+    def recorded(self, step_id: str) -> bool:
+        """Whether the next call of `step_id` has a recorded outcome (served, never called)."""
+        return bool(self._finished.get(step_id))
+
     def _unrecorded(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
+        self.check_unrecorded(spec, step)
+        if not self._resume or self._live is None:
+            raise LogEnded(f"no recorded output for step {step.id!r}")
+        self.live_calls.append(step.id)
+        return self._live(spec, args, step)
+
+    def check_unrecorded(self, spec: ToolSpec, step: PlanStep) -> None:
+        """`FailedClosed(needs_review)` for an unrecorded call that must not run again: a
+        non-idempotent write (or a read with effects) started before the interruption."""
         # Resume's decision for an interrupted non-idempotent write; replay of a resumed log
         # must reach the same one.
         in_flight = self._started.get(step.id, 0) >= self._calls[step.id]
@@ -404,10 +418,47 @@ class RecordedInvoker:
                 "finish the work with a new plan.",
                 f"$.steps[?(@.id=={step.id!r})]",
             )
-        if not self._resume or self._live is None:
-            raise LogEnded(f"no recorded output for step {step.id!r}")
+
+
+class ResumingInvoker(LiveInvoker):
+    """Resume's invoker: a step the log recorded is served from it (no hook, no call); every
+    other step runs live, scheduled by the executor like any live run's, as many at a time as
+    its `max_concurrency` and `serial_writes` allow.
+
+    The records do not depend on the order calls end in (the executor's sequencer writes them
+    in plan order), so a resumed run checks against its recorded prefix and replays alike.
+    """
+
+    def __init__(self, records: Iterable[Mapping[str, Any]], live: LiveInvoker) -> None:
+        super().__init__(hooks=live.hooks)
+        self._recorded = recorded = RecordedInvoker(records, live=live, resume=True)
+        self._live_invoker = live
+        self.live_calls = recorded.live_calls
+
+    def served(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> CallOutcome | None:
+        if self._recorded.recorded(step.id):
+            try:
+                return CallOutcome(output=self._recorded(spec, args, step))
+            except ToolError as exc:
+                return CallOutcome(error=exc)
+        # Counted as a call of the step (an in-flight write is refused before any hook runs).
+        self._recorded._calls[step.id] = self._recorded._calls.get(step.id, 0) + 1
+        self._recorded.check_unrecorded(spec, step)
         self.live_calls.append(step.id)
-        return self._live(spec, args, step)
+        return None
+
+    def start(
+        self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[CallOutcome], None]
+    ) -> Any:
+        return self._live_invoker.start(spec, args, step, done)
+
+    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
+        outcome = self.served(spec, args, step)
+        if outcome is None:
+            return super().__call__(spec, args, step)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.output
 
 
 def drive_run(engine: Engine, started: Mapping[str, Any], audit: RecordSink) -> RunResult:

@@ -10,11 +10,11 @@ from typing import Any
 from pte._audit import AuditLog, RecordSink, deployment_problem
 from pte._catalogue import Registry, stored_contents
 from pte._core import ApprovalMissing, FailedClosed, ReasonCode
-from pte._execution import LiveInvoker
+from pte._execution import DEFAULT_CONCURRENCY, LiveInvoker
 from pte._plan import Plan
 from pte._policy import requires_approval
 from pte._replay._authority import Deployment, engine_for, llm_for
-from pte._replay._replayer import CheckingAuditLog, RecordedInvoker, _verified, drive_run, iter_runs
+from pte._replay._replayer import CheckingAuditLog, ResumingInvoker, _verified, drive_run, iter_runs
 from pte._replay._run_view import RunView
 from pte._run import LLMClient, RunResult
 
@@ -28,6 +28,8 @@ def resume_file(
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
     deployment: Deployment | None = None,
+    max_concurrency: int = DEFAULT_CONCURRENCY,
+    serial_writes: bool = False,
 ) -> RunResult:
     """Finish the last run of a log that has no `run_finished`, appending to the same log.
 
@@ -38,6 +40,10 @@ def resume_file(
     nothing is appended. Completed steps are not re-run; an in-flight `write` step of a
     non-idempotent tool ends the run `failed_closed(needs_review)`. Raises `FailedClosed`
     when the log holds no run or its last run is already sealed.
+
+    `max_concurrency`, `serial_writes`: how the steps that run live run, as for `pte.Engine`
+    (the records do not depend on them: a resumed run may call its steps in another order
+    than the run it continues, and its records check and replay alike).
     """
     _verified(path)
     run: list[tuple[int, dict[str, Any]]] = []
@@ -61,7 +67,7 @@ def resume_file(
     live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
     if unsigned_after is not None:
         recheck_unsigned_tail(records, registry, unsigned_after, str(path))
-    invoker = RecordedInvoker(records, live=live_invoker, resume=True)
+    invoker = ResumingInvoker(records, live_invoker)
     engine = engine_for(
         records,
         deployment,
@@ -70,6 +76,8 @@ def resume_file(
         checks_factory,
         gate=gate or _no_gate(registry),
         stored=stored,
+        max_concurrency=max_concurrency,
+        serial_writes=serial_writes,
     )
     with AuditLog(path, run_id=run_id, repair_partial_tail=True, anchors=deployment.anchors) as forward:
         forward.anchored = anchored
