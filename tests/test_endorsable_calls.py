@@ -552,7 +552,12 @@ def test_the_planner_is_told_an_endorsable_write_may_keep_its_guards() -> None:
 
     policy = Policy.from_registry(REGISTRY).with_document(CALL_ENDORSABLE)
     prompt = planner_messages("Pay the bill.", REGISTRY, policy)[0]["content"]
-    assert "An endorsable write may keep its guards" in prompt
+    # The label rules' line on endorsable parameters says they may sit under conditions over
+    # untrusted data (which a guarded one may not), and that the person is shown those too.
+    line = next(line for line in prompt.split("\n") if '"endorsable p"' in line)
+    endorsable = line[line.index('"endorsable p"') :]
+    for word in ('"when"', '"require"', '"for_each"', "over untrusted data", "shown", "conditions"):
+        assert word in endorsable, word
     assert "endorsable amount, recipient" in prompt  # the whole call: every parameter
 
 

@@ -114,14 +114,14 @@ _COMPARE_SYMBOLS: dict[type[ast.AST], str] = {
 class CalcResult(BaseModel):
     """The value of a calculator expression."""
 
-    value: PlainDecimal = Field(description="The result.")
-    expression: str = Field(description="The expression that was evaluated, as given.")
+    value: PlainDecimal
+    expression: str
 
 
 class PercentageResult(BaseModel):
     """`part` as a percentage of `whole`."""
 
-    value: PlainDecimal = Field(description="part / whole * 100, rounded to `places` decimals, e.g. '12.50'.")
+    value: PlainDecimal
 
 
 def _context() -> decimal.Context:
@@ -486,15 +486,13 @@ def calculator(
     places: Annotated[int, Field(ge=0, le=28)] | None = None,
     rounding: Literal["half_even", "half_up"] = "half_even",
 ) -> CalcResult:
-    """Evaluate an arithmetic expression exactly in decimal (34 digits: 0.1 + 0.2 == 0.3).
-
-    `expression` (at most 1,000 characters): numbers, names of `variables`, + - * / // % **
-    (exponent at most 10,000), parentheses, comparisons (== != < <= > >=: 1 or 0), and/or/not,
-    `x if cond else y`, xs[0], xs[-1], sum min max avg over numbers and lists (sum(amounts)),
-    len abs round(x, n) floor ceil; nothing else. `variables`: names to numbers, decimal
-    strings or lists of them ({"amounts": ["10.50", "2.25"]}). Percent: part / whole * 100.
-    `places` rounds the result; `rounding` (half_even, half_up) applies to it and round().
-    Fails on unknown names, division by zero or a list result.
+    """Exact decimal arithmetic (34 digits: 0.1 + 0.2 == 0.3). `expression` (at most 1,000
+    characters): numbers, `variables` names, + - * / // % ** (exponent at most 10,000),
+    parentheses, == != < <= > >= (1 or 0), and/or/not, `x if cond else y`, xs[0], xs[-1], sum
+    min max avg (of numbers or lists: sum(amounts)), len abs round(x, n) floor ceil.
+    `variables`: names to numbers, decimal strings or lists of them ({"amounts": ["10.50",
+    "2.25"]}). Percent: part / whole * 100. `places` rounds the result, by `rounding` (so does
+    round()). Fails on unknown names, division by zero or a list result.
     """
     with decimal.localcontext(_context()):
         value = _evaluate(expression, variables or {}, _ROUNDINGS[rounding])
@@ -509,9 +507,7 @@ def percentage(
     whole: Decimal,
     places: Annotated[int, Field(ge=0, le=28)] = 2,
 ) -> PercentageResult:
-    """Return {value}: `part` / `whole` * 100 (numbers or decimal strings in one unit), exact,
-    rounded half-even to `places`. Fails when `whole` is zero.
-    """
+    """`part` / `whole` * 100 (one unit), exact, rounded half-even to `places`; `whole` 0 fails."""
     with decimal.localcontext(_context()):
         if whole == 0:
             raise ValueError("division by zero: whole is 0")
@@ -525,13 +521,13 @@ def percentage(
 class NumberResult(BaseModel):
     """A decimal converted to a JSON number."""
 
-    value: float = Field(description="The same value as a JSON number, e.g. 1125.5.")
+    value: float
 
 
 class IntegerResult(BaseModel):
     """A decimal converted to a JSON integer."""
 
-    value: int = Field(description="The same value as a JSON integer.")
+    value: int
 
 
 #: The largest integer every JSON reader holds exactly (IEEE 754 double: 2**53 - 1).
@@ -540,8 +536,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 @tool(provenance="derived")
 def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None = None) -> NumberResult:
-    """Return {value}: a decimal string ("1125.00") as a JSON number, for a parameter typed
-    number. A value that would lose digits fails; `places` first rounds half-even.
+    """A decimal string ("1125.00") as a JSON number, for a parameter typed number; fails if digits
+    would be lost (`places` first rounds half-even).
     """
     with decimal.localcontext(_context()):
         if places is not None:
@@ -557,8 +553,8 @@ def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None 
 
 @tool(provenance="derived")
 def to_integer(value: Decimal) -> IntegerResult:
-    """Return {value}: a whole decimal string or number ("42.00") as a JSON integer. A
-    fraction or a value beyond 2**53 - 1 fails: round it first (calculator round(x)).
+    """A whole number or decimal string ("42.00") as a JSON integer; a fraction or more than 2**53
+    - 1 fails (round first: calculator round(x)).
     """
     if value != value.to_integral_value():
         raise ValueError(f"{_plain(value)} is not a whole number; round it first (calculator: round(x))")

@@ -55,7 +55,7 @@ class Entry(BaseModel, Generic[V]):
 
 
 class EntryList(BaseModel, Generic[V]):
-    records: list[Entry[V]] = Field(description="One {key, value} per property, in the object's order.")
+    records: list[Entry[V]]
     count: int
 
 
@@ -73,13 +73,13 @@ class Flag(BaseModel):
 
 
 class Count(BaseModel):
-    key: str = Field(description="The value counted, as text.")
+    key: str
     count: int
 
 
 class Counts(BaseModel):
-    groups: list[Count] = Field(description="One per distinct value, most frequent first (ties by key).")
-    count: int = Field(description="Number of groups.")
+    groups: list[Count]
+    count: int
 
 
 class Ranked(BaseModel, Generic[T]):
@@ -166,14 +166,14 @@ def _sort_key(values: list[Any]) -> Callable[[Any], Any]:
 
 @tool(provenance="derived", selection=Selection({"/records/*/value": "object/*"}))
 def entries(object: dict[str, V]) -> EntryList[V]:
-    """An object as records [{key, value}], in the object's order, ready for filter/sort/first."""
+    """An object as records [{key, value}], in order, for filter/sort/first."""
     out = [Entry[Any](key=k, value=v) for k, v in object.items()]
     return EntryList[Any](records=out, count=len(out))
 
 
 @tool(provenance="derived", selection=Selection({"/value": "object/{key}"}))
 def get_key(object: dict[str, V], key: str) -> Item[V]:
-    """Return {value}: object[key], where `key` may come from data; a missing key is an error."""
+    """object[key], where `key` may come from data; a missing key is an error."""
     if key not in object:
         known = ", ".join(list(object)[:20]) or "none"
         raise ValueError(f"no key {key!r}; the object has: {known}")
@@ -182,13 +182,13 @@ def get_key(object: dict[str, V], key: str) -> Item[V]:
 
 @tool(provenance="derived", selection=Selection(inputs=("object",)))
 def keys(object: dict[str, Any]) -> ValueList[str]:
-    """Return {values, count}: the object's keys, in order."""
+    """The object's keys, in order."""
     return ValueList[str](values=list(object), count=len(object))
 
 
 @tool(provenance="derived", selection=Selection(inputs=("object",)))
 def has_key(object: dict[str, Any], key: str) -> Flag:
-    """Return {result}: whether the object has `key`."""
+    """Whether the object has `key`."""
     return Flag(result=key in object)
 
 
@@ -199,11 +199,7 @@ def filter_values(
     value: Any,
     ignore_case: bool = False,
 ) -> ValueList[T]:
-    """Keep the plain values that satisfy `op` `value`, order kept.
-
-    Numbers and decimal strings by value; contains/starts_with/ends_with on text; in: one of
-    `value` (a list); ignore_case for text.
-    """
+    """Keep the plain values that satisfy `op` `value`, compared as in filter_records."""
     items = [_scalar(v, f"item {i}") for i, v in enumerate(values)]
     if op == "in" and not isinstance(value, list):
         raise ValueError("op 'in' needs a list value")
@@ -237,7 +233,7 @@ def filter_values(
 
 @tool(provenance="derived", selection=_VALUES_BY_THEMSELVES)
 def sort_values(values: list[T], descending: bool = False) -> ValueList[T]:
-    """Sorted: numbers (and decimal strings) by value, else text order."""
+    """Sorted: numbers and decimal strings by value, else text."""
     items = [_scalar(v, f"item {i}") for i, v in enumerate(values)]
     out = sorted(items, key=_sort_key(items), reverse=descending)
     return ValueList[Any](values=out, count=len(out))
@@ -245,7 +241,7 @@ def sort_values(values: list[T], descending: bool = False) -> ValueList[T]:
 
 @tool(provenance="derived", selection=_VALUES_BY_THEMSELVES)
 def unique(values: list[T], ignore_case: bool = False) -> ValueList[T]:
-    """Return {values, count}: each value once, first occurrence kept, order kept."""
+    """Each value once, the first kept, order kept."""
     seen: set[str] = set()
     out = []
     for i, v in enumerate(values):
@@ -259,7 +255,7 @@ def unique(values: list[T], ignore_case: bool = False) -> ValueList[T]:
 
 @tool(provenance="derived", selection=Selection({"/values/*": "values/*"}, decides=("values/*", "remove")))
 def difference(values: list[T], remove: list[T], ignore_case: bool = False) -> ValueList[T]:
-    """Return {values, count}: the items of `values` that are not in `remove` (order kept)."""
+    """The items of `values` not in `remove`, order kept."""
     gone = {_folded(v, "an item of remove", ignore_case) for v in remove}
     out = [v for i, v in enumerate(values) if _folded(v, f"item {i}", ignore_case) not in gone]
     return ValueList[Any](values=out, count=len(out))
@@ -267,7 +263,7 @@ def difference(values: list[T], remove: list[T], ignore_case: bool = False) -> V
 
 @tool(provenance="derived", selection=Selection({"/values/*": "values/*"}, decides=("values/*", "other")))
 def intersection(values: list[T], other: list[T], ignore_case: bool = False) -> ValueList[T]:
-    """Return {values, count}: the items of `values` that are also in `other` (order of `values`)."""
+    """The items of `values` also in `other`, order kept."""
     keep = {_folded(v, "an item of other", ignore_case) for v in other}
     out = [v for i, v in enumerate(values) if _folded(v, f"item {i}", ignore_case) in keep]
     return ValueList[Any](values=out, count=len(out))
@@ -278,10 +274,8 @@ def count_by(
     items: list[Any],
     field: Annotated[str | None, Field(description="Records: the field to count by.")] = None,
 ) -> Counts:
-    """Count occurrences, most frequent first: each plain value, or with `field` records by that
-    field's value.
-
-    A record without the field is an error.
+    """Count occurrences into groups, most frequent first (ties by key), count of them: each plain
+    value, or with `field` records by that field's value (a record without it is an error).
     """
     tally: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -305,10 +299,8 @@ def rank(items: list[T]) -> RankList[T]:
 
 @tool(provenance="derived", selection=Selection({"/record": "records/*"}, decides=("records/*/{field}",)))
 def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Literal["max", "min"]) -> One[R]:
-    """Return {record}: the record with the largest (max) or smallest (min) `field`; ties: the first.
-
-    Numbers and decimal strings by value, ISO dates as text; null is skipped. None left
-    (an empty list) fails the step.
+    """The record with the largest (max) or smallest (min) `field`, ties the first: numbers and
+    decimal strings by value, ISO dates as text; null skipped. An empty list fails the step.
     """
     present = [r for r in records if r.get(field) is not None]
     if not present:
@@ -325,16 +317,15 @@ def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Lit
 
 @tool(provenance="derived", selection=Selection({"/values/*": "lists/*/*"}))
 def concat(lists: list[list[T]]) -> ValueList[T]:
-    """Lists end to end (flatten one level), e.g. lists [{"$ref": "a/records"}, {"$ref": "b/records"}]."""
+    """Lists end to end (one level), e.g. lists [{"$ref": "a/records"}, {"$ref": "b/records"}]."""
     out = [item for part in lists for item in part]
     return ValueList[Any](values=out, count=len(out))
 
 
 @tool(provenance="derived")
 def top_key(object: dict[str, V], which: Literal["max", "min"] = "max") -> KeyValue[V]:
-    """The key with the largest (max) or smallest (min) value, e.g. of a count map; ties: the first.
-
-    An empty object fails the step.
+    """The key with the largest (max) or smallest (min) value, e.g. of a count map; ties: the
+    first. An empty object fails the step.
     """
     if not object:
         raise ValueError(f"the object is empty: there is no {which} key")
@@ -355,7 +346,9 @@ def _empty(value: Any) -> bool:
 
 @tool(provenance="derived")
 def coalesce(values: list[T | None], default: T | None = None) -> Item[T]:
-    """The first of `values` that is not null, "", [] or {}; if none, `default`, else the step fails."""
+    """The first of `values` that is not null, "", [] or {}; if none, `default`, else the step
+    fails.
+    """
     for value in values:
         if not _empty(value):
             return Item[Any](value=value)

@@ -129,16 +129,14 @@ def _duration_text(seconds: int) -> str:
 
 
 class DateTime(BaseModel):
-    value: str = Field(
-        description="ISO 8601: a date 'YYYY-MM-DD', or a date and time 'YYYY-MM-DDTHH:MM:SS[+zone]'."
-    )
-    date: str = Field(description="The date part, 'YYYY-MM-DD'.")
-    time: str | None = Field(description="The time part 'HH:MM:SS', or null for a date.")
-    weekday: str = Field(description="'Monday' ... 'Sunday'.")
+    value: str
+    date: str
+    time: str | None
+    weekday: str
 
 
 class DateList(BaseModel):
-    values: list[str] = Field(description="ISO 8601 dates/date-times, in order of appearance.")
+    values: list[str]
     count: int
 
 
@@ -151,9 +149,9 @@ class Duration(BaseModel):
         description="ISO 8601 duration, e.g. 'PT1H30M' (negative as '-PT1H' when end is earlier)."
     )
     seconds: int
-    minutes: int = Field(description="Whole minutes (truncated toward zero).")
-    hours: int = Field(description="Whole hours (truncated toward zero).")
-    days: int = Field(description="Whole days (truncated toward zero).")
+    minutes: int
+    hours: int
+    days: int
 
 
 class Bounds(BaseModel):
@@ -172,9 +170,9 @@ def _describe(value: dt.datetime, with_time: bool) -> DateTime:
 
 @tool(provenance="derived")
 def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = None) -> DateTime:
-    """Read a date or date-time in any common format ("June 10th 2024 at 1 PM", "15.05.2024").
-    dayfirst: "03/04/2024" is 3 April; timezone (IANA) for a value without an offset. No
-    year, month or day is an error. Returns {value, date, time, weekday}.
+    """A date or date-time in any common format ("June 10th 2024 at 1 PM", "15.05.2024"). dayfirst:
+    "03/04/2024" is 3 April; `timezone` (IANA) for a value without an offset. No year, month or
+    day is an error.
     """
     value, with_time = _parse(text, dayfirst)
     if timezone is not None and value.tzinfo is None:
@@ -184,8 +182,8 @@ def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = Non
 
 @tool(provenance="derived")
 def extract_dates(text: str, dayfirst: bool = False) -> DateList:
-    """Dates and date-times in free text ("10 June 2024", "15.05.2024 13:00") as ISO 8601,
-    in order. Returns {values, count}.
+    """Dates and date-times in free text ("10 June 2024", "15.05.2024 13:00") as ISO 8601, in
+    order.
     """
     values = []
     for found in _DATE_RE.finditer(text):
@@ -199,8 +197,8 @@ def extract_dates(text: str, dayfirst: bool = False) -> DateList:
 
 @tool(provenance="derived")
 def format_datetime(value: str, pattern: str) -> Text:
-    """Return {text}: an ISO 8601 value formatted with a strftime pattern ("%d.%m.%Y").
-    Allowed: %a %A %b %B %d %H %I %j %m %M %p %S %y %Y %z %Z %f %G %u %V %w %%.
+    """An ISO 8601 value in a strftime pattern ("%d.%m.%Y"): %a %A %b %B %d %H %I %j %m %M %p %S %y
+    %Y %z %Z %f %G %u %V %w %%.
     """
     directives = re.findall(r"%(.)", pattern.replace("%%", ""))
     bad = sorted(
@@ -214,10 +212,8 @@ def format_datetime(value: str, pattern: str) -> Text:
 
 @tool(provenance="derived")
 def add_duration(value: str, duration: str, subtract: bool = False) -> DateTime:
-    """Add (subtract: take away) an ISO 8601 duration ("PT90M", "P1D", "P1M": calendar months).
-
-    A date stays a date unless the duration has a time part.
-    Returns {value, date, time, weekday}.
+    """Add (subtract: take away) an ISO 8601 duration ("PT90M", "P1D", "P1M": calendar months); a
+    date stays a date unless the duration has a time part.
     """
     parsed, with_time = _parse(value)
     delta = _duration(duration)
@@ -228,8 +224,8 @@ def add_duration(value: str, duration: str, subtract: bool = False) -> DateTime:
 
 @tool(provenance="derived")
 def time_between(start: str, end: str) -> Duration:
-    """How long from `start` to `end` (both with a time zone, or neither). Returns {iso,
-    seconds, minutes, hours, days}: iso "PT1H30M", the others whole (truncated).
+    """From `start` to `end` (both with a time zone, or neither): iso "PT1H30M", the others whole
+    (truncated).
     """
     a, b = _value(start), _value(end)
     if (a.tzinfo is None) != (b.tzinfo is None):
@@ -247,7 +243,7 @@ def time_between(start: str, end: str) -> Duration:
 
 @tool(provenance="derived")
 def day_bounds(value: str) -> Bounds:
-    """Return {start, end}: the first and last second of the day of `value` (its zone kept)."""
+    """The first and last second of the day of `value` (its zone kept)."""
     parsed = _value(value)
     start = parsed.replace(hour=0, minute=0, second=0, microsecond=0)
     return Bounds(start=start.isoformat(), end=start.replace(hour=23, minute=59, second=59).isoformat())
@@ -259,9 +255,8 @@ def convert_timezone(
     timezone: Annotated[str, Field(description="IANA name, e.g. 'Europe/Berlin', or 'UTC'.")],
     assume: str | None = None,
 ) -> DateTime:
-    """Express a date-time in another time zone; a value without an offset is read in `assume`.
-
-    Returns {value, date, time, weekday}.
+    """A date-time in another `timezone` (IANA, e.g. 'Europe/Berlin', or 'UTC'); a value without an
+    offset is read in `assume`.
     """
     parsed = _value(value)
     if parsed.tzinfo is None:
@@ -273,17 +268,15 @@ def convert_timezone(
 
 class Now(BaseModel):
     today: str = Field(description="Today's date, 'YYYY-MM-DD', in `timezone`.")
-    now: str = Field(description="The current time, 'YYYY-MM-DDTHH:MM:SS+zone', whole seconds.")
-    timezone: str = Field(description="The IANA time zone used.")
-    weekday: str = Field(description="Today: 'Monday' ... 'Sunday'.")
+    now: str
+    timezone: str
+    weekday: str
 
 
 @tool(effect="read", provenance="trusted")
 def clock(timezone: str | None = None) -> Now:
-    """Return {today, now, timezone, weekday}: the current date and time in `timezone`.
-
-    timezone: IANA; default: the deployment's. Use it for "today" and dates relative to it;
-    never guess the date from data.
+    """The current date and time in `timezone` (IANA; default: the deployment's). Use it for
+    "today" and dates relative to it; never guess the date from data.
     """
     name = timezone or os.environ.get(TIMEZONE_ENV) or "UTC"
     current = dt.datetime.now(_zone(name)).replace(microsecond=0)

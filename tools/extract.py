@@ -100,7 +100,7 @@ def _decimal_text(number: str) -> str:
 
 
 class Values(BaseModel):
-    values: list[str] = Field(description="The entities found, normalised, in order of appearance.")
+    values: list[str]
     count: int
 
 
@@ -120,11 +120,9 @@ class Amounts(BaseModel):
 
 @tool(provenance="derived")
 def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: bool = True) -> Values:
-    """Find entities of one kind in free text; returns {values, count}, in order of appearance.
-
-    iban: valid checksum and length, without spaces, upper case. email. url: http(s):// or
-    www. number: decimal strings without thousands commas ("1,234.5" -> "1234.5"). unique: each
-    value once.
+    """Entities of one kind in free text, in order. iban: valid checksum and length, no spaces,
+    upper case. email. url: http(s):// or www. number: decimal strings without thousands commas
+    ("1,234.5" -> "1234.5"). unique: each value once.
     """
     if kind == "iban":
         values = _ibans(text)
@@ -143,10 +141,9 @@ def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: 
 
 @tool(provenance="derived")
 def extract_amounts(text: str, currency: str | None = None) -> Amounts:
-    """Find money amounts with their currency; returns {records: [{amount, currency, text}], count}.
-
-    "EUR 1,234.50", "1.234,50 €", "$12", "12 euros": amount a decimal string, currency an
-    ISO code. currency: keep only that one. A number without a currency is no amount.
+    """Money amounts with their currency ("EUR 1,234.50", "1.234,50 €", "$12", "12 euros"): amount
+    a decimal string, currency an ISO code; `currency` keeps only that one. A number without a
+    currency is no amount.
     """
     records: list[Amount] = []
     for found in _AMOUNT_RE.finditer(text):

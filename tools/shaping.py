@@ -83,63 +83,61 @@ RS = TypeVar("RS", bound=Record)
 
 
 class RecordsResult(BaseModel, Generic[T]):
-    records: list[T] = Field(description="The resulting records, of the input's type.")
-    count: int = Field(description="Number of records in `records`.")
+    records: list[T]
+    count: int
 
 
 class ValuesResult(BaseModel, Generic[T]):
-    values: list[T] = Field(description="One value per input record, in input order.")
-    count: int = Field(description="Number of values.")
+    values: list[T]
+    count: int
 
 
 class NumbersResult(BaseModel):
-    values: list[PlainDecimal] = Field(description="One per input record, in input order.")
-    count: int = Field(description="Number of values.")
+    values: list[PlainDecimal]
+    count: int
 
 
 class TextValuesResult(BaseModel):
-    values: list[str] = Field(description="One string per input record, in input order.")
-    count: int = Field(description="Number of values.")
+    values: list[str]
+    count: int
 
 
 class SumResult(BaseModel):
-    total: PlainDecimal = Field(description="Exact decimal sum.")
-    count: int = Field(description="Number of values added.")
+    total: PlainDecimal
+    count: int
 
 
 class Group(BaseModel):
-    key: str = Field(description="The group's key value, as text.")
-    total: PlainDecimal = Field(
-        description="Exact decimal sum of the field over the group."
-    )
-    count: int = Field(description="Number of records in the group.")
+    key: str
+    total: PlainDecimal
+    count: int
 
 
 class GroupSumResult(BaseModel):
-    groups: list[Group] = Field(description="One entry per distinct key, sorted by key.")
-    count: int = Field(description="Number of groups.")
+    groups: list[Group]
+    count: int
 
 
 class TextResult(BaseModel):
-    text: str = Field(description="The rendered text.")
+    text: str
 
 
 class CountResult(BaseModel):
-    count: int = Field(description="Number of items.")
+    count: int
 
 
 class RecordResult(BaseModel, Generic[T]):
-    record: T = Field(description="The record, of the input's type.")
+    record: T
 
 
 class Pair(BaseModel, Generic[L, S]):
-    left: L = Field(description="The item from `left`.")
-    right: S = Field(description="The item from `right`.")
+    left: L
+    right: S
 
 
 class PairsResult(BaseModel, Generic[L, S]):
-    records: list[Pair[L, S]] = Field(description="One {left, right} per pair, in order.")
-    count: int = Field(description="Number of pairs.")
+    records: list[Pair[L, S]]
+    count: int
 
 
 def _context() -> decimal.Context:
@@ -389,8 +387,8 @@ FieldOfR = Annotated[str, FieldName(R)]
 def pick(
     records: list[R], fields: Annotated[list[str], FieldName(R)]
 ) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
-    """Keep only `fields` in each record (a field a record lacks is left out); returns {records,
-    count}, order kept. A field no record of a non-empty list has is an error (a typo).
+    """Keep only `fields` in each record (a field a record lacks is left out); a field no record
+    has is an error (a typo).
     """
     if not fields:
         raise ValueError("fields is empty: name at least one field to keep")
@@ -402,8 +400,8 @@ def pick(
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, FieldOf(R, "field")]]:
-    """Return {values, count}: the value of `field` from every record, in order (a column typed as the
-    field). Every record must have it.
+    """The value of `field` from every record, in order, typed as the field; every record must have
+    it.
     """
     values = _required(records, field)
     return ValuesResult(values=values, count=len(values))
@@ -411,8 +409,8 @@ def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, Fiel
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
-    """Return {values, count}: like pluck, as decimal strings (values must be numbers or decimal
-    strings), e.g. for calculator variables.
+    """Like pluck, as decimal strings (of numbers or decimal strings), e.g. for calculator
+    variables.
     """
     values = _required(records, field)
     numbers = [_number_of(value, f"record {index} field {field!r}") for index, value in enumerate(values)]
@@ -421,7 +419,7 @@ def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck_text(records: list[R], field: FieldOfR) -> TextValuesResult:
-    """Return {values, count}: like pluck, typed as strings (every value must be a string)."""
+    """Like pluck, for string values."""
     values = _required(records, field)
     for index, value in enumerate(values):
         if not isinstance(value, str):
@@ -450,13 +448,12 @@ def filter_records(
     value: Any,
     ignore_case: bool = False,
 ) -> RecordsResult[R]:
-    """Keep the records whose `field` satisfies `op` `value`; returns {records, count}, order kept.
-
-    eq ne lt le gt ge: numbers and decimal strings by value, ISO dates as instants, else text
-    (a number against text is an error). contains starts_with ends_with has_word (a whole
-    word): text; contains on a list field: has an item equal to `value`. has_key: an object
-    field has the key `value`. in: the field is one of `value` (a list). ignore_case: text.
-    Missing or null fields never match; a field no record has is an error (a typo).
+    """Keep the records whose `field` satisfies `op` `value`, order kept. eq ne lt le gt ge:
+    numbers and decimal strings by value, ISO dates as instants, else text (number against text:
+    an error). contains starts_with ends_with has_word (a whole word): text; contains on a list
+    field: has an item equal to `value`. has_key: an object field has the key `value`. in: one
+    of `value` (a list). Missing or null fields never match; a field no record has is an error
+    (a typo).
     """
     _check_field(records, field)
     matches = _matcher(op, value, ignore_case)
@@ -466,10 +463,8 @@ def filter_records(
 
 @tool(provenance="derived", selection=_rows_by("by"))
 def sort_records(records: list[R], by: FieldOfR, descending: bool = False) -> RecordsResult[R]:
-    """Return {records, count}: a stable sort by the field `by`: numbers and decimal strings by value,
-    ISO dates as instants, else text.
-
-    Mixed types are an error; records with the field missing or null come last.
+    """A stable sort by `by`, compared as in filter_records; mixed types are an error, missing or
+    null last.
     """
     _check_field(records, by)
     present = [record for record in records if record.get(by) is not None]
@@ -497,17 +492,15 @@ def _sort_keys(values: list[Any], by: str) -> list[Any]:
 
 @tool(provenance="derived", selection=_ROWS)
 def take(records: list[T], n: Annotated[int, Field(ge=0)]) -> RecordsResult[T]:
-    """Return {records, count}: the first `n` items (all if fewer), e.g. the top n after sort_records."""
+    """The first `n` items (all if fewer), e.g. the top n after sort_records."""
     out = records[:n]
     return RecordsResult(records=out, count=len(out))
 
 
 @tool(provenance="derived", selection=Selection(decides=("records/*/{field}",)))
 def sum_field(records: list[R], field: FieldOfR) -> SumResult:
-    """Return {total, count}: the exact decimal sum of `field` (numbers or decimal strings; every
-    record must have it).
-
-    An empty list gives "0". Does not convert currencies: filter first.
+    """The exact decimal sum of `field` (numbers or decimal strings; every record must have it);
+    "0" for none. Converts no currency: filter first.
     """
     values = _required(records, field)
     total = Decimal(0)
@@ -519,8 +512,8 @@ def sum_field(records: list[R], field: FieldOfR) -> SumResult:
 
 @tool(provenance="derived", selection=Selection(decides=("records/*/{key}", "records/*/{field}")))
 def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResult:
-    """Return {groups, count}: per distinct value of `key` (as text, sorted), the exact decimal
-    sum of `field`; every record must have both.
+    """Per distinct `key` (as text, sorted), the exact decimal total of `field`; every record must
+    have both.
     """
     keys = _required(records, key)
     values = _required(records, field)
@@ -539,11 +532,9 @@ def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResul
 
 @tool(provenance="derived")
 def format_text(template: str, values: dict[str, Any]) -> TextResult:
-    """Fill `{name}` placeholders in `template` from `values`; returns {text}.
-
-    Plain names only ({a.b}, {a[0]}, {a!r}, {a:>10} are errors); {{ and }} for braces. Text as
-    is, numbers as written, null as "", lists as "a, b, c", objects as JSON. A placeholder
-    with no value is an error.
+    """Fill `{name}` placeholders in `template` from `values` (plain names; {{ and }} for braces):
+    text as is, numbers as written, null as "", lists as "a, b, c", objects as JSON. A
+    placeholder with no value is an error.
     """
     try:
         parts = list(string.Formatter().parse(template))
@@ -574,15 +565,14 @@ def format_text(template: str, values: dict[str, Any]) -> TextResult:
 
 @tool(provenance="derived", selection=Selection(inputs=("records",)))
 def count(records: list[Any]) -> CountResult:
-    """Return {count}: the number of items in a list (records, ids or any JSON values)."""
+    """The number of items in a list."""
     return CountResult(count=len(records))
 
 
 @tool(provenance="derived", selection=Selection({"/record": "records/*"}))
 def first(records: list[T]) -> RecordResult[T]:
-    """Return {record}: the first item (e.g. the top one after sort_records).
-
-    An empty list fails the step: guard it with when {"nonempty": ...} if it may be empty.
+    """The first item (e.g. after sort_records); an empty list fails the step: guard it with when
+    {"nonempty": ...}.
     """
     if not records:
         raise ValueError("the list is empty: there is no first item")
@@ -594,9 +584,7 @@ def first(records: list[T]) -> RecordResult[T]:
     selection=Selection({"/records/*/left": "left/*", "/records/*/right": "right/*"}),
 )
 def zip_lists(left: list[L], right: list[S]) -> PairsResult[L, S]:
-    """Return {records, count}: pair two lists of one length by position (left[0] with right[0], ...);
-    other lengths are an error.
-    """
+    """Pair two lists of one length by position; other lengths are an error."""
     if len(left) != len(right):
         raise ValueError(
             f"left has {len(left)} items and right {len(right)}: zip_lists pairs lists of one length"
@@ -619,9 +607,8 @@ def join_records(
     right_field: Annotated[str, FieldName(RS)],
     ignore_case: bool = False,
 ) -> PairsResult[RL, RS]:
-    """Return {records, count}: an inner join, every pair where left[left_field] equals
-    right[right_field], in left then right order; numbers by value, ignore_case for text,
-    missing or null never match.
+    """An inner join: every pair where left[left_field] equals right[right_field], left then right
+    order; numbers by value, ignore_case for text, missing or null never match.
     """
     _check_field(left, left_field)
     _check_field(right, right_field)

@@ -54,24 +54,22 @@ def _check_length(length: int) -> None:
 
 
 class MatchResult(BaseModel):
-    matched: bool = Field(description="Whether the text matches.")
+    matched: bool
 
 
 class MatchRecords(BaseModel):
     records: list[Annotated[dict[str, str], RegexGroups("pattern")]] = Field(
-        description="One record per match: one field per named group ('' if it did not take part)."
+        description="'' for a group that did not take part."
     )
     count: int
-    matched: bool = Field(description="count > 0.")
+    matched: bool
 
 
 R = TypeVar("R", bound=dict[str, Any])
 
 
 class ExtendedRecords(BaseModel, Generic[R]):
-    records: list[Annotated[dict[str, Any], ExtendedBy(R, "pattern")]] = Field(
-        description="The input records, each with the pattern's named groups added as text fields."
-    )
+    records: list[Annotated[dict[str, Any], ExtendedBy(R, "pattern")]]
     count: int
 
 
@@ -103,8 +101,8 @@ def text_match(
     mode: Literal["contains", "starts_with", "ends_with", "equals", "has_word"] = "contains",
     ignore_case: bool = True,
 ) -> MatchResult:
-    """Return {matched}: whether `text` contains / starts with / ends with / equals `value`,
-    or has it as a whole word (has_word: "rent" matches "Rent due" but not "parent").
+    """Whether `text` contains / starts with / ends with / equals `value`, or has it as a whole
+    word (has_word: "rent" in "Rent due", not in "parent").
     """
     haystack, needle = _fold(text, ignore_case), _fold(value, ignore_case)
     if mode == "has_word":
@@ -127,11 +125,9 @@ def regex_extract(
     ignore_case: bool = False,
     max_matches: Annotated[int, Field(ge=1, le=MAX_ITEMS)] = 100,
 ) -> MatchRecords:
-    """Find the matches of an RE2 regular expression; returns {records, count, matched}.
-
-    A record has one string field per named group (?P<name>...): "Rating: (?P<rating>[0-9.]+)"
-    gives [{"rating": "4.2"}]; with no named group the field is "match". No backreferences or
-    lookaround.
+    """The matches of an RE2 pattern, a record each with one string field per named group
+    (?P<name>...): "Rating: (?P<rating>[0-9.]+)" gives [{"rating": "4.2"}]; with no named group
+    the field is "match". No backreferences or lookaround.
     """
     # The same RE2 settings and group names compile used to type the records.
     regex = compile_regex(pattern, ignore_case)
@@ -155,10 +151,9 @@ def extract_into(
     ignore_case: bool = False,
     keep_unmatched: bool = False,
 ) -> ExtendedRecords[R]:
-    """For each record, search text `field` with an RE2 pattern and add its named groups as
-    fields; returns {records, count}. Records whose field does not match (or is missing or
-    null) are dropped (keep_unmatched: kept, the groups ""). Decimal strings then compare as
-    numbers in sort_records/filter_records.
+    """For each record, search text `field` with an RE2 pattern and add its named groups as fields.
+    Records whose field does not match (or is missing or null) are dropped (keep_unmatched:
+    kept, the groups "").
     """
     regex = compile_regex(pattern, ignore_case)
     names = regex_group_names(pattern)
@@ -188,8 +183,8 @@ def split_text(
     skip_empty: bool = True,
     strip_bullets: bool = False,
 ) -> TextList:
-    """Split `text` into parts; returns {values, count}. separator null: lines. strip: trim
-    parts; skip_empty: drop empty ones; strip_bullets: drop a leading "- ", "* ", "• ", "1. ".
+    """Split `text` at `separator` (null: lines). strip: trim parts; skip_empty: drop empty ones;
+    strip_bullets: drop a leading "- ", "* ", "• ", "1. ".
     """
     if separator == "":
         raise ValueError("separator is empty: give a separator, or null to split into lines")
@@ -210,11 +205,10 @@ def split_text(
 
 @tool(provenance="derived")
 def parse_fields(text: str, separator: str = ":") -> Fields:
-    """Parse "Key: value" lines into {fields, entries, count}.
-
-    fields maps each key to its value. A line without the separator continues the entry above:
-    entries[i].lines holds its value and those lines, bullets stripped ("Ingredients:\\n- eggs"
-    gives lines ["eggs"]). Text before the first key is ignored.
+    """Parse "Key: value" lines. fields maps each key to its value. A line without the separator
+    continues the entry above: entries[i].lines holds its value and those lines, bullets
+    stripped ("Ingredients:\\n- eggs" gives lines ["eggs"]). Text before the first key is
+    ignored.
     """
     if not separator:
         raise ValueError("separator is empty")
@@ -245,9 +239,8 @@ def _heading(line: str) -> tuple[int, str] | None:
 
 @tool(provenance="derived")
 def section(text: str, heading: str, until: str | None = None) -> TextOut:
-    """Return {text}: the lines under the heading `heading` (case-insensitive, a markdown
-    "## X" or a line "X:"), up to the next heading of the same or a higher level (or `until`).
-    A missing heading is an error.
+    """The lines under the heading `heading` (case-insensitive, "## X" or a line "X:"), up to the
+    next heading of the same or a higher level (or `until`). A missing heading is an error.
     """
     lines = text.splitlines()
     wanted = heading.strip().rstrip(":").strip().casefold()
@@ -276,8 +269,9 @@ def section(text: str, heading: str, until: str | None = None) -> TextOut:
 
 @tool(provenance="derived")
 def transform_text(text: str, op: Literal["lower", "upper", "strip", "title", "collapse_spaces"]) -> TextOut:
-    """Return {text}: `text` lower-cased, upper-cased, stripped, title-cased, or with runs of
-    whitespace collapsed to one space (collapse_spaces, also strips)."""
+    """`text` lower-, upper- or title-cased, stripped, or with whitespace runs collapsed to one
+    space (collapse_spaces, also strips).
+    """
     if op == "collapse_spaces":
         return TextOut(text=" ".join(text.split()))
     return TextOut(
@@ -287,7 +281,7 @@ def transform_text(text: str, op: Literal["lower", "upper", "strip", "title", "c
 
 @tool(provenance="derived")
 def replace_text(text: str, old: str, new: str, ignore_case: bool = False) -> TextOut:
-    """Return {text}: every occurrence of `old` replaced by `new` (plain text, not a pattern)."""
+    """Every occurrence of `old` replaced by `new` (plain text, not a pattern)."""
     if not old:
         raise ValueError("old is empty")
     if ignore_case:
@@ -303,12 +297,12 @@ def replace_text(text: str, old: str, new: str, ignore_case: bool = False) -> Te
 
 @tool(provenance="derived")
 def slice_text(text: str, start: int = 0, end: int | None = None) -> TextOut:
-    """Return {text}: characters start..end-1 (Python slicing: negative counts from the end)."""
+    """Characters start..end-1 (Python slicing: negative counts from the end)."""
     return TextOut(text=text[start:end])
 
 
 @tool(provenance="derived")
 def join_text(values: list[str], separator: str = ", ") -> TextOut:
-    """Return {text}: `values` joined with `separator` (e.g. "\\n" for lines)."""
+    """`values` joined with `separator` (e.g. "\\n")."""
     _check_length(sum(map(len, values)) + len(separator) * max(len(values) - 1, 0))
     return TextOut(text=separator.join(values))
