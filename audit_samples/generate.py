@@ -99,7 +99,8 @@ STAGED_ANSWERS = [
 
 def staged_sample(log: Path) -> str:
     """A two-stage `pte run` with recorded planner answers; return the run's status."""
-    from pte import AuditLog, Engine, EngineConfig, ReplayClient, load_registry
+    from pte import AuditLog, Engine, EngineConfig, load_registry
+    from pte.engine import ReplayClient
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     llm = ReplayClient(STAGED_ANSWERS, model="recorded-demo-responses")
@@ -129,7 +130,9 @@ DELEGATED_ANSWERS = [
 
 def delegated_sample(log: Path) -> str:
     """A `pte run` whose coordinator delegates to two specialists (recorded answers)."""
-    from pte import AuditLog, Engine, EngineConfig, ReplayClient, Specialist, load_registry
+    from pte import AuditLog, Engine, EngineConfig, load_registry
+    from pte.engine import ReplayClient
+    from pte.plan import Specialist
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     specialists = (
@@ -208,8 +211,9 @@ def paused_sample(target: Path, workdir: Path, *, approve: bool, signer: Signing
 
     A store keeps one chain per run, so the run's lines on their own are a valid log file.
     """
-    from pte import Engine, decide, load_registry, pausing_gate, resume_run, run_in_store
+    from pte import Engine, load_registry
     from pte._core import TrustedKeys
+    from pte.deployment import decide, pausing_gate, resume_run, run_in_store
     from pte.stores import open_store
 
     registry = load_registry(["backoffice", "calculator", "shaping"])

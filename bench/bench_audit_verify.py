@@ -39,7 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pte import AuditLog, VerifyReport, hash_json, verify
+from pte import AuditLog, verify
+from pte.audit import VerifyReport, hash_json
 
 PLAN = {
     "pte_plan": "1",
@@ -177,10 +178,11 @@ def run_sizes() -> tuple[int, int, int, int, int, int]:
     (format 1 run, format 2 first run, format 2 later run, tools, format 1 run_started,
     format 2 later run_started).
     """
-    from pte import Policy, Registry, ToolSpec
+    from pte import Policy, Registry
     from pte._catalogue import run_started_fields
     from pte._cli import demo_registry
     from pte._core import canonical_bytes
+    from pte.catalogue import ToolSpec
 
     demo = demo_registry()
     entries = demo.describe()

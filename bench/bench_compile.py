@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pte import Limits, compile_plan
+from pte import compile_plan
+from pte.plan import Limits
 from pte.testing._catalogue import example_registry
 
 

@@ -58,8 +58,9 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict
 
-from pte import AuditLog, Executor, Limits, Plan, Registry, compile_plan, tool
+from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool
 from pte._core import canonical_bytes, sha256_hex
+from pte.plan import Limits
 
 TARGET_RATIO = 0.25
 

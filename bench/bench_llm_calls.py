@@ -30,7 +30,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, LLMError, LLMResponse, Registry, tool
+from pte import AuditLog, Engine, EngineConfig, Registry, tool
+from pte.engine import LLMResponse
+from pte.errors import LLMError
 
 CHARS_PER_TOKEN = 4
 

@@ -27,8 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pte import AuditLog, Engine, EngineConfig, Limits, iter_records, load_registry, replay_file, verify
+from pte import AuditLog, Engine, EngineConfig, load_registry, verify
 from pte._audit import render_record
+from pte.audit import iter_records
+from pte.plan import Limits
+from pte.runs import replay_file
 
 
 def _chain(steps: int) -> str:

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable
 
-from pte import Redactor
+from pte.audit import Redactor
 
 FAMILIES: dict[str, Callable[[int], str]] = {
     "a_a_a_ (issue #10)": lambda n: ("a_" * n)[:n],

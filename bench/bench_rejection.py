@@ -23,7 +23,8 @@ import statistics
 import time
 from collections.abc import Iterator
 
-from pte import DEFAULT_LIMITS, PlanRejected, compile_plan
+from pte import PlanRejected, compile_plan
+from pte.plan import DEFAULT_LIMITS
 from pte.testing._catalogue import example_registry
 
 LIMIT = DEFAULT_LIMITS.max_bytes

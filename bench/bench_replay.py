@@ -10,7 +10,7 @@ Then, over that same log, it times
 
 - the baseline measured in the same run: the original execution (records written per second),
 - plain `pte.verify(path)` (chain, canonical form and schema of every record),
-- `pte.replay_file(path)`: the engine re-driven from the log alone (recorded tool
+- `pte.runs.replay_file(path)`: the engine re-driven from the log alone (recorded tool
   schemas, recorded policy, recorded outputs), every decision compared with the record,
 
 and prints records/s for each and the ratios replay/execute and replay/verify. Replay is
@@ -33,7 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pte import AuditLog, Engine, EngineConfig, Limits, Registry, load_registry, replay_file, verify
+from pte import AuditLog, Engine, EngineConfig, Registry, load_registry, verify
+from pte.plan import Limits
+from pte.runs import replay_file
 
 
 def plan_text(steps: int) -> str:

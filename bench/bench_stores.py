@@ -28,14 +28,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from _services import postgres_server, redis_server  # noqa: E402
 
-from pte import (  # noqa: E402
-    Engine,
-    load_pack,
-    load_registry,
-    pausing_gate,
-    run_in_store,
-)
+from pte import Engine, load_pack, load_registry  # noqa: E402
 from pte._deploy import enqueue, make_app, submit_job  # noqa: E402
+from pte.deployment import pausing_gate, run_in_store  # noqa: E402
 from pte.stores import Store, open_store  # noqa: E402
 
 TOOLS = "backoffice,calculator,shaping"

@@ -12,7 +12,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
-from pte import ReplayClient
 from pte._audit import Approval, AuditLog, read_records, verify
 from pte._catalogue import Registry, tool
 from pte._core import (
@@ -38,6 +37,7 @@ from pte._policy import (
     signing_key_from_env,
 )
 from pte._run import Engine
+from pte.engine import ReplayClient
 from tests.audit_runs import begun
 
 SIGNER = SigningKey.generate()

@@ -20,6 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Every public face: the package, and the public subpackages and modules a user imports.
 FACES = [
     "pte",
+    "pte.errors",
+    "pte.catalogue",
+    "pte.plan",
+    "pte.policy",
+    "pte.audit",
+    "pte.execution",
+    "pte.engine",
+    "pte.runs",
+    "pte.deployment",
     "pte.stores",
     "pte.stores.postgres",
     "pte.importers",

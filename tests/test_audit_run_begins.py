@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pte import AuditLog, AuditWriteError, Executor, Registry, compile_plan, tool, verify
+from pte import AuditLog, Executor, Registry, compile_plan, tool, verify
 from pte._audit import read_records
+from pte.errors import AuditWriteError
 from pte.stores import open_store
 from tests.audit_runs import begun
 

@@ -244,11 +244,11 @@ def _transfers() -> int:
 def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp_path: Path) -> None:
     """Attack 6: the run crashed after the keyed payment took effect. Before, resume said
     "approve the plan again" (which pays twice). Now the keyed re-call completes the run, once."""
-    from pte import resume_file
     from pte._audit import AuditLog
     from pte._plan import compile_plan
     from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint
     from pte._replay import Deployment
+    from pte.runs import resume_file
 
     WORLD["db"] = tmp_path / "world.sqlite"
     registry = Registry([transfer])
@@ -322,8 +322,8 @@ class _Paid:
             return Engine(REGISTRY, policy=self.policy, approval=self.gate()).execute(PAY, audit)
 
     def resume(self, log: Path, anchors: Any) -> Any:
-        from pte import resume_file
         from pte._replay import Deployment
+        from pte.runs import resume_file
 
         deployment = Deployment(policy=self.policy, approvals=self.gate(), anchors=anchors)
         return resume_file(log, REGISTRY, deployment=deployment)

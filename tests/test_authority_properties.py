@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte import resume_file
 from pte._audit import Anchors, AuditLog
 from pte._catalogue import Registry, tool
 from pte._core import PTEError, SigningKey, canonical_json, sha256_hex
 from pte._policy import Policy
 from pte._replay import Deployment
 from pte._run import Engine
+from pte.runs import resume_file
 
 KEY = SigningKey.generate()
 #: write step id -> how often the world saw it applied.

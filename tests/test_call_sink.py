@@ -180,7 +180,7 @@ def test_a_deployment_may_open_a_call_and_open_mode_guards_only_declared_sinks()
     assert "only request data may decide whether post_note runs" in error.message
     # Open mode: a write no declaration guards is not a sink (what `open` means); declared sinks are.
     compiles(on_mail, Policy.from_registry(REGISTRY, default="open"))
-    with pytest.raises(pte.PolicyError):
+    with pytest.raises(pte.errors.PolicyError):
         Policy.from_registry(REGISTRY).with_document(
             {"pte_policy": "1", "tools": {"release_payment_batch": {"call": ["everyone"]}}}
         )
@@ -304,7 +304,7 @@ def plans(draw: hs.DrawFn) -> str:
 def _writes(compiled: pte.Plan) -> int:
     BATCHES.clear()
     NOTES.clear()
-    with contextlib.suppress(pte.ConditionNotMet):  # a require stopped it: that counts too
+    with contextlib.suppress(pte.errors.ConditionNotMet):  # a require stopped it: that counts too
         pte.Executor(REGISTRY).run(compiled)
     return len(BATCHES) + len(NOTES)
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 import pte
-from pte import Limits, Plan, PlanRejected, ReasonCode, compile_plan
+from pte import Plan, PlanRejected, ReasonCode, compile_plan
 from pte._core import canonical_json
+from pte.plan import Limits
 from pte.testing._catalogue import example_registry
 
 REGISTRY = example_registry()
@@ -806,7 +807,7 @@ def test_too_many_steps() -> None:
 
 
 def test_default_step_limit() -> None:
-    assert pte.DEFAULT_LIMITS.max_steps == 250
+    assert pte.plan.DEFAULT_LIMITS.max_steps == 250
     assert compiles(_chain(250)).order[-1] == "s249"
     rejected(_chain(251), ReasonCode.PLAN_TOO_LARGE, "$.steps")
 

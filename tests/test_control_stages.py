@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, load_registry
 from pte._policy import Policy
 from pte._replay import replay_file
 from pte._run import DATA_OPEN, Engine, EngineConfig, RunResult
+from pte.engine import ReplayClient
 from tests.packs import world
 
 

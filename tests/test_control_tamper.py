@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import load_registry
 from pte._replay import replay_file
 from pte._run import Engine, EngineConfig
+from pte.engine import ReplayClient
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 

@@ -139,10 +139,10 @@ def test_guarded_tasks_run_through_the_engine_and_replay_from_the_log(task: Task
     (the clock's reading, a skipped step's null default, the selections' labels)."""
     import json
 
-    from pte import ReplayClient
     from pte._audit import AuditLog
     from pte._replay import replay_file
     from pte._run import Engine, EngineConfig
+    from pte.engine import ReplayClient
 
     registry = cookbook_registry(task.domain)
     log = tmp_path / "task.jsonl"

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, load_registry
 from pte._plan import compile_plan
 from pte._policy import Policy
 from pte._replay import replay_file
 from pte._run import Engine, EngineConfig, RunResult
+from pte.engine import ReplayClient
 from tests.packs import world
 
 #: Compliance's policy file for the bank: a transaction's subject is free text a third party chose.

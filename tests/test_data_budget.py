@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, Registry, ReplayClient, tool
+from pte import AuditLog, Engine, EngineConfig, Registry, tool
 from pte._audit import read_records
 from pte._core import render_budgeted
 from pte._run import DATA_CLOSE, DATA_OPEN, data_block
+from pte.engine import ReplayClient
 
 MORE = re.compile(r"^… (\d+) more records? not shown$")
 HIDDEN = re.compile(r"^\[text of \d+ characters not shown\]$")

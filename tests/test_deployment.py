@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import pte
-from pte import Deployment, DeploymentError
+from pte import Deployment
 from pte._core import TrustedKeys
+from pte.errors import DeploymentError
 from tests._cli_run import approver_keys, cli, ledger, make_deployment
 
 __all__ = ["ledger"]  # the fixture, used by name
@@ -126,7 +127,7 @@ def test_a_run_records_its_deployment_and_continues_only_under_it(
     # Cut before the write ran: a run to resume.
     code, out, err = cli(capsys, "execute", "pay.json", "--audit", "run.jsonl")
     assert code == 0, err
-    started = next(r for r in pte.read_records("run.jsonl") if r["type"] == "run_started")
+    started = next(r for r in pte.audit.read_records("run.jsonl") if r["type"] == "run_started")
     assert started["deployment"]["fingerprint"] == one.fingerprint
     assert set(started["deployment"]["parts"]) >= {"catalogue", "document", "deployment_key"}
     assert one.from_run(started) is one

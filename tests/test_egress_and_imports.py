@@ -10,20 +10,11 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from pte import (
-    AuditLog,
-    Engine,
-    EngineConfig,
-    PlanRejected,
-    Policy,
-    Registry,
-    ReplayClient,
-    compile_plan,
-    tool,
-)
+from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, Registry, compile_plan, tool
 from pte._audit import read_records, verify
 from pte._core import FailedClosed
 from pte._replay import replay_file, resume_file
+from pte.engine import ReplayClient
 from pte.importers._text import scrub
 from pte.importers.openapi import import_openapi
 from pte.testing import FunctionCall, FunctionClient

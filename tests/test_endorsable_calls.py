@@ -24,25 +24,13 @@ from hypothesis import strategies as hs
 from pydantic import BaseModel
 
 import pte
-from pte import (
-    AuditLog,
-    EndorsementGate,
-    EndorsementRequest,
-    EndorsementStore,
-    Engine,
-    EngineConfig,
-    Policy,
-    ReasonCode,
-    Registry,
-    RunPaused,
-    endorse,
-    pending_endorsement,
-    read_records,
-    tool,
-)
+from pte import AuditLog, Engine, EngineConfig, Policy, ReasonCode, Registry, tool
 from pte._core import SigningKey, TrustedKeys, canonical_json
 from pte._policy import make_endorsement
 from pte._replay import Deployment, resume_file
+from pte.audit import read_records
+from pte.errors import RunPaused
+from pte.policy import EndorsementGate, EndorsementRequest, EndorsementStore, endorse, pending_endorsement
 from pte.testing import ScriptedModel
 
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -353,7 +341,7 @@ def test_the_person_sees_the_decisions_in_words_with_their_values(
     assert any("candidates/hotels/0/rating = 4.6" in w and "> 4" in w for w in words), words
     # `pte endorse` shows the request as recorded (its describe()); the report shows it too.
     assert all(w in request.describe() for w in words)
-    report = pte.render_report(tmp_path / "hotel.jsonl")
+    report = pte.runs.render_report(tmp_path / "hotel.jsonl")
     assert "runs because its condition held: candidates/hotels/0/rating = 4.6" in report
 
 
@@ -569,7 +557,9 @@ def test_endorse_and_resume_from_python_with_the_pem_files_pte_keys_writes(tmp_p
 
     private, public = tmp_path / "alice.key", tmp_path / "approvers.pub"
     assert main(["keys", "generate", "--private", str(private), "--public", str(public)]) == 0
-    gate = pte.EndorsementGate(pte.EndorsementStore(tmp_path / "e.jsonl"), keys=pte.TrustedKeys.load(public))
+    gate = pte.policy.EndorsementGate(
+        pte.policy.EndorsementStore(tmp_path / "e.jsonl"), keys=pte.TrustedKeys.load(public)
+    )
     registry = REGISTRY
     policy = Policy.from_registry(registry).with_document(CALL_ENDORSABLE)
     engine = Engine(
@@ -579,16 +569,16 @@ def test_endorse_and_resume_from_python_with_the_pem_files_pte_keys_writes(tmp_p
         policy=policy,
         endorsement=gate,
     )
-    store = pte.SQLiteStore(tmp_path / "runs.db")
-    paused = pte.run_in_store(engine, store, run_id="bill-1", request="Pay the bill.")
-    assert isinstance(paused, pte.PausedRun) and paused.status == "awaiting_endorsement"
-    request = pte.pending_endorsement(store.records("bill-1"))
+    store = pte.stores.SQLiteStore(tmp_path / "runs.db")
+    paused = pte.deployment.run_in_store(engine, store, run_id="bill-1", request="Pay the bill.")
+    assert isinstance(paused, pte.deployment.PausedRun) and paused.status == "awaiting_endorsement"
+    request = pte.policy.pending_endorsement(store.records("bill-1"))
     assert request is not None
-    pte.endorse(gate.store, request, "alice", signing_key=pte.SigningKey.load(private))
-    result = pte.resume_run(store, "bill-1", registry, policy=policy, endorsements=gate)
+    pte.policy.endorse(gate.store, request, "alice", signing_key=pte.SigningKey.load(private))
+    result = pte.deployment.resume_run(store, "bill-1", registry, policy=policy, endorsements=gate)
     assert isinstance(result, pte.RunResult)
     assert result.ok, result.message
     assert len(DONE) == 1
     # A key file that is not what `pte keys generate` writes is a clear error, not a traceback.
-    with pytest.raises(pte.KeyFileError):
+    with pytest.raises(pte.errors.KeyFileError):
         pte.TrustedKeys.load(private)

@@ -20,25 +20,20 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte import (
-    AuditLog,
+from pte import AuditLog, Engine, Policy, Registry, tool, verify
+from pte._core import SigningKey, TrustedKeys
+from pte._policy import make_endorsement
+from pte._replay import Deployment, resume_file
+from pte.audit import read_records
+from pte.errors import RunPaused
+from pte.policy import (
     Endorsement,
     EndorsementGate,
     EndorsementRequest,
     EndorsementStore,
-    Engine,
-    Policy,
-    Registry,
-    RunPaused,
     endorse,
     pending_endorsement,
-    read_records,
-    tool,
-    verify,
 )
-from pte._core import SigningKey, TrustedKeys
-from pte._policy import make_endorsement
-from pte._replay import Deployment, resume_file
 from pte.testing import ScriptedModel
 
 BILL_IBAN = "DE44500105175407324931"
@@ -176,7 +171,9 @@ def test_endorsed_it_resumes_and_pays_once_and_replays(
     assert record["endorsement_id"] == made.id and record["signed"] is True
     assert verify(log).ok
     # Replay re-checks the signature and its binding to the replayed values, and runs nothing.
-    report = pte.replay_file(log, registry=REGISTRY, deployment=Deployment(policy=POLICY, keys=gate.keys))
+    report = pte.runs.replay_file(
+        log, registry=REGISTRY, deployment=Deployment(policy=POLICY, keys=gate.keys)
+    )
     assert report.ok, report.render()
     assert len(PAID) == 1
     # Resume of a finished run does nothing: the endorsement is never asked for or used again.
@@ -369,15 +366,15 @@ def test_policy_schema_and_cli_schema_know_on_violation(capsys: pytest.CaptureFi
     per_param, whole_call = tool_schema["oneOf"][1], tool_schema["oneOf"][0]
     assert per_param["additionalProperties"] == {"enum": ["refuse", "endorse"]}
     assert whole_call == {"enum": ["refuse", "endorse"]}
-    with pytest.raises(pte.PolicyError):
+    with pytest.raises(pte.errors.PolicyError):
         Policy.from_registry(REGISTRY).with_document(
             {"pte_policy": "1", "tools": {"pay": {"on_violation": "allow"}}}
         )
-    with pytest.raises(pte.PolicyError):
+    with pytest.raises(pte.errors.PolicyError):
         Policy.from_registry(REGISTRY).with_document(
             {"pte_policy": "1", "tools": {"pay": {"on_violation": {"iban": "allow"}}}}
         )
-    with pytest.raises(pte.PolicyError):
+    with pytest.raises(pte.errors.PolicyError):
         Policy.from_registry(REGISTRY).with_document(
             {"pte_policy": "1", "tools": {"pay": {"on_violation": {"nope": "endorse"}}}}
         )
@@ -480,16 +477,16 @@ def test_a_store_run_pauses_for_an_endorsement_and_resumes_the_same_run(
         endorsement=gate,
     )
     with open_store(f"sqlite://{tmp_path / 'runs.db'}") as store:
-        paused = pte.run_in_store(engine, store, run_id="bill-1", request=REQUEST)
-        assert isinstance(paused, pte.PausedRun) and paused.status == "awaiting_endorsement"
+        paused = pte.deployment.run_in_store(engine, store, run_id="bill-1", request=REQUEST)
+        assert isinstance(paused, pte.deployment.PausedRun) and paused.status == "awaiting_endorsement"
         assert PAID == []
         request = pending_endorsement(store.records("bill-1"))
         assert request is not None and dict(request.values)["iban"] == BILL_IBAN
         # Not decided yet: resuming pauses again, nothing is paid.
-        again = pte.resume_run(store, "bill-1", REGISTRY, policy=POLICY, endorsements=gate)
-        assert isinstance(again, pte.PausedRun) and PAID == []
+        again = pte.deployment.resume_run(store, "bill-1", REGISTRY, policy=POLICY, endorsements=gate)
+        assert isinstance(again, pte.deployment.PausedRun) and PAID == []
         endorse(gate.store, request, "alice", signing_key=signer)
-        done = pte.resume_run(
+        done = pte.deployment.resume_run(
             store,
             "bill-1",
             REGISTRY,
@@ -502,11 +499,11 @@ def test_a_store_run_pauses_for_an_endorsement_and_resumes_the_same_run(
         assert (done.writes_with_person, done.writes_without_person) == (1, 0)
         assert store.verify("bill-1").intact
         # The view and the report count the payment as allowed by a person and show the request.
-        view = pte.RunView.fold("bill-1", store.records("bill-1"))
+        view = pte.runs.RunView.fold("bill-1", store.records("bill-1"))
         summary = view.summary()
         assert (summary["writes_with_person"], summary["writes_without_person"]) == (1, 0)
         assert summary["endorsements"] == 1
-        html = pte.render_store_report(store, run_id="bill-1")
+        html = pte.runs.render_store_report(store, run_id="bill-1")
         assert "<h3>Endorsements</h3>" in html and BILL_IBAN in html and "read_bill (untrusted)" in html
         assert 'data-verified="true"' in html
 
@@ -522,7 +519,7 @@ def test_autonomy_counts_writes_that_ran_without_a_person(tmp_path: Path) -> Non
         result = engine.run("Pay EUR 5.00 to DE89370400440532013000", audit)
     assert result.ok and result.to_dict()["autonomy"] == {"writes_without_person": 1, "writes_with_person": 0}
     records = read_records(tmp_path / "run.jsonl")
-    assert pte.RunView.fold(result.run_id, records).autonomy() == {
+    assert pte.runs.RunView.fold(result.run_id, records).autonomy() == {
         "writes_without_person": 1,
         "writes_with_person": 0,
     }
@@ -566,7 +563,7 @@ def test_property_an_endorsement_of_one_value_never_lets_another_run(tmp_path_fa
         # The bill changed between the pause and the resume (a re-read untrusted source).
         BILLS.append(Bill(iban=second[0], amount=second[1], text=""))
         deployment = Deployment(policy=policy, endorsements=gate)
-        with contextlib.suppress(RunPaused, pte.ReplayDivergence, pte.FailedClosed):
+        with contextlib.suppress(RunPaused, pte.errors.ReplayDivergence, pte.FailedClosed):
             resume_file(log, registry, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
         assert all((p["iban"], p["amount"]) == first for p in PAID), PAID
         # Another run showing the second bill: the first run's endorsement is no authority there.

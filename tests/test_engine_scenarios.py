@@ -618,7 +618,7 @@ def test_a_timed_out_non_idempotent_write_is_not_replanned(tmp_path: Path) -> No
     """Its effect is unknown: a replan could repeat it, so the run ends needs_review."""
     import time as _time
 
-    from pte import ReplayClient
+    from pte.engine import ReplayClient
 
     calls: list[str] = []
 

@@ -133,7 +133,10 @@ def _imports_in(source: str, module: str, *, is_package: bool = False) -> set[st
     tree = ast.parse(source)
     package = module if is_package else module.rpartition(".")[0]
     found: set[str] = set()
+    type_only = _type_checking_imports(tree) if module == "pte" else set()
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -150,6 +153,17 @@ def _imports_in(source: str, module: str, *, is_package: bool = False) -> set[st
             name = getattr(func, "attr", None) or getattr(func, "id", "")
             if name in {"import_module", "__import__"} and isinstance(node.args[0].value, str):
                 found.add(node.args[0].value)
+    return found
+
+
+def _type_checking_imports(tree: ast.Module) -> set[int]:
+    """The imports under ``if TYPE_CHECKING:`` at the top of `pte/__init__.py`: they type the names
+    resolved on first use (`pte.Engine`, ...) and never run (the dynamic check above shows it)."""
+    found: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            assert all(isinstance(n, ast.ImportFrom) for n in node.body), "only imports under TYPE_CHECKING"
+            found.update(id(n) for n in node.body)
     return found
 
 

@@ -25,11 +25,11 @@ from _services import run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte import resume_file
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, load_registry
 from pte._replay import DECISION_FIELDS, replay_file
 from pte._run import Engine
+from pte.runs import resume_file
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pte import AuditLog, Engine, EngineConfig, load_registry, replay_file
+from pte import AuditLog, Engine, EngineConfig, load_registry
+from pte.runs import replay_file
 from pte.testing import ScriptedModel
 
 

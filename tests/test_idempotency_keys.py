@@ -20,13 +20,13 @@ import pytest
 from _services import run_python
 
 import pte
-from pte import resume_file
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, ToolSpec, derive_key, load_registry, spec_of
 from pte._core import PlanRejected, ReasonCode, ToolRegistrationError, canonical_json
 from pte._plan import compile_plan
 from pte._replay import replay_file
 from pte._run import Engine
+from pte.runs import resume_file
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_control_resume import CHILD

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, tool
 from pte._core import PlanRejected, ReasonCode, Redactor, SigningKey, TrustedKeys, current_role
 from pte._plan import compile_plan
 from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint, plan_literals
 from pte._run import DATA_CLOSE, DATA_OPEN, Engine, EngineConfig, LLMResponse, RecordedReply, RunResult
+from pte.engine import ReplayClient
 
 CANARY = "⚠U-canary-5d1e"
 ATTACKER_IBAN = "GB33BUKB20201555555555"

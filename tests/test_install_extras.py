@@ -118,8 +118,9 @@ def test_the_readme_specialists_yaml_runs_on_the_base_install(tmp_path: Path) ->
     yaml_text = re.search(r"cat > specialists\.yaml <<'YAML'\n(.*?)\nYAML\n", readme, re.S)
     assert yaml_text is not None
     (tmp_path / "specialists.yaml").write_text(yaml_text.group(1) + "\n", encoding="utf-8")
-    from pte import load_pack, load_specialists
+    from pte import load_pack
     from pte._plan import check_specialists
+    from pte.plan import load_specialists
 
     specialists = load_specialists(tmp_path / "specialists.yaml")
     check_specialists(specialists, load_pack("backoffice"))
@@ -178,7 +179,8 @@ def test_a_refused_specialists_file_writes_nothing(
     ],
 )
 def test_a_specialists_file_is_read_strictly(tmp_path: Path, name: str, text: str, why: str | None) -> None:
-    from pte import SpecialistError, load_specialists
+    from pte.errors import SpecialistError
+    from pte.plan import load_specialists
 
     (tmp_path / name).write_text(text, encoding="utf-8")
     if why is None:  # a date stays the text it was written as

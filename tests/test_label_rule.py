@@ -18,7 +18,8 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry, ReplayClient
+from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry
+from pte.engine import ReplayClient
 from tests.packs import world
 
 BANK = {
@@ -161,7 +162,9 @@ def test_an_element_label_never_replaces_the_star_label(registry: Registry) -> N
     doc = plan(TX, pay(iban={"$ref": "tx/transactions/0/iban"}))
     assert "send_money.iban" in refused(registry, doc, policy)
     # And the other way round: an element's untrusted label counts when every element is selected.
-    tree = pte.LabelTree.from_fields({"trusted"}, {"/items/0/note": "untrusted", "/items/*/iban": "trusted"})
+    tree = pte.policy.LabelTree.from_fields(
+        {"trusted"}, {"/items/0/note": "untrusted", "/items/*/iban": "trusted"}
+    )
     assert tree.select(("items", "0", "iban")) == {"trusted"}
     assert "untrusted" in tree.select(("items", "*", "note"))
     assert "untrusted" in tree.select(("items", "0", "note"))
@@ -218,7 +221,7 @@ def test_a_payment_guarded_by_nonempty_on_a_trusted_filter_runs(registry: Regist
         result = engine.run("If I paid DE89370400440532013000 before, pay it 1200.00 again.", audit)
     assert result.status == "succeeded", result.message
     assert payments() == [(IBAN, "1200.00")]
-    assert pte.verify(tmp_path / "run.jsonl").ok and pte.replay_file(tmp_path / "run.jsonl").ok
+    assert pte.verify(tmp_path / "run.jsonl").ok and pte.runs.replay_file(tmp_path / "run.jsonl").ok
 
 
 # --- the rule in the prompt ----------------------------------------------------------------------

@@ -25,7 +25,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pte
-from pte import Decided, Plan, PlanRejected, Policy, ReasonCode, Reference
+from pte import Plan, PlanRejected, Policy, ReasonCode
+from pte.plan import Reference
+from pte.policy import Decided
 from pte.testing import control_plans
 from tests.packs import world
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pte import ReplayClient
 from pte._core import LLMError, ReasonCode, ReplayDataError
 from pte._run import LLMClient, LLMResponse, OpenAIClient
+from pte.engine import ReplayClient
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 
 SCHEMA: dict[str, Any] = {

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, tool
 from pte._core import LLMError, ReasonCode, configure_logging
 from pte._replay import replay_file
 from pte._run import Engine, EngineConfig, LLMClient, LLMResponse, OpenAIClient
+from pte.engine import ReplayClient
 from pte.testing import FakeOpenAIServer, FunctionCall, FunctionClient, Reply
 
 PLAN = {

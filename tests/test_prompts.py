@@ -441,10 +441,10 @@ def test_a_write_tool_with_several_guarded_parameters_replays_the_same_prompt(tm
     """Guarded defaults follow the declaration order live and JCS order in a recorded catalogue:
     the prompt names them sorted, so the replayed planner prompt is the recorded one."""
     import pte
-    from pte import ReplayClient
     from pte._audit import AuditLog
     from pte._replay import replay_file
     from pte._run import Engine, EngineConfig
+    from pte.engine import ReplayClient
 
     @pte.tool(effect="write")
     def share(file_id: str, email: str, permission: str) -> dict[str, str]:

@@ -2,30 +2,113 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
+import pkgutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import pte
-from pte import ToolPackError, load_pack, load_registry
+from pte import load_pack, load_registry
 from pte._catalogue import installed_packs
+from pte.errors import ToolPackError
+
+#: The public modules of the areas a user touches (docs/api.md), each with one `__all__`.
+AREA_MODULES = ("errors", "catalogue", "plan", "policy", "audit", "execution", "engine", "runs", "deployment")
+#: Every public module besides `pte` itself.
+PUBLIC_MODULES = (*(f"pte.{name}" for name in AREA_MODULES), "pte.stores", "pte.importers", "pte.testing")
+#: Names listed by two public modules, and why: `pte.errors` gathers every exception.
+REEXPORTED = {
+    "ImportRefused": {"pte.errors", "pte.importers"},
+    "StoreError": {"pte.errors", "pte.stores"},
+    "ReplayClient": {"pte.engine", "pte.testing"},  # a test double as much as a model client
+}
 
 
-def test_all_names_exist_and_are_documented() -> None:
-    assert len(pte.__all__) == len(set(pte.__all__))
-    for name in pte.__all__:
-        value = getattr(pte, name)
+def _homes() -> dict[str, set[str]]:
+    """Every public name and the public modules whose `__all__` list it."""
+    homes: dict[str, set[str]] = {}
+    for module_name in PUBLIC_MODULES:
+        for name in importlib.import_module(module_name).__all__:
+            homes.setdefault(name, set()).add(module_name)
+    return homes
+
+
+@pytest.mark.parametrize("module_name", ["pte", *PUBLIC_MODULES])
+def test_all_names_exist_and_are_documented(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    assert module.__doc__, f"{module_name} has no docstring"
+    assert len(module.__all__) == len(set(module.__all__))
+    for name in module.__all__:
+        value = getattr(module, name)
         if inspect.isclass(value) or inspect.isfunction(value):
-            assert inspect.getdoc(value), f"pte.{name} has no docstring"
+            assert inspect.getdoc(value), f"{module_name}.{name} has no docstring"
 
 
-def test_every_public_exception_is_reachable_from_pte() -> None:
-    import importlib
-    import pkgutil
+def test_pte_keeps_the_quickstart_names_and_each_has_one_home() -> None:
+    """`pte` is short (what a first program needs); each of its names is also in the public module
+    of its area, the same object, and every public name is listed by one module (REEXPORTED aside)."""
+    assert 20 <= len(pte.__all__) <= 30, len(pte.__all__)
+    homes = _homes()
+    for name in pte.__all__:
+        if name == "__version__":
+            continue
+        assert len(homes.get(name, ())) == 1, f"pte.{name} has no single home: {homes.get(name)}"
+        (home,) = homes[name]
+        assert getattr(pte, name) is getattr(importlib.import_module(home), name)
+    doubles = {name: where for name, where in homes.items() if len(where) > 1}
+    assert doubles == REEXPORTED
 
-    exported = {getattr(pte, name) for name in pte.__all__}
+
+def test_dir_shows_only_the_public_names_and_modules() -> None:
+    assert dir(pte) == sorted({*pte.__all__, *(m.removeprefix("pte.") for m in PUBLIC_MODULES)})
+    assert not [name for name in dir(pte) if name.startswith("_") and name != "__version__"]
+
+
+def test_no_type_stub_copies_the_package() -> None:
+    """The names are declared once, in `__init__.py`; type checkers read its imports (the lazy
+    ones under TYPE_CHECKING), so there is no `.pyi` to keep in step."""
+    package = Path(pte.__file__).parent
+    assert not (package / "__init__.pyi").exists()
+    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pte")
+        for alias in node.names
+    }
+    assert set(pte.__all__) <= imported
+
+
+def test_a_moved_name_still_works_with_a_warning_naming_its_new_home() -> None:
+    moved = pte._MOVED  # the deprecation table is what this test checks
+    homes = _homes()
+    assert moved and not set(moved) & set(pte.__all__)
+    for name, home in moved.items():
+        assert home in homes[name], (name, home)
+        with pytest.warns(DeprecationWarning, match=rf"pte\.{name} moved to {home}\.{name}"):
+            value = getattr(pte, name)
+        assert value is getattr(importlib.import_module(home), name)
+
+
+def test_import_pte_stays_light() -> None:
+    """`import pte` loads no LLM client, engine, replay or deployment code, and no SDK."""
+    code = (
+        "import sys, pte\n"
+        "heavy = ('pte._run', 'pte._replay', 'pte._deploy', 'pte.engine', 'openai', 'httpx')\n"
+        "print([m for m in sys.modules if m.startswith(heavy)])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_every_public_exception_is_in_pte_errors() -> None:
+    exported = {getattr(pte.errors, name) for name in pte.errors.__all__}
     missing = set()
     for module_info in pkgutil.walk_packages(pte.__path__, "pte."):
         if module_info.name.startswith("pte.testing"):
@@ -47,24 +130,25 @@ def test_every_public_exception_is_reachable_from_pte() -> None:
 
 
 @pytest.mark.parametrize(
-    "name",
+    ("home", "name"),
     [
-        "Engine",
-        "EngineConfig",
-        "RunResult",
-        "AuditLog",
-        "verify",
-        "replay_file",
-        "Policy",
-        "OpenAIClient",
-        "ReplayClient",
-        "LLMClient",
-        "tool_from_schema",
-        "ImportRefused",
+        ("pte", "Engine"),
+        ("pte", "EngineConfig"),
+        ("pte", "RunResult"),
+        ("pte", "AuditLog"),
+        ("pte", "verify"),
+        ("pte", "replay"),
+        ("pte", "Policy"),
+        ("pte", "OpenAIClient"),
+        ("pte.engine", "ReplayClient"),
+        ("pte.engine", "LLMClient"),
+        ("pte.runs", "replay_file"),
+        ("pte.catalogue", "tool_from_schema"),
+        ("pte.errors", "ImportRefused"),
     ],
 )
-def test_core_names(name: str) -> None:
-    assert name in pte.__all__
+def test_core_names(home: str, name: str) -> None:
+    assert name in importlib.import_module(home).__all__
 
 
 PACK_MODULE = """
@@ -118,29 +202,9 @@ def test_tool_packs_are_discovered_through_entry_points(
         sys.modules.pop(name, None)
 
 
-def test_the_type_stub_lists_the_same_names() -> None:
-    import ast
-
-    stub = ast.parse((Path(pte.__file__).parent / "__init__.pyi").read_text(encoding="utf-8"))
-    declared = next(
-        node.value
-        for node in stub.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
-    )
-    assert isinstance(declared, ast.List)
-    assert [ast.literal_eval(e) for e in declared.elts] == pte.__all__
-    imported = {
-        alias.asname or alias.name
-        for node in stub.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    assert set(pte.__all__) - {"__version__", "compile"} <= imported
-
-
 def test_lazy_names_resolve_and_unknown_names_raise() -> None:
     assert pte.Engine.__name__ == "Engine"
-    assert pte.replay_file.__module__ == "pte._replay._replayer"
+    assert pte.runs.replay_file.__module__ == "pte._replay._replayer"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         pte.nope  # noqa: B018
     assert "Engine" in dir(pte)
@@ -160,7 +224,7 @@ R = TypeVar("R", bound=dict[str, Any])
 
 class Mail(BaseModel):
     sender: str
-    subject: Annotated[str, pte.provenance("untrusted")]
+    subject: Annotated[str, pte.policy.provenance("untrusted")]
 
 
 class Mails(BaseModel):
@@ -179,14 +243,14 @@ def inbox() -> Mails:
 
 @pte.tool(provenance="derived")
 def pluck(
-    records: list[R], field: Annotated[str, pte.FieldName(R)]
-) -> Values[Annotated[Any, pte.FieldOf(R, "field")]]:
+    records: list[R], field: Annotated[str, pte.catalogue.FieldName(R)]
+) -> Values[Annotated[Any, pte.catalogue.FieldOf(R, "field")]]:
     """The value of `field` of every record."""
     return Values(values=[r[field] for r in records])
 '''
 
 
-def test_a_tool_pack_needs_only_the_pte_namespace(tmp_path: Path) -> None:
+def test_a_tool_pack_needs_only_public_modules(tmp_path: Path) -> None:
     import json
 
     pack = tmp_path / "author_pack.py"
@@ -211,19 +275,23 @@ def test_a_tool_pack_needs_only_the_pte_namespace(tmp_path: Path) -> None:
     audit.append("run_started", mode="run", request=None, tools=[], config={})  # the engine's part
     result = pte.Executor(registry).run(compiled, audit)
     assert result.result_value() == ["a@example.com"]
-    public = ("ExtendedBy", "PickOf", "RegexGroups", "RegexPattern", "LabelTree", "run_in_store", "decide")
-    for name in public:
-        assert name in pte.__all__ and getattr(pte, name).__doc__
+    public = {
+        "ExtendedBy": pte.catalogue,
+        "PickOf": pte.catalogue,
+        "RegexGroups": pte.catalogue,
+        "RegexPattern": pte.catalogue,
+        "LabelTree": pte.policy,
+        "run_in_store": pte.deployment,
+        "decide": pte.deployment,
+    }
+    for name, module in public.items():
+        assert name in module.__all__ and getattr(module, name).__doc__
 
 
-#: Public modules besides `pte`: documented packages and the optional-dependency modules in them.
-PUBLIC_MODULES = ("pte.testing", "pte.importers", "pte.stores")
 PUBLIC_STORE_MODULES = {"pte.stores.postgres"}  # needs psycopg, so not imported by pte.stores
 
 
 def test_implementation_modules_are_private() -> None:
-    import pkgutil
-
     public = []
     for module_info in pkgutil.walk_packages(pte.__path__, "pte."):
         name = module_info.name
@@ -249,9 +317,11 @@ def test_the_documented_examples_import_only_public_modules() -> None:
     assert "pte" in modules, "the documented Python examples were not found"
     private = sorted(m for m in modules if any(part.startswith("_") for part in m.split(".")))
     assert not private, f"documented examples import implementation modules: {private}"
+    moved = {n for block in blocks for n in re.findall(r"(?<![\w.])pte\.(\w+)", block) if n in pte._MOVED}
+    assert not moved, f"documented examples use names that moved out of pte: {sorted(moved)}"
 
 
 def test_replay_is_a_function() -> None:
     assert callable(pte.replay) and not inspect.ismodule(pte.replay)
-    assert pte.replay is pte.replay_file
+    assert pte.replay is pte.runs.replay_file
     assert "replay" in pte.__all__

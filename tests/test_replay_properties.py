@@ -27,7 +27,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte import ReplayClient
 from pte._audit import read_records, verify
 from pte._catalogue import load_pack
 from pte._cli import SCENARIOS, demo_registry, run_scenario
@@ -35,6 +34,7 @@ from pte._core import LogNotIntact, canonical_json
 from pte._policy import Policy
 from pte._replay import IGNORED_FIELDS, Deployment, replay_file
 from pte._run import EngineConfig
+from pte.engine import ReplayClient
 
 #: log name -> the demo scenario that makes it (as audit_samples/generate.py does).
 MADE_BY = {

@@ -18,11 +18,11 @@ import pytest
 from _crash import ENGINE_CHILD
 from _services import run_python
 
-from pte import resume_file
 from pte._audit import read_records, verify
 from pte._catalogue import Registry, load_pack, load_registry
 from pte._core import FailedClosed, ReasonCode
 from pte._replay import replay_file
+from pte.runs import resume_file
 
 REPO = Path(__file__).resolve().parents[1]
 PACKS = ["backoffice", "calculator", "shaping"]

@@ -122,7 +122,9 @@ def _execute(log: Path, plan: str, run_id: str, anchors: Any, deployment: Any = 
 
 
 def _resume(log: Path, anchors: Any, fingerprint: Any = None) -> Any:
-    return pte.resume_file(log, REGISTRY, deployment=Deployment(anchors=anchors, fingerprint=fingerprint))
+    return pte.runs.resume_file(
+        log, REGISTRY, deployment=Deployment(anchors=anchors, fingerprint=fingerprint)
+    )
 
 
 def _swapped_log(tmp_path: Path, run_id: str, cut: int) -> list[dict[str, Any]]:
@@ -300,7 +302,7 @@ def test_a_crashed_worker_run_rewritten_in_the_database_is_not_paid_when_redeliv
     _crash_store_run(store, "w2", cut)
     _crash_anchors(other, "w2", cut)
     result = resume_run(store, "w2", REGISTRY, anchors=Anchors(other, key=KEY))
-    assert not isinstance(result, pte.PausedRun) and result.ok, result
+    assert not isinstance(result, pte.deployment.PausedRun) and result.ok, result
     assert PAID == [("DE89370400440532013000", "120.00")]
 
 
@@ -372,7 +374,7 @@ def test_a_store_run_under_another_deployment_is_refused_by_resume(store: Store,
         resume_run(store, "w1", REGISTRY, anchors=anchors, deployment="e" * 64)
     assert PAID == []
     result = resume_run(store, "w1", REGISTRY, anchors=anchors, deployment="d" * 64)
-    assert not isinstance(result, pte.PausedRun) and result.ok, result
+    assert not isinstance(result, pte.deployment.PausedRun) and result.ok, result
     assert len(PAID) == 1
 
 

@@ -49,7 +49,7 @@ def note(text: str) -> Receipt:
 
 
 def registry(case: LabelledCase) -> Registry:
-    read = pte.tool_from_schema(
+    read = pte.catalogue.tool_from_schema(
         "read",
         description="A record from the deployment's own system.",
         input_schema={"type": "object", "properties": {}},

@@ -1,6 +1,6 @@
 """Field labels follow the data through any JSON Schema a catalogue declares (#34).
 
-A tool declares which parts of its output are third-party text with `pte.provenance`; the
+A tool declares which parts of its output are third-party text with `pte.policy.provenance`; the
 labels must hold at every depth of a recursive model (a ticket whose replies are tickets),
 in tuple positions and in union branches — for the compile-time check, for the handles a
 later planner is shown instead of untrusted text, and for what a replanner may copy.
@@ -17,9 +17,10 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry, provenance, tool
+from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry, tool
 from pte._catalogue import SchemaWalk, ToolSpec, document_size, schema_types
 from pte._policy import schema_at
+from pte.policy import provenance
 from pte.testing import ScriptedModel, fan_out_schema
 
 ATTACKER = "GB33BUKB20201555555555"
@@ -182,7 +183,7 @@ def test_a_handles_mode_replanner_never_reads_a_reply_body(tmp_path: Path) -> No
 
 
 def fan_registry() -> Registry:
-    deep = pte.tool_from_schema(
+    deep = pte.catalogue.tool_from_schema(
         "read_deep",
         description="A deep record.",
         input_schema={"type": "object", "properties": {}},
@@ -252,7 +253,7 @@ def test_a_fan_out_output_into_a_fan_out_parameter_is_type_checked_in_bounded_wo
     # and grew 12x per level before.
     schema = json.loads(json.dumps(fan_out_schema()))  # as a document read from a file: no shared parts
     record = {"type": "object", "properties": {"record": {"$ref": "#/$defs/L0"}}, "required": ["record"]}
-    store = pte.tool_from_schema(
+    store = pte.catalogue.tool_from_schema(
         "store_deep",
         description="Store a deep record.",
         input_schema={**record, "$defs": schema["$defs"]},
@@ -262,7 +263,7 @@ def test_a_fan_out_output_into_a_fan_out_parameter_is_type_checked_in_bounded_wo
         idempotent=True,
         sinks={"record": ["request", "trusted", "untrusted"]},
     )
-    deep = pte.tool_from_schema(
+    deep = pte.catalogue.tool_from_schema(
         "read_deep",
         description="A deep record.",
         input_schema={"type": "object", "properties": {}},

@@ -8,7 +8,7 @@ fields it returns and of the fields its decision read, nothing else.
 - injection tests: an attacker who controls only an untrusted field cannot change which record
   a trusted-field selection picks (run with the attacker's values varied by hypothesis), and
   can when the selection reads that field, where the guarded sink then refuses the plan;
-- a user's own tool declares the same with `pte.Selection`.
+- a user's own tool declares the same with `pte.catalogue.Selection`.
 """
 
 from __future__ import annotations
@@ -306,7 +306,10 @@ class Kept(BaseModel):
     kept: list[dict[str, Any]]
 
 
-@pte.tool(provenance="derived", selection=pte.Selection({"/kept/*": "items/*"}, decides=("items/*/{key}",)))
+@pte.tool(
+    provenance="derived",
+    selection=pte.catalogue.Selection({"/kept/*": "items/*"}, decides=("items/*/{key}",)),
+)
 def keep_truthy(items: list[dict[str, Any]], key: str) -> Kept:
     """Keep the items whose `key` is truthy."""
     return Kept(kept=[item for item in items if item.get(key)])
@@ -340,35 +343,38 @@ def test_a_user_tool_declares_its_selection() -> None:
 def test_a_selection_must_name_the_tools_parameters_and_be_derived() -> None:
     with pytest.raises(ToolRegistrationError, match="unknown parameter"):
 
-        @pte.tool(provenance="derived", selection=pte.Selection({"/kept/*": "records/*"}))
+        @pte.tool(provenance="derived", selection=pte.catalogue.Selection({"/kept/*": "records/*"}))
         def wrong(items: list[dict[str, Any]]) -> Kept:
             """Names a parameter it does not have."""
             return Kept(kept=items)
 
     with pytest.raises(ToolRegistrationError, match="derived"):
 
-        @pte.tool(selection=pte.Selection({"/kept/*": "items/*"}))
+        @pte.tool(selection=pte.catalogue.Selection({"/kept/*": "items/*"}))
         def trusted(items: list[dict[str, Any]]) -> Kept:
             """A source tool has no inputs to select from."""
             return Kept(kept=items)
 
     with pytest.raises(ValueError, match="invalid selection"):
-        pte.Selection({"kept": "items/*"})
+        pte.catalogue.Selection({"kept": "items/*"})
 
 
 def test_a_malformed_recorded_selection_gives_no_precision() -> None:
-    assert pte.Selection.from_json({"output": {"/x": ["a/*"]}, "extra": 1}) is None
-    assert pte.Selection.from_json({"output": {"x": ["a/*"]}}) is None
-    assert pte.Selection.from_json({"output": {"/x": "a/*"}}) is None
-    sel = pte.Selection({"/x/*": "a/*"}, decides=("a/*/{f}",))
-    assert pte.Selection.from_json(sel.to_json()) == sel
+    assert pte.catalogue.Selection.from_json({"output": {"/x": ["a/*"]}, "extra": 1}) is None
+    assert pte.catalogue.Selection.from_json({"output": {"x": ["a/*"]}}) is None
+    assert pte.catalogue.Selection.from_json({"output": {"/x": "a/*"}}) is None
+    sel = pte.catalogue.Selection({"/x/*": "a/*"}, decides=("a/*/{f}",))
+    assert pte.catalogue.Selection.from_json(sel.to_json()) == sel
 
 
 class KeptRows(BaseModel):
     kept: list[Row]
 
 
-@pte.tool(provenance="derived", selection=pte.Selection({"/kept/*": "items/*"}, decides=("items/*/{key}",)))
+@pte.tool(
+    provenance="derived",
+    selection=pte.catalogue.Selection({"/kept/*": "items/*"}, decides=("items/*/{key}",)),
+)
 def keep_rows(items: list[Row], key: str) -> KeptRows:
     """Keep the rows whose `key` field is not empty."""
     return KeptRows(kept=[row for row in items if getattr(row, key, "")])
@@ -377,10 +383,10 @@ def keep_rows(items: list[Row], key: str) -> KeptRows:
 def test_a_user_selection_is_recorded_and_replays_from_the_log_alone(tmp_path: Any) -> None:
     """The declaration travels in the recorded output schema: a run whose guarded write takes a
     trusted field out of a user tool's selection replays with the same decision from the log."""
-    from pte import ReplayClient
     from pte._audit import AuditLog, read_records
     from pte._replay import replay_file
     from pte._run import Engine, EngineConfig
+    from pte.engine import ReplayClient
 
     registry = _registry()
     registry.register(keep_rows)

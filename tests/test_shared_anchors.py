@@ -207,7 +207,7 @@ def test_the_shared_chain_in_one_file_and_a_rollback_of_it(tmp_path: Path) -> No
     chain.write_text("".join(kept), encoding="utf-8")
     for machine in (machine_a, machine_b):
         with pytest.raises(FailedClosed, match="rolled back"):
-            pte.resume_file(log, REGISTRY, deployment=_deployment(machine))
+            pte.runs.resume_file(log, REGISTRY, deployment=_deployment(machine))
     assert len(PAID) == 1
 
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, Policy, Registry, ReplayClient, tool
+from pte import AuditLog, Engine, EngineConfig, Policy, Registry, tool
 from pte._core import PolicyError
 from pte._policy import load_policy
+from pte.engine import ReplayClient
 
 ATTACKER = "GB33BUKB20201555555555"
 SCHEDULED: list[dict[str, Any]] = []

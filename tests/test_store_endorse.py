@@ -285,7 +285,7 @@ def test_injection_an_attackers_value_is_shown_escaped_and_its_fake_hash_refused
         "tools": {"pay": {"on_violation": {"iban": "endorse", "amount": "endorse"}}},
     }
     policy = pte.Policy.from_registry(registry).with_document(document)
-    gate = pte.EndorsementGate(EndorsementStore(dep.endorsements))
+    gate = pte.policy.EndorsementGate(EndorsementStore(dep.endorsements))
     plan = {
         "pte_plan": "1",
         "steps": [
@@ -301,8 +301,8 @@ def test_injection_an_attackers_value_is_shown_escaped_and_its_fake_hash_refused
     engine = pte.Engine(registry, policy=policy, endorsement=gate)
     PAID.clear()
     with open_store(dep.url) as store:
-        paused = pte.run_in_store(engine, store, run_id="inj", plan_text=json.dumps(plan))
-        assert isinstance(paused, pte.PausedRun) and paused.status == "awaiting_endorsement"
+        paused = pte.deployment.run_in_store(engine, store, run_id="inj", plan_text=json.dumps(plan))
+        assert isinstance(paused, pte.deployment.PausedRun) and paused.status == "awaiting_endorsement"
         request = pending_endorsement(store.records("inj"))
         assert request is not None
     code, out, _ = dep.endorse("inj")
@@ -315,5 +315,5 @@ def test_injection_an_attackers_value_is_shown_escaped_and_its_fake_hash_refused
     code, _, _err = dep.endorse("inj", "--by", "alice", "--value-hash", "0" * 64)
     assert code == 1 and not dep.endorsements.exists()
     with open_store(dep.url) as store:
-        again = pte.resume_run(store, "inj", registry, policy=policy, endorsements=gate)
-        assert isinstance(again, pte.PausedRun) and PAID == []
+        again = pte.deployment.resume_run(store, "inj", registry, policy=policy, endorsements=gate)
+        assert isinstance(again, pte.deployment.PausedRun) and PAID == []

@@ -14,17 +14,10 @@ import pytest
 from pydantic import BaseModel, Field
 
 import pte
-from pte import (
-    Registry,
-    ToolError,
-    ToolPackError,
-    ToolRegistrationError,
-    ToolSpec,
-    load_pack,
-    load_registry,
-    tool,
-)
+from pte import Registry, ToolError, load_pack, load_registry, tool
 from pte._catalogue import STOCK_PACKS, spec_of
+from pte.catalogue import ToolSpec
+from pte.errors import ToolPackError, ToolRegistrationError
 from pte.testing._catalogue import example_registry
 
 # --- the decorator ----------------------------------------------------------------------------
@@ -535,6 +528,6 @@ def test_missing_manifest(pack: Path, tmp_path: Path) -> None:
 
 def test_deny_of_an_unknown_tool_is_an_error_like_allow() -> None:
     registry = pte.load_pack("calculator")
-    with pytest.raises(pte.ToolPackError, match="calculater"):
+    with pytest.raises(pte.errors.ToolPackError, match="calculater"):
         registry.deny(["calculater"])
     assert "calculator" not in registry.deny(["calculator"])

@@ -1,4 +1,4 @@
-"""`pte.tool_from_schema`: tools from JSON Schemas and a callable (sync or async)."""
+"""`pte.catalogue.tool_from_schema`: tools from JSON Schemas and a callable (sync or async)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from pte import PlanRejected, ReasonCode, Registry, ToolRegistrationError, compile_plan, tool_from_schema
+from pte import PlanRejected, ReasonCode, Registry, compile_plan
 from pte._audit import AuditLog, read_records
 from pte._replay import replay_file
 from pte._run import Engine, EngineConfig
+from pte.catalogue import tool_from_schema
+from pte.errors import ToolRegistrationError
 
 INVOICE_OUT = {
     "type": "object",

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import pte
-from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, load_registry
 from pte._core import PlanRejected, ReasonCode
@@ -28,6 +27,7 @@ from pte._plan import compile_plan
 from pte._policy import Policy
 from pte._replay import replay_file
 from pte._run import Engine, EngineConfig
+from pte.engine import ReplayClient
 
 STOCK = load_registry(["shaping", "containers", "dates"])
 

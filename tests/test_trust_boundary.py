@@ -15,7 +15,6 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 
-from pte import ReplayClient
 from pte._audit import AuditLog, read_records, verify
 from pte._catalogue import Registry, load_pack, load_registry, tool
 from pte._cli import main
@@ -23,6 +22,7 @@ from pte._core import PolicyError, ReasonCode, SigningKey, ToolRegistrationError
 from pte._plan import compile_plan
 from pte._policy import ApprovalGate, ApprovalStore, Policy, approve, catalogue_fingerprint
 from pte._run import Engine, EngineConfig
+from pte.engine import ReplayClient
 
 REPO = Path(__file__).resolve().parents[1]
 ATTACKER_IBAN = "GB33BUKB20201555555555"

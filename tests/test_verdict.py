@@ -280,7 +280,7 @@ def test_a_stored_run_has_the_same_verdict_in_verify_and_in_its_report(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run store's run: `pte audit verify URL` and `pte audit report URL --run` judge it alike."""
-    from pte import run_in_store
+    from pte.deployment import run_in_store
     from pte.stores import open_store
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"

@@ -321,8 +321,8 @@ def test_request_jobs_are_planned_with_the_workers_own_llm(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A submitted request is planned by the worker's LLM endpoint; without one it is refused."""
-    from pte import ReplayClient
     from pte._catalogue import load_registry
+    from pte.engine import ReplayClient
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(_fresh_database(postgres_url, "pte_requests"))

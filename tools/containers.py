@@ -21,8 +21,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from pte import FieldName, Selection, tool
 from pte._core import decimal_in_bounds, decimal_of_text
+from pte.catalogue import FieldName, Selection, tool
 
 __all__ = [
     "coalesce",

@@ -29,8 +29,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
-from pte import FieldName, FieldOf, PickOf, Selection, tool
 from pte._core import decimal_in_bounds, decimal_of_text
+from pte.catalogue import FieldName, FieldOf, PickOf, Selection, tool
 
 __all__ = [
     "count",

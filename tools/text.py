@@ -16,8 +16,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from pte import ExtendedBy, FieldName, RegexGroups, RegexPattern, tool
 from pte._catalogue import compile_regex, regex_group_names
+from pte.catalogue import ExtendedBy, FieldName, RegexGroups, RegexPattern, tool
 
 __all__ = [
     "extract_into",

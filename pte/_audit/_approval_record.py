@@ -199,7 +199,7 @@ class ProcedureApproval(_Signed):
     """One person's approval of one procedure version against one catalogue, until `expires`.
 
     Bound to no run: it covers the writes of every call of exactly that version (the SHA-256
-    of the procedure's file, `pte.Procedure.version`), for any arguments the procedure's
+    of the procedure's file, `pte.plan.Procedure.version`), for any arguments the procedure's
     parameters and the deployment's policy accept, in any run. Each run consumes it once per
     write step (the store keys its consumption by run and step). An edited procedure is
     another version, which this approval does not cover.

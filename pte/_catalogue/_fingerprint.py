@@ -44,7 +44,7 @@ def code_hash(spec: ToolSpec) -> str | None:
     """SHA-256 of the source text of the tool's function; None when it has no source to read.
 
     A tool that names what it runs besides its function (an imported tool's server, spec or
-    operation: `pte.tool_from_schema`'s `runs`) is its `code_sha256`, which hashes both.
+    operation: `pte.catalogue.tool_from_schema`'s `runs`) is its `code_sha256`, which hashes both.
     """
     if getattr(spec, "runs_json", None) is not None:
         return spec.code_sha256

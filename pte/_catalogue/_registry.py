@@ -45,7 +45,7 @@ class Registry:
             self.register(item)
 
     def with_procedures(self, procedures: Mapping[str, Any]) -> Registry:
-        """This allow-list with procedures (`pte.load_procedures`) a plan may call like tools."""
+        """This allow-list with procedures (`pte.plan.load_procedures`) a plan may call like tools."""
         out = Registry(self)
         out.procedures = dict(procedures)
         return out

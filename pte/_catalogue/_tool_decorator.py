@@ -321,7 +321,7 @@ def _with_selection(
 ) -> dict[str, Any]:
     """The output schema carrying the selection (`pte._catalogue._selection`), once it is checked."""
     if not isinstance(selection, Selection):
-        raise ToolRegistrationError(f"tool {tool_name!r}: selection must be a pte.Selection")
+        raise ToolRegistrationError(f"tool {tool_name!r}: selection must be a pte.catalogue.Selection")
     if provenance != "derived":
         raise ToolRegistrationError(
             f"tool {tool_name!r}: a selection describes how a derived tool's output is made of its "
@@ -444,7 +444,7 @@ def tool(
       the same key instead of ending ``needs_review`` (see `pte._catalogue._idempotency`).
     - `selection`: for a ``derived`` tool that selects, orders, groups or aggregates: which
       output parts are copied from which inputs and which input fields decide
-      (`pte.Selection`), so each output field keeps its own labels plus the decision's
+      (`pte.catalogue.Selection`), so each output field keeps its own labels plus the decision's
       instead of the union of every argument's (docs/generic-operations.md).
     - `read_effects`: a ``read`` whose call has effects (an HTTP GET that triggers something, a
       visit a third party sees): resume and ``replay --live`` never re-run it.

@@ -2,7 +2,7 @@
 
 A deployment declares them (never a plan or a log: authority comes from the deployment)::
 
-    pte.Specialist(name="payments", description="Pays supplier invoices.",
+    pte.plan.Specialist(name="payments", description="Pays supplier invoices.",
                    catalogue=("find_supplier", "send_payment"), instructions="...")
 
 from Python (`EngineConfig.specialists`) or from a JSON/YAML file (`load_specialists`,

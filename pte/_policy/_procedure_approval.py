@@ -1,7 +1,7 @@
 """Approving a procedure version once: its writes then run in any run, for any arguments the policy allows.
 
 A `ProcedureApproval` (pte._audit._approval_record) names a procedure, its version (the SHA-256 of its
-file, `pte.Procedure.version`) and the catalogue fingerprint of its body's tools and the
+file, `pte.plan.Procedure.version`) and the catalogue fingerprint of its body's tools and the
 policy's entries for them (`procedure_fingerprint`), signed like an approval of a run
 (`pte._core._signing.sign_decision`) and stored in the same deployment approval store, bound to no run.
 

@@ -147,7 +147,7 @@ def build_registry(
     without one, every source tool (or those named in `only`). Every problem is collected
     and raised together as one `ImportRefused`, so nothing is half imported.
 
-    Each tool's code hash binds what runs (`pte.tool_from_schema`'s `runs`): the importer
+    Each tool's code hash binds what runs (`pte.catalogue.tool_from_schema`'s `runs`): the importer
     (`kind` and `importer_version` of `make_func`'s module), the source's definition of the
     tool (`fingerprint`) and what `runs(source)` names (a server command, a spec and an
     operation): an approval of one imported tool never carries over to another that shares
@@ -191,7 +191,7 @@ def build_registry(
         if not input_schema or input_schema.get("type") != "object":
             problems.append(
                 f"{kind} tool {name!r} has no object input schema; PTE passes one arguments object "
-                "checked against it (fix the source, or wrap the tool with pte.tool_from_schema)"
+                "checked against it (fix the source, or wrap the tool with pte.catalogue.tool_from_schema)"
             )
             continue
         tool_name = declaration.get("name", prefix + name)

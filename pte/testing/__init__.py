@@ -22,7 +22,7 @@ Like httpx's MockTransport and structlog.testing, these are product, not test sc
   it answers, and the same plan written inline (pte._run._delegation); `ScriptedModel` answers
   each specialist's calls from its own script (``specialists={"name": [...]}``).
 - `labelled_outputs()`: output schemas a deployment's catalogue may declare (recursive models,
-  tuples, unions, maps, patterns, 12 x 12 fan-outs, `pte.provenance` marks anywhere), each with
+  tuples, unions, maps, patterns, 12 x 12 fan-outs, `pte.policy.provenance` marks anywhere), each with
   a value carrying the attacker's text (`ATTACKER_IBAN`) in its untrusted leaves and every
   part's true labels (`LabelledCase`); `fan_out_schema()` the hostile fan-out alone.
 - `example_registry()`: a small typed example catalogue.

@@ -6,7 +6,7 @@ A `LabelledCase` is one tool output:
 - `schema`: a JSON Schema document with ``$defs`` that refer to each other (cycles: a ticket
   whose replies are tickets), tuples (``prefixItems``), unions (``anyOf``), maps
   (``additionalProperties``), ``patternProperties``, and ``x-pte-provenance`` marks anywhere
-  (`pte.provenance`); or a fan-out (N properties each referring to the next of N levels,
+  (`pte.policy.provenance`); or a fan-out (N properties each referring to the next of N levels,
   N**N paths: the hostile shape, ``fan_out_schema``);
 - `value`: a value valid against it, with the attacker's text (``ATTACKER_IBAN``) in every
   string leaf the attacker may write: those whose true labels are untrusted;

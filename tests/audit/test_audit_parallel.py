@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pte._audit._parallel as parallel
-from pte import VerifyReport, verify
+from pte import verify
 from pte._audit._parallel import join_parts, scan_part, verify_in_parts
 from pte._cli import main
+from pte.audit import VerifyReport
 
 SAMPLES = Path(__file__).resolve().parents[2] / "audit_samples"
 ANCHORS = frozenset(range(0, 200, 9))

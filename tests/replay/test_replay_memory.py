@@ -28,20 +28,12 @@ import pytest
 
 import pte._replay._replayer
 import pte._replay._resume
-from pte import (
-    AuditLog,
-    Engine,
-    EngineConfig,
-    ReplayClient,
-    ToolError,
-    load_registry,
-    replay_file,
-    resume_file,
-    verify,
-)
+from pte import AuditLog, Engine, EngineConfig, ToolError, load_registry, verify
 from pte._audit import read_records
 from pte._core import canonical_json
 from pte._replay._replayer import RecordedInvoker, replay_run
+from pte.engine import ReplayClient
+from pte.runs import replay_file, resume_file
 
 PACKS = ["calculator", "shaping"]
 RUNS = 12

@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel
 
-from pte import provenance, tool
+from pte.catalogue import tool
+from pte.policy import provenance
 
 MY_IBAN = "DE89370400440532013000"
 

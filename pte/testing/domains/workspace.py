@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel
 
-from pte import provenance, tool
+from pte.catalogue import tool
+from pte.policy import provenance
 
 #: Text someone else wrote (an e-mail's subject and body, a shared file's name and content).
 Foreign = Annotated[str, provenance("untrusted")]

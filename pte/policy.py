@@ -1,0 +1,47 @@
+"""Authority: provenance labels, the policy document, approvals, endorsements, and the keys that sign them."""
+
+from __future__ import annotations
+
+from pte._core import (
+    SigningKey,
+    TrustedKeys,
+)
+from pte._policy import (
+    ApprovalStore,
+    Decided,
+    Endorsement,
+    EndorsementGate,
+    EndorsementRequest,
+    EndorsementStore,
+    LabelTree,
+    Policy,
+    approval_hook,
+    approve,
+    approve_procedure,
+    endorse,
+    load_policy,
+    pending_endorsement,
+    procedure_fingerprint,
+    provenance,
+)
+
+__all__ = [
+    "ApprovalStore",
+    "Decided",
+    "Endorsement",
+    "EndorsementGate",
+    "EndorsementRequest",
+    "EndorsementStore",
+    "LabelTree",
+    "Policy",
+    "SigningKey",
+    "TrustedKeys",
+    "approval_hook",
+    "approve",
+    "approve_procedure",
+    "endorse",
+    "load_policy",
+    "pending_endorsement",
+    "procedure_fingerprint",
+    "provenance",
+]
