@@ -91,7 +91,7 @@ def _cut_after_first(tmp_path: Path, plan: str) -> Path:
     full = tmp_path / "full.jsonl"
     with pte.AuditLog(full) as audit:
         assert pte.Engine(REGISTRY).execute(plan, audit).ok
-    records = pte.read_records(full)
+    records = pte.audit.read_records(full)
     keep = 1 + next(
         i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == "first"
     )
@@ -111,28 +111,28 @@ def _overlapped(a: str, b: str) -> bool:
 
 def test_a_resumed_runs_independent_live_steps_run_at_once(tmp_path: Path) -> None:
     log = _cut_after_first(tmp_path, MEET_PLAN)
-    result = pte.resume_file(log, REGISTRY, max_concurrency=4)
+    result = pte.runs.resume_file(log, REGISTRY, max_concurrency=4)
     assert result.ok, result.message
     assert result.result == {"left": "left", "right": "right"}
     assert pte.verify(log).ok
-    assert pte.replay_file(log).ok
-    kinds = [r["type"] for r in pte.read_records(log)]
+    assert pte.runs.replay_file(log).ok
+    kinds = [r["type"] for r in pte.audit.read_records(log)]
     assert kinds.count("run_resumed") == 1
 
 
 def test_one_at_a_time_when_the_resume_says_so(tmp_path: Path) -> None:
     """The other side of the test above: with max_concurrency=1 the two never meet."""
     log = _cut_after_first(tmp_path, MEET_PLAN)
-    result = pte.resume_file(log, REGISTRY, max_concurrency=1)
+    result = pte.runs.resume_file(log, REGISTRY, max_concurrency=1)
     assert not result.ok
     assert pte.verify(log).ok  # a failed resume still leaves a log that verifies and replays
-    assert pte.replay_file(log).ok
+    assert pte.runs.replay_file(log).ok
 
 
 @pytest.mark.parametrize("serial", [True, False])
 def test_serial_writes_keeps_a_resumed_write_alone(tmp_path: Path, serial: bool) -> None:
     log = _cut_after_first(tmp_path, WRITE_PLAN)
-    result = pte.resume_file(log, REGISTRY, max_concurrency=4, serial_writes=serial)
+    result = pte.runs.resume_file(log, REGISTRY, max_concurrency=4, serial_writes=serial)
     assert result.ok, result.message
     overlaps = _overlapped("write", "after") or _overlapped("write", "before")
     if serial:
@@ -141,15 +141,15 @@ def test_serial_writes_keeps_a_resumed_write_alone(tmp_path: Path, serial: bool)
         # Without serial_writes the read after the write is free to run beside it.
         assert _overlapped("write", "after") or _overlapped("before", "after"), EVENTS
     assert pte.verify(log).ok
-    assert pte.replay_file(log).ok
+    assert pte.runs.replay_file(log).ok
 
 
 def test_a_resumed_store_run_takes_the_same_settings(tmp_path: Path) -> None:
-    """`pte.resume_run` (a run in a store) runs its live part concurrently too."""
-    store = pte.open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    """`pte.deployment.resume_run` (a run in a store) runs its live part concurrently too."""
+    store = pte.stores.open_store(f"sqlite:///{tmp_path / 'runs.db'}")
     with pte.AuditLog(tmp_path / "full.jsonl") as audit:
         assert pte.Engine(REGISTRY).execute(MEET_PLAN, audit).ok
-    records = pte.read_records(tmp_path / "full.jsonl")
+    records = pte.audit.read_records(tmp_path / "full.jsonl")
     keep = 1 + next(
         i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == "first"
     )
@@ -159,6 +159,6 @@ def test_a_resumed_store_run_takes_the_same_settings(tmp_path: Path) -> None:
             own = ("type", "seq", "ts", "prev", "hash", "run_id", "format", "pte_version")
             audit.append(record["type"], **{k: v for k, v in record.items() if k not in own})
     BARRIER.reset()
-    result = pte.resume_run(store, run_id, REGISTRY, max_concurrency=4)
+    result = pte.deployment.resume_run(store, run_id, REGISTRY, max_concurrency=4)
     assert getattr(result, "ok", False), result
     assert store.verify(run_id).intact
