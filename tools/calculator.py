@@ -486,13 +486,12 @@ def calculator(
     places: Annotated[int, Field(ge=0, le=28)] | None = None,
     rounding: Literal["half_even", "half_up"] = "half_even",
 ) -> CalcResult:
-    """Exact decimal arithmetic (34 digits: 0.1 + 0.2 == 0.3). `expression` (at most 1,000
-    characters): numbers, `variables` names, + - * / // % ** (exponent at most 10,000),
-    parentheses, == != < <= > >= (1 or 0), and/or/not, `x if cond else y`, xs[0], xs[-1], sum
-    min max avg (of numbers or lists: sum(amounts)), len abs round(x, n) floor ceil.
-    `variables`: names to numbers, decimal strings or lists of them ({"amounts": ["10.50",
-    "2.25"]}). Percent: part / whole * 100. `places` rounds the result, by `rounding` (so does
-    round()). Fails on unknown names, division by zero or a list result.
+    """Exact decimal arithmetic. `expression` (at most 1,000 characters): numbers, names of
+    `variables` (numbers, decimal strings or lists of them: {"amounts": ["10.50", "2.25"]}), + -
+    * / // % ** (exponent at most 10,000), parentheses, == != < <= > >= (1 or 0), and or not, x
+    if c else y, xs[0], xs[-1], sum min max avg len abs round(x, n) floor ceil. Percent: part /
+    whole * 100. `places` rounds the result by `rounding` (as round() does). Unknown names,
+    division by zero or a list result fail.
     """
     with decimal.localcontext(_context()):
         value = _evaluate(expression, variables or {}, _ROUNDINGS[rounding])
@@ -536,8 +535,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 @tool(provenance="derived")
 def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None = None) -> NumberResult:
-    """A decimal string ("1125.00") as a JSON number, for a parameter typed number; fails if digits
-    would be lost (`places` first rounds half-even).
+    """A decimal string as a JSON number (for a parameter typed number); fails if digits would be
+    lost (`places` rounds half-even first).
     """
     with decimal.localcontext(_context()):
         if places is not None:
@@ -554,7 +553,7 @@ def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None 
 @tool(provenance="derived")
 def to_integer(value: Decimal) -> IntegerResult:
     """A whole number or decimal string ("42.00") as a JSON integer; a fraction or more than 2**53
-    - 1 fails (round first: calculator round(x)).
+    - 1 fails.
     """
     if value != value.to_integral_value():
         raise ValueError(f"{_plain(value)} is not a whole number; round it first (calculator: round(x))")

@@ -274,8 +274,8 @@ def count_by(
     items: list[Any],
     field: Annotated[str | None, Field(description="Records: the field to count by.")] = None,
 ) -> Counts:
-    """Count occurrences into groups, most frequent first (ties by key), count of them: each plain
-    value, or with `field` records by that field's value (a record without it is an error).
+    """Count each plain value, or with `field` each record's value of it (a record without it: an
+    error): groups most frequent first (ties by key), count of groups.
     """
     tally: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -317,7 +317,7 @@ def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Lit
 
 @tool(provenance="derived", selection=Selection({"/values/*": "lists/*/*"}))
 def concat(lists: list[list[T]]) -> ValueList[T]:
-    """Lists end to end (one level), e.g. lists [{"$ref": "a/records"}, {"$ref": "b/records"}]."""
+    """Lists end to end: lists [{"$ref": "a/records"}, {"$ref": "b/records"}]."""
     out = [item for part in lists for item in part]
     return ValueList[Any](values=out, count=len(out))
 

@@ -155,8 +155,8 @@ class Duration(BaseModel):
 
 
 class Bounds(BaseModel):
-    start: str = Field(description="The day's first instant, 'YYYY-MM-DDT00:00:00[+zone]'.")
-    end: str = Field(description="The day's last second, 'YYYY-MM-DDT23:59:59[+zone]'.")
+    start: str
+    end: str
 
 
 def _describe(value: dt.datetime, with_time: bool) -> DateTime:
@@ -170,9 +170,9 @@ def _describe(value: dt.datetime, with_time: bool) -> DateTime:
 
 @tool(provenance="derived")
 def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = None) -> DateTime:
-    """A date or date-time in any common format ("June 10th 2024 at 1 PM", "15.05.2024"). dayfirst:
-    "03/04/2024" is 3 April; `timezone` (IANA) for a value without an offset. No year, month or
-    day is an error.
+    """A date or date-time in any common format ("June 10th 2024 at 1 PM"); dayfirst: "03/04/2024"
+    is 3 April; `timezone` (IANA) for one without an offset. Without year, month or day: an
+    error.
     """
     value, with_time = _parse(text, dayfirst)
     if timezone is not None and value.tzinfo is None:
@@ -243,7 +243,9 @@ def time_between(start: str, end: str) -> Duration:
 
 @tool(provenance="derived")
 def day_bounds(value: str) -> Bounds:
-    """The first and last second of the day of `value` (its zone kept)."""
+    """`start` and `end`: the first and last second (T00:00:00, T23:59:59) of the day of `value`,
+    its zone kept.
+    """
     parsed = _value(value)
     start = parsed.replace(hour=0, minute=0, second=0, microsecond=0)
     return Bounds(start=start.isoformat(), end=start.replace(hour=23, minute=59, second=59).isoformat())

@@ -120,9 +120,9 @@ class Amounts(BaseModel):
 
 @tool(provenance="derived")
 def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: bool = True) -> Values:
-    """Entities of one kind in free text, in order. iban: valid checksum and length, no spaces,
-    upper case. email. url: http(s):// or www. number: decimal strings without thousands commas
-    ("1,234.5" -> "1234.5"). unique: each value once.
+    """Entities of one kind in free text, in order: iban (valid checksum, no spaces, upper case),
+    email, url (http(s):// or www.), number (decimal strings: "1,234.5" -> "1234.5"). unique:
+    each once.
     """
     if kind == "iban":
         values = _ibans(text)
@@ -142,7 +142,7 @@ def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: 
 @tool(provenance="derived")
 def extract_amounts(text: str, currency: str | None = None) -> Amounts:
     """Money amounts with their currency ("EUR 1,234.50", "1.234,50 €", "$12", "12 euros"): amount
-    a decimal string, currency an ISO code; `currency` keeps only that one. A number without a
+    a decimal string, currency an ISO code; `currency` keeps only it. A number without a
     currency is no amount.
     """
     records: list[Amount] = []

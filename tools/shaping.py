@@ -387,9 +387,7 @@ FieldOfR = Annotated[str, FieldName(R)]
 def pick(
     records: list[R], fields: Annotated[list[str], FieldName(R)]
 ) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
-    """Keep only `fields` in each record (a field a record lacks is left out); a field no record
-    has is an error (a typo).
-    """
+    """Keep only `fields` in each record (absent ones left out); a field no record has is an error."""
     if not fields:
         raise ValueError("fields is empty: name at least one field to keep")
     for field in fields:
@@ -400,18 +398,14 @@ def pick(
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, FieldOf(R, "field")]]:
-    """The value of `field` from every record, in order, typed as the field; every record must have
-    it.
-    """
+    """The value of `field` from every record (each must have it), typed as the field."""
     values = _required(records, field)
     return ValuesResult(values=values, count=len(values))
 
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck_numbers(records: list[R], field: FieldOfR) -> NumbersResult:
-    """Like pluck, as decimal strings (of numbers or decimal strings), e.g. for calculator
-    variables.
-    """
+    """Like pluck, as decimal strings, e.g. for calculator variables."""
     values = _required(records, field)
     numbers = [_number_of(value, f"record {index} field {field!r}") for index, value in enumerate(values)]
     return NumbersResult(values=numbers, count=len(numbers))
@@ -448,12 +442,11 @@ def filter_records(
     value: Any,
     ignore_case: bool = False,
 ) -> RecordsResult[R]:
-    """Keep the records whose `field` satisfies `op` `value`, order kept. eq ne lt le gt ge:
-    numbers and decimal strings by value, ISO dates as instants, else text (number against text:
-    an error). contains starts_with ends_with has_word (a whole word): text; contains on a list
-    field: has an item equal to `value`. has_key: an object field has the key `value`. in: one
-    of `value` (a list). Missing or null fields never match; a field no record has is an error
-    (a typo).
+    """Keep the records whose `field` satisfies `op` `value`. eq ne lt le gt ge: numbers and
+    decimal strings by value, ISO dates as instants, else text. contains starts_with ends_with
+    has_word (a whole word): text, or contains an item of a list field; has_key: an object field
+    has the key `value`; in: one of `value` (a list). Missing or null fields never match; a
+    field no record has is an error.
     """
     _check_field(records, field)
     matches = _matcher(op, value, ignore_case)
@@ -492,15 +485,15 @@ def _sort_keys(values: list[Any], by: str) -> list[Any]:
 
 @tool(provenance="derived", selection=_ROWS)
 def take(records: list[T], n: Annotated[int, Field(ge=0)]) -> RecordsResult[T]:
-    """The first `n` items (all if fewer), e.g. the top n after sort_records."""
+    """The first `n` items (all if fewer)."""
     out = records[:n]
     return RecordsResult(records=out, count=len(out))
 
 
 @tool(provenance="derived", selection=Selection(decides=("records/*/{field}",)))
 def sum_field(records: list[R], field: FieldOfR) -> SumResult:
-    """The exact decimal sum of `field` (numbers or decimal strings; every record must have it);
-    "0" for none. Converts no currency: filter first.
+    """The exact decimal sum of `field` (each record must have it); "0" for none. Converts no
+    currency: filter first.
     """
     values = _required(records, field)
     total = Decimal(0)
@@ -532,9 +525,9 @@ def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResul
 
 @tool(provenance="derived")
 def format_text(template: str, values: dict[str, Any]) -> TextResult:
-    """Fill `{name}` placeholders in `template` from `values` (plain names; {{ and }} for braces):
-    text as is, numbers as written, null as "", lists as "a, b, c", objects as JSON. A
-    placeholder with no value is an error.
+    """Fill `{name}` placeholders in `template` from `values` ({{ }} for braces): text as is,
+    numbers as written, null as "", lists as "a, b, c", objects as JSON; a missing value is an
+    error.
     """
     try:
         parts = list(string.Formatter().parse(template))
@@ -571,9 +564,7 @@ def count(records: list[Any]) -> CountResult:
 
 @tool(provenance="derived", selection=Selection({"/record": "records/*"}))
 def first(records: list[T]) -> RecordResult[T]:
-    """The first item (e.g. after sort_records); an empty list fails the step: guard it with when
-    {"nonempty": ...}.
-    """
+    """The first item; an empty list fails the step (guard it: when {"nonempty": ...})."""
     if not records:
         raise ValueError("the list is empty: there is no first item")
     return RecordResult(record=records[0])
@@ -607,8 +598,8 @@ def join_records(
     right_field: Annotated[str, FieldName(RS)],
     ignore_case: bool = False,
 ) -> PairsResult[RL, RS]:
-    """An inner join: every pair where left[left_field] equals right[right_field], left then right
-    order; numbers by value, ignore_case for text, missing or null never match.
+    """Inner join: each pair where left[left_field] equals right[right_field] (numbers by value;
+    missing or null never match).
     """
     _check_field(left, left_field)
     _check_field(right, right_field)

@@ -102,7 +102,7 @@ def text_match(
     ignore_case: bool = True,
 ) -> MatchResult:
     """Whether `text` contains / starts with / ends with / equals `value`, or has it as a whole
-    word (has_word: "rent" in "Rent due", not in "parent").
+    word ("rent" in "Rent due", not "parent").
     """
     haystack, needle = _fold(text, ignore_case), _fold(value, ignore_case)
     if mode == "has_word":
@@ -125,9 +125,9 @@ def regex_extract(
     ignore_case: bool = False,
     max_matches: Annotated[int, Field(ge=1, le=MAX_ITEMS)] = 100,
 ) -> MatchRecords:
-    """The matches of an RE2 pattern, a record each with one string field per named group
-    (?P<name>...): "Rating: (?P<rating>[0-9.]+)" gives [{"rating": "4.2"}]; with no named group
-    the field is "match". No backreferences or lookaround.
+    """RE2 matches, a record each with a str field per named group (?P<name>...):
+    "Rating: (?P<rating>[0-9.]+)" gives [{"rating": "4.2"}]; no named group: field "match". No
+    backreferences or lookaround.
     """
     # The same RE2 settings and group names compile used to type the records.
     regex = compile_regex(pattern, ignore_case)
@@ -151,9 +151,8 @@ def extract_into(
     ignore_case: bool = False,
     keep_unmatched: bool = False,
 ) -> ExtendedRecords[R]:
-    """For each record, search text `field` with an RE2 pattern and add its named groups as fields.
-    Records whose field does not match (or is missing or null) are dropped (keep_unmatched:
-    kept, the groups "").
+    """Add the named groups of an RE2 match in text `field` to each record; records without a match
+    (or the field) are dropped (keep_unmatched: kept, groups "").
     """
     regex = compile_regex(pattern, ignore_case)
     names = regex_group_names(pattern)
@@ -205,10 +204,9 @@ def split_text(
 
 @tool(provenance="derived")
 def parse_fields(text: str, separator: str = ":") -> Fields:
-    """Parse "Key: value" lines. fields maps each key to its value. A line without the separator
-    continues the entry above: entries[i].lines holds its value and those lines, bullets
-    stripped ("Ingredients:\\n- eggs" gives lines ["eggs"]). Text before the first key is
-    ignored.
+    """Parse "Key: value" lines: fields maps key to value; a line without the separator continues
+    the entry above (entries[i].lines: its value and those lines, bullets stripped). Text before
+    the first key is ignored.
     """
     if not separator:
         raise ValueError("separator is empty")
@@ -239,8 +237,8 @@ def _heading(line: str) -> tuple[int, str] | None:
 
 @tool(provenance="derived")
 def section(text: str, heading: str, until: str | None = None) -> TextOut:
-    """The lines under the heading `heading` (case-insensitive, "## X" or a line "X:"), up to the
-    next heading of the same or a higher level (or `until`). A missing heading is an error.
+    """The lines under heading `heading` (case-insensitive: "## X" or "X:"), up to the next heading
+    of its level or higher (or `until`); a missing heading is an error.
     """
     lines = text.splitlines()
     wanted = heading.strip().rstrip(":").strip().casefold()
@@ -281,7 +279,7 @@ def transform_text(text: str, op: Literal["lower", "upper", "strip", "title", "c
 
 @tool(provenance="derived")
 def replace_text(text: str, old: str, new: str, ignore_case: bool = False) -> TextOut:
-    """Every occurrence of `old` replaced by `new` (plain text, not a pattern)."""
+    """Every occurrence of `old` (plain text) replaced by `new`."""
     if not old:
         raise ValueError("old is empty")
     if ignore_case:
