@@ -1,45 +1,64 @@
-"""Planner prompt size for the stock catalogue: the catalogue as signatures against the JSON
-Schemas it replaced, measured in the same run.
+"""Prompt sizes per role, before and after, measured in the same run; the catalogue as
+signatures against the JSON Schemas it replaced.
 
-The planner sees every allowed tool, so the catalogue is most of every planner, replan and
-stage prompt (issue #25: a request was 50-86k characters, 38.5k of them the six generic
-packs). `pte._run._prompts.catalogue_text` writes each tool as a signature (shared types once,
-type variables named once, labels on one line); the old rendering, one JCS object per tool
-with its raw input and output schemas (as `pte._run._prompts` wrote it before), is kept here only,
-to measure against.
+`--before REV` (default: main before this round of #37) unpacks that commit's tree
+(`git archive`) into a temporary folder and runs this same script there with `--json`, so
+both columns are measured by one method, now, on one machine; `--before none` prints this
+tree alone.
 
-Printed for the six generic packs (calculator, shaping, text, extract, dates, containers),
-for the 47 of their tools that issue #25 counted, and for the whole stock catalogue (with
-the back-office pack): characters and approximate tokens of the catalogue section, and of
-the whole planner system prompt (rules, notation, catalogue), new / old.
+Printed:
 
-Then the cacheable share: the static prompt (rules + catalogue, `pte._run.static_prompt`) opens
-every planner, replanner and stage call of a deployment byte for byte; printed as its share of
-each role's messages for one request (bench/bench_cookbook_input.py measures it over the
-cookbook's runs: 96%).
+- the planner system prompt for the six generic packs (calculator, shaping, text, extract,
+  dates, containers) and for the whole stock catalogue (with the back-office pack), split into
+  the rules (plan, control, label rules and the notation) and the catalogue, before / after;
+- each role's messages for one request over the stock catalogue (planner, stage, replanner,
+  repair, finalizer), before / after, with the share that is the deployment's static prompt
+  (rules + catalogue, `pte._run.static_prompt`): it opens every planner, replanner, stage and
+  repair call byte for byte, so a provider's prompt cache serves it (the cacheable share;
+  bench/bench_cookbook_input.py measures it over the cookbook's runs);
+- the catalogue as signatures against the JSON Schemas it replaced (one JCS object per tool with
+  its raw schemas, as `pte._run._prompts` wrote it before #25), in characters and approximate
+  tokens;
+- with specialists (docs/specialists.md): the coordinator's system prompt for a back-office
+  deployment with three specialists next to the flat catalogue's, and the largest
+  specialist's.
 
 Tokens: tiktoken needs its BPE files from a non-registry host, so this counts the pieces of
 cl100k's pre-tokenizer (words with their leading space, runs of 1-3 digits, punctuation
 runs, whitespace); BPE only splits long pieces further, so it is a close lower bound.
 
-With specialists (docs/specialists.md) a coordinating planner is shown their descriptions
-instead of their tools: the last rows print the coordinator's system prompt for a back-office
-deployment with three specialists next to the flat catalogue's prompt, and their ratio, and
-the largest specialist's prompt (each specialist is shown only its own catalogue).
-
-    PYTHONPATH=. python bench/bench_prompt.py
+    PYTHONPATH=. python bench/bench_prompt.py [--before REV|none]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from pte._catalogue import STOCK_PACKS, Registry, load_registry
 from pte._core import canonical_json
 from pte._plan import Specialist, coordinator_view, specialist_registry
 from pte._policy import Policy
-from pte._run import catalogue_text, planner_messages, replanner_messages, stage_messages, static_prompt
+from pte._run import (
+    catalogue_text,
+    finalizer_messages,
+    planner_messages,
+    replanner_messages,
+    stage_messages,
+    static_prompt,
+)
+from pte._run._prompts import repair_messages
+
+#: main just before this round of #37's prompt work (the sizes docs/benchmarks.md states "before").
+BEFORE = "5aa60c6"
+REPO = Path(__file__).resolve().parents[1]
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.
 _PIECES = re.compile(
@@ -184,63 +203,140 @@ def coordinator_sizes(registry: Registry, specialists: tuple[Specialist, ...]) -
     return {"flat": len(flat), "coordinator": len(coordinator), "specialist": largest}
 
 
-def main() -> None:
-    generic = load_registry(GENERIC_PACKS)
-    rows = [
-        (
-            f"{len(ISSUE_25_TOOLS)} generic tools of #25",
-            Registry([s for s in generic if s.name in ISSUE_25_TOOLS]),
-        ),
-        (f"six generic packs ({len(generic)} tools)", generic),
-        ("whole stock catalogue", load_registry(STOCK_PACKS)),
-    ]
-    print(
-        f"{'':32} {'tools':>5} {'':10} {'chars new':>10} {'old':>8} {'ratio':>6} {'~tok new':>9} {'old':>7}"
-    )
-    for label, registry in rows:
-        sizes = measure(registry)
-        for part in ("catalogue", "prompt"):
-            new_chars, new_tok = sizes[f"{part} new"]
-            old_chars, old_tok = sizes[f"{part} old"]
-            print(
-                f"{label:32} {len(registry):5d} {part:10} {new_chars:10,d} {old_chars:8,d} "
-                f"{new_chars / old_chars:6.2f} {new_tok:9,d} {old_tok:7,d}"
-            )
-            label = ""
-    stock = load_registry(STOCK_PACKS)
-    policy = Policy.from_registry(stock)
-    static = static_prompt(stock, policy)
-    request = "Total the overdue invoices of customer C002 and remind them by letter."
-    calls = {
-        "planner": planner_messages(request, stock, policy),
+REQUEST = "Total the overdue invoices of customer C002 and remind them by letter."
+PLAN = {
+    "pte_plan": "1",
+    "steps": [{"id": "inv", "tool": "list_overdue_invoices", "args": {"currency": "EUR"}}],
+    "result": {"$ref": "inv/total"},
+}
+INVOICES = {"ids": ["INV-1001", "INV-1004"], "total": "1234.50", "total_currency": "EUR", "count": 2}
+
+
+def role_messages(registry: Registry, policy: Policy) -> dict[str, list[dict[str, str]]]:
+    """One call of each role for `REQUEST`, with the same data in every tree measured."""
+    planner = planner_messages(REQUEST, registry, policy)
+    return {
+        "planner": planner,
         "stage": stage_messages(
-            request, stock, policy, 2, {"ids": ({"$ref": "inv/ids"}, ["INV-1"], "trusted")}, []
+            REQUEST, registry, policy, 2, {"ids": ({"$ref": "inv/ids"}, INVOICES["ids"], "trusted")}, []
         ),
         "replanner": replanner_messages(
-            request,
-            stock,
-            {"pte_plan": "1", "steps": []},
+            REQUEST,
+            registry,
+            PLAN,
             [],
             "inv",
             "list_overdue_invoices",
             {"kind": "tool_error", "message": "timeout"},
             policy=policy,
         ),
+        "repair": repair_messages(
+            planner,
+            json.dumps(PLAN),
+            {"reason": "invalid_args", "path": "/steps/0/args/currency", "message": "not one of EUR, USD"},
+            literals="request",
+        ),
+        "finalizer": finalizer_messages(
+            REQUEST, INVOICES["total"], [("inv", "list_overdue_invoices", INVOICES, "trusted")]
+        ),
     }
-    print("\nstatic prompt (cacheable prefix), whole stock catalogue:", f"{len(static):,d} characters")
-    for role, messages in calls.items():
-        assert messages[0]["content"].startswith(static)
-        total = sum(len(m["content"]) for m in messages)
-        print(f"  {role:10} {total:8,d} characters sent, {len(static) / total:.0%} of them the cached prefix")
-    sizes = coordinator_sizes(stock, BACKOFFICE_SPECIALISTS)
+
+
+def figures() -> dict[str, Any]:
+    """Everything this script prints, for the tree it runs in (JSON for --before)."""
+    generic = load_registry(GENERIC_PACKS)
+    stock = load_registry(STOCK_PACKS)
+    out: dict[str, Any] = {"prompts": {}, "roles": {}}
+    for key, registry in (("generic", generic), ("stock", stock)):
+        sizes = measure(registry)
+        out["prompts"][key] = {
+            "tools": len(registry),
+            "prompt": sizes["prompt new"][0],
+            "catalogue": sizes["catalogue new"][0],
+            "prompt tokens": sizes["prompt new"][1],
+            "json prompt": sizes["prompt old"][0],
+            "json catalogue": sizes["catalogue old"][0],
+            "json prompt tokens": sizes["prompt old"][1],
+        }
+    policy = Policy.from_registry(stock)
+    static = static_prompt(stock, policy)
+    out["static"] = len(static)
+    for role, messages in role_messages(stock, policy).items():
+        cached = len(static) if messages[0]["content"].startswith(static) else 0
+        out["roles"][role] = {"sent": sum(len(m["content"]) for m in messages), "cached": cached}
+    out["specialists"] = coordinator_sizes(stock, BACKOFFICE_SPECIALISTS)
+    return out
+
+
+def figures_at(rev: str) -> dict[str, Any]:
+    """`figures()` of commit `rev`: its tree unpacked, this script run there with --json."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        env = {**os.environ, "PYTHONPATH": tmp}
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--json"],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+
+def _row(label: str, before: int | None, after: int, extra: str = "") -> str:
+    if before is None:
+        return f"  {label:38} {after:10,d}{extra}"
+    return f"  {label:38} {before:10,d} {after:10,d} {after / before:7.2f}{extra}"
+
+
+def report(after: dict[str, Any], before: dict[str, Any] | None, rev: str) -> None:
+    head = f"  {'':38} {'after':>10}" if before is None else f"  {'':38} {'before':>10} {'after':>10} {'ratio':>7}"
+    print(f"planner system prompt, characters (before: {rev})" if before else "planner system prompt, characters")
+    print(head)
+    for key, label in (("generic", "six generic packs"), ("stock", "whole stock catalogue")):
+        a = after["prompts"][key]
+        b = before["prompts"][key] if before else None
+        print(_row(f"{label} ({a['tools']} tools)", b and b["prompt"], a["prompt"]))
+        print(_row("  rules and notation", b and b["prompt"] - b["catalogue"], a["prompt"] - a["catalogue"]))
+        print(_row("  catalogue", b and b["catalogue"], a["catalogue"]))
+    print(f"\neach role's messages for one request, whole stock catalogue (static prefix {after['static']:,d})")
+    print(head + "   cacheable share after (before)")
+    for role, a in after["roles"].items():
+        b = before["roles"].get(role) if before else None
+        share = f"   {a['cached'] / a['sent']:4.0%}" + (f" ({b['cached'] / b['sent']:.0%})" if b else "")
+        print(_row(role, b and b["sent"], a["sent"], share))
+    print("\nsignatures against the JSON Schemas they replaced (this tree; ~tokens: cl100k pieces)")
+    for key in ("generic", "stock"):
+        a = after["prompts"][key]
+        print(
+            f"  {key:8} prompt {a['prompt']:8,d} vs {a['json prompt']:8,d} characters "
+            f"({a['prompt'] / a['json prompt']:.2f}), ~tokens {a['prompt tokens']:,d} vs {a['json prompt tokens']:,d}; "
+            f"catalogue {a['catalogue']:,d} vs {a['json catalogue']:,d}"
+        )
+    sizes = after["specialists"]
     owned = sum(len(s.catalogue) for s in BACKOFFICE_SPECIALISTS)
     print(
-        f"\nwith {len(BACKOFFICE_SPECIALISTS)} specialists ({owned} of {len(stock)} tools theirs): planner "
-        f"system prompt, characters\n"
+        f"\nwith {len(BACKOFFICE_SPECIALISTS)} specialists ({owned} of {after['prompts']['stock']['tools']} tools "
+        f"theirs): planner system prompt, characters\n"
         f"  flat catalogue {sizes['flat']:10,d}\n"
         f"  coordinator    {sizes['coordinator']:10,d}   ratio {sizes['coordinator'] / sizes['flat']:.2f}\n"
         f"  largest specialist {sizes['specialist']:6,d}   ratio {sizes['specialist'] / sizes['flat']:.2f}"
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", default=BEFORE, help="a commit to measure too, or 'none'")
+    parser.add_argument("--json", action="store_true", help="print this tree's figures as JSON")
+    args = parser.parse_args()
+    if args.json:
+        print(json.dumps(figures()))
+        return
+    before = None if args.before == "none" else figures_at(args.before)
+    report(figures(), before, args.before)
 
 
 if __name__ == "__main__":
