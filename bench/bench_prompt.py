@@ -293,8 +293,9 @@ def _row(label: str, before: int | None, after: int, extra: str = "") -> str:
 
 
 def report(after: dict[str, Any], before: dict[str, Any] | None, rev: str) -> None:
-    head = f"  {'':38} {'after':>10}" if before is None else f"  {'':38} {'before':>10} {'after':>10} {'ratio':>7}"
-    print(f"planner system prompt, characters (before: {rev})" if before else "planner system prompt, characters")
+    columns = f"{'after':>10}" if before is None else f"{'before':>10} {'after':>10} {'ratio':>7}"
+    head = f"  {'':38} {columns}"
+    print("planner system prompt, characters" + (f" (before: {rev})" if before else ""))
     print(head)
     for key, label in (("generic", "six generic packs"), ("stock", "whole stock catalogue")):
         a = after["prompts"][key]
@@ -302,7 +303,8 @@ def report(after: dict[str, Any], before: dict[str, Any] | None, rev: str) -> No
         print(_row(f"{label} ({a['tools']} tools)", b and b["prompt"], a["prompt"]))
         print(_row("  rules and notation", b and b["prompt"] - b["catalogue"], a["prompt"] - a["catalogue"]))
         print(_row("  catalogue", b and b["catalogue"], a["catalogue"]))
-    print(f"\neach role's messages for one request, whole stock catalogue (static prefix {after['static']:,d})")
+    static = after["static"]
+    print(f"\neach role's messages for one request, whole stock catalogue (static prefix {static:,d})")
     print(head + "   cacheable share after (before)")
     for role, a in after["roles"].items():
         b = before["roles"].get(role) if before else None
@@ -313,13 +315,15 @@ def report(after: dict[str, Any], before: dict[str, Any] | None, rev: str) -> No
         a = after["prompts"][key]
         print(
             f"  {key:8} prompt {a['prompt']:8,d} vs {a['json prompt']:8,d} characters "
-            f"({a['prompt'] / a['json prompt']:.2f}), ~tokens {a['prompt tokens']:,d} vs {a['json prompt tokens']:,d}; "
+            f"({a['prompt'] / a['json prompt']:.2f}), "
+            f"~tokens {a['prompt tokens']:,d} vs {a['json prompt tokens']:,d}; "
             f"catalogue {a['catalogue']:,d} vs {a['json catalogue']:,d}"
         )
     sizes = after["specialists"]
     owned = sum(len(s.catalogue) for s in BACKOFFICE_SPECIALISTS)
+    tools = after["prompts"]["stock"]["tools"]
     print(
-        f"\nwith {len(BACKOFFICE_SPECIALISTS)} specialists ({owned} of {after['prompts']['stock']['tools']} tools "
+        f"\nwith {len(BACKOFFICE_SPECIALISTS)} specialists ({owned} of {tools} tools "
         f"theirs): planner system prompt, characters\n"
         f"  flat catalogue {sizes['flat']:10,d}\n"
         f"  coordinator    {sizes['coordinator']:10,d}   ratio {sizes['coordinator'] / sizes['flat']:.2f}\n"
