@@ -486,12 +486,11 @@ def calculator(
     places: Annotated[int, Field(ge=0, le=28)] | None = None,
     rounding: Literal["half_even", "half_up"] = "half_even",
 ) -> CalcResult:
-    """Exact decimal arithmetic. `expression` (at most 1,000 characters): numbers, names of
-    `variables` (numbers, decimal strings or lists of them: {"amounts": ["10.50", "2.25"]}), + -
-    * / // % ** (exponent at most 10,000), parentheses, == != < <= > >= (1 or 0), and or not, x
-    if c else y, xs[0], xs[-1], sum min max avg len abs round(x, n) floor ceil. Percent: part /
-    whole * 100. `places` rounds the result by `rounding` (as round() does). Unknown names,
-    division by zero or a list result fail.
+    """Exact decimal arithmetic on `expression` (at most 1,000 characters): numbers, `variables`
+    (names to numbers, decimal strings or lists: {"xs": ["10.50", "2.25"]}), + - * / // % **
+    (exponent at most 10,000), parentheses, == != < <= > >= (1 or 0), and or not, x if c else y,
+    xs[0], xs[-1], sum min max avg len abs round(x, n) floor ceil. `places` rounds the result by
+    `rounding` (as round() does). Unknown names, division by zero or a list result fail.
     """
     with decimal.localcontext(_context()):
         value = _evaluate(expression, variables or {}, _ROUNDINGS[rounding])

@@ -114,15 +114,13 @@ those values and plan the next stage."""
 #: How the catalogue is written (shown once, above it).
 CATALOGUE_NOTATION = """Tools: name(p: TYPE, q?: TYPE = default) -> OUTPUT, [labels], what it does. \
 q? is optional (no default shown: null, false or absent); no other parameters. decimal = a \
-decimal string ("12.50"); str(date) = text in that format; "a"|"b" = one of; A|B = either; \
-T[] = a list; {a: T, b?: U} = an object (b may be absent; ", ..." more keys); {[key]: T} = any \
-keys; 0..28, >=1 = bounds; len 1..5 = length; /re/ = a pattern; /* */ = a note; UpperCase = a \
-type under "Types". Generic tools name type variables (pick[R]): the type of what you pass, \
-kept in the output, so references follow your data's fields (sort_records then first: \
-"<id>/record/<field>"). R is a record (object), others any value unless [V: record]. \
-field<R> = a field name of R; R[f] = the type of R's field named by argument f; Pick<R,fs> = R \
-with only the fields fs; groups<p> = a str field per named group of regex p; R & X = the \
-fields of both; regex = an RE2 pattern."""
+decimal string ("12.50"); str(date) = text in that format; {a: T, b?: U} = an object (b may be \
+absent; ", ..." more keys); {[key]: T} = any keys; UpperCase = a type under "Types". Generic \
+tools name type variables (pick[R]): the type of what you pass, kept in the output, so \
+references follow your data's fields (sort_records then first: "<id>/record/<field>"). R is a \
+record (object), others any value unless [V: record]. field<R> = a field name of R; R[f] = the \
+type of R's field named by argument f; Pick<R,fs> = R with only the fields fs; groups<p> = a str \
+field per named group of regex p; R & X = the fields of both; regex = an RE2 pattern."""
 
 _DEF_PREFIX = "#/$defs/"
 _VAR, _FIELD, _FIELD_OF, _PICK = "x-pte-var", "x-pte-field", "x-pte-field-of", "x-pte-pick"
