@@ -19,6 +19,7 @@ Everything else public lives in the module of its area, each with one `__all__`:
 | `pte.deployment` | runs under a deployment that pause and resume |
 | `pte.stores` | run stores (JSON Lines, SQLite, PostgreSQL) |
 | `pte.errors` | every exception PTE raises on purpose, and `ReasonCode` |
+| `pte.cli` | the `pte` command line, callable in-process (`main(argv)` returns the exit code) |
 | `pte.importers`, `pte.testing` | tool importers; test doubles (optional dependencies) |
 
 Modules whose names start with an underscore (``pte._run``, ...) are private and may change
@@ -52,6 +53,7 @@ _LAZY_MODULES = ("pte.engine", "pte.runs", "pte.deployment")
 _PUBLIC_MODULES = (
     "audit",
     "catalogue",
+    "cli",
     "deployment",
     "engine",
     "errors",

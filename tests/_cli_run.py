@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pte._cli import main
+from pte.cli import main
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -56,7 +56,7 @@ def make_deployment(
 
 def approver_keys(tmp_path: Path, name: str = "approver") -> tuple[Path, Path]:
     """An approver's key pair in `tmp_path`: (private key file, mode 0600; public key file)."""
-    from pte._core import SigningKey
+    from pte import SigningKey
 
     signer = SigningKey.generate()
     private, public = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pte._catalogue import load_pack
+from pte import load_pack
 
 
 def caller(pack: str) -> Any:

@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from pte._catalogue import Registry
+from pte import Registry
 from pte.testing import example_registry
 
 

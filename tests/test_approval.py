@@ -12,32 +12,34 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
-from pte._audit import Approval, AuditLog, read_records, verify
-from pte._catalogue import Registry, tool
-from pte._core import (
-    ApprovalConsumed,
-    ApprovalMissing,
-    KeyFileError,
+from pte import (
+    AuditLog,
+    Engine,
+    Plan,
+    Policy,
     ReasonCode,
+    Registry,
     SigningKey,
     TrustedKeys,
-    canonical_json,
+    approve,
+    compile_plan,
+    tool,
+    verify,
 )
-from pte._plan import Plan, compile_plan
+
+# private: the approval gate and its checks driven directly; keys from the environment
 from pte._policy import (
     ApprovalGate,
-    ApprovalStore,
-    Policy,
-    approval_hook,
-    approve,
     catalogue_fingerprint,
     check_approval,
     public_keys_from_env,
     requires_approval,
     signing_key_from_env,
 )
-from pte._run import Engine
+from pte.audit import Approval, canonical_json, read_records
 from pte.engine import ReplayClient
+from pte.errors import ApprovalConsumed, ApprovalMissing, KeyFileError
+from pte.policy import ApprovalStore, approval_hook
 from tests.audit_runs import begun
 
 SIGNER = SigningKey.generate()

@@ -29,6 +29,7 @@ FACES = [
     "pte.engine",
     "pte.runs",
     "pte.deployment",
+    "pte.cli",
     "pte.stores",
     "pte.stores.postgres",
     "pte.importers",
@@ -225,6 +226,49 @@ def test_tests_import_pte_or_an_area_face_and_white_box_tests_only_their_own_are
     for area, folder in WHITE_BOX.items():
         offences += _offences(sorted((ROOT / "tests" / folder).rglob("*.py")), area)
     assert offences == []
+
+
+def _unexplained_private_imports(path: Path) -> list[str]:
+    """Every import of a private area (``pte._area`` or below) in `path` without its reason: a
+    ``# private: why`` comment on the line above it or on its first line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        if not any(name.split(".")[:2][-1] in AREAS and name.startswith("pte.") for name in names):
+            continue
+        here, above = lines[node.lineno - 1], lines[node.lineno - 2] if node.lineno > 1 else ""
+        if "# private: " not in here and not above.strip().startswith("# private: "):
+            found.append(f"{path.name}:{node.lineno}: {names[0]}")
+    return found
+
+
+def test_tests_import_public_names_and_say_why_when_they_do_not() -> None:
+    """Tests import `pte` and its public modules; an import of a private area says why in one
+    line (``# private: ...``), so what reaches past the public line is visible and counted."""
+    paths = sorted((ROOT / "tests").rglob("*.py"))
+    offences = [offence for path in paths for offence in _unexplained_private_imports(path)]
+    assert offences == []
+
+
+def test_the_reason_check_would_notice(tmp_path: Path) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "from pte import AuditLog\n"
+        "from pte._core import sha256_hex\n"
+        "# private: hashes, to check records by hand\n"
+        "from pte._core import canonical_bytes\n"
+        "import pte._audit._scan as scan  # private: the scanner's parts\n"
+        "def f():\n"
+        "    from pte._run import DATA_OPEN\n",
+        encoding="utf-8",
+    )
+    assert _unexplained_private_imports(probe) == ["test_probe.py:2: pte._core", "test_probe.py:7: pte._run"]
 
 
 def test_the_test_import_check_would_notice(tmp_path: Path) -> None:

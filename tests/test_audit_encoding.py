@@ -9,8 +9,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._audit import GENESIS_HASH, AuditLog, verify
+from pte import AuditLog, verify
+
+# private: the chain's first prev hash, to forge records
+from pte._audit import GENESIS_HASH
+
+# private: canonical bytes, to hash records by hand
 from pte._core import canonical_bytes
+
+# private: canonical JSON read back
 from pte._core import canonical_loads as loads
 from tests.audit_runs import begun
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, verify
-from pte._core import AuditWriteError
+from pte import AuditLog, verify
+from pte.errors import AuditWriteError
 
 ROUNDS = 1_000
 

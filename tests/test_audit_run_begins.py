@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pte import AuditLog, Executor, Registry, compile_plan, tool, verify
-from pte._audit import read_records
+from pte.audit import read_records
 from pte.errors import AuditWriteError
 from pte.stores import open_store
 from tests.audit_runs import begun

@@ -9,10 +9,17 @@ from typing import Any
 
 import pytest
 
-from pte._audit import read_records, verify
-from pte._cli import main
-from pte._core import LogNotIntact, TrustedKeys, canonical_json, sha256_hex
-from pte._replay import Deployment, replay_file
+from pte import TrustedKeys, verify
+
+# private: hashes, to check records by hand
+from pte._core import sha256_hex
+
+# private: replay's own deployment value
+from pte._replay import Deployment
+from pte.audit import canonical_json, read_records
+from pte.cli import main
+from pte.errors import LogNotIntact
+from pte.runs import replay_file
 
 SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl"))
@@ -79,7 +86,7 @@ def _resigned(path: Path, tmp_path: Path, edit: Any) -> Path:
     """`path` with its approval records edited, their ids and the chain re-derived (verify passes)."""
     import dataclasses
 
-    from pte._audit import Approval
+    from pte.audit import Approval
 
     records = read_records(path)
     for record in records:
@@ -112,8 +119,8 @@ def test_an_approval_re_signed_with_another_key_is_named_without_keys_and_refuse
 ) -> None:
     import dataclasses
 
-    from pte._audit import Approval
-    from pte._core import SigningKey
+    from pte import SigningKey
+    from pte.audit import Approval
 
     path = next(p for p in SAMPLE_FILES if sample_deployment(p) is not None)
     forger = SigningKey.generate()
@@ -286,7 +293,7 @@ def test_cli_replay_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_live_replay_reports_read_outputs_that_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._catalogue import load_pack
+    from pte import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -313,7 +320,7 @@ def test_live_replay_reports_read_outputs_that_changed(
 def test_live_replay_never_reruns_write_tools_unless_allowed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pte._catalogue import load_pack
+    from pte import load_pack
 
     module = __import__("sys").modules[load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -332,6 +339,7 @@ def test_every_record_of_every_kind_of_run_is_valid_against_the_audit_schema() -
     """Checked with the reference jsonschema validator, independently of `verify`'s own checks."""
     import jsonschema
 
+    # private: the record schema, checked against directly
     from pte._audit import load_audit_schema
 
     schema = load_audit_schema()

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 from _cli_run import cli
 
-from pte._audit import AuditLog, render_record, visible
-from pte._cli import main
+from pte import AuditLog
+
+# private: the one-line rendering of a record; which records `audit show` shows
+from pte._audit import render_record, visible
+from pte.cli import main
 from tests.audit_runs import begun
 
 # What a hostile tool output or model answer might carry: an OSC window-title change, a CSI

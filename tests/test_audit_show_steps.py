@@ -10,9 +10,13 @@ from typing import Any
 import pytest
 from _cli_run import cli
 
-from pte._audit import read_records
+# private: the content store of a run_started
 from pte._catalogue import stored_contents
-from pte._replay import RunView, StepsSummary, render_report, render_steps, status_text
+
+# private: replay's parts, white-box
+from pte._replay import StepsSummary, render_steps, status_text
+from pte.audit import read_records
+from pte.runs import RunView, render_report
 from pte.stores import open_store
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, verify
-from pte._core import AuditWriteError
-from pte._replay import replay_file
+from pte import AuditLog, verify
+from pte.errors import AuditWriteError
+from pte.runs import replay_file
 
 DATA = Path(__file__).resolve().parent / "data"
 V1_LOGS = sorted(DATA.glob("audit_v1_*.jsonl"))

@@ -18,10 +18,8 @@ import pytest
 from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
-from pte._catalogue import Registry, load_pack, load_registry, tool
-from pte._core import SigningKey, TrustedKeys
-from pte._deploy import PausedRun, decide, pausing_gate, resume_run, run_in_store
-from pte._run import Engine
+from pte import Engine, Registry, SigningKey, TrustedKeys, load_pack, load_registry, tool
+from pte.deployment import PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, open_store
 
 PAY = """{"pte_plan": "1", "steps": [
@@ -171,7 +169,7 @@ def test_the_approver_sees_the_plan_the_records_hash_to_not_the_run_table_copy(
 ) -> None:
     """Attack 2: the store writer puts a 12.40 EUR plan in ``pte_runs.plan``; the run's records
     hold the 9,800 EUR plan whose hash the approver signs. The listing shows the records' plan."""
-    from pte._cli import main
+    from pte.cli import main
 
     big = PAY.replace('"120.00"', '"9800.00"')
     paused = _start(store, "big", plan=big)
@@ -197,7 +195,7 @@ def test_a_paused_run_whose_records_were_edited_cannot_be_reviewed(
     store: Store, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The writer edits the plan inside the records instead: the chain breaks, nothing is shown."""
-    from pte._cli import main
+    from pte.cli import main
     from pte.stores import StoreError
 
     _start(store, "edited", plan=PAY.replace('"120.00"', '"9800.00"'))
@@ -244,10 +242,14 @@ def _transfers() -> int:
 def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp_path: Path) -> None:
     """Attack 6: the run crashed after the keyed payment took effect. Before, resume said
     "approve the plan again" (which pays twice). Now the keyed re-call completes the run, once."""
-    from pte._audit import AuditLog
-    from pte._plan import compile_plan
-    from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint
+    from pte import AuditLog, Policy, approve, compile_plan
+
+    # private: the catalogue fingerprint approvals bind
+    from pte._policy import catalogue_fingerprint
+
+    # private: replay's own deployment value
     from pte._replay import Deployment
+    from pte.policy import ApprovalStore, approval_hook
     from pte.runs import resume_file
 
     WORLD["db"] = tmp_path / "world.sqlite"
@@ -283,14 +285,16 @@ DEPLOYMENT = SigningKey.generate()
 
 
 def _anchors(path: Path) -> Any:
-    from pte._audit import Anchors
+    from pte.audit import Anchors
 
     return Anchors(path, key=DEPLOYMENT)
 
 
 def _rehash(records: list[dict[str, Any]], path: Path) -> None:
     """Re-chain edited records into a log that verifies (what a log writer without a key can do)."""
-    from pte._core import canonical_json, sha256_hex
+    # private: hashes, to check records by hand
+    from pte._core import sha256_hex
+    from pte.audit import canonical_json
 
     prev = "0" * 64
     with path.open("w", encoding="utf-8") as fh:
@@ -305,8 +309,11 @@ class _Paid:
     """A signed approval of one run of PAY, in a fresh approval store, and the deployment's gate."""
 
     def __init__(self, tmp_path: Path) -> None:
-        from pte._plan import compile_plan
-        from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint
+        from pte import Policy, approve, compile_plan
+
+        # private: the catalogue fingerprint approvals bind
+        from pte._policy import catalogue_fingerprint
+        from pte.policy import ApprovalStore, approval_hook
 
         self.policy = Policy.from_registry(REGISTRY)
         self.approvals = ApprovalStore(tmp_path / "approvals.jsonl")
@@ -316,12 +323,13 @@ class _Paid:
         self.gate = lambda: approval_hook(self.approvals, registry=REGISTRY, keys=KEYS, policy=self.policy)
 
     def execute(self, log: Path, anchors: Any) -> Any:
-        from pte._audit import AuditLog
+        from pte import AuditLog
 
         with AuditLog(log, run_id=self.approval.run, anchors=anchors) as audit:
             return Engine(REGISTRY, policy=self.policy, approval=self.gate()).execute(PAY, audit)
 
     def resume(self, log: Path, anchors: Any) -> Any:
+        # private: replay's own deployment value
         from pte._replay import Deployment
         from pte.runs import resume_file
 
@@ -383,7 +391,7 @@ def test_a_finished_log_truncated_before_its_write_is_not_resumed(tmp_path: Path
         ),
         encoding="utf-8",
     )  # and the writer of the approval store helps: consumption undone there too
-    from pte._core import FailedClosed
+    from pte import FailedClosed
 
     with pytest.raises(FailedClosed, match="falls short of its signed anchor"):
         paid.resume(log, anchors)
@@ -393,7 +401,7 @@ def test_a_finished_log_truncated_before_its_write_is_not_resumed(tmp_path: Path
 def test_a_re_hashed_read_output_before_an_anchor_is_refused(tmp_path: Path, ledger: Path) -> None:
     """Attack 4: the run crashed after the payment's write-ahead record; the attacker edits the
     supplier's IBAN in the recorded read and re-chains the log. The anchor's head no longer matches."""
-    from pte._core import FailedClosed
+    from pte import FailedClosed
 
     paid = _Paid(tmp_path)
     anchors = _anchors(tmp_path / "anchors.jsonl")
@@ -441,7 +449,7 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
             r["output"]["iban"] = "GB33BUKB20201555555555"
     edited = tmp_path / "edited.jsonl"
     _rehash(records, edited)
-    from pte._core import FailedClosed
+    from pte import FailedClosed
 
     with pytest.raises(FailedClosed, match="after the run's last signed anchor"):
         paid.resume(edited, anchors)
@@ -457,7 +465,9 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
 def _rewrite_store_run(store: Store, run_id: str, edit: Any) -> None:
     """Edit a stored run's records and re-hash all of its rows (and the store's own seal
     checkpoint), as a database writer without the deployment key can."""
-    from pte._core import canonical_json, sha256_hex
+    # private: hashes, to check records by hand
+    from pte._core import sha256_hex
+    from pte.audit import canonical_json
 
     records = store.records(run_id)
     edit(records)
@@ -483,7 +493,7 @@ def test_a_consistently_rewritten_sealed_store_run_is_refused_with_the_deploymen
 ) -> None:
     """Attack 7: a sealed run's recorded IBAN is rewritten and every row re-hashed in the
     database. The chain verifies (even the server's own check); the anchors outside it do not."""
-    from pte._cli import main
+    from pte.cli import main
 
     key_file = tmp_path / "deployment.key"
     key_file.write_bytes(DEPLOYMENT.to_pem())
@@ -517,7 +527,7 @@ def test_a_run_made_up_in_the_store_is_not_the_deployments(
 ) -> None:
     """A store writer runs a whole payment run elsewhere and inserts it: it verifies as a chain,
     but the deployment never anchored it."""
-    from pte._cli import main
+    from pte.cli import main
 
     key_file = tmp_path / "deployment.key"
     key_file.write_bytes(DEPLOYMENT.to_pem())
@@ -535,7 +545,7 @@ def test_a_run_made_up_in_the_store_is_not_the_deployments(
 def test_pte_init_then_a_cut_log_is_not_resumed_by_the_cli(
     tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._cli import main
+    from pte.cli import main
 
     assert main(["--quiet", "init", str(tmp_path / "deploy"), "--tools", "backoffice"]) == 0
     assert f"PTE_DEPLOYMENT={tmp_path / 'deploy'}" in capsys.readouterr().out
@@ -593,8 +603,8 @@ def test_a_keyed_approved_store_write_that_crashed_after_its_effect_completes_on
 
 
 def test_the_anchors_file_refuses_forged_edited_and_removed_lines(tmp_path: Path) -> None:
-    from pte._audit import Anchors
-    from pte._core import AnchorError
+    from pte.audit import Anchors
+    from pte.errors import AnchorError
 
     path = tmp_path / "anchors.jsonl"
     signer = Anchors(path, key=DEPLOYMENT)

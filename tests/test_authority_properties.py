@@ -19,12 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte._audit import Anchors, AuditLog
-from pte._catalogue import Registry, tool
-from pte._core import PTEError, SigningKey, canonical_json, sha256_hex
-from pte._policy import Policy
+from pte import AuditLog, Engine, Policy, PTEError, Registry, SigningKey, tool
+
+# private: hashes, to check records by hand
+from pte._core import sha256_hex
+
+# private: replay's own deployment value
 from pte._replay import Deployment
-from pte._run import Engine
+from pte.audit import Anchors, canonical_json
 from pte.runs import resume_file
 
 KEY = SigningKey.generate()

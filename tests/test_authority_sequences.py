@@ -29,10 +29,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte import Engine, Registry, tool
-from pte._audit import Anchors
-from pte._core import PTEError, SigningKey, StoreError, TrustedKeys, canonical_json, sha256_hex
-from pte._deploy import decide, pausing_gate, resume_run, run_in_store
+from pte import Engine, PTEError, Registry, SigningKey, TrustedKeys, tool
+
+# private: hashes, to check records by hand
+from pte._core import sha256_hex
+from pte.audit import Anchors, canonical_json
+from pte.deployment import decide, pausing_gate, resume_run, run_in_store
+from pte.errors import StoreError
 from pte.stores import SQLiteStore
 
 DEPLOYMENT = SigningKey.generate()

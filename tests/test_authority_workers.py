@@ -15,8 +15,11 @@ import pytest
 from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 from test_workers import PLANS, TOOLS, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
-from pte._core import SigningKey
-from pte._deploy import decide, enqueue, make_app, submit_job
+from pte import SigningKey
+
+# private: the worker and job internals, white-box
+from pte._deploy import enqueue, make_app, submit_job
+from pte.deployment import decide
 from pte.stores import open_store
 
 SIGNER = SigningKey.generate()

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 import pte
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry
-from pte._plan import Procedure, load_procedures
+from pte.plan import Procedure, load_procedures
 from pte.testing import ScriptedModel
 
 # What the attacker's e-mail says (the tests vary it).

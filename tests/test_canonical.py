@@ -17,14 +17,9 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._core import (
-    CanonicalizationError,
-    canonical_bytes,
-    canonical_json,
-    canonical_loads,
-    hash_json,
-    is_canonical,
-)
+# private: canonical JSON's own bytes, reader, check and error, under test
+from pte._core import CanonicalizationError, canonical_bytes, canonical_loads, is_canonical
+from pte.audit import canonical_json, hash_json
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_VERIFIER = REPO / "verifier" / "verify.mjs"
@@ -260,9 +255,7 @@ def test_the_fast_path_boundaries_agree_with_the_reference(number: float) -> Non
 
 
 def test_a_plan_integer_a_double_cannot_hold_is_refused_not_rounded() -> None:
-    from pte._catalogue import load_registry
-    from pte._core import PlanRejected, ReasonCode
-    from pte._plan import compile_plan
+    from pte import PlanRejected, ReasonCode, compile_plan, load_registry
 
     registry = load_registry(["calculator"])
 

@@ -11,9 +11,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+# private: anchor keys to sign and check anchors by hand; checkpoints read back raw
 from pte._audit import load_private_key, load_public_key, read_checkpoints
-from pte._cli import main
-from pte._core import CheckpointError
+from pte.cli import main
+from pte.errors import CheckpointError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 
@@ -173,7 +174,7 @@ def test_wrong_key_kinds_are_refused(tmp_path: Path) -> None:
 def test_cutting_whole_sealed_runs_is_caught_only_by_the_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._audit import AuditLog, verify
+    from pte import AuditLog, verify
 
     log = tmp_path / "two_runs.jsonl"
     for run_id in ("first", "second"):

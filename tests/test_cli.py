@@ -22,11 +22,13 @@ from typing import Any
 import pytest
 from _cli_run import cli, make_deployment
 
-from pte import __version__
-from pte._audit import read_records, verify
-from pte._cli import SCENARIOS, main
-from pte._core import canonical_json
-from pte._replay import replay_file
+from pte import __version__, verify
+
+# private: the demo's scenarios
+from pte._cli import SCENARIOS
+from pte.audit import canonical_json, read_records
+from pte.cli import main
+from pte.runs import replay_file
 from pte.testing import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]

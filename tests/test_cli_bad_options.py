@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pte._cli import MAX_APPROVAL_TTL_S, MAX_SUBMIT_COUNT, MAX_VALID_FOR_HOURS, main
+# private: the command line's bound under test
+from pte._cli import MAX_APPROVAL_TTL_S, MAX_SUBMIT_COUNT, MAX_VALID_FOR_HOURS
+from pte.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 PLAN = {
@@ -310,7 +312,7 @@ def test_a_named_failure_is_not_an_internal_error(work: Path) -> None:
 
 def test_submit_to_an_unreachable_broker_stores_nothing_and_says_so(work: Path) -> None:
     store = f"sqlite:///{work}/submit.db"
-    from pte._core import SigningKey
+    from pte import SigningKey
 
     (work / "deployment.key").write_bytes(SigningKey.generate().to_pem())  # submit signs its jobs
     done = _pte(
@@ -350,8 +352,12 @@ def test_a_worker_configuration_refuses_a_bad_approval_ttl(
 ) -> None:
     # Below the CLI too: the worker's environment is read in each worker process, where a
     # NaN TTL used to fail every paused run instead of the configuration.
-    from pte._core import PTEError
+    from pte import PTEError
+
+    # private: the decision's bound under test
     from pte._deploy import MAX_APPROVAL_TTL_S as WORKER_MAX
+
+    # private: the worker and job internals, white-box
     from pte._deploy import WorkerConfig
 
     assert WORKER_MAX == MAX_APPROVAL_TTL_S  # the CLI's documented maximum is the worker's

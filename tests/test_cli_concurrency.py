@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from pte._catalogue import load_registry
-from pte._cli import main
+from pte import load_registry
+
+# private: the worker and job internals, white-box
 from pte._deploy import WorkerConfig, job_engine, process_run, submit_job
+from pte.cli import main
 
 # A tool pack that reports, in seen.jsonl next to it, how many calls ran at once.
 PACK = '''

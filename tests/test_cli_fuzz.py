@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte._cli import main
-from pte._plan import DEFAULT_LIMITS
+from pte.cli import main
+from pte.plan import DEFAULT_LIMITS
 
 PLAN = {
     "pte_plan": "1",

@@ -25,7 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte._cli import build_parser, main
+# private: the command line's parser
+from pte._cli import build_parser
+from pte.cli import main
 
 PLAN = {
     "pte_plan": "1",

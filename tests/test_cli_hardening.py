@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from _cli_run import cli
 
-from pte._audit import AuditLog, read_records, verify
+from pte import AuditLog, verify
+from pte.audit import read_records
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,7 +180,7 @@ def test_a_fifo_as_audit_log_is_refused(
 def test_a_huge_plan_file_is_rejected_after_reading_only_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._plan import DEFAULT_LIMITS
+    from pte.plan import DEFAULT_LIMITS
 
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as fh:

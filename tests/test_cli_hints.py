@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pte._catalogue import load_pack
-from pte._cli import main
+from pte import load_pack
+from pte.cli import main
 from tests._cli_run import make_deployment
 
 PAY = """{"pte_plan": "1", "steps": [
@@ -132,8 +132,10 @@ def test_endorsement_pause_hints_in_a_store_run_as_printed(
     tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A store run paused for an endorsement: review, endorse and resume hints run as printed."""
+    from pte import SigningKey
+
+    # private: the demo's scenario; the demo's policy
     from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
-    from pte._core import SigningKey
 
     signer = SigningKey.generate()
     key, public = tmp_path / "approver.key", tmp_path / "approver.pub"

@@ -18,7 +18,7 @@ import yaml
 from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 
-from pte._cli import main
+from pte.cli import main
 
 SERVER = Path(__file__).parent / "integration_apps" / "crm_mcp_server.py"
 GET = {

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pte._catalogue import load_pack
-from pte._cli import main
+from pte import load_pack
+from pte.cli import main
 from pte.stores import open_store
 
 PAY = """{"pte_plan": "1", "steps": [

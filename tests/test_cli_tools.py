@@ -7,8 +7,10 @@ import json
 import pytest
 
 from pte import load_pack
+
+# private: the stock packs' list
 from pte._catalogue import STOCK_PACKS
-from pte._cli import main
+from pte.cli import main
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -16,10 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte import Plan, PlanRejected, ReasonCode, Registry, compile_plan, load_pack
+from pte import Plan, PlanRejected, Policy, ReasonCode, Registry, compile_plan, load_pack
+
+# private: the stock packs' list
 from pte._catalogue import STOCK_PACKS
-from pte._core import canonical_json, data_dir
-from pte._policy import Policy
+
+# private: the shipped data folder
+from pte._core import data_dir
+from pte.audit import canonical_json
 from pte.plan import Limits
 from pte.testing._catalogue import example_registry
 from pte.testing._strategies import invalid_plan_cases, invalid_plans, json_values, planner_text, valid_plans

@@ -14,7 +14,7 @@ import pytest
 
 import pte
 from pte import Plan, PlanRejected, ReasonCode, compile_plan
-from pte._core import canonical_json
+from pte.audit import canonical_json
 from pte.plan import Limits
 from pte.testing._catalogue import example_registry
 

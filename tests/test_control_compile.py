@@ -9,8 +9,8 @@ import jsonschema
 import pydantic
 import pytest
 
-from pte._core import PlanRejected, ReasonCode
-from pte._plan import PlanDocument, compile_plan, plan_schema
+from pte import PlanRejected, ReasonCode, compile_plan
+from pte.plan import PlanDocument, plan_schema
 from pte.testing import example_registry
 
 REGISTRY = example_registry()

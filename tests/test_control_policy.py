@@ -11,10 +11,12 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte._catalogue import Registry, load_registry
-from pte._core import PlanRejected, PolicyError, ReasonCode
-from pte._plan import compile_plan
-from pte._policy import LabelTree, Policy, parse_field_pointer, provenance, schema_fields
+from pte import PlanRejected, Policy, ReasonCode, Registry, compile_plan, load_registry
+
+# private: the policy checks' parts, white-box
+from pte._policy import parse_field_pointer, schema_fields
+from pte.errors import PolicyError
+from pte.policy import LabelTree, provenance
 from tests.packs import world
 
 FIELDS = {

@@ -10,9 +10,8 @@ import pydantic
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 
-from pte._catalogue import load_registry
-from pte._core import PlanRejected, ReasonCode
-from pte._plan import PlanDocument, compile_plan, plan_schema
+from pte import PlanRejected, ReasonCode, compile_plan, load_registry
+from pte.plan import PlanDocument, plan_schema
 from pte.testing import CONTROL_REASONS, control_plans, example_registry, invalid_control_plans
 from tests.packs import world
 

@@ -18,11 +18,9 @@ import pytest
 from _crash import KILL_PATCH
 from _services import run_python
 
-from pte._audit import read_records, verify
-from pte._catalogue import Registry, load_registry
-from pte._core import ReasonCode
-from pte._replay import replay_file
-from pte.runs import resume_file
+from pte import ReasonCode, Registry, load_registry, verify
+from pte.audit import read_records
+from pte.runs import replay_file, resume_file
 from tests.packs import world
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,8 +129,7 @@ def test_a_staged_run_with_skipped_steps_resumes_from_any_record(
 ) -> None:
     """Cut a two-stage run (with a skipped step and a for_each) after every record; resume
     finishes it with the same effects, and the finished log verifies and replays."""
-    from pte._audit import AuditLog
-    from pte._run import Engine, EngineConfig
+    from pte import AuditLog, Engine, EngineConfig
     from pte.engine import ReplayClient
 
     stage1 = {

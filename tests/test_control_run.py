@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_registry
-from pte._replay import replay_file
-from pte._run import Engine, RunResult
+from pte import AuditLog, Engine, Registry, RunResult, load_registry, verify
+from pte.audit import read_records
+from pte.runs import replay_file
 from tests.packs import world
 
 PACK = str(Path(world.__file__))
@@ -194,7 +193,7 @@ def test_a_condition_that_cannot_be_evaluated_fails_the_step(registry: Registry,
 def test_cli_execute_reports_condition_not_met_with_exit_code_0(
     registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._cli import main
+    from pte.cli import main
 
     doc = {
         "pte_plan": "1",

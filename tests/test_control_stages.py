@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_registry
-from pte._policy import Policy
-from pte._replay import replay_file
-from pte._run import DATA_OPEN, Engine, EngineConfig, RunResult
+from pte import AuditLog, Engine, EngineConfig, Policy, Registry, RunResult, load_registry, verify
+
+# private: the prompts' text, white-box
+from pte._run import DATA_OPEN
+from pte.audit import read_records
 from pte.engine import ReplayClient
+from pte.runs import replay_file
 from tests.packs import world
 
 

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import load_registry
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig
+from pte import AuditLog, Engine, EngineConfig, load_registry, verify
+from pte.audit import read_records
 from pte.engine import ReplayClient
+from pte.runs import replay_file
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 

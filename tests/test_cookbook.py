@@ -121,7 +121,7 @@ def test_the_same_task_selecting_by_an_untrusted_field_is_refused(
 ) -> None:
     """The guarded tasks pass because their selections read trusted fields only: the same plan
     choosing its record by a third party's text fails closed before anything runs."""
-    from pte._core import PlanRejected, ReasonCode
+    from pte import PlanRejected, ReasonCode
 
     task = next(t for t in GUARDED if t.name == name)
     steps = [dict(s, args=dict(s["args"])) for s in task.steps]
@@ -139,10 +139,9 @@ def test_guarded_tasks_run_through_the_engine_and_replay_from_the_log(task: Task
     (the clock's reading, a skipped step's null default, the selections' labels)."""
     import json
 
-    from pte._audit import AuditLog
-    from pte._replay import replay_file
-    from pte._run import Engine, EngineConfig
+    from pte import AuditLog, Engine, EngineConfig
     from pte.engine import ReplayClient
+    from pte.runs import replay_file
 
     registry = cookbook_registry(task.domain)
     log = tmp_path / "task.jsonl"

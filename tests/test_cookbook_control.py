@@ -15,13 +15,20 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_registry
-from pte._plan import compile_plan
-from pte._policy import Policy
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig, RunResult
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    Policy,
+    Registry,
+    RunResult,
+    compile_plan,
+    load_registry,
+    verify,
+)
+from pte.audit import read_records
 from pte.engine import ReplayClient
+from pte.runs import replay_file
 from tests.packs import world
 
 #: Compliance's policy file for the bank: a transaction's subject is free text a third party chose.

@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from pte._audit import read_records, verify
+from pte import verify
+from pte.audit import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 10

@@ -13,9 +13,13 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import AuditLog, Engine, EngineConfig, Registry, tool
-from pte._audit import read_records
+
+# private: the data budget's rendering
 from pte._core import render_budgeted
+
+# private: the prompts' text, white-box
 from pte._run import DATA_CLOSE, DATA_OPEN, data_block
+from pte.audit import read_records
 from pte.engine import ReplayClient
 
 MORE = re.compile(r"^… (\d+) more records? not shown$")
@@ -139,7 +143,7 @@ def test_a_stage_planner_sees_whole_records_and_how_many_more_there_are(tmp_path
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    from pte._cli import main
+    from pte.cli import main
 
     try:
         code = main(["--quiet", *argv])

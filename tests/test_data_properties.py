@@ -13,8 +13,7 @@ import json
 import jsonschema
 from hypothesis import HealthCheck, given, settings
 
-from pte import compile_plan
-from pte._execution import Executor
+from pte import Executor, compile_plan
 from pte.testing import DataCase, data_plans
 
 _FAILURES_ALLOWED = (

@@ -17,12 +17,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte import compile_plan
-from pte._audit import AuditLog, verify
-from pte._catalogue import STOCK_PACKS, Registry, load_registry, tool
-from pte._core import PlanRejected
-from pte._policy import Policy
-from pte._run import Engine
+from pte import AuditLog, Engine, PlanRejected, Policy, Registry, compile_plan, load_registry, tool, verify
+
+# private: the stock packs' list
+from pte._catalogue import STOCK_PACKS
 from pte.testing.cookbook import ref, step
 
 BILL = (
@@ -242,7 +240,7 @@ def _first_output(reg: Registry) -> dict[str, Any]:
 
 def test_a_run_through_generic_ops_replays_from_the_log_alone(tmp_path: Path) -> None:
     # The type-variable markers live in the recorded schemas: replay re-infers the same types.
-    from pte._replay import replay_file
+    from pte.runs import replay_file
 
     reg = registry()
     doc = json.dumps(

@@ -26,9 +26,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte._audit import read_records, verify
-from pte._cli import SCENARIOS, answer_problem, main, run_demo
-from pte._replay import replay_file
+from pte import verify
+
+# private: the demo's scenarios; the demo's answer check; the demo, run in-process
+from pte._cli import SCENARIOS, answer_problem, run_demo
+from pte.audit import read_records
+from pte.cli import main
+from pte.runs import replay_file
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = [s.name for s in SCENARIOS]

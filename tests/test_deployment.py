@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 import pte
-from pte import Deployment
-from pte._core import TrustedKeys
+from pte import Deployment, TrustedKeys
 from pte.errors import DeploymentError
 from tests._cli_run import approver_keys, cli, ledger, make_deployment
 
@@ -89,6 +88,7 @@ def test_discovered_from_the_variable_else_upward_from_the_working_directory(
 def test_the_fingerprint_covers_the_document_and_every_file_it_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # private: the demo's policy
     from pte._cli import ENDORSE_POLICY
 
     _, public = approver_keys(tmp_path)

@@ -98,7 +98,7 @@ def test_an_unsigned_approval_recorded_in_the_store_never_counts_under_the_deplo
     )
     (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
     assert cli(capsys, "execute", "pay.json", "--run-id", "r1")[0] == 0
-    from pte._deploy import decide
+    from pte.deployment import decide
 
     with open_store(f"sqlite://{where / 'runs.db'}") as store:
         decide(store, "r1", by="mallory", approve=True)  # unsigned, behind the CLI's back
@@ -111,6 +111,7 @@ def test_endorsement_pause_hints_in_a_store_run_as_printed_under_a_deployment(
     tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The endorsement pause hint no longer drops the endorsement store: the deployment names it."""
+    # private: the demo's scenario; the demo's policy
     from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
 
     private, public = approver_keys(tmp_path)
@@ -146,6 +147,7 @@ def test_endorsement_pause_of_a_log_run_hints_run_as_printed_under_a_deployment(
     tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A run kept in an audit log (``--audit``): the pause hints name the log, no placeholder."""
+    # private: the demo's scenario; the demo's policy
     from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
 
     private, public = approver_keys(tmp_path)

@@ -10,13 +10,23 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, Registry, compile_plan, tool
-from pte._audit import read_records, verify
-from pte._core import FailedClosed
-from pte._replay import replay_file, resume_file
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    FailedClosed,
+    PlanRejected,
+    Policy,
+    Registry,
+    compile_plan,
+    tool,
+    verify,
+)
+from pte.audit import read_records
 from pte.engine import ReplayClient
 from pte.importers._text import scrub
 from pte.importers.openapi import import_openapi
+from pte.runs import replay_file, resume_file
 from pte.testing import FunctionCall, FunctionClient
 
 EVIL_URL = "https://evil.example/collect?iban=DE89370400440532013000"
@@ -238,7 +248,7 @@ def test_replay_live_and_resume_never_rerun_a_read_with_effects(tmp_path: Path) 
 
 
 def test_read_effects_marks_a_read() -> None:
-    from pte._core import ToolRegistrationError
+    from pte.errors import ToolRegistrationError
 
     with pytest.raises(ToolRegistrationError, match="read_effects marks a read"):
 
@@ -319,6 +329,7 @@ def test_a_parameter_description_copied_as_a_literal_counts_untrusted(tmp_path: 
 
 
 def test_an_unsigned_tail_read_with_effects_is_not_called_again_to_check_it() -> None:
+    # private: replay's parts, white-box
     from pte._replay import recheck_unsigned_tail
 
     VISITS.clear()

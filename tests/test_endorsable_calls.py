@@ -24,13 +24,17 @@ from hypothesis import strategies as hs
 from pydantic import BaseModel
 
 import pte
-from pte import AuditLog, Engine, EngineConfig, Policy, ReasonCode, Registry, tool
-from pte._core import SigningKey, TrustedKeys, canonical_json
+from pte import AuditLog, Engine, EngineConfig, Policy, ReasonCode, Registry, SigningKey, TrustedKeys, tool
+
+# private: endorsements built by hand (tamper tests)
 from pte._policy import make_endorsement
-from pte._replay import Deployment, resume_file
-from pte.audit import read_records
+
+# private: replay's own deployment value
+from pte._replay import Deployment
+from pte.audit import canonical_json, read_records
 from pte.errors import RunPaused
 from pte.policy import EndorsementGate, EndorsementRequest, EndorsementStore, endorse, pending_endorsement
+from pte.runs import resume_file
 from pte.testing import ScriptedModel
 
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -536,6 +540,7 @@ def test_a_call_runs_only_with_its_labels_allowed_or_bound_by_a_consumed_endorse
 
 
 def test_the_planner_is_told_an_endorsable_write_may_keep_its_guards() -> None:
+    # private: the prompts' text, white-box
     from pte._run import planner_messages
 
     policy = Policy.from_registry(REGISTRY).with_document(CALL_ENDORSABLE)
@@ -553,7 +558,7 @@ def test_the_planner_is_told_an_endorsable_write_may_keep_its_guards() -> None:
 
 
 def test_endorse_and_resume_from_python_with_the_pem_files_pte_keys_writes(tmp_path: Path) -> None:
-    from pte._cli import main
+    from pte.cli import main
 
     private, public = tmp_path / "alice.key", tmp_path / "approvers.pub"
     assert main(["keys", "generate", "--private", str(private), "--public", str(public)]) == 0

@@ -20,10 +20,13 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte import AuditLog, Engine, Policy, Registry, tool, verify
-from pte._core import SigningKey, TrustedKeys
+from pte import AuditLog, Engine, Policy, Registry, SigningKey, TrustedKeys, tool, verify
+
+# private: endorsements built by hand (tamper tests)
 from pte._policy import make_endorsement
-from pte._replay import Deployment, resume_file
+
+# private: replay's own deployment value
+from pte._replay import Deployment
 from pte.audit import read_records
 from pte.errors import RunPaused
 from pte.policy import (
@@ -34,6 +37,7 @@ from pte.policy import (
     endorse,
     pending_endorsement,
 )
+from pte.runs import resume_file
 from pte.testing import ScriptedModel
 
 BILL_IBAN = "DE44500105175407324931"
@@ -358,7 +362,7 @@ def test_injection_an_untrusted_value_never_reaches_an_endorsable_sink_unendorse
 
 
 def test_policy_schema_and_cli_schema_know_on_violation(capsys: pytest.CaptureFixture[str]) -> None:
-    from pte._cli import main
+    from pte.cli import main
 
     assert main(["schema", "policy"]) == 0
     schema = json.loads(capsys.readouterr().out)
@@ -387,7 +391,9 @@ def test_the_cli_cycle(
     import sqlite3
     import sys
 
-    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY, main
+    # private: the demo's scenario; the demo's policy
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+    from pte.cli import main
 
     module = sys.modules[pte.load_pack("backoffice")["get_invoice"].func.__module__]
     ledger = tmp_path / "ledger.sqlite"
@@ -585,7 +591,9 @@ def test_the_cli_cycle_in_a_store(
     import sqlite3
     import sys
 
-    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY, main
+    # private: the demo's scenario; the demo's policy
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+    from pte.cli import main
     from pte.stores import open_store
 
     module = sys.modules[pte.load_pack("backoffice")["get_invoice"].func.__module__]

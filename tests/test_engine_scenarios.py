@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, tool
-from pte._core import ReasonCode
-from pte._run import DATA_CLOSE, DATA_OPEN, Engine, EngineConfig, OpenAIClient, RunResult, render_result
+from pte import AuditLog, Engine, EngineConfig, OpenAIClient, ReasonCode, Registry, RunResult, tool, verify
+
+# private: the prompts' text, white-box
+from pte._run import DATA_CLOSE, DATA_OPEN
+from pte.audit import read_records
+from pte.engine import render_result
 from pte.testing import FakeOpenAIServer, Reply
 
 # -- the tool catalogue ------------------------------------------------------------------------

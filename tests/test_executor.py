@@ -26,12 +26,23 @@ from hypothesis import strategies as hs
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from pte._audit import AuditLog, load_audit_schema, read_records, verify
-from pte._catalogue import Effect, Registry, ToolSpec, tool
-from pte._core import REDACTED, AuditWriteError, ReasonCode, ToolError, sha256_hex
-from pte._execution import Executor, LiveInvoker
-from pte._plan import Plan, PlanStep, compile_plan
-from pte._run import Engine
+from pte import AuditLog, Engine, Executor, Plan, ReasonCode, Registry, ToolError, compile_plan, tool, verify
+
+# private: the record schema, checked against directly
+from pte._audit import load_audit_schema
+
+# private: the effect literal type
+from pte._catalogue import Effect
+
+# private: the redaction marker; hashes, to check records by hand
+from pte._core import REDACTED, sha256_hex
+
+# private: the invoker with call hooks
+from pte._execution import LiveInvoker
+from pte.audit import read_records
+from pte.catalogue import ToolSpec
+from pte.errors import AuditWriteError
+from pte.plan import PlanStep
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]

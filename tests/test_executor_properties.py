@@ -25,11 +25,12 @@ from _services import run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_registry
-from pte._replay import DECISION_FIELDS, replay_file
-from pte._run import Engine
-from pte.runs import resume_file
+from pte import AuditLog, Engine, Registry, load_registry, verify
+
+# private: replay's parts, white-box
+from pte._replay import DECISION_FIELDS
+from pte.audit import read_records
+from pte.runs import replay_file, resume_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,7 +184,7 @@ def test_resume_after_sigkill_at_any_record_applies_each_write_at_most_once(
 
 def test_the_random_plans_compile(pack: Path) -> None:
     registry = Registry(load_registry([str(pack)]))
-    from pte._plan import compile_plan
+    from pte import compile_plan
 
     for seed in range(50):
         compile_plan(dag_plan(random.Random(seed), 9), registry)

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from pte._audit import AuditLog, load_audit_schema, read_records
-from pte._catalogue import Registry, tool
-from pte._core import ToolRegistrationError, TransientError
-from pte._execution import Executor
-from pte._plan import Plan, compile_plan
+from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool
+
+# private: the record schema, checked against directly
+from pte._audit import load_audit_schema
+from pte.audit import read_records
+from pte.errors import ToolRegistrationError, TransientError
 from tests.audit_runs import begun
 
 #: Failures left before each tool succeeds, and the times of its calls.

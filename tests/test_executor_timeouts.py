@@ -30,12 +30,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, tool
-from pte._core import ReasonCode, ToolError, canonical_json, is_canonical, sha256_hex
-from pte._execution import Executor, StepResult
-from pte._plan import Plan, compile_plan
-from pte._run import Engine
+from pte import AuditLog, Engine, Executor, Plan, ReasonCode, Registry, ToolError, compile_plan, tool, verify
+
+# private: the canonical-form check; hashes, to check records by hand
+from pte._core import is_canonical, sha256_hex
+from pte.audit import canonical_json, read_records
+from pte.execution import StepResult
 from tests.audit_runs import begun
 
 #: What the tools below did, in order.

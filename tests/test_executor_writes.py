@@ -15,11 +15,7 @@ import asyncio
 import json
 from typing import Any
 
-from pte._audit import AuditLog
-from pte._catalogue import Registry, tool
-from pte._core import ToolError
-from pte._execution import Executor
-from pte._plan import compile_plan
+from pte import AuditLog, Executor, Registry, ToolError, compile_plan, tool
 from tests.audit_runs import begun
 
 PAID: list[str] = []

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from pte._cli import build_parser, main
+# private: the command line's parser
+from pte._cli import build_parser
+from pte.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,10 +8,12 @@ from typing import Annotated, Any, Generic, TypeVar
 import pytest
 from pydantic import BaseModel
 
-from pte import compile_plan
-from pte._catalogue import FieldName, FieldOf, Registry, ToolSpec, load_pack, spec_of, tool
-from pte._core import PlanRejected, ToolRegistrationError
-from pte._execution import Executor
+from pte import Executor, PlanRejected, Registry, compile_plan, load_pack, tool
+
+# private: a tool's spec from its function
+from pte._catalogue import spec_of
+from pte.catalogue import FieldName, FieldOf, ToolSpec
+from pte.errors import ToolRegistrationError
 
 T = TypeVar("T")
 R = TypeVar("R", bound=dict[str, Any])

@@ -16,15 +16,13 @@ import re2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte import PlanRejected, Registry, compile_plan, tool
+from pte import PlanRejected, Registry, ToolError, compile_plan, tool
+
+# private: a tool's spec from its function
 from pte._catalogue import spec_of
-from pte._core import (
-    DECIMAL_STRING_PATTERN,
-    DECIMAL_STRING_RE2,
-    ExplainingValidator,
-    ToolError,
-    pattern_matcher,
-)
+
+# private: the decimal-string pattern under test; the schema validator under test; linear patterns, white-box
+from pte._core import DECIMAL_STRING_PATTERN, DECIMAL_STRING_RE2, ExplainingValidator, pattern_matcher
 
 
 @tool

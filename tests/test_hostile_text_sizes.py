@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte._catalogue import load_pack
+from pte import load_pack
 from tests._packs import caller
 
 text = caller("text")

@@ -20,13 +20,14 @@ import pytest
 from _services import run_python
 
 import pte
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, ToolSpec, derive_key, load_registry, spec_of
-from pte._core import PlanRejected, ReasonCode, ToolRegistrationError, canonical_json
-from pte._plan import compile_plan
-from pte._replay import replay_file
-from pte._run import Engine
-from pte.runs import resume_file
+from pte import AuditLog, Engine, PlanRejected, ReasonCode, Registry, compile_plan, load_registry, verify
+
+# private: idempotency key derivation; a tool's spec from its function
+from pte._catalogue import derive_key, spec_of
+from pte.audit import canonical_json, read_records
+from pte.catalogue import ToolSpec
+from pte.errors import ToolRegistrationError
+from pte.runs import replay_file, resume_file
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_control_resume import CHILD

@@ -411,6 +411,7 @@ def _typed_schemas() -> st.SearchStrategy[dict[str, Any]]:
 def test_a_mark_reaches_the_planner_prompt_only_from_an_exposed_tool(
     parameter: dict[str, Any], output: dict[str, Any], defs: dict[str, Any], drop: bool
 ) -> None:
+    # private: the prompts' text, white-box
     from pte._run import catalogue_text
     from pte.importers import SourceTool, build_registry
 

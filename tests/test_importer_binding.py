@@ -26,16 +26,17 @@ from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 from langchain_core.tools import StructuredTool, ToolException
 
-from pte import Registry
-from pte._audit import AuditLog
-from pte._core import ReasonCode
-from pte._plan import compile_plan
+from pte import AuditLog, Engine, EngineConfig, ReasonCode, Registry, compile_plan
+
+# private: the catalogue fingerprint approvals bind
 from pte._policy import catalogue_fingerprint
-from pte._replay import Deployment, replay_file
-from pte._run import Engine, EngineConfig
+
+# private: replay's own deployment value
+from pte._replay import Deployment
 from pte.importers.langchain import import_langchain_tools
 from pte.importers.mcp import MCPConnection, import_mcp_tools
 from pte.importers.openapi import import_openapi, load_openapi
+from pte.runs import replay_file
 
 SERVER = Path(__file__).parent / "integration_apps" / "crm_mcp_server.py"
 MCP_MANIFEST: dict[str, Any] = {

@@ -16,12 +16,10 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools import tool as lc_tool
 from pydantic import BaseModel
 
-from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
-from pte._audit import AuditLog
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig
+from pte import AuditLog, Engine, EngineConfig, PlanRejected, ReasonCode, Registry, compile_plan, tool
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.langchain import _source_tool, import_langchain_tools
+from pte.runs import replay_file
 
 
 class Quote(BaseModel):

@@ -19,12 +19,11 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
 
-from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
-from pte._audit import AuditLog, read_records
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig
+from pte import AuditLog, Engine, EngineConfig, PlanRejected, ReasonCode, Registry, compile_plan, tool
+from pte.audit import read_records
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.mcp import MCPConnection, MCPError, _source_tool, import_mcp_tools
+from pte.runs import replay_file
 from pte.testing import FunctionCall, FunctionClient
 
 SERVER = Path(__file__).parent / "integration_apps" / "crm_mcp_server.py"

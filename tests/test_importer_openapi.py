@@ -20,12 +20,11 @@ import httpx
 from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 
-from pte import PlanRejected, ReasonCode, compile_plan
-from pte._audit import AuditLog, read_records
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig
+from pte import AuditLog, Engine, EngineConfig, PlanRejected, ReasonCode, compile_plan
+from pte.audit import read_records
 from pte.importers import ImportRefused, fingerprint
 from pte.importers.openapi import OpenAPIError, _operations, import_openapi, load_openapi
+from pte.runs import replay_file
 from pte.testing import FunctionCall, FunctionClient
 
 

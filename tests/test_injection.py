@@ -23,13 +23,34 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, tool
-from pte._core import PlanRejected, ReasonCode, Redactor, SigningKey, TrustedKeys, current_role
-from pte._plan import compile_plan
-from pte._policy import ApprovalStore, Policy, approval_hook, approve, catalogue_fingerprint, plan_literals
-from pte._run import DATA_CLOSE, DATA_OPEN, Engine, EngineConfig, LLMResponse, RecordedReply, RunResult
-from pte.engine import ReplayClient
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    PlanRejected,
+    Policy,
+    ReasonCode,
+    Registry,
+    RunResult,
+    SigningKey,
+    TrustedKeys,
+    approve,
+    compile_plan,
+    tool,
+    verify,
+)
+
+# private: the call role under test
+from pte._core import current_role
+
+# private: the catalogue fingerprint approvals bind; the policy checks' parts, white-box
+from pte._policy import catalogue_fingerprint, plan_literals
+
+# private: the prompts' text, white-box; a recorded model reply
+from pte._run import DATA_CLOSE, DATA_OPEN, RecordedReply
+from pte.audit import Redactor, read_records
+from pte.engine import LLMResponse, ReplayClient
+from pte.policy import ApprovalStore, approval_hook
 
 CANARY = "⚠U-canary-5d1e"
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -791,7 +812,7 @@ def test_an_unencodable_output_fails_the_step_and_the_log_completes(tmp_path: Pa
 
 
 def stock_registry() -> Registry:
-    from pte._catalogue import load_registry
+    from pte import load_registry
 
     try:
         registry = load_registry(["backoffice", "shaping"])

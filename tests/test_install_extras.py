@@ -119,6 +119,8 @@ def test_the_readme_specialists_yaml_runs_on_the_base_install(tmp_path: Path) ->
     assert yaml_text is not None
     (tmp_path / "specialists.yaml").write_text(yaml_text.group(1) + "\n", encoding="utf-8")
     from pte import load_pack
+
+    # private: the compile pipeline's parts, white-box
     from pte._plan import check_specialists
     from pte.plan import load_specialists
 

@@ -228,6 +228,7 @@ def test_a_payment_guarded_by_nonempty_on_a_trusted_filter_runs(registry: Regist
 
 
 def test_the_planner_prompt_states_the_label_rule(registry: Registry) -> None:
+    # private: the prompts' text, white-box
     from pte._run import LABEL_RULE, planner_messages, replanner_messages, stage_messages
 
     assert "join of the labels of its arguments and of everything that decides whether it runs" in LABEL_RULE

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pte._core import LLMError, ReasonCode, ReplayDataError
-from pte._run import LLMClient, LLMResponse, OpenAIClient
-from pte.engine import ReplayClient
+from pte import OpenAIClient, ReasonCode
+from pte.engine import LLMClient, LLMResponse, ReplayClient
+from pte.errors import LLMError, ReplayDataError
 from pte.testing._openai_server import FakeOpenAIServer, Reply
 
 SCHEMA: dict[str, Any] = {
@@ -200,6 +200,7 @@ def test_a_timed_out_request_is_not_retried(server: FakeOpenAIServer) -> None:
 def test_every_request_is_bounded_and_json_answers_stop_on_runaway_whitespace(
     server: FakeOpenAIServer,
 ) -> None:
+    # private: the client's defaults
     from pte._run import DEFAULT_MAX_TOKENS, RUNAWAY_STOPS
 
     server.add(PLAN_TEXT, "an answer")

@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte._audit import AuditLog
-from pte._catalogue import Registry, tool
-from pte._run import Engine, EngineConfig, LLMClient, OpenAIClient, RunResult
-from pte.engine import ReplayClient
+from pte import AuditLog, Engine, EngineConfig, OpenAIClient, Registry, RunResult, tool
+from pte.engine import LLMClient, ReplayClient
 from pte.testing import FakeOpenAIServer
 
 STEP_COUNTS = [1, 5, 20, 50]

@@ -22,15 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from pte._core import LLMError
-from pte._run import (
-    DEFAULT_MAX_TOKENS,
-    ENDPOINTS_FILE,
-    EndpointMemory,
-    OpenAIClient,
-    context_tokens,
-    props_url,
-)
+from pte import OpenAIClient
+
+# private: the client's defaults; the endpoint memory, white-box; the endpoint probe, white-box
+from pte._run import DEFAULT_MAX_TOKENS, ENDPOINTS_FILE, EndpointMemory, context_tokens, props_url
+from pte.errors import LLMError
 from pte.testing import FakeOpenAIServer, Reply
 
 PLAN_TEXT = json.dumps({"pte_plan": "1", "steps": [{"id": "a", "tool": "t", "args": {}}]})

@@ -15,12 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, tool
-from pte._core import LLMError, ReasonCode, configure_logging
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig, LLMClient, LLMResponse, OpenAIClient
-from pte.engine import ReplayClient
+from pte import AuditLog, Engine, EngineConfig, OpenAIClient, ReasonCode, Registry, tool, verify
+from pte.audit import read_records
+from pte.engine import LLMClient, LLMResponse, ReplayClient, configure_logging
+from pte.errors import LLMError
+from pte.runs import replay_file
 from pte.testing import FakeOpenAIServer, FunctionCall, FunctionClient, Reply
 
 PLAN = {

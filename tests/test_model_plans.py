@@ -15,14 +15,23 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pte import PlanRejected, ReasonCode, compile_plan
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry
-from pte._core import REPAIRABLE_REASONS, canonical_json
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig, RunResult
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    PlanRejected,
+    ReasonCode,
+    Registry,
+    RunResult,
+    compile_plan,
+    verify,
+)
+
+# private: the reason-code groups
+from pte._core import REPAIRABLE_REASONS
+from pte.audit import canonical_json, read_records
 from pte.engine import ReplayClient
-from pte.runs import resume_file
+from pte.runs import replay_file, resume_file
 from pte.testing import DataCase, ScriptedModel, data_plans, example_registry, invalid_plan_cases, json_values
 from pte.testing.cookbook import cookbook_registry, ref, step
 

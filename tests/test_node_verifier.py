@@ -21,9 +21,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pte._audit import GENESIS_HASH, load_public_key, verify, verify_checkpoints, write_checkpoint
+from pte import verify
+
+# private: the chain's first prev hash, to forge records; anchor keys, to check anchors by hand
+from pte._audit import GENESIS_HASH, load_public_key
+
+# private: canonical bytes, to hash records by hand
 from pte._core import canonical_bytes
-from pte._policy import Endorsement
+from pte.audit import verify_checkpoints, write_checkpoint
+from pte.policy import Endorsement
 
 REPO = Path(__file__).resolve().parents[1]
 # The independent verifier reads format 2 only (docs/audit-format.md); format 1 samples are

@@ -21,14 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._catalogue import Registry, load_pack
-from pte._core import (
-    MAX_DECIMAL_DIGITS,
-    MAX_DECIMAL_EXPONENT,
-    StrictJSONError,
-    decimal_of_text,
-    strict_json,
-)
+from pte import Registry, load_pack
+
+# private: the decimal bounds under test; the strict JSON reader under test; the decimal parser under test
+from pte._core import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT, StrictJSONError, decimal_of_text, strict_json
 
 #: Far above anything a bounded call allocates, far below one expansion of an out-of-bounds number.
 PEAK_BYTES = 2_000_000

@@ -19,11 +19,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, tool
-from pte._core import ReasonCode
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig, LLMResponse
+from pte import AuditLog, Engine, EngineConfig, ReasonCode, Registry, tool, verify
+from pte.audit import read_records
+from pte.engine import LLMResponse
+from pte.runs import replay_file
 from pte.testing import FunctionCall, FunctionClient
 
 
@@ -155,7 +154,7 @@ def test_failed_steps_and_llm_calls_are_error_spans(
     assert (run.attributes or {})["pte.reason"] == "step_failed"
 
     exporter.clear()
-    from pte._core import LLMError
+    from pte.errors import LLMError
 
     def down(messages: list[dict[str, str]], call: FunctionCall) -> str:
         raise LLMError("endpoint down", attempts=3)
@@ -254,7 +253,7 @@ def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
     # span status used to carry the raw text to the collector.
     from secrets_corpus import FREE_TEXT
 
-    from pte._core import LLMError
+    from pte.errors import LLMError
 
     texts = [
         (text, secret) for provider_name, text, secret in FREE_TEXT if provider_name in {"openai", "github"}
@@ -279,7 +278,9 @@ def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
 def test_resume_links_to_the_crashed_runs_span_and_marks_re_read_steps(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    from pte._replay import Deployment, resume_file
+    # private: replay's own deployment value
+    from pte._replay import Deployment
+    from pte.runs import resume_file
 
     log = tmp_path / "crashed.jsonl"
     with AuditLog(log) as audit:
@@ -320,6 +321,7 @@ def test_resume_links_to_the_crashed_runs_span_and_marks_re_read_steps(
 def test_a_tampered_origin_in_the_log_makes_no_link(
     provider: TracerProvider, exporter: InMemorySpanExporter, origin: dict[str, str]
 ) -> None:
+    # private: tracing, white-box
     from pte._run import RunTracer
 
     tracer = RunTracer("r", "execute", provider, link=origin)

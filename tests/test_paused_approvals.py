@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from pte._catalogue import load_pack, load_registry
-from pte._cli import main
-from pte._core import FailedClosed, ReasonCode, SigningKey, TrustedKeys
-from pte._deploy import PausedRun, decide, pausing_gate, resume_run, run_in_store
+from pte import Engine, FailedClosed, ReasonCode, SigningKey, TrustedKeys, load_pack, load_registry
+
+# private: replay's parts, white-box
 from pte._replay import replay_run
-from pte._run import Engine
+from pte.cli import main
+from pte.deployment import PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, StoreError, open_store
 
 PAY = """{"pte_plan": "1", "steps": [

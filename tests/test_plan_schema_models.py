@@ -18,8 +18,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pte._core import ReasonCode
-from pte._plan import PlanDocument, plan_schema
+from pte import ReasonCode
+from pte.plan import PlanDocument, plan_schema
 from pte.testing._catalogue import example_registry
 from pte.testing._strategies import invalid_plans, json_values, valid_plans
 

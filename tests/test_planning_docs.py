@@ -15,10 +15,12 @@ def test_the_scripted_model_example_runs() -> None:
 
 
 def test_the_page_states_the_limits_the_schema_enforces() -> None:
+    # private: the step id pattern
     from pte._plan import STEP_ID_RE
 
     text = DOC.read_text(encoding="utf-8")
     assert f"^{STEP_ID_RE.pattern}$" in text
+    # private: the reason-code groups
     from pte._core import REPAIRABLE_REASONS
 
     for reason in REPAIRABLE_REASONS:

@@ -17,13 +17,34 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, ToolSpec, tool
-from pte._core import PlanRejected, PolicyError, PTEError, ReasonCode, load_schema
-from pte._execution import Executor
-from pte._plan import CompileContext, Plan, PlanStep, compile_plan
-from pte._policy import LABELS, Policy, PolicyCheck, ToolPolicy, load_policy, plan_literals
-from pte._run import Engine
+from pte import (
+    AuditLog,
+    Engine,
+    Executor,
+    Plan,
+    PlanRejected,
+    Policy,
+    PTEError,
+    ReasonCode,
+    Registry,
+    compile_plan,
+    load_policy,
+    tool,
+    verify,
+)
+
+# private: the JSON Schemas shipped in schemas/
+from pte._core import load_schema
+
+# private: the compile pipeline's parts, white-box
+from pte._plan import CompileContext
+
+# private: the label names; the policy checks' parts, white-box
+from pte._policy import LABELS, PolicyCheck, ToolPolicy, plan_literals
+from pte.audit import read_records
+from pte.catalogue import ToolSpec
+from pte.errors import PolicyError
+from pte.plan import PlanStep
 
 # --- the catalogue ---------------------------------------------------------------------------
 

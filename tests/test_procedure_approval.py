@@ -20,19 +20,17 @@ from _cli_run import cli as _cli
 from _cli_run import ledger as ledger  # the fixture
 from test_procedures import PAY_SUPPLIER as PAY  # the procedure approved here
 
-from pte._audit import ProcedureApproval, read_records, verify
-from pte._catalogue import load_registry
-from pte._core import ApprovalConsumed, ApprovalMissing, SigningKey, TrustedKeys, canonical_json, sha256_hex
-from pte._plan import Procedure, compile_plan, load_procedures
-from pte._policy import (
-    ApprovalGate,
-    ApprovalStore,
-    Policy,
-    ProcedureCover,
-    approve_procedure,
-    procedure_cover,
-    procedure_fingerprint,
-)
+from pte import Policy, SigningKey, TrustedKeys, compile_plan, load_registry, verify
+
+# private: hashes, to check records by hand
+from pte._core import sha256_hex
+
+# private: the approval gate, driven directly; the policy checks' parts, white-box
+from pte._policy import ApprovalGate, ProcedureCover, procedure_cover
+from pte.audit import ProcedureApproval, canonical_json, read_records
+from pte.errors import ApprovalConsumed, ApprovalMissing
+from pte.plan import Procedure, load_procedures
+from pte.policy import ApprovalStore, approve_procedure, procedure_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 

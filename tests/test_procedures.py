@@ -13,13 +13,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from pydantic import BaseModel
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_registry, tool
-from pte._core import PlanRejected, ProcedureError, ReasonCode
-from pte._plan import Procedure, check_inlined_ids, compile_plan, load_procedures, step_path
-from pte._policy import Policy
-from pte._replay import replay_file
-from pte._run import Engine
+from pte import (
+    AuditLog,
+    Engine,
+    PlanRejected,
+    Policy,
+    ReasonCode,
+    Registry,
+    compile_plan,
+    load_registry,
+    tool,
+    verify,
+)
+
+# private: the compile pipeline's parts, white-box
+from pte._plan import check_inlined_ids, step_path
+from pte.audit import read_records
+from pte.errors import ProcedureError
+from pte.plan import Procedure, load_procedures
+from pte.runs import replay_file
 
 BALANCE_REPORT: dict[str, Any] = {
     "pte_procedure": "1",
@@ -402,6 +414,7 @@ def test_calling_a_procedure_equals_running_its_inlined_body(
 
 
 def test_a_model_is_shown_procedures_as_tools_and_calls_one(tmp_path: Path, ledger: Path) -> None:
+    # private: replay's own deployment value
     from pte._replay import Deployment
     from pte.testing import ScriptedModel
 
@@ -471,7 +484,7 @@ def test_the_log_records_the_procedures_and_replays_from_itself(
 
 
 def test_the_report_shows_each_nested_step_with_its_path(tmp_path: Path, ledger: Path) -> None:
-    from pte._replay import write_report
+    from pte.runs import write_report
 
     base = load_registry(["backoffice"])
     registry = base.with_procedures(load_procedures([Procedure.from_document(BALANCE_REPORT)], base))
@@ -555,7 +568,7 @@ def test_an_approved_call_pays_once_and_an_edited_procedure_is_refused_under_the
 
 
 def test_limits_count_nested_steps_and_a_forged_nested_id_is_an_ordinary_step() -> None:
-    from pte._plan import Limits
+    from pte.plan import Limits
 
     base = load_registry(["backoffice"])
     procs = [Procedure.from_document(BALANCE_REPORT), Procedure.from_document(PAY_SUPPLIER)]
@@ -646,7 +659,7 @@ REMIND: dict[str, Any] = {
 
 
 def test_a_run_cut_mid_procedure_resumes_at_the_next_nested_step(tmp_path: Path, ledger: Path) -> None:
-    from pte._replay import resume_file
+    from pte.runs import resume_file
 
     base = load_registry(["backoffice"])
     registry = base.with_procedures(load_procedures([Procedure.from_document(REMIND)], base))

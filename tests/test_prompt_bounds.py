@@ -13,9 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte._catalogue import Registry, tool_from_schema
-from pte._policy import Policy
+from pte import Policy, Registry
+
+# private: the prompts' text, white-box
 from pte._run import catalogue_text, planner_messages
+from pte.catalogue import tool_from_schema
 
 _ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from pte._policy import Policy
+from pte import Policy
+
+# private: the prompts' text, white-box
 from pte._run import planner_messages, stage_messages
 from pte.testing.cookbook import cookbook_registry
 from pte.testing.domains import DOMAINS

@@ -13,21 +13,20 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pte._audit import AuditLog, read_records
-from pte._catalogue import (
-    PROMPT_MODULES,
-    STOCK_PACKS,
-    Registry,
-    load_registry,
-    prompts_hash,
-    tool_from_schema,
-)
-from pte._core import ToolRegistrationError, canonical_json
+from pte import AuditLog, Engine, Policy, Registry, load_registry
+
+# private: the modules the prompts hash covers; the stock packs' list; the prompts hash a run records
+from pte._catalogue import PROMPT_MODULES, STOCK_PACKS, prompts_hash
+
+# private: the step id pattern
 from pte._plan import STEP_ID_RE
-from pte._policy import Policy
-from pte._replay import replay_file
-from pte._run import Engine
+
+# private: the prompts' text, white-box
 from pte._run import prompts as prompts
+from pte.audit import canonical_json, read_records
+from pte.catalogue import tool_from_schema
+from pte.errors import ToolRegistrationError
+from pte.runs import replay_file
 from pte.testing import ScriptedModel
 
 _PRIMITIVE = {"string": "str", "integer": "int", "number": "number", "boolean": "bool", "null": "null"}
@@ -441,10 +440,9 @@ def test_a_write_tool_with_several_guarded_parameters_replays_the_same_prompt(tm
     """Guarded defaults follow the declaration order live and JCS order in a recorded catalogue:
     the prompt names them sorted, so the replayed planner prompt is the recorded one."""
     import pte
-    from pte._audit import AuditLog
-    from pte._replay import replay_file
-    from pte._run import Engine, EngineConfig
+    from pte import AuditLog, Engine, EngineConfig
     from pte.engine import ReplayClient
+    from pte.runs import replay_file
 
     @pte.tool(effect="write")
     def share(file_id: str, email: str, permission: str) -> dict[str, str]:

@@ -14,11 +14,22 @@ import pytest
 
 import pte
 from pte import load_pack, load_registry
-from pte._catalogue import installed_packs
+from pte.catalogue import installed_packs
 from pte.errors import ToolPackError
 
 #: The public modules of the areas a user touches (docs/api.md), each with one `__all__`.
-AREA_MODULES = ("errors", "catalogue", "plan", "policy", "audit", "execution", "engine", "runs", "deployment")
+AREA_MODULES = (
+    "errors",
+    "catalogue",
+    "plan",
+    "policy",
+    "audit",
+    "execution",
+    "engine",
+    "runs",
+    "deployment",
+    "cli",
+)
 #: Every public module besides `pte` itself.
 PUBLIC_MODULES = (*(f"pte.{name}" for name in AREA_MODULES), "pte.stores", "pte.importers", "pte.testing")
 #: Names listed by two public modules, and why: `pte.errors` gathers every exception.

@@ -17,8 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pte._audit import AuditLog
-from pte._run import Engine, EngineConfig, OpenAIClient, RunResult
+from pte import AuditLog, Engine, EngineConfig, OpenAIClient, RunResult
 from tests.realserver import RealServerUnavailable, llama_server, small_registry
 
 pytestmark = pytest.mark.realserver

@@ -25,11 +25,24 @@ from typing import Any
 
 import pytest
 
-from pte._audit import TRACE_FIELDS, AuditLog, Record, RecordSink, read_records, verify
+from pte import AuditLog, verify
+
+# private: the tracing fields a record may carry; a record value, to build records by hand
+from pte._audit import TRACE_FIELDS, Record
+
+# private: the record builders, to write records by hand
 from pte._audit import records as rec
-from pte._core import AuditWriteError, canonical_bytes, sha256_hex
+
+# private: canonical bytes, to hash records by hand; hashes, to check records by hand
+from pte._core import canonical_bytes, sha256_hex
+
+# private: replay's parts, white-box
 from pte._replay import CheckingAuditLog
+
+# private: tracing, white-box
 from pte._run import RunTracer, TracedAudit
+from pte.audit import RecordSink, read_records
+from pte.errors import AuditWriteError
 from pte.stores import SQLiteStore
 
 RUN_ID = "0123456789abcdef0123456789abcdef"

@@ -14,8 +14,11 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte._audit import verify
-from pte._core import REDACTED, Redactor
+from pte import verify
+
+# private: the redaction marker
+from pte._core import REDACTED
+from pte.audit import Redactor
 from tests.secrets_corpus import FREE_TEXT, fragments
 
 REPO = Path(__file__).resolve().parents[1]

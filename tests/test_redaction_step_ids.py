@@ -7,7 +7,10 @@ import json
 from pathlib import Path
 
 from pte import AuditLog, Executor, Registry, compile_plan, tool
-from pte._core import REDACTED, Redactor
+
+# private: the redaction marker
+from pte._core import REDACTED
+from pte.audit import Redactor
 from tests.audit_runs import begun
 
 

@@ -15,8 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import AuditLog, verify
+
+# private: the record builders, to write records by hand
 from pte._audit import records
-from pte._core import Redactor, canonical_bytes
+
+# private: canonical bytes, to hash records by hand
+from pte._core import canonical_bytes
+from pte.audit import Redactor
 from tests.secrets_corpus import FREE_TEXT, KEYED
 
 SECRET = "pl41n-s3cret-of-the-deployment"

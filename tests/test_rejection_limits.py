@@ -14,9 +14,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte import PlanRejected, ReasonCode, compile_plan
+from pte import EngineConfig, PlanRejected, ReasonCode, compile_plan
+
+# private: the data budget's count; linear patterns, white-box
 from pte._core import count_values, outside_strings
-from pte._run import EngineConfig
 from pte.plan import DEFAULT_LIMITS, Limits
 from pte.testing._catalogue import example_registry
 

@@ -16,9 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import AuditLog, Engine, EngineConfig, Registry, tool
+
+# private: canonical bytes, to hash records by hand; canonical JSON read back
 from pte._core import canonical_bytes, canonical_loads
-from pte._replay import replay_file
+
+# private: the prompts' text, white-box
 from pte._run import data_block, finalizer_messages
+from pte.runs import replay_file
 from pte.testing import FunctionClient
 
 _SAFE = 2**53 - 1

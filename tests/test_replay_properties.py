@@ -27,14 +27,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte._audit import read_records, verify
-from pte._catalogue import load_pack
+from pte import EngineConfig, Policy, load_pack, verify
+
+# private: the demo's scenarios; the demo's registry; the demo, run in-process
 from pte._cli import SCENARIOS, demo_registry, run_scenario
-from pte._core import LogNotIntact, canonical_json
-from pte._policy import Policy
-from pte._replay import IGNORED_FIELDS, Deployment, replay_file
-from pte._run import EngineConfig
+
+# private: replay's parts, white-box; replay's own deployment value
+from pte._replay import IGNORED_FIELDS, Deployment
+from pte.audit import canonical_json, read_records
 from pte.engine import ReplayClient
+from pte.errors import LogNotIntact
+from pte.runs import replay_file
 
 #: log name -> the demo scenario that makes it (as audit_samples/generate.py does).
 MADE_BY = {

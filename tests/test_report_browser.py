@@ -18,11 +18,19 @@ from pathlib import Path
 import _services
 import pytest
 
-from pte._audit import GENESIS_HASH, AuditLog, read_records, verdict
+from pte import AuditLog
+
+# private: the chain's first prev hash, to forge records; the one verdict every surface shows
+from pte._audit import GENESIS_HASH, verdict
+
+# private: run_started's stored fingerprint, expanded; the content store of a run_started
 from pte._catalogue import expand_run_started, stored_contents
-from pte._cli import main
+
+# private: canonical bytes, to hash records by hand; hashes, to check records by hand
 from pte._core import canonical_bytes, sha256_hex
-from pte._replay import write_report
+from pte.audit import read_records
+from pte.cli import main
+from pte.runs import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))

@@ -18,11 +18,9 @@ import pytest
 from _crash import ENGINE_CHILD
 from _services import run_python
 
-from pte._audit import read_records, verify
-from pte._catalogue import Registry, load_pack, load_registry
-from pte._core import FailedClosed, ReasonCode
-from pte._replay import replay_file
-from pte.runs import resume_file
+from pte import FailedClosed, ReasonCode, Registry, load_pack, load_registry, verify
+from pte.audit import read_records
+from pte.runs import replay_file, resume_file
 
 REPO = Path(__file__).resolve().parents[1]
 PACKS = ["backoffice", "calculator", "shaping"]
@@ -157,7 +155,7 @@ def test_resume_refuses_a_finished_run(tmp_path: Path, registry: Registry) -> No
 def test_cli_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pte._cli import main
+    from pte.cli import main
 
     ledger = tmp_path / "ledger.sqlite"
     _new_ledger(ledger)

@@ -24,11 +24,18 @@ from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
 import pte
-from pte import Engine, Registry, tool
-from pte._audit import Anchors, AuditLog, deployment_binding
-from pte._core import FailedClosed, SigningKey, canonical_json, sha256_hex
-from pte._deploy import resume_run, run_in_store
+from pte import AuditLog, Engine, FailedClosed, Registry, SigningKey, tool
+
+# private: the deployment binding a run records
+from pte._audit import deployment_binding
+
+# private: hashes, to check records by hand
+from pte._core import sha256_hex
+
+# private: replay's own deployment value
 from pte._replay import Deployment
+from pte.audit import Anchors, canonical_json
+from pte.deployment import resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, open_store
 
 KEY = SigningKey.generate()
@@ -202,7 +209,7 @@ def test_a_plan_recorded_after_the_last_anchor_is_not_trusted(tmp_path: Path) ->
 def test_a_planner_answer_swapped_after_the_runs_start_is_not_paid(tmp_path: Path) -> None:
     """`pte run`: the run crashed after the planner's answer, before its plan was signed. The
     writer puts their plan in the recorded answer and re-hashes; resume would replay it."""
-    from pte._run import EngineConfig
+    from pte import EngineConfig
     from pte.testing import ScriptedModel
 
     anchors_file = tmp_path / "anchors.jsonl"

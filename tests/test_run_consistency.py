@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 import structlog
 
-from pte import AuditLog, Engine, EngineConfig, Registry, tool
-from pte._audit import verify
-from pte._core import ReasonCode, configure_logging, quiet_logging
-from pte._replay import replay_file
+from pte import AuditLog, Engine, EngineConfig, ReasonCode, Registry, tool, verify
+
+# private: logging kept quiet in the test
+from pte._core import quiet_logging
+from pte.engine import configure_logging
+from pte.runs import replay_file
 from pte.testing import FunctionClient
 
 CALLS: list[str] = []

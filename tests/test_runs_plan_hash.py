@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# private: runs listed from a store
 from pte._deploy import list_runs
-from pte._replay import RunView
+from pte.runs import RunView
 from pte.stores import Store, open_store
 from tests.audit_runs import begun
 

@@ -24,7 +24,7 @@ import pytest
 from _services import postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
 from test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
 
-from pte._core import SigningKey
+from pte import SigningKey
 from pte.stores import open_store
 
 REPO = Path(__file__).resolve().parents[1]

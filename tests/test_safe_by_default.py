@@ -80,6 +80,7 @@ def test_without_a_deployment_a_write_says_how_to_make_one(
 def test_endorsements_by_flag_need_a_deployment(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # private: the demo's scenario
     from pte._cli import BILL_PAYMENT
 
     (tmp_path / "bill.json").write_text(BILL_PAYMENT, encoding="utf-8")

@@ -21,9 +21,13 @@ from pydantic import BaseModel
 
 import pte
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, Registry, tool
+
+# private: the catalogue's size measure
 from pte._catalogue import document_size
-from pte._core import PolicyError
+
+# private: the handle marker planners see; the handle view planners see; the policy checks' parts, white-box
 from pte._policy import HANDLE_KEY, handle_view, schema_fields
+from pte.errors import PolicyError
 from pte.testing import FunctionCall, ScriptedModel
 from pte.testing._label_strategies import ATTACKER_IBAN, LabelledCase, labelled_outputs
 

@@ -18,8 +18,13 @@ from pydantic import BaseModel
 
 import pte
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, Policy, ReasonCode, Registry, tool
-from pte._catalogue import SchemaWalk, ToolSpec, document_size, schema_types
+
+# private: the schema walk, white-box; the catalogue's size measure; the schema type check, white-box
+from pte._catalogue import SchemaWalk, document_size, schema_types
+
+# private: the policy checks' parts, white-box
 from pte._policy import schema_at
+from pte.catalogue import ToolSpec
 from pte.policy import provenance
 from pte.testing import ScriptedModel, fan_out_schema
 

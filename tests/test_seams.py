@@ -21,9 +21,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+# private: the record builders, to write records by hand
 from pte._audit import records as rec
+
+# private: the compile pipeline's parts, white-box
 from pte._plan import CompileContext
-from pte._replay import RunView
+from pte.runs import RunView
 
 ROOT = Path(__file__).resolve().parents[1]
 PTE = ROOT / "pte"

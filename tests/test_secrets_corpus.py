@@ -20,9 +20,14 @@ from typing import Any
 import pytest
 import re2
 
-from pte._audit import verify
+from pte import verify
+
+# private: run_started's stored fingerprint, expanded; the content store of a run_started
 from pte._catalogue import expand_run_started, stored_contents
-from pte._core import REDACTED, Redactor, SecretRules, default_rule_files
+
+# private: the redaction marker; the secret rules under test
+from pte._core import REDACTED, SecretRules, default_rule_files
+from pte.audit import Redactor
 from tests.secrets_corpus import ALL_SECRETS, FREE_TEXT, KEYED, PROVIDERS, fragments
 
 REPO = Path(__file__).resolve().parents[1]

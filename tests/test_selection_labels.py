@@ -22,10 +22,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import pte
-from pte._catalogue import Registry, load_registry
-from pte._core import PlanRejected, ReasonCode, ToolRegistrationError
-from pte._plan import compile_plan
-from pte._policy import Policy
+from pte import PlanRejected, Policy, ReasonCode, Registry, compile_plan, load_registry
+from pte.errors import ToolRegistrationError
 
 FIELDS = ("f0", "f1", "f2", "f3")
 
@@ -383,10 +381,10 @@ def keep_rows(items: list[Row], key: str) -> KeptRows:
 def test_a_user_selection_is_recorded_and_replays_from_the_log_alone(tmp_path: Any) -> None:
     """The declaration travels in the recorded output schema: a run whose guarded write takes a
     trusted field out of a user tool's selection replays with the same decision from the log."""
-    from pte._audit import AuditLog, read_records
-    from pte._replay import replay_file
-    from pte._run import Engine, EngineConfig
+    from pte import AuditLog, Engine, EngineConfig
+    from pte.audit import read_records
     from pte.engine import ReplayClient
+    from pte.runs import replay_file
 
     registry = _registry()
     registry.register(keep_rows)

@@ -17,12 +17,9 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte._audit import verify
-from pte._catalogue import Registry, load_registry
-from pte._core import PlanRejected, ReasonCode, hash_json
-from pte._plan import compile_plan
-from pte._policy import Policy
-from pte._replay import replay_file
+from pte import PlanRejected, Policy, ReasonCode, Registry, compile_plan, load_registry, verify
+from pte.audit import hash_json
+from pte.runs import replay_file
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_cookbook_control import BANK_POLICY, Task, plan, rows

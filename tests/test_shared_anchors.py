@@ -24,10 +24,10 @@ from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
 import pte
-from pte import Engine, Registry, tool
-from pte._audit import Anchors, anchors_from_env
-from pte._core import AnchorError, FailedClosed, SigningKey, canonical_json
-from pte._deploy import resume_run, run_in_store
+from pte import Engine, FailedClosed, Registry, SigningKey, tool
+from pte.audit import Anchors, anchors_from_env, canonical_json
+from pte.deployment import resume_run, run_in_store
+from pte.errors import AnchorError
 from pte.stores import JsonlStore, SQLiteStore, Store, open_store
 
 KEY = SigningKey.generate()
@@ -212,6 +212,7 @@ def test_the_shared_chain_in_one_file_and_a_rollback_of_it(tmp_path: Path) -> No
 
 
 def _deployment(anchors: Anchors) -> Any:
+    # private: replay's own deployment value
     from pte._replay import Deployment
 
     return Deployment(anchors=anchors)

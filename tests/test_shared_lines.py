@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+# private: shared-file lines, white-box
 from pte._core import append_line, read_shared
 
 

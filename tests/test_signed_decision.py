@@ -13,10 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pte._audit import Approval, ProcedureApproval
+from pte import SigningKey, TrustedKeys
+
+# private: the record builders, to write records by hand
 from pte._audit import records as rec
-from pte._core import SignedDecision, SigningKey, TrustedKeys, sign_decision
-from pte._policy import Endorsement, make_approval, make_endorsement
+
+# private: signed decisions, built by hand
+from pte._core import SignedDecision, sign_decision
+
+# private: approvals built by hand (tamper tests); endorsements built by hand (tamper tests)
+from pte._policy import make_approval, make_endorsement
+from pte.audit import Approval, ProcedureApproval
+from pte.policy import Endorsement
 
 _KEY = SigningKey.generate()
 _OTHER = SigningKey.generate()

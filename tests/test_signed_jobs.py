@@ -23,11 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_workers import TOOLS, _pte, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
-from pte._catalogue import load_pack, load_registry
-from pte._cli import main
-from pte._core import Redactor, SigningKey
+from pte import SigningKey, load_pack, load_registry
+
+# private: the worker and job internals, white-box
 from pte._deploy import (
-    decide,
     enqueue,
     job_fingerprint,
     job_refusal,
@@ -37,6 +36,9 @@ from pte._deploy import (
     sign_job,
     submit_job,
 )
+from pte.audit import Redactor
+from pte.cli import main
+from pte.deployment import decide
 from pte.stores import Store, open_store
 
 KEY = SigningKey.generate()

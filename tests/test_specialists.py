@@ -14,14 +14,29 @@ from _cli_run import ledger as ledger  # the fixture
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_registry
-from pte._cli import main
-from pte._core import PlanRejected, ReasonCode, SpecialistError
-from pte._plan import Specialist, compile_plan, coordinator_view, load_specialists
-from pte._policy import Policy
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig, planner_messages
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    PlanRejected,
+    Policy,
+    ReasonCode,
+    Registry,
+    compile_plan,
+    load_registry,
+    verify,
+)
+
+# private: the compile pipeline's parts, white-box
+from pte._plan import coordinator_view
+
+# private: the prompts' text, white-box
+from pte._run import planner_messages
+from pte.audit import read_records
+from pte.cli import main
+from pte.errors import SpecialistError
+from pte.plan import Specialist, load_specialists
+from pte.runs import replay_file
 from pte.testing import ScriptedModel
 
 COLLECTIONS = Specialist(
@@ -382,7 +397,7 @@ def test_generated_delegations_compile_as_the_inline_plan(data: hs.DataObject) -
 
 
 def test_the_report_shows_delegated_steps_under_their_path(tmp_path: Path, ledger: Path) -> None:
-    from pte._replay import render_report
+    from pte.runs import render_report
 
     model = ScriptedModel(
         planner=[COORDINATOR],
@@ -396,7 +411,7 @@ def test_the_report_shows_delegated_steps_under_their_path(tmp_path: Path, ledge
 
 
 def test_a_run_cut_after_a_delegated_step_resumes_without_asking_again(tmp_path: Path, ledger: Path) -> None:
-    from pte._replay import resume_file
+    from pte.runs import resume_file
 
     model = ScriptedModel(
         planner=[COORDINATOR],

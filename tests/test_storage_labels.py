@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, Policy, Registry, tool
-from pte._core import PolicyError
-from pte._policy import load_policy
+from pte import AuditLog, Engine, EngineConfig, Policy, Registry, load_policy, tool
 from pte.engine import ReplayClient
+from pte.errors import PolicyError
 
 ATTACKER = "GB33BUKB20201555555555"
 SCHEDULED: list[dict[str, Any]] = []

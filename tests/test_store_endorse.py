@@ -22,9 +22,11 @@ from _cli_run import cli as _cli
 from _cli_run import make_deployment
 
 import pte
+from pte import SigningKey
+
+# private: the demo's scenario; the demo's policy
 from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
-from pte._core import SigningKey
-from pte._policy import EndorsementStore, pending_endorsement
+from pte.policy import EndorsementStore, pending_endorsement
 from pte.stores import open_store
 
 IBAN = "DE62370400440532013001"
@@ -242,7 +244,9 @@ def test_bad_run_ids_and_a_missing_store_are_usage_errors(dep: Deployment) -> No
 
 
 def test_requeue_and_workers_treat_it_as_waiting(dep: Deployment) -> None:
-    from pte._catalogue import load_registry
+    from pte import load_registry
+
+    # private: the worker and job internals, white-box; requeue's refusal, white-box
     from pte._deploy import process_run, requeue_problem
 
     dep.paused_for_endorsement("w1")

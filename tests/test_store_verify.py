@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pte._catalogue import load_pack
-from pte._cli import main
+from pte import load_pack
+from pte.cli import main
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},

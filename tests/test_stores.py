@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from _services import postgres_url  # noqa: F401 - the session fixture
 
-from pte._audit import verify
-from pte._catalogue import load_pack, load_registry
-from pte._core import AuditWriteError
+from pte import Engine, load_pack, load_registry, verify
+
+# private: replay's parts, white-box
 from pte._replay import replay_run
-from pte._run import Engine
+from pte.errors import AuditWriteError
 from pte.stores import JsonlStore, SQLiteStore, Store, StoreError, check_run_id, open_store
 
 PLAN = """{"pte_plan": "1", "steps": [

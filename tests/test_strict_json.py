@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pte import PlanRejected, ReasonCode, compile_plan, load_registry
-from pte._core import ApprovalStoreError, PolicyError, StrictJSONError, ToolPackError, loads
-from pte._policy import ApprovalStore, load_policy
+from pte import PlanRejected, ReasonCode, compile_plan, load_policy, load_registry
+
+# private: the strict JSON reader under test
+from pte._core import StrictJSONError, loads
+from pte.errors import ApprovalStoreError, PolicyError, ToolPackError
+from pte.policy import ApprovalStore
 
 PACK = """
 from pte import tool

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from pydantic import Field
 
 from pte import ToolError, tool
+
+# private: a tool's spec from its function
 from pte._catalogue import spec_of
 
 

@@ -15,6 +15,8 @@ from pydantic import BaseModel, Field
 
 import pte
 from pte import Registry, ToolError, load_pack, load_registry, tool
+
+# private: the stock packs' list; a tool's spec from its function
 from pte._catalogue import STOCK_PACKS, spec_of
 from pte.catalogue import ToolSpec
 from pte.errors import ToolPackError, ToolRegistrationError
@@ -426,6 +428,7 @@ def test_load_pack_with_a_bad_tool(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", STOCK_PACKS)
 def test_stock_packs_load(name: str) -> None:
+    # private: the shipped data folder
     from pte._core import data_dir
 
     if not (data_dir("tools") / f"{name}.py").exists():
@@ -496,6 +499,7 @@ def test_manifest_and_allow_combine(pack: Path, tmp_path: Path) -> None:
 def test_manifest_conforms_to_its_schema() -> None:
     import jsonschema
 
+    # private: the JSON Schemas shipped in schemas/
     from pte._core import load_schema
 
     schema = load_schema("tool-manifest.schema.json")

@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from pte import PlanRejected, ReasonCode, Registry, compile_plan
-from pte._audit import AuditLog, read_records
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig
+from pte import AuditLog, Engine, EngineConfig, PlanRejected, ReasonCode, Registry, compile_plan
+from pte.audit import read_records
 from pte.catalogue import tool_from_schema
 from pte.errors import ToolRegistrationError
+from pte.runs import replay_file
 
 INVOICE_OUT = {
     "type": "object",

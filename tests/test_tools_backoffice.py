@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
-from pte._catalogue import Registry, load_pack, spec_of
-from pte._core import ToolError
+from pte import Registry, ToolError, load_pack
+
+# private: a tool's spec from its function
+from pte._catalogue import spec_of
 
 REPO = Path(__file__).resolve().parents[1]
 AS_OF = date(2026, 11, 1)
@@ -602,13 +604,12 @@ def _ref(pointer: str) -> dict[str, str]:
 def _compile(steps: list[dict[str, Any]], *, policy: bool = False) -> Any:
     import json
 
-    from pte._catalogue import load_registry
-    from pte._plan import compile_plan
+    from pte import compile_plan, load_registry
 
     registry = load_registry(["backoffice", "calculator", "shaping"])
     checks = []
     if policy:
-        from pte._policy import Policy
+        from pte import Policy
 
         checks.append(Policy.from_registry(registry).check())
     return compile_plan(json.dumps({"pte_plan": "1", "steps": steps}), registry, checks=checks)
@@ -677,7 +678,7 @@ def test_outputs_type_check_as_plan_references() -> None:
 
 def test_injected_payment_details_cannot_reach_send_payment() -> None:
     pytest.importorskip("pte._policy._document")
-    from pte._core import PlanRejected, ReasonCode
+    from pte import PlanRejected, ReasonCode
 
     doc = {"id": "doc", "tool": "read_document", "args": {"document_id": "DOC-004"}}
     direct = {

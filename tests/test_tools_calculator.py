@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte._catalogue import Registry, load_pack
-from pte._core import ToolError
+from pte import Registry, ToolError, load_pack
 
 
 @pytest.fixture(scope="module")

@@ -19,15 +19,22 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import pte
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_registry
-from pte._core import PlanRejected, ReasonCode
-from pte._execution import Executor
-from pte._plan import compile_plan
-from pte._policy import Policy
-from pte._replay import replay_file
-from pte._run import Engine, EngineConfig
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    Executor,
+    PlanRejected,
+    Policy,
+    ReasonCode,
+    Registry,
+    compile_plan,
+    load_registry,
+    verify,
+)
+from pte.audit import read_records
 from pte.engine import ReplayClient
+from pte.runs import replay_file
 
 STOCK = load_registry(["shaping", "containers", "dates"])
 

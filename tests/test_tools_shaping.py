@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte._catalogue import Registry, load_pack
-from pte._core import ToolError
+from pte import Registry, ToolError, load_pack
 
 INVOICES: list[dict[str, Any]] = [
     {

@@ -7,9 +7,7 @@ import time
 
 import pytest
 
-from pte import compile_plan
-from pte._catalogue import load_registry
-from pte._core import PlanRejected
+from pte import PlanRejected, compile_plan, load_registry
 from tests._packs import caller
 
 text = caller("text")

@@ -15,14 +15,30 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 
-from pte._audit import AuditLog, read_records, verify
-from pte._catalogue import Registry, load_pack, load_registry, tool
-from pte._cli import main
-from pte._core import PolicyError, ReasonCode, SigningKey, ToolRegistrationError, TrustedKeys
-from pte._plan import compile_plan
-from pte._policy import ApprovalGate, ApprovalStore, Policy, approve, catalogue_fingerprint
-from pte._run import Engine, EngineConfig
+from pte import (
+    AuditLog,
+    Engine,
+    EngineConfig,
+    Policy,
+    ReasonCode,
+    Registry,
+    SigningKey,
+    TrustedKeys,
+    approve,
+    compile_plan,
+    load_pack,
+    load_registry,
+    tool,
+    verify,
+)
+
+# private: the approval gate, driven directly; the catalogue fingerprint approvals bind
+from pte._policy import ApprovalGate, catalogue_fingerprint
+from pte.audit import read_records
+from pte.cli import main
 from pte.engine import ReplayClient
+from pte.errors import PolicyError, ToolRegistrationError
+from pte.policy import ApprovalStore
 
 REPO = Path(__file__).resolve().parents[1]
 ATTACKER_IBAN = "GB33BUKB20201555555555"

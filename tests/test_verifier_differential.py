@@ -27,7 +27,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pte._audit import GENESIS_HASH, verdict, verify
+from pte import verify
+
+# private: the chain's first prev hash, to forge records; the one verdict every surface shows
+from pte._audit import GENESIS_HASH, verdict
+
+# private: canonical bytes, to hash records by hand
 from pte._core import canonical_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -320,11 +325,9 @@ READ_ONLY = json.dumps(
 @pytest.fixture(scope="module")
 def anchored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A log of three runs (two with a write, one read-only) written with a deployment key."""
-    from pte._audit import Anchors, AuditLog
-    from pte._catalogue import load_registry
-    from pte._cli import main
-    from pte._core import SigningKey
-    from pte._run import Engine
+    from pte import AuditLog, Engine, SigningKey, load_registry
+    from pte.audit import Anchors
+    from pte.cli import main
 
     where = tmp_path_factory.mktemp("anchored")
     key = SigningKey.generate()
@@ -353,7 +356,7 @@ def anchored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def _anchored_verdicts(
     node: NodeVerifier, anchored: dict[str, Any], log_bytes: bytes, anchor_bytes: bytes
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    from pte._audit import Anchors
+    from pte.audit import Anchors
 
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "log.jsonl"
@@ -423,7 +426,7 @@ def anchored_tamperings(draw: st.DrawFn, log: bytes, anchors: bytes) -> tuple[by
         assume(new != doc[name])
         doc[name] = new
     else:  # signed, by a key that is not the deployment's
-        from pte._core import SigningKey
+        from pte import SigningKey
 
         other = SigningKey.generate()
         doc["key_id"] = other.public_key.key_id

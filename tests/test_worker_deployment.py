@@ -26,7 +26,11 @@ from test_procedure_approval import IBAN_A, _call, _plan
 from test_procedures import PAY_SUPPLIER
 
 from pte import Deployment
+
+# private: the demo's scenario; the demo's policy
 from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+
+# private: the worker and job internals, white-box
 from pte._deploy import process_run
 from pte.stores import open_store
 

@@ -14,6 +14,8 @@ import pytest
 from test_procedures import BALANCE_REPORT, TWO_CALLS, _folder
 
 from pte import load_pack
+
+# private: the worker and job internals, white-box
 from pte._deploy import WorkerConfig, process_run, served_registry
 from pte.stores import open_store
 

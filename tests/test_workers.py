@@ -25,9 +25,11 @@ from typing import Any
 import pytest
 from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 
-from pte._catalogue import load_pack
-from pte._core import SigningKey
-from pte._deploy import decide, enqueue, make_app, process_run, submit_job
+from pte import SigningKey, load_pack
+
+# private: the worker and job internals, white-box
+from pte._deploy import enqueue, make_app, process_run, submit_job
+from pte.deployment import decide
 from pte.stores import Store, open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -272,7 +274,7 @@ def test_a_worker_serves_only_its_own_tool_packs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A job naming a pack the worker does not serve ends failed_closed(tool_not_allowed) on the record."""
-    from pte._catalogue import load_registry
+    from pte import load_registry
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(_fresh_database(postgres_url, "pte_refuse"))
@@ -304,7 +306,7 @@ def test_a_worker_serves_only_its_own_tool_packs(
 
 
 def test_unknown_runs_and_bad_ids_from_the_broker_do_nothing(postgres_url: str) -> None:  # noqa: F811
-    from pte._catalogue import load_registry
+    from pte import load_registry
     from pte.stores import StoreError
 
     store: Store = open_store(_fresh_database(postgres_url, "pte_unknown"))
@@ -321,7 +323,7 @@ def test_request_jobs_are_planned_with_the_workers_own_llm(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A submitted request is planned by the worker's LLM endpoint; without one it is refused."""
-    from pte._catalogue import load_registry
+    from pte import load_registry
     from pte.engine import ReplayClient
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
@@ -346,8 +348,7 @@ def test_a_job_never_brings_its_own_policy(tmp_path: Path, monkeypatch: pytest.M
     or write the store must not be able to weaken it. A job carrying exactly the worker's own
     policy runs.
     """
-    from pte._catalogue import load_registry
-    from pte._policy import Policy
+    from pte import Policy, load_registry
 
     monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(f"sqlite://{tmp_path / 'runs.db'}")

@@ -15,12 +15,25 @@ from typing import Any
 
 import orjson
 
+# private: the stored-content checks, white-box
 from pte._audit._content import approval_problem, endorsement_problem
+
+# private: the stored-content checks, white-box
 from pte._audit._content import content_problem as _content_problem
+
+# private: the fast path's parts, white-box
 from pte._audit._fast import fast_errors, no_surrogate_pairs
+
+# private: the fast path's parts, white-box
 from pte._audit._fast import hash_of_line as _hash_of_line
+
+# private: the scanner's parts, white-box
 from pte._audit._scan import AUDIT_FORMAT, Scan, ScanStart, Segment, VerifyIssue
+
+# private: the schema checkers, white-box
 from pte._audit._schema import _checkers, _fast_path
+
+# private: canonical bytes, format 1's JSON and hashes, as the frozen old scan used them
 from pte._core import canonical_bytes, canonical_json_v1, is_canonical, sha256_hex
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -17,25 +17,32 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+# private: the record builders, the only writers of record names
 import pte._audit._records as rec
-from pte._audit._scan import GENESIS_HASH, VerifyReport
+from pte import AuditLog, ReasonCode, SigningKey, verify
+
+# private: the scanner's parts, white-box
+from pte._audit._scan import GENESIS_HASH
+
+# private: the schema checkers, white-box
 from pte._audit._schema import load_audit_schema
+
+# private: the timeline rendering, white-box
 from pte._audit._show import render_timeline
-from pte._audit._verify import iter_records, read_records, records_by_run, verify
-from pte._audit._writer import AuditLog, Durability, format_timestamp
-from pte._core import (
-    DEFAULT_REDACT_KEYS,
-    PLAN_REASONS,
-    REDACTED,
-    AuditFormatError,
-    AuditWriteError,
-    ReasonCode,
-    Redactor,
-    SigningKey,
-    canonical_json,
-    sha256_hex,
-)
+
+# private: records grouped by run, white-box
+from pte._audit._verify import records_by_run
+
+# private: the writer's timestamp format
+from pte._audit._writer import format_timestamp
+
+# private: redaction defaults and marker, reason-code groups, hashes to check records by hand
+from pte._core import DEFAULT_REDACT_KEYS, PLAN_REASONS, REDACTED, sha256_hex
+
+# private: approvals built by hand (tamper tests)
 from pte._policy import make_approval
+from pte.audit import Durability, Redactor, VerifyReport, canonical_json, iter_records, read_records
+from pte.errors import AuditFormatError, AuditWriteError
 from tests.audit_runs import begun
 
 PLAN_HASH = sha256_hex("the plan")
@@ -1230,6 +1237,7 @@ _SAMPLES = _sample_records()
 def test_fast_schema_check_agrees_with_jsonschema(data: st.DataObject) -> None:
     import copy
 
+    # private: the schema checkers, white-box
     from pte._audit._schema import _checkers
 
     record = copy.deepcopy(data.draw(st.sampled_from(_SAMPLES), label="record"))
@@ -1275,6 +1283,7 @@ def _has_text_ending_in_newline(value: Any) -> bool:
 
 
 def test_every_record_type_has_a_fast_check() -> None:
+    # private: the schema checkers, white-box
     from pte._audit._schema import _checkers
 
     assert len(_checkers()) == len(load_audit_schema()["oneOf"]) >= 10
@@ -1282,6 +1291,7 @@ def test_every_record_type_has_a_fast_check() -> None:
 
 
 def test_the_compiled_check_decides_and_jsonschema_words_the_message() -> None:
+    # private: the schema checkers, white-box
     from pte._audit._schema import _checkers
 
     record = dict(next(r for r in _SAMPLES if r["type"] == "step_finished"))

@@ -24,8 +24,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+# private: the scanner's parts, white-box
 import pte._audit._scan as audit_verify
+
+# private: the schema checkers, white-box
 import pte._audit._schema as audit_schema
+from pte import verify
+
+# private: the fast path's parts, white-box
 from pte._audit._fast import (
     TIMESTAMP_PATTERN,
     FastPath,
@@ -36,10 +42,13 @@ from pte._audit._fast import (
     fast_errors,
     no_surrogate_pairs,
 )
-from pte._audit._scan import VerifyReport
+
+# private: the schema checkers, white-box
 from pte._audit._schema import load_audit_schema
-from pte._audit._verify import verify
+
+# private: the canonical-form check
 from pte._core import is_canonical
+from pte.audit import VerifyReport
 
 SAMPLES = sorted((Path(__file__).resolve().parents[2] / "audit_samples").glob("*.jsonl"))
 _COMPILED = audit_schema._fast_path()

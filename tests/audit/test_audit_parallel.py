@@ -23,11 +23,14 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# private: the parallel verifier's parts, white-box
 import pte._audit._parallel as parallel
 from pte import verify
+
+# private: the parallel verifier's parts, white-box
 from pte._audit._parallel import join_parts, scan_part, verify_in_parts
-from pte._cli import main
 from pte.audit import VerifyReport
+from pte.cli import main
 
 SAMPLES = Path(__file__).resolve().parents[2] / "audit_samples"
 ANCHORS = frozenset(range(0, 200, 9))

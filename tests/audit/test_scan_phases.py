@@ -23,9 +23,16 @@ import _frozen_scan as frozen
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+# private: the scanner's parts, white-box
 import pte._audit._scan as scan_module
+
+# private: the parallel verifier's parts, white-box
 from pte._audit._parallel import _start_of
+
+# private: the scanner's parts, white-box
 from pte._audit._scan import GENESIS_HASH, WHOLE_LOG, Scan, ScanStart, runs_left_open, scan_lines
+
+# private: canonical bytes, to hash records by hand
 from pte._core import canonical_bytes
 
 SAMPLES = sorted((Path(__file__).resolve().parents[2] / "audit_samples").glob("*.jsonl"))

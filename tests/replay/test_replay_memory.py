@@ -26,12 +26,16 @@ from typing import Any
 
 import pytest
 
+# private: the replayer's parts, white-box
 import pte._replay._replayer
+
+# private: resume's internals, white-box
 import pte._replay._resume
 from pte import AuditLog, Engine, EngineConfig, ToolError, load_registry, verify
-from pte._audit import read_records
-from pte._core import canonical_json
+
+# private: the replayer's parts, white-box
 from pte._replay._replayer import RecordedInvoker, replay_run
+from pte.audit import canonical_json, read_records
 from pte.engine import ReplayClient
 from pte.runs import replay_file, resume_file
 
