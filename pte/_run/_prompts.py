@@ -53,8 +53,9 @@ STEP = {"id": ID, "tool": NAME, "args": {PARAM: VALUE, ...}, "after": [ID, ...]}
 ^[a-z][a-z0-9_]{0,63}$, unique; "after" (optional) only orders steps.
 Any VALUE may be a reference: {"$ref": "<step_id>"} (a step's output) or \
 {"$ref": "<step_id>/<JSON Pointer>"} (a part, e.g. "inv/invoices/0/customer_id"), typed by the \
-tool's output. Never copy a value a tool returns into a literal, never compute yourself: use the \
-tools below, and only them. "result" is what the run returns, usually a reference."""
+tool's output; it must fit the parameter. Never copy a value a tool returns into a literal, \
+never compute yourself: use the tools below, and only them. "result" is what the run returns, \
+usually a reference."""
 
 #: The one label rule (docs/labels.md), as every planner is told it (pte._policy._flow enforces it).
 LABEL_RULE = """A call's label is the join of the labels of its arguments and of everything that \
@@ -93,12 +94,12 @@ CONTROL_RULES = """Control, on a step (optional): "for_each": {"$ref": LIST}, "m
 (1-1000) runs the tool per element ({"$ref": "<LIST>/*/<field>"} in args is the element); its \
 output is the list of outputs. "when": COND runs the step only if COND holds; its readers are \
 under the same "when", or it gives "default": VALUE (its output when skipped; read only fields \
-VALUE has). COND: {"eq"|"ne"|"lt"|"le"|"gt"|"ge": [A, B]} (references or scalars; lt-ge for \
-numbers and dates), {"and"|"or": [COND, ...]}, {"not": COND}, {"empty"|"nonempty": REF}. A step \
-{"id": ID, "require": COND, "message": TEXT} stops the run, not done, with TEXT unless COND \
-holds; later steps wait for it. If the rest depends on data you have not seen (tasks on a page, \
-text to summarise), end with "continue": {NAME: REF, ...} instead of "result": you are shown \
-those values and plan the next stage."""
+VALUE has). COND: {"eq"|"ne"|"lt"|"le"|"gt"|"ge": [A, B]} (references or scalars; \
+lt/le/gt/ge for numbers and dates), {"and"|"or": [COND, ...]}, {"not": COND}, \
+{"empty"|"nonempty": REF}. A step {"id": ID, "require": COND, "message": TEXT} stops the run, \
+not done, with TEXT unless COND holds; later steps wait for it. If the rest depends on data you \
+have not seen (tasks on a page, text to summarise), end with "continue": {NAME: REF, ...} \
+instead of "result": you are shown those values and plan the next stage."""
 
 
 # --- the tool catalogue, as the planner reads it ------------------------------------------------
