@@ -331,11 +331,11 @@ def report(after: dict[str, Any], before: dict[str, Any] | None, rev: str) -> No
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default=BEFORE, help="a commit to measure too, or 'none'")
     parser.add_argument("--json", action="store_true", help="print this tree's figures as JSON")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.json:
         print(json.dumps(figures()))
         return

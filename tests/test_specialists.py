@@ -359,7 +359,7 @@ def test_bench_prompt_prints_the_coordinator_next_to_the_flat_catalogue(
         load_registry(["backoffice", "text", "extract", "dates"]), bench.BACKOFFICE_SPECIALISTS
     )
     assert sizes["coordinator"] < sizes["flat"] and sizes["specialist"] < sizes["flat"]
-    bench.main()
+    bench.main(["--before", "none"])  # this tree only (--before unpacks another commit's tree)
     assert "coordinator" in capsys.readouterr().out
 
 

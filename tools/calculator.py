@@ -551,8 +551,8 @@ def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None 
 
 @tool(provenance="derived")
 def to_integer(value: Decimal) -> IntegerResult:
-    """A whole number or decimal string ("42.00") as a JSON integer; a fraction or more than 2**53
-    - 1 fails.
+    """A whole number or decimal string ("42.00") as a JSON integer; a fraction or a value
+    beyond 2**53 - 1 fails.
     """
     if value != value.to_integral_value():
         raise ValueError(f"{_plain(value)} is not a whole number; round it first (calculator: round(x))")
