@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -762,8 +761,12 @@ def test_approve_needs_by(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_run_with_replayed_responses(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    ledger: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     three = scenario("three_figures_share")
     responses = write_json(tmp_path / "responses.json", list(three.responses))
     log = tmp_path / "run.jsonl"
@@ -791,7 +794,10 @@ def test_run_with_replayed_responses(
     assert started["mode"] == "run" and started["request"] == three.request
 
 
-def test_run_fails_closed_on_prose(tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_fails_closed_on_prose(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     responses = write_json(tmp_path / "responses.json", ["I would call the calculator for you."])
     log = tmp_path / "run.jsonl"
     code, out, _ = cli(
@@ -840,8 +846,13 @@ def test_run_sends_a_fixable_plan_back_once_unless_no_repair(
     "content", [None, {"not": "a list"}, "{broken"], ids=["missing", "not-a-list", "not-json"]
 )
 def test_run_bad_replay_responses_file_is_a_usage_error(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], content: Any
+    tmp_path: Path,
+    ledger: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     responses = tmp_path / "responses.json"
     if isinstance(content, str):
         responses.write_text(content, encoding="utf-8")
@@ -863,8 +874,12 @@ def test_run_bad_replay_responses_file_is_a_usage_error(
 
 
 def test_run_against_a_local_openai_compatible_server(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    ledger: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     three = scenario("three_figures_share")
     log = tmp_path / "run.jsonl"
     with FakeOpenAIServer(list(three.responses)) as server:
@@ -899,8 +914,12 @@ def test_run_against_a_local_openai_compatible_server(
 
 
 def test_run_llm_server_failure_fails_closed(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    ledger: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     log = tmp_path / "run.jsonl"
     with FakeOpenAIServer([]) as server:  # no scripted answer: HTTP 500
         code, out, _ = cli(
@@ -925,6 +944,7 @@ def test_run_llm_server_failure_fails_closed(
 def test_run_without_api_key_or_base_url_is_a_usage_error(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     log = tmp_path / "run.jsonl"
@@ -1126,8 +1146,12 @@ def test_replay_and_resume_of_an_unparsable_log(
 
 
 def test_replay_of_a_replan_reusing_the_failed_step_id(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    ledger: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     first = {
         "pte_plan": "1",
         "steps": [{"id": "inv", "tool": "get_invoice", "args": {"invoice_id": "INV-10O6"}}],
@@ -1148,11 +1172,45 @@ def test_replay_of_a_replan_reusing_the_failed_step_id(
     assert code == 0, out
 
 
+#: A child that runs `pte execute PLAN --audit LOG` (argv 2, 1) under the deployment of its
+#: environment and is SIGKILLed right after the record that starts step "all" (a write).
+CRASHING_EXECUTE = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from pte import AuditLog
+from pte._cli import main
+
+original = AuditLog.append
+
+def append(self, type, /, **fields):
+    record = original(self, type, **fields)
+    if type == "step_started" and fields.get("step_id") == "all":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return record
+
+AuditLog.append = append
+main(["--quiet", "execute", sys.argv[2], "--audit", sys.argv[1]])
+"""
+
+
 def test_resume_a_crashed_run_on_a_fresh_ledger(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A run of the deployment killed inside its write (the sample's crash, made under a
+    deployment, so its start is anchored): `pte resume` finishes it."""
+    where = make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # it writes
+    sample = [json.loads(line) for line in (SAMPLES / "crashed_mid_run.jsonl").read_text().splitlines()]
+    plan = write_json(tmp_path / "plan.json", next(r for r in sample if r["type"] == "plan_accepted")["plan"])
     crashed = tmp_path / "crashed.jsonl"
-    shutil.copyfile(SAMPLES / "crashed_mid_run.jsonl", crashed)
+    child = subprocess.run(
+        [sys.executable, "-c", CRASHING_EXECUTE.format(repo=str(REPO)), str(crashed), str(plan)],
+        env=subprocess_env(PTE_DEPLOYMENT=str(where), PTE_LEDGER=str(ledger)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr
+    assert read_records(crashed)[-1]["type"] == "step_started" and verify(crashed).complete is False
     before = len(read_records(crashed))
     code, out, _ = cli(capsys, "resume", str(crashed), "--tools", STOCK, "--json")
     assert code == 0, out
@@ -1163,8 +1221,6 @@ def test_resume_a_crashed_run_on_a_fresh_ledger(
     assert records[-1]["type"] == "run_finished"
     assert verify(crashed).ok
     assert replay_file(crashed).ok
-    # The sample itself is untouched.
-    assert verify(SAMPLES / "crashed_mid_run.jsonl").complete is False
     # A sealed log has nothing to resume: refused (exit 1), not a usage error.
     code, _, err = cli(capsys, "resume", str(crashed), "--tools", STOCK)
     assert code == 1

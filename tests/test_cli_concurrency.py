@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli_run import make_deployment
 
 from pte import load_registry
 
@@ -148,7 +149,10 @@ def test_max_concurrency_lets_independent_reads_overlap(tmp_path: Path) -> None:
     assert max(s["max"] for s in _seen(tmp_path)) == 3
 
 
-def test_serial_writes_keeps_reads_from_running_beside_a_write(tmp_path: Path) -> None:
+def test_serial_writes_keeps_reads_from_running_beside_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", str(_pack(tmp_path)), "--no-store")  # a write
     # The write comes first in plan order; the reads after it do not depend on it.
     steps = [{"id": "w", "tool": "stamp", "args": {"key": 0}}] + [
         {"id": f"p{i}", "tool": "probe", "args": {"key": i}} for i in range(1, 4)
@@ -159,7 +163,10 @@ def test_serial_writes_keeps_reads_from_running_beside_a_write(tmp_path: Path) -
     assert stamp["beside"] is False
 
 
-def test_without_serial_writes_an_independent_read_runs_beside_a_write(tmp_path: Path) -> None:
+def test_without_serial_writes_an_independent_read_runs_beside_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", str(_pack(tmp_path)), "--no-store")  # a write
     # The counterpart of the test above: the flag, not the plan, kept the reads back there.
     steps = [{"id": "w", "tool": "stamp", "args": {"key": 0}}] + [
         {"id": f"p{i}", "tool": "probe", "args": {"key": i}} for i in range(1, 4)

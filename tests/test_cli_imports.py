@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _cli_run import make_deployment
 from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 
@@ -91,9 +92,12 @@ def test_bad_yaml_specs_are_usage_errors_with_the_reason(
     assert why in capsys.readouterr().err
 
 
-def test_mcp_server_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_mcp_server_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
     tools = f"mcp:{shlex.join([sys.executable, str(SERVER)])}#lookup_invoice,total_cents"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", tools, "--no-store")  # MCP tools are writes
     plan = {
         "pte_plan": "1",
         "steps": [{"id": "a", "tool": "lookup_invoice", "args": {"invoice_id": "INV-1001"}}],

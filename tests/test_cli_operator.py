@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli_run import make_deployment
 
 from pte import load_pack
 from pte.cli import main
@@ -39,7 +40,8 @@ def test_pte_store_alone_stands_for_store_in_every_store_command(
     tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite://{tmp_path / 'env.db'}"
-    monkeypatch.setenv("PTE_STORE", url)
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url)  # it pays
+    monkeypatch.setenv("PTE_STORE", url)  # the deployment's store: accepted
     monkeypatch.delenv("PTE_BROKER", raising=False)
     monkeypatch.chdir(tmp_path)
     plan = tmp_path / "pay.json"
@@ -95,7 +97,8 @@ def test_pte_runs_lists_by_status_and_requeue_refuses_what_it_cannot_requeue(
     tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite://{tmp_path / 'runs.db'}"
-    monkeypatch.setenv("PTE_STORE", url)
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url)  # it pays
+    monkeypatch.setenv("PTE_STORE", url)  # the deployment's store: accepted
     plan = tmp_path / "pay.json"
     plan.write_text(PAY, encoding="utf-8")
     q = ["--quiet"]

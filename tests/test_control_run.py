@@ -12,6 +12,7 @@ import pytest
 from pte import AuditLog, Engine, Registry, RunResult, load_registry, verify
 from pte.audit import read_records
 from pte.runs import replay_file
+from tests._cli_run import make_deployment
 from tests.packs import world
 
 PACK = str(Path(world.__file__))
@@ -191,8 +192,12 @@ def test_a_condition_that_cannot_be_evaluated_fails_the_step(registry: Registry,
 
 
 def test_cli_execute_reports_condition_not_met_with_exit_code_0(
-    registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    registry: Registry,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", PACK, "--no-store")  # create_event writes
     from pte.cli import main
 
     doc = {

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from _cli_run import cli as _cli
 from _cli_run import ledger as ledger  # the fixture
+from _cli_run import make_deployment
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from pydantic import BaseModel
@@ -535,13 +536,14 @@ PAY_KNOWN_SUPPLIER: dict[str, Any] = {
 
 
 def test_an_approved_call_pays_once_and_an_edited_procedure_is_refused_under_the_old_approval(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = _folder(tmp_path, PAY_KNOWN_SUPPLIER)
     plan = tmp_path / "pay.json"
     call = {"id": "p", "tool": "pay_known_supplier", "args": {"supplier_id": "S002", "amount": "12.50"}}
     plan.write_text(json.dumps({"pte_plan": "1", "steps": [call], "result": {"$ref": "p"}}), encoding="utf-8")
     common = ["--tools", "backoffice", "--procedures", str(folder), "--approvals", str(tmp_path / "a.jsonl")]
+    make_deployment(tmp_path, monkeypatch, capsys, *common, "--no-store")  # the procedure pays
     code, out, _ = _cli(
         capsys, "execute", str(plan), *common, "--audit", str(tmp_path / "no.jsonl"), "--json"
     )

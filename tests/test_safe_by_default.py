@@ -4,6 +4,9 @@ appended. Read-only work keeps working with flags alone."""
 
 from __future__ import annotations
 
+import json
+import shlex
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -12,6 +15,8 @@ import pytest
 from tests._cli_run import approver_keys, cli, ledger, make_deployment
 
 __all__ = ["ledger"]  # the fixture, used by name
+
+SAMPLES = Path(__file__).resolve().parents[1] / "audit_samples"
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
@@ -47,12 +52,21 @@ def test_the_flag_only_repro_cannot_run_a_write_without_a_deployment(
         "--store", url, "--run-id", "r1",
     )  # fmt: skip
     assert code == 2, out + err
-    assert "send_payment" in err and "pte init --tools PACK" in err
+    assert "send_payment" in err
+    assert _init_hint(err) == [
+        "init",
+        "--tools",
+        "backoffice",
+        "--approval-keys",
+        str(public),
+        "--store",
+        url,
+    ]
     assert not (tmp_path / "runs.db").exists() and _payments(ledger) == 0
     # The variable that named the keys is refused the same way.
     monkeypatch.setenv("PTE_APPROVAL_PUBLIC_KEYS_FILE", str(public))
     code, out, err = cli(capsys, "execute", "pay.json", "--tools", "backoffice", "--audit", "a.jsonl")
-    assert code == 2 and "PTE_APPROVAL_PUBLIC_KEYS_FILE" in err and "pte init" in err, out + err
+    assert code == 2 and _init_hint(err) == ["init", "--tools", "backoffice", "--approval-keys", str(public)]
     assert not (tmp_path / "a.jsonl").exists() and _payments(ledger) == 0
 
 
@@ -64,17 +78,129 @@ def test_a_plan_of_reads_still_runs_with_flags_alone(
     assert code == 0 and "DE" in out, err
 
 
-def test_without_a_deployment_a_write_says_how_to_make_one(
+def _init_hint(err: str) -> list[str]:
+    """The `pte init` a refusal prints: the end of its message, a command that runs as printed."""
+    assert "no_deployment:" in err and "Nothing was run" in err, err
+    line = next(line for line in err.splitlines() if "no_deployment:" in line)
+    command = line[line.index("run this command again: ") + len("run this command again: ") :]
+    words = shlex.split(command)
+    assert words[:2] == ["pte", "init"], command
+    return words[1:]
+
+
+def test_without_a_deployment_a_write_is_refused_with_the_init_that_makes_one(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """With no approver keys named, a write under flags alone still runs (its hints repeat its
-    flags), and says how to make the deployment every command would share."""
+    """Safe by default: a write under flags alone is refused (exit 2, no log, nothing paid),
+    naming the `pte init` that makes the deployment; run as printed, the same command then runs
+    under it, and a plan approved before it (under no deployment) does not count there."""
     (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
     code, _, err = cli(capsys, "approve", "pay.json", "--by", "alice", "--tools", "backoffice")
     assert code == 0, err
-    code, _, err = cli(capsys, "execute", "pay.json", "--tools", "backoffice", "--audit", "a.jsonl")
-    assert code == 0 and "no deployment" in err and "pte init --tools PACK" in err
+    command = ("execute", "pay.json", "--tools", "backoffice", "--audit", "a.jsonl")
+    code, out, err = cli(capsys, *command)
+    assert code == 2 and "send_payment" in err, out + err
+    assert not (tmp_path / "a.jsonl").exists() and _payments(ledger) == 0
+    init = _init_hint(err)
+    assert init == ["init", "--tools", "backoffice"]
+    code, out, err = cli(capsys, *init)
+    assert code == 0, out + err
+    # The same command again, as it was: under the deployment now. Its approval store is the
+    # deployment's, so the approval given under flags alone does not count: refused, not paid.
+    code, out, err = cli(capsys, *command)
+    assert code == 1 and "approval_missing" in out + err, out + err
+    assert _payments(ledger) == 0
+    assert cli(capsys, "approve", "pay.json", "--by", "alice")[0] == 0
+    code, out, err = cli(capsys, "execute", "pay.json", "--tools", "backoffice", "--audit", "b.jsonl")
+    assert code == 0, out + err
     assert _payments(ledger) == 1
+
+
+def test_the_init_hint_carries_the_authority_the_command_was_given(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its policy, procedures and store go into the deployment, so the same command (which
+    repeats the deployment's own values) runs again unchanged under it."""
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    (tmp_path / "procedures").mkdir()
+    (tmp_path / "policy.json").write_text(json.dumps({"pte_policy": "1", "tools": {}}), encoding="utf-8")
+    command = (
+        "execute", "pay.json", "--tools", "backoffice", "--policy", "policy.json",
+        "--procedures", "procedures", "--store", "sqlite:my runs.db", "--run-id", "r1",
+    )  # fmt: skip
+    code, out, err = cli(capsys, *command)
+    assert code == 2, out + err
+    assert not (tmp_path / "my runs.db").exists() and _payments(ledger) == 0
+    init = _init_hint(err)
+    assert init == [
+        "init", "--tools", "backoffice", "--policy", "policy.json", "--procedures", "procedures",
+        "--store", "sqlite:my runs.db",
+    ]  # fmt: skip
+    assert cli(capsys, *init)[0] == 0
+    code, out, err = cli(capsys, *command)
+    assert code == 0 and "awaiting_approval" in out, out + err  # paused in the deployment's store
+    assert (tmp_path / "my runs.db").exists() and _payments(ledger) == 0
+
+
+def test_run_with_a_write_in_its_allow_list_is_refused_without_a_deployment(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pte run`: the planner may call any tool it is shown, so a write in the allow-list counts."""
+    (tmp_path / "answers.json").write_text(json.dumps([READ, "done"]), encoding="utf-8")
+    command = ("run", "the IBAN of S001", "--tools", "backoffice", "--replay-responses", "answers.json")
+    code, out, err = cli(capsys, *command, "--audit", "a.jsonl")
+    assert code == 2 and "no_deployment" in err and "(its allow-list)" in err, out + err
+    assert not (tmp_path / "a.jsonl").exists()
+    # Narrowed to reads, the same request runs with flags alone.
+    code, out, err = cli(capsys, *command, "--allow", "get_supplier", "--audit", "b.jsonl")
+    assert code == 0, out + err
+
+
+def test_resuming_a_log_with_a_write_is_refused_without_a_deployment(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A crashed run's log (recorded before runs were bound to a deployment) that calls writes:
+    no resume under flags alone; under the deployment the hint makes, it is refused as never
+    anchored (started without the deployment's key), so it is started again, never continued."""
+    crashed = tmp_path / "crashed.jsonl"
+    shutil.copyfile(SAMPLES / "crashed_mid_run.jsonl", crashed)
+    before = crashed.read_bytes()
+    command = ("resume", "crashed.jsonl", "--tools", "backoffice,calculator,shaping")
+    code, out, err = cli(capsys, *command)
+    assert code == 2 and "send_reminders" in err, out + err
+    assert crashed.read_bytes() == before
+    assert cli(capsys, *_init_hint(err))[0] == 0
+    code, out, err = cli(capsys, *command)
+    assert code == 1 and "never anchored" in err and "start it again" in err, out + err
+    assert crashed.read_bytes() == before
+
+
+def test_approving_a_stored_run_then_resuming_it_is_refused_without_a_deployment(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run paused in a store by a library caller (no deployment): `pte approve` records the
+    decision (no write runs), the resume it prints is refused under flags alone, nothing paid."""
+    from pte import Engine, load_registry
+    from pte._deploy import PausedRun, pausing_gate, run_in_store
+    from pte.stores import open_store
+
+    url = f"sqlite:{tmp_path / 'runs.db'}"
+    registry = load_registry(["backoffice"])
+    with open_store(url) as store:
+        paused = run_in_store(
+            Engine(registry, approval=pausing_gate(store, registry)), store, run_id="r1", plan_text=PAY
+        )
+    assert isinstance(paused, PausedRun)
+    code, out, err = cli(capsys, "approve", "r1", "--by", "alice", "--store", url, "--tools", "backoffice")
+    assert code == 0, out + err
+    resume = next(line for line in out.splitlines() if "pte resume" in line)
+    words = shlex.split(resume[resume.index("pte resume") :])
+    code, out, err = cli(capsys, *words[1:])
+    assert code == 2 and "no_deployment" in err and "send_payment" in err, out + err
+    with open_store(url) as store:
+        info = store.run("r1")
+        assert info is not None and info.status == "awaiting_approval"
+    assert _payments(ledger) == 0
 
 
 def test_endorsements_by_flag_need_a_deployment(
@@ -95,7 +221,7 @@ def test_endorsements_by_flag_need_a_deployment(
         "--audit",
         "a.jsonl",
     )
-    assert code == 2 and "--endorsements" in err and "pte init" in err
+    assert code == 2 and _init_hint(err) == ["init", "--tools", "backoffice", "--endorsements", "e.jsonl"]
     assert not (tmp_path / "a.jsonl").exists()
 
 

@@ -247,11 +247,13 @@ def test_the_environment_keeps_the_chain_in_the_run_store(
         anchors_from_env(env, store=JsonlStore(tmp_path / "log.jsonl"))
 
 
+@pytest.mark.parametrize("anchors", [["--anchors", "store"], []], ids=["asked", "by-default"])
 def test_a_deployment_copied_to_a_second_machine_shares_one_chain_in_its_store(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], anchors: list[str]
 ) -> None:
-    """`pte init --anchors store`, the folder copied to a second worker machine (docs/deployment.md):
-    both anchor to the run store's chain, each keeps its high-water mark in its folder."""
+    """`pte init --store URL` (a SQL store: the chain goes there unless a file is asked for), the
+    folder copied to a second worker machine (docs/deployment.md): both anchor to the run store's
+    chain, each keeps its high-water mark in its folder."""
     import shutil
 
     from tests._cli_run import cli
@@ -259,9 +261,10 @@ def test_a_deployment_copied_to_a_second_machine_shares_one_chain_in_its_store(
     machine_a, machine_b = tmp_path / "machine-a", tmp_path / "machine-b"
     store_url = f"sqlite://{tmp_path / 'runs.db'}"
     code, out, err = cli(
-        capsys, "init", str(machine_a), "--tools", "backoffice", "--store", store_url, "--anchors", "store"
+        capsys, "init", str(machine_a), "--tools", "backoffice", "--store", store_url, *anchors
     )
     assert code == 0, out + err
+    assert json.loads((machine_a / "pte-deployment.json").read_text(encoding="utf-8"))["anchors"] == "store"
     shutil.copytree(machine_a, machine_b)
     deployed_a, deployed_b = pte.Deployment.from_folder(machine_a), pte.Deployment.from_folder(machine_b)
     assert deployed_a.fingerprint == deployed_b.fingerprint and not deployed_b.problems()
@@ -287,3 +290,29 @@ def test_a_deployment_copied_to_a_second_machine_shares_one_chain_in_its_store(
         "store",
     )
     assert 'anchors: "store"' in out + err
+
+
+@pytest.mark.parametrize(
+    ("options", "anchors"),
+    [
+        ([], "anchors.jsonl"),  # the default store (sqlite:runs.db in the folder): one machine's file
+        (["--no-store"], "anchors.jsonl"),
+        (["--store", "jsonl:runs.jsonl"], "anchors.jsonl"),  # a file store cannot hold the chain
+        (["--store", "sqlite:runs.db"], "store"),
+        (["--store", "postgresql://pte@db.internal:5432/pte"], "store"),
+        (["--store", "sqlite:runs.db", "--anchors", "dep/mine.jsonl"], "mine.jsonl"),  # a file when asked
+    ],
+)
+def test_pte_init_keeps_the_chain_in_a_sql_store_it_is_given_unless_a_file_is_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    options: list[str], anchors: str,
+) -> None:  # fmt: skip
+    from tests._cli_run import cli
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "init", "dep", "--tools", "backoffice", *options)
+    assert code == 0, out + err
+    assert (
+        json.loads((tmp_path / "dep" / "pte-deployment.json").read_text(encoding="utf-8"))["anchors"]
+        == anchors
+    )

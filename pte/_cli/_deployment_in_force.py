@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,14 @@ from pte._cli._support import UsageError
 from pte._core import DeploymentError
 from pte._deploy import DOCUMENT_NAME, Deployment
 
-__all__ = ["current_deployment", "deployment_of", "forget_deployment", "no_deployment_message"]
+__all__ = [
+    "NO_DEPLOYMENT",
+    "current_deployment",
+    "deployment_of",
+    "forget_deployment",
+    "init_command",
+    "no_deployment_message",
+]
 
 _UNSET: Any = object()
 #: The deployment of the running command, found on first use (`forget_deployment` resets it).
@@ -61,12 +67,51 @@ def forget_deployment() -> None:
     _found = _UNSET
 
 
-def no_deployment_message(what: str) -> str:
-    """What a command that can call a write says when there is no deployment."""
+#: The reason code of a command refused for want of a deployment (in its message).
+NO_DEPLOYMENT = "no_deployment"
+
+#: Flags (argparse dests) that `pte init` takes as the command took them.
+_INIT_FLAGS = ("allow", "manifest", "policy", "procedures", "specialists", "approval_keys", "approvals")
+
+
+def init_command(args: argparse.Namespace | None = None) -> str:
+    """The ``pte init`` that makes the deployment `args` describes with its flags (its packs,
+    allow-list, files, stores and approver keys), as a command that runs as printed: after it,
+    the same command runs again unchanged (repeating a deployment's own value is accepted)."""
+    from pte._cli._hints import pte_command
+
+    words: list[str] = []
+    for pack in getattr(args, "tools", None) or ():
+        words += ["--tools", str(pack)]
+    for dest in _INIT_FLAGS:
+        value = getattr(args, dest, None)
+        for item in value if isinstance(value, list) else [value] if value else []:
+            words += [f"--{dest.replace('_', '-')}", str(item)]
+    keys = os.environ.get("PTE_APPROVAL_PUBLIC_KEYS_FILE")
+    if keys and not getattr(args, "approval_keys", None):
+        words += ["--approval-keys", keys]
+    endorsements = getattr(args, "endorsements", None)
+    if endorsements:
+        words += ["--endorsements", str(endorsements)]
+    store = getattr(args, "store", None)
+    if store:
+        words += ["--store", str(store)]
+    command = pte_command("init", *words)
+    if not store and os.environ.get("PTE_STORE"):
+        # The shell has it (and it may hold a password, never printed): the deployment names it.
+        command += ' --store "$PTE_STORE"'
+    return command
+
+
+def no_deployment_message(what: str, args: argparse.Namespace | None = None) -> str:
+    """What a command that can call a write says when there is no deployment: the reason code,
+    why, and the `pte init` that makes one (then the same command runs)."""
     return (
-        f"{what} runs only under a deployment (its tools, policy, approver keys and stores, and the "
-        "key that anchors its runs): make one with `pte init --tools PACK` (a .pte folder here; "
-        "commands find it from this folder and below, or set $PTE_DEPLOYMENT), then run this again"
+        f"{NO_DEPLOYMENT}: {what} and there is no deployment; a write runs only under one (its "
+        "tools, policy, approver keys and stores, and the key that anchors its runs), so that every "
+        "later command and hint acts under the same authority. Commands find it from its folder and "
+        "below (or set $PTE_DEPLOYMENT). Nothing was run. Make one here, then run this command "
+        f"again: {init_command(args)}"
     )
 
 
@@ -203,38 +248,16 @@ def tools_named(document: Any) -> set[str]:
 
 def require_deployment_for_writes(args: argparse.Namespace, registry: Any, names: Any, what: str) -> None:
     """Safe by default: a command whose plan calls a write (`names`: the tools it calls) runs only
-    under a deployment whose key this machine holds; else a usage error saying how to make one,
-    before anything is appended."""
+    under a deployment whose key this machine holds; else a usage error (`NO_DEPLOYMENT`) naming
+    the `pte init` that makes one, before anything is appended. Under flags alone, a later
+    command (the resume a hint prints) could run under other keys and stores than this one."""
     writes = _writes(registry, names)
     if not writes:
         return
     deployment = deployment_of(args)
-    called = f"{what} calls {', '.join(writes)} (a write)"
+    called = f"{what} calls {', '.join(writes)} ({'a write' if len(writes) == 1 else 'writes'})"
     if deployment is None:
-        # Approver keys and an endorsement store are authority a later command (the resume a
-        # hint prints) can silently lose when they come from flags: they live only in a
-        # deployment. Without them, the run's authority is its flags, repeated by its hints.
-        named = [
-            flag
-            for flag, given in (
-                ("--approval-keys", getattr(args, "approval_keys", None)),
-                ("$PTE_APPROVAL_PUBLIC_KEYS_FILE", os.environ.get("PTE_APPROVAL_PUBLIC_KEYS_FILE")),
-                ("$PTE_APPROVAL_PUBLIC_KEYS", os.environ.get("PTE_APPROVAL_PUBLIC_KEYS")),
-                ("--endorsements", getattr(args, "endorsements", None)),
-            )
-            if given
-        ]
-        if named:
-            raise UsageError(
-                no_deployment_message(f"{called} with {' and '.join(named)}; a write under approver keys")
-            )
-        print(
-            f"pte: warning: no deployment: {called} under this command's flags alone; "
-            "make a deployment with `pte init --tools PACK` so every command (and every hint) "
-            "runs under the same keys and stores",
-            file=sys.stderr,
-        )
-        return
+        raise UsageError(no_deployment_message(called, args))
     if not deployment.has_key:
         raise UsageError(
             f"{called}, and this machine does not hold the deployment's key ({deployment.key_path}): "

@@ -44,8 +44,8 @@ def add_init_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--anchors",
         metavar="FILE",
-        help="anchors file (default: anchors.jsonl in DIR); 'store': the anchor chain in the run store, "
-        "shared by every machine of the deployment",
+        help="'store': the anchor chain in the run store, shared by every machine of the deployment "
+        "(the default with a --store sqlite:/postgresql: URL); or a file (without one: anchors.jsonl in DIR)",
     )
     p.add_argument("--redact-key", action="append", metavar="NAME", help="a further secret key name")
     p.add_argument("--secret-rules", action="append", metavar="FILE", help="a further secret rules file")
@@ -84,6 +84,22 @@ def _placed_store(url: str, folder: Path) -> str:
     return url
 
 
+#: Store URLs whose database can hold the anchor chain (`pte init --store`): SQLite, PostgreSQL.
+_SQL_STORES = ("sqlite:", "postgresql:", "postgres:")
+
+
+def _anchors(args: argparse.Namespace, folder: Path, default: str) -> str:
+    """Where the anchor chain goes: ``--anchors`` when given (``store``, or a file); with a SQL
+    run store given (``--store``), that store, so that every machine sharing the store shares
+    one chain (a file per machine let a store cut back before a payment be paid again by the
+    machine that had not anchored it); else the anchors file in the folder."""
+    if args.anchors:
+        return "store" if args.anchors == "store" else _placed(args.anchors, folder)
+    if args.store and not args.no_store and args.store.startswith(_SQL_STORES):
+        return "store"
+    return default
+
+
 def init_command(args: argparse.Namespace) -> int:
     from pte._deploy import DEFAULT_FOLDER, DeploymentDocument, init_deployment
 
@@ -115,9 +131,7 @@ def init_command(args: argparse.Namespace) -> int:
         store=None
         if args.no_store
         else (_placed_store(args.store, folder) if args.store else defaults.store),
-        anchors=(args.anchors if args.anchors == "store" else _placed(args.anchors, folder))
-        if args.anchors
-        else defaults.anchors,
+        anchors=_anchors(args, folder, defaults.anchors),
         redact_keys=tuple(args.redact_key or ()),
         secret_rules=tuple(_placed(f, folder) for f in args.secret_rules or ()),
         model=args.model,
