@@ -15,7 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _crash import ENGINE_CHILD
+from _cli_run import make_deployment
+from _crash import ENGINE_CHILD, KILL_PATCH
 from _services import run_python
 
 from pte import FailedClosed, ReasonCode, Registry, load_pack, load_registry, verify
@@ -152,15 +153,36 @@ def test_resume_refuses_a_finished_run(tmp_path: Path, registry: Registry) -> No
         resume_file(log, registry)
 
 
+#: The crash child run under the deployment of ``$PTE_DEPLOYMENT``: its engine and anchors, so the
+#: run's start is anchored as `pte execute` anchors it (a write is resumed only under it).
+DEPLOYMENT_CHILD = KILL_PATCH + textwrap.dedent(
+    """
+    import pte
+
+    deployment = pte.Deployment.from_folder(os.environ["PTE_DEPLOYMENT"])
+    with AuditLog(sys.argv[1], anchors=deployment.anchors()) as audit:
+        deployment.engine().execute(open(sys.argv[2]).read(), audit)
+    """
+)
+
+
 def test_cli_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pte.cli import main
 
+    where = make_deployment(
+        tmp_path, monkeypatch, capsys, "--tools", ",".join(PACKS), "--no-store"
+    )  # it writes
     ledger = tmp_path / "ledger.sqlite"
     _new_ledger(ledger)
-    log, code = _crash(tmp_path, IDEMPOTENT_PLAN, 6, "after", ledger)
-    assert code == -9
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(IDEMPOTENT_PLAN, encoding="utf-8")
+    log = tmp_path / "run.jsonl"
+    env = {**os.environ, "PTE_LEDGER": str(ledger), "KILL_AT": "6", "KILL_MODE": "after"}
+    child = run_python(DEPLOYMENT_CHILD.format(repo=str(REPO)), str(log), str(plan_file), env=env, timeout=60)
+    assert child.returncode == -9, child.stderr
+    assert os.environ["PTE_DEPLOYMENT"] == str(where)
     monkeypatch.setenv("PTE_LEDGER", str(ledger))
     assert main(["--quiet", "resume", str(log), "--tools", "backoffice,calculator,shaping", "--json"]) == 0
     assert '"status": "succeeded"' in capsys.readouterr().out

@@ -195,6 +195,8 @@ def test_a_catalogue_with_password_and_token_parameters_replays(workdir: Path) -
         ),
         encoding="utf-8",
     )
+    # set_password writes: under a deployment (found here, as `pte init` makes it).
+    assert _pte(workdir, "init", "--tools", "pack.py", "--no-store").returncode == 0
     done = _pte(workdir, "execute", "pw.json", "--tools", "pack.py", "--audit", str(log))
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]

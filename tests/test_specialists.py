@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from _cli_run import cli as _cli
 from _cli_run import ledger as ledger  # the fixture
+from _cli_run import make_deployment
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
@@ -297,7 +298,7 @@ def test_declarations_are_checked(tmp_path: Path) -> None:
 
 
 def test_cli_run_with_specialists_verify_and_replay(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = tmp_path / "specialists.json"
     spec.write_text(json.dumps({"specialists": [s.to_dict() for s in SPECIALISTS]}), encoding="utf-8")
@@ -305,6 +306,7 @@ def test_cli_run_with_specialists_verify_and_replay(
     answers.write_text(json.dumps([json.dumps(p) for p in (COORDINATOR, COLLECTIONS_PLAN, TREASURY_PLAN)]))
     log = tmp_path / "run.jsonl"
     deployment = ["--tools", "backoffice", "--specialists", str(spec)]
+    make_deployment(tmp_path, monkeypatch, capsys, *deployment, "--no-store")  # backoffice writes
     argv = ["run", "What does C002 owe?", *deployment, "--replay-responses", str(answers)]
     code, out, err = _cli(capsys, *argv, "--no-llm-answer", "--audit", str(log), "--json")
     assert code == 0, err
@@ -314,7 +316,9 @@ def test_cli_run_with_specialists_verify_and_replay(
     assert code == 0 and "same decisions" in out
     code, out, _ = _cli(capsys, "replay", str(log), *deployment)
     assert code == 0 and "same decisions" in out
-    # Other specialists than the run's: the replay diverges at run_started.config.
+    # Other specialists than the run's (replay is read-only: flags alone, no deployment): the
+    # replay diverges at run_started.config.
+    monkeypatch.delenv("PTE_DEPLOYMENT")
     other = tmp_path / "other.yaml"
     other.write_text("- name: treasury\n  description: Rates.\n  catalogue: [fx_rate]\n", encoding="utf-8")
     code, out, _ = _cli(capsys, "replay", str(log), "--tools", "backoffice", "--specialists", str(other))
@@ -565,7 +569,7 @@ def test_a_specialist_of_a_planner_shown_untrusted_text_writes_untrusted_literal
 
 
 def test_a_delegated_payment_is_approved_as_one_plan(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The inlined tree is what needs and gets approval: `pte run` stops approval_missing before
     anything runs; `pte plan` writes the inlined plan, a person approves its hash, it pays once."""
@@ -604,6 +608,7 @@ def test_a_delegated_payment_is_approved_as_one_plan(
     answers.write_text(json.dumps([json.dumps(coordinator), json.dumps(sub)]), encoding="utf-8")
     common = ["--tools", "backoffice", "--approvals", str(tmp_path / "approvals.jsonl")]
     llm = ["--specialists", str(spec), "--replay-responses", str(answers)]
+    make_deployment(tmp_path, monkeypatch, capsys, *common, "--specialists", str(spec), "--no-store")  # it pays
     log = tmp_path / "run.jsonl"
     code, out, _ = _cli(
         capsys, "run", "Pay S002 12.50", *common, *llm, "--no-llm-answer", "--audit", str(log), "--json"

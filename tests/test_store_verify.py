@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli_run import make_deployment
 
 from pte import load_pack
 from pte.cli import main
@@ -30,6 +31,7 @@ def paused_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest
     module.create_sample_ledger(tmp_path / "ledger.sqlite", overwrite=True)
     monkeypatch.setenv("PTE_LEDGER", str(tmp_path / "ledger.sqlite"))
     url = f"sqlite://{tmp_path / 'runs.db'}"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url)  # it pays
     plan = tmp_path / "pay.json"
     plan.write_text(PAY, encoding="utf-8")
     argv = ["--quiet", "execute", str(plan), "--tools", "backoffice", "--store", url, "--run-id", "p1"]
