@@ -608,7 +608,9 @@ def test_a_delegated_payment_is_approved_as_one_plan(
     answers.write_text(json.dumps([json.dumps(coordinator), json.dumps(sub)]), encoding="utf-8")
     common = ["--tools", "backoffice", "--approvals", str(tmp_path / "approvals.jsonl")]
     llm = ["--specialists", str(spec), "--replay-responses", str(answers)]
-    make_deployment(tmp_path, monkeypatch, capsys, *common, "--specialists", str(spec), "--no-store")  # it pays
+    make_deployment(
+        tmp_path, monkeypatch, capsys, *common, "--specialists", str(spec), "--no-store"
+    )  # it pays
     log = tmp_path / "run.jsonl"
     code, out, _ = _cli(
         capsys, "run", "Pay S002 12.50", *common, *llm, "--no-llm-answer", "--audit", str(log), "--json"
