@@ -1178,7 +1178,7 @@ CRASHING_EXECUTE = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
 from pte import AuditLog
-from pte._cli import main
+from pte.cli import main
 
 original = AuditLog.append
 

@@ -181,7 +181,7 @@ def test_approving_a_stored_run_then_resuming_it_is_refused_without_a_deployment
     """A run paused in a store by a library caller (no deployment): `pte approve` records the
     decision (no write runs), the resume it prints is refused under flags alone, nothing paid."""
     from pte import Engine, load_registry
-    from pte._deploy import PausedRun, pausing_gate, run_in_store
+    from pte.deployment import PausedRun, pausing_gate, run_in_store
     from pte.stores import open_store
 
     url = f"sqlite:{tmp_path / 'runs.db'}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +79,6 @@ def init_command(args: argparse.Namespace | None = None) -> str:
     """The ``pte init`` that makes the deployment `args` describes with its flags (its packs,
     allow-list, files, stores and approver keys), as a command that runs as printed: after it,
     the same command runs again unchanged (repeating a deployment's own value is accepted)."""
-    from pte._cli._hints import pte_command
-
     words: list[str] = []
     for pack in getattr(args, "tools", None) or ():
         words += ["--tools", str(pack)]
@@ -96,7 +95,7 @@ def init_command(args: argparse.Namespace | None = None) -> str:
     store = getattr(args, "store", None)
     if store:
         words += ["--store", str(store)]
-    command = pte_command("init", *words)
+    command = "pte " + shlex.join(["init", *words])  # as `_hints.pte_command` (which imports this)
     if not store and os.environ.get("PTE_STORE"):
         # The shell has it (and it may hold a password, never printed): the deployment names it.
         command += ' --store "$PTE_STORE"'
