@@ -7,6 +7,10 @@
 - The vocabulary is the format's: one builder per record type of the audit schema.
 - No sink subclasses `AuditLog` or forwards by ``__getattr__`` (pte._audit._record_sink).
 - `CompileContext` hands on what checks found in typed fields, not an ``extras`` dict.
+- Only the run loop (`pte._run._loop`) writes a run-level record (`RUN_RECORDS`: the run's
+  start, model calls, plans accepted and rejected, replans, stages, repairs, resumption and
+  end); the decision functions it calls (stages, repair, delegation, exposure) receive no engine
+  and call nothing back (#35).
 - `RunView`, which the report, `pte runs` (a paused run's plan) and resume (is the run
   finished?) fold a run's records with, reads any record a verified log may hold.
 """
@@ -27,6 +31,9 @@ from pte._audit import records as rec
 # private: the compile pipeline's parts, white-box
 from pte._plan import CompileContext
 from pte.runs import RunView
+
+# private: the run loop's record vocabulary, to check that no other module writes one
+from pte._run import RUN_RECORDS
 
 ROOT = Path(__file__).resolve().parents[1]
 PTE = ROOT / "pte"
@@ -97,6 +104,102 @@ items.append("other")
         "<source>:3 run_finished",
         "<source>:4 condition",
     ]
+
+
+#: The one module that writes run-level records (#35).
+RUN_LOOP = PTE / "_run" / "_loop.py"
+
+
+def run_record_builds(source: str, filename: str = "<source>") -> list[str]:
+    """Where `source` builds a run-level record: ``file:line type`` for each call of a
+    `pte._audit` builder of one (``rec.run_started(...)``, ``records.stage(...)``, a builder
+    imported by name), whatever the module is called where it is imported."""
+    tree = ast.parse(source, filename)
+    modules: set[str] = set()  # names the record builders' module goes by here
+    builders: dict[str, str] = {}  # local name -> run-level record type, imported by name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pte._audit"):
+            for alias in node.names:
+                if alias.name in ("records", "_records"):
+                    modules.add(alias.asname or alias.name)
+                elif alias.name in RUN_RECORDS and node.module.endswith("records"):
+                    builders[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.endswith("records") and alias.name.startswith("pte._audit"):
+                    modules.add(alias.asname or alias.name)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in RUN_RECORDS
+            and ast.unparse(func.value) in modules
+        ):
+            found.append(f"{filename}:{node.lineno} {func.attr}")
+        elif isinstance(func, ast.Name) and func.id in builders:
+            found.append(f"{filename}:{node.lineno} {builders[func.id]}")
+    return found
+
+
+def test_only_the_run_loop_writes_run_level_records() -> None:
+    found = []
+    for path in sorted(PTE.rglob("*.py")):
+        if path not in (RUN_LOOP, OWNER):
+            found += run_record_builds(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert found == [], "write run-level records through pte._run._loop (the run's owner): " + ", ".join(
+        found
+    )
+    # ... and the loop does write every one of them.
+    written = {entry.split()[-1] for entry in run_record_builds(RUN_LOOP.read_text(encoding="utf-8"))}
+    assert written == RUN_RECORDS
+    assert RUN_RECORDS <= rec.RECORD_TYPES
+
+
+def test_the_run_record_scan_catches_every_way_of_building_one() -> None:
+    written = """
+from pte._audit import records as rec
+from pte._audit import records
+import pte._audit._records as built
+from pte._audit._records import stage as next_stage, step_started
+rec.run_finished(status="succeeded")
+records.replan(attempt=1)
+built.llm_call(role="planner")
+next_stage(stage=2)
+step_started(step_id="a")          # a step record: the executor's
+rec.step_finished(step_id="a")     # the same
+other.run_started(mode="run")      # not the record builders
+"""
+    assert run_record_builds(written) == [
+        "<source>:6 run_finished",
+        "<source>:7 replan",
+        "<source>:8 llm_call",
+        "<source>:9 stage",
+    ]
+
+
+def test_the_decision_functions_take_no_engine_and_call_nothing_back() -> None:
+    """Stages, repair, delegation and exposure are functions of their inputs: no `EngineView`,
+    no engine or loop parameter, no call of a private method of another object (#35)."""
+    for name in ("_stages", "_repair", "_delegation", "_exposure"):
+        path = PTE / "_run" / f"{name}.py"
+        source = path.read_text(encoding="utf-8")
+        assert "EngineView" not in source, name
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module not in ("pte._run._loop", "pte._run._engine"), (
+                    f"{name} imports {node.module}"
+                )
+            if isinstance(node, ast.arg):
+                assert node.arg not in ("engine", "loop"), f"{name}: parameter {node.arg}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                private = node.func.attr.startswith("_") and not node.func.attr.startswith("__")
+                assert not (private and isinstance(owner, ast.Name) and owner.id != "self"), (
+                    f"{name}: calls {ast.unparse(node.func)}"
+                )
 
 
 def test_one_builder_per_record_type_of_the_audit_schema() -> None:

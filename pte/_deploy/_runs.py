@@ -56,7 +56,7 @@ from pte._replay import (
     recorded_policy,
     recorded_registry,
 )
-from pte._run import Engine, LLMClient, RunResult
+from pte._run import Engine, LLMClient, RunResult, seal_refused
 from pte.stores import Decision, Store, StoreError, check_run_id
 
 __all__ = [
@@ -510,21 +510,7 @@ def end_run(store: Store, run_id: str, refused: FailedClosed, *, anchors: Any = 
         return False
     with store.audit_log(run_id, anchors=anchors) as audit:
         audit.anchored = anchored
-        if records:
-            audit.write(rec.run_resumed(after_records=len(records)))
-        else:
-            audit.write(rec.run_started(mode="execute", request=None, config={"refused": True}))
-        audit.write(
-            rec.run_finished(
-                status="failed_closed",
-                reason=refused.reason.value,
-                message=refused.message,
-                answer=None,
-                result=None,
-                steps_run=0,
-                llm_calls=0,
-            )
-        )
+        seal_refused(audit, refused, after_records=len(records))
     return True
 
 

@@ -47,7 +47,6 @@ from pte._audit import (
     iter_records,
     verdict,
 )
-from pte._audit import records as rec
 from pte._catalogue import Registry, ToolSpec, expand_run_started, stored_contents
 from pte._core import (
     REDACTED,
@@ -69,7 +68,7 @@ from pte._replay._authority import (
     engine_for,
     llm_for,
 )
-from pte._run import Engine, RunResult
+from pte._run import Engine, RunResult, record_resumed
 
 __all__ = [
     "DECISION_FIELDS",
@@ -295,7 +294,7 @@ class CheckingAuditLog:
             raise LogEnded(f"the recorded run ends after {self.checked} record(s) without run_finished")
         if self.resumed_at is None:
             self.resumed_at = self.checked
-            self._forward.write(rec.run_resumed(after_records=self.checked))
+            record_resumed(self._forward, self.checked)
         return self._forward.write(record)
 
     def sync(self) -> None:

@@ -28,6 +28,12 @@ from pte._run._llm_replay import (
     RecordedReply,
     ReplayClient,
 )
+from pte._run._loop import (
+    RUN_RECORDS,
+    RunLoop,
+    record_resumed,
+    seal_refused,
+)
 from pte._run._otel import (
     RunTracer,
     TracedAudit,
@@ -57,6 +63,7 @@ __all__ = [
     "ENDPOINTS_FILE",
     "LABEL_RULE",
     "RUNAWAY_STOPS",
+    "RUN_RECORDS",
     "EndpointMemory",
     "Engine",
     "EngineConfig",
@@ -65,6 +72,7 @@ __all__ = [
     "OpenAIClient",
     "RecordedReply",
     "ReplayClient",
+    "RunLoop",
     "RunResult",
     "RunTracer",
     "TracedAudit",
@@ -75,8 +83,10 @@ __all__ = [
     "planner_messages",
     "prompts",
     "props_url",
+    "record_resumed",
     "render_result",
     "replanner_messages",
+    "seal_refused",
     "specialist_of",
     "stage_messages",
     "static_prompt",

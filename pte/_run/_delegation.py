@@ -25,19 +25,23 @@ A sub-plan rejected for a reason its writer can fix goes back to the specialist 
 (pte._run._repair's rule and budget: a ``repair`` record of origin ``specialist``). The executor
 never calls a model: every specialist is asked before the first step runs. Replay re-drives
 the same code with the recorded answers, so it asks the same questions and decides the same.
+
+`compile_delegating` is a generator of its inputs that never calls out: it yields what it needs
+done (`CompileText`, `AskSpecialist`, `RepairSpecialist`) and the run loop (pte._run._loop), which
+writes every record and asks every model, does it and sends the answer back in (a rejected
+compile is thrown in as the `PlanRejected`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pte._run._prompts as prompts
-from pte._audit import records as rec
 from pte._core import (
     REPAIRABLE_REASONS,
     FailedClosed,
@@ -45,7 +49,6 @@ from pte._core import (
     ReasonCode,
     StrictJSONError,
     canonical_json,
-    get_logger,
     sha256_hex,
 )
 from pte._core import strict_json as strict_json
@@ -65,17 +68,57 @@ from pte._run._exposure import literal_of
 from pte._run._repair import may_repair
 
 if TYPE_CHECKING:
+    from pte._catalogue import Registry
     from pte._plan import Plan
     from pte._policy import PolicyCheck
-    from pte._run._state import EngineView, PlanOrigin, _Run
+    from pte._run._state import Planning, PlanOrigin, RunState
 
-__all__ = ["compile_delegating", "delegates"]
+__all__ = [
+    "AskSpecialist",
+    "CompileText",
+    "Delegating",
+    "RepairSpecialist",
+    "compile_delegating",
+    "delegates",
+]
 
 _STEP_ID = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _INPUT = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _DELEGATE_KEYS = frozenset({"id", "delegate", "task", "inputs", "after"})
 #: The tool name a delegate step takes while its sub-plan is inlined (no tool can have it).
 _CALL = "<delegate:{}>"
+
+
+@dataclass(frozen=True)
+class CompileText:
+    """Compile this text as a plan of the coordinator's origin (no record written): send back
+    ``(plan, policy_check)``, or throw in the `PlanRejected`."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AskSpecialist:
+    """Ask a specialist's model for a sub-plan (an ``llm_call`` of role ``specialist``): send
+    back its answer text."""
+
+    messages: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class RepairSpecialist:
+    """A sub-plan goes back to its specialist: count a replan and write its ``repair`` record
+    (origin ``specialist``) before the question is asked again."""
+
+    rejection: PlanRejected
+    specialist: str
+
+
+Request = CompileText | AskSpecialist | RepairSpecialist
+_T = TypeVar("_T")
+#: What a delegation yields, is sent, and returns.
+Steps = Generator[Request, Any, _T]
+Delegating = Steps["tuple[Plan, PolicyCheck]"]
 
 
 def delegates(document: Any) -> bool:
@@ -110,53 +153,57 @@ def _reject(reason: ReasonCode, message: str, *path: str | int) -> PlanRejected:
     return PlanRejected(reason, message, json_path(path))
 
 
-def compile_delegating(
-    engine: EngineView, run: _Run, origin: PlanOrigin, text: str
-) -> tuple[Plan, PolicyCheck]:
+def compile_delegating(planning: Planning, run: RunState, origin: PlanOrigin, text: str) -> Delegating:
     """Compile a coordinator's plan with its delegations inlined (see the module docstring)."""
+    compiled: tuple[Plan, PolicyCheck]
     try:
         document = strict_json.loads(text)
     except (StrictJSONError, ValueError, RecursionError):
-        return engine._compile(run, origin, text)  # the compiler reports it
+        compiled = yield CompileText(text)  # the compiler reports it
+        return compiled
     if not isinstance(document, dict) or not isinstance(document.get("steps"), list):
-        return engine._compile(run, origin, text)
+        compiled = yield CompileText(text)
+        return compiled
     if not all(isinstance(s, dict) and isinstance(s.get("id"), str) for s in document["steps"]):
-        return engine._compile(run, origin, text)  # a step of no shape: the schema check reports it
-    specialists = {spec.name: spec for spec in engine.config.specialists}
-    _check_coordinator_tools(document, specialists, engine)
+        compiled = yield CompileText(text)  # a step of no shape: the schema check reports it
+        return compiled
+    specialists = {spec.name: spec for spec in planning.config.specialists}
+    _check_coordinator_tools(document, specialists, planning.registry)
     if not delegates(document):
-        return engine._compile(run, origin, text)
+        compiled = yield CompileText(text)
+        return compiled
     _check_delegate_ids(document, run)
     calls = [
         _delegation(index, step, specialists)
         for index, step in enumerate(document["steps"])
         if isinstance(step, dict) and "delegate" in step
     ]
-    views = _input_views(engine, run, origin, document, {c.call_id for c in calls})
+    views = yield from _input_views(planning, run, origin, document, {c.call_id for c in calls})
     for call in calls:
-        _ask(engine, run, call, views.get(call.call_id, {}))
+        yield from _ask(planning, run, call, views.get(call.call_id, {}))
     while True:
         inlined = _inline(document, calls)
         try:
-            return engine._compile(run, origin, _text(inlined))
+            compiled = yield CompileText(_text(inlined))
+            return compiled
         except PlanRejected as rejection:
-            blamed = _blamed(inlined, calls, engine, rejection)
+            blamed = _blamed(inlined, calls, planning.registry, rejection)
             if blamed is None:
                 raise
             call, step_id = blamed
-            _repair(engine, run, call, _for_specialist(rejection, call, step_id))
+            yield from _repair(planning, run, call, _for_specialist(rejection, call, step_id))
 
 
-def _check_delegate_ids(document: dict[str, Any], run: _Run) -> None:
+def _check_delegate_ids(document: dict[str, Any], run: RunState) -> None:
     """A delegate step's id is unique (`check_inlined_ids`, as a procedure call's)."""
     check_inlined_ids(document["steps"], lambda step: "delegate" in step, run.prior)
 
 
 def _check_coordinator_tools(
-    document: dict[str, Any], specialists: Mapping[str, Specialist], engine: EngineView
+    document: dict[str, Any], specialists: Mapping[str, Specialist], registry: Registry
 ) -> None:
     """A coordinator's own step may not name a tool only a specialist may use."""
-    owned = owned_tools(specialists.values(), engine.registry)
+    owned = owned_tools(specialists.values(), registry)
     for index, step in enumerate(document["steps"]):
         tool = step.get("tool") if isinstance(step, dict) else None
         if isinstance(tool, str) and tool in owned:
@@ -254,8 +301,8 @@ def _valid_ref(text: str) -> bool:
 
 
 def _input_views(
-    engine: EngineView, run: _Run, origin: PlanOrigin, document: dict[str, Any], calls: set[str]
-) -> dict[str, dict[str, tuple[Any, list[str]]]]:
+    planning: Planning, run: RunState, origin: PlanOrigin, document: dict[str, Any], calls: set[str]
+) -> Steps[dict[str, dict[str, tuple[Any, list[str]]]]]:
     """Each delegation's inputs as handles: (schema, labels), never a value.
 
     Types and labels come from compiling the coordinator's steps that do not wait for a
@@ -276,18 +323,16 @@ def _input_views(
     plan = check = None
     if prefix:
         with suppress(PlanRejected):  # the whole tree's compile reports it
-            plan, check = engine._compile(
-                run, origin, _text({"pte_plan": "1", "steps": prefix, "result": None})
-            )
+            plan, check = yield CompileText(_text({"pte_plan": "1", "steps": prefix, "result": None}))
     literal = "request" if origin == "file" else literal_of(run)
 
     def view(value: Any) -> tuple[Any, list[str]]:
         if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$ref"), str):
-            return _ref_view(engine, run, plan, check, value["$ref"])
+            return _ref_view(planning.registry, run, plan, check, value["$ref"])
         refs = _refs(value)
         labels = {literal}
         for ref in refs:
-            labels |= set(_ref_view(engine, run, plan, check, ref)[1])
+            labels |= set(_ref_view(planning.registry, run, plan, check, ref)[1])
         return {"type": _json_type(value)}, sorted(labels)
 
     out: dict[str, dict[str, tuple[Any, list[str]]]] = {}
@@ -298,7 +343,7 @@ def _input_views(
 
 
 def _ref_view(
-    engine: EngineView, run: _Run, plan: Plan | None, check: PolicyCheck | None, text: str
+    registry: Registry, run: RunState, plan: Plan | None, check: PolicyCheck | None, text: str
 ) -> tuple[Any, list[str]]:
     if not _valid_ref(text):
         return {}, ["unknown"]
@@ -310,14 +355,14 @@ def _ref_view(
         tree = check.trees[ref.step]
         step = plan.step(ref.step)
         schema = plan.output_schema(ref.step)
-        spec = engine.registry.get(step.tool)
+        spec = registry.get(step.tool)
         if schema is None and spec is not None:
             schema = spec.output_schema
             if step.for_each is not None:
                 schema = {"type": "array", "items": schema, "$defs": schema.get("$defs", {})}
     elif ref.step in run.prior:
         tree = run.label_trees.get(ref.step)
-        spec = engine.registry.get(run.prior[ref.step])
+        spec = registry.get(run.prior[ref.step])
         schema = run.output_types.get(ref.step) or (spec.output_schema if spec is not None else None)
     if tree is None:
         return {}, ["unknown"]
@@ -341,24 +386,24 @@ def _json_type(value: Any) -> str:
 
 
 def _ask(
-    engine: EngineView, run: _Run, call: _Delegation, inputs: Mapping[str, tuple[Any, list[str]]]
-) -> None:
+    planning: Planning, run: RunState, call: _Delegation, inputs: Mapping[str, tuple[Any, list[str]]]
+) -> Steps[None]:
     spec = call.specialist
-    registry = specialist_registry(spec, engine.registry)
+    registry = specialist_registry(spec, planning.registry)
     call.messages = prompts.specialist_messages(
-        spec.name, spec.instructions, registry, engine.policy, call.step["task"], inputs
+        spec.name, spec.instructions, registry, planning.policy, call.step["task"], inputs
     )
-    call.text = engine._ask_plan(run, "specialist", call.messages)
+    call.text = yield AskSpecialist(call.messages)
     try:
         call.body = _checked(call, call.text)
     except PlanRejected as rejection:
-        _repair(engine, run, call, rejection)
+        yield from _repair(planning, run, call, rejection)
 
 
-def _repair(engine: EngineView, run: _Run, call: _Delegation, rejection: PlanRejected) -> None:
+def _repair(planning: Planning, run: RunState, call: _Delegation, rejection: PlanRejected) -> Steps[None]:
     """A sub-plan rejected for a fixable reason goes back to its specialist once (pte._run._repair)."""
     where = f"specialist {call.specialist.name!r} (step {call.call_id!r})"
-    if call.repaired or not may_repair(engine.config, run.replans, "specialist", rejection):
+    if call.repaired or not may_repair(planning.config, run.replans, "specialist", rejection):
         if call.repaired and rejection.reason in REPAIRABLE_REASONS:
             raise FailedClosed(
                 ReasonCode.REPLANS_EXHAUSTED,
@@ -369,27 +414,15 @@ def _repair(engine: EngineView, run: _Run, call: _Delegation, rejection: PlanRej
             rejection.reason, f"the sub-plan of {where}: {rejection.message}", call_path(call)
         ) from None
     call.repaired = True
-    run.replans += 1
-    run.audit.write(
-        rec.repair(
-            attempt=run.replans,
-            origin="specialist",
-            reason=rejection.reason.value,
-            message=rejection.message,
-            path=rejection.path,
-        )
-    )
-    get_logger(run_id=run.audit.run_id).info(
-        "repair", attempt=run.replans, origin="specialist", specialist=call.specialist.name
-    )
+    yield RepairSpecialist(rejection, call.specialist.name)  # the loop counts and records it
     messages = prompts.repair_messages(
         call.messages, call.text, rejection.to_dict(), literals=literal_of(run)
     )
-    call.text = engine._ask_plan(run, "specialist", messages)
+    call.text = yield AskSpecialist(messages)
     try:
         call.body = _checked(call, call.text)
     except PlanRejected as again:
-        _repair(engine, run, call, again)
+        yield from _repair(planning, run, call, again)
 
 
 def call_path(call: _Delegation) -> str:
@@ -502,7 +535,7 @@ def _inline(document: dict[str, Any], calls: list[_Delegation]) -> dict[str, Any
 
 
 def _blamed(
-    inlined: Mapping[str, Any], calls: list[_Delegation], engine: EngineView, rejection: PlanRejected
+    inlined: Mapping[str, Any], calls: list[_Delegation], registry: Registry, rejection: PlanRejected
 ) -> tuple[_Delegation, str] | None:
     """The delegation whose sub-plan a rejection of the whole tree points into, if any."""
     match = re.match(r"\$\.steps\[(\d+)\]", rejection.path)
@@ -512,7 +545,7 @@ def _blamed(
             if named is not None:
                 return call, named.group(0)
         return None
-    procedures = getattr(engine.registry, "procedures", None) or {}
+    procedures = getattr(registry, "procedures", None) or {}
     try:
         final = expand_procedures(dict(inlined), procedures) if procedures else inlined
     except PlanRejected:

@@ -14,11 +14,15 @@ prompt has shown (sticky: a model that read a text may act on it in any later an
   every guarded sink in it refuses (or asks a person, where endorsements are allowed).
 
 `PlannerData` is the switch: ``handles`` (the default) or ``shown``.
+
+These are functions of their inputs: each returns what it showed (`Shown`), and the run loop
+(pte._run._loop) folds that into the run's state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pte._core import canonical_json
@@ -27,9 +31,10 @@ from pte._policy import WITHHELD_KEY, LabelTree, error_view, handle_view, is_cle
 
 if TYPE_CHECKING:
     from pte._catalogue import Registry
-    from pte._run._state import EngineView, _Run
+    from pte._run._state import Planning, RunState
 
 __all__ = [
+    "Shown",
     "catalogue_exposed",
     "completed_for_planner",
     "exposure_of",
@@ -39,13 +44,28 @@ __all__ = [
 _UNTRUSTED = frozenset({"untrusted"})
 
 
+@dataclass(frozen=True)
+class Shown:
+    """What a prompt showed a model: trusted data, untrusted text (sticky once on the run)."""
+
+    trusted: bool = False
+    untrusted: bool = False
+
+    def __or__(self, other: Shown) -> Shown:
+        return Shown(self.trusted or other.trusted, self.untrusted or other.untrusted)
+
+
+_TRUSTED = Shown(trusted=True)
+_SHOWN_UNTRUSTED = Shown(untrusted=True)
+
+
 def catalogue_exposed(registry: Registry) -> bool:
     """Whether the catalogue a planner reads holds third-party text (pte.importers): it is
     framed as untrusted, and the planner that read it writes an exposed plan."""
     return any(spec.third_party_text for spec in registry)
 
 
-def literal_of(run: _Run) -> str:
+def literal_of(run: RunState) -> str:
     """What the literals of the next plan count as, given what the run's prompts have shown."""
     if run.shown_untrusted:
         return "untrusted"
@@ -54,16 +74,16 @@ def literal_of(run: _Run) -> str:
     return "request"
 
 
-def exposure_of(run: _Run) -> frozenset[str]:
+def exposure_of(run: RunState) -> frozenset[str]:
     """The labels joined into every call of the next plan: ``untrusted`` once it was shown."""
     return _UNTRUSTED if run.shown_untrusted else frozenset()
 
 
 def step_schema(
-    engine: EngineView, run: _Run, step_id: str
+    registry: Registry, run: RunState, step_id: str
 ) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
     """The output schema of a completed step, for a handle's description (None when unknown)."""
-    spec = engine.registry.get(run.prior.get(step_id, ""))
+    spec = registry.get(run.prior.get(step_id, ""))
     if spec is None or spec.generic:
         return None  # a generic step's type was inferred at its compile: not described here
     schema, root = spec.output_schema, spec.output_schema
@@ -72,73 +92,76 @@ def step_schema(
     return schema, root
 
 
-def completed_for_planner(engine: EngineView, run: _Run) -> list[tuple[str, str, Any, str]]:
-    """(step id, tool, output as shown, provenance) of every completed step, for a planner.
+def completed_for_planner(planning: Planning, run: RunState) -> tuple[list[tuple[str, str, Any, str]], Shown]:
+    """(step id, tool, output as shown, provenance) of every completed step, for a planner, and
+    what that showed.
 
-    In handles mode untrusted parts become handles; either way what is shown is recorded on
-    the run (`shown_trusted`, `shown_untrusted`), which decides the next plan's labels.
+    In handles mode untrusted parts become handles; either way what is shown (`Shown`) decides
+    the next plan's labels once the loop records it on the run.
     """
-    handles = engine.config.planner_data == "handles"
+    handles = planning.config.planner_data == "handles"
     view: list[tuple[str, str, Any, str]] = []
+    shown = Shown()
     for sid, tool in run.prior.items():
         output = run.result.outputs.get(sid)
         tree = run.label_trees.get(sid) or LabelTree(run.labels.get(sid, _UNTRUSTED))
         labels = tree.everything()
         if handles and not is_clean(labels):
-            output, _ = handle_view(output, tree, sid, step_schema(engine, run, sid))
+            output, _ = handle_view(output, tree, sid, step_schema(planning.registry, run, sid))
             provenance = "trusted (untrusted parts as handles)"
-            run.shown_trusted = True
+            shown |= _TRUSTED
         elif is_clean(labels):
             provenance = "trusted"
-            run.shown_trusted = True
+            shown |= _TRUSTED
         else:
             provenance = "untrusted"
-            run.shown_untrusted = True
+            shown |= _SHOWN_UNTRUSTED
         view.append((sid, tool, output, provenance))
-    return view
+    return view, shown
 
 
 def error_for_planner(
-    engine: EngineView, run: _Run, error: Mapping[str, Any], labels: frozenset[str]
-) -> tuple[dict[str, Any], str]:
-    """A failed step's error as the replanner sees it, and its provenance label."""
+    planning: Planning, error: Mapping[str, Any], labels: frozenset[str]
+) -> tuple[dict[str, Any], str, Shown]:
+    """A failed step's error as the replanner sees it, its provenance label, and what it showed."""
     if is_clean(labels):
-        run.shown_trusted = True
-        return dict(error), "trusted"
-    if engine.config.planner_data == "handles":
-        return error_view(error, labels), "trusted (untrusted text withheld)"
-    run.shown_untrusted = True
-    return dict(error), "untrusted"
+        return dict(error), "trusted", _TRUSTED
+    if planning.config.planner_data == "handles":
+        return error_view(error, labels), "trusted (untrusted text withheld)", Shown()
+    return dict(error), "untrusted", _SHOWN_UNTRUSTED
 
 
 def value_for_planner(
-    engine: EngineView, run: _Run, expr: Any, value: Any, labels: frozenset[str]
-) -> tuple[Any, str]:
+    planning: Planning, run: RunState, expr: Any, value: Any, labels: frozenset[str], *, untrusted_shown: bool
+) -> tuple[Any, str, Shown]:
     """A value handed to a next stage (`expr` as the plan wrote it, `value` resolved) as its
-    planner sees it, and its provenance label."""
+    planner sees it, its provenance label, and what it showed. `untrusted_shown`: whether the
+    run's prompts have shown untrusted text so far (its literals are then withheld)."""
     if is_clean(labels):
-        run.shown_trusted = True
-        return value, "trusted"
-    if engine.config.planner_data == "handles":
-        run.shown_trusted = True
-        return _continue_view(engine, run, expr, value), "trusted (untrusted parts as handles)"
-    run.shown_untrusted = True
-    return value, "untrusted"
+        return value, "trusted", _TRUSTED
+    if planning.config.planner_data == "handles":
+        view = _continue_view(planning.registry, run, expr, value, untrusted_shown)
+        return view, "trusted (untrusted parts as handles)", _TRUSTED
+    return value, "untrusted", _SHOWN_UNTRUSTED
 
 
-def _continue_view(engine: EngineView, run: _Run, expr: Any, value: Any) -> Any:
+def _continue_view(registry: Registry, run: RunState, expr: Any, value: Any, untrusted_shown: bool) -> Any:
     if is_reference(expr):
         ref = Reference.parse(expr["$ref"])
         tree = run.label_trees.get(ref.step)
         sub = (
             tree.subtree(ref.tokens) if tree is not None else LabelTree(run.labels.get(ref.step, _UNTRUSTED))
         )
-        return handle_view(value, sub, expr["$ref"], step_schema(engine, run, ref.step), ref.tokens)[0]
+        return handle_view(value, sub, expr["$ref"], step_schema(registry, run, ref.step), ref.tokens)[0]
     if isinstance(expr, dict) and isinstance(value, dict):
-        return {key: _continue_view(engine, run, expr[key], value.get(key)) for key in expr}
+        return {
+            key: _continue_view(registry, run, expr[key], value.get(key), untrusted_shown) for key in expr
+        }
     if isinstance(expr, list) and isinstance(value, list):
-        return [_continue_view(engine, run, e, v) for e, v in zip(expr, value, strict=False)]
-    if canonical_json(expr) in run.request_literals or not run.shown_untrusted:
+        return [
+            _continue_view(registry, run, e, v, untrusted_shown) for e, v in zip(expr, value, strict=False)
+        ]
+    if canonical_json(expr) in run.request_literals or not untrusted_shown:
         return value  # a literal of a plan that saw no untrusted text
     return {
         WITHHELD_KEY: "a literal written by a planner that was shown untrusted text",

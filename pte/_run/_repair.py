@@ -3,7 +3,7 @@
 A model that writes a wrong pointer, an argument of the wrong type, a cycle, a reused id or
 a flow the policy forbids cannot know that from the catalogue alone; the compiler can, and
 says where (``$.steps[2].args.values.s``) and why. Like the output retries of Instructor and
-Pydantic AI, the engine then
+Pydantic AI, the run loop (pte._run._loop) then, with the decisions made here
 
 1. checks that the rejection is fixable (`pte._core._errors.REPAIRABLE_REASONS`), that repair is
    on (``EngineConfig.repair``) and that a replan is left (``max_replans``; the repair
@@ -28,15 +28,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pte._run._prompts as prompts
-from pte._audit import records as rec
-from pte._core import REPAIRABLE_REASONS, FailedClosed, PlanRejected, ReasonCode, get_logger
-from pte._run._exposure import literal_of
+from pte._core import REPAIRABLE_REASONS, FailedClosed, PlanRejected, ReasonCode
 
 if TYPE_CHECKING:
-    from pte._plan import Plan
-    from pte._run._state import EngineConfig, EngineView, PlanOrigin, _Run
+    from pte._run._state import EngineConfig, PlanOrigin
 
-__all__ = ["may_repair", "repair"]
+__all__ = ["may_repair", "repair_failed", "repair_prompt"]
 
 
 def may_repair(config: EngineConfig, replans_used: int, origin: PlanOrigin, rejection: PlanRejected) -> bool:
@@ -49,43 +46,23 @@ def may_repair(config: EngineConfig, replans_used: int, origin: PlanOrigin, reje
     )
 
 
-def repair(
-    engine: EngineView,
-    run: _Run,
-    origin: PlanOrigin,
-    messages: list[dict[str, str]],
-    rejected_text: str,
-    rejection: PlanRejected,
-    *,
-    gate: bool = True,
-) -> Plan:
-    """Ask for the rejected plan again, corrected; see the module docstring."""
-    run.replans += 1
-    run.audit.write(
-        rec.repair(
-            attempt=run.replans,
-            origin=origin,
-            reason=rejection.reason.value,
-            message=rejection.message,
-            path=rejection.path,
-        )
+def repair_prompt(
+    messages: list[dict[str, str]], rejected_text: str, rejection: PlanRejected, literal: str
+) -> list[dict[str, str]]:
+    """The conversation that produced the rejected plan, the plan and the rejection; `literal`:
+    what the corrected plan's literals count as (`pte._run._exposure.literal_of`), as its policy
+    check will count them."""
+    return prompts.repair_messages(messages, rejected_text, rejection.to_dict(), literals=literal)
+
+
+def repair_failed(rejection: PlanRejected, again: PlanRejected) -> FailedClosed | None:
+    """How a repaired plan rejected again ends the run: ``replans_exhausted`` with both reasons
+    when the second is fixable too; None (the second rejection stands) when it is not."""
+    if again.reason not in REPAIRABLE_REASONS:
+        return None
+    return FailedClosed(
+        ReasonCode.REPLANS_EXHAUSTED,
+        f"the plan was rejected ({rejection.reason.value} at {rejection.path}: {rejection.message}); "
+        f"it was sent back once and the repaired plan was rejected too ({again.reason.value} at "
+        f"{again.path}: {again.message})",
     )
-    get_logger(run_id=run.audit.run_id).info(
-        "repair", attempt=run.replans, origin=origin, reason=rejection.reason.value, path=rejection.path
-    )
-    # The same rule as the policy check of the answer (Engine._policy_check, pte._run._exposure).
-    request = prompts.repair_messages(messages, rejected_text, rejection.to_dict(), literals=literal_of(run))
-    text = engine._ask_plan(run, "repair", request)
-    # Checked as the plan it corrects: what decided that one (a stage's requires and failures)
-    # decides this one too (Engine._policy_check keeps run.deciding for a repair).
-    try:
-        return engine._accept(run, "repair", text, gate=gate)
-    except PlanRejected as again:
-        if again.reason not in REPAIRABLE_REASONS:
-            raise
-        raise FailedClosed(
-            ReasonCode.REPLANS_EXHAUSTED,
-            f"the plan was rejected ({rejection.reason.value} at {rejection.path}: {rejection.message}); "
-            f"it was sent back once and the repaired plan was rejected too ({again.reason.value} at "
-            f"{again.path}: {again.message})",
-        ) from None

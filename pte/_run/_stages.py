@@ -3,7 +3,8 @@
 Some work has a shape that depends on what was read ("do the tasks listed on this page") or
 needs a model's judgement in the middle ("send a summary of the article to Bob"). A plan
 ends with ``"continue": {"name": value, ...}`` instead of a ``result``; once its steps have
-run, the engine
+run, the run loop (pte._run._loop) asks `stage_handoff` for the hand-off, which decides, and
+then does what it says:
 
 1. checks the bound: at most ``EngineConfig.max_stages`` plans in a row (``stages_exhausted``
    beyond it), so the LLM budget of a run is ``2 + (stages - 1) + replans`` calls;
@@ -22,26 +23,33 @@ The executor never calls a model: stages are planned by the engine between execu
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pte._audit import records as rec
 from pte._core import FailedClosed, ReasonCode, canonical_json
 from pte._execution import resolve_result
 from pte._plan import Plan, Reference, is_reference
 from pte._policy import Decided
-from pte._run._exposure import literal_of, value_for_planner
+from pte._run._exposure import Shown, literal_of, value_for_planner
 from pte._run._prompts import stage_messages
 
 if TYPE_CHECKING:
     from pte._policy import LabelTree
-    from pte._run._state import EngineView, _Run
+    from pte._run._state import Planning, RunState
 
-__all__ = ["continue_literals", "decided_for", "next_stage", "replan_trigger", "value_labels"]
+__all__ = [
+    "StageHandoff",
+    "continue_literals",
+    "decided_for",
+    "replan_trigger",
+    "stage_handoff",
+    "value_labels",
+]
 
 _UNKNOWN = frozenset({"untrusted"})
 
 
-def decided_for(run: _Run, origin: str) -> Decided:
+def decided_for(run: RunState, origin: str) -> Decided:
     """What decides that a new plan runs at all (docs/labels.md). A stage runs only if the plan
     before it ended: every require, failure and hand-off of that plan. A replan runs because a
     step failed: the requires of the plan that failed, the earlier failures, and the trigger
@@ -53,7 +61,7 @@ def decided_for(run: _Run, origin: str) -> Decided:
     return Decided()
 
 
-def replan_trigger(run: _Run, step_id: str, error_labels: frozenset[str]) -> frozenset[str]:
+def replan_trigger(run: RunState, step_id: str, error_labels: frozenset[str]) -> frozenset[str]:
     """The labels of a failure that triggers a replan: what decided that the step ran and
     failed (its inputs, condition, list and every decision before it; an element's step), and
     the labels of its error (its kind included: a tool reading untrusted data may fail as that
@@ -124,9 +132,24 @@ def stage_values(plan: Plan, outputs: Mapping[str, Any]) -> dict[str, Any]:
     return resolved
 
 
-def next_stage(engine: EngineView, run: _Run, request: str, plan: Plan, stage: int) -> Plan:
-    """Plan stage `stage` from the values `plan` hands over (see the module docstring)."""
-    limit = engine.config.max_stages
+@dataclass(frozen=True)
+class StageHandoff:
+    """What the loop does for a next stage: record it (``stage``: the number, the values as the
+    plan wrote them, their labels), note what the prompt shows, and ask the planner."""
+
+    stage: int
+    plan_hash: str
+    values: dict[str, Any]
+    labels: dict[str, list[str]]
+    messages: list[dict[str, str]]
+    shown: Shown
+
+
+def stage_handoff(planning: Planning, run: RunState, request: str, plan: Plan, stage: int) -> StageHandoff:
+    """The hand-off of `plan`'s values to planning stage `stage` (see the module docstring);
+    FailedClosed beyond ``max_stages`` or when a value selects nothing."""
+    config = planning.config
+    limit = config.max_stages
     if stage > limit:
         raise FailedClosed(
             ReasonCode.STAGES_EXHAUSTED,
@@ -134,26 +157,30 @@ def next_stage(engine: EngineView, run: _Run, request: str, plan: Plan, stage: i
         )
     resolved = stage_values(plan, run.result.outputs)
     literal = literal_of(run)
-    shown: dict[str, tuple[Any, Any, str]] = {}
+    shown_values: dict[str, tuple[Any, Any, str]] = {}
     recorded: dict[str, list[str]] = {}
+    shown = Shown()
     for name, expr in plan.continue_values.items():
         labels = value_labels(expr, run.label_trees, run.labels, literal, run.request_literals)
         # pte._run._exposure: handles in place of untrusted parts, or the text (and exposure).
-        value, provenance = value_for_planner(engine, run, expr, resolved[name], labels)
-        shown[name] = (expr, value, provenance)
+        untrusted_shown = run.shown_untrusted or shown.untrusted
+        value, provenance, seen = value_for_planner(
+            planning, run, expr, resolved[name], labels, untrusted_shown=untrusted_shown
+        )
+        shown |= seen
+        shown_values[name] = (expr, value, provenance)
         recorded[name] = sorted(labels)
-    run.audit.write(rec.stage(stage=stage, plan_hash=plan.hash, values=plan.continue_values, labels=recorded))
     # A generic step's output type is its instantiation (fields picked, records sorted): shown,
     # so that the next stage can write references into it (the compiler checks them against it).
     completed = [(sid, tool, run.output_types.get(sid)) for sid, tool in run.prior.items()]
     messages = stage_messages(
         request,
-        engine.planner_registry,
-        engine.policy,
+        planning.planner_registry,
+        planning.policy,
         stage,
-        shown,
+        shown_values,
         completed,
-        budget=engine.config.data_budget,
-        handles=engine.config.planner_data == "handles",
+        budget=config.data_budget,
+        handles=config.planner_data == "handles",
     )
-    return engine._plan(run, "stage", messages)
+    return StageHandoff(stage, plan.hash, plan.continue_values, recorded, messages, shown)

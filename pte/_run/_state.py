@@ -1,32 +1,33 @@
-"""A run's state and configuration, and what the engine's helpers see of the engine.
+"""A run's state and configuration, and what its decision functions read of the deployment.
 
-`EngineConfig` (recorded in ``run_started``), `RunResult` and the state of one run (`_Run`)
-live here, apart from the engine, so that the modules the engine is built from
-(pte._run._exposure, pte._run._repair, pte._run._stages) are typed against `EngineView` and not against
-`pte._run._engine.Engine`, which imports them.
+`EngineConfig` (recorded in ``run_started``), `RunResult`, the state of one run (`RunState`, which
+only the run loop, pte._run._loop, changes) and `Planning` live here, apart from the loop, so
+that the decision functions the loop calls (pte._run._exposure, _repair, _stages, _delegation)
+read plain values and never call back into the loop or the engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, cast
 
 from pte._audit import RecordSink
 from pte._catalogue import Registry
 from pte._core import DEFAULT_DATA_BUDGET, ReasonCode
 from pte._execution import StepResult
 from pte._plan import DEFAULT_LIMITS, Limits, Plan, Specialist, specialists_from_records
-from pte._policy import Decided, LabelTree, Policy, PolicyCheck
+from pte._policy import Decided, LabelTree, Policy
 from pte._run._otel import RunTracer
 
 __all__ = [
     "PLANNER_DATA",
     "EngineConfig",
-    "EngineView",
     "PlanOrigin",
     "PlannerData",
+    "Planning",
     "RunResult",
+    "RunState",
     "RunStatus",
 ]
 
@@ -168,7 +169,9 @@ class RunResult:
 
 
 @dataclass
-class _Run:
+class RunState:
+    """One run's state. Only `pte._run._loop.RunLoop` changes it; decision functions read it."""
+
     audit: RecordSink
     result: RunResult
     #: Tool name of every completed step, across plans (what a replan may reference).
@@ -217,22 +220,14 @@ class _Run:
     endorsed: set[str] = field(default_factory=set)
 
 
-class EngineView(Protocol):
-    """What the engine's helpers (exposure, repair, stages) use of `pte._run._engine.Engine`."""
+@dataclass(frozen=True)
+class Planning:
+    """What the run's decision functions (pte._run._exposure, _stages, _repair, _delegation) read
+    of the deployment: values, never the engine or the loop (no callbacks)."""
 
     config: EngineConfig
+    #: The deployment's catalogue (what plans compile against).
     registry: Registry
+    #: The catalogue planners are shown: the coordinator's view when there are specialists.
+    planner_registry: Registry
     policy: Policy
-
-    def _plan(
-        self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]], *, gate: bool = True
-    ) -> Plan: ...
-
-    def _ask_plan(self, run: _Run, role: PlanOrigin, messages: list[dict[str, str]]) -> str: ...
-
-    def _accept(self, run: _Run, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan: ...
-
-    def _compile(self, run: _Run, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]: ...
-
-    @property
-    def planner_registry(self) -> Registry: ...

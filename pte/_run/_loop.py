@@ -1,0 +1,827 @@
+"""The run loop: the one owner of a run, its transitions and every run-level record it writes.
+
+A `RunLoop` holds one run's state (`RunState`) and an explicit phase, and `tick` takes one
+named transition at a time (as LangGraph's ``PregelLoop.tick()`` does)::
+
+    start ─► plan ─────────────┐          (mode run: the planner; mode plan: then seal)
+    start ─► compile ──────────┤          (mode execute: a person's plan, no model)
+                               ▼
+                ┌──────────► execute ──► finalize ──► seal
+                │               │
+                │               ├─ the plan hands values on ─► stage ──┐
+                │               └─ a step failed ─────────────► replan ─┤
+                └───────────────────────────────────────────────────────┘
+
+Every plan is had the same way inside ``plan``, ``stage`` and ``replan``: ask the model,
+compile (a coordinator's plan asks its specialists first, pte._run._delegation), repair once if
+the rejection is fixable (pte._run._repair), accept, and approve (the approval gate and the
+``before_execute`` hooks) before anything runs; endorsements are asked for at the calls that
+need them, during ``execute``. Any `FailedClosed` on the way seals the run
+``failed_closed(reason)`` and nothing runs after it.
+
+This module writes every run-level record (`RUN_RECORDS`): ``run_started``, ``llm_call``,
+``plan_accepted``, ``plan_rejected``, ``replan``, ``stage``, ``repair``, ``run_resumed`` and
+``run_finished`` (tests/test_seams.py fails if another module does). Since replay re-runs this
+code and compares record by record, the order of the writes here *is* the log format. The
+executor writes the step records, the approval and endorsement gates their own; stages,
+repair, delegation and exposure are functions that return decisions and never call back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import pte._run._prompts as prompts
+from pte._audit import RecordSink
+from pte._audit import records as rec
+from pte._catalogue import Registry, run_started_fields
+from pte._core import (
+    AuditWriteError,
+    ConditionNotMet,
+    FailedClosed,
+    LLMError,
+    PlanRejected,
+    ReasonCode,
+    call_role,
+    get_logger,
+    is_terminal,
+)
+from pte._execution import (
+    Executor,
+    StepResult,
+    is_element,
+    note_completed,
+    resolve_result,
+    stop_if_partial,
+)
+from pte._plan import CompileCheck, Plan, compile_plan, plan_schema
+from pte._policy import EndorsementPoint, PolicyCheck, plan_literals, reset_point, set_point
+from pte._run._delegation import AskSpecialist, CompileText, RepairSpecialist, compile_delegating
+from pte._run._exposure import (
+    Shown,
+    catalogue_exposed,
+    completed_for_planner,
+    error_for_planner,
+    exposure_of,
+    literal_of,
+)
+from pte._run._llm import LLMClient, LLMResponse, _usage
+from pte._run._otel import RunTracer, TracedAudit
+from pte._run._repair import may_repair, repair_failed, repair_prompt
+from pte._run._stages import continue_literals, decided_for, replan_trigger, stage_handoff
+from pte._run._state import Planning, PlanOrigin, RunResult, RunState, RunStatus
+
+__all__ = [
+    "RUN_RECORDS",
+    "Phase",
+    "RunLoop",
+    "RunMode",
+    "RunSetup",
+    "record_resumed",
+    "render_result",
+    "seal_refused",
+]
+
+#: The records of a run's course, written only here (the executor writes step records, the
+#: approval and endorsement gates theirs).
+RUN_RECORDS = frozenset(
+    {
+        "run_started",
+        "llm_call",
+        "plan_accepted",
+        "plan_rejected",
+        "replan",
+        "stage",
+        "repair",
+        "run_resumed",
+        "run_finished",
+    }
+)
+
+#: run: plan with the model, execute, stage/replan, finalize; execute: a given plan, no model;
+#: plan: compile only (approval is checked when the plan is executed).
+RunMode = Literal["run", "execute", "plan"]
+#: Where a run is: the next transition `RunLoop.tick` takes; ``sealed`` once ``run_finished``.
+Phase = Literal["plan", "compile", "execute", "stage", "replan", "finalize", "seal", "sealed"]
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run is given by its engine (the deployment's parts); the loop changes none of it."""
+
+    planning: Planning
+    llm: LLMClient | None
+    executor: Executor
+    approval: Callable[[Plan, RecordSink], None]
+    before_execute: tuple[Callable[[Plan, RecordSink], None], ...]
+    checks: tuple[CompileCheck, ...]
+    #: The endorsement gate (pte._policy._endorsement), or None.
+    endorsement: Any
+    tracer_provider: Any
+    #: ``run_started.deployment`` (pte._audit._binding), or None.
+    deployment: Any
+
+    @property
+    def registry(self) -> Registry:
+        return self.planning.registry
+
+
+def _checked_response(response: Any) -> LLMResponse:
+    """A client's answer as the log records it (and replay re-reads it): token counts complete."""
+    if not isinstance(response, LLMResponse):
+        raise LLMError(f"the model client returned {type(response).__name__}, not an LLMResponse")
+    usage = _usage(response.usage)
+    return response if usage == response.usage else replace(response, usage=usage)
+
+
+def _describe(exc: Exception) -> str:
+    """A raised exception as a one-line message: its type and text."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def render_result(result: Any) -> str:
+    """The deterministic answer: the result value as text (JSON for structured values)."""
+    if result is None:
+        return "The plan completed. It declares no result."
+    if isinstance(result, str):
+        return result
+    # As the log holds it (a whole-number float as an integer): replay renders it from the log.
+    return json.dumps(prompts._as_logged(result), indent=2, sort_keys=True, ensure_ascii=False)
+
+
+class RunLoop:
+    """One run, from ``run_started`` to ``run_finished`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        setup: RunSetup,
+        audit: RecordSink,
+        mode: RunMode,
+        *,
+        request: str | None = None,
+        plan_text: str | None = None,
+    ) -> None:
+        self.setup = setup
+        self.config = setup.planning.config
+        self.mode = mode
+        self.request = request
+        self.plan_text = plan_text
+        self.state = RunState(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        self.phase: Phase = "compile" if mode == "execute" else "plan"
+        #: The plan being executed, and the failure a replan answers.
+        self.plan: Plan | None = None
+        self.failure: StepResult | None = None
+        self.stage = 1
+        self.log = get_logger(run_id=audit.run_id)
+
+    # -- driving ----------------------------------------------------------------------------------
+
+    def run_to_end(self) -> RunResult:
+        """Start the run and take transitions until it is sealed; a `FailedClosed` seals it."""
+        try:
+            self._start()
+            while self.tick():
+                pass
+            return self.state.result
+        except ConditionNotMet as stop:  # pte._plan._control: a require step's condition was false
+            if self.mode == "plan":  # nothing runs in plan mode: not a condition of this run
+                raise
+            return self._seal("condition_not_met", message=stop.message)
+        except FailedClosed as stop:
+            return self._seal("failed_closed", stop)
+        except KeyboardInterrupt:
+            # The operator's Ctrl-C: sealed failed_closed(interrupted) on its way out.
+            self._seal(
+                "failed_closed", FailedClosed(ReasonCode.INTERRUPTED, "interrupted by the operator (SIGINT)")
+            )
+            raise
+
+    def tick(self) -> bool:
+        """Take the transition `phase` names; False once the run is sealed."""
+        phase, state = self.phase, self.state
+        if phase == "plan":
+            messages = prompts.planner_messages(
+                self.request or "", self.setup.planning.planner_registry, self.setup.planning.policy
+            )
+            # Plan mode compiles only: approval is checked when the plan is executed (`pte approve`).
+            self.plan = self._plan("planner", messages, gate=self.mode != "plan")
+            self.phase = "seal" if self.mode == "plan" else "execute"
+        elif phase == "compile":
+            plan = self._accept("file", self.plan_text or "")
+            if plan.continues:  # pte._run._stages: a next stage needs a planner; execute has none
+                raise FailedClosed(
+                    ReasonCode.LLM_ERROR,
+                    "the plan hands values to a next planning stage ('continue'), which needs a planner: "
+                    "use pte run",
+                )
+            self.plan, self.phase = plan, "execute"
+        elif phase == "execute":
+            assert self.plan is not None
+            failure = self._execute(self.plan)
+            if failure is None:
+                self.phase = "stage" if self.plan.continues and self.mode == "run" else "finalize"
+            elif self.mode == "execute":
+                # The same decision as a run makes before a replan: a write whose effect is
+                # unknown ends needs_review whichever command ran it.
+                self._stop_if_effect_unknown(failure)
+                raise FailedClosed(
+                    ReasonCode.STEP_FAILED,
+                    f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}",
+                )
+            else:
+                self.failure, self.phase = failure, "replan"
+        elif phase == "stage":
+            assert self.plan is not None
+            self.stage += 1
+            self.plan, self.phase = self._next_stage(self.plan, self.stage), "execute"
+        elif phase == "replan":
+            assert self.plan is not None and self.failure is not None
+            self.plan, self.phase = self._replan(self.plan, self.failure), "execute"
+        elif phase == "finalize":
+            assert self.plan is not None
+            state.result.result = self._result_value(self.plan)
+            state.result.answer = (
+                render_result(state.result.result) if self.mode == "execute" else self._finalize()
+            )
+            self._seal("succeeded")
+        elif phase == "seal":
+            self._seal("succeeded")
+        return self.phase != "sealed"
+
+    # -- the transitions ----------------------------------------------------------------------
+
+    def _start(self) -> None:
+        setup, state, mode = self.setup, self.state, self.mode
+        registry = setup.registry
+        config: dict[str, Any] = self.config.to_dict()
+        if setup.llm is not None:
+            config["model"] = setup.llm.model
+            describe = getattr(setup.llm, "describe", None)
+            if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
+                config["llm"] = describe
+        if mode == "execute":
+            config["plan_text"] = self.plan_text
+        if registry.procedures:  # what plans may call and replay recompiles with (pte._plan._procedures)
+            from pte._plan import procedures_record
+
+            config["procedures"] = procedures_record(registry.procedures)
+        if setup.endorsement is not None:  # replay compiles as the run did (pte._policy._endorsement)
+            config["endorsement"] = True
+        audit = state.audit
+        state.tracer = RunTracer(
+            audit.run_id,
+            mode,
+            setup.tracer_provider,
+            audit.redactor,
+            link=audit.origin_trace,  # resume: the crashed run's span
+        )
+        # Nested steps (procedure calls, delegations) carry their path on their spans.
+        state.tracer.procedures = bool(registry.procedures or self.config.specialists)
+        # Untouched third-party text in the catalogue (pte.importers): every planner reads it.
+        state.shown_untrusted = mode != "execute" and catalogue_exposed(registry)
+        # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
+        fields = run_started_fields(
+            registry, setup.planning.policy.to_document(), audit.redactor.redact_structure
+        )
+        audit.write(
+            rec.run_started(
+                mode=mode,
+                request=self.request,
+                config=config,
+                content=fields,
+                trace=state.tracer.run_ids(),
+                deployment=setup.deployment,
+            )
+        )
+
+    def _next_stage(self, plan: Plan, stage: int) -> Plan:
+        handoff = stage_handoff(self.setup.planning, self.state, self.request or "", plan, stage)
+        self._show(handoff.shown)
+        self.state.audit.write(
+            rec.stage(
+                stage=handoff.stage, plan_hash=handoff.plan_hash, values=handoff.values, labels=handoff.labels
+            )
+        )
+        return self._plan("stage", handoff.messages)
+
+    def _replan(self, plan: Plan, failure: StepResult) -> Plan:
+        state, config, planning = self.state, self.config, self.setup.planning
+        self._stop_if_effect_unknown(failure)
+        if state.replans >= config.max_replans:
+            raise FailedClosed(
+                ReasonCode.REPLANS_EXHAUSTED,
+                f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}; "
+                f"{config.max_replans} replan(s) allowed, all used",
+            )
+        state.replans += 1
+        assert failure.error is not None
+        state.audit.write(
+            rec.replan(
+                attempt=state.replans,
+                failed_step=failure.step_id,
+                error=failure.error.to_dict(),
+                completed=state.result.outputs,
+            )
+        )
+        self.log.info("replan", attempt=state.replans, failed_step=failure.step_id)
+        error_labels = self._error_labels(failure)
+        state.trigger = replan_trigger(state, failure.step_id, error_labels)  # decides the replan
+        error, error_provenance, shown = error_for_planner(planning, failure.error.to_dict(), error_labels)
+        self._show(shown)
+        completed, shown = completed_for_planner(planning, state)
+        self._show(shown)
+        messages = prompts.replanner_messages(
+            self.request or "",
+            planning.planner_registry,
+            plan.to_dict(),
+            completed,
+            failure.step_id,
+            failure.tool,
+            error,
+            error_provenance=error_provenance,
+            policy=planning.policy,
+            budget=config.data_budget,
+            handles=config.planner_data == "handles",
+        )
+        return self._plan("replanner", messages)
+
+    def _show(self, shown: Shown) -> None:
+        """What a prompt showed a model, on the run for good (pte._run._exposure)."""
+        self.state.shown_trusted |= shown.trusted
+        self.state.shown_untrusted |= shown.untrusted
+
+    # -- having a plan: ask, compile, repair, accept, approve -----------------------------------
+
+    def _plan(self, role: PlanOrigin, messages: list[dict[str, str]], *, gate: bool = True) -> Plan:
+        text = self._ask(role, messages)
+        try:
+            return self._accept(role, text, gate=gate)
+        except PlanRejected as rejection:
+            if not may_repair(self.config, self.state.replans, role, rejection):
+                raise
+            return self._repair(role, messages, text, rejection, gate=gate)
+
+    def _repair(
+        self,
+        origin: PlanOrigin,
+        messages: list[dict[str, str]],
+        rejected_text: str,
+        rejection: PlanRejected,
+        *,
+        gate: bool,
+    ) -> Plan:
+        """Ask for the rejected plan again, corrected (pte._run._repair)."""
+        state = self.state
+        state.replans += 1
+        state.audit.write(
+            rec.repair(
+                attempt=state.replans,
+                origin=origin,
+                reason=rejection.reason.value,
+                message=rejection.message,
+                path=rejection.path,
+            )
+        )
+        self.log.info(
+            "repair", attempt=state.replans, origin=origin, reason=rejection.reason.value, path=rejection.path
+        )
+        # The same rule as the policy check of the answer (`_policy_check`, pte._run._exposure).
+        text = self._ask("repair", repair_prompt(messages, rejected_text, rejection, literal_of(state)))
+        # Checked as the plan it corrects: what decided that one (a stage's requires and failures)
+        # decides this one too (`_policy_check` keeps state.deciding for a repair).
+        try:
+            return self._accept("repair", text, gate=gate)
+        except PlanRejected as again:
+            failed = repair_failed(rejection, again)
+            if failed is None:
+                raise
+            raise failed from None
+
+    def _ask(self, role: PlanOrigin, messages: list[dict[str, str]]) -> str:
+        """The planner's answer text; a cut-off answer is a rejection (invalid_json), recorded."""
+        response = self._call_llm(role, messages, plan_schema())
+        if response.finish_reason == "length":
+            # A cut-off answer is never completed or repaired into a plan.
+            rejection = PlanRejected(
+                ReasonCode.INVALID_JSON, "the answer was cut off at the token limit (finish_reason=length)"
+            )
+            self._record_rejection(role, response.text, rejection)
+            raise rejection
+        return response.text
+
+    def _call_llm(self, role: str, messages: list[dict[str, str]], schema: Any) -> LLMResponse:
+        llm, state = self.setup.llm, self.state
+        if llm is None:
+            raise FailedClosed(ReasonCode.LLM_ERROR, f"no LLM client is configured for the {role}")
+        started = time.perf_counter()
+        state.result.llm_calls += 1
+        span = state.tracer.llm_start(role, llm.model)
+        try:
+            with call_role(role):
+                response = _checked_response(llm.complete(messages, schema=schema))
+        except Exception as raised:  # any client failure ends the run, sealed
+            # A custom client may raise anything (a bug, its SDK's own errors): the run still
+            # ends failed_closed(llm_error) with the failure recorded, never with a traceback
+            # and an unsealed log. KeyboardInterrupt and SystemExit are not Exceptions.
+            exc = raised if isinstance(raised, LLMError) else LLMError(_describe(raised))
+            trace_ids = state.tracer.llm_end(span, attempts=exc.attempts, error=exc.message)
+            state.audit.write(
+                rec.llm_call(
+                    role=role,
+                    model=llm.model,
+                    messages=messages,
+                    response_format=None,
+                    response=None,
+                    finish_reason=None,
+                    usage={},
+                    error=exc.message,
+                    attempts=exc.attempts,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                    trace=trace_ids,
+                )
+            )
+            raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None
+        trace_ids = state.tracer.llm_end(
+            span,
+            model=response.model,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            attempts=response.attempts,
+        )
+        state.audit.write(
+            rec.llm_call(
+                role=role,
+                model=response.model,
+                messages=messages,
+                response_format=response.response_format,
+                response=response.text,
+                finish_reason=response.finish_reason,
+                usage=response.usage,
+                error=None,
+                attempts=response.attempts,
+                duration_ms=response.duration_ms,
+                trace=trace_ids,
+            )
+        )
+        for key, value in response.usage.items():
+            state.result.usage[key] = state.result.usage.get(key, 0) + int(value)
+        return response
+
+    def _policy_check(self, origin: PlanOrigin) -> PolicyCheck:
+        state = self.state
+        if origin != "repair":  # a repair answers the same request for a plan as the one it repairs
+            state.deciding = decided_for(state, origin)
+        prior = {sid: state.labels[sid] for sid in state.prior if sid in state.labels}
+        # A planner copies what it was shown into literals, and decides with it which
+        # references flow and which tools run (pte._run._exposure). A person's plan ("file") is theirs.
+        literal = "request" if origin == "file" else literal_of(state)
+        return self.setup.planning.policy.check(
+            literal=literal,
+            prior=prior,
+            request_literals=state.request_literals if literal != "request" else (),
+            prior_trees={sid: state.label_trees[sid] for sid in state.prior if sid in state.label_trees},
+            exposure=() if origin == "file" else exposure_of(state),
+            decided=state.deciding,
+            endorsable=self.setup.endorsement is not None,
+        )
+
+    def _compile(self, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]:
+        """Compile `text` with every check a plan from `origin` gets (no record written)."""
+        state = self.state
+        policy_check = self._policy_check(origin)
+        plan = compile_plan(
+            text,
+            self.setup.registry,
+            self.config.limits,
+            checks=(policy_check, *self.setup.checks),
+            prior=state.prior,
+            prior_lists=state.prior_lists,
+            prior_types={sid: state.output_types[sid] for sid in state.prior if sid in state.output_types},
+        )
+        return plan, policy_check
+
+    def _compile_delegating(self, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]:
+        """A coordinator's plan (pte._run._delegation): do what the delegation asks, in order."""
+        steps = compile_delegating(self.setup.planning, self.state, origin, text)
+        answer: Any = None
+        rejected: PlanRejected | None = None
+        while True:
+            try:
+                request = steps.send(answer) if rejected is None else steps.throw(rejected)
+            except StopIteration as done:
+                compiled: tuple[Plan, PolicyCheck] = done.value
+                return compiled
+            answer, rejected = None, None
+            if isinstance(request, CompileText):
+                try:
+                    answer = self._compile(origin, request.text)
+                except PlanRejected as rejection:
+                    rejected = rejection
+            elif isinstance(request, AskSpecialist):
+                answer = self._ask("specialist", request.messages)
+            elif isinstance(request, RepairSpecialist):
+                self._record_specialist_repair(request)
+
+    def _record_specialist_repair(self, request: RepairSpecialist) -> None:
+        state, rejection = self.state, request.rejection
+        state.replans += 1
+        state.audit.write(
+            rec.repair(
+                attempt=state.replans,
+                origin="specialist",
+                reason=rejection.reason.value,
+                message=rejection.message,
+                path=rejection.path,
+            )
+        )
+        self.log.info("repair", attempt=state.replans, origin="specialist", specialist=request.specialist)
+
+    def _accept(self, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
+        state = self.state
+        try:
+            if self.config.specialists and origin != "file":  # a coordinator's plan (pte._run._delegation)
+                plan, policy_check = self._compile_delegating(origin, text)
+            else:
+                plan, policy_check = self._compile(origin, text)
+        except PlanRejected as rejection:
+            self._record_rejection(origin, text, rejection)
+            raise
+        state.labels.update(policy_check.labels)
+        state.input_labels.update(policy_check.input_labels)
+        state.triggers.update(policy_check.triggers)
+        state.label_trees.update(policy_check.trees)
+        for step in plan.steps:  # a reused id (a failed step's) takes its new plan's type
+            inferred = plan.output_schema(step.id)
+            if inferred is None:
+                state.output_types.pop(step.id, None)
+            else:
+                state.output_types[step.id] = inferred
+        state.decided, state.completion = policy_check.decided, policy_check.completion
+        if policy_check.literal == "request":  # written from the request and catalogue alone
+            state.request_literals |= plan_literals(plan) | continue_literals(plan)
+        endorsing = {sid: sorted(params) for sid, params in policy_check.endorsements.items()}
+        state.audit.write(
+            rec.plan_accepted(
+                origin=origin,
+                plan_hash=plan.hash,
+                plan=plan.to_dict(),
+                order=plan.order,
+                needs_endorsement=endorsing,
+            )
+        )
+        if endorsing:
+            state.endorse[plan.hash] = policy_check.endorsements
+            state.endorse_decisions[plan.hash] = policy_check.endorse_decisions
+        state.result.plans.append(plan)
+        if gate:
+            self._approve(plan)
+        return plan
+
+    def _approve(self, plan: Plan) -> None:
+        """Before any step of `plan` runs: the approval gate, then the `before_execute` hooks."""
+        self.setup.approval(plan, self.state.audit)
+        for hook in self.setup.before_execute:
+            hook(plan, self.state.audit)
+
+    def _record_rejection(self, origin: str, text: str, rejection: FailedClosed) -> None:
+        self.state.audit.write(
+            rec.plan_rejected(
+                origin=origin,
+                reason=rejection.reason.value,
+                message=rejection.message,
+                path=rejection.path,
+                plan_text=text,
+            )
+        )
+
+    # -- executing ----------------------------------------------------------------------------
+
+    def _execute(self, plan: Plan) -> StepResult | None:
+        state, log = self.state, self.log
+        progress = is_terminal()
+        # Progress counts this plan's steps: after a replan the run's earlier steps are not
+        # steps of the plan being executed, and a for_each is one step however many elements.
+        plan_steps = {step.id for step in plan}
+        done: set[str] = set()
+
+        def on_step(step: StepResult) -> None:
+            state.result.steps.append(step)
+            # A for_each's elements (``each[0]``, ...) count as their one step of the plan.
+            own = step.step_id.split("[", 1)[0] if is_element(step.step_id) else step.step_id
+            if own in plan_steps:
+                done.add(own)
+            if step.ok and not is_element(step.step_id):  # pte._plan._control: elements are not plan steps
+                state.prior[step.step_id] = step.tool
+            log.info(
+                "step_finished",
+                step=step.step_id,
+                tool=step.tool,
+                status=step.status,
+                duration_ms=round(step.duration_ms, 2),
+                **({"progress": f"{len(done)}/{len(plan_steps)}"} if progress else {}),
+            )
+
+        # Step spans start and end where the step records are written (ids go into them).
+        audit: RecordSink = TracedAudit(state.audit, state.tracer) if state.tracer.active else state.audit
+        needs = state.endorse.get(plan.hash)
+        point: EndorsementPoint | None = None
+        endorsement = self.setup.endorsement
+        if needs and endorsement:
+            decisions = state.endorse_decisions.get(plan.hash, {})
+            point = EndorsementPoint(endorsement, audit, plan.hash, needs, decisions=decisions)
+        token = set_point(point)
+        try:
+            execution = self.setup.executor.run(plan, audit, completed=state.result.outputs, on_step=on_step)
+        finally:
+            reset_point(token)
+            if point is not None:
+                state.endorsed.update(point.endorsed)
+            note_completed(plan, state.result.outputs, state.prior, state.prior_lists)
+        state.result.outputs = execution.outputs
+        note_completed(plan, state.result.outputs, state.prior, state.prior_lists)
+        return execution.failure
+
+    def _error_labels(self, failure: StepResult) -> frozenset[str]:
+        """The labels of a failed step's error message, for the replanner (pte._run._exposure).
+
+        An error message is tool output like any other: it may quote third-party text the
+        tool read, or the arguments it was given. So it carries the labels of the tool's
+        output provenance joined with those of the step's arguments; shown to a planner,
+        untrusted error text exposes every later plan exactly as an untrusted output does.
+        """
+        output = self.state.labels.get(failure.step_id)
+        inputs = self.state.input_labels.get(failure.step_id)
+        if output is None or inputs is None:
+            return frozenset({"untrusted"})  # unknown: assume the worst
+        return output | inputs
+
+    def _stop_if_effect_unknown(self, failure: StepResult) -> None:
+        """How a failed step ends the run when nothing may be tried after it: the one place
+        a run (before a replan) and execute decide it.
+
+        A non-idempotent write that timed out may or may not have taken effect (and a write
+        for_each failed after earlier elements took effect): a replan could repeat it, so the
+        run ends needs_review and a person must look first. A tool that raised SystemExit,
+        KeyboardInterrupt or another BaseException (`ToolError.fatal`) ends the run: it is not
+        replanned around."""
+        registry = self.setup.registry
+        if failure.error is not None and failure.error.fatal:
+            raise FailedClosed(
+                ReasonCode.STEP_FAILED,
+                f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error.message}; "
+                "the run is stopped",
+            )
+        stop_if_partial(failure, registry)  # pte._plan._control: a write for_each half applied
+        spec = registry.get(failure.tool)
+        if (
+            spec is not None  # a require step's condition names no tool (pte._plan._control)
+            and spec.effect == "write"
+            and not spec.idempotent
+            and failure.error
+            and failure.error.kind == "timeout"
+        ):
+            raise FailedClosed(
+                ReasonCode.NEEDS_REVIEW,
+                f"step {failure.step_id!r} ({failure.tool}) timed out; it is not idempotent and may or may "
+                "not have taken effect, so the run is not replanned. Check its effect before going on.",
+            )
+
+    # -- finishing ----------------------------------------------------------------------------
+
+    def _result_value(self, plan: Plan) -> Any:
+        try:
+            return resolve_result(plan, self.state.result.outputs)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise FailedClosed(
+                ReasonCode.STEP_FAILED, f"the plan's result selects nothing at run time: {exc}"
+            ) from None
+
+    def _finalize(self) -> str:
+        state, registry = self.state, self.setup.registry
+        if not self.config.llm_answer or self.setup.llm is None:
+            return render_result(state.result.result)
+        plan = state.result.plans[-1]
+        sources = {ref.step for ref in plan.result_references()}
+        result_labels = frozenset().union(
+            *(state.labels.get(sid, frozenset({"untrusted"})) for sid in sources)
+        )
+        # The finalizer phrases the result: it is shown the steps the result depends on (through
+        # references, across the run's plans) and the writes (what the run did), not steps the
+        # result does not depend on (#37).
+        uses: dict[str, set[str]] = {}
+        for each in state.result.plans:
+            for item in each.steps:
+                refs = {ref.step for _, ref in item.references}
+                if item.for_each is not None:
+                    refs.add(item.for_each.step)
+                uses.setdefault(item.id, set()).update(refs)
+        needed, todo = set(), list(sources)
+        while todo:
+            sid = todo.pop()
+            if sid not in needed:
+                needed.add(sid)
+                todo.extend(uses.get(sid, ()))
+        # Every completed step's output with its label, for the finalizer (it decides nothing).
+        completed = [
+            (sid, tool, state.result.outputs[sid], _label(state.labels.get(sid)))
+            for sid, tool in state.prior.items()
+        ]
+        shown = [
+            view
+            for view in completed
+            if view[0] in needed or (view[1] in registry and registry[view[1]].effect == "write")
+        ]
+        messages = prompts.finalizer_messages(
+            self.request or "",
+            state.result.result,
+            shown,
+            result_provenance=_label(result_labels),
+            budget=self.config.data_budget,
+        )
+        response = self._call_llm("finalizer", messages, None)
+        if response.finish_reason == "length":
+            # A cut-off answer could state a truncated figure; the results stay available.
+            raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
+        return response.text
+
+    def _count_autonomy(self) -> None:
+        """Write calls made without a person, and those an approval or endorsement allowed."""
+        result, registry = self.state.result, self.setup.registry
+        writes = [s for s in result.steps if s.tool in registry and registry[s.tool].effect == "write"]
+        person = sum(
+            1 for s in writes if registry[s.tool].requires_approval or s.step_id in self.state.endorsed
+        )
+        result.writes_with_person, result.writes_without_person = person, len(writes) - person
+
+    def _seal(
+        self, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None
+    ) -> RunResult:
+        state = self.state
+        result = state.result
+        result.status = status
+        self.phase = "sealed"
+        self._count_autonomy()
+        if stop is not None:
+            result.reason = stop.reason
+            result.message = stop.message
+        if message is not None:
+            result.message = message
+        if not state.audit.broken and not isinstance(stop, AuditWriteError):
+            try:
+                state.audit.write(
+                    rec.run_finished(
+                        status=status,
+                        reason=result.reason.value if result.reason else None,
+                        message=result.message,
+                        answer=result.answer,
+                        result=result.result,
+                        steps_run=len(result.steps),
+                        llm_calls=result.llm_calls,
+                    )
+                )
+                state.audit.sync()
+            except AuditWriteError as exc:
+                result.status, result.reason, result.message = "failed_closed", exc.reason, exc.message
+        state.tracer.finish(result.status, result.reason.value if result.reason else None)
+        get_logger(run_id=result.run_id).info(
+            "run_finished", status=result.status, reason=result.reason.value if result.reason else None
+        )
+        return result
+
+
+def _label(labels: frozenset[str] | None) -> str:
+    """How data is labelled in an LLM prompt: untrusted if any of it is."""
+    if labels is None or "untrusted" in labels:
+        return "untrusted"
+    return "trusted"
+
+
+def seal_refused(audit: RecordSink, refused: FailedClosed, *, after_records: int) -> None:
+    """End a stored run that cannot go on here ``failed_closed(refused.reason)``, nothing run:
+    ``run_resumed`` after its `after_records` records (or, with none, a ``run_started`` of
+    nothing), then ``run_finished`` (pte._deploy's `end_run`)."""
+    if after_records:
+        audit.write(rec.run_resumed(after_records=after_records))
+    else:
+        audit.write(rec.run_started(mode="execute", request=None, config={"refused": True}))
+    audit.write(
+        rec.run_finished(
+            status="failed_closed",
+            reason=refused.reason.value,
+            message=refused.message,
+            answer=None,
+            result=None,
+            steps_run=0,
+            llm_calls=0,
+        )
+    )
+
+
+def record_resumed(audit: RecordSink, after_records: int) -> None:
+    """The ``run_resumed`` record a continuing sink writes where the recorded part of a run ends."""
+    audit.write(rec.run_resumed(after_records=after_records))
