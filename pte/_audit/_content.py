@@ -20,12 +20,30 @@ __all__ = ["approval_problem", "content_problem", "endorsement_problem"]
 _FINGERPRINT_FIELDS = ("effect", "idempotent", "timeout_s", "provenance", "requires_approval", "sinks")
 
 
+#: What a check of a record's content may raise on a value of the wrong type or range (a list
+#: where a hash belongs, an integer JCS cannot write): a verify reports it, never raises it.
+_MALFORMED = (TypeError, KeyError, ValueError, AttributeError, OverflowError, RecursionError)
+
+
 def content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | None:
     """Format 2 ``run_started``: stored content, the references to it, the tool fingerprints.
 
     `stored` (content hash -> value, for the whole log so far) gains this record's contents.
+    A field of the wrong type is a problem named, never an exception.
     """
+    try:
+        return _content_problem(record, stored)
+    except _MALFORMED as exc:
+        return f"run_started content is malformed ({type(exc).__name__})"
+
+
+def _content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | None:
     fresh = record.get("stored") or {}
+    if not isinstance(fresh, dict):
+        return "stored is not an object of content by hash"
+    for name in ("catalogue", "policy"):
+        if record.get(name) is not None and not isinstance(record.get(name), str):
+            return f"{name} is not a content hash"
     for key, value in fresh.items():
         try:
             # Read from the log: every number is a double (JCS writes 4.026231202385854e16 as
@@ -47,6 +65,8 @@ def content_problem(record: Mapping[str, Any], stored: dict[str, Any]) -> str | 
         return "the stored catalogue is not a list of tools"
     by_name = {entry.get("name"): entry for entry in catalogue}
     tools = record.get("tools") or []
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return "tools is not a list of tools"
     if len(tools) != len(catalogue) or {t.get("name") for t in tools} != set(by_name):
         return "tools and the stored catalogue name different tools"
     for tool in tools:
@@ -70,6 +90,13 @@ def approval_problem(record: Mapping[str, Any]) -> str | None:
     edited a signed approval, and that ``signed`` is never claimed without a signature.
     """
 
+    try:
+        return _approval_problem(record)
+    except _MALFORMED as exc:
+        return f"approval is malformed ({type(exc).__name__})"
+
+
+def _approval_problem(record: Mapping[str, Any]) -> str | None:
     approval: Approval | ProcedureApproval
     try:
         if "procedure" in record:  # an approval of a procedure version, bound to no run
@@ -95,6 +122,13 @@ def endorsement_problem(record: Mapping[str, Any]) -> str | None:
 
     Checked from the record alone (as verifier/verify.mjs does), not through the module that
     makes endorsements."""
+    try:
+        return _endorsement_problem(record)
+    except _MALFORMED as exc:
+        return f"endorsement is malformed ({type(exc).__name__})"
+
+
+def _endorsement_problem(record: Mapping[str, Any]) -> str | None:
     if record.get("run") != record.get("run_id"):
         return "the endorsement is about another run"
     stored: dict[str, Any] = {"pte_endorsement": "1"}
