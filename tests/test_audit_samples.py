@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
-from pte import TrustedKeys, verify
+from pte import Deployment, TrustedKeys, verify
 
 # private: hashes, to check records by hand
 from pte._core import sha256_hex
-
-# private: replay's own deployment value
-from pte._replay import Deployment
 from pte.audit import canonical_json, read_records
 from pte.cli import main
 from pte.errors import LogNotIntact
@@ -58,7 +55,7 @@ def sample_deployment(path: Path) -> Deployment | None:
     a deployment that trusts that approver would (`signed: true` is re-checked, not believed)."""
     if b'"signed":true' not in path.read_bytes():
         return None
-    return Deployment(keys=TrustedKeys.load(path.parent / "approver.pub"))
+    return Deployment.of(keys=TrustedKeys.load(path.parent / "approver.pub"))
 
 
 def test_a_signed_log_replays_without_the_key_and_says_the_signer_was_not_checked(

@@ -242,13 +242,10 @@ def _transfers() -> int:
 def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp_path: Path) -> None:
     """Attack 6: the run crashed after the keyed payment took effect. Before, resume said
     "approve the plan again" (which pays twice). Now the keyed re-call completes the run, once."""
-    from pte import AuditLog, Policy, approve, compile_plan
+    from pte import AuditLog, Deployment, Policy, approve, compile_plan
 
     # private: the catalogue fingerprint approvals bind
     from pte._policy import catalogue_fingerprint
-
-    # private: replay's own deployment value
-    from pte._replay import Deployment
     from pte.policy import ApprovalStore, approval_hook
     from pte.runs import resume_file
 
@@ -270,7 +267,7 @@ def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp
     cut = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "step_started")
     crashed = tmp_path / "crashed.jsonl"
     crashed.write_text("".join(lines[: cut + 1]), encoding="utf-8")
-    deployment = Deployment(
+    deployment = Deployment.of(
         policy=policy, approvals=approval_hook(approvals, registry=registry, keys=KEYS, policy=policy)
     )
     result = resume_file(crashed, registry, deployment=deployment)
@@ -329,11 +326,10 @@ class _Paid:
             return Engine(REGISTRY, policy=self.policy, approval=self.gate()).execute(PAY, audit)
 
     def resume(self, log: Path, anchors: Any) -> Any:
-        # private: replay's own deployment value
-        from pte._replay import Deployment
+        from pte import Deployment
         from pte.runs import resume_file
 
-        deployment = Deployment(policy=self.policy, approvals=self.gate(), anchors=anchors)
+        deployment = Deployment.of(policy=self.policy, approvals=self.gate(), anchors=anchors)
         return resume_file(log, REGISTRY, deployment=deployment)
 
 

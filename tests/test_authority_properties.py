@@ -19,13 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, Policy, PTEError, Registry, SigningKey, tool
+from pte import AuditLog, Deployment, Engine, Policy, PTEError, Registry, SigningKey, tool
 
 # private: hashes, to check records by hand
 from pte._core import sha256_hex
-
-# private: replay's own deployment value
-from pte._replay import Deployment
 from pte.audit import Anchors, canonical_json
 from pte.runs import resume_file
 
@@ -150,7 +147,7 @@ def _check(tmp: Path, kinds: list[str], crash: float, tamper: str, where: float)
             del changed[touched]
         _rechain(changed, crashed)
 
-    deployment = Deployment(policy=POLICY, anchors=anchors)
+    deployment = Deployment.of(policy=POLICY, anchors=anchors)
     try:
         result: Any = resume_file(crashed, REGISTRY, deployment=deployment)
     except PTEError:

@@ -183,6 +183,41 @@ def test_each_kept_log_verifies_and_replays(demo_run: DemoRun, name: str) -> Non
     assert finished["run_id"] == entry["run_id"]
 
 
+def test_the_demo_runs_under_deployments_it_made(demo_run: DemoRun) -> None:
+    """`pte demo` makes its own deployments (#33): each run is bound to one, anchored with its
+    key as it starts, and an edited, re-chained log is refused by the verdict with its anchors."""
+    import pte
+    from pte._audit import deployment_problem, verdict
+    from pte._core import canonical_json, sha256_hex
+
+    for name in NAMES:
+        folder = "pte-demo-deployment-endorsing" if name == "bill_endorsed" else "pte-demo-deployment"
+        deployment = pte.Deployment.from_folder(demo_run.out_dir / folder)
+        log = demo_run.out_dir / f"{name}.jsonl"
+        records = read_records(log)
+        assert records[0].get("deployment") is not None
+        assert deployment_problem(records[0], deployment) is None, name
+        found = verdict(log, anchors=deployment.anchors())
+        assert found.ok and found.check("anchors").state == "checked", (name, found.summary())
+    # A writer of the log changes the total and re-hashes the chain: the anchors refuse it.
+    deployment = pte.Deployment.from_folder(demo_run.out_dir / "pte-demo-deployment")
+    records = read_records(demo_run.out_dir / f"{THREE}.jsonl")
+    finished = next(r for r in records if r["type"] == "run_finished")
+    finished["result"]["total_eur"] = "1.00"
+    prev = "0" * 64
+    lines = []
+    for record in records:
+        record = {k: v for k, v in record.items() if k != "hash"}
+        record["prev"] = prev
+        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
+        lines.append(canonical_json(record) + "\n")
+    edited = demo_run.out_dir / "edited.jsonl"
+    edited.write_text("".join(lines), encoding="utf-8")
+    assert verify(edited).ok  # the chain alone cannot tell
+    assert verdict(edited, anchors=deployment.anchors()).status == "tampered"
+    edited.unlink()
+
+
 def test_demo_out_dir_can_be_reused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / "again"
     for _ in range(2):

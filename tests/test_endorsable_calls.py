@@ -24,13 +24,21 @@ from hypothesis import strategies as hs
 from pydantic import BaseModel
 
 import pte
-from pte import AuditLog, Engine, EngineConfig, Policy, ReasonCode, Registry, SigningKey, TrustedKeys, tool
+from pte import (
+    AuditLog,
+    Deployment,
+    Engine,
+    EngineConfig,
+    Policy,
+    ReasonCode,
+    Registry,
+    SigningKey,
+    TrustedKeys,
+    tool,
+)
 
 # private: endorsements built by hand (tamper tests)
 from pte._policy import make_endorsement
-
-# private: replay's own deployment value
-from pte._replay import Deployment
 from pte.audit import canonical_json, read_records
 from pte.errors import RunPaused
 from pte.policy import EndorsementGate, EndorsementRequest, EndorsementStore, endorse, pending_endorsement
@@ -284,7 +292,7 @@ def start(
 def resume(
     log: Path, gate: EndorsementGate, policy: dict[str, Any] = CALL_ENDORSABLE
 ) -> pte.RunResult | None:
-    deployment = Deployment(policy=Policy.from_registry(REGISTRY).with_document(policy), endorsements=gate)
+    deployment = Deployment.of(policy=Policy.from_registry(REGISTRY).with_document(policy), endorsements=gate)
     try:
         return resume_file(log, REGISTRY, deployment=deployment)
     except RunPaused:

@@ -20,13 +20,10 @@ import pytest
 from pydantic import BaseModel
 
 import pte
-from pte import AuditLog, Engine, Policy, Registry, SigningKey, TrustedKeys, tool, verify
+from pte import AuditLog, Deployment, Engine, Policy, Registry, SigningKey, TrustedKeys, tool, verify
 
 # private: endorsements built by hand (tamper tests)
 from pte._policy import make_endorsement
-
-# private: replay's own deployment value
-from pte._replay import Deployment
 from pte.audit import read_records
 from pte.errors import RunPaused
 from pte.policy import (
@@ -131,7 +128,7 @@ def start(
 
 
 def resume(log: Path, gate: EndorsementGate) -> pte.RunResult:
-    deployment = Deployment(policy=POLICY, endorsements=gate)
+    deployment = Deployment.of(policy=POLICY, endorsements=gate)
     return resume_file(log, REGISTRY, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
 
 
@@ -176,7 +173,7 @@ def test_endorsed_it_resumes_and_pays_once_and_replays(
     assert verify(log).ok
     # Replay re-checks the signature and its binding to the replayed values, and runs nothing.
     report = pte.runs.replay_file(
-        log, registry=REGISTRY, deployment=Deployment(policy=POLICY, keys=gate.keys)
+        log, registry=REGISTRY, deployment=Deployment.of(policy=POLICY, keys=gate.keys)
     )
     assert report.ok, report.render()
     assert len(PAID) == 1
@@ -568,7 +565,7 @@ def test_property_an_endorsement_of_one_value_never_lets_another_run(tmp_path_fa
         endorse(gate.store, request_of(log), "alice", signing_key=signer)
         # The bill changed between the pause and the resume (a re-read untrusted source).
         BILLS.append(Bill(iban=second[0], amount=second[1], text=""))
-        deployment = Deployment(policy=policy, endorsements=gate)
+        deployment = Deployment.of(policy=policy, endorsements=gate)
         with contextlib.suppress(RunPaused, pte.errors.ReplayDivergence, pte.FailedClosed):
             resume_file(log, registry, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
         assert all((p["iban"], p["amount"]) == first for p in PAID), PAID
@@ -712,7 +709,7 @@ def test_a_keyed_write_may_consume_its_own_endorsement_again_after_a_log_cut(
     endorse(gate.store, request_of(log), "alice", signing_key=signer)
 
     def again() -> pte.RunResult:
-        deployment = Deployment(policy=policy, endorsements=gate)
+        deployment = Deployment.of(policy=policy, endorsements=gate)
         return resume_file(log, registry, llm=ScriptedModel(finalizer=["Paid."]), deployment=deployment)
 
     KEYED_SEEN.clear()

@@ -26,13 +26,10 @@ from integration_apps.billing_app import make_app
 from integration_apps.loopback import LoopbackServer
 from langchain_core.tools import StructuredTool, ToolException
 
-from pte import AuditLog, Engine, EngineConfig, ReasonCode, Registry, compile_plan
+from pte import AuditLog, Deployment, Engine, EngineConfig, ReasonCode, Registry, compile_plan
 
 # private: the catalogue fingerprint approvals bind
 from pte._policy import catalogue_fingerprint
-
-# private: replay's own deployment value
-from pte._replay import Deployment
 from pte.importers.langchain import import_langchain_tools
 from pte.importers.mcp import MCPConnection, import_mcp_tools
 from pte.importers.openapi import import_openapi, load_openapi
@@ -80,8 +77,8 @@ def test_mcp_tools_hash_their_server_and_definition(tmp_path: Path) -> None:
         with AuditLog(path) as audit:
             result = Engine(mine, config=EngineConfig(llm_answer=False)).execute(json.dumps(LOOKUP), audit)
         assert result.ok, result.message
-        assert replay_file(path, deployment=Deployment(registry=mine)).ok
-        report = replay_file(path, deployment=Deployment(registry=theirs))
+        assert replay_file(path, deployment=Deployment.of(registry=mine)).ok
+        report = replay_file(path, deployment=Deployment.of(registry=theirs))
         assert not report.ok and "run_started" in report.render()
 
 

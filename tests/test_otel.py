@@ -278,8 +278,7 @@ def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
 def test_resume_links_to_the_crashed_runs_span_and_marks_re_read_steps(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    # private: replay's own deployment value
-    from pte._replay import Deployment
+    from pte import Deployment
     from pte.runs import resume_file
 
     log = tmp_path / "crashed.jsonl"
@@ -297,7 +296,7 @@ def test_resume_links_to_the_crashed_runs_span_and_marks_re_read_steps(
     assert started["trace_id"] == _hex(original.context.trace_id, 32)
     exporter.clear()
 
-    result = resume_file(log, REGISTRY, deployment=Deployment(registry=REGISTRY, tracer_provider=provider))
+    result = resume_file(log, REGISTRY, deployment=Deployment.of(registry=REGISTRY, tracer_provider=provider))
     assert result.ok and result.result == 3
     named = _by_name(exporter.get_finished_spans())
     (resumed,) = named["pte.run"]

@@ -415,8 +415,7 @@ def test_calling_a_procedure_equals_running_its_inlined_body(
 
 
 def test_a_model_is_shown_procedures_as_tools_and_calls_one(tmp_path: Path, ledger: Path) -> None:
-    # private: replay's own deployment value
-    from pte._replay import Deployment
+    from pte import Deployment
     from pte.testing import ScriptedModel
 
     base = load_registry(["backoffice"])
@@ -436,9 +435,9 @@ def test_a_model_is_shown_procedures_as_tools_and_calls_one(tmp_path: Path, ledg
     assert "[procedure; runs customer_balance]" in shown[0]
     steps = [r["step_id"] for r in read_records(log) if r["type"] == "step_finished"]
     assert steps == ["first__balance", "second__balance"]
-    assert replay_file(log, deployment=Deployment(registry=registry)).ok
+    assert replay_file(log, deployment=Deployment.of(registry=registry)).ok
     # Without the procedures the same log does not replay (the deployment decides, not the log).
-    assert not replay_file(log, deployment=Deployment(registry=base)).ok
+    assert not replay_file(log, deployment=Deployment.of(registry=base)).ok
 
 
 def test_the_log_records_the_procedures_and_replays_from_itself(

@@ -27,13 +27,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pte import EngineConfig, Policy, load_pack, verify
+from pte import Deployment, EngineConfig, Policy, load_pack, verify
 
 # private: the demo's scenarios; the demo's registry; the demo, run in-process
 from pte._cli import SCENARIOS, demo_registry, run_scenario
 
-# private: replay's parts, white-box; replay's own deployment value
-from pte._replay import IGNORED_FIELDS, Deployment
+# private: replay's parts, white-box
+from pte._replay import IGNORED_FIELDS
 from pte.audit import canonical_json, read_records
 from pte.engine import ReplayClient
 from pte.errors import LogNotIntact
@@ -56,7 +56,7 @@ POLICY = Policy.from_registry(REGISTRY)
 def deployment(sample: str) -> Deployment:
     scenario = next(s for s in SCENARIOS if s.name == MADE_BY[sample])
     model = "recorded-demo-responses"
-    return Deployment(
+    return Deployment.of(
         registry=REGISTRY,
         policy=POLICY,
         config=EngineConfig(max_replans=scenario.max_replans),

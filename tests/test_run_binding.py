@@ -24,16 +24,13 @@ from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
 import pte
-from pte import AuditLog, Engine, FailedClosed, Registry, SigningKey, tool
+from pte import AuditLog, Deployment, Engine, FailedClosed, Registry, SigningKey, tool
 
 # private: the deployment binding a run records
 from pte._audit import deployment_binding
 
 # private: hashes, to check records by hand
 from pte._core import sha256_hex
-
-# private: replay's own deployment value
-from pte._replay import Deployment
 from pte.audit import Anchors, canonical_json
 from pte.deployment import resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, open_store
@@ -130,7 +127,7 @@ def _execute(log: Path, plan: str, run_id: str, anchors: Any, deployment: Any = 
 
 def _resume(log: Path, anchors: Any, fingerprint: Any = None) -> Any:
     return pte.runs.resume_file(
-        log, REGISTRY, deployment=Deployment(anchors=anchors, fingerprint=fingerprint)
+        log, REGISTRY, deployment=Deployment.of(anchors=anchors, fingerprint=fingerprint)
     )
 
 

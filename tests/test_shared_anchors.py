@@ -212,10 +212,9 @@ def test_the_shared_chain_in_one_file_and_a_rollback_of_it(tmp_path: Path) -> No
 
 
 def _deployment(anchors: Anchors) -> Any:
-    # private: replay's own deployment value
-    from pte._replay import Deployment
+    from pte import Deployment
 
-    return Deployment(anchors=anchors)
+    return Deployment.of(anchors=anchors)
 
 
 def test_the_high_water_file_is_bound_to_the_deployment_key_and_refuses_damage(tmp_path: Path) -> None:

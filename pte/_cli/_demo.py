@@ -10,31 +10,26 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pte._audit import AuditLog, read_records, verify
+from pte._audit import AuditLog, read_records, verdict
 from pte._catalogue import Registry, load_registry
 from pte._core import RunPaused
-from pte._policy import (
-    ApprovalStore,
-    EndorsementGate,
-    EndorsementStore,
-    Policy,
-    approval_hook,
-    endorse,
-    pending_endorsement,
-)
-from pte._run import Engine, EngineConfig, ReplayClient, RunResult
+from pte._deploy import Deployment
+from pte._policy import ApprovalStore, endorse, pending_endorsement
+from pte._run import EngineConfig, ReplayClient, RunResult
 
 __all__ = [
     "SCENARIOS",
     "DemoOutcome",
     "Scenario",
     "answer_problem",
+    "demo_deployment",
     "demo_registry",
     "run_demo",
     "run_scenario",
@@ -367,10 +362,11 @@ def run_scenario(
     from pte._policy import approve, catalogue_fingerprint
 
     path = audit_path or workdir / f"{scenario.name}.jsonl"
-    store = ApprovalStore(workdir / "approvals.jsonl")
-    policy = Policy.from_registry(registry)
-    if scenario.endorse_by:
-        policy = policy.with_document(ENDORSE_POLICY, source="<demo endorsement policy>")
+    # The demo's own deployment (made here the first time): the engine, the stores, the anchors
+    # and resume all come from it, as for every command (pte.Deployment).
+    deployment = demo_deployment(workdir, endorsing=bool(scenario.endorse_by))
+    store = ApprovalStore(deployment.approvals_path)
+    policy = deployment.policy(registry)
     run_id = None
     if scenario.approve_by:
         # The person reviewed the plan file (`pte plan`) and approved one run of its exact hash
@@ -382,47 +378,44 @@ def run_scenario(
             plan, scenario.approve_by, store, catalogue=catalogue_fingerprint(registry, plan, policy)
         )
         run_id = approval.run
-    gate = approval_hook(store, registry=registry, policy=policy)
-    endorsements = EndorsementGate(EndorsementStore(workdir / "endorsements.jsonl"))
-    engine = Engine(
-        registry,
+    engine = deployment.engine(
         ReplayClient(scenario.responses, model="recorded-demo-responses"),
+        registry=registry,
         config=EngineConfig(max_replans=scenario.max_replans),
-        policy=policy,
-        approval=gate,
-        endorsement=endorsements if scenario.endorse_by else None,
     )
-    audit = audit_factory(path, run_id=run_id) if audit_factory else AuditLog(path, run_id=run_id)
+    anchors = deployment.anchors()  # every run is anchored with the deployment's key as it starts
+    if audit_factory:
+        audit = audit_factory(path, run_id=run_id)
+    else:
+        audit = AuditLog(path, run_id=run_id, anchors=anchors)
     extra: dict[str, Any] = {}
     try:
         with audit:
             result = engine.run(scenario.request, audit)
     except RunPaused:
         # The person sees the exact values and where they come from, and endorses them.
-        from pte._replay import (
-            Deployment,  # imports the engine, as the demo does
-            resume_file,
-        )
+        from pte._replay import resume_file  # imports the engine, as the demo does
 
         request = pending_endorsement(read_records(path))
-        assert request is not None and scenario.endorse_by is not None
+        gate = deployment.endorsement_gate()
+        assert request is not None and scenario.endorse_by is not None and gate is not None
         extra["endorsement_request"] = request.describe()
         endorse(
-            endorsements.store,
+            gate.store,
             request,
             scenario.endorse_by,
             reject=scenario.endorse_reject,
             note="not our supplier's account" if scenario.endorse_reject else None,
             signing_key=_demo_key(workdir),
         )
-        deployment = Deployment(registry=registry, policy=policy, approvals=gate, endorsements=endorsements)
         result = resume_file(
             path,
             registry,
             llm=ReplayClient(scenario.responses[1:], model="recorded-demo-responses"),
             deployment=deployment,
         )
-    report = verify(path)
+    # The verdict `pte audit verify` gives: the chain, and the deployment's anchors of the run.
+    report = verdict(path, anchors=anchors if audit_factory is None else None)
     as_expected = result.status == scenario.expect_status and (
         (result.reason.value if result.reason else None) == scenario.expect_reason
     )
@@ -431,6 +424,32 @@ def run_scenario(
     return DemoOutcome(
         scenario, result, path, report.ok, as_expected and report.ok and wrong is None, extra, wrong
     )
+
+
+#: The demo's two deployments (folders in its directory): the default guarded policy, and one
+#: whose policy lets a person endorse a payment's values (`ENDORSE_POLICY`).
+DEPLOYMENTS = ("pte-demo-deployment", "pte-demo-deployment-endorsing")
+
+
+def demo_deployment(workdir: Path, *, endorsing: bool = False) -> Deployment:
+    """The demo's deployment in `workdir` (made by the demo the first time, as ``pte init`` makes
+    one): the stock packs, the guarded policy (or `ENDORSE_POLICY`), its approval and endorsement
+    stores and anchors beside it, its own key; no run store (the demo writes audit logs)."""
+    from pte._deploy import DOCUMENT_NAME, DeploymentDocument, init_deployment
+
+    folder = workdir / DEPLOYMENTS[endorsing]
+    if (folder / DOCUMENT_NAME).is_file():
+        return Deployment.from_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    policy = None
+    if endorsing:
+        (folder / "policy.json").write_text(json.dumps(ENDORSE_POLICY, indent=1), encoding="utf-8")
+        policy = "policy.json"
+    document = DeploymentDocument(
+        tools=STOCK, policy=policy, endorsements="endorsements.jsonl" if endorsing else None, store=None
+    )
+    made, _ = init_deployment(folder, document)
+    return made.check()
 
 
 def _demo_key(workdir: Path) -> Any:
@@ -488,9 +507,12 @@ def run_demo(
         try:
             registry = demo_registry()
             # Only this demo's own files: --out may point at a directory holding other logs.
-            own = ("approvals.jsonl", "endorsements.jsonl", "demo-approver.key")
+            own = ("demo-approver.key",)
             for stale in [workdir / f"{s.name}.jsonl" for s in scenarios] + [workdir / name for name in own]:
                 stale.unlink(missing_ok=True)
+            for folder in DEPLOYMENTS:  # its deployments (their stores, anchors and keys): made anew
+                if (workdir / folder / "pte-deployment.json").is_file():
+                    shutil.rmtree(workdir / folder)
             outcomes = [run_scenario(s, registry, workdir) for s in scenarios]
         finally:
             if previous is None:

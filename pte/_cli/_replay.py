@@ -38,7 +38,9 @@ __all__ = ["add_replay_commands"]
 
 
 def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
-    from pte._replay import Deployment
+    """The `pte.Deployment` a replay or resume acts under: the parts the deployment in force (or,
+    without one, the flags) name, narrowed to `registry` (None: the run's recorded catalogue)."""
+    from pte._deploy import Deployment
 
     policy = _policy(registry, args) if registry is not None else None
     if registry is None and args.policy is not None:
@@ -47,7 +49,7 @@ def _deployment(args: argparse.Namespace, registry: Registry | None) -> Any:
     from pte._cli._deployment import _deployment_anchors
     from pte._cli._endorse import endorsement_gate
 
-    return Deployment(
+    return Deployment.of(
         registry=registry,
         policy=policy,
         approvals=gate,

@@ -30,9 +30,13 @@ from pte._deploy._deployment_document import (
     resolve_store_url,
 )
 from pte._deploy._deployment_fingerprint import digest_of, file_digest, folder_digests
+from pte._deploy._deployment_parts import folder_parts, given_parts, recorded_parts
 from pte._deploy._pack_imports import import_spec, is_import_spec
 
 __all__ = ["Deployment"]
+
+#: The folder of a deployment given by its parts (`Deployment.of`): it reads nothing from one.
+_GIVEN = Path("<given by its parts>")
 
 #: This machine's high-water mark of the deployment's anchor chain, in its folder.
 ANCHORS_SEEN_NAME = "anchors-seen.json"
@@ -58,6 +62,9 @@ class Deployment:
     packs: tuple[str, ...] = ()
     allow: tuple[str, ...] | None = None
     _document_text: str = field(default="", repr=False, compare=False)
+    #: The parts of a deployment given by its parts (`of`, `from_run_record`) instead of read
+    #: from a folder; None: read from the folder.
+    given: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     # --- finding one ---------------------------------------------------------------------
 
@@ -96,6 +103,47 @@ class Deployment:
                 "$PTE_DEPLOYMENT to a deployment folder"
             )
         return found
+
+    @classmethod
+    def of(cls, **parts: Any) -> Deployment:
+        """A deployment given by its parts instead of a folder: what a command's flags name
+        where no deployment folder is in force, or a program's own registry and gates. The parts
+        (`pte._deploy._deployment_parts.PARTS`): ``registry``, ``policy``, ``config``,
+        ``approvals``, ``keys``, ``model``, ``llm``, ``anchors``, ``tracer_provider``,
+        ``endorsements``, ``fingerprint`` (the deployment in hand), ``specialists``; one not
+        given is None: replay takes the run's recorded one, resume has none."""
+        return cls(_GIVEN, DeploymentDocument(store=None, endorsements=None), given=given_parts(parts))
+
+    @classmethod
+    def from_run_record(
+        cls, records: Sequence[Mapping[str, Any]], *, stored: Mapping[str, Any] | None = None
+    ) -> Deployment:
+        """What the run of `records` recorded (its ``run_started``): its catalogue, policy, engine
+        config and model. Evidence, for a replay that runs nothing: it has no approval or
+        endorsement store, no keys and no anchors. `stored`: contents earlier runs of the same
+        log stored by hash."""
+        return cls(
+            _GIVEN, DeploymentDocument(store=None, endorsements=None), given=recorded_parts(records, stored)
+        )
+
+    @cached_property
+    def authority(self) -> Mapping[str, Any]:
+        """The parts replay and resume act under (`pte._deploy._deployment_parts.PARTS`): the
+        given ones, or those this folder's deployment builds (its registry, policy, gates, keys,
+        anchors, specialists; itself as the deployment in hand)."""
+        return self.given if self.given is not None else folder_parts(self)
+
+    def with_parts(self, **changes: Any) -> Deployment:
+        """This deployment's `authority` with some parts replaced (e.g. the registry a command
+        narrowed it to), as a deployment given by its parts."""
+        return Deployment(
+            self.folder,
+            self.document,
+            self.packs,
+            self.allow,
+            self._document_text,
+            given=given_parts({**self.authority, **changes}),
+        )
 
     def from_run(self, started: Mapping[str, Any]) -> Deployment:
         """This deployment, after checking that the run whose ``run_started`` record is `started`
@@ -376,6 +424,8 @@ class Deployment:
 
         from pte._run import Engine, EngineConfig
 
+        if self.given is not None:
+            return self._given_engine(llm, registry, config, approval, engine_settings)
         registry = registry if registry is not None else self.registry()
         policy = self.policy(registry)
         specialists = self.specialists(registry)
@@ -391,6 +441,34 @@ class Deployment:
             endorsement=self.endorsement_gate(),
             deployment=self,  # every run records this deployment's fingerprint and parts
             **engine_settings,
+        )
+
+    def _given_engine(
+        self, llm: Any, registry: Registry | None, config: Any, approval: Any, settings: dict[str, Any]
+    ) -> Any:
+        """`engine` of a deployment given by its parts (`of`): those parts, nothing else."""
+        from dataclasses import replace
+
+        from pte._policy import Policy
+        from pte._run import Engine, EngineConfig
+
+        parts = self.authority
+        registry = registry if registry is not None else parts["registry"]
+        if registry is None:
+            raise DeploymentError("a deployment given by its parts needs a registry to make an engine")
+        config = config or parts["config"] or EngineConfig()
+        if parts["specialists"]:
+            config = replace(config, specialists=tuple(parts["specialists"]))
+        settings.setdefault("tracer_provider", parts["tracer_provider"])
+        return Engine(
+            registry,
+            llm,
+            config=config,
+            policy=parts["policy"] if parts["policy"] is not None else Policy.from_registry(registry),
+            approval=approval if approval is not None else parts["approvals"],
+            endorsement=parts["endorsements"],
+            deployment=parts["fingerprint"],
+            **settings,
         )
 
     def specialists(self, registry: Registry | None = None) -> tuple[Any, ...]:
@@ -416,6 +494,9 @@ class Deployment:
         ``policy``, ``manifest``, ``procedures``, ``specialists``, ``approval_keys``,
         ``secret_rules``, ``deployment_key``), so a refusal can name what differs."""
         from pte._policy import catalogue_fingerprint
+
+        if self.given is not None:
+            raise DeploymentError("a deployment given by its parts has no folder to fingerprint")
 
         doc = self.document
         parts = {"document": digest_of(doc.canonical())}

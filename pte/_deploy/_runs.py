@@ -47,7 +47,6 @@ from pte._plan import Plan
 from pte._policy import ApprovalGate, ApprovalStore, catalogue_fingerprint, make_approval, requires_approval
 from pte._replay import (
     CheckingAuditLog,
-    Deployment,
     ResumingInvoker,
     RunView,
     drive_run,
@@ -439,11 +438,11 @@ def resume_run(
     hook = getattr(gate, "before_call", None)
     live = LiveInvoker(hooks=(hook,) if callable(hook) else ())
     invoker = ResumingInvoker(records, live)
-    deployment = Deployment(registry=registry, policy=policy, endorsements=endorsements)
+    parts = {"registry": registry, "policy": policy, "endorsements": endorsements}  # the deployment's
     engine = engine_for(
         records,
-        deployment,
-        llm_for(records, llm, deployment),
+        parts,
+        llm_for(records, llm, parts),
         invoker,
         checks_factory,
         gate=gate,

@@ -6,11 +6,12 @@ This module is the area's face: other areas import only what it re-exports.
 from __future__ import annotations
 
 from pte._replay._authority import (
-    Deployment,
+    authority_of,
     engine_for,
     llm_for,
     recorded_policy,
     recorded_registry,
+    recorded_run_parts,
 )
 from pte._replay._replayer import (
     DECISION_FIELDS,
@@ -48,12 +49,12 @@ __all__ = [
     "DECISION_FIELDS",
     "IGNORED_FIELDS",
     "CheckingAuditLog",
-    "Deployment",
     "RecordedInvoker",
     "ReplayReport",
     "ResumingInvoker",
     "RunView",
     "StepsSummary",
+    "authority_of",
     "check_anchors",
     "check_deployment",
     "drive_run",
@@ -63,6 +64,7 @@ __all__ = [
     "recheck_unsigned_tail",
     "recorded_policy",
     "recorded_registry",
+    "recorded_run_parts",
     "render_report",
     "render_steps",
     "render_store_report",

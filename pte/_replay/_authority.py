@@ -1,18 +1,18 @@
 """What a replay may take from a log and what only from the deployment.
 
-A log is evidence, never authority. `Deployment` carries what the deployment says (its
-catalogue, policy, engine config, model, approval store and trusted keys); `engine_for`
-builds the replaying engine from it, falling back to the recorded values only where a
-replay runs nothing. Recorded ``approval`` records are re-checked as evidence
-(`_RecordedApprovals`): signature, catalogue fingerprint, expiry; a recorded refusal is
-reproduced word for word (repeating a refusal grants nothing).
+A log is evidence, never authority. What the deployment says (its catalogue, policy, engine
+config, model, approval and endorsement stores, trusted keys) comes from a `pte.Deployment`
+(its `authority`: `authority_of`); `engine_for` builds the replaying engine from those parts,
+falling back to the recorded values only where a replay runs nothing. Recorded ``approval``
+records are re-checked as evidence (`_RecordedApprovals`): signature, catalogue fingerprint,
+expiry; a recorded refusal is reproduced word for word (repeating a refusal grants nothing).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -34,7 +34,6 @@ from pte._core import (
 from pte._execution import DEFAULT_CONCURRENCY, ToolInvoker
 from pte._plan import Plan, recorded_procedures
 from pte._policy import (
-    ApprovalGate,
     Endorsement,
     EndorsementRejected,
     EndorsementRequest,
@@ -46,7 +45,7 @@ from pte._policy import (
 )
 from pte._run import Engine, EngineConfig, LLMClient, LLMResponse, ReplayClient
 
-__all__ = ["Deployment"]
+__all__ = ["authority_of", "engine_for", "llm_for", "recorded_run_parts", "resolved"]
 
 
 def recorded_registry(run_started: Mapping[str, Any]) -> Registry:
@@ -65,57 +64,47 @@ def recorded_policy(registry: Registry, recorded: Any) -> Policy:
     return base.with_document(recorded, source="<recorded policy>", ignore_unknown=True)
 
 
-@dataclass
-class Deployment:
-    """What the deployment says, as opposed to what a log says: the only source of authority.
+def authority_of(deployment: Any) -> dict[str, Any]:
+    """The parts a replay or resume acts under: `deployment.authority` (a `pte.Deployment`, from
+    a folder, given by its parts or from a run's record; `pte._deploy._deployment_parts.PARTS`),
+    or none at all (every part the run's recorded one)."""
+    return dict(deployment.authority) if deployment is not None else {}
 
-    - `registry`: the tool catalogue (None: replay the recorded one; resume needs one).
-    - `policy`: the data-flow policy (None: the registry's own declarations, guarded; with no
-      registry either, the recorded policy, for a replay that runs nothing).
-    - `config`: the engine config (None: the recorded one).
-    - `approvals`: the approval gate over the deployment's store (resume, ``--allow-writes``).
-    - `keys`: trusted approval public keys, to re-check recorded approvals' signatures.
-    - `anchors`: the deployment's anchors (signing key and file, `pte._audit._anchors`).
-    """
 
-    registry: Registry | None = None
-    policy: Policy | None = None
-    config: EngineConfig | None = None
-    approvals: ApprovalGate | None = None
-    keys: TrustedKeys | None = None
-    #: The LLM the deployment runs with: its model name and its endpoint description (the
-    #: ``model`` and ``llm`` entries of ``run_started.config``); None: the recorded ones.
-    model: str | None = None
-    llm: Mapping[str, Any] | None = None
-    #: The deployment's anchors (`pte._audit._anchors.Anchors`): resume checks the run against them,
-    #: re-runs the reads of its unsigned tail, and anchors what it appends.
-    anchors: Any = None
-    #: The OpenTelemetry tracer provider a resumed run's spans go to (None: the global one).
-    tracer_provider: Any = None
-    #: The endorsement gate over the deployment's endorsement store (`pte.EndorsementGate`):
-    #: resume takes decisions from it; None: recorded endorsements are re-checked as evidence
-    #: (replay), and a call without one is where the recorded run paused.
-    endorsements: Any = None
-    #: The deployment in hand (its fingerprint, or ``{"fingerprint", "parts"}``: `pte._audit.
-    #: deployment_binding`): resume refuses a run that started under another one. None: no check.
-    fingerprint: Any = None
-    #: The deployment's specialists (pte._plan._specialists); None: the recorded ones. Replay checks
-    #: the run against them (other specialists diverge at ``run_started.config``).
-    specialists: tuple[Any, ...] | None = None
+def resolved(parts: Mapping[str, Any], started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
+    """The registry, policy and engine config a replay runs with: the deployment's parts, the
+    recorded ones where it gives none (a replay that runs nothing)."""
+    recorded = started.get("config") or {}
+    given = parts.get("registry")
+    registry = given if given is not None else recorded_registry(started)
+    if parts.get("policy") is not None:
+        policy = parts["policy"]
+    elif given is not None:
+        policy = Policy.from_registry(registry)
+    else:
+        policy = recorded_policy(registry, recorded.get("policy"))
+    config = parts["config"] if parts.get("config") is not None else EngineConfig.from_dict(recorded)
+    if parts.get("specialists") is not None:
+        config = replace(config, specialists=tuple(parts["specialists"]))
+    return registry, policy, config
 
-    def resolved(self, started: Mapping[str, Any]) -> tuple[Registry, Policy, EngineConfig]:
-        recorded = started.get("config") or {}
-        registry = self.registry if self.registry is not None else recorded_registry(started)
-        if self.policy is not None:
-            policy = self.policy
-        elif self.registry is not None:
-            policy = Policy.from_registry(registry)
-        else:
-            policy = recorded_policy(registry, recorded.get("policy"))
-        config = self.config if self.config is not None else EngineConfig.from_dict(recorded)
-        if self.specialists is not None:
-            config = replace(config, specialists=tuple(self.specialists))
-        return registry, policy, config
+
+def recorded_run_parts(
+    records: Sequence[Mapping[str, Any]], stored: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a run recorded, as `pte.Deployment.from_run_record` gives it: its catalogue, policy,
+    engine config, model and endpoint."""
+    started = _expanded(records, stored, required=True)
+    registry, policy, config = resolved({}, started)
+    recorded = started.get("config") or {}
+    model, llm = recorded.get("model"), recorded.get("llm")
+    return {
+        "registry": registry,
+        "policy": policy,
+        "config": config,
+        "model": model if isinstance(model, str) else None,
+        "llm": dict(llm) if isinstance(llm, Mapping) else None,
+    }
 
 
 _APPROVAL_REASONS = frozenset(
@@ -350,17 +339,19 @@ def _expanded(
 def llm_for(
     records: Sequence[Mapping[str, Any]],
     live: LLMClient | None,
-    deployment: Deployment,
+    parts: Mapping[str, Any],
     *,
     stored: Mapping[str, Any] | None = None,
 ) -> _ReplayLLM | None:
+    """The replaying LLM: the recorded answers, then `live`; the model of the deployment's
+    `parts` (`authority_of`), else the recorded one."""
     started = _expanded(records, stored)
     config = started.get("config") or {}
-    if "model" not in config and live is None and deployment.model is None:
+    if "model" not in config and live is None and parts.get("model") is None:
         return None  # the run had no LLM (execute): neither has its replay
-    model = deployment.model if deployment.model is not None else config.get("model")
+    model = parts["model"] if parts.get("model") is not None else config.get("model")
     llm = _ReplayLLM(ReplayClient.from_audit(records), live, model if isinstance(model, str) else None)
-    described = deployment.llm if deployment.llm is not None else config.get("llm")
+    described = parts["llm"] if parts.get("llm") is not None else config.get("llm")
     if isinstance(described, Mapping):
         llm.describe = dict(described)  # the endpoint the run was started with (no secrets)
     return llm
@@ -368,7 +359,7 @@ def llm_for(
 
 def engine_for(
     run_records: Sequence[Mapping[str, Any]],
-    deployment: Deployment,
+    parts: Mapping[str, Any],
     llm: LLMClient | None,
     invoker: ToolInvoker,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
@@ -378,18 +369,19 @@ def engine_for(
     max_concurrency: int = DEFAULT_CONCURRENCY,
     serial_writes: bool = False,
 ) -> Engine:
-    started = _expanded(run_records, stored, required=deployment.registry is None)
-    registry, policy, config = deployment.resolved(started)
+    """The engine re-driving `run_records` under the deployment's `parts` (`authority_of`)."""
+    started = _expanded(run_records, stored, required=parts.get("registry") is None)
+    registry, policy, config = resolved(parts, started)
     approvals = (
-        gate if gate is not None else _RecordedApprovals(run_records, registry, policy, deployment.keys)
+        gate if gate is not None else _RecordedApprovals(run_records, registry, policy, parts.get("keys"))
     )
     checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
     endorsement = None
     if (started.get("config") or {}).get("endorsement") is True:  # the run could pause for a person
-        live = deployment.endorsements
+        live = parts.get("endorsements")
         resuming = getattr(live, "resuming", None)  # a request expires when its pause says (#33)
         live = resuming(run_records) if callable(resuming) else live
-        endorsement = live or RecordedEndorsements(run_records, deployment.keys)
+        endorsement = live or RecordedEndorsements(run_records, parts.get("keys"))
     return Engine(
         registry,
         llm,
@@ -399,7 +391,7 @@ def engine_for(
         policy=policy,
         approval=approvals,
         endorsement=endorsement,
-        tracer_provider=deployment.tracer_provider if deployment is not None else None,
+        tracer_provider=parts.get("tracer_provider"),
         # How the live part of a resume runs (the records do not depend on it).
         max_concurrency=max_concurrency,
         serial_writes=serial_writes,

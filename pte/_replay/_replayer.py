@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ from pte._core import (
 from pte._execution import CallOutcome, LiveInvoker, ToolInvoker
 from pte._plan import PlanStep
 from pte._replay._authority import (
-    Deployment,
+    authority_of,
     engine_for,
     llm_for,
 )
@@ -509,7 +509,7 @@ def replay_run(
     live: bool = False,
     allow_writes: bool = False,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
-    deployment: Deployment | None = None,
+    deployment: Any = None,
     stored: Mapping[str, Any] | None = None,
 ) -> RunReplay:
     """Replay one run (its records with their line numbers) through the engine.
@@ -517,30 +517,32 @@ def replay_run(
     The run must come from a log `verify` found intact (`replay_file` checks that first).
     `stored`: the contents (catalogues, policies) stored earlier in the same log, by hash; a
     format 2 log stores each once, so a later run's ``run_started`` only refers to them.
+    `deployment`: the `pte.Deployment` the replay acts under (None: the run's recorded
+    authority, which runs nothing); `registry`: its catalogue, where it names none.
     """
-    deployment = deployment if deployment is not None else Deployment(registry=registry)
-    if registry is not None and deployment.registry is None:
-        deployment = replace(deployment, registry=registry)
+    parts = authority_of(deployment)
+    if registry is not None and parts.get("registry") is None:
+        parts["registry"] = registry
     records = [r for _, r in run_records]
     started = records[0]
     run_id = str(started["run_id"])
     if started.get("type") != "run_started":
         return RunReplay(run_id, len(records), "diverged", note="the run does not begin with run_started")
-    if allow_writes and deployment.approvals is None and any(r.get("type") == "approval" for r in records):
+    if allow_writes and parts.get("approvals") is None and any(r.get("type") == "approval" for r in records):
         return RunReplay(
             run_id,
             len(records),
             "diverged",
             note="re-running writes of an approved plan needs the deployment's approval store",
         )
-    gate = deployment.approvals if (live and allow_writes) else None
+    gate = parts.get("approvals") if (live and allow_writes) else None
     live_invoker: ToolInvoker | None = None
     if live:
         live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
     invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
     try:
-        llm = llm_for(records, None, deployment, stored=stored)
-        engine = engine_for(records, deployment, llm, invoker, checks_factory, gate=gate, stored=stored)
+        llm = llm_for(records, None, parts, stored=stored)
+        engine = engine_for(records, parts, llm, invoker, checks_factory, gate=gate, stored=stored)
     except (PTEError, ValueError, TypeError, KeyError) as exc:
         return RunReplay(run_id, len(records), "diverged", note=f"cannot rebuild the run's engine: {exc}")
     audit = CheckingAuditLog(run_records, run_id=run_id)
@@ -683,14 +685,14 @@ def replay_file(
     live: bool = False,
     allow_writes: bool = False,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
-    deployment: Deployment | None = None,
+    deployment: Any = None,
 ) -> ReplayReport:
     """Replay every run in an audit log, one run at a time.
 
     The log is verified first; a log that is not intact raises `LogNotIntact`. Without a
-    registry (here or in `deployment`), the recorded tool schemas are used.
+    registry (here or in `deployment`, a `pte.Deployment`), the recorded tool schemas are used.
     """
-    found = _verified(path, deployment.anchors if deployment is not None else None)
+    found = _verified(path, authority_of(deployment).get("anchors"))
     runs = []
     # Contents earlier runs stored (format 2 stores a catalogue once per log): an entry per
     # catalogue or policy, not per run. Each run is let go before the next is read.

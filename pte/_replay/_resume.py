@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from pte._core import ApprovalMissing, FailedClosed, ReasonCode
 from pte._execution import DEFAULT_CONCURRENCY, LiveInvoker
 from pte._plan import Plan
 from pte._policy import requires_approval
-from pte._replay._authority import Deployment, engine_for, llm_for
+from pte._replay._authority import authority_of, engine_for, llm_for
 from pte._replay._replayer import CheckingAuditLog, ResumingInvoker, _verified, drive_run, iter_runs
 from pte._replay._run_view import RunView
 from pte._run import LLMClient, RunResult
@@ -27,14 +26,15 @@ def resume_file(
     *,
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
-    deployment: Deployment | None = None,
+    deployment: Any = None,
     max_concurrency: int = DEFAULT_CONCURRENCY,
     serial_writes: bool = False,
 ) -> RunResult:
     """Finish the last run of a log that has no `run_finished`, appending to the same log.
 
     The log is verified first (`LogNotIntact`). Catalogue, policy, config and approvals are
-    the deployment's (`deployment`; by default `registry` with its own guarded policy, the
+    the deployment's (`deployment`, a `pte.Deployment`: from its folder, `pte.Deployment.of`
+    its parts; by default `registry` with its own guarded policy, the
     recorded engine config and no approval store, so a plan needing approval fails closed):
     the recorded prefix must be what this deployment decides, else `ReplayDivergence` and
     nothing is appended. Completed steps are not re-run; an in-flight `write` step of a
@@ -58,20 +58,19 @@ def resume_file(
         raise FailedClosed(
             ReasonCode.NEEDS_REVIEW, f"the last run in {path} is already finished; nothing to resume"
         )
-    deployment = deployment if deployment is not None else Deployment()
-    deployment = replace(deployment, registry=registry)
-    gate = deployment.approvals
+    parts = {**authority_of(deployment), "registry": registry}
+    gate = parts.get("approvals")
     run_id = str(records[0]["run_id"])
-    check_deployment(records, deployment.fingerprint, str(path))
-    anchored, unsigned_after = check_anchors(deployment.anchors, run_id, records, str(path))
+    check_deployment(records, parts.get("fingerprint"), str(path))
+    anchored, unsigned_after = check_anchors(parts.get("anchors"), run_id, records, str(path))
     live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
     if unsigned_after is not None:
         recheck_unsigned_tail(records, registry, unsigned_after, str(path))
     invoker = ResumingInvoker(records, live_invoker)
     engine = engine_for(
         records,
-        deployment,
-        llm_for(records, llm, deployment, stored=stored),
+        parts,
+        llm_for(records, llm, parts, stored=stored),
         invoker,
         checks_factory,
         gate=gate or _no_gate(registry),
@@ -79,7 +78,7 @@ def resume_file(
         max_concurrency=max_concurrency,
         serial_writes=serial_writes,
     )
-    with AuditLog(path, run_id=run_id, repair_partial_tail=True, anchors=deployment.anchors) as forward:
+    with AuditLog(path, run_id=run_id, repair_partial_tail=True, anchors=parts.get("anchors")) as forward:
         forward.anchored = anchored
         audit = CheckingAuditLog(run, run_id=run_id, forward=forward)
         return drive_run(engine, records[0], audit)
