@@ -63,7 +63,9 @@ def _judged(log: Path) -> list[Any]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), value=MISTYPED)
-def test_a_mistyped_field_of_any_record_gets_a_verdict(tmp_path: Path, data: st.DataObject, value: Any) -> None:
+def test_a_mistyped_field_of_any_record_gets_a_verdict(
+    tmp_path: Path, data: st.DataObject, value: Any
+) -> None:
     sample = data.draw(st.sampled_from(SAMPLES), label="sample")
     records = _records(sample)
     index = data.draw(st.integers(0, len(records) - 1), label="record")
