@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 import pte
+import pte.audit
+import pte.errors
+import pte.runs
 
 PLAN = {
     "pte_plan": "1",
@@ -45,13 +48,13 @@ def test_no_module_defines_another_deployment_class() -> None:
 
 def test_a_replay_under_what_the_run_recorded(tmp_path: Path) -> None:
     log = _run(tmp_path, PLAN, pte.load_registry(["calculator"]))
-    records = pte.read_records(log)
+    records = pte.audit.read_records(log)
     recorded = pte.Deployment.from_run_record(records)
     authority = recorded.authority
     assert "calculator" in authority["registry"].names
     # Evidence, never authority: no store, no keys, no anchors, no deployment in hand.
     assert all(authority[k] is None for k in ("approvals", "endorsements", "keys", "anchors", "fingerprint"))
-    assert pte.replay_file(log, deployment=recorded).ok
+    assert pte.runs.replay_file(log, deployment=recorded).ok
     engine = recorded.engine()  # the recorded catalogue compiles the plan, but holds no tool code
     with pte.AuditLog(tmp_path / "again.jsonl") as audit:
         again = engine.execute(json.dumps(PLAN), audit)
@@ -59,9 +62,9 @@ def test_a_replay_under_what_the_run_recorded(tmp_path: Path) -> None:
 
 
 def test_from_run_record_needs_a_run(tmp_path: Path) -> None:
-    with pytest.raises(pte.DeploymentError):
+    with pytest.raises(pte.errors.DeploymentError):
         pte.Deployment.from_run_record([{"type": "step_started"}])
-    with pytest.raises(pte.DeploymentError):
+    with pytest.raises(pte.errors.DeploymentError):
         pte.Deployment.from_run_record([])
 
 
@@ -69,7 +72,7 @@ def test_parts_are_checked_and_have_no_fingerprint() -> None:
     with pytest.raises(TypeError, match="unknown part"):
         pte.Deployment.of(registri=None)
     given = pte.Deployment.of(registry=pte.load_registry(["calculator"]))
-    with pytest.raises(pte.DeploymentError):
+    with pytest.raises(pte.errors.DeploymentError):
         _ = given.fingerprint
     with pytest.raises(AttributeError):
         given.given = None  # type: ignore[misc]  # frozen
