@@ -59,6 +59,8 @@ BASES: dict[str, list[str]] = {
     "audit checkpoint": ["audit", "checkpoint", "log.jsonl", "--key", "ck"],
     "audit report": ["audit", "report", "log.jsonl", "-o", "r.html"],
     "audit keygen": ["audit", "keygen", "ck2"],
+    "audit export": ["audit", "export", "sqlite:s.db", "x.jsonl", "--run", "RUNID"],
+    "audit anchors": ["audit", "anchors", "export", "sqlite:s.db", "a.jsonl"],
     "replay": ["replay", "log.jsonl"],
     "resume": ["resume", "log.jsonl", "--tools", "calculator"],
     "approvals list": ["approvals", "list", "--store", "sqlite:s.db"],

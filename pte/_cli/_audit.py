@@ -1,4 +1,5 @@
-"""`pte audit ...`: verify (with checkpoints), show, checkpoint, keygen, report.
+"""`pte audit ...`: verify (with checkpoints), show, checkpoint, keygen, report, export (a store's run,
+its anchor chain).
 
 Exit codes as for every command: 0 ok, 1 the log (or a checkpoint) does not hold, 2 usage.
 """
@@ -224,6 +225,78 @@ def _store_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _sql_store(url: str) -> Any:
+    """The SQLite or PostgreSQL run store at `url` (opened as evidence: nothing is created)."""
+    from pte._cli._store import _store
+    from pte.stores import is_store_url
+
+    if not is_store_url(url) or not url.startswith(("sqlite:", "postgresql://", "postgres://")):
+        raise UsageError(
+            f"{url[:200]!r} is not a sqlite: or postgresql:// run store URL (the store a deployment made "
+            "with `pte init --anchors store` keeps its anchor chain in)"
+        )
+    return _store(url, evidence=True)
+
+
+def _new_file(path: str, what: str) -> Path:
+    """`path` for a new file: refused when something is there (an export never replaces a file)."""
+    out = Path(output_file(path, what))
+    if out.exists():
+        raise UsageError(f"{path!r} exists; an export never replaces a file: give a new name")
+    return out
+
+
+def cmd_audit_anchors_export(args: argparse.Namespace) -> int:
+    """The anchor chain a store keeps (``pte_anchors``), as the anchors file verifiers read: the
+    lines exactly as signed, so whoever exports them cannot change one without the verifier
+    (which checks the deployment key's signatures) refusing it."""
+    from pte._core import AnchorError
+
+    out = _new_file(args.file, "anchors file")
+    with _sql_store(args.store_url) as store:
+        try:
+            lines = store.anchor_lines(0)
+        except AnchorError as exc:
+            print(f"FAILED: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        where = store.describe()
+    out.write_bytes(b"".join(line + b"\n" for line in lines))
+    if args.json:
+        _print_json({"status": "ok", "store": where, "anchors": len(lines), "file": str(out)})
+    else:
+        print(f"{len(lines)} anchor(s) of the chain in {where} written to {out}")
+        print(
+            "a run exported with `pte audit export` is checked against them by verifier/verify.mjs "
+            "(--deployment-key, the deployment's public key, and --anchors this file)"
+        )
+    return EXIT_OK
+
+
+def cmd_audit_export(args: argparse.Namespace) -> int:
+    """One run of a store as an audit log file: its records' exact lines, in ``seq`` order (a
+    run in a store is a chain of its own, so the file verifies as a log of one run)."""
+    from pte.stores import StoreError, check_run_id
+
+    try:
+        run_id = check_run_id(args.run)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    out = _new_file(args.file, "audit log")
+    with _sql_store(args.store_url) as store:
+        data = b"".join(store.lines(run_id))
+        where = store.describe()
+    if not data:
+        print(f"no run {run_id} in {where}", file=sys.stderr)
+        return EXIT_FAILED
+    out.write_bytes(data)
+    if args.json:
+        _print_json({"status": "ok", "store": where, "run_id": run_id, "file": str(out)})
+    else:
+        count = data.count(b"\n")
+        print(f"run {run_id} of {where} written to {out} ({count} record(s))")
+    return EXIT_OK
+
+
 def add_audit_commands(sub: Any) -> None:
     """Register the ``pte audit`` sub-commands on `sub` (an argparse sub-parsers action)."""
     p = sub.add_parser("verify", help="check the hash chain, the schema and that every run is sealed")
@@ -262,6 +335,21 @@ def add_audit_commands(sub: Any) -> None:
     p.add_argument("--checkpoint", metavar="FILE", help="also check the log against these signed checkpoints")
     p.add_argument("--public-key", metavar="KEY", help="Ed25519 public key of the checkpoints")
     p.set_defaults(func=cmd_audit_report)
+
+    p = sub.add_parser("export", help="one run of a run store as an audit log file (for other verifiers)")
+    p.add_argument("store_url", metavar="STORE_URL")
+    p.add_argument("file", metavar="FILE", help="the log file to write (a new file)")
+    p.add_argument("--run", required=True, metavar="RUN_ID", help="the run to export")
+    _add_json(p)
+    p.set_defaults(func=cmd_audit_export)
+
+    p = sub.add_parser("anchors", help="the deployment's anchor chain kept in a run store")
+    anchors = p.add_subparsers(dest="anchors_command", metavar="COMMAND", required=True)
+    p = anchors.add_parser("export", help="write the chain as an anchors file (verify.mjs --anchors)")
+    p.add_argument("store_url", metavar="STORE_URL")
+    p.add_argument("file", metavar="FILE", help="the anchors file to write (a new file)")
+    _add_json(p)
+    p.set_defaults(func=cmd_audit_anchors_export)
 
     p = sub.add_parser("keygen", help="write a new Ed25519 key pair (PATH and PATH.pub)")
     p.add_argument("path")
