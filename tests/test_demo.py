@@ -187,7 +187,11 @@ def test_the_demo_runs_under_deployments_it_made(demo_run: DemoRun) -> None:
     """`pte demo` makes its own deployments (#33): each run is bound to one, anchored with its
     key as it starts, and an edited, re-chained log is refused by the verdict with its anchors."""
     import pte
+
+    # private: the binding check and the verdict with anchors
     from pte._audit import deployment_problem, verdict
+
+    # private: hashes, to re-hash a log as a writer can
     from pte._core import canonical_json, sha256_hex
 
     for name in NAMES:

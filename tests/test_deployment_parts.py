@@ -79,7 +79,7 @@ def test_parts_are_checked_and_have_no_fingerprint() -> None:
 
 
 def test_a_folder_deployments_authority_is_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pte._cli import main
+    from pte.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["--quiet", "init", "dep", "--tools", "calculator", "--no-store"]) == 0

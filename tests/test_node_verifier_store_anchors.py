@@ -21,8 +21,13 @@ from _cli_run import cli
 from _cli_run import ledger as ledger  # the fixture
 
 import pte
-from pte._audit import Anchors, verdict
+
+# private: the verdict with anchors, as `pte audit verify` gives it
+from pte._audit import verdict
+
+# private: JCS bytes, to re-hash a log as a writer can
 from pte._core import canonical_bytes
+from pte.audit import Anchors
 from pte.deployment import run_in_store
 from pte.stores import open_store
 

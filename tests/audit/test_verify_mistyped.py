@@ -18,7 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pte import verify
+
+# private: the verdict, as `pte audit verify` gives it
 from pte._audit import verdict
+
+# private: JCS bytes, to re-hash a log as a writer can
 from pte._core import canonical_bytes
 
 REPO = Path(__file__).resolve().parents[2]
