@@ -19,8 +19,8 @@ from pte import AuditLog, verify
 # private: the record builders, to write records by hand
 from pte._audit import records
 
-# private: canonical bytes, to hash records by hand
-from pte._core import canonical_bytes
+# private: canonical bytes, to hash records by hand; the default secret key names
+from pte._core import DEFAULT_REDACT_KEYS, canonical_bytes
 from pte.audit import Redactor
 from tests.secrets_corpus import FREE_TEXT, KEYED
 
@@ -42,7 +42,25 @@ KEYS = ["id", "note", "api_key", "API-KEY", "password", "pass_word", "tokens", "
 texts = st.one_of(
     st.sampled_from(TEXTS), st.text(max_size=30), st.text(string.ascii_letters + "_-", max_size=12)
 )
-keys = st.one_of(st.sampled_from(KEYS), texts)
+# What JSON escapes, what lower-cases to ASCII (the Kelvin sign, dotted I), separators.
+AROUND = ["", "db_", "x", "-", "_", '"', "\\", "\n", "\x00", "é", "\u212a", "\u0130", "Σ", "s"]
+
+
+@st.composite
+def secret_like_keys(draw: st.DrawFn) -> str:
+    """A secret key name spelled as `is_secret_key` still matches it (any case, '-' and '_'
+    among its letters, a prefix, '-' and '_' after it), or one character away from it."""
+    name = draw(st.sampled_from(sorted(DEFAULT_REDACT_KEYS))).replace("_", "")
+    spelled = ""
+    for letter in name:
+        spelled += draw(st.sampled_from(["", "", "-", "_", "_-"]))
+        if letter == "k" and draw(st.booleans()):
+            letter = "\u212a"  # KELVIN SIGN: lower-cases to "k"
+        spelled += letter.upper() if draw(st.booleans()) else letter
+    return draw(st.sampled_from(AROUND)) + spelled + draw(st.sampled_from(AROUND))
+
+
+keys = st.one_of(st.sampled_from(KEYS), texts, secret_like_keys())
 scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -74,6 +92,25 @@ def test_a_record_checked_whole_is_encoded_as_the_walk_would(record: dict[str, o
     walked = redactor.redact_fields("step_finished", record)
     assert walked == record  # nothing was there to redact
     assert encoded == canonical_bytes(walked)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(secret_like_keys(), st.sampled_from(["plain", 7, None, ["x"]]))
+def test_a_key_the_walk_redacts_is_never_passed_whole(key: str, value: object) -> None:
+    redactor = _redactor()
+    record = {"step_id": "a", "output": {"list": [{key: value}]}}
+    if redactor.is_secret_key(key):
+        assert redactor.canonical_if_clean(record) is None
+
+
+def test_key_names_a_whole_search_cannot_answer_for_always_walk() -> None:
+    plain = {"step_id": "a", "output": {"id": "PO-7"}}
+    assert Redactor().canonical_if_clean(plain) is not None
+    for odd in ('pass"word', "ключ", "tab\tkey"):
+        redactor = Redactor(extra_keys=[odd])
+        assert redactor.canonical_if_clean(plain) is None
+        assert redactor.redact({f"my_{odd}": "v"}) == {f"my_{odd}": "[REDACTED]"}
+    assert Redactor(extra_patterns=["PO-[0-9]"]).canonical_if_clean(plain) is None  # a rule without keywords
 
 
 def test_the_fast_path_is_taken_for_plain_records_and_refused_for_each_kind_of_secret() -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -109,10 +108,9 @@ def json_plain(text: str) -> bool:
     return not any(c in '"\\' or c < " " for c in text)
 
 
-def numbers_as_jcs(value: Any, refuse_key: Callable[[str], bool] | None = None) -> bool:
+def numbers_as_jcs(value: Any) -> bool:
     """True when `value` (a list, dict or tuple of values) holds exact JSON types only (dict,
-    list, str, int, float, bool, None) and orjson writes every number in it as JCS does;
-    with `refuse_key`, also every key of every dict in it is text for which it is False.
+    list, str, int, float, bool, None) and orjson writes every number in it as JCS does.
 
     Integers within ±(2**53 - 1) and floats with a fraction between 1e-4 and 1e15 in
     magnitude (both write the shortest round-trip digits in plain decimal notation there;
@@ -124,10 +122,6 @@ def numbers_as_jcs(value: Any, refuse_key: Callable[[str], bool] | None = None) 
     push = stack.append
     while stack:
         node = pop()
-        if refuse_key is not None and node.__class__ is dict:
-            for key in node:
-                if key.__class__ is not str or refuse_key(key):
-                    return False
         for item in node.values() if node.__class__ is dict else node:
             kind = item.__class__
             if kind is str or item is None or item is True or item is False:

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
+import re2
 
-from pte._core._canonical import checked_jcs, numbers_as_jcs
+from pte._core._canonical import checked_jcs, json_plain, numbers_as_jcs
 from pte._core._secret_rules import SecretRules
 
 #: What a redacted value or substring is replaced with.
@@ -124,6 +125,28 @@ def _re2_source(pattern: str | re.Pattern[str]) -> str:
     return f"(?{flags}){pattern.pattern}" if flags else pattern.pattern
 
 
+def _whole_record_check(rules: SecretRules, names: tuple[str, ...]) -> Any:
+    """An RE2 set that finds, in a record's lower-cased canonical encoding, every place where
+    the walk might change something (`Redactor.canonical_if_clean`): each keyword of `rules`,
+    and each key whose name ends in one of `names` (normalised: `is_secret_key`), which JSON
+    writes as the name's letters with any '-' and '_' among and after them, then ``":``
+    (a quote inside a string is escaped, so ``":`` ends a key). None when a search of the
+    encoding cannot answer for every string and key: a rule runs on every text, or a name
+    is not ASCII (a key's lower case alone may differ from its lower case in the encoding)
+    or is written escaped.
+    """
+    if not rules.keyword_gated or not all(name.isascii() and json_plain(name) for name in names):
+        return None
+    found = re2.Set.SearchSet()
+    for keyword in rules.keywords:
+        found.Add(re2.escape(keyword))
+    spelled = ("[-_]*".join(re2.escape(letter) for letter in name) for name in names)
+    # A set needs a pattern: with no keys, one that matches nothing (JSON escapes a NUL).
+    found.Add("(?:" + "|".join(spelled) + ')[-_]*":' if names else '\\x00":')
+    found.Compile()
+    return found
+
+
 class Redactor:
     """Scrubs secrets out of JSON-like values before they are written or printed.
 
@@ -170,6 +193,7 @@ class Redactor:
         if files:
             chosen = chosen + SecretRules.from_files(files)
         self.rules = chosen
+        self._whole_check = _whole_record_check(chosen, self._key_suffixes)
         self._secrets: list[str] = []
         # Short strings (tool names, step ids, statuses) and keys repeat in almost every
         # record; memoising them takes most of the rule work off the write path.
@@ -299,17 +323,17 @@ class Redactor:
         """The canonical form (`canonical_bytes`) of `record` when no rule can change anything
         in it; None when it may need `redact_fields` (or is not exact JSON data).
 
-        The audit writer's fast path: one walk checks the types, the numbers and every key
-        (`is_secret_key`, stricter than `redact_fields`, which spares structure); the text
-        rules and registered secrets are then checked once on the whole encoding instead
-        of on each string: a registered secret or a rule keyword (the rules run only where
-        one of their keywords occurs: `SecretRules.keyword_gated`) inside any string or key
-        occurs in the encoding too, since JSON writes each of them as it is. Finding one
-        there does not mean a string holds it (it may span two strings), only that the
-        walk must decide.
+        The audit writer's fast path: one walk checks the types and the numbers; the keys,
+        the text rules and the registered secrets are then checked once on the whole
+        encoding instead of on each string: a registered secret, a rule keyword (the rules
+        run only where one of their keywords occurs: `SecretRules.keyword_gated`) or a key
+        ending in a secret name inside the record occurs in the encoding too, since JSON
+        writes each of them as it is (`_whole_record_check`). Finding one there does not mean
+        a string holds it (it may span two strings), only that the walk must decide. Stricter
+        than `redact_fields`, which spares keys in recorded structure.
         """
-        rules = self.rules
-        if not rules.keyword_gated or not numbers_as_jcs(record, self.is_secret_key):
+        check = self._whole_check
+        if check is None or not numbers_as_jcs(record):
             return None
         encoded = checked_jcs(record)
         if encoded is None:
@@ -319,7 +343,7 @@ class Redactor:
                 return None
         # Lower-casing bytes changes ASCII letters only; other text may lower to ASCII.
         lowered = encoded.lower() if encoded.isascii() else encoded.decode().lower().encode()
-        return None if rules.has_keyword(lowered) else encoded
+        return None if check.Match(lowered) else encoded
 
     def _redact_around(self, mapping: Mapping[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -189,19 +189,20 @@ class SecretRules:
                 self._always.append(index)
             for keyword in rule.keywords:
                 keyword_rules.setdefault(keyword, []).append(index)
-        self._keywords = list(keyword_rules)
-        self._keyword_rules = [tuple(keyword_rules[k]) for k in self._keywords]
+        #: Every rule's keywords (lower case), each once.
+        self.keywords: tuple[str, ...] = tuple(keyword_rules)
+        self._keyword_rules = [tuple(keyword_rules[k]) for k in self.keywords]
         self._keyword_set: Any = None
-        if self._keywords:
+        if self.keywords:
             self._keyword_set = re2.Set.SearchSet()
-            for keyword in self._keywords:
+            for keyword in self.keywords:
                 self._keyword_set.Add(re2.escape(keyword))
             self._keyword_set.Compile()
         #: Every rule has keywords (none runs on every text) and JSON writes each keyword as
-        #: it is: then a text in which no keyword occurs has no finding, and `has_keyword` over
-        #: a record's encoding answers for every string in it at once
-        #: (`pte._core._redaction.Redactor.redact_fields`).
-        self.keyword_gated = not self._always and all(json_plain(k) for k in self._keywords)
+        #: it is: then a text in which no keyword occurs has no finding, and a search for the
+        #: keywords in a record's encoding answers for every string in it at once
+        #: (`pte._core._redaction.Redactor.canonical_if_clean`).
+        self.keyword_gated = not self._always and all(json_plain(k) for k in self.keywords)
 
     @classmethod
     def from_files(cls, paths: Sequence[str | os.PathLike[str]], *, eager: bool = True) -> SecretRules:
@@ -253,11 +254,6 @@ class SecretRules:
 
     def __len__(self) -> int:
         return len(self.rules)
-
-    def has_keyword(self, lowered: str | bytes) -> bool:
-        """Whether a keyword of any rule occurs in `lowered` (a text already lower-cased, or
-        its UTF-8 encoding)."""
-        return self._keyword_set is not None and bool(self._keyword_set.Match(lowered))
 
     def candidates(self, text: str) -> list[SecretRule]:
         """The rules whose keywords occur in `text` (and the rules without keywords)."""
