@@ -331,6 +331,10 @@ class AuditLog:
     def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
         """Redact `fields`, add the common fields, hash, write one line; return the record.
 
+        The record holds the values as written; where nothing was redacted they may be the
+        caller's own objects, except in a log that keeps its records (`records`), which keeps
+        and returns a copy of its own.
+
         Raises `AuditWriteError` when the record cannot be written (I/O error, a value that is
         not JSON such as NaN, a field that clashes with a common field, a closed or sealed
         log) and on every call after such a failure.
@@ -434,31 +438,35 @@ class AuditLog:
         """
         prev = self.last_hash
         # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
-        common = {
+        record: dict[str, Any] = {
             "seq": self.next_seq,
             "run_id": self.run_id,
             "ts": self._clock(),
             "type": type,
             "prev": prev,
+            **fields,
+            "hash": _PLACEHOLDER,
         }
-        record: dict[str, Any] = {**common, **fields, "hash": _PLACEHOLDER}
         # Most records hold nothing to redact: checked whole, their encoding is the line's.
         encoded = self.redactor.canonical_if_clean(record)
         if encoded is None:
+            common = {key: record[key] for key in ("seq", "run_id", "ts", "type", "prev")}
             record = {**common, **self.redactor.redact_fields(type, fields), "hash": _PLACEHOLDER}
             encoded = canonical_bytes(record)
-        else:
-            record = orjson.loads(encoded)  # the caller's values stay the caller's
+        elif self._keep:
+            record = orjson.loads(encoded)  # a record the log keeps holds none of the caller's values
         parts = without_member(encoded, _PLACEHOLDER_MEMBER)
         if parts is None:
             del record["hash"]
             digest = sha256_hex(prev.encode("ascii") + canonical_bytes(record))
             record["hash"] = digest
             return record, digest, canonical_bytes(record) + b"\n"
-        digest = sha256_hex(b"".join((prev.encode("ascii"), *parts)))
+        head, tail = parts
+        digest = sha256_hex(b"".join((prev.encode("ascii"), head, tail)))
         record["hash"] = digest
-        # The placeholder member occurs once (`without_member` checked): the digest takes its place.
-        line = encoded.replace(_PLACEHOLDER_MEMBER, _HASH_KEY + digest.encode("ascii") + b'"')
+        # The digest takes the placeholder's place, before the comma `without_member` dropped
+        # (the one after it: "hash" is never the last member, "type" sorts after it).
+        line = b"".join((head, _HASH_KEY, digest.encode("ascii"), b'",', tail))
         return record, digest, line + b"\n"
 
     def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:

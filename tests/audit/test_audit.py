@@ -302,6 +302,23 @@ def test_append_returns_plain_json_values() -> None:
     assert record["items"] == [1, 2]
 
 
+def test_a_kept_record_holds_none_of_the_callers_values(log_path: Path) -> None:
+    """An in-memory log's records are the log: a caller (a tool) changing what it passed after
+    the write must not change a kept record; a file log's record is its line."""
+    args = {"items": [1, 2], "nested": {"k": "v"}}
+    started = rec.step_started(step_id="a", tool="t", effect="read", args=args, plan_hash="a" * 64)
+    memory = begun(AuditLog())
+    returned = memory.write(started)
+    with begun(AuditLog(log_path)) as on_file:
+        on_file.write(started)
+    args["items"].append(3)
+    args["nested"]["k"] = "changed"
+    assert memory.records[-1] is returned and returned["args"] == {"items": [1, 2], "nested": {"k": "v"}}
+    line = json.loads(log_path.read_bytes().splitlines()[-1])
+    assert line["args"] == {"items": [1, 2], "nested": {"k": "v"}}
+    assert verify(log_path).intact
+
+
 def test_continue_an_existing_file_with_a_new_run(log_path: Path) -> None:
     with AuditLog(log_path, run_id="r1") as first:
         simple_run(first)
