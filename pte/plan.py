@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pte._plan import (
     DEFAULT_LIMITS,
+    CompileContext,
     Limits,
     Plan,
     PlanDocument,
@@ -27,6 +28,7 @@ compile = compile_plan
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "CompileContext",
     "Limits",
     "Plan",
     "PlanDocument",

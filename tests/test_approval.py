@@ -30,6 +30,7 @@ from pte import (
 # private: the approval gate and its checks driven directly; keys from the environment
 from pte._policy import (
     ApprovalGate,
+    ProcedureCover,
     catalogue_fingerprint,
     check_approval,
     public_keys_from_env,
@@ -146,7 +147,9 @@ def rewrite(store: ApprovalStore, **changes: Any) -> None:
     store.path.write_text(json.dumps({**json.loads(line), **changes}) + "\n", encoding="utf-8")
 
 
-def check(plan: Plan, store: ApprovalStore, keys: TrustedKeys | None = KEYS) -> Approval | None:
+def check(
+    plan: Plan, store: ApprovalStore, keys: TrustedKeys | None = KEYS
+) -> Approval | ProcedureCover | None:
     return check_approval(plan, REGISTRY, store, keys=keys, policy=Policy.from_registry(REGISTRY))
 
 

@@ -33,7 +33,7 @@ _json = st.recursive(
 
 
 def _check_line(line: bytes, prev: str) -> dict[str, Any]:
-    record = loads(line)
+    record: dict[str, Any] = loads(line)
     assert line == canonical_bytes(record) + b"\n"
     body = {k: v for k, v in record.items() if k != "hash"}
     assert record["hash"] == hashlib.sha256(prev.encode() + canonical_bytes(body)).hexdigest()

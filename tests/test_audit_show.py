@@ -9,15 +9,16 @@ import sys
 import textwrap
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _cli_run import cli
 
 from pte import AuditLog
 
 # private: the one-line rendering of a record; which records `audit show` shows
 from pte._audit import render_record, visible
 from pte.cli import main
+from tests._cli_run import cli
 from tests.audit_runs import begun
 
 # What a hostile tool output or model answer might carry: an OSC window-title change, a CSI
@@ -60,7 +61,13 @@ def test_visible_escapes_every_control_and_bidi_character() -> None:
 
 
 def test_every_field_of_a_record_is_escaped() -> None:
-    record = {"seq": HOSTILE, "ts": HOSTILE, "type": HOSTILE, "run_id": "r", "anything": HOSTILE}
+    record: dict[str, Any] = {
+        "seq": HOSTILE,
+        "ts": HOSTILE,
+        "type": HOSTILE,
+        "run_id": "r",
+        "anything": HOSTILE,
+    }
     assert RAW.search(render_record(record)) is None
     for kind in ("run_started", "llm_call", "step_started", "step_finished", "run_finished", "plan_rejected"):
         record = {

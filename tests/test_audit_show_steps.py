@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import cli
 
 # private: the content store of a run_started
 from pte._catalogue import stored_contents
@@ -18,6 +17,7 @@ from pte._replay import StepsSummary, render_steps, status_text
 from pte.audit import read_records
 from pte.runs import RunView, render_report
 from pte.stores import open_store
+from tests._cli_run import cli
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "audit_samples"

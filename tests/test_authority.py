@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
 from pte import Engine, Registry, SigningKey, TrustedKeys, load_pack, load_registry, tool
 from pte.deployment import PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, open_store
+from tests._services import postgres_url  # noqa: F401 - the session fixture
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
@@ -74,7 +74,7 @@ def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
         import psycopg
 
         with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+            conn.execute(statement.replace("?", "%s"), params)
 
 
 def _payments(ledger: Path) -> int:
@@ -317,7 +317,9 @@ class _Paid:
         plan = compile_plan(PAY, REGISTRY, checks=[self.policy.check()])
         fingerprint = catalogue_fingerprint(REGISTRY, plan, self.policy)
         self.approval = approve(plan, "alice", self.approvals, catalogue=fingerprint, signing_key=SIGNER)
-        self.gate = lambda: approval_hook(self.approvals, registry=REGISTRY, keys=KEYS, policy=self.policy)
+        self.gate: Callable[[], Any] = lambda: approval_hook(
+            self.approvals, registry=REGISTRY, keys=KEYS, policy=self.policy
+        )
 
     def execute(self, log: Path, anchors: Any) -> Any:
         from pte import AuditLog

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
-from test_workers import PLANS, TOOLS, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
 from pte import SigningKey
 
@@ -21,6 +19,8 @@ from pte import SigningKey
 from pte._deploy import enqueue, make_app, submit_job
 from pte.deployment import decide
 from pte.stores import open_store
+from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
+from tests.test_workers import PLANS, TOOLS, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
 SIGNER = SigningKey.generate()
 DEPLOYMENT = SigningKey.generate()

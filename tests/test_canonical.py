@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import _services
 import orjson
 import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import tests._services as _services
 
 # private: canonical JSON's own bytes, reader, check and error, under test
 from pte._core import CanonicalizationError, canonical_bytes, canonical_loads, is_canonical
@@ -249,7 +250,8 @@ if __name__ == "__main__":  # pragma: no cover
     ],
 )
 def test_the_fast_path_boundaries_agree_with_the_reference(number: float) -> None:
-    for value in ({"n": number}, [number, {"m": [number]}]):
+    values: list[Any] = [{"n": number}, [number, {"m": [number]}]]
+    for value in values:
         assert canonical_bytes(value) == rfc8785.dumps(value)
         assert is_canonical(rfc8785.dumps(value), json.loads(rfc8785.dumps(value)))
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import cli, make_deployment
 
 from pte import __version__, verify
 
@@ -29,6 +28,7 @@ from pte.audit import canonical_json, read_records
 from pte.cli import main
 from pte.runs import replay_file
 from pte.testing import FakeOpenAIServer
+from tests._cli_run import cli, make_deployment
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "audit_samples"

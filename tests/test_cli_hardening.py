@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from _cli_run import cli
 
 from pte import AuditLog, verify
 from pte.audit import read_records
+from tests._cli_run import cli
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[1]

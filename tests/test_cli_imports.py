@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
-from _cli_run import make_deployment
-from integration_apps.billing_app import make_app
-from integration_apps.loopback import LoopbackServer
 
 from pte.cli import main
+from tests._cli_run import make_deployment
+from tests.integration_apps.billing_app import make_app
+from tests.integration_apps.loopback import LoopbackServer
 
 SERVER = Path(__file__).parent / "integration_apps" / "crm_mcp_server.py"
 GET = {
@@ -98,7 +98,7 @@ def test_mcp_server_command(
     pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
     tools = f"mcp:{shlex.join([sys.executable, str(SERVER)])}#lookup_invoice,total_cents"
     make_deployment(tmp_path, monkeypatch, capsys, "--tools", tools, "--no-store")  # MCP tools are writes
-    plan = {
+    plan: dict[str, Any] = {
         "pte_plan": "1",
         "steps": [{"id": "a", "tool": "lookup_invoice", "args": {"invoice_id": "INV-1001"}}],
         "result": {"$ref": "a/amount_cents"},

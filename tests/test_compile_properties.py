@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -88,9 +89,13 @@ def test_valid_plans_compile(doc: dict[str, Any], indent: int | None, sort_keys:
     assert compile_plan(text.encode("utf-8"), EXAMPLE).hash == compiled.hash
 
 
+def _named(name: str, doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return name, doc
+
+
 @pytest.mark.skipif(not STOCK, reason="no stock pack in tools/ yet")
 @given(
-    st.one_of([valid_plans(registry).map(lambda doc, n=name: (n, doc)) for name, registry in STOCK.items()])
+    st.one_of([valid_plans(registry).map(partial(_named, name)) for name, registry in STOCK.items()])
 )
 def test_valid_plans_compile_for_stock_packs(case: tuple[str, dict[str, Any]]) -> None:
     name, doc = case

@@ -15,7 +15,7 @@ import pytest
 import pte
 from pte import Plan, PlanRejected, ReasonCode, compile_plan
 from pte.audit import canonical_json
-from pte.plan import Limits
+from pte.plan import CompileContext, Limits
 from pte.testing._catalogue import example_registry
 
 REGISTRY = example_registry()
@@ -127,7 +127,7 @@ def test_the_stock_compile_alias_is_compile_plan() -> None:
 def test_extra_checks_run_after_the_pipeline() -> None:
     seen: list[tuple[str, ...]] = []
 
-    def policy(ctx: pte._plan._compiler.CompileContext) -> None:
+    def policy(ctx: CompileContext) -> None:
         seen.append(ctx.order)
         raise PlanRejected(ReasonCode.POLICY_VIOLATION, "no reminders today", "$.steps[2]")
 
@@ -143,7 +143,7 @@ def test_extra_checks_run_after_the_pipeline() -> None:
 
 
 def test_an_unexpected_error_in_an_extra_check_is_a_rejection() -> None:
-    def broken(ctx: pte._plan._compiler.CompileContext) -> None:
+    def broken(ctx: CompileContext) -> None:
         raise ZeroDivisionError("a bug in a policy")
 
     with pytest.raises(PlanRejected) as caught:
@@ -236,7 +236,7 @@ def test_non_utf8_bytes_are_invalid_json(data: bytes) -> None:
 
 
 def _mutated(mutate: Any) -> dict[str, Any]:
-    doc = json.loads(json.dumps(DESIGN_EXAMPLE))
+    doc: dict[str, Any] = json.loads(json.dumps(DESIGN_EXAMPLE))
     mutate(doc)
     return doc
 

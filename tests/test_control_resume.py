@@ -15,12 +15,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _crash import KILL_PATCH
-from _services import run_python
 
 from pte import ReasonCode, Registry, load_registry, verify
 from pte.audit import read_records
 from pte.runs import replay_file, resume_file
+from tests._crash import KILL_PATCH
+from tests._services import run_python
 from tests.packs import world
 
 REPO = Path(__file__).resolve().parents[1]

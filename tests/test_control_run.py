@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Registry:
 
 
 def rows(sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(world.os.environ["PTE_WORLD"]) as db:
+    with sqlite3.connect(os.environ["PTE_WORLD"]) as db:
         return db.execute(sql).fetchall()
 
 

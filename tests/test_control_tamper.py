@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("control-tamper")
     db = tmp / "world.sqlite"
     world.reset(str(db))
-    old = world.os.environ.get("PTE_WORLD")
-    world.os.environ["PTE_WORLD"] = str(db)
+    old = os.environ.get("PTE_WORLD")
+    os.environ["PTE_WORLD"] = str(db)
     try:
         registry = load_registry([str(Path(world.__file__))])
         out = {"control": tmp / "control.jsonl", "stage": tmp / "stage.jsonl"}
@@ -71,9 +72,9 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             assert engine.run("Read the article, then look me up.", audit).ok
     finally:
         if old is None:
-            world.os.environ.pop("PTE_WORLD", None)
+            os.environ.pop("PTE_WORLD", None)
         else:
-            world.os.environ["PTE_WORLD"] = old
+            os.environ["PTE_WORLD"] = old
     return out
 
 

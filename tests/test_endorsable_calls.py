@@ -41,7 +41,13 @@ from pte import (
 from pte._policy import make_endorsement
 from pte.audit import canonical_json, read_records
 from pte.errors import RunPaused
-from pte.policy import EndorsementGate, EndorsementRequest, EndorsementStore, endorse, pending_endorsement
+from pte.policy import (
+    EndorsementGate,
+    EndorsementRequest,
+    EndorsementStore,
+    endorse,
+    pending_endorsement,
+)
 from pte.runs import resume_file
 from pte.testing import ScriptedModel
 
@@ -176,7 +182,7 @@ def ref(text: str) -> dict[str, str]:
 
 
 # The plans a careful model writes (descriptive ids, its own guards).
-PAY_BILL = {
+PAY_BILL: dict[str, Any] = {
     "pte_plan": "1",
     "steps": [
         {"id": "bill", "tool": "read_bill", "args": {"file": "bill-december.txt"}},
@@ -190,7 +196,7 @@ PAY_BILL = {
     ],
     "result": ref("pay_bill/ok"),
 }
-BOOK_HOTEL = {
+BOOK_HOTEL: dict[str, Any] = {
     "pte_plan": "1",
     "steps": [
         {"id": "candidates", "tool": "search_hotels", "args": {"city": "Paris"}},
@@ -205,7 +211,7 @@ BOOK_HOTEL = {
     ],
     "result": ref("book_best"),
 }
-INVITE = {
+INVITE: dict[str, Any] = {
     "pte_plan": "1",
     "steps": [
         {"id": "team_page", "tool": "read_page", "args": {"url": "https://corp.example/team"}},
@@ -218,7 +224,7 @@ INVITE = {
     ],
     "result": ref("invite_dora/ok"),
 }
-EVENT = {
+EVENT: dict[str, Any] = {
     "pte_plan": "1",
     "steps": [
         {"id": "retro_mails", "tool": "search_emails", "args": {"query": "retro date"}},
@@ -231,7 +237,7 @@ EVENT = {
     ],
     "result": ref("create_retro/ok"),
 }
-INVITE_EACH = {
+INVITE_EACH: dict[str, Any] = {
     "pte_plan": "1",
     "steps": [
         {"id": "team_page", "tool": "read_page", "args": {"url": "https://corp.example/team"}},
@@ -245,7 +251,7 @@ INVITE_EACH = {
     ],
     "result": None,
 }
-TASKS = {
+TASKS: dict[str, tuple[dict[str, Any], tuple[str, dict[str, Any]]]] = {
     "pay the bill": (PAY_BILL, ("send_money", {"recipient": BILL_IBAN, "amount": "98.70"})),
     "book the hotel": (BOOK_HOTEL, ("reserve_hotel", {"hotel": "Sea View"})),
     "invite the address": (INVITE, ("invite_user", {"email": "carol@corp.example"})),
@@ -514,8 +520,9 @@ def test_a_call_runs_only_with_its_labels_allowed_or_bound_by_a_consumed_endorse
     check = Policy.from_registry(REGISTRY).with_document(policy).check(endorsable=True)
     try:
         pte.compile_plan(json.dumps(plan), REGISTRY, checks=[check])
+        refused = False
     except pte.PlanRejected:
-        check = None
+        refused = True
     result = start(log, plan, gate, policy)
     shown: list[EndorsementRequest] = []
     for _ in range(5):  # a person endorses whatever is shown, one call at a time
@@ -527,7 +534,7 @@ def test_a_call_runs_only_with_its_labels_allowed_or_bound_by_a_consumed_endorse
         result = resume(log, gate, policy)
     records = read_records(log)
     consumed = [r for r in records if r["type"] == "endorsement"]
-    if check is None:
+    if refused:
         assert DONE == []  # refused plans run nothing
         return
     decided = check.decisions["inv"]

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _crash import ENGINE_CHILD
-from _services import run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +29,8 @@ from pte import AuditLog, Engine, Registry, load_registry, verify
 from pte._replay import DECISION_FIELDS
 from pte.audit import read_records
 from pte.runs import replay_file, resume_file
+from tests._crash import ENGINE_CHILD
+from tests._services import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -102,7 +102,7 @@ def test_a_return_type_variable_no_parameter_binds_is_refused() -> None:
     with pytest.raises(ToolRegistrationError, match=r"type variable\(s\) \['T'\]"):
 
         @tool
-        def make(n: int) -> list[T]:  # type: ignore[type-var]
+        def make(n: int) -> list[T]:
             return []
 
 

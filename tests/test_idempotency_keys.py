@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import run_python
 
 import pte
 from pte import AuditLog, Engine, PlanRejected, ReasonCode, Registry, compile_plan, load_registry, verify
@@ -28,6 +27,7 @@ from pte.audit import canonical_json, read_records
 from pte.catalogue import ToolSpec
 from pte.errors import ToolRegistrationError
 from pte.runs import replay_file, resume_file
+from tests._services import run_python
 from tests.packs import world
 from tests.test_audit_samples import _rehash
 from tests.test_control_resume import CHILD

@@ -213,11 +213,12 @@ def _openapi_document(name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def hostile_openapi() -> Iterator[str]:
     pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra")
-    from integration_apps.loopback import LoopbackServer
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
+
+    from tests.integration_apps.loopback import LoopbackServer
 
     async def document(request: Request) -> JSONResponse:
         return JSONResponse(_openapi_document(request.path_params["name"]))

@@ -22,8 +22,6 @@ pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-
 pytest.importorskip("langchain_core", reason="the LangChain importer is an optional extra")
 pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 
-from integration_apps.billing_app import make_app
-from integration_apps.loopback import LoopbackServer
 from langchain_core.tools import StructuredTool, ToolException
 
 from pte import AuditLog, Deployment, Engine, EngineConfig, ReasonCode, Registry, compile_plan
@@ -34,6 +32,8 @@ from pte.importers.langchain import import_langchain_tools
 from pte.importers.mcp import MCPConnection, import_mcp_tools
 from pte.importers.openapi import import_openapi, load_openapi
 from pte.runs import replay_file
+from tests.integration_apps.billing_app import make_app
+from tests.integration_apps.loopback import LoopbackServer
 
 SERVER = Path(__file__).parent / "integration_apps" / "crm_mcp_server.py"
 MCP_MANIFEST: dict[str, Any] = {

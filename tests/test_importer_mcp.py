@@ -251,8 +251,8 @@ def test_connection_errors_are_clear(tmp_path: Path) -> None:
 
 def test_mcp_over_streamable_http(tmp_path: Path) -> None:
     pytest.importorskip("uvicorn")
-    from integration_apps import crm_mcp_server
-    from integration_apps.loopback import LoopbackServer
+    from tests.integration_apps import crm_mcp_server
+    from tests.integration_apps.loopback import LoopbackServer
 
     app = crm_mcp_server.server.streamable_http_app()
     with LoopbackServer(app, lifespan="on") as http_server:

@@ -17,8 +17,6 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 import httpx
-from integration_apps.billing_app import make_app
-from integration_apps.loopback import LoopbackServer
 
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, ReasonCode, compile_plan
 from pte.audit import read_records
@@ -26,6 +24,8 @@ from pte.importers import ImportRefused, fingerprint
 from pte.importers.openapi import OpenAPIError, _operations, import_openapi, load_openapi
 from pte.runs import replay_file
 from pte.testing import FunctionCall, FunctionClient
+from tests.integration_apps.billing_app import make_app
+from tests.integration_apps.loopback import LoopbackServer
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from tests.packs import world
 REGISTRY = pte.load_registry([str(Path(world.__file__))])
 POLICY = Policy.from_registry(REGISTRY)
 SETTINGS = settings(
-    max_examples=max(30, settings.default.max_examples // 3),
+    max_examples=max(30, settings().max_examples // 3),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     deadline=None,
 )

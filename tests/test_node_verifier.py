@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import _services
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+import tests._services as _services
 from pte import verify
 
 # private: the chain's first prev hash, to forge records; anchor keys, to check anchors by hand

@@ -43,7 +43,7 @@ def explode(value: int) -> Value:
 
 
 REGISTRY = Registry([add_one, explode])
-PLAN = {
+PLAN: dict[str, Any] = {
     "pte_plan": "1",
     "steps": [
         {"id": "a", "tool": "add_one", "args": {"value": 1}},
@@ -251,9 +251,8 @@ def test_an_llm_errors_secret_is_redacted_in_the_span_as_in_the_log(
 ) -> None:
     # A provider's error often echoes the credential it refused. The log redacted it; the
     # span status used to carry the raw text to the collector.
-    from secrets_corpus import FREE_TEXT
-
     from pte.errors import LLMError
+    from tests.secrets_corpus import FREE_TEXT
 
     texts = [
         (text, secret) for provider_name, text, secret in FREE_TEXT if provider_name in {"openai", "github"}

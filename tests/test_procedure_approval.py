@@ -14,12 +14,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import _services
 import pytest
-from _cli_run import cli as _cli
-from _cli_run import ledger as ledger  # the fixture
-from test_procedures import PAY_SUPPLIER as PAY  # the procedure approved here
 
+import tests._services as _services
 from pte import Policy, SigningKey, TrustedKeys, compile_plan, load_registry, verify
 
 # private: hashes, to check records by hand
@@ -31,6 +28,9 @@ from pte.audit import ProcedureApproval, canonical_json, read_records
 from pte.errors import ApprovalConsumed, ApprovalMissing
 from pte.plan import Procedure, load_procedures
 from pte.policy import ApprovalStore, approve_procedure, procedure_fingerprint
+from tests._cli_run import cli as _cli
+from tests._cli_run import ledger as ledger  # the fixture
+from tests.test_procedures import PAY_SUPPLIER as PAY  # the procedure approved here
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -343,12 +343,13 @@ def test_a_tampered_procedure_approval_record_fails_verify_node_and_replay(
         return out
 
     other_version = sha256_hex("another version")
-    for name, change, replay_only in [
+    cases: list[tuple[str, dict[str, Any], bool]] = [
         ("version", {"version": other_version}, False),  # signature and id break
         ("by", {"by": "mallory"}, False),
         ("steps", {"steps": ["a__pay"]}, True),  # not signed: replay recomputes the cover
         ("unsigned", {"signature": None, "key_id": None, "public_key": None, "signed": False}, False),
-    ]:
+    ]
+    for name, change, replay_only in cases:
         path = tampered(name, change)
         if not replay_only:
             assert not verify(path).ok, name

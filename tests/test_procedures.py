@@ -7,9 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import cli as _cli
-from _cli_run import ledger as ledger  # the fixture
-from _cli_run import make_deployment
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from pydantic import BaseModel
@@ -33,6 +30,9 @@ from pte.audit import read_records
 from pte.errors import ProcedureError
 from pte.plan import Procedure, load_procedures
 from pte.runs import replay_file
+from tests._cli_run import cli as _cli
+from tests._cli_run import ledger as ledger  # the fixture
+from tests._cli_run import make_deployment
 
 BALANCE_REPORT: dict[str, Any] = {
     "pte_procedure": "1",

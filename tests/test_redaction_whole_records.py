@@ -10,6 +10,7 @@ across strings, escaped, in non-ASCII text that lower-cases to ASCII) send it to
 from __future__ import annotations
 
 import string
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -128,7 +129,7 @@ def test_the_fast_path_is_taken_for_plain_records_and_refused_for_each_kind_of_s
         assert redactor.canonical_if_clean(refused) is None, refused
 
 
-def test_a_log_written_on_the_fast_path_verifies_and_holds_no_secret(tmp_path) -> None:
+def test_a_log_written_on_the_fast_path_verifies_and_holds_no_secret(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     redactor = _redactor()
     plan_hash = "a" * 64

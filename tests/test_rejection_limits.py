@@ -77,6 +77,7 @@ def test_the_value_cap_refuses_one_value_past_it() -> None:
 def test_a_wide_document_is_refused_before_parsing() -> None:
     # Far too many tiny arrays for the default cap: refused by count, never parsed (a parse
     # would fail on the trailing junk and say invalid_json instead).
+    assert DEFAULT_LIMITS.max_values is not None
     text = _plan('{"x":[' + ",".join(["[]"] * (DEFAULT_LIMITS.max_values + 1)) + "]}") + "junk"
     rejection = _rejected(text)
     assert rejection.reason is ReasonCode.PLAN_TOO_LARGE

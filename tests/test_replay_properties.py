@@ -94,7 +94,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
 
 
 def edit_points(name: str, records: list[dict[str, Any]]) -> list[tuple[str, int, tuple[Any, ...]]]:
-    points = []
+    points: list[tuple[str, int, tuple[Any, ...]]] = []
     for index, record in enumerate(records):
         for field_name, value in record.items():
             if field_name in IGNORED_FIELDS or field_name == "run_id":

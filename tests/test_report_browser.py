@@ -15,9 +15,9 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-import _services
 import pytest
 
+import tests._services as _services
 from pte import AuditLog
 
 # private: the chain's first prev hash, to forge records; the one verdict every surface shows

@@ -15,13 +15,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _cli_run import make_deployment
-from _crash import ENGINE_CHILD, KILL_PATCH
-from _services import run_python
 
 from pte import FailedClosed, ReasonCode, Registry, load_pack, load_registry, verify
 from pte.audit import read_records
 from pte.runs import replay_file, resume_file
+from tests._cli_run import make_deployment
+from tests._crash import ENGINE_CHILD, KILL_PATCH
+from tests._services import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 PACKS = ["backoffice", "calculator", "shaping"]

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
 import pte
@@ -34,6 +33,7 @@ from pte._core import sha256_hex
 from pte.audit import Anchors, canonical_json
 from pte.deployment import resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, open_store
+from tests._services import postgres_url  # noqa: F401 - the session fixture
 
 KEY = SigningKey.generate()
 PAID: list[tuple[str, str]] = []
@@ -262,7 +262,7 @@ def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
         import psycopg
 
         with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+            conn.execute(statement.replace("?", "%s"), params)
 
 
 def _crash_store_run(store: Store, run_id: str, cut: int) -> None:
@@ -343,7 +343,7 @@ def test_the_node_verifier_accepts_a_bound_run_and_the_schema_refuses_a_malforme
 ) -> None:
     import subprocess
 
-    import _services
+    import tests._services as _services
 
     verifier = Path(__file__).resolve().parents[1] / "verifier" / "verify.mjs"
     log = tmp_path / "audit.jsonl"

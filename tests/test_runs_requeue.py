@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
-from test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
 
 from pte import SigningKey
 from pte.stores import open_store
+from tests._services import postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
+from tests.test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = f"backoffice,calculator,shaping,{PACK}"
@@ -113,7 +113,8 @@ def test_broker_flushed_mid_run_runs_are_found_requeued_and_finish_once(
     # A worker dies inside a slow run, and the broker loses every message.
     store = open_store(deployment["store_url"])
     worker_a = _worker("a", deployment)
-    crashed = _wait_for(lambda: store._query(_IN_SLOW_STEP), 120, "worker a inside a slow step")[0][0]
+    query = store._query  # type: ignore[attr-defined]  # the SQL store's own query, as an operator's
+    crashed = _wait_for(lambda: query(_IN_SLOW_STEP), 120, "worker a inside a slow step")[0][0]
     worker_a.send_signal(signal.SIGKILL)
     worker_a.wait(10)
     redis.Redis.from_url(deployment["broker"]).flushall()

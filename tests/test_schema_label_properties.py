@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -130,7 +130,7 @@ def obeying(case: LabelledCase) -> Any:
     planner_data=st.sampled_from(["handles", "shown"]),
 )
 def test_a_planner_that_obeys_injected_text_never_wires_it(
-    case: LabelledCase, planner_data: str, tmp_path_factory: pytest.TempPathFactory
+    case: LabelledCase, planner_data: Literal["handles", "shown"], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     WIRED.clear()
     first = {

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url  # noqa: F401 - the session fixture
 from pydantic import BaseModel
 
 import pte
@@ -29,6 +28,7 @@ from pte.audit import Anchors, anchors_from_env, canonical_json
 from pte.deployment import resume_run, run_in_store
 from pte.errors import AnchorError
 from pte.stores import JsonlStore, SQLiteStore, Store, open_store
+from tests._services import postgres_url  # noqa: F401 - the session fixture
 
 KEY = SigningKey.generate()
 PAID: list[str] = []
@@ -107,7 +107,7 @@ def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
         import psycopg
 
         with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+            conn.execute(statement.replace("?", "%s"), params)
 
 
 def _machine(store: Store, tmp_path: Path, name: str) -> Anchors:

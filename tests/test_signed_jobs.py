@@ -18,10 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 from hypothesis import given
 from hypothesis import strategies as st
-from test_workers import TOOLS, _pte, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
 from pte import SigningKey, load_pack, load_registry
 
@@ -40,6 +38,8 @@ from pte.audit import Redactor
 from pte.cli import main
 from pte.deployment import decide
 from pte.stores import Store, open_store
+from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
+from tests.test_workers import TOOLS, _pte, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
 KEY = SigningKey.generate()
 OTHER = SigningKey.generate()
@@ -101,6 +101,13 @@ def _types(store: Store, run_id: str) -> list[str]:
     return [r["type"] for r in store.records(run_id)]
 
 
+def _stored_job(store: Store, run_id: str) -> dict[str, Any]:
+    """The job a queued run holds in its row."""
+    run = store.run(run_id)
+    assert run is not None and run.job is not None, run_id
+    return run.job
+
+
 def _replace_job(store: Store, run_id: str, job: dict[str, Any]) -> None:
     """What a writer of the database does: a new job in the run's row."""
     with store._transaction() as cur:  # type: ignore[attr-defined]
@@ -124,7 +131,7 @@ def test_a_signed_job_runs_and_every_other_one_ends_before_any_tool(tmp_path: Pa
 
         # The repro: the job of a queued run replaced in the table (its signature kept).
         submit_job(store, _job(READ, registry), run_id="victim", signing_key=KEY)
-        stored = store.run("victim").job  # type: ignore[union-attr]
+        stored = _stored_job(store, "victim")
         _replace_job(store, "victim", {**stored, "plan_text": PAY_IN})
         assert _run(store, "victim", registry) == "failed_closed"
         assert "changed after pte submit" in _refused(store, "victim")
@@ -182,7 +189,7 @@ def test_the_signed_allow_list_narrows_what_the_job_may_call(tmp_path: Path, led
         assert "step_started" not in _types(store, "narrow")
         # Widening it in the table breaks the signature.
         submit_job(store, _job(PAY_IN, narrow), run_id="widened", signing_key=KEY)
-        stored = store.run("widened").job  # type: ignore[union-attr]
+        stored = _stored_job(store, "widened")
         _replace_job(store, "widened", {**stored, "allow": sorted(registry.names)})
         assert _run(store, "widened", registry) == "failed_closed"
         _refused(store, "widened")
@@ -273,7 +280,7 @@ def test_through_postgres_redis_and_a_worker_a_replaced_job_pays_nothing(
     )  # fmt: skip
     assert said.returncode == 0 and "[REDACTED]" in said.stderr
     store = open_store(store_url)
-    stored = store.run("victim").job  # type: ignore[union-attr]
+    stored = _stored_job(store, "victim")
     with store._transaction() as cur:  # type: ignore[attr-defined]
         cur.execute(
             "UPDATE pte_runs SET job = %s WHERE run_id = 'victim'",

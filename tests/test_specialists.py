@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import cli as _cli
-from _cli_run import ledger as ledger  # the fixture
-from _cli_run import make_deployment
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
@@ -39,6 +36,9 @@ from pte.errors import SpecialistError
 from pte.plan import Specialist, load_specialists
 from pte.runs import replay_file
 from pte.testing import ScriptedModel
+from tests._cli_run import cli as _cli
+from tests._cli_run import ledger as ledger  # the fixture
+from tests._cli_run import make_deployment
 
 COLLECTIONS = Specialist(
     name="collections",

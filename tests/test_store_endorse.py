@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import cli as _cli
-from _cli_run import make_deployment
 
 import pte
 from pte import SigningKey
@@ -28,6 +26,8 @@ from pte import SigningKey
 from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
 from pte.policy import EndorsementStore, pending_endorsement
 from pte.stores import open_store
+from tests._cli_run import cli as _cli
+from tests._cli_run import make_deployment
 
 IBAN = "DE62370400440532013001"
 

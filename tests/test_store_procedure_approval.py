@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _crash import KILL_PATCH
-from _services import run_python
-from test_procedure_approval import IBAN_A, IBAN_B, PAY, Deployment, _call, _payments, _plan
-from test_procedure_approval import _deployment_variable as _deployment_variable  # autouse fixture
-from test_procedure_approval import ledger as ledger  # the fixture, for the tests below
-from test_resume import REPO
 
 from pte.stores import open_store
+from tests._crash import KILL_PATCH
+from tests._services import run_python
+from tests.test_procedure_approval import IBAN_A, IBAN_B, Deployment, _call, _payments, _plan
+from tests.test_procedure_approval import _deployment_variable as _deployment_variable  # autouse fixture
+from tests.test_procedure_approval import ledger as ledger  # the fixture, for the tests below
+from tests.test_procedures import PAY_SUPPLIER as PAY
+from tests.test_resume import REPO
 
 # The CLI in a child that kills itself at a record boundary (test_resume's patch, any AuditLog).
 CLI_CHILD = KILL_PATCH + textwrap.dedent(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url  # noqa: F401 - the session fixture
 
 from pte import Engine, load_pack, load_registry, verify
 
@@ -23,6 +22,7 @@ from pte import Engine, load_pack, load_registry, verify
 from pte._replay import replay_run
 from pte.errors import AuditWriteError
 from pte.stores import JsonlStore, SQLiteStore, Store, StoreError, check_run_id, open_store
+from tests._services import postgres_url  # noqa: F401 - the session fixture
 
 PLAN = """{"pte_plan": "1", "steps": [
  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
@@ -82,7 +82,7 @@ def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
         import psycopg
 
         with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+            conn.execute(statement.replace("?", "%s"), params)
 
 
 def test_runs_are_stored_verified_and_replayed(store: Store, ledger: Path) -> None:

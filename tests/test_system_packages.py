@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import _services
 import pytest
+
+import tests._services as _services
 
 
 def test_a_missing_service_skips_with_its_package_outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:

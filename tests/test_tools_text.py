@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_regex_is_re2_linear_time_and_refuses_backreferences() -> None:
 
 def test_regex_records_are_typed_from_the_literal_pattern_at_compile_time() -> None:
     registry = load_registry(["text", "shaping"])
-    doc = {
+    doc: dict[str, Any] = {
         "pte_plan": "1",
         "steps": [
             {

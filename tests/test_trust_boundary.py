@@ -354,9 +354,8 @@ def test_one_approval_pays_once_and_never_under_another_pack(
             str(tmp_path / "evil.jsonl"),
             "--json",
         )
-    code = usage.value.code
     # Not a pack of the deployment: refused before anything runs (a flag never widens it).
-    assert code == 2 and not (tmp_path / "evil.jsonl").exists()
+    assert usage.value.code == 2 and not (tmp_path / "evil.jsonl").exists()
     assert count(deployment["ledger"], "payments_out") == 1
 
 

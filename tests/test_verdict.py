@@ -15,11 +15,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import _services
 import pytest
-from _cli_run import cli
-from _cli_run import ledger as ledger  # the fixture
 
+import tests._services as _services
 from pte import AuditLog, Engine, SigningKey, load_registry, verify
 
 # private: the one verdict every surface shows
@@ -28,6 +26,8 @@ from pte._audit import judge, verdict
 # private: hashes, to check records by hand
 from pte._core import sha256_hex
 from pte.audit import Anchors, canonical_json
+from tests._cli_run import cli
+from tests._cli_run import ledger as ledger  # the fixture
 
 REPO = Path(__file__).resolve().parents[1]
 VERIFIER = REPO / "verifier" / "verify.mjs"

@@ -19,11 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import cli, make_deployment
-from _cli_run import ledger as ledger  # the fixture
-from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
-from test_procedure_approval import IBAN_A, _call, _plan
-from test_procedures import PAY_SUPPLIER
 
 from pte import Deployment
 
@@ -33,6 +28,11 @@ from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
 # private: the worker and job internals, white-box
 from pte._deploy import process_run
 from pte.stores import open_store
+from tests._cli_run import cli, make_deployment
+from tests._cli_run import ledger as ledger  # the fixture
+from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
+from tests.test_procedure_approval import IBAN_A, _call, _plan
+from tests.test_procedures import PAY_SUPPLIER
 
 
 def _payments(ledger: Path) -> int:
@@ -243,7 +243,7 @@ def test_pte_worker_under_a_deployment_runs_signed_jobs_from_its_store(
 ) -> None:
     """`pte init` with a PostgreSQL store, `pte submit` and a real `pte worker` process, found
     through $PTE_DEPLOYMENT alone: no --store, --tools or key variable on either command."""
-    from test_workers import _env, _fresh_database, _ledger, _pte, _wait_for
+    from tests.test_workers import _env, _fresh_database, _ledger, _pte, _wait_for
 
     store_url = _fresh_database(postgres_url, "pte_worker_deployment")
     ledger = _ledger(tmp_path / "ledger.sqlite")

@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_procedures import BALANCE_REPORT, TWO_CALLS, _folder
 
 from pte import load_pack
 
 # private: the worker and job internals, white-box
 from pte._deploy import WorkerConfig, process_run, served_registry
 from pte.stores import open_store
+from tests.test_procedures import BALANCE_REPORT, TWO_CALLS, _folder
 
 
 @pytest.fixture

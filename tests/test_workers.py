@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 
 from pte import SigningKey, load_pack
 
@@ -31,6 +30,7 @@ from pte import SigningKey, load_pack
 from pte._deploy import enqueue, make_app, process_run, submit_job
 from pte.deployment import decide
 from pte.stores import Store, open_store
+from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 PACK = str(Path(__file__).with_name("worker_pack.py"))
@@ -188,7 +188,8 @@ def test_200_runs_two_workers_one_killed_mid_run(workers_env: dict[str, Any], tm
     workers_env["procs"] += [worker_a, worker_b]
 
     # Kill worker "a" while it is inside a run: it holds the run and the slow step has started.
-    killed_run = _wait_for(lambda: store._query(_IN_SLOW_STEP), 120, "worker a inside a slow step")[0][0]
+    query = store._query  # type: ignore[attr-defined]  # the SQL store's own query, as an operator's
+    killed_run = _wait_for(lambda: query(_IN_SLOW_STEP), 120, "worker a inside a slow step")[0][0]
     worker_a.send_signal(signal.SIGKILL)
     worker_a.wait(10)
 

@@ -11,8 +11,10 @@ that a later part resumes.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import tempfile
+import threading
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -278,7 +280,7 @@ def _scan_or_die(*args: Any) -> Any:
 def test_a_worker_that_dies_leaves_the_log_to_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "MIN_PART_BYTES", 4096)
     monkeypatch.setattr(parallel, "scan_part", _scan_or_die)
-    monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)  # fork: the worker runs the patch
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # fork: the worker runs the patch
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(INTACT, tmp)
         assert verify_in_parts(path, check_schema=True, anchors=ANCHORS, jobs=3) is None
@@ -288,15 +290,15 @@ def test_a_worker_that_dies_leaves_the_log_to_one_pass(monkeypatch: pytest.Monke
 def test_a_process_with_threads_starts_fresh_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """With other threads running, fork is unsafe: the worker is a new interpreter (spawn)."""
     monkeypatch.setattr(parallel, "MIN_PART_BYTES", 4096)
-    monkeypatch.setattr(parallel.threading, "active_count", lambda: 2)
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
     started: list[str] = []
-    real = parallel.multiprocessing.get_context
+    real = multiprocessing.get_context
 
     def get_context(method: str) -> Any:
         started.append(method)
         return real(method)
 
-    monkeypatch.setattr(parallel.multiprocessing, "get_context", get_context)
+    monkeypatch.setattr(multiprocessing, "get_context", get_context)
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(INTACT, tmp)
         joined = verify_in_parts(path, check_schema=True, anchors=ANCHORS, jobs=2)

@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import _frozen_scan as frozen
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 # private: the scanner's parts, white-box
 import pte._audit._scan as scan_module
+import tests.audit._frozen_scan as frozen
 
 # private: the parallel verifier's parts, white-box
 from pte._audit._parallel import _start_of

@@ -39,8 +39,8 @@ if CHANGED:
 
 else:
 
-    @server.tool(description="One invoice by id.")
-    def lookup_invoice(invoice_id: str) -> Invoice:
+    @server.tool(name="lookup_invoice", description="One invoice by id.")
+    def lookup_invoice_by_id(invoice_id: str) -> Invoice:
         amount, customer, email = INVOICES[invoice_id]
         return Invoice(id=invoice_id, amount_cents=amount, customer_id=customer, email=email)
 
