@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli_run import make_deployment
 
 from pte import load_registry
 
 # private: the worker and job internals, white-box
 from pte._deploy import WorkerConfig, job_engine, process_run, submit_job
 from pte.cli import main
+from tests._cli_run import make_deployment
 
 # A tool pack that reports, in seen.jsonl next to it, how many calls ran at once.
 PACK = '''

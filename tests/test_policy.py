@@ -36,15 +36,13 @@ from pte import (
 # private: the JSON Schemas shipped in schemas/
 from pte._core import load_schema
 
-# private: the compile pipeline's parts, white-box
-from pte._plan import CompileContext
-
 # private: the label names; the policy checks' parts, white-box
-from pte._policy import LABELS, PolicyCheck, ToolPolicy, plan_literals
+from pte._policy import LABELS, ToolPolicy, plan_literals
 from pte.audit import read_records
 from pte.catalogue import ToolSpec
 from pte.errors import PolicyError
-from pte.plan import PlanStep
+from pte.plan import CompileContext, PlanStep
+from pte.policy import PolicyCheck
 
 # --- the catalogue ---------------------------------------------------------------------------
 

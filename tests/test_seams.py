@@ -28,11 +28,9 @@ from hypothesis import strategies as st
 # private: the record builders, to write records by hand
 from pte._audit import records as rec
 
-# private: the compile pipeline's parts, white-box
-from pte._plan import CompileContext
-
 # private: the run loop's record vocabulary, to check that no other module writes one
 from pte._run import RUN_RECORDS
+from pte.plan import CompileContext
 from pte.runs import RunView
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from _cli_run import make_deployment
 
 from pte import load_pack
 from pte.cli import main
+from tests._cli_run import make_deployment
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
