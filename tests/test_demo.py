@@ -202,7 +202,8 @@ def test_the_demo_runs_under_deployments_it_made(demo_run: DemoRun) -> None:
         assert records[0].get("deployment") is not None
         assert deployment_problem(records[0], deployment) is None, name
         found = verdict(log, anchors=deployment.anchors())
-        assert found.ok and found.check("anchors").state == "checked", (name, found.summary())
+        anchors = found.check("anchors")
+        assert found.ok and anchors is not None and anchors.state == "checked", (name, found.summary())
     # A writer of the log changes the total and re-hashes the chain: the anchors refuse it.
     deployment = pte.Deployment.from_folder(demo_run.out_dir / "pte-demo-deployment")
     records = read_records(demo_run.out_dir / f"{THREE}.jsonl")

@@ -19,7 +19,7 @@ import pte.audit
 import pte.errors
 import pte.runs
 
-PLAN = {
+PLAN: dict[str, object] = {
     "pte_plan": "1",
     "steps": [{"id": "sum", "tool": "calculator", "args": {"expression": "2 + 3"}}],
     "result": {"$ref": "sum/value"},

@@ -15,12 +15,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import _services
 import pytest
-from _cli_run import cli
-from _cli_run import ledger as ledger  # the fixture
 
 import pte
+import tests._services as _services
 
 # private: the verdict with anchors, as `pte audit verify` gives it
 from pte._audit import verdict
@@ -29,7 +27,9 @@ from pte._audit import verdict
 from pte._core import canonical_bytes
 from pte.audit import Anchors
 from pte.deployment import run_in_store
-from pte.stores import open_store
+from pte.stores import SQLiteStore, open_store
+from tests._cli_run import cli
+from tests._cli_run import ledger as ledger  # the fixture
 
 REPO = Path(__file__).resolve().parents[1]
 VERIFIER = REPO / "verifier" / "verify.mjs"
@@ -86,7 +86,7 @@ def exported(tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]) -
             deployment.engine(), store, run_id="paid", plan_text=PLAN, anchors=deployment.anchors()
         )
         assert result.ok
-        assert store.anchor_lines(0)  # the chain is the store's: there is no anchors file
+        assert isinstance(store, SQLiteStore) and store.anchor_lines(0)  # the chain is the store's, no file
     assert not (folder / "anchors.jsonl").exists()
     code, out, err = cli(capsys, "audit", "anchors", "export", url, str(tmp_path / "anchors.jsonl"))
     assert code == 0 and "anchor(s)" in out, out + err
