@@ -305,7 +305,7 @@ def test_append_returns_plain_json_values() -> None:
 def test_a_kept_record_holds_none_of_the_callers_values(log_path: Path) -> None:
     """An in-memory log's records are the log: a caller (a tool) changing what it passed after
     the write must not change a kept record; a file log's record is its line."""
-    args = {"items": [1, 2], "nested": {"k": "v"}}
+    args: dict[str, Any] = {"items": [1, 2], "nested": {"k": "v"}}
     started = rec.step_started(step_id="a", tool="t", effect="read", args=args, plan_hash="a" * 64)
     memory = begun(AuditLog())
     returned = memory.write(started)
