@@ -37,8 +37,8 @@ from pte import (
     tool,
 )
 
-# private: endorsements built by hand (tamper tests)
-from pte._policy import make_endorsement
+# private: endorsements built by hand (tamper tests); the executor's endorsement check itself
+from pte._policy import EndorsementPoint, calls_to_check, check_call, make_endorsement, reset_point, set_point
 from pte.audit import canonical_json, read_records
 from pte.errors import RunPaused
 from pte.policy import (
@@ -602,3 +602,43 @@ def test_endorse_and_resume_from_python_with_the_pem_files_pte_keys_writes(tmp_p
     # A key file that is not what `pte keys generate` writes is a clear error, not a traceback.
     with pytest.raises(pte.errors.KeyFileError):
         pte.TrustedKeys.load(private)
+
+
+class _RecordingGate:
+    """The gate of an endorsement point, reduced to noting the calls `check_call` hands it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def at_call(self, request: Any, audit: Any) -> None:
+        self.calls.append(
+            request.step_id if request.element is None else f"{request.step_id}[{request.element}]"
+        )
+
+
+_step_ids = hs.sampled_from(["pay", "pay[0]", "pay[12]", "notify", "notify[1]", "pay[x]", "pay]", "[0]"])
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    needs=hs.dictionaries(
+        hs.sampled_from(["pay", "notify", "other"]), hs.sampled_from([{}, {"amount": "why"}])
+    ),
+    step_ids=hs.lists(_step_ids, max_size=6),
+)
+def test_the_executor_skips_the_endorsement_check_exactly_where_it_has_nothing_to_do(
+    needs: dict[str, dict[str, str]], step_ids: list[str]
+) -> None:
+    """`calls_to_check` (the steps the executor checks) holds exactly the steps `check_call`
+    does something for, and nothing outside a run with endorsable calls."""
+    assert calls_to_check(step_ids) == frozenset()
+    gate = _RecordingGate()
+    point = EndorsementPoint(gate, pte.AuditLog(), "a" * 64, needs)
+    token = set_point(point)
+    try:
+        checked = calls_to_check(step_ids)
+        for step_id in step_ids:
+            check_call(step_id, "pay_bill", {"amount": 1}, {}, (None,))
+    finally:
+        reset_point(token)
+    assert set(gate.calls) == checked

@@ -57,6 +57,7 @@ from pte._execution._invoke import _WORKERS, CallOutcome, settled, start_call
 from pte._execution._owner import OwnerCalls, Superseded, may_run_on_owner
 from pte._execution._step_results import ExecutionResult, StepResult
 from pte._plan import Plan, PlanStep, copy_json
+from pte._policy import calls_to_check
 from pte._policy import check_call as check_endorsement
 
 __all__ = ["CallHook", "Executor", "LiveInvoker", "ToolInvoker"]
@@ -221,6 +222,9 @@ class _Run:
         self.available: dict[str, Any] = dict(self.execution.outputs)
         self.steps = [plan.step(sid) for sid in plan.order if sid not in self.available]
         self.specs = [self.registry[s.tool] for s in self.steps]
+        #: The steps a person's endorsement may apply to (pte._policy): none unless the engine
+        #: runs a plan with endorsable calls; no other step is checked.
+        self.endorsable = calls_to_check(s.id for s in self.steps)
         position = {s.id: i for i, s in enumerate(self.steps)}
         #: Per step: how many of its dependencies have not finished yet; who waits for it.
         self.waiting = [0] * len(self.steps)
@@ -365,7 +369,8 @@ class _Run:
         # A call whose value needs a person's endorsement (pte._policy._endorsement): pause, refuse or
         # record the endorsement it consumes, before its intent is recorded. Such a step is a
         # write, started only at its turn, so everything before it is recorded.
-        check_endorsement(step.id, spec.name, args, self.available, (spec.idempotency_key,))
+        if step.id in self.endorsable:
+            check_endorsement(step.id, spec.name, args, self.available, (spec.idempotency_key,))
         if i == self.next:
             # Its turn to be recorded: the intent goes first, as it would one step at a time
             # (a write is only ever started at its turn).

@@ -38,7 +38,7 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -508,6 +508,19 @@ def set_point(point: EndorsementPoint | None) -> contextvars.Token[EndorsementPo
 
 def reset_point(token: contextvars.Token[EndorsementPoint | None]) -> None:
     _CURRENT.reset(token)
+
+
+def calls_to_check(step_ids: Iterable[str]) -> frozenset[str]:
+    """The ids among `step_ids` that `check_call` has work for in this context: the steps (and
+    the for_each elements of steps) the running plan's endorsement point names. Empty, without
+    looking at `step_ids`, outside a run with endorsable calls: the executor calls
+    `check_call` for these steps only, so every other step pays nothing for it."""
+    point = _CURRENT.get()
+    if point is None:
+        return frozenset()
+    named = {step for step, needs in point.needs.items() if needs}
+    named.update(step for step, specs in point.decisions.items() if specs)
+    return frozenset(step_id for step_id in step_ids if split_element(step_id)[0] in named)
 
 
 def check_call(
