@@ -20,7 +20,6 @@ import json
 import math
 import os
 import signal
-import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,29 +151,13 @@ def read_bounded(path: str, what: str, max_bytes: int) -> tuple[str, bool]:
     rejects it, without ever holding the whole file). Raises `InputFileError` for a
     missing, non-regular or unreadable file and for text that is not UTF-8.
     """
-    require_regular_file(path, what)
+    from pte._core import FileRefused, read_at_most
+
+    require_regular_file(path, what)  # the CLI's own messages for a missing or non-regular file
     try:
-        # O_NONBLOCK: should the path have become a FIFO since the check, open() returns
-        # at once instead of waiting for a writer; fstat then refuses it.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise InputFileError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputFileError(f"{what} {path!r} is not a regular file")
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise InputFileError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+        data = read_at_most(path, what, max_bytes + 1)  # one byte more: over the bound, or not
+    except FileRefused as exc:  # it changed since the check, or cannot be read
+        raise InputFileError(str(exc)) from None
     if len(data) > max_bytes:
         # A cut multi-byte character becomes U+FFFD (3 bytes): the text stays over the limit.
         return data.decode("utf-8", errors="replace"), True

@@ -13,6 +13,7 @@ from pte._core._bounded_files import (
     FileRefused,
     check_file,
     check_folder,
+    read_at_most,
     read_bounded_bytes,
     read_bounded_text,
 )
@@ -218,6 +219,7 @@ __all__ = [
     "outside_strings",
     "pattern_matcher",
     "quiet_logging",
+    "read_at_most",
     "read_bounded_bytes",
     "read_bounded_text",
     "read_key_file",

@@ -18,6 +18,7 @@ __all__ = [
     "FileRefused",
     "check_file",
     "check_folder",
+    "read_at_most",
     "read_bounded_bytes",
     "read_bounded_text",
 ]
@@ -76,11 +77,11 @@ def check_folder(path: str | os.PathLike[str], what: str) -> None:
         raise FileRefused(f"cannot read {what} {name!r}: it is not a directory")
 
 
-def read_bounded_bytes(
-    path: str | os.PathLike[str], what: str, max_bytes: int = MAX_INPUT_FILE_BYTES
-) -> bytes:
-    """The bytes of the regular file at `path`, at most `max_bytes`; `FileRefused` otherwise
-    (missing, unreadable, a directory, FIFO, device or socket, or larger)."""
+def read_at_most(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
+    """At most `limit` bytes of the regular file at `path`: opened without blocking, refused
+    (`FileRefused`) unless a regular file that can be read. The one read loop of every bounded
+    read: a caller asks for one byte more than its bound to tell a file over it (it may grow
+    meanwhile), and says what that means for it."""
     name = os.fspath(path)
     try:
         # O_NONBLOCK: opening a FIFO returns at once (no writer needed); fstat then refuses it.
@@ -94,7 +95,7 @@ def read_bounded_bytes(
         if not stat.S_ISREG(mode):
             raise FileRefused(f"cannot read {what} {name!r}: it is {_kind(mode)}")
         chunks: list[bytes] = []
-        left = max_bytes + 1  # one byte more tells a file over the bound (it may grow meanwhile)
+        left = limit
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
@@ -105,9 +106,17 @@ def read_bounded_bytes(
         raise FileRefused(f"cannot read {what} {name!r}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
+    return b"".join(chunks)
+
+
+def read_bounded_bytes(
+    path: str | os.PathLike[str], what: str, max_bytes: int = MAX_INPUT_FILE_BYTES
+) -> bytes:
+    """The bytes of the regular file at `path`, at most `max_bytes`; `FileRefused` otherwise
+    (missing, unreadable, a directory, FIFO, device or socket, or larger)."""
+    data = read_at_most(path, what, max_bytes + 1)  # one byte more tells a file over the bound
     if len(data) > max_bytes:
-        raise FileRefused(f"cannot read {what} {name!r}: it is over {max_bytes} bytes")
+        raise FileRefused(f"cannot read {what} {os.fspath(path)!r}: it is over {max_bytes} bytes")
     return data
 
 
