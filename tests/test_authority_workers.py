@@ -1,6 +1,6 @@
 """Issue 24 attacks through a real Celery worker (PostgreSQL store, Redis broker, worker process).
 
-The worker holds the approvers' public keys and the deployment key (its environment, never
+The worker holds the approvers' public keys and the deployment key (its deployment's, never
 the job's). A store decision row copied to other paused runs pays nothing; a paid run cut
 back in the database before its payment and handed to the worker again is refused.
 """
@@ -20,10 +20,16 @@ from pte._deploy import enqueue, make_app, submit_job
 from pte.deployment import decide
 from pte.stores import open_store
 from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
-from tests.test_workers import PLANS, TOOLS, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
+from tests.test_workers import (  # noqa: F401 - the fixture
+    PLANS,
+    TOOLS,
+    _wait_for,
+    _worker,
+    worker_deployment,
+    workers_env,
+)
 
 SIGNER = SigningKey.generate()
-DEPLOYMENT = SigningKey.generate()
 
 
 def _payments(ledger: Path) -> int:
@@ -39,18 +45,16 @@ def test_copied_decisions_and_a_cut_run_pay_once_through_a_worker(
     store_url, env, broker = workers_env["store_url"], workers_env["env"], workers_env["broker"]
     ledger: Path = workers_env["ledger"]
     (tmp_path / "approver.pub").write_bytes(SIGNER.public_key.to_pem())
-    (tmp_path / "deployment.key").write_bytes(DEPLOYMENT.to_pem())
-    env = {
-        **env,
-        "PTE_APPROVAL_PUBLIC_KEYS_FILE": str(tmp_path / "approver.pub"),
-        "PTE_DEPLOYMENT_KEY_FILE": str(tmp_path / "deployment.key"),
-    }
+    # A deployment whose approver is SIGNER: its workers count only her signed decisions.
+    env, deployment_key = worker_deployment(
+        tmp_path / "with-approver", store_url, env, "--approval-keys", str(tmp_path / "approver.pub")
+    )
     store = open_store(store_url)
     app = make_app(broker)
     job = {"mode": "execute", "plan_text": PLANS["approval"], "tools": TOOLS.split(","), "policy": None}
-    runs = [submit_job(store, job, run_id=name, signing_key=DEPLOYMENT) for name in ("a", "b", "c")]
+    runs = [submit_job(store, job, run_id=name, signing_key=deployment_key) for name in ("a", "b", "c")]
     enqueue(app, runs)
-    workers_env["procs"].append(_worker("a", store_url, broker, env))
+    workers_env["procs"].append(_worker("a", broker, env))
     _wait_for(lambda: len(store.runs("awaiting_approval")) == 3, 120, "three paused runs", every=0.2)
 
     # Attack 1: alice approves run a; the database writer copies her row to b and c.

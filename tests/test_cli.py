@@ -750,11 +750,19 @@ def test_approve_a_rejected_plan_fails(tmp_path: Path, capsys: pytest.CaptureFix
     assert not store.exists() or store.read_text(encoding="utf-8") == ""
 
 
-def test_approve_needs_by(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_approve_by_defaults_to_the_login_and_refuses_an_empty_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import getpass
+
     plan = write_json(tmp_path / "pay.json", PAYMENT_PLAN)
-    code, _, err = cli(capsys, "approve", str(plan), "--tools", STOCK)
+    approvals = str(tmp_path / "approvals.jsonl")
+    code, _, err = cli(capsys, "approve", str(plan), "--tools", STOCK, "--by", "", "--approvals", approvals)
     assert code == 2
     assert "--by" in err
+    code, _, err = cli(capsys, "approve", str(plan), "--tools", STOCK, "--approvals", approvals)
+    assert code == 0, err
+    assert json.loads(Path(approvals).read_text(encoding="utf-8").splitlines()[0])["by"] == getpass.getuser()
 
 
 # --- pte run / pte plan ----------------------------------------------------------------------

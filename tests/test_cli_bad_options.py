@@ -57,14 +57,19 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert main(["--quiet", "audit", "keygen", str(root / "ck")]) == 0
     (root / "ck.checkpoints").write_text("", encoding="utf-8")
+    # `pte worker` and `pte submit` act only under a deployment: theirs names the cases' STORE.
+    store = STORE.format(work=root)
+    assert main(["--quiet", "init", str(root / "dep"), "--tools", "calculator", "--store", store]) == 0
     return root
 
 
 def _pte(work: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # Workers and submit under the deployment of the `work` fixture (they refuse to act without).
+    deployment = {"PTE_DEPLOYMENT": str(work / "dep")} if argv[0] in ("worker", "submit") else {}
     return subprocess.run(
         [sys.executable, "-m", "pte._cli", "--quiet", *argv],
         cwd=work,
-        env={**_env(), **(env or {})},
+        env={**_env(), **deployment, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,  # a hang fails the test instead of the suite
@@ -311,14 +316,8 @@ def test_a_named_failure_is_not_an_internal_error(work: Path) -> None:
 
 
 def test_submit_to_an_unreachable_broker_stores_nothing_and_says_so(work: Path) -> None:
-    store = f"sqlite:///{work}/submit.db"
-    from pte import SigningKey
-
-    (work / "deployment.key").write_bytes(SigningKey.generate().to_pem())  # submit signs its jobs
-    done = _pte(
-        work, "submit", "plan.json", "--tools", "calculator", "--store", store, "--broker", NOWHERE,
-        env={"PTE_DEPLOYMENT_KEY_FILE": str(work / "deployment.key")},
-    )  # fmt: skip
+    store = STORE.format(work=work)  # the deployment's: submit signs its jobs with its key
+    done = _pte(work, "submit", "plan.json", "--tools", "calculator", "--store", store, "--broker", NOWHERE)
     assert done.returncode == 1, done.stderr
     assert "not submitted: cannot reach the broker" in done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
@@ -362,8 +361,8 @@ def test_a_worker_configuration_refuses_a_bad_approval_ttl(
 
     assert WORKER_MAX == MAX_APPROVAL_TTL_S  # the CLI's documented maximum is the worker's
     with pytest.raises(ValueError, match="approval TTL"):
-        WorkerConfig("sqlite:s.db", ("calculator",), ttl)
-    monkeypatch.setenv("PTE_WORKER_STORE", "sqlite:s.db")
+        WorkerConfig("/srv/pte", ("calculator",), ttl)
+    monkeypatch.setenv("PTE_DEPLOYMENT", "/srv/pte")
     monkeypatch.setenv("PTE_WORKER_TOOLS", "calculator")
     monkeypatch.setenv("PTE_WORKER_APPROVAL_TTL", str(ttl))
     with pytest.raises(PTEError, match="approval TTL"):

@@ -193,11 +193,11 @@ def test_bad_max_concurrency_is_a_usage_error(
 
 
 def test_worker_config_carries_the_execution_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = WorkerConfig("sqlite:///x.db", ("calculator",), max_concurrency=3, serial_writes=True)
+    config = WorkerConfig("/srv/pte", ("calculator",), max_concurrency=3, serial_writes=True)
     for key, value in config.to_env().items():
         monkeypatch.setenv(key, value)
     assert WorkerConfig.from_env() == config
-    default = WorkerConfig("sqlite:///x.db", ("calculator",))
+    default = WorkerConfig("/srv/pte", ("calculator",))
     for key, value in default.to_env().items():
         monkeypatch.setenv(key, value)
     assert WorkerConfig.from_env() == default

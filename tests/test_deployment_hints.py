@@ -10,6 +10,7 @@ so the next command reads the same keys and stores, and a hint needs no authorit
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import shlex
@@ -218,3 +219,91 @@ def test_resume_before_a_decision_prints_the_approve_command_which_runs_as_print
     # Resumed again as printed: the run is sealed, nothing pays twice.
     code, out, err = _run(resume, capsys)
     assert _payments(ledger) == 1
+
+
+# --- hints that named placeholders (--by NAME, --endorsements FILE, "the --tools it was started
+# with"): each is now a command that runs as printed under the deployment, and ends where it says.
+
+
+def _store_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *options: str
+) -> str:
+    url = f"sqlite://{tmp_path / 'runs.db'}"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url, *options)
+    monkeypatch.delenv("PTE_BROKER", raising=False)
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    return url
+
+
+def test_requeue_of_a_run_waiting_for_approval_prints_the_approve_that_runs_as_printed(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _store_deployment(tmp_path, monkeypatch, capsys)
+    assert cli(capsys, "execute", "pay.json", "--run-id", "r1")[0] == 0  # paused for approval
+    code, out, err = cli(capsys, "runs", "requeue", "r1", "--broker", "redis://127.0.0.1:9/0")
+    assert code == 1 and "waits for a person's decision" in err, out + err
+    approve = _hint(err, "queues it for a worker): ")
+    assert approve == "pte approve r1"  # the deployment names the store; --by is the reader's login
+    code, out, err = _run(approve, capsys)
+    assert code == 0 and f"by {getpass.getuser()}" in out, out + err
+    code, out, err = _run(_hint(out, "continue it with: "), capsys)
+    assert code == 0 and "succeeded" in out, out + err
+    assert _payments(ledger) == 1
+
+
+def test_the_paused_records_message_is_a_command_that_runs_as_printed(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run_paused`'s message (what `pte audit show` and the store say the run waits for)."""
+    from pte.stores import open_store
+
+    url = _store_deployment(tmp_path, monkeypatch, capsys)
+    assert cli(capsys, "execute", "pay.json", "--run-id", "r1")[0] == 0
+    with open_store(url) as store:
+        paused = [r for r in store.records("r1") if r["type"] == "run_paused"][-1]
+    command = paused["message"][paused["message"].index("(pte ") + 1 : paused["message"].index(")")]
+    assert command == "pte approve r1" and not PLACEHOLDER.search(command)
+    code, out, err = _run(command, capsys)
+    assert code == 0 and "approved: plan" in out, out + err
+    assert _run(_hint(out, "continue it with: "), capsys)[0] == 0
+    assert _payments(ledger) == 1
+
+
+def test_approving_a_run_that_waits_for_an_endorsement_points_to_the_endorse_that_runs(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # private: the demo's bill payment and endorsement policy, as the other endorsement hints use
+    from pte._cli import BILL_PAYMENT, ENDORSE_POLICY
+
+    private, public = approver_keys(tmp_path)
+    monkeypatch.setenv("PTE_APPROVAL_SIGNING_KEY_FILE", str(private))
+    (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
+    _store_deployment(
+        tmp_path, monkeypatch, capsys, "--policy", "policy.json", "--approval-keys", str(public)
+    )
+    (tmp_path / "bill.json").write_text(BILL_PAYMENT, encoding="utf-8")
+    assert cli(capsys, "execute", "bill.json", "--run-id", "e1")[0] == 0
+    assert _run(_hint(cli(capsys, "approve", "e1")[1], "continue it with: "), capsys)[0] == 0
+    code, out, err = cli(capsys, "approve", "e1")  # it now waits for an endorsement, not an approval
+    assert code == 1 and "awaiting_endorsement" in err, out + err
+    review = _hint(err, "review it with: ").rstrip(")")
+    assert review == "pte endorse e1"
+    code, out, err = _run(review, capsys)
+    assert code == 0 and "send_payment.iban" in out and _payments(ledger) == 0, out + err
+
+
+def test_approve_and_reject_record_the_readers_login_without_by(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--by` defaults to the login of whoever runs the command (as `pte runs requeue` records it),
+    so a hint need not guess a name; an empty one is still refused."""
+    _store_deployment(tmp_path, monkeypatch, capsys)
+    for run_id in ("a1", "r1"):
+        assert cli(capsys, "execute", "pay.json", "--run-id", run_id)[0] == 0
+    code, out, err = cli(capsys, "approve", "a1", "--by", "")
+    assert code == 2, out + err
+    code, out, err = cli(capsys, "approve", "a1")
+    assert code == 0 and f"by {getpass.getuser()}" in out, out + err
+    code, out, err = cli(capsys, "reject", "r1")
+    assert code == 0 and f"by {getpass.getuser()}" in out, out + err
+    assert _payments(ledger) == 0

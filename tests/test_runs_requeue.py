@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from pte import SigningKey
 from pte.stores import open_store
 from tests._services import postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
 from tests.test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
@@ -51,16 +50,16 @@ def deployment(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[di
     ledger = _ledger(tmp_path / "ledger.sqlite")
     redis.Redis.from_url(redis_url).flushall()
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PTE_DEPLOYMENT"},
         "PTE_LEDGER": str(ledger),
         "PYTHONPATH": str(REPO),
-        "PTE_STORE": store_url,
+        "PTE_STORE": store_url,  # the deployment's: it stands for --store
         "PTE_BROKER": redis_url,
-        # The deployment key: `pte submit` signs each job with it and workers run only signed jobs.
-        "PTE_DEPLOYMENT_KEY_FILE": str(tmp_path / "deployment.key"),
-        "PTE_ANCHORS_FILE": str(tmp_path / "deployment.anchors.jsonl"),
     }
-    (tmp_path / "deployment.key").write_bytes(SigningKey.generate().to_pem())
+    # Workers act only under a deployment: its key signs each job (`pte submit`) and anchors runs.
+    done = _pte("init", str(tmp_path / "deployment"), "--tools", TOOLS, "--store", store_url, env=env)
+    assert done.returncode == 0, done.stderr
+    env["PTE_DEPLOYMENT"] = str(tmp_path / "deployment")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         yield {"store_url": store_url, "broker": redis_url, "ledger": ledger, "env": env, "procs": procs}
@@ -77,7 +76,7 @@ def deployment(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[di
 
 
 def _worker(name: str, deployment: dict[str, Any]) -> subprocess.Popen[bytes]:
-    env = {**deployment["env"], "PTE_STORE": f"{deployment['store_url']}?application_name=pte-worker-{name}"}
+    env = {**deployment["env"], "PGAPPNAME": f"pte-worker-{name}"}  # its connections, for _IN_SLOW_STEP
     proc = subprocess.Popen(
         [sys.executable, "-m", "pte._cli", "--quiet", "worker", "--tools", TOOLS,
          "--name", f"{name}@pte-test", "--visibility-timeout", "4"],

@@ -179,7 +179,8 @@ def test_approving_a_stored_run_then_resuming_it_is_refused_without_a_deployment
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A run paused in a store by a library caller (no deployment): `pte approve` records the
-    decision (no write runs), the resume it prints is refused under flags alone, nothing paid."""
+    decision (no write runs) and says the run cannot continue without a deployment, printing the
+    `pte init` that makes one; under it, resume refuses the run (never anchored): nothing paid."""
     from pte import Engine, load_registry
     from pte.deployment import PausedRun, pausing_gate, run_in_store
     from pte.stores import open_store
@@ -193,10 +194,15 @@ def test_approving_a_stored_run_then_resuming_it_is_refused_without_a_deployment
     assert isinstance(paused, PausedRun)
     code, out, err = cli(capsys, "approve", "r1", "--by", "alice", "--store", url, "--tools", "backoffice")
     assert code == 0, out + err
-    resume = next(line for line in out.splitlines() if "pte resume" in line)
-    words = shlex.split(resume[resume.index("pte resume") :])
-    code, out, err = cli(capsys, *words[1:])
+    assert "pte resume" not in out  # it would only be refused (no_deployment)
+    line = next(line for line in out.splitlines() if "started without a deployment" in line)
+    init = shlex.split(line[line.index("made with: ") + len("made with: ") :])
+    assert init == ["pte", "init", "--tools", "backoffice", "--store", url]
+    code, out, err = cli(capsys, "resume", "r1", "--store", url, "--tools", "backoffice")
     assert code == 2 and "no_deployment" in err and "send_payment" in err, out + err
+    assert cli(capsys, *init[1:])[0] == 0
+    code, out, err = cli(capsys, "resume", "r1")  # under the deployment it printed: never anchored
+    assert code == 1 and "never anchored" in err, out + err
     with open_store(url) as store:
         info = store.run("r1")
         assert info is not None and info.status == "awaiting_approval"

@@ -233,20 +233,35 @@ def test_any_change_to_a_stored_job_breaks_its_signature(field: str, value: Any)
     assert job_refusal(job, "r1", OTHER.public_key) is not None
 
 
-def test_submit_and_worker_without_a_deployment_key_are_usage_errors(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+def test_submit_and_worker_without_a_deployment_or_its_key_are_usage_errors(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Workers take their authority only from a deployment: without one, `pte submit` and `pte
+    worker` refuse (no_deployment, exit 2) naming the `pte init` that makes it, even with the
+    variables that once configured them; with a deployment whose key is not on this machine, too.
+    Nothing is stored."""
+    from tests._cli_run import make_deployment
+
     (tmp_path / "read.json").write_text(READ, encoding="utf-8")
     url = f"sqlite:{tmp_path / 'runs.db'}"
     common = ["--tools", "backoffice", "--store", url, "--broker", "redis://127.0.0.1:9/0"]
-    for argv, said in (
-        (["submit", str(tmp_path / "read.json"), *common], "signs each job with the deployment key"),
-        (["worker", *common], "runs only jobs signed with the deployment key"),
-    ):
+    (tmp_path / "deployment.key").write_bytes(KEY.to_pem())
+    monkeypatch.delenv("PTE_DEPLOYMENT", raising=False)
+    monkeypatch.setenv("PTE_DEPLOYMENT_KEY_FILE", str(tmp_path / "deployment.key"))  # no longer enough
+    for argv in (["submit", str(tmp_path / "read.json"), *common], ["worker", *common]):
         with pytest.raises(SystemExit) as exited:
             main(["--quiet", *argv])
         assert exited.value.code == 2
-        assert said in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "no_deployment" in err and f"pte init --tools backoffice --store {url}" in err
+    monkeypatch.delenv("PTE_DEPLOYMENT_KEY_FILE")
+    where = make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url)
+    (where / "deployment.key").unlink()  # a verifier's copy of the folder
+    for argv in (["submit", str(tmp_path / "read.json"), *common], ["worker", *common]):
+        with pytest.raises(SystemExit) as exited:
+            main(["--quiet", *argv])
+        assert exited.value.code == 2
+        assert "does not hold the deployment's key" in capsys.readouterr().err
     with open_store(url) as store:
         assert store.runs() == []  # nothing stored
 
@@ -259,12 +274,7 @@ def test_through_postgres_redis_and_a_worker_a_replaced_job_pays_nothing(
     """The red team's repro as they ran it: `pte submit`, a database writer edits and inserts
     jobs, a real `pte worker` takes them. Only the signed job runs; the secret is nowhere stored."""
     store_url, broker, ledger = workers_env["store_url"], workers_env["broker"], workers_env["ledger"]
-    (tmp_path / "deployment.key").write_bytes(KEY.to_pem())
-    env = {
-        **workers_env["env"],
-        "PTE_DEPLOYMENT_KEY_FILE": str(tmp_path / "deployment.key"),
-        "PTE_ANCHORS_FILE": str(tmp_path / "anchors.jsonl"),
-    }
+    env = workers_env["env"]  # the deployment's: its key signs what `pte submit` queues
     for name, plan in (("read.json", READ), ("secret.json", WITH_SECRET)):
         (tmp_path / name).write_text(plan, encoding="utf-8")
     for run_id, plan in (("victim", "read.json"), ("secret", "secret.json")):
@@ -297,7 +307,7 @@ def test_through_postgres_redis_and_a_worker_a_replaced_job_pays_nothing(
         )
     enqueue(make_app(broker), ["forged"])
     before = _payments(ledger)
-    workers_env["procs"].append(_worker("a", store_url, broker, env))
+    workers_env["procs"].append(_worker("a", broker, env))
     runs = ("victim", "forged", "secret", "secret2")
 
     def status(run_id: str) -> tuple[str, str | None]:

@@ -93,7 +93,8 @@ def _ledger(path: Path) -> Path:
 
 
 def _env(ledger: Path) -> dict[str, str]:
-    return {**os.environ, "PTE_LEDGER": str(ledger), "PYTHONPATH": str(REPO)}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("PTE_DEPLOYMENT", "PTE_STORE")}
+    return {**inherited, "PTE_LEDGER": str(ledger), "PYTHONPATH": str(REPO)}
 
 
 def _pte(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -106,13 +107,24 @@ def _pte(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _worker(name: str, store_url: str, broker: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    url = f"{store_url}?application_name=pte-worker-{name}"
+def _worker(name: str, broker: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A `pte worker` under the deployment of ``env`` (its store: no --store); its database
+    connections are named ``pte-worker-NAME`` (libpq's ``PGAPPNAME``) for the tests' queries."""
     return subprocess.Popen(
-        [sys.executable, "-m", "pte._cli", "--quiet", "worker", "--tools", TOOLS, "--store", url,
+        [sys.executable, "-m", "pte._cli", "--quiet", "worker", "--tools", TOOLS,
          "--broker", broker, "--name", f"{name}@pte-test", "--visibility-timeout", "4"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**env, "PGAPPNAME": f"pte-worker-{name}"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def worker_deployment(
+    folder: Path, store_url: str, env: dict[str, str], *options: str
+) -> tuple[dict[str, str], SigningKey]:
+    """A deployment made by `pte init FOLDER --tools TOOLS --store STORE_URL OPTIONS…` (its anchor
+    chain in that store): the environment that names it, and its key (which signs jobs)."""
+    done = _pte("init", str(folder), "--tools", TOOLS, "--store", store_url, *options, env=env)
+    assert done.returncode == 0, done.stderr
+    return {**env, "PTE_DEPLOYMENT": str(folder)}, SigningKey.load(folder / "deployment.key")
 
 
 def _wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 0.02) -> Any:
@@ -129,14 +141,8 @@ def _wait_for(condition: Callable[[], Any], timeout: float, what: str, every: fl
 def workers_env(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[dict[str, Any]]:  # noqa: F811
     store_url = _fresh_database(postgres_url, "pte_workers")
     ledger = _ledger(tmp_path / "ledger.sqlite")
-    # The deployment key: `pte submit` signs each job with it and workers run only signed jobs.
-    key = SigningKey.generate()
-    (tmp_path / "deployment.key").write_bytes(key.to_pem())
-    env = {
-        **_env(ledger),
-        "PTE_DEPLOYMENT_KEY_FILE": str(tmp_path / "deployment.key"),
-        "PTE_ANCHORS_FILE": str(tmp_path / "deployment.anchors.jsonl"),
-    }
+    # Workers act only under a deployment; its key signs each job (`pte submit`) and anchors runs.
+    env, key = worker_deployment(tmp_path / "deployment", store_url, _env(ledger))
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
@@ -183,8 +189,8 @@ def test_200_runs_two_workers_one_killed_mid_run(workers_env: dict[str, Any], tm
         kinds.update(dict.fromkeys(run_ids, kind))
     assert len(kinds) == 200
     assert Counter(info.status for info in store.runs()) == {"queued": 200}
-    worker_a = _worker("a", store_url, broker, env)
-    worker_b = _worker("b", store_url, broker, env)
+    worker_a = _worker("a", broker, env)
+    worker_b = _worker("b", broker, env)
     workers_env["procs"] += [worker_a, worker_b]
 
     # Kill worker "a" while it is inside a run: it holds the run and the slow step has started.

@@ -86,7 +86,8 @@ def _packs(args: argparse.Namespace) -> list[str]:
     ]
     if not packs:
         raise UsageError(
-            "--tools is required (or run under a deployment: `pte init --tools PACK`): a stock pack "
+            "--tools is required (or run under a deployment: `pte init` with the packs it serves): "
+            "a stock pack "
             f"({', '.join(STOCK_PACKS)}), an installed pack, a .py file "
             "or a module (`pte tools` lists them)"
         )

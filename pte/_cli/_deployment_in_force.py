@@ -208,7 +208,8 @@ def require_signer(args: argparse.Namespace, key: Any, what: str) -> None:
     if key is None:
         raise UsageError(
             f"{what} not recorded: this deployment counts only {what}s signed by its approver keys "
-            f"({named}); sign it with --signing-key FILE (or $PTE_APPROVAL_SIGNING_KEY_FILE)"
+            f"({named}); sign it: give the approver's private key with --signing-key (or name it in "
+            "$PTE_APPROVAL_SIGNING_KEY_FILE)"
         )
     if key.public_key.key_id not in set(keys):
         raise UsageError(

@@ -259,6 +259,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
+    from pte._cli._hints import approver
+
+    args.by = args.by or approver()  # who runs the command, as `pte runs requeue` records it
     from pte._plan import compile_plan
     from pte._policy import ApprovalStore, approve, catalogue_fingerprint
 
@@ -531,7 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="approve this procedure file's version instead: its writes run in any run, any arguments the "
         "policy allows",
     )
-    p.add_argument("--by", required=True, metavar="NAME", type=non_empty_text)
+    p.add_argument(
+        "--by", metavar="NAME", type=non_empty_text, help="who approves (recorded; default: your login)"
+    )
     p.add_argument("--approvals", metavar="FILE", help="approval store (default pte_approvals.jsonl)")
     add_endorsements_option(p)
     p.add_argument(

@@ -11,13 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from pte._cli._deployment import _llm, _packs, _policy, _registry
+from pte._cli._deployment import _llm, _packs, _registry
 from pte._cli._imports import is_import_spec
 from pte._cli._support import (
     MAX_APPROVAL_TTL_S,
@@ -32,6 +30,7 @@ from pte._cli._support import (
     broker_problem,
     check_broker_url,
     execution_settings,
+    non_empty_text,
     read_bounded,
     store_file,
 )
@@ -449,26 +448,23 @@ def _after_decision(args: argparse.Namespace, store: Store, run_id: str, *, appr
 
 
 def _resume_hint(args: argparse.Namespace, store: Store, run_id: str, extra: tuple[str, ...] = ()) -> str:
-    """How to continue a decided run: its packs from ``--tools`` here, else from its submitted job;
-    `extra`: further flags the resume needs (``--endorsements FILE``)."""
+    """How to continue a decided run, as a command that runs as printed: under a deployment, which
+    names everything resume needs, ``pte resume RUN_ID`` (and the flags that narrowed it);
+    `extra`: further flags the resume needs (``--endorsements FILE`` without a deployment)."""
+    from pte._cli._deployment import _in_force
+    from pte._cli._deployment_in_force import init_command
     from pte._cli._hints import deployment_flags, pte_command, store_flags
 
-    flags = deployment_flags(args, approvals=False) + list(extra)
-    from pte._cli._deployment import _in_force
-
-    if _in_force(args) is not None:  # the deployment names everything resume needs
+    if _in_force(args) is not None:
+        flags = deployment_flags(args, approvals=False) + list(extra)
         return f"continue it with: {pte_command('resume', run_id, *store_flags(args, store), *flags)}"
-    if not getattr(args, "tools", None):
-        info = store.run(run_id)
-        packs = [p for p in ((info.job or {}).get("tools") or ()) if isinstance(p, str)] if info else []
-        flags = [word for pack in packs for word in ("--tools", pack)] + flags
-    if not any(flag == "--tools" for flag in flags):
-        more = f" {shlex.join(extra)}" if extra else ""
-        return (
-            f"continue it with: pte resume {run_id}{more} and the --tools (and --policy) it was started with "
-            f"(give --tools to pte approve to have the whole command printed)"
-        )
-    return f"continue it with: {pte_command('resume', run_id, *store_flags(args, store), *flags)}"
+    # A paused run waits to write, and a write runs only under a deployment (`no_deployment`);
+    # under one, a run that none anchored at its start is refused: it is started again.
+    return (
+        f"run {run_id} was started without a deployment, so it cannot continue (a write runs only "
+        "under one, which never anchored this run's start); run its plan again under a deployment, "
+        f"made with: {init_command(args)}"
+    )
 
 
 def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
@@ -605,17 +601,32 @@ def _enqueue(args: argparse.Namespace, run_ids: list[str]) -> None:
     enqueue(make_app(_broker(args)), run_ids)
 
 
-def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = None) -> int:
+#: What `pte worker` and `pte submit` say they do when there is no deployment (`no_deployment`).
+_WORKER_WRITES = "a worker runs the writes of the jobs it takes"
+_SUBMIT_WRITES = "a submitted job runs on the deployment's workers, which run its writes"
+
+
+def _deployment_for_workers(args: argparse.Namespace, what: str) -> Any:
+    """The deployment `pte worker`/`pte submit` act under, with its key on this machine; a usage
+    error (`no_deployment`, exit 2) naming the `pte init` that makes one when there is none:
+    workers take their authority from nothing else."""
     from pte._cli._deployment import _in_force
+    from pte._cli._deployment_in_force import no_deployment_message
+
+    deployment = _in_force(args)
+    if deployment is None:
+        raise _usage_error()(no_deployment_message(what, args))
+    return deployment
+
+
+def worker(args: argparse.Namespace, packs: list[str]) -> int:
     from pte._deploy import QUEUE, WorkerConfig, make_app
 
+    deployment = _deployment_for_workers(args, _WORKER_WRITES)
     broker = _broker(args)
-    deployment = _in_force(args)
     with _store(args.store):  # fail early on a bad store, in the parent
         pass
-    if deployment is None:
-        _worker_job_key()
-    elif not deployment.has_key:
+    if not deployment.has_key:
         raise _usage_error()(
             f"this machine does not hold the deployment's key ({deployment.key_path}): a worker checks "
             "jobs and anchors its runs with it; copy the deployment folder with its key here"
@@ -630,16 +641,13 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
     } if (args.model or args.base_url or args.replay_responses) else {}  # fmt: skip
     execution = execution_settings(args)
     config = WorkerConfig(
-        (deployment.store_url if deployment is not None else None) or args.store or os.environ["PTE_STORE"],
+        # The worker's processes build everything from the deployment (`_workers._Context`).
+        str(deployment.folder),
         tuple(packs),
         args.approval_ttl or 86400.0,
         json.dumps(llm),
-        json.dumps(policy_document),
         execution["max_concurrency"],
         execution["serial_writes"],
-        str(Path(args.procedures).resolve()) if getattr(args, "procedures", None) else "",
-        # Under a deployment the worker's processes build everything from it (`_workers._Context`).
-        str(deployment.folder) if deployment is not None else "",
     )
     os.environ.update(config.to_env())
     app = make_app(broker, visibility_timeout=args.visibility_timeout)
@@ -662,12 +670,13 @@ def worker(args: argparse.Namespace, packs: list[str], policy_document: Any = No
     return EXIT_OK
 
 
-def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, registry: Any) -> int:
+def submit(args: argparse.Namespace, packs: list[str], registry: Any) -> int:
     """``pte submit``: each job redacted, signed with the deployment key for its run id, stored
     ``queued``; only its run id goes on the broker (`pte._deploy._jobs`)."""
-    from pte._cli._deployment import _in_force, current_redactor
-    from pte._deploy import job_fingerprint, redact_job, submit_job
+    from pte._cli._deployment import current_redactor
+    from pte._deploy import redact_job, submit_job
 
+    deployment = _deployment_for_workers(args, _SUBMIT_WRITES)
     if args.count < 1:
         raise _usage_error()("--count must be at least 1")
     if (args.plan_file is None) == (args.request is None):
@@ -677,7 +686,6 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, reg
         if args.request is not None
         else {"mode": "execute", "plan_text": _plan_text(args.plan_file)}
     )
-    deployment = _in_force(args)
     signing_key = _job_signing_key(deployment)
     # What the worker may do is signed with the job: the allow-list it was narrowed to here and
     # the deployment fingerprint (catalogue, policy, procedures) it was submitted under.
@@ -686,11 +694,9 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, reg
             **what,
             "tools": packs,
             "allow": sorted(registry.names),
-            # Under a deployment the workers apply its policy, which its fingerprint binds.
-            "policy": policy_document if deployment is None else None,
-            "deployment": job_fingerprint(registry, policy_document)
-            if deployment is None
-            else deployment.fingerprint,
+            # The workers apply the deployment's policy, which its fingerprint binds.
+            "policy": None,
+            "deployment": deployment.fingerprint,
         },
         current_redactor(),
     )
@@ -733,51 +739,21 @@ def submit(args: argparse.Namespace, packs: list[str], policy_document: Any, reg
     return EXIT_OK
 
 
-def _worker_job_key() -> Any:
-    """The key a worker checks jobs with; a usage error (exit 2) without one: the worker would
-    end every job ``failed_closed(job_signature_invalid)``."""
-    from pte._audit import DEPLOYMENT_KEY_ENV
-    from pte._deploy import deployment_job_key
-
-    try:
-        key = deployment_job_key()
-    except PTEError as exc:
-        raise _usage_error()(str(exc)) from None
-    if key is None:
-        raise _usage_error()(
-            f"a worker runs only jobs signed with the deployment key ({DEPLOYMENT_KEY_ENV} is not set): "
-            "create the key with `pte init` and export what it prints"
-        )
-    return key
-
-
 def _job_signing_key(deployment: Any) -> Any:
-    """The deployment key that signs jobs; a usage error (exit 2) without one: workers run only
-    signed jobs, so an unsigned one would only end ``failed_closed(job_signature_invalid)``."""
-    from pte._audit import DEPLOYMENT_KEY_ENV
+    """The deployment key that signs jobs; a usage error (exit 2) where this machine does not hold
+    it: workers run only signed jobs, so an unsigned one would only end
+    ``failed_closed(job_signature_invalid)``."""
     from pte._core import SigningKey
-    from pte._deploy import deployment_signing_key
 
-    if deployment is not None:
-        if not deployment.has_key:
-            raise _usage_error()(
-                f"this machine does not hold the deployment's key ({deployment.key_path}): pte submit "
-                "signs each job with it; submit from a machine that holds the deployment folder with its key"
-            )
-        try:
-            return SigningKey.load(deployment.key_path)
-        except PTEError as exc:
-            raise _usage_error()(f"the deployment key: {exc}") from None
-    try:
-        key = deployment_signing_key()
-    except PTEError as exc:
-        raise _usage_error()(str(exc)) from None
-    if key is None:
+    if not deployment.has_key:
         raise _usage_error()(
-            f"pte submit signs each job with the deployment key ({DEPLOYMENT_KEY_ENV} is not set), and "
-            "workers run only signed jobs: create the key with `pte init` and export what it prints"
+            f"this machine does not hold the deployment's key ({deployment.key_path}): pte submit "
+            "signs each job with it; submit from a machine that holds the deployment folder with its key"
         )
-    return key
+    try:
+        return SigningKey.load(deployment.key_path)
+    except PTEError as exc:
+        raise _usage_error()(f"the deployment key: {exc}") from None
 
 
 def _plan_text(path: str) -> str:
@@ -804,6 +780,9 @@ def cmd_approvals_expire(args: argparse.Namespace) -> int:
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
+    from pte._cli._hints import approver
+
+    args.by = args.by or approver()  # who runs the command, as `pte runs requeue` records it
     return decide(args, approve=False)
 
 
@@ -817,20 +796,17 @@ def _no_imports_for_workers(args: argparse.Namespace) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     _no_imports_for_workers(args)
-
-    registry = _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
+    _deployment_for_workers(args, _WORKER_WRITES)
+    _registry(args)  # a pack that cannot be loaded is a usage error here, not in every task
     if args.replay_responses or args.model or args.base_url:
         _llm(args)  # a bad LLM setting is a usage error here, not in every task
-    policy = _policy(registry, args).to_document() if args.policy else None
-    return worker(args, _packs(args), policy)
+    return worker(args, _packs(args))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     _no_imports_for_workers(args)
-
-    registry = _registry(args)
-    policy = _policy(registry, args).to_document() if args.policy else None
-    return submit(args, _packs(args), policy, registry)
+    _deployment_for_workers(args, _SUBMIT_WRITES)
+    return submit(args, _packs(args), _registry(args))
 
 
 def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
@@ -851,7 +827,9 @@ def add_commands(sub: Any, add_tools: Any, add_json: Any, add_llm: Any) -> None:
 
     p = sub.add_parser("reject", help="reject the plan a paused run waits with (it ends approval_rejected)")
     p.add_argument("target", metavar="RUN_ID")
-    p.add_argument("--by", required=True, metavar="NAME")
+    p.add_argument(
+        "--by", metavar="NAME", type=non_empty_text, help="who rejects (recorded; default: your login)"
+    )
     p.add_argument("--note", help="why (recorded)")
     p.add_argument("--plan-hash", help="the plan hash you reviewed (refused if it is not the waiting plan)")
     add_store(p)

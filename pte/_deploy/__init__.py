@@ -43,7 +43,6 @@ from pte._deploy._workers import (
     WorkerConfig,
     enqueue,
     make_app,
-    served_registry,
     submit_job,
 )
 
@@ -85,7 +84,6 @@ __all__ = [
     "resolve_store_url",
     "resume_run",
     "run_in_store",
-    "served_registry",
     "sign_job",
     "stranded",
     "submit_job",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -158,17 +159,19 @@ def requeue_problem(store: Store, run_id: str, deployment: Any = None) -> str | 
     if info.status == "awaiting_endorsement" and deployment is not None and deployment.endorsements_path:
         return None  # the workers of this deployment read its endorsement store
     if info.status == "awaiting_endorsement":
-        # Only a person's signed endorsement (the deployment's endorsement store, which workers do
-        # not read) lets it go on: a worker would only pause it again.
+        # Only the endorsement store of the deployment it runs under lets it go on: a worker
+        # without one would only pause it again. Hints name no store: the deployment does.
         return (
-            f"run {run_id} waits for a person to endorse a value: pte endorse {run_id} --by NAME "
-            f"--store {store.describe()} --endorsements FILE, then pte resume {run_id} --store "
-            f"{store.describe()} --endorsements FILE (with the --tools it was started with)"
+            f"run {run_id} waits for a person to endorse a value, which only a deployment with an "
+            "endorsement store lets a worker continue: requeue it under the deployment it started "
+            "under (from its folder, or with $PTE_DEPLOYMENT set to it)"
         )
     if info.status == "awaiting_approval" and not store.decisions(run_id) and not is_expired(info.expires_at):
+        store_flag = "" if deployment is not None else f" --store {shlex.quote(store.describe())}"
         return (
-            f"run {run_id} waits for a person's decision on plan {info.plan_hash} until {info.expires_at}: "
-            f"pte approve {run_id} --by NAME --store {store.describe()} (with --broker it is queued)"
+            f"run {run_id} waits for a person's decision on plan {info.plan_hash} until {info.expires_at}; "
+            "approve it (with $PTE_BROKER set, that queues it for a worker): "
+            f"pte approve {run_id}{store_flag}"
         )
     if info.records == 0 and not info.job:
         return f"run {run_id} has no records and no submitted job: there is nothing a worker could run"

@@ -216,7 +216,7 @@ class PausingGate:
                 tools=tools,
                 expires_at=expires_at,
                 message=f"{', '.join(tools)} require an approved plan; waiting for a person "
-                f"(pte approve {run_id} --by NAME) until {expires_at}",
+                f"(pte approve {run_id}) until {expires_at}",
             )
         )
         audit.sync()
@@ -301,7 +301,7 @@ def decide(
     if info.status == "awaiting_endorsement":
         raise StoreError(
             f"run {run_id} is awaiting_endorsement: it waits for a person to endorse a value, not for an "
-            f"approval of its plan (pte endorse {run_id} --by NAME --endorsements FILE)"
+            f"approval of its plan (review it with: pte endorse {run_id})"
         )
     if info.status != "awaiting_approval" or info.plan_hash is None:
         raise StoreError(f"run {run_id} is {info.status}, not awaiting approval")

@@ -1,12 +1,13 @@
 """Many runs across machines: Celery workers with a Redis broker, over one shared store.
 
 Celery is an existing, widely run distributed task engine; PTE adds no queue of its own.
-``pte submit`` writes each job (a plan or a request, the tool packs, the policy document)
-to the store as a ``queued`` run and enqueues only its run id. ``pte worker`` consumes run
-ids; everything a worker acts on comes from its own deployment, never from the message:
-its store (``--store``), the tool packs it serves (``--tools``: a job naming another pack
-is refused) and the approval key. Someone who can write to the broker can only make a
-worker look at runs that the store already holds.
+``pte submit`` writes each job (a plan or a request, the tool packs, signed with the
+deployment key) to the store as a ``queued`` run and enqueues only its run id. ``pte worker``
+consumes run ids; it runs only under a deployment (`pte.Deployment`), and everything it acts
+on comes from that deployment, never from the message or its environment: its store, the tool
+packs it serves (``--tools`` may narrow them: a job naming another pack is refused), its
+policy, procedures, approver keys, stores, anchors and key. Someone who can write to the
+broker can only make a worker look at runs that the store already holds.
 
 Exactly-once effects from at-least-once delivery:
 
@@ -36,15 +37,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from pte._catalogue import Registry, load_registry
 from pte._core import PTEError, SigningKey
-from pte._deploy._jobs import deployment_job_key, deployment_public_key, sign_job
+from pte._deploy._jobs import deployment_public_key, sign_job
 from pte._deploy._process import process_run
 from pte._deploy._runs import (
     DEFAULT_APPROVAL_TTL,
 )
 from pte._execution import DEFAULT_CONCURRENCY
-from pte._plan import load_procedures
 from pte._run import LLMClient
 from pte.stores import Store, StoreError, check_run_id, open_store
 
@@ -60,31 +59,35 @@ _log = logging.getLogger("pte.worker")
 MAX_APPROVAL_TTL_S = 365 * 86_400.0
 
 
+#: Variables that once gave a worker its authority without a deployment: refused, never read.
+_AUTHORITY_VARIABLES = ("PTE_WORKER_STORE", "PTE_WORKER_POLICY", "PTE_WORKER_PROCEDURES")
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
-    """What a worker serves: set from ``pte worker``'s flags (the deployment), not from jobs."""
+    """What a worker serves: its deployment (`pte.Deployment`, the folder, absolute), which names
+    its store, packs, policy, procedures, approver keys, stores, anchors and key; the rest only
+    narrows it or says how the worker runs (set from ``pte worker``'s flags, never from jobs)."""
 
-    store_url: str
-    tools: tuple[str, ...]
+    deployment: str
+    #: Narrows the deployment's packs (``pte worker --tools``); empty: all of them.
+    tools: tuple[str, ...] = ()
     approval_ttl_s: float = DEFAULT_APPROVAL_TTL.total_seconds()
-    #: The worker's LLM endpoint for request jobs, as JSON (``pte worker --model/--base-url``;
-    #: the key comes from the worker's environment, never from here). "{}": none.
+    #: The worker's LLM endpoint for request jobs, as JSON (``pte worker --model/--base-url``,
+    #: which the deployment's own endpoint refuses to differ from; the key comes from the
+    #: worker's environment, never from here). "{}": the deployment's, if it names one.
     llm: str = "{}"
-    #: The worker's own policy document (``pte worker --policy``), as JSON; "null": the
-    #: packs' defaults. Policy is the deployment's authority: a job never brings its own.
-    policy: str = "null"
     #: Most steps of a run at once, and whether a write runs alone (``pte worker
     #: --max-concurrency/--serial-writes``; `pte.Executor`).
     max_concurrency: int = DEFAULT_CONCURRENCY
     serial_writes: bool = False
-    #: The deployment's procedure folder (``pte worker --procedures DIR``, absolute); "": none.
-    procedures: str = ""
-    #: The deployment folder (`pte.Deployment`, absolute) the worker acts under; "": none (the
-    #: flags above are then the worker's authority). Under one, `store_url` and `policy` are
-    #: the deployment's and `tools` only narrows its packs.
-    deployment: str = ""
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.deployment, str) and self.deployment):
+            raise ValueError(
+                "a worker acts only under a deployment (its folder, `pte init`): its authority "
+                "(store, packs, policy, keys) comes from nowhere else"
+            )
         # Checked when the worker is configured, not per task: a NaN or infinite TTL made
         # every paused run fail (timedelta refuses it) long after `pte worker` started.
         ttl = self.approval_ttl_s
@@ -97,74 +100,50 @@ class WorkerConfig:
 
     def to_env(self) -> dict[str, str]:
         return {
-            "PTE_WORKER_STORE": self.store_url,
+            # How the worker's processes find their deployment (`pte.Deployment.discover`).
+            "PTE_DEPLOYMENT": self.deployment,
             "PTE_WORKER_TOOLS": ",".join(self.tools),
             "PTE_WORKER_APPROVAL_TTL": str(self.approval_ttl_s),
             "PTE_WORKER_LLM": self.llm,
-            "PTE_WORKER_POLICY": self.policy,
             "PTE_WORKER_MAX_CONCURRENCY": str(self.max_concurrency),
             "PTE_WORKER_SERIAL_WRITES": "1" if self.serial_writes else "0",
-            "PTE_WORKER_PROCEDURES": self.procedures,
-            # How the worker's processes find their deployment (`pte.Deployment.discover`).
-            **({"PTE_DEPLOYMENT": self.deployment} if self.deployment else {}),
         }
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
-        deployment = os.environ.get("PTE_DEPLOYMENT", "")
+        """The configuration ``pte worker`` gave its processes; `PTEError` without a deployment
+        or with a variable that used to name authority (it would silently not count)."""
+        named = [name for name in _AUTHORITY_VARIABLES if os.environ.get(name)]
+        if named:
+            raise PTEError(
+                f"worker configuration: {', '.join(named)} no longer configure a worker: its store, "
+                "policy and procedures are its deployment's ($PTE_DEPLOYMENT); unset them"
+            )
         try:
             return cls(
-                os.environ.get("PTE_WORKER_STORE", "") if deployment else os.environ["PTE_WORKER_STORE"],
-                tuple(
-                    t
-                    for t in (
-                        os.environ.get("PTE_WORKER_TOOLS", "")
-                        if deployment
-                        else os.environ["PTE_WORKER_TOOLS"]
-                    ).split(",")
-                    if t
-                ),
+                os.environ.get("PTE_DEPLOYMENT", ""),
+                tuple(t for t in os.environ.get("PTE_WORKER_TOOLS", "").split(",") if t),
                 float(os.environ.get("PTE_WORKER_APPROVAL_TTL", DEFAULT_APPROVAL_TTL.total_seconds())),
                 os.environ.get("PTE_WORKER_LLM", "{}"),
-                os.environ.get("PTE_WORKER_POLICY", "null"),
                 int(os.environ.get("PTE_WORKER_MAX_CONCURRENCY", DEFAULT_CONCURRENCY)),
                 os.environ.get("PTE_WORKER_SERIAL_WRITES", "0") == "1",
-                os.environ.get("PTE_WORKER_PROCEDURES", ""),
-                deployment,
             )
-        except KeyError as exc:
-            raise PTEError(f"worker configuration missing: {exc}") from None
         except ValueError as exc:
             raise PTEError(f"worker configuration is invalid: {exc}") from None
 
 
 class _Context:
-    """Per worker process: its store connection, registry and gate (opened after a fork)."""
+    """Per worker process: its store connection, registry and gate (opened after a fork), all
+    from its deployment: its store, packs (narrowed by ``--tools``), policy, approver keys,
+    approval and endorsement stores, anchors, key and model endpoint."""
 
     def __init__(self, config: WorkerConfig) -> None:
+        from pte._deploy._deployment import Deployment
+
         self.config = config
         self.pid = os.getpid()
         self.owner = f"{socket.gethostname()}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.llm = worker_llm(json.loads(config.llm))
-        self.deployment: Any = None
-        if config.deployment:
-            self._from_deployment(config)
-            return
-        from pte._policy import public_keys_from_env
-
-        self.store = open_store(config.store_url)
-        self.registry = served_registry(config)
-        self.served = config.tools
-        self.keys = public_keys_from_env()
-        # The deployment key's public half: a job counts only when signed with it (`_jobs`).
-        self.job_key = deployment_job_key()
-        self.policy: Any = json.loads(config.policy)
-
-    def _from_deployment(self, config: WorkerConfig) -> None:
-        """Everything from the deployment: its store, packs (narrowed by ``--tools``), policy,
-        approver keys, approval and endorsement stores, anchors, key and model endpoint."""
-        from pte._deploy._deployment import Deployment
-
         deployment = Deployment.from_folder(config.deployment)
         if config.tools:
             deployment = deployment.narrowed(packs=config.tools)
@@ -175,9 +154,7 @@ class _Context:
         self.store = open_store(url)
         self.registry = deployment.registry()
         self.served = deployment.packs
-        self.keys = None
         self.job_key = deployment_public_key(deployment)
-        self.policy = None
         if self.llm is None and (deployment.document.model or deployment.document.base_url):
             self.llm = deployment.llm()
 
@@ -208,15 +185,6 @@ def _get_context() -> _Context:
     if _context is None or _context.pid != os.getpid():
         _context = _Context(WorkerConfig.from_env())
     return _context
-
-
-def served_registry(config: WorkerConfig) -> Registry:
-    """What a worker serves: its packs and, with ``--procedures``, the deployment's procedures
-    (checked against those packs as at ``pte worker`` start)."""
-    registry = load_registry(list(config.tools))
-    if not config.procedures:
-        return registry
-    return registry.with_procedures(load_procedures(config.procedures, registry))
 
 
 def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
@@ -258,10 +226,10 @@ def make_app(broker: str, *, visibility_timeout: float = 60.0) -> Any:
                 context.registry,
                 context.served,
                 owner=context.owner,
-                keys=context.keys,
+                keys=None,
                 ttl=timedelta(seconds=context.config.approval_ttl_s),
                 llm=context.llm,
-                policy=context.policy,
+                policy=None,
                 execution={
                     "max_concurrency": context.config.max_concurrency,
                     "serial_writes": context.config.serial_writes,
