@@ -307,3 +307,21 @@ def test_approve_and_reject_record_the_readers_login_without_by(
     code, out, err = cli(capsys, "reject", "r1")
     assert code == 0 and f"by {getpass.getuser()}" in out, out + err
     assert _payments(ledger) == 0
+
+
+def test_an_execute_refused_for_want_of_an_approval_prints_the_approve_that_runs(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`failed_closed(approval_missing)` of `pte execute PLAN_FILE`: the engine's message names no
+    placeholder, and the command prints the approve of that file, which runs as printed."""
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--no-store")
+    (tmp_path / "my pay.json").write_text(PAY, encoding="utf-8")
+    command = ("execute", "my pay.json", "--tools", "backoffice", "--audit", "a.jsonl")
+    code, out, err = cli(capsys, *command)
+    assert code == 1 and "approval_missing" in err and not PLACEHOLDER.search(err.replace("--tools", "")), err
+    approve = _hint(err, "approve it: ").removesuffix(", then run this command again")
+    assert approve == "pte approve 'my pay.json' --tools backoffice"
+    code, out, err = _run(approve, capsys)
+    assert code == 0, out + err
+    code, out, err = cli(capsys, *command[:-1], "b.jsonl")
+    assert code == 0 and _payments(ledger) == 1, out + err

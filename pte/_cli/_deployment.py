@@ -287,6 +287,16 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
             print(f"{result.message}\n\ncondition_not_met: nothing after the require step ran")
         else:
             print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
+            plan_file = getattr(args, "plan_file", None)
+            if result.reason.value == "approval_missing" and plan_file:
+                from pte._cli._hints import deployment_flags, pte_command
+
+                # The engine does not know the file; this command does: the approve that runs.
+                print(
+                    f"approve it: {pte_command('approve', plan_file, *deployment_flags(args))}, "
+                    "then run this command again",
+                    file=sys.stderr,
+                )
             if result.result is not None:
                 print(json.dumps(result.result, indent=2, ensure_ascii=False))
     return EXIT_OK if result.ok or result.status == "condition_not_met" else EXIT_FAILED

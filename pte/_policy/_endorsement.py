@@ -681,7 +681,7 @@ class EndorsementGate:
         where = request.step_id + (f"[{request.element}]" if request.element is not None else "")
         message = (
             f"{request.tool} at step {where} needs a person's endorsement of "
-            f"{', '.join(request.values)}; waiting (pte endorse {request.run_id} --by NAME) "
+            f"{', '.join(request.values)}; waiting for a person (pte endorse, with the run's log or id) "
             f"until {expires_at}"
         )
         if reasons:

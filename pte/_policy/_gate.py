@@ -148,7 +148,7 @@ class ApprovalGate:
                 f"; the store holds old HMAC approval(s) by {', '.join(legacy)}, which no longer count: "
                 "approve the plan again with an Ed25519 signing key (pte keys generate)"
                 if legacy
-                else " (approve it with: pte approve PLAN_FILE --by NAME)"
+                else " (a person approves it with pte approve and its plan file, then the run starts again)"
             )
             raise ApprovalMissing(f"{needs}; no approval is recorded for plan {plan.hash}{hint}")
         fingerprint = catalogue_fingerprint(self.registry, plan, self.policy)
@@ -209,8 +209,8 @@ class ApprovalGate:
             candidates = [a for a in contents.procedure_approvals if a.procedure == name]
             if not candidates:
                 raise ApprovalMissing(
-                    f"{where}; no approval of procedure {name} is recorded (approve it with: "
-                    "pte approve --procedure FILE --by NAME; or the plan: pte approve PLAN_FILE --by NAME)"
+                    f"{where}; no approval of procedure {name} is recorded (a person approves the procedure "
+                    "with pte approve --procedure and its file, or the plan with pte approve and its file)"
                 )
             reasons = []
             approval = None
@@ -381,5 +381,5 @@ class NoApprovals:
         if needing:
             raise ApprovalMissing(
                 f"plan {plan.hash} calls {needing}, which require an approved plan, and no approval "
-                "store is configured (pte approve PLAN_FILE --by NAME; then --approvals FILE)"
+                "store is configured (a deployment names one: pte init)"
             )
