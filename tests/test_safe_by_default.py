@@ -254,3 +254,28 @@ def test_a_machine_without_the_deployment_key_runs_no_write(
     assert not (tmp_path / "a.jsonl").exists()
     (tmp_path / "read.json").write_text(READ, encoding="utf-8")
     assert cli(capsys, "validate", "read.json")[0] == 0
+
+
+def test_pte_plan_of_a_write_without_a_deployment_prints_the_init_first_and_every_hint_runs(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pte plan` under flags alone, of a plan that writes: its hints are the `pte init`, then the
+    approve and execute under that deployment (an approval given before it would not count
+    there). Followed as printed, in order, the plan pays once."""
+    (tmp_path / "resp.json").write_text(json.dumps([PAY]), encoding="utf-8")
+    code, out, err = cli(
+        capsys, "plan", "pay a supplier", "--tools", "backoffice", "-o", "plan.json",
+        "--replay-responses", "resp.json",
+    )  # fmt: skip
+    assert code == 0, out + err
+    hints = {}
+    for line in out.splitlines():
+        for label in ("make one first: ", "needs approval): ", "execute it: "):
+            if label in line:
+                hints[label] = shlex.split(line[line.index(label) + len(label) :])
+    assert hints["make one first: "] == ["pte", "init", "--tools", "backoffice"]
+    assert "--tools" not in hints["needs approval): "] and "--tools" not in hints["execute it: "]
+    for label in ("make one first: ", "needs approval): ", "execute it: "):
+        code, out, err = cli(capsys, *hints[label][1:])
+        assert code == 0, (label, out + err)
+    assert _payments(ledger) == 1

@@ -218,7 +218,7 @@ def require_signer(args: argparse.Namespace, key: Any, what: str) -> None:
         )
 
 
-def _writes(registry: Any, names: Any) -> list[str]:
+def writes_of(registry: Any, names: Any) -> list[str]:
     """The names among `names` that are write tools of `registry` (a procedure counts as one:
     its body may write)."""
     procedures = getattr(registry, "procedures", {}) or {}
@@ -251,7 +251,7 @@ def require_deployment_for_writes(args: argparse.Namespace, registry: Any, names
     under a deployment whose key this machine holds; else a usage error (`NO_DEPLOYMENT`) naming
     the `pte init` that makes one, before anything is appended. Under flags alone, a later
     command (the resume a hint prints) could run under other keys and stores than this one."""
-    writes = _writes(registry, names)
+    writes = writes_of(registry, names)
     if not writes:
         return
     deployment = deployment_of(args)

@@ -245,8 +245,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json({"status": "accepted", "plan_hash": plan.hash, "output": args.output, "steps": len(plan)})
     else:
         print(f"plan written to {args.output}: {len(plan)} step(s), hash {plan.hash}")
+        from pte._cli._deployment_in_force import deployment_of, init_command, writes_of
         from pte._cli._hints import approver, deployment_flags, pte_command
 
+        if deployment_of(args) is None and writes_of(registry, {s.tool for s in plan.tool_steps()}):
+            # Its writes run only under a deployment, whose approval store is its own: the
+            # deployment first, or an approval given now would not count there.
+            print(
+                f"it calls a write, which runs only under a deployment; make one first: {init_command(args)}"
+            )
+            args.tools = args.allow = None  # the deployment names them: the hints below need neither
+            for name in ("manifest", "procedures", "policy", "approvals", "approval_keys", "specialists"):
+                setattr(args, name, None)
         flags = deployment_flags(args)
         print(
             f"review it, then (if a tool in it needs approval): "

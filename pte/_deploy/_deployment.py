@@ -286,7 +286,7 @@ class Deployment:
         if not self.packs:
             raise DeploymentError(
                 f"the deployment in {self.folder} names no tool packs: add them to its {DOCUMENT_NAME} "
-                '("tools": ["backoffice"]) or make it with pte init --tools PACK'
+                '("tools": ["backoffice"], the packs it serves)'
             )
         importer = import_spec_with or import_spec
         refs: list[str | Registry] = [importer(p) if is_import_spec(p) else p for p in self.packs]
