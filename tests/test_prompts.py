@@ -167,15 +167,11 @@ def test_the_planner_prompt_explains_labels_and_the_notation() -> None:
     assert [m["role"] for m in messages] == ["system", "user"]
     assert messages[1]["content"] == "Total the overdue invoices."
     system = messages[0]["content"]
-    for text in (
-        prompts.PLANNER_RULES,
-        prompts.LABEL_RULES,
-        prompts.CONTROL_RULES,
-        prompts.CATALOGUE_NOTATION,
-    ):
+    labels = prompts.label_rules(registry, None)
+    for text in (prompts.PLANNER_RULES, labels, prompts.CONTROL_RULES, prompts.CATALOGUE_NOTATION):
         assert text in system
     for word in ("request", "trusted", "untrusted", "guarded", "implicit", "when", "for_each", "literal"):
-        assert word in prompts.LABEL_RULES
+        assert word in labels
     assert '{"$ref": "<step_id>/<JSON Pointer>"}' in system and '"pte_plan": "1"' in system
     assert (
         f"{{0,{STEP_ID_RE.pattern.split('{0,')[1]}" in prompts.PLANNER_RULES
@@ -364,7 +360,7 @@ def test_replay_compares_what_the_model_was_shown(monkeypatch: pytest.MonkeyPatc
     cannot claim a model saw a rule it was not shown (and editing the text changes the hash)."""
     sample = _SAMPLES / "success.jsonl"
     assert replay_file(sample).ok
-    monkeypatch.setattr(prompts, "LABEL_RULES", prompts.LABEL_RULES.replace("guarded", "protected"))
+    monkeypatch.setattr(prompts, "GUARD_RULE", prompts.GUARD_RULE.replace("guarded", "protected"))
     report = replay_file(sample)
     assert not report.ok and "llm_call.messages" in report.render()
 

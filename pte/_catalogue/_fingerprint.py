@@ -75,8 +75,15 @@ def tool_fingerprint(spec: ToolSpec, entry: Mapping[str, Any] | None = None) -> 
 
 
 #: The modules that write text a model is shown: every prompt text and template lives in
-#: `pte._run._prompts`; the others render data for it (budget markers, handles, withheld notes).
-PROMPT_MODULES = ("pte._run._prompts", "pte._core._data_budget", "pte._policy._handles", "pte._run._exposure")
+#: `pte._run._prompts`; `pte._run._label_reach` decides which label rules it shows; the others
+#: render data for it (budget markers, handles, withheld notes).
+PROMPT_MODULES = (
+    "pte._run._prompts",
+    "pte._run._label_reach",
+    "pte._core._data_budget",
+    "pte._policy._handles",
+    "pte._run._exposure",
+)
 
 
 @cache

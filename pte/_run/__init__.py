@@ -11,6 +11,10 @@ from pte._run._engine import (
     Engine,
     render_result,
 )
+from pte._run._label_reach import (
+    LabelReach,
+    label_reach,
+)
 from pte._run._llm import (
     DEFAULT_MAX_TOKENS,
     RUNAWAY_STOPS,
@@ -69,6 +73,7 @@ __all__ = [
     "EngineConfig",
     "LLMClient",
     "LLMResponse",
+    "LabelReach",
     "OpenAIClient",
     "RecordedReply",
     "ReplayClient",
@@ -80,6 +85,7 @@ __all__ = [
     "context_tokens",
     "data_block",
     "finalizer_messages",
+    "label_reach",
     "planner_messages",
     "prompts",
     "props_url",
