@@ -1,6 +1,6 @@
 """Which role an LLM call is made for: ``planner``, ``replanner``, ``stage``, ``repair`` or ``finalizer``.
 
-The engine sets it around each call (`Engine._call_llm`); an `LLMClient` may read it with
+The run loop sets it around each call (`RunLoop._call_llm`); an `LLMClient` may read it with
 `current_role` (`pte.testing.ScriptedModel` answers each role from its own script). It is
 not part of the client protocol: a client that ignores it behaves the same.
 """

@@ -377,16 +377,7 @@ class RunLoop:
     ) -> Plan:
         """Ask for the rejected plan again, corrected (pte._run._repair)."""
         state = self.state
-        state.replans += 1
-        state.audit.write(
-            rec.repair(
-                attempt=state.replans,
-                origin=origin,
-                reason=rejection.reason.value,
-                message=rejection.message,
-                path=rejection.path,
-            )
-        )
+        self._record_repair(origin, rejection)
         self.log.info(
             "repair", attempt=state.replans, origin=origin, reason=rejection.reason.value, path=rejection.path
         )
@@ -528,18 +519,24 @@ class RunLoop:
                 self._record_specialist_repair(request)
 
     def _record_specialist_repair(self, request: RepairSpecialist) -> None:
-        state, rejection = self.state, request.rejection
+        self._record_repair("specialist", request.rejection)
+        self.log.info(
+            "repair", attempt=self.state.replans, origin="specialist", specialist=request.specialist
+        )
+
+    def _record_repair(self, origin: PlanOrigin, rejection: PlanRejected) -> None:
+        """A plan (or a specialist's sub-plan) goes back to its writer: one replan, recorded."""
+        state = self.state
         state.replans += 1
         state.audit.write(
             rec.repair(
                 attempt=state.replans,
-                origin="specialist",
+                origin=origin,
                 reason=rejection.reason.value,
                 message=rejection.message,
                 path=rejection.path,
             )
         )
-        self.log.info("repair", attempt=state.replans, origin="specialist", specialist=request.specialist)
 
     def _accept(self, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
         state = self.state
