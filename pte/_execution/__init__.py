@@ -13,6 +13,7 @@ from pte._execution._control_run import (
 )
 from pte._execution._executor import (
     DEFAULT_CONCURRENCY,
+    CallGate,
     Executor,
     LiveInvoker,
     ToolInvoker,
@@ -28,6 +29,7 @@ from pte._execution._step_results import (
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "CallGate",
     "CallOutcome",
     "ExecutionResult",
     "Executor",

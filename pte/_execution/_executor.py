@@ -45,7 +45,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from pte._audit import RecordSink
@@ -57,10 +57,8 @@ from pte._execution._invoke import _WORKERS, CallOutcome, settled, start_call
 from pte._execution._owner import OwnerCalls, Superseded, may_run_on_owner
 from pte._execution._step_results import ExecutionResult, StepResult
 from pte._plan import Plan, PlanStep, copy_json
-from pte._policy import calls_to_check
-from pte._policy import check_call as check_endorsement
 
-__all__ = ["CallHook", "Executor", "LiveInvoker", "ToolInvoker"]
+__all__ = ["CallGate", "CallHook", "Executor", "LiveInvoker", "ToolInvoker"]
 
 
 #: Steps running at once by default.
@@ -83,6 +81,46 @@ class CallHook(Protocol):
     """
 
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None: ...
+
+
+class CallGate(Protocol):
+    """What a person decided about the calls of the run being executed, handed to `Executor.run`.
+
+    Asked before each call of a step it names is recorded and started (elements of a
+    ``for_each`` one by one): it may pause the run (`pte.RunPaused`), refuse the call
+    (`FailedClosed`) or let it run. The run loop passes the plan's endorsement point
+    (pte._policy._endorsement) explicitly; nothing reaches the executor through a context variable.
+    """
+
+    def calls_to_check(self, step_ids: Iterable[str]) -> frozenset[str]:
+        """The ids among `step_ids` the gate has work for (the executor asks once per run)."""
+        ...
+
+    def check_call(
+        self,
+        step_id: str,
+        tool: str,
+        args: Mapping[str, Any],
+        outputs: Mapping[str, Any] | None = None,
+        hidden: Sequence[str | None] = (),
+    ) -> None: ...
+
+
+class _Gated:
+    """The executor with a run's `CallGate`, as control steps run their parts (a `PlanRunner`)."""
+
+    def __init__(self, executor: Executor, gate: CallGate) -> None:
+        self.executor, self.gate = executor, gate
+
+    def run(
+        self,
+        plan: Plan,
+        audit: RecordSink | None = None,
+        *,
+        completed: Mapping[str, Any] | None = None,
+        on_step: Callable[[StepResult], None] | None = None,
+    ) -> ExecutionResult:
+        return self.executor.run(plan, audit, completed=completed, on_step=on_step, gate=self.gate)
 
 
 class LiveInvoker:
@@ -167,16 +205,19 @@ class Executor:
         *,
         completed: Mapping[str, Any] | None = None,
         on_step: Callable[[StepResult], None] | None = None,
+        gate: CallGate | None = None,
     ) -> ExecutionResult:
         """Run every step of `plan` not already in `completed` (step id -> recorded output).
 
-        `on_step` is called after each step is recorded, in plan order (progress reporting).
+        `on_step` is called after each step is recorded, in plan order (progress reporting);
+        `gate` before each call it names is recorded and started (`CallGate`: endorsements).
 
         Raises `AuditWriteError` if a record cannot be written: no further tool is started.
         """
         if any(is_controlled(step) for step in plan.steps):  # pte._plan._control: when, require, for_each
-            return run_with_control(self, plan, audit, completed, on_step)
-        run = _Run(self, plan, audit, completed, on_step)
+            runner = self if gate is None else _Gated(self, gate)
+            return run_with_control(runner, plan, audit, completed, on_step)
+        run = _Run(self, plan, audit, completed, on_step, gate)
         if not run.live:
             return run.execute()
         # The run's loop goes to a worker thread (its *owner*), so that plain calls can run
@@ -209,12 +250,14 @@ class _Run:
         audit: RecordSink | None,
         completed: Mapping[str, Any] | None,
         on_step: Callable[[StepResult], None] | None,
+        gate: CallGate | None = None,
     ) -> None:
         self.executor = executor
         self.registry = executor.registry
         self.plan = plan
         self.audit = audit
         self.on_step = on_step
+        self.gate = gate
         #: Scopes idempotency keys: the log's run id (the same when resumed), else this run's own.
         self.run_id = audit.run_id if audit is not None else uuid.uuid4().hex
         self.execution = ExecutionResult(plan=plan, outputs=dict(completed or {}))
@@ -222,9 +265,9 @@ class _Run:
         self.available: dict[str, Any] = dict(self.execution.outputs)
         self.steps = [plan.step(sid) for sid in plan.order if sid not in self.available]
         self.specs = [self.registry[s.tool] for s in self.steps]
-        #: The steps a person's endorsement may apply to (pte._policy): none unless the engine
-        #: runs a plan with endorsable calls; no other step is checked.
-        self.endorsable = calls_to_check(s.id for s in self.steps)
+        #: The steps a person's endorsement may apply to (the gate's): none without a gate (a
+        #: plan with no endorsable calls); no other step is checked.
+        self.endorsable = gate.calls_to_check(s.id for s in self.steps) if gate is not None else frozenset()
         position = {s.id: i for i, s in enumerate(self.steps)}
         #: Per step: how many of its dependencies have not finished yet; who waits for it.
         self.waiting = [0] * len(self.steps)
@@ -369,8 +412,8 @@ class _Run:
         # A call whose value needs a person's endorsement (pte._policy._endorsement): pause, refuse or
         # record the endorsement it consumes, before its intent is recorded. Such a step is a
         # write, started only at its turn, so everything before it is recorded.
-        if step.id in self.endorsable:
-            check_endorsement(step.id, spec.name, args, self.available, (spec.idempotency_key,))
+        if step.id in self.endorsable and self.gate is not None:
+            self.gate.check_call(step.id, spec.name, args, self.available, (spec.idempotency_key,))
         if i == self.next:
             # Its turn to be recorded: the intent goes first, as it would one step at a time
             # (a write is only ever started at its turn).

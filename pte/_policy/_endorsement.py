@@ -32,7 +32,6 @@ public key and the signature.
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import itertools
 import os
@@ -496,70 +495,53 @@ class EndorsementPoint:
     #: step id -> the decisions the person is shown with the call (`PolicyCheck.endorse_decisions`).
     decisions: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
+    def calls_to_check(self, step_ids: Iterable[str]) -> frozenset[str]:
+        """The ids among `step_ids` that `check_call` has work for: the steps (and the for_each
+        elements of steps) this point names. The executor asks once per run and calls
+        `check_call` for these steps only, so every other step pays nothing for it; a run
+        without endorsable calls has no gate at all."""
+        point = self
+        named = {step for step, needs in point.needs.items() if needs}
+        named.update(step for step, specs in point.decisions.items() if specs)
+        return frozenset(step_id for step_id in step_ids if split_element(step_id)[0] in named)
 
-_CURRENT: contextvars.ContextVar[EndorsementPoint | None] = contextvars.ContextVar(
-    "pte_endorsement", default=None
-)
-
-
-def set_point(point: EndorsementPoint | None) -> contextvars.Token[EndorsementPoint | None]:
-    return _CURRENT.set(point)
-
-
-def reset_point(token: contextvars.Token[EndorsementPoint | None]) -> None:
-    _CURRENT.reset(token)
-
-
-def calls_to_check(step_ids: Iterable[str]) -> frozenset[str]:
-    """The ids among `step_ids` that `check_call` has work for in this context: the steps (and
-    the for_each elements of steps) the running plan's endorsement point names. Empty, without
-    looking at `step_ids`, outside a run with endorsable calls: the executor calls
-    `check_call` for these steps only, so every other step pays nothing for it."""
-    point = _CURRENT.get()
-    if point is None:
-        return frozenset()
-    named = {step for step, needs in point.needs.items() if needs}
-    named.update(step for step, specs in point.decisions.items() if specs)
-    return frozenset(step_id for step_id in step_ids if split_element(step_id)[0] in named)
-
-
-def check_call(
-    step_id: str,
-    tool: str,
-    args: Mapping[str, Any],
-    outputs: Mapping[str, Any] | None = None,
-    hidden: Sequence[str | None] = (),
-) -> None:
-    """Called by the executor before it records and starts a call: pause, refuse or let it run.
-    `outputs`: the run's outputs so far (the decisions are shown with their values); `hidden`:
-    arguments that are the engine's, not the plan's (an idempotency key)."""
-    point = _CURRENT.get()
-    if point is None:
-        return
-    base, element = split_element(step_id)
-    needs = point.needs.get(base)
-    specs = point.decisions.get(base)
-    if not needs and not specs:
-        return
-    needs = needs or {}
-    decisions = tuple(render_decisions(specs or (), element, outputs or {}))
-    # Vouching that the call runs at all is vouching for all of it: every argument is shown.
-    shown = [p for p in sorted(args) if p not in hidden] if decisions else sorted(needs)
-    values = {param: args[param] for param in shown if param in args}
-    request = EndorsementRequest(
-        point.audit.run_id,
-        point.plan_hash,
-        base,
-        element,
-        tool,
-        values,
-        call_hash(values, decisions),
-        {param: needs[param] for param in sorted(needs) if param in args},
-        decisions,
-        recall=any(key is not None for key in hidden),
-    )
-    point.gate.at_call(request, point.audit)
-    point.endorsed.append(step_id)
+    def check_call(
+        self,
+        step_id: str,
+        tool: str,
+        args: Mapping[str, Any],
+        outputs: Mapping[str, Any] | None = None,
+        hidden: Sequence[str | None] = (),
+    ) -> None:
+        """The executor's call gate (`pte._execution.CallGate`), asked before a call of the run is
+        recorded and started: pause, refuse or let it run.
+        `outputs`: the run's outputs so far (the decisions are shown with their values); `hidden`:
+        arguments that are the engine's, not the plan's (an idempotency key)."""
+        point = self
+        base, element = split_element(step_id)
+        needs = point.needs.get(base)
+        specs = point.decisions.get(base)
+        if not needs and not specs:
+            return
+        needs = needs or {}
+        decisions = tuple(render_decisions(specs or (), element, outputs or {}))
+        # Vouching that the call runs at all is vouching for all of it: every argument is shown.
+        shown = [p for p in sorted(args) if p not in hidden] if decisions else sorted(needs)
+        values = {param: args[param] for param in shown if param in args}
+        request = EndorsementRequest(
+            point.audit.run_id,
+            point.plan_hash,
+            base,
+            element,
+            tool,
+            values,
+            call_hash(values, decisions),
+            {param: needs[param] for param in sorted(needs) if param in args},
+            decisions,
+            recall=any(key is not None for key in hidden),
+        )
+        point.gate.at_call(request, point.audit)
+        point.endorsed.append(step_id)
 
 
 class EndorsementGate:

@@ -59,7 +59,7 @@ from pte._execution import (
     stop_if_partial,
 )
 from pte._plan import CompileCheck, Plan, compile_plan, plan_schema
-from pte._policy import EndorsementPoint, PolicyCheck, plan_literals, reset_point, set_point
+from pte._policy import EndorsementPoint, PolicyCheck, plan_literals
 from pte._run._delegation import AskSpecialist, CompileText, RepairSpecialist, compile_delegating
 from pte._run._exposure import (
     Shown,
@@ -631,11 +631,12 @@ class RunLoop:
         if needs and endorsement:
             decisions = state.endorse_decisions.get(plan.hash, {})
             point = EndorsementPoint(endorsement, audit, plan.hash, needs, decisions=decisions)
-        token = set_point(point)
         try:
-            execution = self.setup.executor.run(plan, audit, completed=state.result.outputs, on_step=on_step)
+            # Endorsements reach the executor through its one call gate, given explicitly.
+            execution = self.setup.executor.run(
+                plan, audit, completed=state.result.outputs, on_step=on_step, gate=point
+            )
         finally:
-            reset_point(token)
             if point is not None:
                 state.endorsed.update(point.endorsed)
             note_completed(plan, state.result.outputs, state.prior, state.prior_lists)
