@@ -55,12 +55,17 @@ from pte._execution import (
     StepResult,
     is_element,
     note_completed,
-    resolve_result,
-    stop_if_partial,
 )
 from pte._plan import CompileCheck, Plan, compile_plan, plan_schema
 from pte._policy import EndorsementPoint, PolicyCheck, plan_literals
 from pte._run._delegation import AskSpecialist, CompileText, RepairSpecialist, compile_delegating
+from pte._run._ending import (
+    count_autonomy,
+    error_labels_of,
+    finalizer_view,
+    result_value,
+    stop_if_effect_unknown,
+)
 from pte._run._exposure import (
     Shown,
     catalogue_exposed,
@@ -228,7 +233,7 @@ class RunLoop:
             elif self.mode == "execute":
                 # The same decision as a run makes before a replan: a write whose effect is
                 # unknown ends needs_review whichever command ran it.
-                self._stop_if_effect_unknown(failure)
+                stop_if_effect_unknown(failure, self.setup.registry)
                 raise FailedClosed(
                     ReasonCode.STEP_FAILED,
                     f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error}",
@@ -244,7 +249,7 @@ class RunLoop:
             self.plan, self.phase = self._replan(self.plan, self.failure), "execute"
         elif phase == "finalize":
             assert self.plan is not None
-            state.result.result = self._result_value(self.plan)
+            state.result.result = result_value(self.plan, state.result.outputs)
             state.result.answer = (
                 render_result(state.result.result) if self.mode == "execute" else self._finalize()
             )
@@ -311,7 +316,7 @@ class RunLoop:
 
     def _replan(self, plan: Plan, failure: StepResult) -> Plan:
         state, config, planning = self.state, self.config, self.setup.planning
-        self._stop_if_effect_unknown(failure)
+        stop_if_effect_unknown(failure, self.setup.registry)
         if state.replans >= config.max_replans:
             raise FailedClosed(
                 ReasonCode.REPLANS_EXHAUSTED,
@@ -329,7 +334,7 @@ class RunLoop:
             )
         )
         self.log.info("replan", attempt=state.replans, failed_step=failure.step_id)
-        error_labels = self._error_labels(failure)
+        error_labels = error_labels_of(state, failure)
         state.trigger = replan_trigger(state, failure.step_id, error_labels)  # decides the replan
         error, error_provenance, shown = error_for_planner(planning, failure.error.to_dict(), error_labels)
         self._show(shown)
@@ -644,101 +649,18 @@ class RunLoop:
         note_completed(plan, state.result.outputs, state.prior, state.prior_lists)
         return execution.failure
 
-    def _error_labels(self, failure: StepResult) -> frozenset[str]:
-        """The labels of a failed step's error message, for the replanner (pte._run._exposure).
-
-        An error message is tool output like any other: it may quote third-party text the
-        tool read, or the arguments it was given. So it carries the labels of the tool's
-        output provenance joined with those of the step's arguments; shown to a planner,
-        untrusted error text exposes every later plan exactly as an untrusted output does.
-        """
-        output = self.state.labels.get(failure.step_id)
-        inputs = self.state.input_labels.get(failure.step_id)
-        if output is None or inputs is None:
-            return frozenset({"untrusted"})  # unknown: assume the worst
-        return output | inputs
-
-    def _stop_if_effect_unknown(self, failure: StepResult) -> None:
-        """How a failed step ends the run when nothing may be tried after it: the one place
-        a run (before a replan) and execute decide it.
-
-        A non-idempotent write that timed out may or may not have taken effect (and a write
-        for_each failed after earlier elements took effect): a replan could repeat it, so the
-        run ends needs_review and a person must look first. A tool that raised SystemExit,
-        KeyboardInterrupt or another BaseException (`ToolError.fatal`) ends the run: it is not
-        replanned around."""
-        registry = self.setup.registry
-        if failure.error is not None and failure.error.fatal:
-            raise FailedClosed(
-                ReasonCode.STEP_FAILED,
-                f"step {failure.step_id!r} ({failure.tool}) failed: {failure.error.message}; "
-                "the run is stopped",
-            )
-        stop_if_partial(failure, registry)  # pte._plan._control: a write for_each half applied
-        spec = registry.get(failure.tool)
-        if (
-            spec is not None  # a require step's condition names no tool (pte._plan._control)
-            and spec.effect == "write"
-            and not spec.idempotent
-            and failure.error
-            and failure.error.kind == "timeout"
-        ):
-            raise FailedClosed(
-                ReasonCode.NEEDS_REVIEW,
-                f"step {failure.step_id!r} ({failure.tool}) timed out; it is not idempotent and may or may "
-                "not have taken effect, so the run is not replanned. Check its effect before going on.",
-            )
-
     # -- finishing ----------------------------------------------------------------------------
 
-    def _result_value(self, plan: Plan) -> Any:
-        try:
-            return resolve_result(plan, self.state.result.outputs)
-        except (KeyError, IndexError, TypeError) as exc:
-            raise FailedClosed(
-                ReasonCode.STEP_FAILED, f"the plan's result selects nothing at run time: {exc}"
-            ) from None
-
     def _finalize(self) -> str:
-        state, registry = self.state, self.setup.registry
+        state = self.state
         if not self.config.llm_answer or self.setup.llm is None:
             return render_result(state.result.result)
-        plan = state.result.plans[-1]
-        sources = {ref.step for ref in plan.result_references()}
-        result_labels = frozenset().union(
-            *(state.labels.get(sid, frozenset({"untrusted"})) for sid in sources)
-        )
-        # The finalizer phrases the result: it is shown the steps the result depends on (through
-        # references, across the run's plans) and the writes (what the run did), not steps the
-        # result does not depend on (#37).
-        uses: dict[str, set[str]] = {}
-        for each in state.result.plans:
-            for item in each.steps:
-                refs = {ref.step for _, ref in item.references}
-                if item.for_each is not None:
-                    refs.add(item.for_each.step)
-                uses.setdefault(item.id, set()).update(refs)
-        needed, todo = set(), list(sources)
-        while todo:
-            sid = todo.pop()
-            if sid not in needed:
-                needed.add(sid)
-                todo.extend(uses.get(sid, ()))
-        # Every completed step's output with its label, for the finalizer (it decides nothing).
-        completed = [
-            (sid, tool, state.result.outputs[sid], _label(state.labels.get(sid)))
-            for sid, tool in state.prior.items()
-        ]
-        shown = [
-            view
-            for view in completed
-            if view[0] in needed or (view[1] in registry and registry[view[1]].effect == "write")
-        ]
+        shown, result_provenance = finalizer_view(state, self.setup.registry)
         messages = prompts.finalizer_messages(
             self.request or "",
             state.result.result,
             shown,
-            result_provenance=_label(result_labels),
+            result_provenance=result_provenance,
             budget=self.config.data_budget,
         )
         response = self._call_llm("finalizer", messages, None)
@@ -747,15 +669,6 @@ class RunLoop:
             raise FailedClosed(ReasonCode.LLM_ERROR, "the finalizer's answer was cut off at the token limit")
         return response.text
 
-    def _count_autonomy(self) -> None:
-        """Write calls made without a person, and those an approval or endorsement allowed."""
-        result, registry = self.state.result, self.setup.registry
-        writes = [s for s in result.steps if s.tool in registry and registry[s.tool].effect == "write"]
-        person = sum(
-            1 for s in writes if registry[s.tool].requires_approval or s.step_id in self.state.endorsed
-        )
-        result.writes_with_person, result.writes_without_person = person, len(writes) - person
-
     def _seal(
         self, status: RunStatus, stop: FailedClosed | None = None, *, message: str | None = None
     ) -> RunResult:
@@ -763,7 +676,7 @@ class RunLoop:
         result = state.result
         result.status = status
         self.phase = "sealed"
-        self._count_autonomy()
+        count_autonomy(result, self.setup.registry, state.endorsed)
         if stop is not None:
             result.reason = stop.reason
             result.message = stop.message
@@ -790,13 +703,6 @@ class RunLoop:
             "run_finished", status=result.status, reason=result.reason.value if result.reason else None
         )
         return result
-
-
-def _label(labels: frozenset[str] | None) -> str:
-    """How data is labelled in an LLM prompt: untrusted if any of it is."""
-    if labels is None or "untrusted" in labels:
-        return "untrusted"
-    return "trusted"
 
 
 def seal_refused(audit: RecordSink, refused: FailedClosed, *, after_records: int) -> None:
