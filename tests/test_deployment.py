@@ -53,6 +53,19 @@ def test_pte_init_writes_one_document_and_a_private_key(
     assert (where / "deployment.key").read_bytes() == key
 
 
+def test_init_tells_how_to_get_approver_keys_only_when_it_has_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hint for what the deployment already has would send an operator to redo it."""
+    code, out, _ = cli(capsys, "init", str(tmp_path / "bare"), "--tools", "backoffice")
+    assert code == 0 and "approvers' keys: pte keys generate" in out
+    _, public = approver_keys(tmp_path)
+    code, out, _ = cli(
+        capsys, "init", str(tmp_path / "keyed"), "--tools", "backoffice", "--approval-keys", str(public)
+    )
+    assert code == 0 and "approvers' keys" not in out and "export PTE_DEPLOYMENT=" in out
+
+
 def dataclass_is_frozen(value: object) -> bool:
     try:
         value.folder = Path("/")  # type: ignore[attr-defined]

@@ -159,8 +159,13 @@ def init_command(args: argparse.Namespace) -> int:
     home = where.parent if where.name == DEFAULT_FOLDER else where
     print(
         f"commands run under it from {home} and the folders below it, or anywhere with:\n"
-        f"  export PTE_DEPLOYMENT={where}\n"
-        "approvers' keys: pte keys generate approver.pem (writes approver.pem and approver.pem.pub), "
-        f'then name approver.pem.pub in its "approval_keys" ({where / "pte-deployment.json"})'
+        f"  export PTE_DEPLOYMENT={where}"
     )
+    if document.approval_keys is None:
+        # Only a deployment without approver keys needs telling how to get them.
+        print(
+            "approvers' keys: pte keys generate approver.pem (writes approver.pem and "
+            f'approver.pem.pub), then name approver.pem.pub in its "approval_keys" '
+            f"({where / 'pte-deployment.json'})"
+        )
     return 0
