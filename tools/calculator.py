@@ -486,11 +486,11 @@ def calculator(
     places: Annotated[int, Field(ge=0, le=28)] | None = None,
     rounding: Literal["half_even", "half_up"] = "half_even",
 ) -> CalcResult:
-    """Exact decimal arithmetic on `expression` (at most 1,000 characters): numbers, `variables`
-    (names to numbers, decimal strings or lists: {"xs": ["10.50", "2.25"]}), + - * / // % **
-    (exponent at most 10,000), parentheses, == != < <= > >= (1 or 0), and or not, x if c else y,
-    xs[0], xs[-1], sum min max avg len abs round(x, n) floor ceil. `places` rounds the result by
-    `rounding` (as round() does). Unknown names, division by zero or a list result fail.
+    """Exact decimal arithmetic on a Python-style `expression` (at most 1,000 characters) with
+    operators + - * / // % ** (exponent at most 10,000), comparisons (1 or 0), and or not, x if c
+    else y, xs[0], xs[-1], sum min max avg len abs round floor ceil; `variables` name numbers,
+    decimal strings or lists ({"xs": ["10.50", "2.25"]}). `places` rounds the result by
+    `rounding`. Unknown names, division by zero or a list result fail.
     """
     with decimal.localcontext(_context()):
         value = _evaluate(expression, variables or {}, _ROUNDINGS[rounding])
@@ -505,7 +505,7 @@ def percentage(
     whole: Decimal,
     places: Annotated[int, Field(ge=0, le=28)] = 2,
 ) -> PercentageResult:
-    """`part` / `whole` * 100 (one unit), exact, rounded half-even to `places`; `whole` 0 fails."""
+    """`part` / `whole` * 100, exact, rounded half-even to `places`; `whole` 0 fails."""
     with decimal.localcontext(_context()):
         if whole == 0:
             raise ValueError("division by zero: whole is 0")

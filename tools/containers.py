@@ -166,7 +166,7 @@ def _sort_key(values: list[Any]) -> Callable[[Any], Any]:
 
 @tool(provenance="derived", selection=Selection({"/records/*/value": "object/*"}))
 def entries(object: dict[str, V]) -> EntryList[V]:
-    """An object as records [{key, value}], in order, for filter/sort/first."""
+    """An object as key/value records, in order."""
     out = [Entry[Any](key=k, value=v) for k, v in object.items()]
     return EntryList[Any](records=out, count=len(out))
 
@@ -199,7 +199,7 @@ def filter_values(
     value: Any,
     ignore_case: bool = False,
 ) -> ValueList[T]:
-    """Keep the plain values that satisfy `op` `value`, compared as in filter_records."""
+    """Keep the values that satisfy `op` `value` (compared as filter_records does)."""
     items = [_scalar(v, f"item {i}") for i, v in enumerate(values)]
     if op == "in" and not isinstance(value, list):
         raise ValueError("op 'in' needs a list value")
@@ -241,7 +241,7 @@ def sort_values(values: list[T], descending: bool = False) -> ValueList[T]:
 
 @tool(provenance="derived", selection=_VALUES_BY_THEMSELVES)
 def unique(values: list[T], ignore_case: bool = False) -> ValueList[T]:
-    """Each value once, the first kept, order kept."""
+    """Each value once, the first kept."""
     seen: set[str] = set()
     out = []
     for i, v in enumerate(values):
@@ -255,7 +255,7 @@ def unique(values: list[T], ignore_case: bool = False) -> ValueList[T]:
 
 @tool(provenance="derived", selection=Selection({"/values/*": "values/*"}, decides=("values/*", "remove")))
 def difference(values: list[T], remove: list[T], ignore_case: bool = False) -> ValueList[T]:
-    """The items of `values` not in `remove`, order kept."""
+    """`values` without the items in `remove`."""
     gone = {_folded(v, "an item of remove", ignore_case) for v in remove}
     out = [v for i, v in enumerate(values) if _folded(v, f"item {i}", ignore_case) not in gone]
     return ValueList[Any](values=out, count=len(out))
@@ -263,7 +263,7 @@ def difference(values: list[T], remove: list[T], ignore_case: bool = False) -> V
 
 @tool(provenance="derived", selection=Selection({"/values/*": "values/*"}, decides=("values/*", "other")))
 def intersection(values: list[T], other: list[T], ignore_case: bool = False) -> ValueList[T]:
-    """The items of `values` also in `other`, order kept."""
+    """The items of `values` also in `other`."""
     keep = {_folded(v, "an item of other", ignore_case) for v in other}
     out = [v for i, v in enumerate(values) if _folded(v, f"item {i}", ignore_case) in keep]
     return ValueList[Any](values=out, count=len(out))

@@ -197,9 +197,7 @@ def extract_dates(text: str, dayfirst: bool = False) -> DateList:
 
 @tool(provenance="derived")
 def format_datetime(value: str, pattern: str) -> Text:
-    """An ISO 8601 value in a strftime pattern ("%d.%m.%Y"): %a %A %b %B %d %H %I %j %m %M %p %S %y
-    %Y %z %Z %f %G %u %V %w %%.
-    """
+    """An ISO 8601 value formatted by a strftime pattern ("%d.%m.%Y"; %c, %x and %X are refused)."""
     directives = re.findall(r"%(.)", pattern.replace("%%", ""))
     bad = sorted(
         {d for d in directives if d not in _FORMAT_DIRECTIVES}
@@ -243,9 +241,7 @@ def time_between(start: str, end: str) -> Duration:
 
 @tool(provenance="derived")
 def day_bounds(value: str) -> Bounds:
-    """`start` and `end`: the first and last second (T00:00:00, T23:59:59) of the day of `value`,
-    its zone kept.
-    """
+    """The first and last second of `value`'s day (T00:00:00, T23:59:59), its zone kept."""
     parsed = _value(value)
     start = parsed.replace(hour=0, minute=0, second=0, microsecond=0)
     return Bounds(start=start.isoformat(), end=start.replace(hour=23, minute=59, second=59).isoformat())

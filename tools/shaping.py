@@ -398,7 +398,7 @@ def pick(
 
 @tool(provenance="derived", selection=Selection({"/values/*": "records/*/{field}"}))
 def pluck(records: list[R], field: FieldOfR) -> ValuesResult[Annotated[Any, FieldOf(R, "field")]]:
-    """The value of `field` from every record (each must have it), typed as the field."""
+    """The value of `field` from every record (each must have it)."""
     values = _required(records, field)
     return ValuesResult(values=values, count=len(values))
 
@@ -558,7 +558,7 @@ def format_text(template: str, values: dict[str, Any]) -> TextResult:
 
 @tool(provenance="derived", selection=Selection(inputs=("records",)))
 def count(records: list[Any]) -> CountResult:
-    """The number of items in a list."""
+    """The number of items."""
     return CountResult(count=len(records))
 
 

@@ -101,8 +101,8 @@ def text_match(
     mode: Literal["contains", "starts_with", "ends_with", "equals", "has_word"] = "contains",
     ignore_case: bool = True,
 ) -> MatchResult:
-    """Whether `text` contains / starts with / ends with / equals `value`, or has it as a whole
-    word ("rent" in "Rent due", not "parent").
+    """Whether `text` matches `value` by `mode` (has_word: a whole word, "rent" in "Rent due", not
+    "parent").
     """
     haystack, needle = _fold(text, ignore_case), _fold(value, ignore_case)
     if mode == "has_word":
@@ -182,8 +182,8 @@ def split_text(
     skip_empty: bool = True,
     strip_bullets: bool = False,
 ) -> TextList:
-    """Split `text` at `separator` (null: lines). strip: trim parts; skip_empty: drop empty ones;
-    strip_bullets: drop a leading "- ", "* ", "• ", "1. ".
+    """Split `text` at `separator` (null: at line breaks); strip_bullets drops a leading "- ",
+    "* ", "• ", "1. ".
     """
     if separator == "":
         raise ValueError("separator is empty: give a separator, or null to split into lines")
@@ -267,9 +267,7 @@ def section(text: str, heading: str, until: str | None = None) -> TextOut:
 
 @tool(provenance="derived")
 def transform_text(text: str, op: Literal["lower", "upper", "strip", "title", "collapse_spaces"]) -> TextOut:
-    """`text` lower-, upper- or title-cased, stripped, or with whitespace runs collapsed to one
-    space (collapse_spaces, also strips).
-    """
+    """`text` with `op` applied (collapse_spaces: whitespace runs to one space, stripped)."""
     if op == "collapse_spaces":
         return TextOut(text=" ".join(text.split()))
     return TextOut(
@@ -295,12 +293,12 @@ def replace_text(text: str, old: str, new: str, ignore_case: bool = False) -> Te
 
 @tool(provenance="derived")
 def slice_text(text: str, start: int = 0, end: int | None = None) -> TextOut:
-    """Characters start..end-1 (Python slicing: negative counts from the end)."""
+    """text[start:end], Python slicing."""
     return TextOut(text=text[start:end])
 
 
 @tool(provenance="derived")
 def join_text(values: list[str], separator: str = ", ") -> TextOut:
-    """`values` joined with `separator` (e.g. "\\n")."""
+    """`values` joined with `separator`."""
     _check_length(sum(map(len, values)) + len(separator) * max(len(values) - 1, 0))
     return TextOut(text=separator.join(values))
