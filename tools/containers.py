@@ -274,8 +274,8 @@ def count_by(
     items: list[Any],
     field: Annotated[str | None, Field(description="Records: the field to count by.")] = None,
 ) -> Counts:
-    """Count each plain value, or with `field` each record's value of it (a record without it: an
-    error): groups most frequent first (ties by key), count of groups.
+    """Count each value, or with `field` each record's value of it (a record without it: an error);
+    most frequent first, ties by key.
     """
     tally: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -299,8 +299,8 @@ def rank(items: list[T]) -> RankList[T]:
 
 @tool(provenance="derived", selection=Selection({"/record": "records/*"}, decides=("records/*/{field}",)))
 def extreme_by(records: list[R], field: Annotated[str, FieldName(R)], which: Literal["max", "min"]) -> One[R]:
-    """The record with the largest (max) or smallest (min) `field`, ties the first: numbers and
-    decimal strings by value, ISO dates as text; null skipped. An empty list fails the step.
+    """The record with the max or min `field` (the first of ties): numbers and decimal strings by
+    value, ISO dates as text; null skipped. An empty list fails the step.
     """
     present = [r for r in records if r.get(field) is not None]
     if not present:
@@ -324,8 +324,8 @@ def concat(lists: list[list[T]]) -> ValueList[T]:
 
 @tool(provenance="derived")
 def top_key(object: dict[str, V], which: Literal["max", "min"] = "max") -> KeyValue[V]:
-    """The key with the largest (max) or smallest (min) value, e.g. of a count map; ties: the
-    first. An empty object fails the step.
+    """The key with the max or min value (e.g. of a count map; the first of ties). An empty object
+    fails the step.
     """
     if not object:
         raise ValueError(f"the object is empty: there is no {which} key")

@@ -442,11 +442,10 @@ def filter_records(
     value: Any,
     ignore_case: bool = False,
 ) -> RecordsResult[R]:
-    """Keep the records whose `field` satisfies `op` `value`. eq ne lt le gt ge: numbers and
-    decimal strings by value, ISO dates as instants, else text. contains starts_with ends_with
-    has_word (a whole word): text, or contains an item of a list field; has_key: an object field
-    has the key `value`; in: one of `value` (a list). Missing or null fields never match; a
-    field no record has is an error.
+    """Keep the records whose `field` satisfies `op` `value`: numbers and decimal strings compare by
+    value, ISO dates as instants, else as text; has_word: a whole word; contains also finds an item
+    of a list field; has_key: an object field has the key `value`; in: `value` is a list holding it.
+    Missing or null fields never match; a field no record has is an error.
     """
     _check_field(records, field)
     matches = _matcher(op, value, ignore_case)
@@ -575,7 +574,7 @@ def first(records: list[T]) -> RecordResult[T]:
     selection=Selection({"/records/*/left": "left/*", "/records/*/right": "right/*"}),
 )
 def zip_lists(left: list[L], right: list[S]) -> PairsResult[L, S]:
-    """Pair two lists of one length by position; other lengths are an error."""
+    """Pair two lists by position; their lengths must be equal."""
     if len(left) != len(right):
         raise ValueError(
             f"left has {len(left)} items and right {len(right)}: zip_lists pairs lists of one length"
