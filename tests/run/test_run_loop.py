@@ -10,12 +10,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
-from pte import AuditLog, Engine, EngineConfig, Registry, RunResult, tool
+from pte import AuditLog, Engine, EngineConfig, Policy, ReasonCode, Registry, RunResult, tool
+
+# private: the delegation generator and the loop's state, white-box
+from pte._run._delegation import AskSpecialist, CompileText, compile_delegating
 
 # private: the run loop itself, white-box (its phases and ticks)
 from pte._run._loop import RunLoop, RunMode
+
+# private: a run's state and what its decision functions read, built by hand
+from pte._run._state import Planning, RunState
+from pte.errors import PlanRejected
+from pte.plan import Specialist
 from pte.testing import ScriptedModel
 
 
@@ -178,3 +187,45 @@ def test_a_failed_closed_transition_seals_the_run_and_nothing_runs_after_it() ->
     assert result.reason.value == "replans_exhausted"
     assert types[-1] == "run_finished" and types.count("run_finished") == 1
     assert types.count("replan") == 1
+
+
+def test_a_coordinators_plan_is_compiled_by_a_generator_that_asks_and_never_calls_back() -> None:
+    """Delegation is a function of its inputs (pte._run._delegation): it yields what it needs done
+    (compile this, ask that specialist) and is sent the answers; it writes nothing itself."""
+    savers = Specialist("savers", "Saves counts.", ("checkpoint",))
+    config = EngineConfig(specialists=(savers,))
+    # The planner catalogue is only shown in prompts; delegation checks against the deployment's.
+    planning = Planning(config, REGISTRY, REGISTRY, Policy.from_registry(REGISTRY))
+    audit = AuditLog()
+    state = RunState(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+    coordinator = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "start_count", "tool": "increment", "args": {"value": 0}},
+            {
+                "id": "save",
+                "delegate": "savers",
+                "task": "Save the count",
+                "inputs": {"count": {"$ref": "start_count/value"}},
+                "after": [],
+            },
+        ],
+        "result": {"$ref": "save"},
+    }
+    steps = compile_delegating(planning, state, "planner", json.dumps(coordinator))
+    prefix = next(steps)  # the steps no delegation waits for, compiled for the inputs' labels
+    assert isinstance(prefix, CompileText) and "start_count" in prefix.text and "delegate" not in prefix.text
+    ask = steps.throw(PlanRejected(ReasonCode.SCHEMA_VIOLATION, "not now", "$"))  # its view: unknown
+    assert isinstance(ask, AskSpecialist)
+    assert "Save the count" in ask.messages[-1]["content"]
+    sub_plan = {
+        "pte_plan": "1",
+        "steps": [{"id": "keep", "tool": "checkpoint", "args": {"value": {"$param": "count"}}}],
+        "result": {"$ref": "keep/value"},
+    }
+    whole = steps.send(json.dumps(sub_plan))
+    assert isinstance(whole, CompileText)
+    assert [s["id"] for s in json.loads(whole.text)["steps"]] == ["start_count", "save__keep"]
+    with pytest.raises(PlanRejected):  # a rejection blaming no sub-plan stands
+        steps.throw(PlanRejected(ReasonCode.POLICY_VIOLATION, "refused", "$.result"))
+    assert audit.records == [] and state.replans == 0  # nothing written, nothing counted
