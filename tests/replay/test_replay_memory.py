@@ -28,9 +28,6 @@ import pytest
 
 # private: the replayer's parts, white-box
 import pte._replay._replayer
-
-# private: resume's internals, white-box
-import pte._replay._resume
 from pte import AuditLog, Engine, EngineConfig, ToolError, load_registry, verify
 
 # private: the replayer's parts, white-box
@@ -80,8 +77,8 @@ class _Tracked:
                 tracked.alive_at_start.append(tracked.alive())
                 tracked.refs.append(weakref.ref(self))
 
+        # Resume's invoker (`ResumingInvoker`) makes its `RecordedInvoker` in this module too.
         monkeypatch.setattr(pte._replay._replayer, "RecordedInvoker", Invoker)
-        monkeypatch.setattr(pte._replay._resume, "RecordedInvoker", Invoker)
 
     def alive(self) -> int:
         return sum(ref() is not None for ref in self.refs)
