@@ -5,7 +5,7 @@
 Every sample is produced by the real engine on a fresh sample ledger, with the demo's
 recorded LLM answers (`pte._cli._demo`), except `crashed_mid_run`, which is a `pte execute` run
 in a child process that is killed with SIGKILL part-way through (after its 7th record).
-The tests replay and verify every sample (tests/test_audit_samples.py).
+The tests replay and verify every sample (tests/audit/test_audit_samples.py).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from pte.runs import replay
 
 #: The public modules whose names are resolved on first use: they load the LLM client, which a
-#: process that only runs plans never does (tests/test_executor_isolation.py).
+#: process that only runs plans never does (tests/e2e/test_executor_isolation.py).
 _LAZY_MODULES = ("pte.engine", "pte.runs", "pte.deployment")
 
 #: The public modules, listed by ``dir(pte)`` with the names of `__all__`.

@@ -9,7 +9,7 @@ attribute magic):
 - `pte._run._otel.TracedAudit`, tracing: it adds a step span's ids to step records on the way
   to the sink it wraps.
 
-Every sink passes the same conformance suite (tests/test_record_sink.py), as every
+Every sink passes the same conformance suite (tests/audit/test_record_sink.py), as every
 checkpointer of LangGraph does: what the engine may rely on is written down once.
 """
 

@@ -3,7 +3,7 @@
 Every record PTE writes is built here, as a `Record` (its type and its fields), and handed
 to a `pte._audit._record_sink.RecordSink`, which adds the common fields (``seq``, ``run_id``,
 ``ts``, ``prev``, ``hash``) and writes it. No other module spells a record type or a
-record's field names when writing (tests/test_seams.py scans for it), so what a record
+record's field names when writing (tests/e2e/test_seams.py scans for it), so what a record
 holds is decided in one place, next to its contract (schemas/audit-record.schema.json,
 docs/audit-format.md).
 

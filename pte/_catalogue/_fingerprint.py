@@ -91,7 +91,7 @@ def prompts_hash() -> str:
     """SHA-256 over the source of `PROMPT_MODULES` (name, NUL, source, NUL, in order): editing
     any text a model is shown changes the ``prompts`` hash a ``run_started`` records."""
     # Read as files, not imported: the executor's side of PTE never loads the prompt code
-    # (tests/test_executor_isolation.py).
+    # (tests/e2e/test_executor_isolation.py).
     digest = hashlib.sha256()
     for name in PROMPT_MODULES:
         spec = importlib.util.find_spec(name)

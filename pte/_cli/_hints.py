@@ -5,7 +5,7 @@ quoted for a POSIX shell. Under a deployment (`pte.Deployment`) a hint carries n
 the next command reads the same deployment, so only the flags that narrowed it (``--tools``,
 ``--allow``) are repeated. Without one, the deployment's flags the command was given (packs,
 allow-list, manifest, procedures, policy, approval store and keys, the store) are carried.
-tests/test_cli_hints.py executes each one.
+tests/cli/test_cli_hints.py executes each one.
 """
 
 from __future__ import annotations

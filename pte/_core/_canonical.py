@@ -21,7 +21,7 @@ The two differ only in
 `numbers_as_jcs` walks the value's containers and sends every value holding a number outside
 the range where both agree (or a non-BMP character) to `rfc8785`: false alarms cost time,
 misses cannot happen.
-tests/test_canonical.py checks the RFC's test vectors, the equality of both paths on
+tests/core/test_canonical.py checks the RFC's test vectors, the equality of both paths on
 generated JSON, and every code point's escape.
 """
 
@@ -114,7 +114,7 @@ def numbers_as_jcs(value: Any) -> bool:
 
     Integers within ±(2**53 - 1) and floats with a fraction between 1e-4 and 1e15 in
     magnitude (both write the shortest round-trip digits in plain decimal notation there;
-    tests/test_canonical.py checks): anything else (integral or tiny or huge floats, NaN,
+    tests/core/test_canonical.py checks): anything else (integral or tiny or huge floats, NaN,
     infinities, big integers) is left to `rfc8785`. One pass over the containers.
     """
     stack = [value]

@@ -245,7 +245,7 @@ class SecretRules:
     def default() -> SecretRules:
         """The rule files PTE ships (`default_rule_files`), loaded once per process.
 
-        Their regexes compile on first use (tests/test_secrets_corpus.py compiles them all).
+        Their regexes compile on first use (tests/core/test_secrets_corpus.py compiles them all).
         """
         return SecretRules.from_files(default_rule_files(), eager=False)
 

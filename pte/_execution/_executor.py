@@ -29,7 +29,7 @@ Steps after it that already ran are not recorded (they are reads, see above): as
 are cancelled, process-isolated ones killed, thread ones abandoned.
 
 How each call runs, is timed out and retried: `pte._execution._invoke`. This module must never import
-an LLM client; tests/test_executor_isolation.py enforces it.
+an LLM client; tests/e2e/test_executor_isolation.py enforces it.
 
 Extending (new step kinds): one step is `_Run._start` (resolve and check its arguments,
 write its intent when it is its turn, start the call) and `_Run._complete` (check the

@@ -18,7 +18,7 @@ A failed attempt is retried when the tool declares ``retries`` and the failure i
 (`TransientError`, a timeout, or an exception of a ``retry_on`` type), after ``backoff_s``
 (doubled each time). The call ends with the first success or the last failure.
 
-This module must never import an LLM client (tests/test_executor_isolation.py).
+This module must never import an LLM client (tests/e2e/test_executor_isolation.py).
 """
 
 from __future__ import annotations

@@ -313,7 +313,7 @@ class OpenAIClient:
                 # Not retried: the server may still be busy with this very request. The HTTP
                 # client has closed its connection (an unread response cannot be reused), which
                 # is how a request is cancelled: llama.cpp's server stops generating for a
-                # client that hung up (tests/test_llm_endpoint.py).
+                # client that hung up (tests/run/test_llm_endpoint.py).
                 raise LLMError(
                     f"timed out after {self.timeout_s:g}s waiting for {self._where()}"
                     f"{_attempts_note(attempts)}; the request was cancelled (connection closed) "

@@ -21,7 +21,7 @@ need them, during ``execute``. Any `FailedClosed` on the way seals the run
 
 This module writes every run-level record (`RUN_RECORDS`): ``run_started``, ``llm_call``,
 ``plan_accepted``, ``plan_rejected``, ``replan``, ``stage``, ``repair``, ``run_resumed`` and
-``run_finished`` (tests/test_seams.py fails if another module does). Since replay re-runs this
+``run_finished`` (tests/e2e/test_seams.py fails if another module does). Since replay re-runs this
 code and compares record by record, the order of the writes here *is* the log format. The
 executor writes the step records, the approval and endorsement gates their own; stages,
 repair, delegation and exposure are functions that return decisions and never call back.

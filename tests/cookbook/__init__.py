@@ -1,1 +1,1 @@
-"""Cookbook tasks, one module per domain (each defines TASKS); tests/test_cookbook.py runs them all."""
+"""Cookbook tasks, one module per domain (each defines TASKS); tests/e2e/test_cookbook.py runs them all."""

@@ -4,7 +4,7 @@ Written the way models write plans: long descriptive step ids, ``"default": null
 that may be skipped, a search that finds nothing, a later stage that refers back to what an
 earlier stage picked, and mistakes the compiler sends back once (a wrong pointer, a reused
 id, a cycle, an untrusted value wired into a write). Each asserts exactly how the run ends.
-tests/test_cookbook_model.py runs them; add a `ModelTask` here and it is run there.
+tests/e2e/test_cookbook_model.py runs them; add a `ModelTask` here and it is run there.
 """
 
 from __future__ import annotations

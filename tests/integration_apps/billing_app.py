@@ -1,5 +1,5 @@
 """A small billing service (Starlette) with a hand-written OpenAPI 3.1 document, for
-tests/test_importer_openapi.py. `make_app(variant)` serves the document as it was reviewed
+tests/catalogue/test_importer_openapi.py. `make_app(variant)` serves the document as it was reviewed
 ("v1") or as changed behind the deployment's back ("changed": an argument renamed, a response
 field retyped)."""
 

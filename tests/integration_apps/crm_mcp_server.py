@@ -1,4 +1,5 @@
-"""A small MCP server written with the official `mcp` SDK, run over stdio by tests/test_importer_mcp.py.
+"""A small MCP server written with the official `mcp` SDK, run over stdio by
+tests/catalogue/test_importer_mcp.py.
 
 CRM_VARIANT=changed serves a changed definition of `lookup_invoice` (its argument renamed),
 as a server upgraded behind the deployment's back would.

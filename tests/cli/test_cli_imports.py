@@ -1,0 +1,142 @@
+"""Imported tools from the CLI: ``--tools openapi:SPEC[#op,…]`` and ``--tools mcp:CMD[#tool,…]``.
+
+Against the loopback billing service of tests/catalogue/test_importer_openapi.py (JSON over HTTP, and the
+same document as a YAML file) and the real MCP server process of tests/catalogue/test_importer_mcp.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pte.cli import main
+from tests._cli_run import make_deployment
+from tests.integration_apps.billing_app import make_app
+from tests.integration_apps.loopback import LoopbackServer
+
+SERVER = Path(__file__).parents[1] / "integration_apps" / "crm_mcp_server.py"
+GET = {
+    "pte_plan": "1",
+    "steps": [{"id": "inv", "tool": "getInvoice", "args": {"invoice_id": "INV-1001"}}],
+    "result": {"$ref": "inv/amount_cents"},
+}
+
+
+@pytest.fixture(scope="module")
+def billing() -> Iterator[LoopbackServer]:
+    app, _ = make_app("v1")
+    with LoopbackServer(app) as server:
+        yield server
+
+
+def _execute(tmp_path: Path, plan: dict[str, Any], tools: str, capsys: pytest.CaptureFixture[str]) -> Any:
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    argv = ["--quiet", "execute", str(tmp_path / "plan.json"), "--tools", tools]
+    code = main([*argv, "--audit", str(tmp_path / "run.jsonl"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, (out, err)
+    return json.loads(out)
+
+
+def test_openapi_spec_from_a_url_with_chosen_operations(
+    billing: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tools = f"openapi:{billing.url}/openapi.json#listInvoices,getInvoice"
+    # The document names https://evil.example.test: requests stay on the origin it came from.
+    result = _execute(tmp_path, GET, tools, capsys)
+    assert (result["status"], result["result"]) == ("succeeded", 12500)
+    (tmp_path / "p.json").write_text(json.dumps(GET).replace("getInvoice", "sendReminder"), encoding="utf-8")
+    assert main(["--quiet", "validate", str(tmp_path / "p.json"), "--tools", tools]) == 1  # not imported
+
+
+def test_openapi_yaml_spec_file(
+    billing: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import httpx
+
+    document = httpx.get(f"{billing.url}/openapi.json").json()
+    document["servers"] = [{"url": billing.url}]
+    spec = tmp_path / "billing.yaml"
+    spec.write_text(yaml.safe_dump(document), encoding="utf-8")
+    # All operations, the 204 delete included (imported with a declared empty output).
+    result = _execute(tmp_path, GET, f"openapi:{spec}#getInvoice,deleteInvoice", capsys)
+    assert result["result"] == 12500
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("openapi: '3.1.0'\ninfo: {title: x, version: '1'}\npaths: {}\npaths: {}\n", "duplicate key 'paths'"),
+        ("openapi: '3.1.0'\ninfo: &i {title: x, version: '1'}\nx: *i\npaths: {}\n", "aliases"),
+        ("openapi: '3.1.0'\ninfo: {title: x, version: '1'}\npaths: {}\n", "no absolute server URL"),
+        ("openapi: [\n", "not valid YAML"),
+    ],
+    ids=["duplicate", "alias", "no-server", "broken"],
+)
+def test_bad_yaml_specs_are_usage_errors_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, why: str
+) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(text, encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(GET), encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quiet", "validate", str(tmp_path / "plan.json"), "--tools", f"openapi:{spec}"])
+    assert exit_info.value.code == 2
+    assert why in capsys.readouterr().err
+
+
+def test_mcp_server_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
+    tools = f"mcp:{shlex.join([sys.executable, str(SERVER)])}#lookup_invoice,total_cents"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", tools, "--no-store")  # MCP tools are writes
+    plan: dict[str, Any] = {
+        "pte_plan": "1",
+        "steps": [{"id": "a", "tool": "lookup_invoice", "args": {"invoice_id": "INV-1001"}}],
+        "result": {"$ref": "a/amount_cents"},
+    }
+    result = _execute(tmp_path, plan, tools, capsys)
+    assert result["status"] == "succeeded" and isinstance(result["result"], int)
+    # Imported without a manifest, the server's outputs are untrusted: they cannot feed a
+    # guarded parameter (the MCP tools are writes by default, their parameters guarded).
+    plan["steps"].append(
+        {"id": "t", "tool": "total_cents", "args": {"amounts": [{"$ref": "a/amount_cents"}]}}
+    )
+    plan["result"] = {"$ref": "t/result"}
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    argv = [
+        "--quiet",
+        "execute",
+        str(tmp_path / "plan.json"),
+        "--tools",
+        tools,
+        "--audit",
+        str(tmp_path / "r2.jsonl"),
+    ]
+    assert main(argv) == 1
+    assert "receive untrusted data" in capsys.readouterr().err
+
+
+def test_workers_refuse_importer_specs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "--quiet",
+                "worker",
+                "--tools",
+                "openapi:spec.yaml",
+                "--store",
+                "sqlite:s.db",
+                "--broker",
+                "redis://127.0.0.1:9/0",
+            ]
+        )
+    assert exit_info.value.code == 2 and "pack file" in capsys.readouterr().err
