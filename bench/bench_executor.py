@@ -36,7 +36,15 @@ against 2.4 s one at a time. Wall times are printed as ratios to the critical pa
 PTE (concurrent and one at a time) and for LangGraph running the same DAG as a graph with
 its own parallel branches (a node per step, an edge per dependency, ``ainvoke``).
 
+At the end it prints the executor table of docs/benchmarks.md in Markdown, as measured.
+
+``--instructions``: the same four (PTE audit on and off, LangGraph's loop, the floor) counted
+in instructions per step under valgrind's callgrind, one segment each in one process
+(`callgrind_segments`), which other processes' load does not move; ``--before REV`` adds the
+code of an earlier git revision, measured in the same run.
+
     python bench/bench_executor.py [--steps 1000] [--repeat 7] [--shape chain|independent|both] [--dag]
+    python bench/bench_executor.py --instructions --shape chain --steps 300 [--before REV]
 """
 
 from __future__ import annotations
@@ -62,7 +70,8 @@ from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool
 from pte._core import canonical_bytes, sha256_hex
 from pte.plan import Limits
 
-TARGET_RATIO = 0.25
+#: PTE (audit on) per step against LangGraph's loop (#37).
+TARGET_RATIO = 0.2
 
 
 @tool
@@ -175,14 +184,20 @@ def langgraph_runner(plan: Plan) -> Callable[[], Timing]:
     return run
 
 
-def bench_shape(shape: str, steps: int, repeat: int) -> bool:
+def compiled(shape: str, steps: int) -> Plan:
+    """The bench's plan of `steps` no-op steps of `shape`, compiled."""
     text = plan_text(steps, shape)
+    limits = Limits(max_steps=max(steps, 1000), max_bytes=max(len(text), 1_000_000), max_values=len(text))
+    return compile_plan(text, REGISTRY, limits)
+
+
+#: One shape's figures for the docs' table: µs per step (wall medians, then CPU medians).
+Row = dict[str, float]
+
+
+def bench_shape(shape: str, steps: int, repeat: int) -> Row:
     started = time.perf_counter()
-    plan = compile_plan(
-        text,
-        REGISTRY,
-        Limits(max_steps=max(steps, 1000), max_bytes=max(len(text), 1_000_000), max_values=len(text)),
-    )
+    plan = compiled(shape, steps)
     compile_us = (time.perf_counter() - started) / steps * 1e6
     with tempfile.TemporaryDirectory() as tmp:
         runners = {
@@ -236,7 +251,83 @@ def bench_shape(shape: str, steps: int, repeat: int) -> bool:
     # none of another's) is the cross-check that moves least with the load of other processes.
     cpu_on = cpu["PTE executor, audit on (file, durability=none)"] / cpu[baseline_name]
     print(f"  by CPU time: PTE (audit on) / LangGraph = {cpu_on:.3f}")
-    return ok
+    return {
+        "on": audit_on,
+        "off": median["PTE executor, audit off"],
+        "langgraph": median[baseline_name],
+        "floor": floor,
+        "on_cpu": audit_on_cpu,
+        "langgraph_cpu": cpu[baseline_name],
+    }
+
+
+def print_docs_table(rows: dict[str, Row], steps: int, repeat: int, load: float) -> None:
+    """The executor table of docs/benchmarks.md, as measured in this run (Markdown)."""
+    print(f"\nFor docs/benchmarks.md ({steps} steps, {repeat} interleaved runs, medians, µs per step, "
+          f"load average {load:.2f} at the start):\n")  # fmt: skip
+    print("| shape | PTE, audit on | PTE, audit off | LangGraph loop | floor | audit on / LangGraph "
+          "(by CPU time) | audit on / floor |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for shape, row in rows.items():
+        print(
+            f"| {shape} | {row['on']:.1f} | {row['off']:.1f} | {row['langgraph']:.1f} | {row['floor']:.1f} | "
+            f"**{row['on'] / row['langgraph']:.3f}** ({row['on_cpu'] / row['langgraph_cpu']:.3f}) | "
+            f"{row['on'] / row['floor']:.2f} |"
+        )
+    print(f"\ntarget: audit on ≤ {TARGET_RATIO} x LangGraph's loop")
+
+
+def instruction_child(shape: str, steps: int) -> None:
+    """Run under callgrind by `--instructions`: one segment each for PTE with the audit log off,
+    with it on, LangGraph's loop and the floor, over the same plan (warmed up before)."""
+    from callgrind_segments import mark
+
+    plan = compiled(shape, steps)
+    executor = Executor(REGISTRY)
+    langgraph = build_langgraph(plan)
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = begun(AuditLog(Path(tmp) / "warm.jsonl", durability="none"))
+        executor.run(plan, warm)
+        warm.close()
+        langgraph()
+        floor_timing(Path(tmp), 20)
+        log = begun(AuditLog(Path(tmp) / "a.jsonl", durability="none"))
+        mark()
+        executor.run(plan)
+        mark()
+        executor.run(plan, log)
+        mark()
+        langgraph()
+        mark()
+        floor_timing(Path(tmp), steps)
+        mark()
+        log.close()
+
+
+def bench_instructions(shapes: list[str], steps: int, before: str | None) -> None:
+    """PTE (audit on, off), LangGraph's loop and the floor in instructions per step (callgrind),
+    which other processes' load does not move; with `before`, also on that revision's code."""
+    from callgrind_segments import segments, tree_at
+
+    names = ["PTE executor, audit on", "PTE executor, audit off", "LangGraph plan-and-execute loop", "floor"]
+    with tempfile.TemporaryDirectory() as tmp:
+        trees: dict[str, Path | None] = {"now": None}
+        if before:
+            trees = {f"before ({before})": tree_at(before, Path(tmp)), **trees}
+        for shape in shapes:
+            print(f"\n{steps}-step plan, shape={shape}, instructions per step (callgrind)")
+            for label, tree in trees.items():
+                env = {"PYTHONPATH": str(tree)} if tree is not None else None
+                argv = [__file__, "--instructions-child", shape, "--steps", str(steps)]
+                off, on, langgraph, floor = (count / steps for count in segments(argv, env))
+                print(f"  {label}")
+                for name, count in zip(names, (on, off, langgraph, floor), strict=True):
+                    print(f"    {name:<36} {count:10.0f}   {count / langgraph:6.3f} x LangGraph")
+                print(
+                    f"    PTE (audit on) / LangGraph = {on / langgraph:.3f} (target ≤ {TARGET_RATIO}); "
+                    f"audit on - off = {on - off:.0f} ({(on - off) / floor:.2f} x the floor); "
+                    f"audit on = {on / floor:.2f} x the floor"
+                )
 
 
 def floor_timing(audit_dir: Path, steps: int = 500) -> Timing:
@@ -382,7 +473,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--shape", choices=["chain", "independent", "both"], default="both")
     parser.add_argument("--dag", action="store_true", help="only the 24-step async DAG")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per step with valgrind's callgrind instead of timing (load-proof)",
+    )
+    parser.add_argument("--before", metavar="REV", help="with --instructions: also this git revision's code")
+    parser.add_argument("--instructions-child", choices=["chain", "independent"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.instructions_child:
+        instruction_child(args.instructions_child, args.steps)
+        return 0
     try:
         import langgraph  # noqa: F401
     except ImportError:
@@ -400,9 +501,13 @@ def main(argv: list[str] | None = None) -> int:
         bench_dag(args.repeat)
         return 0
     shapes = ["chain", "independent"] if args.shape == "both" else [args.shape]
-    for shape in shapes:
-        bench_shape(shape, args.steps, args.repeat)
+    if args.instructions:
+        bench_instructions(shapes, args.steps, args.before)
+        return 0
+    load = os.getloadavg()[0]
+    rows = {shape: bench_shape(shape, args.steps, args.repeat) for shape in shapes}
     bench_dag(args.repeat)
+    print_docs_table(rows, args.steps, args.repeat, load)
     return 0
 
 
