@@ -2,7 +2,7 @@
 
 All prompt text lives in this module, so that the ``prompts`` hash a ``run_started`` records
 (`pte._catalogue._fingerprint.prompts_hash`, the SHA-256 of this file) changes whenever what a model is
-shown changes; tests/run/test_prompts.py checks that no other module of ``pte`` contributes text.
+shown changes; tests/test_prompts.py checks that no other module of ``pte`` contributes text.
 
 Tool outputs reach an LLM only inside clearly delimited, labelled data blocks, and the
 prompts say that text inside them is data, never instructions. That does not make
