@@ -93,8 +93,9 @@ FEATURES = {
     ),
     "workers": (
         ["kombu", "kombu.transport", "kombu.connection", "celery"],
-        "from pte._cli._main import main\nsys.exit(main(['worker', '--store', 'sqlite:///w.db', "
-        "'--broker', 'redis://127.0.0.1:9/0', '--tools', 'calculator']))",
+        # A worker starts only under a deployment (#33), so the extra is the next thing it needs.
+        "from pte._cli._main import main\nassert main(['init', '--tools', 'calculator']) == 0\n"
+        "sys.exit(main(['worker', '--broker', 'redis://127.0.0.1:9/0']))",
         "workers",
         "celery",
     ),
