@@ -15,12 +15,14 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -281,3 +283,59 @@ def run_python(
         if answer["timed_out"]:
             raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes())
         return subprocess.CompletedProcess(args, answer["returncode"], out.read_bytes(), err.read_bytes())
+
+
+# --- run stores over both SQL backends, for the tests that tamper with their tables ------------
+
+#: The databases made in this process (one per test file; xdist runs a file in one process).
+_DATABASES: set[str] = set()
+
+
+def database(postgres_url: str, name: str) -> str:
+    """The URL of database `name` on the test server, made empty the first time it is asked for."""
+    if name not in _DATABASES:
+        import psycopg
+
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            conn.execute(f"CREATE DATABASE {name}")
+        _DATABASES.add(name)
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
+def write_tables(store: Any, statement: str, params: tuple[Any, ...] = ()) -> None:
+    """Write a run store's tables directly, as anyone with database access can (no key);
+    `?` placeholders, for SQLite and PostgreSQL alike."""
+    from pte.stores import SQLiteStore
+
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(statement, params)
+    else:
+        import psycopg
+
+        with psycopg.connect(store.url, autocommit=True) as conn:
+            conn.execute(statement.replace("?", "%s"), params)
+
+
+def store_fixture(database_name: str) -> Any:
+    """A `store` fixture over SQLite (in the test's folder) and PostgreSQL (database
+    `database_name`, emptied before each test: one database per file, since a database per
+    test would cost a checkpoint each)."""
+
+    @pytest.fixture(params=["sqlite", "postgresql"])
+    def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+        from pte.stores import open_store
+
+        if request.param == "sqlite":
+            url = f"sqlite://{tmp_path / 'runs.db'}"
+        else:
+            url = database(request.getfixturevalue("postgres_url"), database_name)
+        with open_store(url) as opened:
+            if request.param == "postgresql":
+                write_tables(
+                    opened, "TRUNCATE pte_runs, pte_records, pte_approvals, pte_checkpoints, pte_anchors"
+                )
+            yield opened
+
+    return store

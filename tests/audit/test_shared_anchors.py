@@ -14,7 +14,6 @@ A "machine" here is its own `Anchors` (own cache, own high-water file) over the 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ from pte import Engine, FailedClosed, Registry, SigningKey, tool
 from pte.audit import Anchors, anchors_from_env, canonical_json
 from pte.deployment import resume_run, run_in_store
 from pte.errors import AnchorError
-from pte.stores import JsonlStore, SQLiteStore, Store, open_store
-from tests._services import postgres_url  # noqa: F401 - the session fixture
+from pte.stores import JsonlStore, Store, open_store
+from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture
 
 KEY = SigningKey.generate()
 PAID: list[str] = []
@@ -75,39 +74,7 @@ def _no_payments() -> Iterator[None]:
     PAID.clear()
 
 
-@pytest.fixture(scope="module")
-def shared_database(postgres_url: str) -> str:  # noqa: F811
-    import psycopg
-
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS t_shared_anchors")
-        conn.execute("CREATE DATABASE t_shared_anchors")
-    return postgres_url.rsplit("/", 1)[0] + "/t_shared_anchors"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = (
-        f"sqlite://{tmp_path / 'runs.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("shared_database")
-    )
-    with open_store(url) as opened:
-        if request.param == "postgresql":
-            _sql(opened, "TRUNCATE pte_runs, pte_records, pte_approvals, pte_checkpoints, pte_anchors")
-        yield opened
-
-
-def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
-    """Write the store's tables directly, as anyone with database access can (no key)."""
-    if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
-            conn.execute(statement, params)
-    else:
-        import psycopg
-
-        with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)
+store = store_fixture("t_shared_anchors")
 
 
 def _machine(store: Store, tmp_path: Path, name: str) -> Anchors:
@@ -120,9 +87,9 @@ def _cut_before_payment(store: Store, run_id: str) -> int:
     pay = next(
         r["seq"] for r in store.records(run_id) if r["type"] == "step_started" and r["step_id"] == "pay"
     )
-    _sql(store, "DELETE FROM pte_records WHERE run_id = ? AND seq >= ?", (run_id, pay))
-    _sql(store, "DELETE FROM pte_checkpoints WHERE run_id = ?", (run_id,))
-    _sql(store, "UPDATE pte_runs SET status = 'running', reason = NULL WHERE run_id = ?", (run_id,))
+    write_tables(store, "DELETE FROM pte_records WHERE run_id = ? AND seq >= ?", (run_id, pay))
+    write_tables(store, "DELETE FROM pte_checkpoints WHERE run_id = ?", (run_id,))
+    write_tables(store, "UPDATE pte_runs SET status = 'running', reason = NULL WHERE run_id = ?", (run_id,))
     return int(pay)
 
 
@@ -154,7 +121,7 @@ def test_a_rollback_of_the_shared_chain_is_refused_by_every_machine_that_saw_pas
     pay = _cut_before_payment(store, "paid")
     rows = [json.loads(line) for line in store.anchor_lines(0)]  # type: ignore[attr-defined]
     first_cut = next(i for i, a in enumerate(rows) if a["run_id"] == "paid" and a["seq"] >= pay)
-    _sql(store, "DELETE FROM pte_anchors WHERE n >= ?", (first_cut,))
+    write_tables(store, "DELETE FROM pte_anchors WHERE n >= ?", (first_cut,))
     assert Anchors(store, public=KEY.public_key).check("paid", store.records("paid"))[0] > 0  # verifies
     for machine in (machine_a, machine_b):
         with pytest.raises(FailedClosed, match="rolled back"):
@@ -181,7 +148,7 @@ def test_a_row_deleted_from_the_middle_of_the_chain_stops_every_read(store: Stor
     machine = _machine(store, tmp_path, "a")
     for n in range(3):
         machine.sign(f"r{n}", 0, "a" * 64, expected=0)
-    _sql(store, "DELETE FROM pte_anchors WHERE n = 1")
+    write_tables(store, "DELETE FROM pte_anchors WHERE n = 1")
     with pytest.raises(AnchorError, match="no line 1"):
         Anchors(store, public=KEY.public_key).all()
 

@@ -8,9 +8,7 @@ let a run id, a record or a URL become SQL.
 
 from __future__ import annotations
 
-import sqlite3
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +19,8 @@ from pte import Engine, load_pack, load_registry, verify
 # private: replay's parts, white-box
 from pte._replay import replay_run
 from pte.errors import AuditWriteError
-from pte.stores import JsonlStore, SQLiteStore, Store, StoreError, check_run_id, open_store
-from tests._services import postgres_url  # noqa: F401 - the session fixture
+from pte.stores import JsonlStore, Store, StoreError, check_run_id, open_store
+from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture
 
 PLAN = """{"pte_plan": "1", "steps": [
  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
@@ -43,46 +41,13 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        url = f"sqlite://{tmp_path / 'runs.db'}"
-    else:
-        # One database for these tests, emptied before each (the tests tamper with tables);
-        # creating a database per test would cost a checkpoint each.
-        url = request.getfixturevalue("stores_database")
-    with open_store(url) as opened:
-        if request.param == "postgresql":
-            _sql(opened, "TRUNCATE pte_runs, pte_records, pte_approvals, pte_checkpoints")
-        yield opened
-
-
-@pytest.fixture(scope="module")
-def stores_database(postgres_url: str) -> str:  # noqa: F811
-    import psycopg
-
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS t_stores")
-        conn.execute("CREATE DATABASE t_stores")
-    return postgres_url.rsplit("/", 1)[0] + "/t_stores"
+store = store_fixture("t_stores")
 
 
 def _execute(store: Store, run_id: str, plan: str = PLAN) -> Any:
     registry = load_registry(["backoffice", "calculator", "shaping"])
     with store.audit_log(run_id) as audit:
         return Engine(registry).execute(plan, audit)
-
-
-def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
-    """Tamper with the store's tables directly, as someone with database access could."""
-    if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
-            conn.execute(statement, params)
-    else:
-        import psycopg
-
-        with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)
 
 
 def test_runs_are_stored_verified_and_replayed(store: Store, ledger: Path) -> None:
@@ -126,7 +91,7 @@ def test_the_same_run_gives_the_same_records_in_every_backend(
 
 def test_an_edited_record_is_caught(store: Store, ledger: Path) -> None:
     assert _execute(store, "t1").ok
-    _sql(
+    write_tables(
         store,
         "UPDATE pte_records SET line = replace(line, 'INV-1006', 'INV-1007') WHERE run_id = ? AND seq = 3",
         ("t1",),
@@ -139,14 +104,14 @@ def test_an_edited_record_is_caught(store: Store, ledger: Path) -> None:
 
 def test_an_edited_query_column_is_caught(store: Store, ledger: Path) -> None:
     assert _execute(store, "t2").ok
-    _sql(store, "UPDATE pte_records SET type = 'llm_call' WHERE run_id = ? AND seq = 2", ("t2",))
+    write_tables(store, "UPDATE pte_records SET type = 'llm_call' WHERE run_id = ? AND seq = 2", ("t2",))
     report = store.verify("t2")
     assert not report.intact and report.issue is not None and "columns disagree" in report.issue.message
 
 
 def test_a_removed_record_is_caught(store: Store, ledger: Path) -> None:
     assert _execute(store, "t3").ok
-    _sql(store, "DELETE FROM pte_records WHERE run_id = ? AND seq = 4", ("t3",))
+    write_tables(store, "DELETE FROM pte_records WHERE run_id = ? AND seq = 4", ("t3",))
     report = store.verify("t3")
     assert (
         not report.intact
@@ -159,14 +124,16 @@ def test_a_removed_record_is_caught(store: Store, ledger: Path) -> None:
 
 def test_a_run_cut_short_is_caught_by_its_checkpoint(store: Store, ledger: Path) -> None:
     assert _execute(store, "t4").ok
-    _sql(store, "DELETE FROM pte_records WHERE run_id = ? AND seq >= 6", ("t4",))
+    write_tables(store, "DELETE FROM pte_records WHERE run_id = ? AND seq >= 6", ("t4",))
     report = store.verify("t4")
     assert not report.ok and report.issue is not None and "records were removed" in report.issue.message
 
 
 def test_a_record_moved_to_another_run_is_caught(store: Store, ledger: Path) -> None:
     assert _execute(store, "t5").ok and _execute(store, "t6").ok
-    _sql(store, "UPDATE pte_records SET run_id = 't6', seq = 100 WHERE run_id = ? AND seq = 8", ("t5",))
+    write_tables(
+        store, "UPDATE pte_records SET run_id = 't6', seq = 100 WHERE run_id = ? AND seq = 8", ("t5",)
+    )
     assert not store.verify("t6").intact
     assert not store.verify("t5").ok
 
@@ -192,7 +159,7 @@ def test_a_sealed_run_takes_no_more_records(store: Store, ledger: Path) -> None:
     "run_id",
     ["x'; DROP TABLE pte_records; --", "a b", "", "../../etc/passwd", "r\x00", "r\n", "é", "x" * 129, 7],
 )
-def test_run_ids_that_could_inject_are_refused_before_any_sql(store: Store, run_id: Any) -> None:
+def test_run_ids_that_could_inject_are_refused_before_anywrite_tables(store: Store, run_id: Any) -> None:
     with pytest.raises(StoreError, match="bad run id"):
         store.audit_log(run_id)
     with pytest.raises(StoreError, match="bad run id"):
@@ -229,7 +196,7 @@ def test_bad_store_urls_are_clear_errors(url: str) -> None:
         open_store(url)
 
 
-def test_postgres_url_text_never_becomes_sql(postgres_url: str) -> None:  # noqa: F811
+def test_postgres_url_text_never_becomeswrite_tables(postgres_url: str) -> None:  # noqa: F811
     """Connection parameters go to libpq, not into a statement: a quote in them is just a bad name."""
     bad = postgres_url.rsplit("/", 1)[0] + "/postgres';DROP TABLE pte_runs;--"
     with pytest.raises(StoreError, match="cannot open PostgreSQL store"):

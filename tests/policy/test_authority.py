@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,8 @@ from pydantic import BaseModel
 
 from pte import Engine, Registry, SigningKey, TrustedKeys, load_pack, load_registry, tool
 from pte.deployment import PausedRun, decide, pausing_gate, resume_run, run_in_store
-from pte.stores import SQLiteStore, Store, open_store
-from tests._services import postgres_url  # noqa: F401 - the session fixture
+from pte.stores import Store
+from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
@@ -42,39 +42,7 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def authority_database(postgres_url: str) -> str:  # noqa: F811
-    import psycopg
-
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS t_authority")
-        conn.execute("CREATE DATABASE t_authority")
-    return postgres_url.rsplit("/", 1)[0] + "/t_authority"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = (
-        f"sqlite://{tmp_path / 'runs.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("authority_database")
-    )
-    with open_store(url) as opened:
-        if request.param == "postgresql":
-            _sql(opened, "TRUNCATE pte_runs, pte_records, pte_approvals, pte_checkpoints")
-        yield opened
-
-
-def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
-    """Write the store's tables directly, as anyone with database access can (no key)."""
-    if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
-            conn.execute(statement, params)
-    else:
-        import psycopg
-
-        with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)
+store = store_fixture("t_authority")
 
 
 def _payments(ledger: Path) -> int:
@@ -107,7 +75,7 @@ def test_a_store_decision_copied_to_other_paused_runs_pays_once(store: Store, le
         _start(store, run_id)
     decide(store, "a", by="alice", approve=True, signing_key=SIGNER)
     for victim in ("b", "c"):
-        _sql(
+        write_tables(
             store,
             "INSERT INTO pte_approvals (run_id, plan_hash, decision, by_name, at, note, data) "
             "SELECT ?, plan_hash, decision, by_name, at, note, data FROM pte_approvals WHERE run_id = 'a'",
@@ -124,7 +92,7 @@ def test_a_store_approval_edited_to_name_another_run_does_not_verify(store: Stor
     for run_id in ("a", "b"):
         _start(store, run_id)
     decide(store, "a", by="alice", approve=True, signing_key=SIGNER)
-    _sql(
+    write_tables(
         store,
         "INSERT INTO pte_approvals (run_id, plan_hash, decision, by_name, at, note, data) "
         "SELECT 'b', plan_hash, decision, by_name, at, note, REPLACE(data, ?, ?) "
@@ -174,7 +142,7 @@ def test_the_approver_sees_the_plan_the_records_hash_to_not_the_run_table_copy(
     big = PAY.replace('"120.00"', '"9800.00"')
     paused = _start(store, "big", plan=big)
     decoy = json.loads(PAY.replace('"120.00"', '"12.40"'))
-    _sql(store, "UPDATE pte_runs SET plan = ? WHERE run_id = 'big'", (json.dumps(decoy),))
+    write_tables(store, "UPDATE pte_runs SET plan = ? WHERE run_id = 'big'", (json.dumps(decoy),))
     assert main(["--quiet", "approvals", "list", "--plans", "--store", store.url]) == 0
     out = capsys.readouterr().out
     assert "9800.00" in out and "12.40" not in out
@@ -199,7 +167,9 @@ def test_a_paused_run_whose_records_were_edited_cannot_be_reviewed(
     from pte.stores import StoreError
 
     _start(store, "edited", plan=PAY.replace('"120.00"', '"9800.00"'))
-    _sql(store, "UPDATE pte_records SET line = REPLACE(line, '9800.00', '12.40') WHERE run_id = 'edited'")
+    write_tables(
+        store, "UPDATE pte_records SET line = REPLACE(line, '9800.00', '12.40') WHERE run_id = 'edited'"
+    )
     assert main(["--quiet", "approvals", "list", "--plans", "--store", store.url]) == 0
     out = capsys.readouterr().out
     assert "CANNOT BE REVIEWED" in out and "12.40" not in out
@@ -474,12 +444,12 @@ def _rewrite_store_run(store: Store, run_id: str, edit: Any) -> None:
         record = {k: v for k, v in record.items() if k != "hash"}
         record["prev"] = prev
         prev = record["hash"] = sha256_hex(prev + canonical_json(record))
-        _sql(
+        write_tables(
             store,
             "UPDATE pte_records SET prev = ?, hash = ?, line = ? WHERE run_id = ? AND seq = ?",
             (record["prev"], record["hash"], canonical_json(record), run_id, record["seq"]),
         )
-    _sql(store, "UPDATE pte_checkpoints SET hash = ? WHERE run_id = ?", (prev, run_id))
+    write_tables(store, "UPDATE pte_checkpoints SET hash = ? WHERE run_id = ?", (prev, run_id))
 
 
 def test_a_consistently_rewritten_sealed_store_run_is_refused_with_the_deployment_key(
@@ -589,9 +559,9 @@ def test_a_keyed_approved_store_write_that_crashed_after_its_effect_completes_on
     assert _resume(store, "k", registry).ok
     assert _transfers() == 1
     started = next(r["seq"] for r in store.records("k") if r["type"] == "step_started")
-    _sql(store, "DELETE FROM pte_records WHERE run_id = 'k' AND seq > ?", (started,))
-    _sql(store, "DELETE FROM pte_checkpoints WHERE run_id = 'k'")
-    _sql(store, "UPDATE pte_runs SET status = 'running', reason = NULL WHERE run_id = 'k'")
+    write_tables(store, "DELETE FROM pte_records WHERE run_id = 'k' AND seq > ?", (started,))
+    write_tables(store, "DELETE FROM pte_checkpoints WHERE run_id = 'k'")
+    write_tables(store, "UPDATE pte_runs SET status = 'running', reason = NULL WHERE run_id = 'k'")
     result = _resume(store, "k", registry)
     assert result.ok, result
     assert _transfers() == 1

@@ -14,7 +14,6 @@ as they were at that moment (both are append-only, and an anchor names only dura
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,8 @@ from pte._audit import deployment_binding
 from pte._core import sha256_hex
 from pte.audit import Anchors, canonical_json
 from pte.deployment import resume_run, run_in_store
-from pte.stores import SQLiteStore, Store, open_store
-from tests._services import postgres_url  # noqa: F401 - the session fixture
+from pte.stores import Store
+from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture
 
 KEY = SigningKey.generate()
 PAID: list[tuple[str, str]] = []
@@ -230,51 +229,19 @@ def test_a_planner_answer_swapped_after_the_runs_start_is_not_paid(tmp_path: Pat
 # --- the store form: a crashed worker run rewritten in the database ------------------------------
 
 
-@pytest.fixture(scope="module")
-def binding_database(postgres_url: str) -> str:  # noqa: F811
-    import psycopg
-
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS t_run_binding")
-        conn.execute("CREATE DATABASE t_run_binding")
-    return postgres_url.rsplit("/", 1)[0] + "/t_run_binding"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = (
-        f"sqlite://{tmp_path / 'runs.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("binding_database")
-    )
-    with open_store(url) as opened:
-        if request.param == "postgresql":
-            _sql(opened, "TRUNCATE pte_runs, pte_records, pte_approvals, pte_checkpoints")
-        yield opened
-
-
-def _sql(store: Store, statement: str, params: tuple[Any, ...] = ()) -> None:
-    """Write the store's tables directly, as anyone with database access can (no key)."""
-    if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
-            conn.execute(statement, params)
-    else:
-        import psycopg
-
-        with psycopg.connect(store.url, autocommit=True) as conn:
-            conn.execute(statement.replace("?", "%s"), params)
+store = store_fixture("t_run_binding")
 
 
 def _crash_store_run(store: Store, run_id: str, cut: int) -> None:
     """The run's rows as a worker killed after record `cut - 1` left them."""
-    _sql(store, "DELETE FROM pte_records WHERE run_id = ? AND seq >= ?", (run_id, cut))
-    _sql(store, "DELETE FROM pte_checkpoints WHERE run_id = ?", (run_id,))
-    _sql(store, "UPDATE pte_runs SET status = 'running', reason = NULL WHERE run_id = ?", (run_id,))
+    write_tables(store, "DELETE FROM pte_records WHERE run_id = ? AND seq >= ?", (run_id, cut))
+    write_tables(store, "DELETE FROM pte_checkpoints WHERE run_id = ?", (run_id,))
+    write_tables(store, "UPDATE pte_runs SET status = 'running', reason = NULL WHERE run_id = ?", (run_id,))
 
 
 def _rewrite_store_run(store: Store, run_id: str, records: list[dict[str, Any]]) -> None:
     for record in records:
-        _sql(
+        write_tables(
             store,
             "UPDATE pte_records SET type = ?, prev = ?, hash = ?, line = ? WHERE run_id = ? AND seq = ?",
             (record["type"], record["prev"], record["hash"], canonical_json(record), run_id, record["seq"]),
