@@ -145,9 +145,10 @@ def pausing_gate(
 class PausingGate:
     """The approval gate of runs in a store (`pausing_gate` builds it): `Engine(approval=...)`.
 
-    Its `before_call` is the live invoker's `CallHook` (`Engine` registers it; `resume_run`
-    too): a write that runs under an approval of the deployment's approval store consumes it
-    before the call starts, exactly as for a log run (`pte._policy._gate.ApprovalGate`).
+    Its `before_call` is asked before each call's side effect (the run's call gate,
+    `pte._run._call_gate`; `resume_run` too): a write that runs under an approval of the
+    deployment's approval store consumes it before the call starts, exactly as for a log run
+    (`pte._policy._gate.ApprovalGate`).
     """
 
     store: Store
@@ -433,11 +434,10 @@ def resume_run(
         from pte._replay import recheck_unsigned_tail
 
         recheck_unsigned_tail(records, registry, unsigned_after, f"run {run_id} in {store.describe()}")
-    # The gate's hook consumes the deployment-store approvals the live part's writes run under
-    # (a procedure approval: keyed by run and step, so a resumed write is refused, not re-run).
-    hook = getattr(gate, "before_call", None)
-    live = LiveInvoker(hooks=(hook,) if callable(hook) else ())
-    invoker = ResumingInvoker(records, live)
+    # The gate's `before_call` consumes the deployment-store approvals the live part's writes run
+    # under (a procedure approval: keyed by run and step, so a resumed write is refused, not
+    # re-run); the engine asks it through the run's call gate.
+    invoker = ResumingInvoker(records, LiveInvoker())
     parts = {"registry": registry, "policy": policy, "endorsements": endorsements}  # the deployment's
     engine = engine_for(
         records,

@@ -14,7 +14,9 @@ from pte._execution._control_run import (
 from pte._execution._executor import (
     DEFAULT_CONCURRENCY,
     CallGate,
+    CallHook,
     Executor,
+    GoesLive,
     LiveInvoker,
     ToolInvoker,
 )
@@ -30,9 +32,11 @@ from pte._execution._step_results import (
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "CallGate",
+    "CallHook",
     "CallOutcome",
     "ExecutionResult",
     "Executor",
+    "GoesLive",
     "LiveInvoker",
     "StepResult",
     "ToolInvoker",

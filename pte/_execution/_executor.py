@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pte._audit import RecordSink
 from pte._audit import records as rec
@@ -58,7 +58,7 @@ from pte._execution._owner import OwnerCalls, Superseded, may_run_on_owner
 from pte._execution._step_results import ExecutionResult, StepResult
 from pte._plan import Plan, PlanStep, copy_json
 
-__all__ = ["CallGate", "CallHook", "Executor", "LiveInvoker", "ToolInvoker"]
+__all__ = ["CallGate", "CallHook", "Executor", "GoesLive", "LiveInvoker", "ToolInvoker"]
 
 
 #: Steps running at once by default.
@@ -72,24 +72,37 @@ class ToolInvoker(Protocol):
 
 
 class CallHook(Protocol):
-    """Called before every call of a step starts, however the executor runs it.
-
-    The executor may run a call on a worker thread, on the run's own thread, or (replay's
-    live part) directly; a hook registered with `LiveInvoker(hooks=...)` runs before each.
-    Raising stops the run before the tool is called. The approval gate registers one that
-    consumes its approval before a non-idempotent write (pte._policy._gate).
-    """
+    """A point asked before a call's side effect (`CallGate.before_effect`): raising stops the
+    run before the tool is called. The approval gate's `before_call` is one (it consumes its
+    approval before a non-idempotent write, pte._policy._gate)."""
 
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None: ...
 
 
-class CallGate(Protocol):
-    """What a person decided about the calls of the run being executed, handed to `Executor.run`.
+@runtime_checkable
+class GoesLive(Protocol):
+    """An invoker that serves recorded outcomes and calls some tools for real (replay's): it
+    tells the executor which call goes live, so the run's `CallGate` is asked before that
+    call's side effect. An invoker without it (a plain function) counts as live on every call."""
 
-    Asked before each call of a step it names is recorded and started (elements of a
-    ``for_each`` one by one): it may pause the run (`pte.RunPaused`), refuse the call
-    (`FailedClosed`) or let it run. The run loop passes the plan's endorsement point
-    (pte._policy._endorsement) explicitly; nothing reaches the executor through a context variable.
+    def goes_live(self, spec: ToolSpec, step: PlanStep) -> bool:
+        """Whether the next call of `step` calls the tool for real (asked just before it)."""
+        ...
+
+
+class CallGate(Protocol):
+    """What a person decided about the calls of the run being executed, handed to `Executor.run`:
+    the one way approvals and endorsements reach the executor, at two points of each call.
+
+    - `check_call`, before a call of a step it names (`calls_to_check`) is recorded and started
+      (elements of a ``for_each`` one by one): it may pause the run (`pte.RunPaused`), refuse
+      the call (`FailedClosed`) or let it run. Endorsements (pte._policy._endorsement).
+    - `before_effect`, after the call's intent is recorded (and made durable, for a write) and
+      before the tool is called for real: never for an outcome a log supplies (resume, replay).
+      Raising stops the run before the call. Approvals are consumed here (pte._policy._gate).
+
+    The run loop builds the run's gate (pte._run._call_gate) and passes it explicitly; nothing
+    reaches the executor through a context variable or an invoker's hook.
     """
 
     def calls_to_check(self, step_ids: Iterable[str]) -> frozenset[str]:
@@ -104,6 +117,8 @@ class CallGate(Protocol):
         outputs: Mapping[str, Any] | None = None,
         hidden: Sequence[str | None] = (),
     ) -> None: ...
+
+    def before_effect(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None: ...
 
 
 class _Gated:
@@ -127,12 +142,9 @@ class LiveInvoker:
     """Runs tool functions for real, each attempt under the tool's `timeout_s` (see `pte._execution._invoke`).
 
     Calling it runs one call to the end and returns its output (or raises its `ToolError`);
-    the executor uses `start` instead, to run several calls at once. Safe to share.
-    `hooks` run before every call (`CallHook`).
+    the executor uses `start` instead, to run several calls at once. Safe to share. What must
+    happen before a call (approvals) is the run's `CallGate`, not the invoker's.
     """
-
-    def __init__(self, hooks: Sequence[CallHook] = ()) -> None:
-        self.hooks = tuple(hooks)
 
     def start(
         self, spec: ToolSpec, args: dict[str, Any], step: PlanStep, done: Callable[[CallOutcome], None]
@@ -147,13 +159,7 @@ class LiveInvoker:
         the executor schedules only the rest live, as many at a time as it may."""
         return None
 
-    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
-        """Run the hooks; the executor calls this before every call of a step starts."""
-        for hook in self.hooks:
-            hook(spec, args, step)
-
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
-        self.before_call(spec, args, step)  # a direct call (replay's live part) runs the hooks too
         box: list[CallOutcome] = []
         finished = threading.Event()
 
@@ -210,7 +216,8 @@ class Executor:
         """Run every step of `plan` not already in `completed` (step id -> recorded output).
 
         `on_step` is called after each step is recorded, in plan order (progress reporting);
-        `gate` before each call it names is recorded and started (`CallGate`: endorsements).
+        `gate` at two points of each call (`CallGate`): before it is recorded (endorsements) and
+        before its side effect (approvals).
 
         Raises `AuditWriteError` if a record cannot be written: no further tool is started.
         """
@@ -430,10 +437,11 @@ class _Run:
         invoker = self.executor.invoker
         if isinstance(invoker, LiveInvoker):
             served = invoker.served(spec, private, step)
-            if served is not None:  # recorded (resume): no hook, no call
+            if served is not None:  # recorded (resume): no gate, no call
                 self.completions.put((i, served))
                 return
-            invoker.before_call(spec, private, step)
+            if self.gate is not None:
+                self.gate.before_effect(spec, private, step)
             if may_run_on_owner(spec):
                 lone = len(self.running) == 1 and not self.ready  # nothing else could run
                 self.running[i] = _ON_OWNER
@@ -443,8 +451,11 @@ class _Run:
                 spec, private, step, lambda outcome: self.completions.put((i, outcome))
             )
         else:
+            live = not isinstance(invoker, GoesLive) or invoker.goes_live(spec, step)
+            if live and self.gate is not None:
+                self.gate.before_effect(spec, private, step)
             try:
-                outcome = CallOutcome(output=self.executor.invoker(spec, private, step))
+                outcome = CallOutcome(output=invoker(spec, private, step))
             except ToolError as exc:
                 outcome = CallOutcome(error=exc)
             self.completions.put((i, outcome))

@@ -3,8 +3,9 @@
 `ApprovalGate` plugs into `Engine(approval=...)` (see `pte._policy._approval` for what an approval
 binds). It reads approvals from the deployment's `ApprovalStore` only, checks each against the
 deployment's catalogue fingerprint, trusted keys and clock, records the approval it uses in
-the audit log, and registers a `CallHook` on the live tool invoker (`before_call`) so that a
-non-idempotent write consumes the approval (under the store's lock) before its call starts.
+the audit log, and is asked before each call's side effect (`before_call`, a `CallHook` the run
+loop puts in the executor's call gate) so that a non-idempotent write consumes the approval
+(under the store's lock) before its call starts.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ class ApprovalGate:
     signature) and remembers it for the plan's steps. Otherwise `ApprovalMissing` (or
     `ApprovalConsumed`) ends the run before anything runs.
 
-    `before_call` is the live invoker's `CallHook`: before a non-idempotent write step of an
-    approved plan is called, its consumption is recorded in the store (atomically); a second
+    `before_call` is the run's call gate's point before a side effect: before a non-idempotent
+    write step of an approved plan is called, its consumption is recorded in the store (atomically); a second
     use of the same approval for the same step raises `ApprovalConsumed` instead of calling.
     """
 
@@ -283,7 +284,7 @@ class ApprovalGate:
         return None
 
     def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
-        """The gate's `CallHook` (register it with `LiveInvoker(hooks=[gate.before_call])`):
+        """The gate's `CallHook` (`Engine` puts it in each run's call gate, pte._run._call_gate):
         a non-idempotent write step consumes the approval, recorded before its call starts;
         `ApprovalConsumed` stops the run instead of starting it."""
         self.consume_for(spec, step)

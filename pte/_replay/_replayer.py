@@ -389,6 +389,20 @@ class RecordedInvoker:
         if live_view != recorded_view:
             self.diffs.append(OutputDiff(step.id, spec.name, recorded_view, live_view))
 
+    def goes_live(self, spec: ToolSpec, step: PlanStep) -> bool:
+        """Whether the next call of `step` calls the tool for real (`pte._execution.GoesLive`): the
+        executor then asks the run's call gate before it (an approval is consumed by a re-run
+        write). A recorded call re-run for comparison, or (resume) an unrecorded one."""
+        if self._live is None:
+            return False
+        if not self._finished.get(step.id):
+            # Unrecorded: live on resume, unless `check_unrecorded` refuses it (before any gate).
+            in_flight = self._started.get(step.id, 0) >= self._calls.get(step.id, 0) + 1
+            unsafe = spec.effect == "write" and not spec.idempotent and spec.idempotency_key is None
+            return self._resume and not (in_flight and (unsafe or spec.read_effects))
+        rerun = not spec.read_effects and (spec.effect == "read" or self._allow_writes)
+        return self._live_reads and rerun
+
     def recorded(self, step_id: str) -> bool:
         """Whether the next call of `step_id` has a recorded outcome (served, never called)."""
         return bool(self._finished.get(step_id))
@@ -420,7 +434,7 @@ class RecordedInvoker:
 
 
 class ResumingInvoker(LiveInvoker):
-    """Resume's invoker: a step the log recorded is served from it (no hook, no call); every
+    """Resume's invoker: a step the log recorded is served from it (no gate, no call); every
     other step runs live, scheduled by the executor like any live run's, as many at a time as
     its `max_concurrency` and `serial_writes` allow.
 
@@ -429,7 +443,7 @@ class ResumingInvoker(LiveInvoker):
     """
 
     def __init__(self, records: Iterable[Mapping[str, Any]], live: LiveInvoker) -> None:
-        super().__init__(hooks=live.hooks)
+        super().__init__()
         self._recorded = recorded = RecordedInvoker(records, live=live, resume=True)
         self._live_invoker = live
         self.live_calls = recorded.live_calls
@@ -440,7 +454,7 @@ class ResumingInvoker(LiveInvoker):
                 return CallOutcome(output=self._recorded(spec, args, step))
             except ToolError as exc:
                 return CallOutcome(error=exc)
-        # Counted as a call of the step (an in-flight write is refused before any hook runs).
+        # Counted as a call of the step (an in-flight write is refused before the call gate is asked).
         self._recorded._calls[step.id] = self._recorded._calls.get(step.id, 0) + 1
         self._recorded.check_unrecorded(spec, step)
         self.live_calls.append(step.id)
@@ -538,7 +552,7 @@ def replay_run(
     gate = parts.get("approvals") if (live and allow_writes) else None
     live_invoker: ToolInvoker | None = None
     if live:
-        live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
+        live_invoker = LiveInvoker()  # the gate is asked by the executor (RecordedInvoker.goes_live)
     invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
     try:
         llm = llm_for(records, None, parts, stored=stored)

@@ -63,7 +63,7 @@ def resume_file(
     run_id = str(records[0]["run_id"])
     check_deployment(records, parts.get("fingerprint"), str(path))
     anchored, unsigned_after = check_anchors(parts.get("anchors"), run_id, records, str(path))
-    live_invoker = LiveInvoker(hooks=() if gate is None else (gate.before_call,))
+    live_invoker = LiveInvoker()  # the approval gate is the run's call gate's (pte._run._call_gate)
     if unsigned_after is not None:
         recheck_unsigned_tail(records, registry, unsigned_after, str(path))
     invoker = ResumingInvoker(records, live_invoker)

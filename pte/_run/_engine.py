@@ -15,7 +15,7 @@ from typing import Any
 
 from pte._audit import RecordSink, deployment_binding
 from pte._catalogue import Registry
-from pte._execution import DEFAULT_CONCURRENCY, Executor, LiveInvoker, ToolInvoker
+from pte._execution import DEFAULT_CONCURRENCY, CallHook, Executor, ToolInvoker
 from pte._plan import CompileCheck, Plan, check_specialists, coordinator_view
 from pte._policy import NoApprovals, Policy
 from pte._run._llm import LLMClient
@@ -36,8 +36,9 @@ class Engine:
     - `approval`: the gate for plans that call a tool with `requires_approval`
       (`pte._policy._gate.ApprovalGate`). Without one, such a plan fails closed
       (`approval_missing`): nothing that needs a person's approval runs by default. A gate
-      with a ``before_call`` method (a `CallHook`) is registered on the default live invoker,
-      so that approvals are consumed by the non-idempotent writes they let run.
+      with a ``before_call`` method (a `CallHook`) is asked before each call's side effect,
+      through the run's call gate (`Executor.run(gate=...)`), so that approvals are consumed
+      by the non-idempotent writes they let run, whatever the invoker.
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
@@ -80,12 +81,10 @@ class Engine:
         self.endorsement = endorsement
         self.llm = llm
         self.config = config or EngineConfig()
-        call_hook = getattr(approval, "before_call", None)
-        if invoker is None and callable(call_hook):
-            # The live tool calls consume approvals (an `ApprovalGate`): a non-idempotent write
-            # runs at most once per approval. Replay passes its own invoker and registers the
-            # gate on the live part of it itself.
-            invoker = LiveInvoker(hooks=(call_hook,))
+        #: The approval gate's point before a call's side effect (`ApprovalGate.before_call`):
+        #: the run loop hands it to the executor in the run's one call gate (pte._run._call_gate),
+        #: whatever the invoker, so a non-idempotent write consumes its approval exactly once.
+        self.consume_approval: CallHook | None = getattr(approval, "before_call", None)
         self.executor = Executor(
             registry, invoker=invoker, max_concurrency=max_concurrency, serial_writes=serial_writes
         )
@@ -129,6 +128,7 @@ class Engine:
             llm=self.llm,
             executor=self.executor,
             approval=self.approval,
+            consume_approval=self.consume_approval,
             before_execute=self.before_execute,
             checks=self.checks,
             endorsement=self.endorsement,

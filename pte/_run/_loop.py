@@ -51,6 +51,7 @@ from pte._core import (
     is_terminal,
 )
 from pte._execution import (
+    CallHook,
     Executor,
     StepResult,
     is_element,
@@ -58,6 +59,7 @@ from pte._execution import (
 )
 from pte._plan import CompileCheck, Plan, compile_plan, plan_schema
 from pte._policy import EndorsementPoint, PolicyCheck, plan_literals
+from pte._run._call_gate import RunCallGate
 from pte._run._delegation import AskSpecialist, CompileText, RepairSpecialist, compile_delegating
 from pte._run._ending import (
     count_autonomy,
@@ -122,6 +124,8 @@ class RunSetup:
     llm: LLMClient | None
     executor: Executor
     approval: Callable[[Plan, RecordSink], None]
+    #: The approval gate's point before a call's side effect (it consumes the approval), or None.
+    consume_approval: CallHook | None
     before_execute: tuple[Callable[[Plan, RecordSink], None], ...]
     checks: tuple[CompileCheck, ...]
     #: The endorsement gate (pte._policy._endorsement), or None.
@@ -636,10 +640,12 @@ class RunLoop:
         if needs and endorsement:
             decisions = state.endorse_decisions.get(plan.hash, {})
             point = EndorsementPoint(endorsement, audit, plan.hash, needs, decisions=decisions)
+        consume = self.setup.consume_approval
+        gate = RunCallGate(point, consume) if point is not None or consume is not None else None
         try:
-            # Endorsements reach the executor through its one call gate, given explicitly.
+            # Approvals and endorsements reach the executor through its one call gate, given explicitly.
             execution = self.setup.executor.run(
-                plan, audit, completed=state.result.outputs, on_step=on_step, gate=point
+                plan, audit, completed=state.result.outputs, on_step=on_step, gate=gate
             )
         finally:
             if point is not None:

@@ -1,6 +1,9 @@
 """The executor's one call gate (#35): what a person decided reaches the executor as an explicit
-`Executor.run(gate=...)`, not through a context variable. The gate is asked before each call is
-recorded and started, elements of a ``for_each`` one by one, and stopping there runs nothing more.
+`Executor.run(gate=...)`, not through a context variable or an invoker's hook. The gate is asked
+at two points of each call: before it is recorded and started (`check_call`, endorsements),
+elements of a ``for_each`` one by one, and stopping there runs nothing more; and after its intent
+is recorded, before the tool is called for real (`before_effect`, approvals), never for an
+outcome an invoker serves from a log.
 """
 
 from __future__ import annotations
@@ -68,9 +71,14 @@ PLAN = {
 class Asked:
     """A gate that notes every call it is asked about and stops at `stop_at`."""
 
-    def __init__(self, stop_at: str | None = None) -> None:
+    def __init__(
+        self, stop_at: str | None = None, audit: AuditLog | None = None, stop_effect: str | None = None
+    ) -> None:
         self.asked: list[tuple[str, str, dict[str, Any]]] = []
         self.stop_at = stop_at
+        self.audit, self.stop_effect = audit, stop_effect
+        #: (step id, its intent already recorded, tools called so far) at each `before_effect`.
+        self.effects: list[tuple[str, bool, list[str]]] = []
         #: The step ids of each run the executor asked about (a for_each's elements: a run each).
         self.runs: list[list[str]] = []
 
@@ -89,6 +97,13 @@ class Asked:
         self.asked.append((step_id, tool, dict(args)))
         if step_id == self.stop_at:
             raise FailedClosed(ReasonCode.ENDORSEMENT_REJECTED, f"a person refused {step_id}")
+
+    def before_effect(self, spec: Any, args: dict[str, Any], step: Any) -> None:
+        records = self.audit.records if self.audit is not None else []
+        started = any(r["type"] == "step_started" and r["step_id"] == step.id for r in records)
+        self.effects.append((step.id, started, list(CALLED)))
+        if step.id == self.stop_effect:
+            raise FailedClosed(ReasonCode.APPROVAL_CONSUMED, f"the approval of {step.id} is used")
 
 
 @pytest.fixture(autouse=True)
@@ -125,3 +140,59 @@ def test_a_gate_that_stops_a_call_stops_it_before_its_record_and_nothing_runs_af
 def test_without_a_gate_nothing_is_asked_and_every_call_runs() -> None:
     Executor(REGISTRY).run(compile_plan(json.dumps(PLAN), REGISTRY), begun(AuditLog()))
     assert CALLED == ["channel_members", "greet ada", "greet bob", "greet cy"]
+
+
+def test_before_its_side_effect_each_call_asks_the_gate_after_its_intent_is_recorded() -> None:
+    audit = begun(AuditLog(keep=True))
+    gate = Asked(audit=audit)
+    Executor(REGISTRY).run(compile_plan(json.dumps(PLAN), REGISTRY), audit, gate=gate)
+    assert gate.effects == [
+        ("team", True, []),
+        ("say_hello[0]", True, ["channel_members"]),
+        ("say_hello[1]", True, ["channel_members", "greet ada"]),
+        ("say_hello[2]", True, ["channel_members", "greet ada", "greet bob"]),
+    ]
+
+
+def test_a_gate_that_stops_before_the_side_effect_leaves_the_intent_and_calls_nothing() -> None:
+    audit = begun(AuditLog(keep=True))
+    gate = Asked(audit=audit, stop_effect="say_hello[1]")
+    with pytest.raises(FailedClosed) as stopped:
+        Executor(REGISTRY).run(compile_plan(json.dumps(PLAN), REGISTRY), audit, gate=gate)
+    assert stopped.value.reason is ReasonCode.APPROVAL_CONSUMED
+    assert CALLED == ["channel_members", "greet ada"]
+    started = [r["step_id"] for r in audit.records if r["type"] == "step_started"]
+    assert "say_hello[1]" in started and "say_hello[2]" not in started
+
+
+class Served:
+    """An invoker that serves `greet` from a log and calls `channel_members` for real (`GoesLive`)."""
+
+    def goes_live(self, spec: Any, step: Any) -> bool:
+        return bool(spec.name == "channel_members")
+
+    def __call__(self, spec: Any, args: dict[str, Any], step: Any) -> Any:
+        if spec.name == "channel_members":
+            return channel_members().model_dump()
+        return {"text": f"hello {args['name']}"}
+
+
+def test_an_invoker_says_which_call_goes_live_and_only_those_ask_the_gate() -> None:
+    served = Served()
+    audit = begun(AuditLog(keep=True))
+    gate = Asked(audit=audit)
+    plan = compile_plan(json.dumps(PLAN), REGISTRY)
+    result = Executor(REGISTRY, invoker=served).run(plan, audit, gate=gate)
+    assert result.failure is None
+    assert [sid for sid, _, _ in gate.effects] == ["team"]
+    assert CALLED == ["channel_members"]
+
+
+def test_an_invoker_that_does_not_say_is_live_on_every_call() -> None:
+    def direct(spec: Any, args: dict[str, Any], step: Any) -> Any:
+        return spec.func(**args).model_dump()
+
+    audit = begun(AuditLog(keep=True))
+    gate = Asked(audit=audit)
+    Executor(REGISTRY, invoker=direct).run(compile_plan(json.dumps(PLAN), REGISTRY), audit, gate=gate)
+    assert [sid for sid, _, _ in gate.effects] == ["team", "say_hello[0]", "say_hello[1]", "say_hello[2]"]
