@@ -509,3 +509,23 @@ def test_a_for_each_payment_consumes_the_approval_per_element(tmp_path: Path, st
     )
     assert again.reason is ReasonCode.APPROVAL_CONSUMED
     assert CALLS.count("send_payment") == 2
+
+
+def test_an_engine_with_its_own_invoker_consumes_the_approval_too(
+    tmp_path: Path, store: ApprovalStore
+) -> None:
+    """The approval is consumed by the run's call gate, whatever calls the tools (#35): before,
+    only the engine's default invoker carried the approval hook, so an engine given its own
+    invoker ran an approved write without recording its use."""
+    given = give(compiled(), store)
+
+    def direct(spec: Any, args: dict[str, Any], step: Any) -> Any:
+        return spec.func(**args).model_dump()
+
+    engine = Engine(REGISTRY, None, invoker=direct, approval=gate(store))
+    result = engine.execute(plan_text(), AuditLog(tmp_path / "0.jsonl", run_id=given.run))
+    assert result.ok and CALLS.count("send_payment") == 1
+    consumed = [json.loads(line) for line in store.path.read_text().splitlines() if '"consumed"' in line]
+    assert [(c["step_id"], c["run_id"]) for c in consumed] == [("pay", result.run_id)]
+    again = engine.execute(plan_text(), AuditLog(tmp_path / "1.jsonl", run_id=given.run))
+    assert again.reason is ReasonCode.APPROVAL_CONSUMED and CALLS.count("send_payment") == 1
