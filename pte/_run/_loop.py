@@ -57,8 +57,9 @@ from pte._execution import (
     is_element,
     note_completed,
 )
-from pte._plan import CompileCheck, Plan, compile_plan, plan_schema
-from pte._policy import EndorsementPoint, PolicyCheck, plan_literals
+from pte._plan import CompileCheck, Plan, plan_schema
+from pte._policy import EndorsementPoint, PolicyCheck
+from pte._run._acceptance import compile_checked, note_accepted
 from pte._run._call_gate import RunCallGate
 from pte._run._delegation import AskSpecialist, CompileText, RepairSpecialist, compile_delegating
 from pte._run._ending import (
@@ -73,13 +74,12 @@ from pte._run._exposure import (
     catalogue_exposed,
     completed_for_planner,
     error_for_planner,
-    exposure_of,
     literal_of,
 )
 from pte._run._llm import LLMClient, LLMResponse, _usage
 from pte._run._otel import RunTracer, TracedAudit
 from pte._run._repair import may_repair, repair_failed, repair_prompt
-from pte._run._stages import continue_literals, decided_for, replan_trigger, stage_handoff
+from pte._run._stages import replan_trigger, stage_handoff
 from pte._run._state import Planning, PlanOrigin, RunResult, RunState, RunStatus
 
 __all__ = [
@@ -472,38 +472,12 @@ class RunLoop:
             state.result.usage[key] = state.result.usage.get(key, 0) + int(value)
         return response
 
-    def _policy_check(self, origin: PlanOrigin) -> PolicyCheck:
-        state = self.state
-        if origin != "repair":  # a repair answers the same request for a plan as the one it repairs
-            state.deciding = decided_for(state, origin)
-        prior = {sid: state.labels[sid] for sid in state.prior if sid in state.labels}
-        # A planner copies what it was shown into literals, and decides with it which
-        # references flow and which tools run (pte._run._exposure). A person's plan ("file") is theirs.
-        literal = "request" if origin == "file" else literal_of(state)
-        return self.setup.planning.policy.check(
-            literal=literal,
-            prior=prior,
-            request_literals=state.request_literals if literal != "request" else (),
-            prior_trees={sid: state.label_trees[sid] for sid in state.prior if sid in state.label_trees},
-            exposure=() if origin == "file" else exposure_of(state),
-            decided=state.deciding,
-            endorsable=self.setup.endorsement is not None,
-        )
-
     def _compile(self, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]:
         """Compile `text` with every check a plan from `origin` gets (no record written)."""
-        state = self.state
-        policy_check = self._policy_check(origin)
-        plan = compile_plan(
-            text,
-            self.setup.registry,
-            self.config.limits,
-            checks=(policy_check, *self.setup.checks),
-            prior=state.prior,
-            prior_lists=state.prior_lists,
-            prior_types={sid: state.output_types[sid] for sid in state.prior if sid in state.output_types},
+        endorsable = self.setup.endorsement is not None
+        return compile_checked(
+            self.setup.planning, self.state, origin, text, self.setup.checks, endorsable=endorsable
         )
-        return plan, policy_check
 
     def _compile_delegating(self, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]:
         """A coordinator's plan (pte._run._delegation): do what the delegation asks, in order."""
@@ -557,20 +531,7 @@ class RunLoop:
         except PlanRejected as rejection:
             self._record_rejection(origin, text, rejection)
             raise
-        state.labels.update(policy_check.labels)
-        state.input_labels.update(policy_check.input_labels)
-        state.triggers.update(policy_check.triggers)
-        state.label_trees.update(policy_check.trees)
-        for step in plan.steps:  # a reused id (a failed step's) takes its new plan's type
-            inferred = plan.output_schema(step.id)
-            if inferred is None:
-                state.output_types.pop(step.id, None)
-            else:
-                state.output_types[step.id] = inferred
-        state.decided, state.completion = policy_check.decided, policy_check.completion
-        if policy_check.literal == "request":  # written from the request and catalogue alone
-            state.request_literals |= plan_literals(plan) | continue_literals(plan)
-        endorsing = {sid: sorted(params) for sid, params in policy_check.endorsements.items()}
+        endorsing = note_accepted(state, plan, policy_check)
         state.audit.write(
             rec.plan_accepted(
                 origin=origin,

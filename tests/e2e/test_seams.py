@@ -179,9 +179,10 @@ other.run_started(mode="run")      # not the record builders
 
 
 def test_the_decision_functions_take_no_engine_and_call_nothing_back() -> None:
-    """Stages, repair, delegation, exposure and a run's ending are functions of their inputs: no `EngineView`,
-    no engine or loop parameter, no call of a private method of another object (#35)."""
-    for name in ("_stages", "_repair", "_delegation", "_exposure", "_ending"):
+    """Stages, repair, delegation, exposure, acceptance and a run's ending are functions of their
+    inputs: no `EngineView`, no engine or loop parameter, no call of a private method of another
+    object (#35)."""
+    for name in ("_stages", "_repair", "_delegation", "_exposure", "_ending", "_acceptance"):
         path = PTE / "_run" / f"{name}.py"
         source = path.read_text(encoding="utf-8")
         assert "EngineView" not in source, name
