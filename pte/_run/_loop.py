@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 import pte._run._prompts as prompts
 from pte._audit import RecordSink
 from pte._audit import records as rec
-from pte._catalogue import Registry, run_started_fields
+from pte._catalogue import run_started_fields
 from pte._core import (
     AuditWriteError,
     ConditionNotMet,
@@ -51,13 +50,11 @@ from pte._core import (
     is_terminal,
 )
 from pte._execution import (
-    CallHook,
-    Executor,
     StepResult,
     is_element,
     note_completed,
 )
-from pte._plan import CompileCheck, Plan, plan_schema
+from pte._plan import Plan, plan_schema
 from pte._policy import EndorsementPoint, PolicyCheck
 from pte._run._acceptance import compile_checked, note_accepted
 from pte._run._call_gate import RunCallGate
@@ -76,11 +73,12 @@ from pte._run._exposure import (
     error_for_planner,
     literal_of,
 )
-from pte._run._llm import LLMClient, LLMResponse, _usage
+from pte._run._llm import LLMResponse, _usage
 from pte._run._otel import RunTracer, TracedAudit
 from pte._run._repair import may_repair, repair_failed, repair_prompt
+from pte._run._setup import RunSetup, started_config
 from pte._run._stages import replan_trigger, stage_handoff
-from pte._run._state import Planning, PlanOrigin, RunResult, RunState, RunStatus
+from pte._run._state import PlanOrigin, RunResult, RunState, RunStatus
 
 __all__ = [
     "RUN_RECORDS",
@@ -114,29 +112,6 @@ RUN_RECORDS = frozenset(
 RunMode = Literal["run", "execute", "plan"]
 #: Where a run is: the next transition `RunLoop.tick` takes; ``sealed`` once ``run_finished``.
 Phase = Literal["plan", "compile", "execute", "stage", "replan", "finalize", "seal", "sealed"]
-
-
-@dataclass(frozen=True)
-class RunSetup:
-    """What a run is given by its engine (the deployment's parts); the loop changes none of it."""
-
-    planning: Planning
-    llm: LLMClient | None
-    executor: Executor
-    approval: Callable[[Plan, RecordSink], None]
-    #: The approval gate's point before a call's side effect (it consumes the approval), or None.
-    consume_approval: CallHook | None
-    before_execute: tuple[Callable[[Plan, RecordSink], None], ...]
-    checks: tuple[CompileCheck, ...]
-    #: The endorsement gate (pte._policy._endorsement), or None.
-    endorsement: Any
-    tracer_provider: Any
-    #: ``run_started.deployment`` (pte._audit._binding), or None.
-    deployment: Any
-
-    @property
-    def registry(self) -> Registry:
-        return self.planning.registry
 
 
 def _checked_response(response: Any) -> LLMResponse:
@@ -267,20 +242,7 @@ class RunLoop:
     def _start(self) -> None:
         setup, state, mode = self.setup, self.state, self.mode
         registry = setup.registry
-        config: dict[str, Any] = self.config.to_dict()
-        if setup.llm is not None:
-            config["model"] = setup.llm.model
-            describe = getattr(setup.llm, "describe", None)
-            if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
-                config["llm"] = describe
-        if mode == "execute":
-            config["plan_text"] = self.plan_text
-        if registry.procedures:  # what plans may call and replay recompiles with (pte._plan._procedures)
-            from pte._plan import procedures_record
-
-            config["procedures"] = procedures_record(registry.procedures)
-        if setup.endorsement is not None:  # replay compiles as the run did (pte._policy._endorsement)
-            config["endorsement"] = True
+        config = started_config(setup, mode, self.plan_text)
         audit = state.audit
         state.tracer = RunTracer(
             audit.run_id,
