@@ -118,7 +118,8 @@ def _common_fields_problem(record: Mapping[str, Any]) -> str | None:
 
 def _record_hash_problem(record: Mapping[str, Any]) -> str | None:
     body = {k: v for k, v in record.items() if k != "hash"}
-    expected = sha256_hex(record["prev"].encode("utf-8") + canonical_bytes(body))
+    # Parsed from a line: its numbers are JSON text's (an integer beyond 2**53 is a double).
+    expected = sha256_hex(record["prev"].encode("utf-8") + canonical_bytes(body, from_text=True))
     if expected != record["hash"]:
         return f"hash mismatch: recorded {record['hash'][:12]}…, content hashes to {expected[:12]}…"
     return None
@@ -135,7 +136,8 @@ def _v1_line_problem(body: bytes) -> tuple[Any, bool]:
 
 def _record_hash(record: Mapping[str, Any], version: int) -> str:
     body = {k: v for k, v in record.items() if k != "hash"}
-    text = canonical_bytes(body) if version == 2 else canonical_json_v1(body).encode("utf-8")
+    # Parsed from a line: its numbers are JSON text's (an integer beyond 2**53 is a double).
+    text = canonical_bytes(body, from_text=True) if version == 2 else canonical_json_v1(body).encode("utf-8")
     return _sha256(str(record["prev"]).encode("utf-8") + text).hexdigest()
 
 

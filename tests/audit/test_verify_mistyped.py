@@ -96,3 +96,22 @@ def test_a_retyped_run_started_fails_with_a_reason(tmp_path: Path, field: str, v
     report = verify(log, check_schema=False)
     assert not report.ok and report.issue is not None and report.issue.message
     assert verdict(log).status == "tampered"
+
+
+@pytest.mark.parametrize("value", [47705898649609210, 2**64, -(2**70)])
+@pytest.mark.parametrize("field", ["seq", "step_id", "args"])
+def test_an_integer_beyond_a_double_edited_into_a_line_is_a_verdict(
+    tmp_path: Path, field: str, value: int
+) -> None:
+    """A line holding an integer JCS writes only as a double (47705898649609210, found by
+    test_scan_phases' property) made the chain check raise IntegerDomainError through
+    `verify`: the line is JSON text, whose numbers are doubles, and is hashed as such now."""
+    lines = (REPO / "audit_samples" / "success.jsonl").read_text(encoding="utf-8").splitlines()
+    index = next(i for i, line in enumerate(lines) if '"type":"step_started"' in line)
+    record = json.loads(lines[index])
+    record[field] = {"amount": value} if field == "args" else value
+    lines[index] = json.dumps(record, separators=(",", ":"))
+    log = tmp_path / "edited.jsonl"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for found in _judged(log):
+        assert found is not None and not found.ok
