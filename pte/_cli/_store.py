@@ -68,7 +68,7 @@ def _store(url: str | None, *, evidence: bool = False) -> Store:
     url = url or os.environ.get("PTE_STORE")
     if not url:
         raise _usage_error()("--store is required (or set PTE_STORE): sqlite:///path.db or postgresql://…")
-    store_file(url)
+    store_file(url, existing=evidence)
     try:
         return open_store(url)
     except StoreError as exc:

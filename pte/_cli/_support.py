@@ -188,10 +188,12 @@ def output_file(path: str, what: str) -> Path:
     return target
 
 
-def store_file(url: str) -> None:
+def store_file(url: str, *, existing: bool = False) -> None:
     """Refuse a file-backed store URL (a path, ``jsonl:``, ``sqlite:``) naming a directory, a
     FIFO or a device, or a directory that does not exist: opening a FIFO would hang the command.
-    Database URLs (``postgresql://``) are left to the store."""
+    `existing`: the store is read as evidence, so its file must be there (opening one that is
+    not would create an empty store and read nothing from it). Database URLs
+    (``postgresql://``) are left to the store."""
     if url.startswith(("postgresql://", "postgres://")) or ("://" in url and not url.startswith("sqlite:")):
         return
     path = url.removeprefix("jsonl:")
@@ -201,6 +203,8 @@ def store_file(url: str) -> None:
         if path == ":memory:" or not path:
             return
     output_file(path, "run store")
+    if existing and not os.path.lexists(path):
+        raise UsageError(f"no run store at {path!r}: nothing to read (a store is made by the runs it keeps)")
 
 
 # --- argument validators ------------------------------------------------------------------

@@ -66,6 +66,8 @@ MISSING_INPUT = [
     ("runs", "requeue", "abc"),  # no broker named
     ("runs", "end", "abc"),  # no deployment
     ("demo", "--out", "plan.json"),  # not a folder
+    ("audit", "export", "sqlite:missing.db", "--run", "abc", "out.jsonl"),  # no store there
+    ("audit", "anchors", "export", "sqlite:missing.db", "anchors.jsonl"),  # no store there
 ]
 
 
