@@ -275,6 +275,12 @@ class _Run:
         #: The steps a person's endorsement may apply to (the gate's): none without a gate (a
         #: plan with no endorsable calls); no other step is checked.
         self.endorsable = gate.calls_to_check(s.id for s in self.steps) if gate is not None else frozenset()
+        #: Which calls go live (`GoesLive`, replay's invoker), decided once per run: a
+        #: runtime-checkable protocol's isinstance walks its members, too slow for every step.
+        invoker = executor.invoker
+        self.goes_live: Callable[[ToolSpec, PlanStep], bool] | None = (
+            invoker.goes_live if isinstance(invoker, GoesLive) else None
+        )
         position = {s.id: i for i, s in enumerate(self.steps)}
         #: Per step: how many of its dependencies have not finished yet; who waits for it.
         self.waiting = [0] * len(self.steps)
@@ -451,7 +457,7 @@ class _Run:
                 spec, private, step, lambda outcome: self.completions.put((i, outcome))
             )
         else:
-            live = not isinstance(invoker, GoesLive) or invoker.goes_live(spec, step)
+            live = self.goes_live is None or self.goes_live(spec, step)
             if live and self.gate is not None:
                 self.gate.before_effect(spec, private, step)
             try:
