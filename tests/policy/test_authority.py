@@ -259,17 +259,9 @@ def _anchors(path: Path) -> Any:
 
 def _rehash(records: list[dict[str, Any]], path: Path) -> None:
     """Re-chain edited records into a log that verifies (what a log writer without a key can do)."""
-    # private: hashes, to check records by hand
-    from pte._core import sha256_hex
-    from pte.audit import canonical_json
+    from tests._chain import log_text, relinked
 
-    prev = "0" * 64
-    with path.open("w", encoding="utf-8") as fh:
-        for record in records:
-            record = {k: v for k, v in record.items() if k != "hash"}
-            record["prev"] = prev
-            prev = record["hash"] = sha256_hex(prev + canonical_json(record))
-            fh.write(canonical_json(record) + "\n")
+    path.write_text(log_text(relinked(records)), encoding="utf-8")
 
 
 class _Paid:
@@ -433,9 +425,8 @@ def test_a_re_hashed_read_output_in_the_unsigned_tail_is_called_again(tmp_path: 
 def _rewrite_store_run(store: Store, run_id: str, edit: Any) -> None:
     """Edit a stored run's records and re-hash all of its rows (and the store's own seal
     checkpoint), as a database writer without the deployment key can."""
-    # private: hashes, to check records by hand
-    from pte._core import sha256_hex
     from pte.audit import canonical_json
+    from tests._chain import chain_hash
 
     records = store.records(run_id)
     edit(records)
@@ -443,7 +434,7 @@ def _rewrite_store_run(store: Store, run_id: str, edit: Any) -> None:
     for record in records:
         record = {k: v for k, v in record.items() if k != "hash"}
         record["prev"] = prev
-        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
+        prev = record["hash"] = chain_hash(prev, record)
         write_tables(
             store,
             "UPDATE pte_records SET prev = ?, hash = ?, line = ? WHERE run_id = ? AND seq = ?",

@@ -20,11 +20,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import AuditLog, Deployment, Engine, Policy, PTEError, Registry, SigningKey, tool
-
-# private: hashes, to check records by hand
-from pte._core import sha256_hex
-from pte.audit import Anchors, canonical_json
+from pte.audit import Anchors
 from pte.runs import resume_file
+from tests._chain import log_text, relinked
 
 KEY = SigningKey.generate()
 #: write step id -> how often the world saw it applied.
@@ -71,14 +69,7 @@ def _plan(kinds: list[str]) -> str:
 
 
 def _rechain(records: list[dict[str, Any]], path: Path) -> None:
-    prev = "0" * 64
-    lines = []
-    for seq, record in enumerate(records):
-        record = {k: v for k, v in record.items() if k != "hash"}
-        record["seq"], record["prev"] = seq, prev
-        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
-        lines.append(canonical_json(record) + "\n")
-    path.write_text("".join(lines), encoding="utf-8")
+    path.write_text(log_text(relinked(records, number=True)), encoding="utf-8")
 
 
 kinds_strategy = st.lists(st.sampled_from(["read", "write"]), min_size=2, max_size=5).filter(

@@ -30,13 +30,11 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pte import Engine, PTEError, Registry, SigningKey, TrustedKeys, tool
-
-# private: hashes, to check records by hand
-from pte._core import sha256_hex
 from pte.audit import Anchors, canonical_json
 from pte.deployment import decide, pausing_gate, resume_run, run_in_store
 from pte.errors import StoreError
 from pte.stores import SQLiteStore
+from tests._chain import chain_hash
 
 DEPLOYMENT = SigningKey.generate()
 APPROVER = SigningKey.generate()
@@ -127,7 +125,7 @@ def _rewrite(store: SQLiteStore, run_id: str, records: list[dict[str, Any]]) -> 
     for seq, record in enumerate(records):
         record = {k: v for k, v in record.items() if k != "hash"}
         record["seq"], record["prev"] = seq, prev
-        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
+        prev = record["hash"] = chain_hash(prev, record)
         _sql(
             store,
             "INSERT INTO pte_records (run_id, seq, type, ts, prev, hash, line) VALUES (?, ?, ?, ?, ?, ?, ?)",

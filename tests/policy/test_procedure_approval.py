@@ -19,15 +19,13 @@ import pytest
 import tests._services as _services
 from pte import Policy, SigningKey, TrustedKeys, compile_plan, load_registry, verify
 
-# private: hashes, to check records by hand
-from pte._core import sha256_hex
-
 # private: the approval gate, driven directly; the policy checks' parts, white-box
 from pte._policy import ApprovalGate, ProcedureCover, procedure_cover
 from pte.audit import ProcedureApproval, canonical_json, read_records
 from pte.errors import ApprovalConsumed, ApprovalMissing
 from pte.plan import Procedure, load_procedures
 from pte.policy import ApprovalStore, approve_procedure, procedure_fingerprint
+from tests._chain import chain_hash, sha256_text
 from tests._cli_run import cli as _cli
 from tests._cli_run import ledger as ledger  # the fixture
 from tests.plan.test_procedures import PAY_SUPPLIER as PAY  # the procedure approved here
@@ -338,11 +336,11 @@ def test_a_tampered_procedure_approval_record_fails_verify_node_and_replay(
                 if record["type"] == "approval":
                     record.update(change)
                 record["prev"] = prev
-                prev = record["hash"] = sha256_hex(prev + canonical_json(record))
+                prev = record["hash"] = chain_hash(prev, record)
                 fh.write(canonical_json(record) + "\n")
         return out
 
-    other_version = sha256_hex("another version")
+    other_version = sha256_text("another version")
     cases: list[tuple[str, dict[str, Any], bool]] = [
         ("version", {"version": other_version}, False),  # signature and id break
         ("by", {"by": "mallory"}, False),
