@@ -289,12 +289,13 @@ def _report_run(result: Any, args: argparse.Namespace, audit_path: str | None) -
             print(f"failed_closed({result.reason.value}): {result.message}", file=sys.stderr)
             plan_file = getattr(args, "plan_file", None)
             if result.reason.value == "approval_missing" and plan_file:
-                from pte._cli._hints import deployment_flags, pte_command
+                from pte._cli._hints import deployment_flags, pte_command, signing_flags, signing_note
 
                 # The engine does not know the file; this command does: the approve that runs.
+                approve = pte_command("approve", plan_file, *deployment_flags(args), *signing_flags(args))
+                note = signing_note(args)
                 print(
-                    f"approve it: {pte_command('approve', plan_file, *deployment_flags(args))}, "
-                    "then run this command again",
+                    f"approve it: {approve}, then run this command again" + (f"\n{note}" if note else ""),
                     file=sys.stderr,
                 )
             if result.result is not None:

@@ -76,14 +76,16 @@ def report_pause(log: str, args: argparse.Namespace) -> int:
             {"status": "awaiting_endorsement", "run_id": request.run_id, **request.to_dict(), "audit": log}
         )
     else:
-        from pte._cli._hints import approver, pte_command
+        from pte._cli._hints import approver, pte_command, signing_flags, signing_note
 
         at = _endorsements_flag(args)
+        note = signing_note(args)
         print(
             f"awaiting_endorsement: {request.describe()}\n"
             f"  review:  {pte_command('endorse', log, *at)}\n"
-            f"  endorse: {pte_command('endorse', log, '--by', approver(), *at)}\n"
-            f"  then:    {_resume_log_command(log, args)}"
+            f"  endorse: {pte_command('endorse', log, '--by', approver(), *at, *signing_flags(args))}\n"
+            + (f"{note}\n" if note else "")
+            + f"  then:    {_resume_log_command(log, args)}"
         )
     return EXIT_OK
 

@@ -189,10 +189,12 @@ def cmd_execute(args: argparse.Namespace) -> int:
     text = _read_text(args.plan_file, "plan file")
     require_deployment_for_writes(args, registry, _plan_tools(text, registry), "this plan")
     _approvals_path(args)  # checked before the log is created
+    # The run `pte approve PLAN_FILE` approved, in a store as in a log (its approval binds it).
+    run_id = _run_id_arg(args) or _approved_run(registry, args, text)
+    args.run_id = run_id
     stored = _in_store(registry, None, args, plan_text=text)
     if stored is not None:
         return stored
-    run_id = _run_id_arg(args) or _approved_run(registry, args, text)
     audit = _open_audit(args.audit, durability=args.durability, run_id=run_id)
     try:
         with audit:
@@ -246,7 +248,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(f"plan written to {args.output}: {len(plan)} step(s), hash {plan.hash}")
         from pte._cli._deployment_in_force import deployment_of, init_command, writes_of
-        from pte._cli._hints import approver, deployment_flags, pte_command
+        from pte._cli._hints import approver, deployment_flags, pte_command, signing_flags, signing_note
 
         if deployment_of(args) is None and writes_of(registry, {s.tool for s in plan.tool_steps()}):
             # Its writes run only under a deployment, whose approval store is its own: the
@@ -257,13 +259,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
             args.tools = args.allow = None  # the deployment names them: the hints below need neither
             for name in ("manifest", "procedures", "policy", "approvals", "approval_keys", "specialists"):
                 setattr(args, name, None)
+            target: list[str] = []  # the deployment `pte init` makes keeps its runs in its store
+        else:
+            target = _run_target(args)
         flags = deployment_flags(args)
+        note = signing_note(args)
         print(
             f"review it, then (if a tool in it needs approval): "
-            f"{pte_command('approve', args.output, '--by', approver(), *flags)}\n"
-            f"execute it: {pte_command('execute', args.output, *flags, '--audit', 'pte_audit.jsonl')}"
+            f"{pte_command('approve', args.output, '--by', approver(), *flags, *signing_flags(args))}\n"
+            + (f"{note}\n" if note else "")
+            + f"execute it: {pte_command('execute', args.output, *flags, *target)}"
         )
     return EXIT_OK
+
+
+def _run_target(args: argparse.Namespace) -> list[str]:
+    """Where a hinted ``pte execute`` keeps its run: the deployment's run store when it names one
+    (no flag: the deployment does), else an audit log (``--audit pte_audit.jsonl``)."""
+    from pte._cli._deployment_in_force import deployment_of
+
+    deployment = deployment_of(args)
+    if deployment is not None and deployment.store_url is not None:
+        return []
+    return ["--audit", "pte_audit.jsonl"]
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -307,7 +325,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         f"approved run {approval.run} of plan {plan.hash} by {args.by} at {approval.at} until "
         f"{approval.expires}, {_signed_words(approval)}; recorded in {_approvals_path(args)}\n"
         "execute it (once) with: "
-        + pte_command("execute", args.plan_file, *deployment_flags(args), "--audit", "pte_audit.jsonl")
+        + pte_command("execute", args.plan_file, *deployment_flags(args), *_run_target(args))
     )
     return EXIT_OK
 

@@ -121,10 +121,18 @@ def runs_requeue(args: argparse.Namespace) -> int:
     with _store(args.store) as store:
         # The runs first: a run that cannot be requeued is the operator's news, whatever the broker.
         deployment = _in_force(args)
-        refused = [p for p in (requeue_problem(store, run_id, deployment) for run_id in args.run_ids) if p]
+        from pte._cli._hints import signing_flags, signing_note
+
+        signing = signing_flags(args)
+        refused = [
+            p
+            for p in (requeue_problem(store, run_id, deployment, signing=signing) for run_id in args.run_ids)
+            if p
+        ]
         problem = refused[0] if refused else broker_problem(broker)
         if problem is not None:
-            print(f"not requeued: {problem}", file=sys.stderr)
+            note = signing_note(args) if "pte approve" in problem else None
+            print(f"not requeued: {problem}" + (f"\n{note}" if note else ""), file=sys.stderr)
             return EXIT_FAILED
         try:
             done = requeue(store, make_app(broker), args.run_ids, by=args.by, deployment=deployment)

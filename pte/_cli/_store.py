@@ -230,7 +230,14 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
     from pte._deploy import PausedRun
 
     if isinstance(result, PausedRun) and result.status == "awaiting_endorsement":
-        from pte._cli._hints import approver, deployment_flags, pte_command, store_flags
+        from pte._cli._hints import (
+            approver,
+            deployment_flags,
+            pte_command,
+            signing_flags,
+            signing_note,
+            store_flags,
+        )
         from pte._policy import pending_endorsement
 
         records = store.records(result.run_id)
@@ -249,33 +256,48 @@ def report(result: Any, args: argparse.Namespace, store: Store) -> int:
             )
         else:
             run_id, at = result.run_id, [*store_flags(args, store), *_endorsements_flag(args)]
+            signed = signing_flags(args)
             shown = request.describe() if request else f"run {run_id} waits for an endorsement"
             print(
                 f"awaiting_endorsement: {shown}\n"
                 + (f"  not counted: {not_counted}\n" if not_counted else "")
                 + f"  review:  {pte_command('endorse', run_id, *at)}\n"
-                f"  endorse: {pte_command('endorse', run_id, '--by', approver(), *at)}\n"
-                f"  then:    {pte_command('resume', run_id, *at, *deployment_flags(args))}"
+                f"  endorse: {pte_command('endorse', run_id, '--by', approver(), *at, *signed)}\n"
+                + _noted(signing_note(args))
+                + f"  then:    {pte_command('resume', run_id, *at, *deployment_flags(args))}"
             )
         return EXIT_OK
     if isinstance(result, PausedRun):
         if args.json:
             _print_json({**result.to_dict(), "store": store.describe()})
         else:
-            from pte._cli._hints import approver, deployment_flags, pte_command, store_flags
+            from pte._cli._hints import (
+                approver,
+                deployment_flags,
+                pte_command,
+                signing_flags,
+                signing_note,
+                store_flags,
+            )
 
-            at = store_flags(args, store)
+            at, signed = store_flags(args, store), signing_flags(args)
             print(
                 f"awaiting_approval: run {result.run_id} waits for a person to approve plan "
                 f"{result.plan_hash} ({', '.join(result.tools)}) until {result.expires_at}.\n"
                 f"  review:  {pte_command('approvals', 'list', '--plans', *at)}\n"
-                f"  approve: {pte_command('approve', result.run_id, '--by', approver(), *at)}\n"
-                f"  then:    {pte_command('resume', result.run_id, *at, *deployment_flags(args))}"
+                f"  approve: {pte_command('approve', result.run_id, '--by', approver(), *at, *signed)}\n"
+                + _noted(signing_note(args))
+                + f"  then:    {pte_command('resume', result.run_id, *at, *deployment_flags(args))}"
             )
         return EXIT_OK
     from pte._cli._deployment import _report_run
 
     return int(_report_run(result, args, f"{store.describe()} run {result.run_id}"))
+
+
+def _noted(note: str | None) -> str:
+    """A hint's note as its own line (none: nothing)."""
+    return f"{note}\n" if note else ""
 
 
 def _endorsements_flag(args: argparse.Namespace) -> list[str]:
@@ -489,12 +511,15 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
             from pte._deploy import is_expired
 
             if not is_expired(info.expires_at):
-                from pte._cli._hints import approver, pte_command, store_flags
+                from pte._cli._hints import approver, pte_command, signing_flags, signing_note, store_flags
 
-                approve = pte_command("approve", args.log, "--by", approver(), *store_flags(args, store))
+                approve = pte_command(
+                    "approve", args.log, "--by", approver(), *store_flags(args, store), *signing_flags(args)
+                )
                 print(
                     f"run {args.log} is awaiting approval of plan {info.plan_hash} until {info.expires_at}: "
-                    f"approve or reject it first: {approve}",
+                    f"approve or reject it first: {approve}"
+                    + (f"\n{signing_note(args)}" if signing_note(args) else ""),
                     file=sys.stderr,
                 )
                 return EXIT_FAILED

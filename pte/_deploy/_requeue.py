@@ -145,8 +145,11 @@ def end_stranded(store: Store, run_id: str, deployment: Any, *, by: str | None =
     return reason
 
 
-def requeue_problem(store: Store, run_id: str, deployment: Any = None) -> str | None:
-    """Why `run_id` cannot be requeued, or None when it can (`deployment`: the one in hand)."""
+def requeue_problem(
+    store: Store, run_id: str, deployment: Any = None, *, signing: Sequence[str] = ()
+) -> str | None:
+    """Why `run_id` cannot be requeued, or None when it can (`deployment`: the one in hand;
+    `signing`: the ``--signing-key PATH`` the approve it prints needs, as the CLI found it)."""
     info = store.run(check_run_id(run_id))
     if info is None:
         return f"no run {run_id!r} in {store.describe()}"
@@ -171,7 +174,7 @@ def requeue_problem(store: Store, run_id: str, deployment: Any = None) -> str | 
         return (
             f"run {run_id} waits for a person's decision on plan {info.plan_hash} until {info.expires_at}; "
             "approve it (with $PTE_BROKER set, that queues it for a worker): "
-            f"pte approve {run_id}{store_flag}"
+            f"pte approve {run_id}{store_flag}" + "".join(f" {shlex.quote(w)}" for w in signing)
         )
     if info.records == 0 and not info.job:
         return f"run {run_id} has no records and no submitted job: there is nothing a worker could run"

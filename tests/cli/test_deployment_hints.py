@@ -157,11 +157,11 @@ def test_endorsement_pause_of_a_log_run_hints_run_as_printed_under_a_deployment(
     (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
     make_deployment(
         tmp_path, monkeypatch, capsys,
-        "--tools", "backoffice", "--policy", "policy.json", "--approval-keys", str(public),
+        "--tools", "backoffice", "--policy", "policy.json", "--approval-keys", str(public), "--no-store",
     )  # fmt: skip
     code, out, err = cli(capsys, "approve", "bill.json", "--by", "alice")
     assert code == 0, err
-    code, out, err = _run(_hint(out, "execute it (once) with: "), capsys)
+    code, out, err = _run(_hint(out, "execute it (once) with: "), capsys)  # no store: into a log
     assert code == 0 and "awaiting_endorsement" in out, out + err
     endorse, resume = _hint(out, "endorse: "), _hint(out, "then: ")
     assert resume == "pte resume pte_audit.jsonl"
@@ -186,15 +186,16 @@ def test_plan_hints_run_as_printed_under_a_deployment_with_keys_endorsements_anc
     )
     assert code == 0, err
     approve, execute = _hint(out, "needs approval): "), _hint(out, "execute it: ")
-    assert _run(execute, capsys)[0] == 1 and _payments(ledger) == 0  # not approved yet: refused
+    code, out, _ = _run(execute, capsys)  # not approved yet: it waits in the store, nothing paid
+    assert code == 0 and "awaiting_approval" in out and _payments(ledger) == 0
     code, out, err = _run(approve, capsys)
     assert code == 0 and "Ed25519-signed" in out, err
     code, out, err = _run(_hint(out, "execute it (once) with: "), capsys)
-    assert code == 0, err
+    assert code == 0 and "runs.db run" in out, err  # in the deployment's store (#33), not a log
     assert _payments(ledger) == 1
-    # Anchored with the deployment's key, in its anchors file; the log verifies under it.
+    # Anchored with the deployment's key, in its anchors file; the store verifies under it.
     assert (where / "anchors.jsonl").stat().st_size > 0
-    assert cli(capsys, "audit", "verify", "pte_audit.jsonl")[0] == 0
+    assert cli(capsys, "audit", "verify", f"sqlite://{where / 'runs.db'}")[0] == 0
 
 
 def test_resume_before_a_decision_prints_the_approve_command_which_runs_as_printed(
