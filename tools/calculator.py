@@ -486,11 +486,10 @@ def calculator(
     places: Annotated[int, Field(ge=0, le=28)] | None = None,
     rounding: Literal["half_even", "half_up"] = "half_even",
 ) -> CalcResult:
-    """Exact decimal arithmetic on a Python-style `expression` (at most 1,000 characters) with
-    operators + - * / // % ** (exponent at most 10,000), comparisons (1 or 0), and or not, x if c
-    else y, xs[0], xs[-1], sum min max avg len abs round floor ceil; `variables` name numbers,
-    decimal strings or lists ({"xs": ["10.50", "2.25"]}). `places` rounds the result by
-    `rounding`. Unknown names, division by zero or a list result fail.
+    """Exact decimal arithmetic on a Python-style `expression`: + - * / // % **, comparisons (1 or
+    0), and or not, x if c else y, xs[0], xs[-1], sum min max avg len abs round floor ceil;
+    `variables` name numbers, decimal strings or lists ({"xs": ["10.50", "2.25"]}); `places`
+    rounds the result by `rounding`. Unknown names, division by zero or a list result fail.
     """
     with decimal.localcontext(_context()):
         value = _evaluate(expression, variables or {}, _ROUNDINGS[rounding])
@@ -551,9 +550,7 @@ def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None 
 
 @tool(provenance="derived")
 def to_integer(value: Decimal) -> IntegerResult:
-    """A whole number or decimal string ("42.00") as a JSON integer; a fraction or a value
-    beyond 2**53 - 1 fails.
-    """
+    """A whole number or decimal string ("42.00") as a JSON integer; a fraction fails."""
     if value != value.to_integral_value():
         raise ValueError(f"{_plain(value)} is not a whole number; round it first (calculator: round(x))")
     if abs(value) > MAX_SAFE_INTEGER:

@@ -170,9 +170,8 @@ def _describe(value: dt.datetime, with_time: bool) -> DateTime:
 
 @tool(provenance="derived")
 def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = None) -> DateTime:
-    """A date or date-time in any common format ("June 10th 2024 at 1 PM"); dayfirst: "03/04/2024"
-    is 3 April; `timezone` (IANA) for one without an offset. Without year, month or day: an
-    error.
+    """A date or date-time in any common format; dayfirst: "03/04/2024" is 3 April; `timezone`
+    (IANA) for one without an offset. Without year, month or day: an error.
     """
     value, with_time = _parse(text, dayfirst)
     if timezone is not None and value.tzinfo is None:
@@ -182,9 +181,7 @@ def parse_datetime(text: str, dayfirst: bool = False, timezone: str | None = Non
 
 @tool(provenance="derived")
 def extract_dates(text: str, dayfirst: bool = False) -> DateList:
-    """Dates and date-times in free text ("10 June 2024", "15.05.2024 13:00") as ISO 8601, in
-    order.
-    """
+    """Dates and date-times in free text as ISO 8601, in order."""
     values = []
     for found in _DATE_RE.finditer(text):
         try:
@@ -197,7 +194,7 @@ def extract_dates(text: str, dayfirst: bool = False) -> DateList:
 
 @tool(provenance="derived")
 def format_datetime(value: str, pattern: str) -> Text:
-    """An ISO 8601 value formatted by a strftime pattern ("%d.%m.%Y"; %c, %x and %X are refused)."""
+    """An ISO 8601 value formatted by a strftime `pattern` (not %c, %x, %X)."""
     directives = re.findall(r"%(.)", pattern.replace("%%", ""))
     bad = sorted(
         {d for d in directives if d not in _FORMAT_DIRECTIVES}
@@ -210,8 +207,8 @@ def format_datetime(value: str, pattern: str) -> Text:
 
 @tool(provenance="derived")
 def add_duration(value: str, duration: str, subtract: bool = False) -> DateTime:
-    """Add (subtract: take away) an ISO 8601 duration ("PT90M", "P1D", "P1M": calendar months); a
-    date stays a date unless the duration has a time part.
+    """Add (subtract: take away) an ISO 8601 duration ("P1M": calendar months); a date stays a date
+    unless the duration has a time part.
     """
     parsed, with_time = _parse(value)
     delta = _duration(duration)
@@ -253,8 +250,8 @@ def convert_timezone(
     timezone: Annotated[str, Field(description="IANA name, e.g. 'Europe/Berlin', or 'UTC'.")],
     assume: str | None = None,
 ) -> DateTime:
-    """A date-time in another `timezone` (IANA, e.g. 'Europe/Berlin', or 'UTC'); a value without an
-    offset is read in `assume`.
+    """A date-time in another `timezone` (IANA or "UTC"); a value without an offset is read in
+    `assume`.
     """
     parsed = _value(value)
     if parsed.tzinfo is None:

@@ -121,8 +121,7 @@ class Amounts(BaseModel):
 @tool(provenance="derived")
 def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: bool = True) -> Values:
     """Entities of one kind in free text, in order: iban (valid checksum, no spaces, upper case),
-    email, url (http(s):// or www.), number (decimal strings: "1,234.5" -> "1234.5"). unique:
-    each once.
+    email, url (http(s):// or www.), number (decimal strings: "1,234.5" -> "1234.5").
     """
     if kind == "iban":
         values = _ibans(text)
@@ -141,9 +140,8 @@ def extract(text: str, kind: Literal["iban", "email", "url", "number"], unique: 
 
 @tool(provenance="derived")
 def extract_amounts(text: str, currency: str | None = None) -> Amounts:
-    """Money amounts with their currency ("EUR 1,234.50", "1.234,50 €", "$12", "12 euros"): amount
-    a decimal string, currency an ISO code; `currency` keeps only it. A number without a
-    currency is no amount.
+    """Money amounts and their currency as an ISO code ("EUR 1,234.50", "1.234,50 €", "$12");
+    `currency` keeps only that one. A number without a currency is no amount.
     """
     records: list[Amount] = []
     for found in _AMOUNT_RE.finditer(text):

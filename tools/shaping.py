@@ -387,7 +387,7 @@ FieldOfR = Annotated[str, FieldName(R)]
 def pick(
     records: list[R], fields: Annotated[list[str], FieldName(R)]
 ) -> RecordsResult[Annotated[Record, PickOf(R, "fields")]]:
-    """Keep only `fields` in each record (absent ones left out); a field no record has is an error."""
+    """Keep only `fields` in each record (absent ones left out)."""
     if not fields:
         raise ValueError("fields is empty: name at least one field to keep")
     for field in fields:
@@ -443,9 +443,9 @@ def filter_records(
     ignore_case: bool = False,
 ) -> RecordsResult[R]:
     """Keep the records whose `field` satisfies `op` `value`: numbers and decimal strings compare by
-    value, ISO dates as instants, else as text; has_word: a whole word; contains also finds an item
-    of a list field; has_key: an object field has the key `value`; in: `value` is a list holding it.
-    Missing or null fields never match; a field no record has is an error.
+    value, ISO dates as instants, else as text; has_word: a whole word; contains also finds an
+    item of a list field; has_key: an object field has the key `value`; in: `value` is a list
+    holding it. Missing or null fields never match.
     """
     _check_field(records, field)
     matches = _matcher(op, value, ignore_case)
@@ -524,9 +524,8 @@ def group_sum(records: list[R], key: FieldOfR, field: FieldOfR) -> GroupSumResul
 
 @tool(provenance="derived")
 def format_text(template: str, values: dict[str, Any]) -> TextResult:
-    """Fill `{name}` placeholders in `template` from `values` ({{ }} for braces): text as is,
-    numbers as written, null as "", lists as "a, b, c", objects as JSON; a missing value is an
-    error.
+    """Fill `{name}` placeholders in `template` from `values` ({{ }} for braces; null as "", lists
+    as "a, b, c", objects as JSON); a missing value is an error.
     """
     try:
         parts = list(string.Formatter().parse(template))

@@ -101,9 +101,7 @@ def text_match(
     mode: Literal["contains", "starts_with", "ends_with", "equals", "has_word"] = "contains",
     ignore_case: bool = True,
 ) -> MatchResult:
-    """Whether `text` matches `value` by `mode` (has_word: a whole word, "rent" in "Rent due", not
-    "parent").
-    """
+    """Whether `text` matches `value` by `mode` (has_word: a whole word)."""
     haystack, needle = _fold(text, ignore_case), _fold(value, ignore_case)
     if mode == "has_word":
         found = re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", haystack) is not None
@@ -125,9 +123,8 @@ def regex_extract(
     ignore_case: bool = False,
     max_matches: Annotated[int, Field(ge=1, le=MAX_ITEMS)] = 100,
 ) -> MatchRecords:
-    """RE2 matches, a record each with a str field per named group (?P<name>...):
-    "Rating: (?P<rating>[0-9.]+)" gives [{"rating": "4.2"}]; no named group: field "match". No
-    backreferences or lookaround.
+    """The matches of `pattern`, a record each: "Rating: (?P<rating>[0-9.]+)" gives [{"rating":
+    "4.2"}]; no named group: field "match". No backreferences or lookaround.
     """
     # The same RE2 settings and group names compile used to type the records.
     regex = compile_regex(pattern, ignore_case)

@@ -168,7 +168,7 @@ def test_the_planner_prompt_explains_labels_and_the_notation() -> None:
     assert messages[1]["content"] == "Total the overdue invoices."
     system = messages[0]["content"]
     labels = prompts.label_rules(registry, None)
-    for text in (prompts.PLANNER_RULES, labels, prompts.CONTROL_RULES, prompts.CATALOGUE_NOTATION):
+    for text in (prompts.PLANNER_RULES, labels, prompts.CONTROL_RULES, prompts.NOTATION_HEAD):
         assert text in system
     for word in ("request", "trusted", "untrusted", "guarded", "implicit", "when", "for_each", "literal"):
         assert word in labels
@@ -176,6 +176,63 @@ def test_the_planner_prompt_explains_labels_and_the_notation() -> None:
     assert (
         f"{{0,{STEP_ID_RE.pattern.split('{0,')[1]}" in prompts.PLANNER_RULES
     )  # the id rule compile enforces
+
+
+#: Where each form of the notation shows in a catalogue's signature and type lines.
+_FORMS = {
+    "decimal": r"\bdecimal\b",
+    "format": r"\bstr\(",
+    "optional field": r"[{,] [a-z_]\w*\?: [^()]*\}",
+    "more keys": r", \.\.\.\}",
+    "map": r"\[key\]: ",
+    "types": r"^[A-Z]\w* = \{",
+    "generic": r"^[a-z_]\w*\[",
+    "field": r"\bfield<",
+    "field of": r"\b[A-Z]\w*\[[a-z_]\w*\]",
+    "pick": r"\bPick<",
+    "groups": r"\bgroups<",
+    "both": r" & ",
+    "regex": r": regex\b",
+}
+
+
+#: A tool whose output has an optional field and more keys.
+_OPEN = tool_from_schema(
+    "open_record",
+    description="An object with more keys.",
+    input_schema={"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+    output_schema={
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": True,
+    },
+    func=lambda args: {"a": args["a"]},
+)
+
+
+@pytest.mark.parametrize(
+    "registry",
+    [
+        *(load_registry([pack]) for pack in STOCK_PACKS),
+        load_registry(["calculator", "shaping", "text", "extract", "dates", "containers"]),
+        load_registry(STOCK_PACKS),
+        Registry([_OPEN]),
+    ],
+    ids=[*STOCK_PACKS, "generic", "stock", "open"],
+)
+def test_the_notation_keys_exactly_the_forms_the_catalogue_uses(registry: Registry) -> None:
+    """A form no tool uses is not explained (as the label rules are left out where no plan can
+    break one), and every form a signature or a shared type uses is."""
+    system = prompts.planner_messages("x", registry, Policy.from_registry(registry))[0]["content"]
+    notation = system[system.index(prompts.NOTATION_HEAD) :].split("\n", 1)[0]
+    catalogue = prompts.catalogue_text(registry, Policy.from_registry(registry))
+    lines = [block.split("\n")[0] for block in _entries(catalogue).values()]
+    lines += [line for line in catalogue.split("\n") if re.match(r"[A-Z]\w* = ", line)]
+    for form, key in prompts.NOTATION_KEYS.items():
+        used = any(re.search(_FORMS[form], line) for line in lines)
+        assert (key in notation) == used, (form, used)
+    assert notation.startswith(prompts.NOTATION_HEAD) and notation.endswith(".")
 
 
 def test_generic_tools_are_short_signatures_and_shared_types_are_written_once() -> None:
@@ -209,6 +266,24 @@ def test_data_blocks_cannot_be_closed_from_inside() -> None:
 def test_data_blocks_are_clipped() -> None:
     block = prompts.data_block("big", "x" * 10_000, limit=100)
     assert "more characters clipped" in block and len(block) < 300
+
+
+@pytest.mark.parametrize(("packs", "told"), [(["calculator", "shaping"], False), (["backoffice"], True)])
+def test_the_repair_says_what_literals_count_as_only_where_labels_can_reject_a_plan(
+    packs: list[str], told: bool
+) -> None:
+    """Where the planner is not told the label rules (no plan over its tools can be rejected by
+    labels), what a literal counts as decides nothing, and the repair note does not say it."""
+    registry = load_registry(packs)
+    planner = prompts.planner_messages("x", registry, Policy.from_registry(registry))
+    assert (prompts.LABELS_HEAD in planner[0]["content"]) == told
+    rejection = {"reason": "bad_reference", "path": "$.result", "message": "no step b"}
+    for literals in ("request", "trusted", "untrusted"):
+        note = prompts.repair_messages(planner, "{}", rejection, literals=literals)[-1]["content"]
+        assert ("Literals you write count as" in note) == told, literals
+        assert note.endswith(".")
+    with pytest.raises(KeyError):
+        prompts.repair_messages(planner, "{}", rejection, literals="endorsed")
 
 
 # --- all prompt text in one module, covered by the recorded hash (#27) ------------------------
