@@ -19,5 +19,8 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "1fd4065ba9e63c6db31ae932f347853348515e03db3afe74d54fc3016eafb176": (
             "pte 0.1.0 as of main 5aa60c6 (2026-11-29), before the prompt cuts of issue 37"
         ),
+        "943f6743b8436650fa79c7944f60566c374119490c482938a879c1a48c29837d": (
+            "pte 0.1.0 as of main 09f9ad5 (2026-11-29), before the notation keyed only the forms used"
+        ),
     }
 )

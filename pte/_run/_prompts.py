@@ -27,14 +27,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTROL_RULES",
-    "NOTATION_HEAD",
-    "NOTATION_KEYS",
     "DATA_CLOSE",
     "DATA_OPEN",
     "LABEL_RULE",
+    "NOTATION_HEAD",
+    "NOTATION_KEYS",
+    "catalogue_notation",
     "data_block",
     "finalizer_messages",
-    "catalogue_notation",
     "label_rules",
     "planner_messages",
     "repair_messages",
