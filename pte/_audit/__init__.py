@@ -42,6 +42,16 @@ from pte._audit._content import (
     approval_problem,
     endorsement_problem,
 )
+from pte._audit._older_records import (
+    ADDED,
+    FORMAT_2_ADDED,
+    AddedField,
+    current_config,
+    current_policy,
+    current_run_started,
+    record_format,
+    stock_selection_undeclared,
+)
 from pte._audit._record_sink import (
     RecordSink,
 )
@@ -86,6 +96,7 @@ from pte._audit._writer import (
 )
 
 __all__ = [
+    "ADDED",
     "ANCHORS_FILE_ENV",
     "ANCHORS_IN_STORE",
     "ANCHORS_SEEN_ENV",
@@ -93,9 +104,11 @@ __all__ = [
     "DEPLOYMENT_KEY_ENV",
     "DEPLOYMENT_PUBLIC_KEY_ENV",
     "FAILED",
+    "FORMAT_2_ADDED",
     "GENESIS_HASH",
     "NOT_AVAILABLE",
     "TRACE_FIELDS",
+    "AddedField",
     "Anchors",
     "Approval",
     "AuditLog",
@@ -113,6 +126,9 @@ __all__ = [
     "anchors_from_env",
     "approval_problem",
     "check_by",
+    "current_config",
+    "current_policy",
+    "current_run_started",
     "deployment_binding",
     "deployment_problem",
     "endorsement_problem",
@@ -126,10 +142,12 @@ __all__ = [
     "log_runs",
     "read_checkpoints",
     "read_records",
+    "record_format",
     "records",
     "render_record",
     "render_timeline",
     "run_problem",
+    "stock_selection_undeclared",
     "stored_verdict",
     "traced",
     "utc_now",

@@ -7,8 +7,9 @@ so a log or store writer cannot change it without the deployment key. Whoever co
 run (resume, a worker taking it over) compares it with the deployment in hand first, and
 refuses a run that started under another one, naming the parts that differ.
 
-A run recorded before runs were bound (no ``deployment`` member) is not refused for it: its
-anchors, when the deployment has a key, still decide whether it is the deployment's.
+A run that names no deployment (``deployment`` null: what a record without it means, as the
+reader of older records, `pte._audit._older_records`, says) is not refused for it: its anchors,
+when the deployment has a key, still decide whether it is the deployment's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from pte._audit._older_records import current_run_started
 
 __all__ = ["deployment_binding", "deployment_problem"]
 
@@ -58,11 +61,11 @@ def deployment_problem(started: Mapping[str, Any], deployment: Any) -> str | Non
     """Why the run begun by `started` (its ``run_started`` record) may not continue under
     `deployment` (as `deployment_binding` takes it); None when it may.
 
-    None also when either side names no deployment (a run recorded before runs were bound,
-    or a caller that has no deployment). Otherwise the fingerprints must be equal; when they
+    None also when either side names no deployment (a run whose record binds none, or a caller
+    that has no deployment). Otherwise the fingerprints must be equal; when they
     differ, the message names the parts that differ (or that only one side has).
     """
-    recorded = started.get("deployment")
+    recorded = current_run_started(started)["deployment"]
     in_hand = deployment_binding(deployment)
     if recorded is None or in_hand is None:
         return None

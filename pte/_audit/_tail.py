@@ -88,7 +88,7 @@ def _check_format(path: Path, first: bytes) -> None:
         record = None
     found = record.get("format") if isinstance(record, dict) else None
     if found != AUDIT_FORMAT:
-        what = "format 1 (written by an older PTE)" if found is None else f"format {found!r}"
+        what = "format 1 (its first record names no format)" if found is None else f"format {found!r}"
         raise AuditWriteError(
             f"audit log {path} is in {what}; this PTE writes {AUDIT_FORMAT}, and one file holds one "
             "format: start a new log file (the old one still verifies with `pte audit verify`)"

@@ -278,7 +278,7 @@ class ToolSpec:
             _output_validator=ExplainingValidator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),
             _fast_output=jsonschema_rs.validator_for(output_schema),
-            # A log from before code hashes were recorded: no hash (describe() then omits it).
+            # "": no hash recorded (pte._audit.current_run_started states it); describe() omits it.
             _recorded_code_sha256=str(entry.get("code_sha256") or ""),
         )
 

@@ -33,8 +33,8 @@ class Limits:
     validate and explain. The defaults keep compiling any text within them, accepted or
     rejected, well under 50 ms (`bench/bench_rejection.py`): 250 steps (what an LLM writes
     within `pte._run._llm.DEFAULT_MAX_TOKENS` at ~60 tokens a step; per-item work is one `for_each`
-    step) and 10,000 values (40 a step). ``max_values=None`` sets no value cap: what a log
-    written before the cap existed records, so its replay compiles as it did then.
+    step) and 10,000 values (40 a step). ``max_values=None`` sets no value cap (what a config
+    without it means: pte._audit._older_records), so such a run's replay compiles as it did.
     """
 
     max_steps: int = 250

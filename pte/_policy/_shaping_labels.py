@@ -19,8 +19,8 @@ any user tool that declares one) is labelled by field instead (`pte._policy._lab
 
 So a selection's output labels are exactly its returned fields' labels and the labels of
 the fields its decision read, nothing else. A field name given by reference stands for
-every field. Tools from audit logs written before selections were declared keep their
-labelling through the code hashes of the stock operations of that time.
+every field. A stock operation recorded without its declaration (its code hash of that
+time, `pte._audit.stock_selection_undeclared`) is labelled by the one it declares today.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from pte._audit import stock_selection_undeclared
 from pte._catalogue import Selection
 from pte._plan import Reference, is_reference
 from pte._policy._labels import ANY, LabelTree, union
@@ -37,24 +38,6 @@ from pte._policy._labels import ANY, LabelTree, union
 __all__ = ["selection_of", "shaped_tree"]
 
 _EMPTY = LabelTree(frozenset())
-
-#: Code hashes of the stock shaping operations before they declared a `Selection`, so a log
-#: recorded then replays with the labels it was checked with.
-_LEGACY_HASHES: Mapping[str, str] = MappingProxyType(
-    {
-        "pluck": "8dd7c17d156c5b23dde5a2fc3e95064353ab6b73008bc113baae33da72d533c6",
-        "pluck_numbers": "d59427d6a656b7aacf267ff3b6060cf8d946ab84a34cf90f2e02792bfe592df9",
-        "pluck_text": "3d5cee273f7ef2c72a4cc263947d0d3eb73b94b0d20a23e847462f273ef7dbf4",
-        "pick": "777926c1b5a9300957219c8a0cb885f83f6b59ffe70a66435ede7945bbc9dd99",
-        "filter_records": "2a33e6930e05c304e9cf2ddba719cb45ff3b60e065e0403badfb5665c7983208",
-        "sort_records": "66146481c3d3c360e9833ed7ee1966fb83352be26eca631458f11cb084dda50f",
-        "take": "4e93dbd504fa79224c8526a9e59b67306477ac7cf3631f2b5cb4278259c8524a",
-        "first": "224094607319afe375fe76aec3619bcfdbc919cbc3e99c00cf9eb170df0c1090",
-        "count": "296c71425bdfc52be02c1c04f9a6b0dc0f5cd27081436f437c219b99b3dfeb23",
-        "sum_field": "d069efa8c4c0b44bf2b3a456e2dc438369cb3f85c49e07882f6d1c4230941a47",
-        "group_sum": "c4981636cfbd15192cf7b2cc06edf6ceef1d4fc77f0793cd13d1bc19d6b3796d",
-    }
-)
 
 
 @functools.cache
@@ -65,21 +48,21 @@ def _stock_selections() -> Mapping[str, Selection]:
     )
 
     registry = load_pack("shaping")
-    out = {name: registry[name].selection for name in _LEGACY_HASHES if name in registry}
+    out = {spec.name: spec.selection for spec in registry}
     return MappingProxyType({name: sel for name, sel in out.items() if sel is not None})
 
 
 def selection_of(spec: Any) -> Selection | None:
-    """The selection a (derived) tool declares; for a stock operation recorded before declarations
-    existed, the one it declares now."""
+    """The selection a (derived) tool declares; for a stock operation the reader of older records
+    says was recorded without it (`stock_selection_undeclared`), the one it declares now."""
     if spec is None or getattr(spec, "provenance", None) != "derived":
         return None
     declared = getattr(spec, "selection", None)
     if isinstance(declared, Selection):
         return declared
     name = getattr(spec, "name", None)
-    if isinstance(name, str) and _LEGACY_HASHES.get(name) == getattr(spec, "code_sha256", None):
-        return _stock_selections().get(name)
+    if stock_selection_undeclared(name, getattr(spec, "code_sha256", None)):
+        return _stock_selections().get(str(name))
     return None
 
 

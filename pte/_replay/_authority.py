@@ -16,7 +16,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from pte._audit import Approval, ProcedureApproval, RecordSink
+from pte._audit import (
+    Approval,
+    ProcedureApproval,
+    RecordSink,
+    current_policy,
+    current_run_started,
+    record_format,
+)
 from pte._audit import records as rec
 from pte._catalogue import Registry, ToolSpec, expand_run_started, stored_contents
 from pte._core import (
@@ -50,18 +57,18 @@ __all__ = ["authority_of", "engine_for", "llm_for", "recorded_run_parts", "resol
 
 def recorded_registry(run_started: Mapping[str, Any]) -> Registry:
     # Format 2: the full catalogue is stored by hash (in this record, or an earlier run's).
-    expanded = expand_run_started(run_started, stored_contents([run_started]))
+    expanded = current_run_started(expand_run_started(run_started, stored_contents([run_started])))
     registry = Registry(ToolSpec.from_record(entry) for entry in expanded.get("tools", ()))
     procedures = recorded_procedures(expanded.get("config") or {}, registry)
     return registry.with_procedures(procedures) if procedures else registry
 
 
 def recorded_policy(registry: Registry, recorded: Any) -> Policy:
-    # A log written before policy modes existed recorded an open policy.
+    # Read through the reader of older records (its mode stated); None: the run recorded none.
     base = Policy.from_registry(registry, default="open")
     if recorded is None:
         return base
-    return base.with_document(recorded, source="<recorded policy>", ignore_unknown=True)
+    return base.with_document(current_policy(recorded), source="<recorded policy>", ignore_unknown=True)
 
 
 def authority_of(deployment: Any) -> dict[str, Any]:
@@ -148,7 +155,7 @@ class _RecordedApprovals:
         self.unchecked: list[str] = []
         # A format 1 run's approvals bound a fingerprint taken over format 1's canonical JSON.
         first = records[0] if records else {}
-        self._canonical = canonical_json if "format" in first else canonical_json_v1
+        self._canonical = canonical_json if record_format(first) == 2 else canonical_json_v1
         # How the run ended, when it ended for want of an approval: replay reproduces that
         # refusal word for word (repeating a refusal grants nothing).
         self._refusal: Mapping[str, Any] | None = None
@@ -333,7 +340,7 @@ def _expanded(
             raise ValueError(
                 f"the run refers to stored content {', '.join(missing)} that the log does not hold before it"
             )
-    return expand_run_started(first, contents)
+    return current_run_started(expand_run_started(first, contents))
 
 
 def llm_for(

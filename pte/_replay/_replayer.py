@@ -38,6 +38,7 @@ from typing import Any
 
 from pte._audit import (
     FAILED,
+    FORMAT_2_ADDED,
     NOT_AVAILABLE,
     TRACE_FIELDS,
     AuditLog,
@@ -45,6 +46,7 @@ from pte._audit import (
     RecordSink,
     Verdict,
     iter_records,
+    record_format,
     verdict,
 )
 from pte._catalogue import Registry, ToolSpec, expand_run_started, stored_contents
@@ -138,10 +140,6 @@ def _compare(line: int, recorded: Mapping[str, Any], replayed: Mapping[str, Any]
             )
 
 
-#: What a format 2 ``run_started`` adds to format 1 (docs/audit-format.md).
-_FORMAT_2_ONLY = ("format", "pte_version", "catalogue", "policy", "prompts", "stored")
-
-
 def _in_format_of(recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
     """`replayed` as the recorded format writes it, so that a format 1 log still replays.
 
@@ -149,10 +147,10 @@ def _in_format_of(recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict
     the live code writes format 2, so its ``run_started`` is expanded from its own stored
     contents and stripped of format 2's fields. Every other record is the same in both.
     """
-    if replayed.get("type") != "run_started" or "format" in recorded:
+    if replayed.get("type") != "run_started" or record_format(recorded) == 2:
         return replayed
     expanded = expand_run_started(replayed, stored_contents([replayed]))
-    return {k: v for k, v in expanded.items() if k not in _FORMAT_2_ONLY}
+    return {k: v for k, v in expanded.items() if k not in FORMAT_2_ADDED}
 
 
 def _shown(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -288,7 +286,7 @@ class CheckingAuditLog:
             line, recorded = self._expected.popleft()
             replayed = self._redacted_hashes.translate(recorded, built)
             if recorded.get("type") == "run_started":
-                self._format_1 = "format" not in recorded
+                self._format_1 = record_format(recorded) == 1
                 prior = PRIOR_PROMPTS.get(str(recorded.get("prompts")))
                 if prior is not None and recorded["prompts"] != replayed.get("prompts"):
                     self.other_prompts = prior

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from pte._audit import RecordSink
+from pte._audit import RecordSink, current_config
 from pte._catalogue import Registry
 from pte._core import DEFAULT_DATA_BUDGET, ReasonCode
 from pte._execution import StepResult
@@ -56,7 +56,7 @@ class EngineConfig:
     #: written after that carries the ``untrusted`` label).
     planner_data: PlannerData = "handles"
     #: Characters per data block shown to a planner or the finalizer, cut at record
-    #: boundaries (pte._core._data_budget). None: the 4,000-character clip of older logs.
+    #: boundaries (pte._core._data_budget). None: the 4,000-character clip (`LEGACY_DATA_CHARS`).
     data_budget: int | None = DEFAULT_DATA_BUDGET
 
     def __post_init__(self) -> None:
@@ -82,33 +82,36 @@ class EngineConfig:
             "limits": self.limits.to_dict(),
             "llm_answer": self.llm_answer,
             "max_stages": self.max_stages,
-            # Recorded only where they differ from what a log without them means (from_dict).
+            # Omitted where they equal what a record without them means (the reader of older
+            # records, pte._audit._older_records, says so: its table ADDED).
             **({"planner_data": self.planner_data} if self.planner_data != "shown" else {}),
             **({"data_budget": self.data_budget} if self.data_budget is not None else {}),
         }
-        if self.repair:  # absent: no repair, as in every run recorded before it existed
+        if self.repair:
             out["repair"] = True
-        if self.specialists:  # absent: none, as in every run recorded before they existed
+        if self.specialists:
             out["specialists"] = [spec.to_dict() for spec in self.specialists]
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
-        recorded = data.get("limits") or {}
-        limits: dict[str, Any] = {k: int(v) for k, v in recorded.items()}
-        if recorded and "max_values" not in limits:
-            limits["max_values"] = None  # recorded before the value cap existed: it had none
+        """The config a ``run_started.config`` records, read through the reader of older records
+        (`pte._audit.current_config`): a field an earlier pte did not write means what it did."""
+        current = current_config(data)
+        recorded = current.get("limits") or {}
+        # max_values None: no value cap (what a config without one means).
+        limits: dict[str, Any] = {
+            k: None if v is None and k == "max_values" else int(v) for k, v in recorded.items()
+        }
         return cls(
-            max_replans=int(data.get("max_replans", 2)),
+            max_replans=int(current.get("max_replans", 2)),
             limits=Limits(**limits),
-            llm_answer=bool(data.get("llm_answer", True)),
-            max_stages=int(data.get("max_stages", 3)),
-            # Logs recorded before these existed showed planners everything, clipped at 4,000.
-            planner_data=cast(PlannerData, data.get("planner_data", "shown")),
-            data_budget=data.get("data_budget"),
-            # A run recorded before repair existed never repaired: its replay must not either.
-            repair=bool(data.get("repair", False)),
-            specialists=specialists_from_records(data["specialists"]) if "specialists" in data else (),
+            llm_answer=bool(current.get("llm_answer", True)),
+            max_stages=int(current.get("max_stages", 3)),
+            planner_data=cast(PlannerData, current["planner_data"]),
+            data_budget=current["data_budget"],
+            repair=bool(current["repair"]),
+            specialists=specialists_from_records(current["specialists"]),
         )
 
 
