@@ -2,13 +2,15 @@
 
 The run loop (pte._run._loop) asks the model, writes the records and decides what comes next;
 these say which checks a plan from a given origin gets (`policy_check`, `compile_checked`) and
-fold an accepted plan's labels, types and literals into the run's state (`note_accepted`).
-They write no record and call nothing back.
+fold an accepted plan's labels, types, literals and endorsements into the run's state
+(`accept`), returning what its ``plan_accepted`` record says (`Accepted`), which the loop
+writes. They write no record and call nothing back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pte._plan import CompileCheck, Plan, compile_plan
 from pte._policy import PolicyCheck, plan_literals
@@ -16,7 +18,7 @@ from pte._run._exposure import exposure_of, literal_of
 from pte._run._stages import continue_literals, decided_for
 from pte._run._state import Planning, PlanOrigin, RunState
 
-__all__ = ["compile_checked", "note_accepted", "policy_check"]
+__all__ = ["Accepted", "accept", "compile_checked", "note_accepted", "policy_check"]
 
 
 def policy_check(planning: Planning, state: RunState, origin: PlanOrigin, *, endorsable: bool) -> PolicyCheck:
@@ -80,3 +82,23 @@ def note_accepted(state: RunState, plan: Plan, checked: PolicyCheck) -> dict[str
     if checked.literal == "request":  # written from the request and catalogue alone
         state.request_literals |= plan_literals(plan) | continue_literals(plan)
     return {sid: sorted(params) for sid, params in checked.endorsements.items()}
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """An accepted plan as its ``plan_accepted`` record states it (the loop writes it)."""
+
+    origin: PlanOrigin
+    plan: Plan
+    #: The parameters of each step whose value waits for a person's endorsement (or none).
+    needs_endorsement: dict[str, list[str]]
+
+
+def accept(state: RunState, origin: PlanOrigin, plan: Plan, checked: PolicyCheck) -> Accepted:
+    """Fold an accepted plan into the run's state (`note_accepted`, and the endorsements its
+    calls will ask for); what its ``plan_accepted`` record says."""
+    endorsing = note_accepted(state, plan, checked)
+    if endorsing:
+        state.endorse[plan.hash] = checked.endorsements
+        state.endorse_decisions[plan.hash] = checked.endorse_decisions
+    return Accepted(origin, plan, endorsing)

@@ -4,7 +4,8 @@ Two points of each call (`pte._execution.CallGate`): before its intent is record
 endorsement point (`pte._policy.EndorsementPoint`: pause, refuse, or record the endorsement the
 call consumes); before its side effect, the approval gate's consumption (`ApprovalGate.before_call`:
 a non-idempotent write consumes its approval exactly once, in the store, before the tool is
-called). The run loop builds one per plan it executes and passes it to `Executor.run(gate=...)`.
+called). The run loop builds one per plan it executes (`RunCallGate.for_plan`) and passes it to
+`Executor.run(gate=...)`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pte._audit import RecordSink
 from pte._catalogue import ToolSpec
 from pte._execution import CallHook
 from pte._plan import PlanStep
@@ -29,6 +31,23 @@ class RunCallGate:
     endorsement: EndorsementPoint | None
     #: The approval gate's point before a side effect (`ApprovalGate.before_call`); None: none.
     approval: CallHook | None
+
+    @classmethod
+    def for_plan(
+        cls,
+        endorsements: Any,
+        approval: CallHook | None,
+        audit: RecordSink,
+        plan_hash: str,
+        needs: Mapping[str, Mapping[str, str]] | None,
+        decisions: Mapping[str, Sequence[Mapping[str, Any]]],
+    ) -> RunCallGate | None:
+        """The gate of plan `plan_hash`: its endorsement point when a call of it `needs` one and
+        there is an endorsement gate, and the approval's consumption; None when neither is there."""
+        point = None
+        if needs and endorsements:
+            point = EndorsementPoint(endorsements, audit, plan_hash, needs, decisions=decisions)
+        return cls(point, approval) if point is not None or approval is not None else None
 
     def calls_to_check(self, step_ids: Iterable[str]) -> frozenset[str]:
         if self.endorsement is None:

@@ -2,17 +2,20 @@
 
 Whether a failed step may be replanned around (`stop_if_effect_unknown`), the labels its error
 carries to the replanner (`error_labels_of`), the plan's result value (`result_value`), what the
-finalizer is shown (`finalizer_view`) and how many writes a person allowed (`count_autonomy`).
+finalizer is shown (`finalizer_view`), the answer without a finalizer (`render_result`) and how
+many writes a person allowed (`count_autonomy`).
 They read the run's state and write nothing: the loop writes every record.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from pte._core import FailedClosed, ReasonCode
 from pte._execution import StepResult, resolve_result, stop_if_partial
+from pte._run._prompts import _as_logged
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,7 +24,14 @@ if TYPE_CHECKING:
     from pte._plan import Plan
     from pte._run._state import RunResult, RunState
 
-__all__ = ["count_autonomy", "error_labels_of", "finalizer_view", "result_value", "stop_if_effect_unknown"]
+__all__ = [
+    "count_autonomy",
+    "error_labels_of",
+    "finalizer_view",
+    "render_result",
+    "result_value",
+    "stop_if_effect_unknown",
+]
 
 _UNTRUSTED = frozenset({"untrusted"})
 
@@ -79,6 +89,16 @@ def result_value(plan: Plan, outputs: Mapping[str, Any]) -> Any:
         raise FailedClosed(
             ReasonCode.STEP_FAILED, f"the plan's result selects nothing at run time: {exc}"
         ) from None
+
+
+def render_result(result: Any) -> str:
+    """The deterministic answer: the result value as text (JSON for structured values)."""
+    if result is None:
+        return "The plan completed. It declares no result."
+    if isinstance(result, str):
+        return result
+    # As the log holds it (a whole-number float as an integer): replay renders it from the log.
+    return json.dumps(_as_logged(result), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def _label(labels: Collection[str] | None) -> str:

@@ -18,8 +18,9 @@ from pte._catalogue import Registry
 from pte._execution import DEFAULT_CONCURRENCY, CallHook, Executor, ToolInvoker
 from pte._plan import CompileCheck, Plan, check_specialists, coordinator_view
 from pte._policy import NoApprovals, Policy
+from pte._run._ending import render_result
 from pte._run._llm import LLMClient
-from pte._run._loop import RunLoop, RunMode, render_result
+from pte._run._loop import RunLoop, RunMode
 from pte._run._setup import RunSetup
 from pte._run._state import EngineConfig, Planning, RunResult
 

@@ -29,9 +29,6 @@ repair, delegation and exposure are functions that return decisions and never ca
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import replace
 from typing import Any, Literal
 
 import pte._run._prompts as prompts
@@ -42,10 +39,8 @@ from pte._core import (
     AuditWriteError,
     ConditionNotMet,
     FailedClosed,
-    LLMError,
     PlanRejected,
     ReasonCode,
-    call_role,
     get_logger,
     is_terminal,
 )
@@ -55,29 +50,24 @@ from pte._execution import (
     note_completed,
 )
 from pte._plan import Plan, plan_schema
-from pte._policy import EndorsementPoint, PolicyCheck
-from pte._run._acceptance import compile_checked, note_accepted
+from pte._policy import PolicyCheck
+from pte._run._acceptance import accept, compile_checked
 from pte._run._call_gate import RunCallGate
 from pte._run._delegation import AskSpecialist, CompileText, RepairSpecialist, compile_delegating
 from pte._run._ending import (
     count_autonomy,
-    error_labels_of,
     finalizer_view,
+    render_result,
     result_value,
     stop_if_effect_unknown,
 )
-from pte._run._exposure import (
-    Shown,
-    catalogue_exposed,
-    completed_for_planner,
-    error_for_planner,
-    literal_of,
-)
-from pte._run._llm import LLMResponse, _usage
+from pte._run._exposure import Shown, catalogue_exposed, literal_of
+from pte._run._llm import LLMResponse
+from pte._run._model_call import call_model
 from pte._run._otel import RunTracer, TracedAudit
 from pte._run._repair import may_repair, repair_failed, repair_prompt
 from pte._run._setup import RunSetup, started_config
-from pte._run._stages import replan_trigger, stage_handoff
+from pte._run._stages import replan_handoff, stage_handoff
 from pte._run._state import PlanOrigin, RunResult, RunState, RunStatus
 
 __all__ = [
@@ -87,7 +77,6 @@ __all__ = [
     "RunMode",
     "RunSetup",
     "record_resumed",
-    "render_result",
     "seal_refused",
 ]
 
@@ -112,30 +101,6 @@ RUN_RECORDS = frozenset(
 RunMode = Literal["run", "execute", "plan"]
 #: Where a run is: the next transition `RunLoop.tick` takes; ``sealed`` once ``run_finished``.
 Phase = Literal["plan", "compile", "execute", "stage", "replan", "finalize", "seal", "sealed"]
-
-
-def _checked_response(response: Any) -> LLMResponse:
-    """A client's answer as the log records it (and replay re-reads it): token counts complete."""
-    if not isinstance(response, LLMResponse):
-        raise LLMError(f"the model client returned {type(response).__name__}, not an LLMResponse")
-    usage = _usage(response.usage)
-    return response if usage == response.usage else replace(response, usage=usage)
-
-
-def _describe(exc: Exception) -> str:
-    """A raised exception as a one-line message: its type and text."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def render_result(result: Any) -> str:
-    """The deterministic answer: the result value as text (JSON for structured values)."""
-    if result is None:
-        return "The plan completed. It declares no result."
-    if isinstance(result, str):
-        return result
-    # As the log holds it (a whole-number float as an integer): replay renders it from the log.
-    return json.dumps(prompts._as_logged(result), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 class RunLoop:
@@ -281,7 +246,7 @@ class RunLoop:
         return self._plan("stage", handoff.messages)
 
     def _replan(self, plan: Plan, failure: StepResult) -> Plan:
-        state, config, planning = self.state, self.config, self.setup.planning
+        state, config = self.state, self.config
         stop_if_effect_unknown(failure, self.setup.registry)
         if state.replans >= config.max_replans:
             raise FailedClosed(
@@ -300,26 +265,10 @@ class RunLoop:
             )
         )
         self.log.info("replan", attempt=state.replans, failed_step=failure.step_id)
-        error_labels = error_labels_of(state, failure)
-        state.trigger = replan_trigger(state, failure.step_id, error_labels)  # decides the replan
-        error, error_provenance, shown = error_for_planner(planning, failure.error.to_dict(), error_labels)
-        self._show(shown)
-        completed, shown = completed_for_planner(planning, state)
-        self._show(shown)
-        messages = prompts.replanner_messages(
-            self.request or "",
-            planning.planner_registry,
-            plan.to_dict(),
-            completed,
-            failure.step_id,
-            failure.tool,
-            error,
-            error_provenance=error_provenance,
-            policy=planning.policy,
-            budget=config.data_budget,
-            handles=config.planner_data == "handles",
-        )
-        return self._plan("replanner", messages)
+        handoff = replan_handoff(self.setup.planning, state, self.request or "", plan, failure)
+        state.trigger = handoff.trigger  # what decides the replan
+        self._show(handoff.shown)
+        return self._plan("replanner", handoff.messages)
 
     def _show(self, shown: Shown) -> None:
         """What a prompt showed a model, on the run for good (pte._run._exposure)."""
@@ -380,59 +329,15 @@ class RunLoop:
         llm, state = self.setup.llm, self.state
         if llm is None:
             raise FailedClosed(ReasonCode.LLM_ERROR, f"no LLM client is configured for the {role}")
-        started = time.perf_counter()
         state.result.llm_calls += 1
-        span = state.tracer.llm_start(role, llm.model)
-        try:
-            with call_role(role):
-                response = _checked_response(llm.complete(messages, schema=schema))
-        except Exception as raised:  # any client failure ends the run, sealed
-            # A custom client may raise anything (a bug, its SDK's own errors): the run still
-            # ends failed_closed(llm_error) with the failure recorded, never with a traceback
-            # and an unsealed log. KeyboardInterrupt and SystemExit are not Exceptions.
-            exc = raised if isinstance(raised, LLMError) else LLMError(_describe(raised))
-            trace_ids = state.tracer.llm_end(span, attempts=exc.attempts, error=exc.message)
-            state.audit.write(
-                rec.llm_call(
-                    role=role,
-                    model=llm.model,
-                    messages=messages,
-                    response_format=None,
-                    response=None,
-                    finish_reason=None,
-                    usage={},
-                    error=exc.message,
-                    attempts=exc.attempts,
-                    duration_ms=(time.perf_counter() - started) * 1000,
-                    trace=trace_ids,
-                )
-            )
-            raise FailedClosed(exc.reason, f"{role} LLM call failed: {exc.message}") from None
-        trace_ids = state.tracer.llm_end(
-            span,
-            model=response.model,
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-            attempts=response.attempts,
-        )
-        state.audit.write(
-            rec.llm_call(
-                role=role,
-                model=response.model,
-                messages=messages,
-                response_format=response.response_format,
-                response=response.text,
-                finish_reason=response.finish_reason,
-                usage=response.usage,
-                error=None,
-                attempts=response.attempts,
-                duration_ms=response.duration_ms,
-                trace=trace_ids,
-            )
-        )
-        for key, value in response.usage.items():
+        call = call_model(llm, state.tracer, role, messages, schema)
+        state.audit.write(rec.llm_call(**call.logged))
+        if call.answer is None:
+            assert call.failure is not None
+            raise FailedClosed(call.failure.reason, f"{role} LLM call failed: {call.failure.message}")
+        for key, value in call.answer.usage.items():
             state.result.usage[key] = state.result.usage.get(key, 0) + int(value)
-        return response
+        return call.answer
 
     def _compile(self, origin: PlanOrigin, text: str) -> tuple[Plan, PolicyCheck]:
         """Compile `text` with every check a plan from `origin` gets (no record written)."""
@@ -493,19 +398,16 @@ class RunLoop:
         except PlanRejected as rejection:
             self._record_rejection(origin, text, rejection)
             raise
-        endorsing = note_accepted(state, plan, policy_check)
+        accepted = accept(state, origin, plan, policy_check)
         state.audit.write(
             rec.plan_accepted(
-                origin=origin,
+                origin=accepted.origin,
                 plan_hash=plan.hash,
                 plan=plan.to_dict(),
                 order=plan.order,
-                needs_endorsement=endorsing,
+                needs_endorsement=accepted.needs_endorsement,
             )
         )
-        if endorsing:
-            state.endorse[plan.hash] = policy_check.endorsements
-            state.endorse_decisions[plan.hash] = policy_check.endorse_decisions
         state.result.plans.append(plan)
         if gate:
             self._approve(plan)
@@ -557,14 +459,12 @@ class RunLoop:
 
         # Step spans start and end where the step records are written (ids go into them).
         audit: RecordSink = TracedAudit(state.audit, state.tracer) if state.tracer.active else state.audit
-        needs = state.endorse.get(plan.hash)
-        point: EndorsementPoint | None = None
-        endorsement = self.setup.endorsement
-        if needs and endorsement:
-            decisions = state.endorse_decisions.get(plan.hash, {})
-            point = EndorsementPoint(endorsement, audit, plan.hash, needs, decisions=decisions)
-        consume = self.setup.consume_approval
-        gate = RunCallGate(point, consume) if point is not None or consume is not None else None
+        needs, decisions = state.endorse.get(plan.hash), state.endorse_decisions.get(plan.hash, {})
+        setup = self.setup
+        gate = RunCallGate.for_plan(
+            setup.endorsement, setup.consume_approval, audit, plan.hash, needs, decisions
+        )
+        point = gate.endorsement if gate is not None else None
         try:
             # Approvals and endorsements reach the executor through its one call gate, given explicitly.
             execution = self.setup.executor.run(

@@ -30,17 +30,21 @@ from pte._core import FailedClosed, ReasonCode, canonical_json
 from pte._execution import resolve_result
 from pte._plan import Plan, Reference, is_reference
 from pte._policy import Decided
-from pte._run._exposure import Shown, literal_of, value_for_planner
-from pte._run._prompts import stage_messages
+from pte._run._ending import error_labels_of
+from pte._run._exposure import Shown, completed_for_planner, error_for_planner, literal_of, value_for_planner
+from pte._run._prompts import replanner_messages, stage_messages
 
 if TYPE_CHECKING:
+    from pte._execution import StepResult
     from pte._policy import LabelTree
     from pte._run._state import Planning, RunState
 
 __all__ = [
+    "ReplanHandoff",
     "StageHandoff",
     "continue_literals",
     "decided_for",
+    "replan_handoff",
     "replan_trigger",
     "stage_handoff",
     "value_labels",
@@ -184,3 +188,40 @@ def stage_handoff(planning: Planning, run: RunState, request: str, plan: Plan, s
         handles=config.planner_data == "handles",
     )
     return StageHandoff(stage, plan.hash, plan.continue_values, recorded, messages, shown)
+
+
+@dataclass(frozen=True)
+class ReplanHandoff:
+    """What the loop does for a replan, once its ``replan`` record is written: take the trigger
+    (what decides the new plan, `replan_trigger`), note what the prompt shows, ask the replanner."""
+
+    trigger: frozenset[str]
+    messages: list[dict[str, str]]
+    shown: Shown
+
+
+def replan_handoff(
+    planning: Planning, run: RunState, request: str, plan: Plan, failure: StepResult
+) -> ReplanHandoff:
+    """The replanner's question after `failure` of a step of `plan`: the failed step's error and
+    the completed steps, each shown as the run's planner data says (pte._run._exposure)."""
+    assert failure.error is not None
+    config = planning.config
+    error_labels = error_labels_of(run, failure)
+    error, error_provenance, shown = error_for_planner(planning, failure.error.to_dict(), error_labels)
+    completed, shown_completed = completed_for_planner(planning, run)
+    messages = replanner_messages(
+        request,
+        planning.planner_registry,
+        plan.to_dict(),
+        completed,
+        failure.step_id,
+        failure.tool,
+        error,
+        error_provenance=error_provenance,
+        policy=planning.policy,
+        budget=config.data_budget,
+        handles=config.planner_data == "handles",
+    )
+    trigger = replan_trigger(run, failure.step_id, error_labels)
+    return ReplanHandoff(trigger, messages, shown | shown_completed)
