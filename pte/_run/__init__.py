@@ -32,12 +32,7 @@ from pte._run._llm_replay import (
     RecordedReply,
     ReplayClient,
 )
-from pte._run._loop import (
-    RUN_RECORDS,
-    RunLoop,
-    record_resumed,
-    seal_refused,
-)
+from pte._run._loop import RunLoop
 from pte._run._otel import (
     RunTracer,
     TracedAudit,
@@ -54,6 +49,11 @@ from pte._run._prompts import (
     specialist_of,
     stage_messages,
     static_prompt,
+)
+from pte._run._run_records import (
+    RUN_RECORDS,
+    record_resumed,
+    seal_refused,
 )
 from pte._run._state import (
     EngineConfig,

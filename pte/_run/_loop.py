@@ -1,4 +1,4 @@
-"""The run loop: the one owner of a run, its transitions and every run-level record it writes.
+"""The run loop: the one owner of a run, its transitions, and the order of its run-level records.
 
 A `RunLoop` holds one run's state (`RunState`) and an explicit phase, and `tick` takes one
 named transition at a time (as LangGraph's ``PregelLoop.tick()`` does)::
@@ -19,12 +19,12 @@ the rejection is fixable (pte._run._repair), accept, and approve (the approval g
 need them, during ``execute``. Any `FailedClosed` on the way seals the run
 ``failed_closed(reason)`` and nothing runs after it.
 
-This module writes every run-level record (`RUN_RECORDS`): ``run_started``, ``llm_call``,
-``plan_accepted``, ``plan_rejected``, ``replan``, ``stage``, ``repair``, ``run_resumed`` and
-``run_finished`` (tests/e2e/test_seams.py fails if another module does). Since replay re-runs this
-code and compares record by record, the order of the writes here *is* the log format. The
-executor writes the step records, the approval and endorsement gates their own; stages,
-repair, delegation and exposure are functions that return decisions and never call back.
+The loop is the one holder of a run's `RunRecords` (pte._run._run_records, the one module that
+builds run-level records): the transitions here decide *when* each is written, and since
+replay re-runs this code and compares record by record, the order of those calls *is* the log
+format. The executor writes the step records, the approval and endorsement gates their own;
+stages, repair, delegation, exposure and acceptance are functions that return decisions (what
+a record says) and never call back.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from typing import Any, Literal
 
 import pte._run._prompts as prompts
 from pte._audit import RecordSink
-from pte._audit import records as rec
 from pte._catalogue import run_started_fields
 from pte._core import (
     AuditWriteError,
@@ -44,11 +43,7 @@ from pte._core import (
     get_logger,
     is_terminal,
 )
-from pte._execution import (
-    StepResult,
-    is_element,
-    note_completed,
-)
+from pte._execution import StepResult, is_element, note_completed
 from pte._plan import Plan, plan_schema
 from pte._policy import PolicyCheck
 from pte._run._acceptance import accept, compile_checked
@@ -66,35 +61,12 @@ from pte._run._llm import LLMResponse
 from pte._run._model_call import call_model
 from pte._run._otel import RunTracer, TracedAudit
 from pte._run._repair import may_repair, repair_failed, repair_prompt
+from pte._run._run_records import RunRecords
 from pte._run._setup import RunSetup, started_config
 from pte._run._stages import replan_handoff, stage_handoff
 from pte._run._state import PlanOrigin, RunResult, RunState, RunStatus
 
-__all__ = [
-    "RUN_RECORDS",
-    "Phase",
-    "RunLoop",
-    "RunMode",
-    "RunSetup",
-    "record_resumed",
-    "seal_refused",
-]
-
-#: The records of a run's course, written only here (the executor writes step records, the
-#: approval and endorsement gates theirs).
-RUN_RECORDS = frozenset(
-    {
-        "run_started",
-        "llm_call",
-        "plan_accepted",
-        "plan_rejected",
-        "replan",
-        "stage",
-        "repair",
-        "run_resumed",
-        "run_finished",
-    }
-)
+__all__ = ["Phase", "RunLoop", "RunMode"]
 
 #: run: plan with the model, execute, stage/replan, finalize; execute: a given plan, no model;
 #: plan: compile only (approval is checked when the plan is executed).
@@ -121,6 +93,8 @@ class RunLoop:
         self.request = request
         self.plan_text = plan_text
         self.state = RunState(audit, RunResult(run_id=audit.run_id, status="failed_closed"))
+        #: Every run-level record, written in the order this loop's transitions call it.
+        self.records = RunRecords(audit)
         self.phase: Phase = "compile" if mode == "execute" else "plan"
         #: The plan being executed, and the failure a replan answers.
         self.plan: Plan | None = None
@@ -224,25 +198,12 @@ class RunLoop:
         fields = run_started_fields(
             registry, setup.planning.policy.to_document(), audit.redactor.redact_structure
         )
-        audit.write(
-            rec.run_started(
-                mode=mode,
-                request=self.request,
-                config=config,
-                content=fields,
-                trace=state.tracer.run_ids(),
-                deployment=setup.deployment,
-            )
-        )
+        self.records.started(mode, self.request, config, fields, state.tracer.run_ids(), setup.deployment)
 
     def _next_stage(self, plan: Plan, stage: int) -> Plan:
         handoff = stage_handoff(self.setup.planning, self.state, self.request or "", plan, stage)
         self._show(handoff.shown)
-        self.state.audit.write(
-            rec.stage(
-                stage=handoff.stage, plan_hash=handoff.plan_hash, values=handoff.values, labels=handoff.labels
-            )
-        )
+        self.records.stage(handoff)
         return self._plan("stage", handoff.messages)
 
     def _replan(self, plan: Plan, failure: StepResult) -> Plan:
@@ -255,15 +216,7 @@ class RunLoop:
                 f"{config.max_replans} replan(s) allowed, all used",
             )
         state.replans += 1
-        assert failure.error is not None
-        state.audit.write(
-            rec.replan(
-                attempt=state.replans,
-                failed_step=failure.step_id,
-                error=failure.error.to_dict(),
-                completed=state.result.outputs,
-            )
-        )
+        self.records.replan(state.replans, failure, state.result.outputs)
         self.log.info("replan", attempt=state.replans, failed_step=failure.step_id)
         handoff = replan_handoff(self.setup.planning, state, self.request or "", plan, failure)
         state.trigger = handoff.trigger  # what decides the replan
@@ -321,7 +274,7 @@ class RunLoop:
             rejection = PlanRejected(
                 ReasonCode.INVALID_JSON, "the answer was cut off at the token limit (finish_reason=length)"
             )
-            self._record_rejection(role, response.text, rejection)
+            self.records.rejected(role, response.text, rejection)
             raise rejection
         return response.text
 
@@ -331,7 +284,7 @@ class RunLoop:
             raise FailedClosed(ReasonCode.LLM_ERROR, f"no LLM client is configured for the {role}")
         state.result.llm_calls += 1
         call = call_model(llm, state.tracer, role, messages, schema)
-        state.audit.write(rec.llm_call(**call.logged))
+        self.records.llm_call(call)
         if call.answer is None:
             assert call.failure is not None
             raise FailedClosed(call.failure.reason, f"{role} LLM call failed: {call.failure.message}")
@@ -366,27 +319,15 @@ class RunLoop:
             elif isinstance(request, AskSpecialist):
                 answer = self._ask("specialist", request.messages)
             elif isinstance(request, RepairSpecialist):
-                self._record_specialist_repair(request)
-
-    def _record_specialist_repair(self, request: RepairSpecialist) -> None:
-        self._record_repair("specialist", request.rejection)
-        self.log.info(
-            "repair", attempt=self.state.replans, origin="specialist", specialist=request.specialist
-        )
+                self._record_repair("specialist", request.rejection)
+                self.log.info(
+                    "repair", attempt=self.state.replans, origin="specialist", specialist=request.specialist
+                )
 
     def _record_repair(self, origin: PlanOrigin, rejection: PlanRejected) -> None:
         """A plan (or a specialist's sub-plan) goes back to its writer: one replan, recorded."""
-        state = self.state
-        state.replans += 1
-        state.audit.write(
-            rec.repair(
-                attempt=state.replans,
-                origin=origin,
-                reason=rejection.reason.value,
-                message=rejection.message,
-                path=rejection.path,
-            )
-        )
+        self.state.replans += 1
+        self.records.repair(self.state.replans, origin, rejection)
 
     def _accept(self, origin: PlanOrigin, text: str, *, gate: bool = True) -> Plan:
         state = self.state
@@ -396,18 +337,9 @@ class RunLoop:
             else:
                 plan, policy_check = self._compile(origin, text)
         except PlanRejected as rejection:
-            self._record_rejection(origin, text, rejection)
+            self.records.rejected(origin, text, rejection)
             raise
-        accepted = accept(state, origin, plan, policy_check)
-        state.audit.write(
-            rec.plan_accepted(
-                origin=accepted.origin,
-                plan_hash=plan.hash,
-                plan=plan.to_dict(),
-                order=plan.order,
-                needs_endorsement=accepted.needs_endorsement,
-            )
-        )
+        self.records.accepted(accept(state, origin, plan, policy_check))
         state.result.plans.append(plan)
         if gate:
             self._approve(plan)
@@ -418,17 +350,6 @@ class RunLoop:
         self.setup.approval(plan, self.state.audit)
         for hook in self.setup.before_execute:
             hook(plan, self.state.audit)
-
-    def _record_rejection(self, origin: str, text: str, rejection: FailedClosed) -> None:
-        self.state.audit.write(
-            rec.plan_rejected(
-                origin=origin,
-                reason=rejection.reason.value,
-                message=rejection.message,
-                path=rejection.path,
-                plan_text=text,
-            )
-        )
 
     # -- executing ----------------------------------------------------------------------------
 
@@ -513,18 +434,7 @@ class RunLoop:
             result.message = message
         if not state.audit.broken and not isinstance(stop, AuditWriteError):
             try:
-                state.audit.write(
-                    rec.run_finished(
-                        status=status,
-                        reason=result.reason.value if result.reason else None,
-                        message=result.message,
-                        answer=result.answer,
-                        result=result.result,
-                        steps_run=len(result.steps),
-                        llm_calls=result.llm_calls,
-                    )
-                )
-                state.audit.sync()
+                self.records.finished(result)
             except AuditWriteError as exc:
                 result.status, result.reason, result.message = "failed_closed", exc.reason, exc.message
         state.tracer.finish(result.status, result.reason.value if result.reason else None)
@@ -532,29 +442,3 @@ class RunLoop:
             "run_finished", status=result.status, reason=result.reason.value if result.reason else None
         )
         return result
-
-
-def seal_refused(audit: RecordSink, refused: FailedClosed, *, after_records: int) -> None:
-    """End a stored run that cannot go on here ``failed_closed(refused.reason)``, nothing run:
-    ``run_resumed`` after its `after_records` records (or, with none, a ``run_started`` of
-    nothing), then ``run_finished`` (pte._deploy's `end_run`)."""
-    if after_records:
-        audit.write(rec.run_resumed(after_records=after_records))
-    else:
-        audit.write(rec.run_started(mode="execute", request=None, config={"refused": True}))
-    audit.write(
-        rec.run_finished(
-            status="failed_closed",
-            reason=refused.reason.value,
-            message=refused.message,
-            answer=None,
-            result=None,
-            steps_run=0,
-            llm_calls=0,
-        )
-    )
-
-
-def record_resumed(audit: RecordSink, after_records: int) -> None:
-    """The ``run_resumed`` record a continuing sink writes where the recorded part of a run ends."""
-    audit.write(rec.run_resumed(after_records=after_records))

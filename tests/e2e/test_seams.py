@@ -7,10 +7,11 @@
 - The vocabulary is the format's: one builder per record type of the audit schema.
 - No sink subclasses `AuditLog` or forwards by ``__getattr__`` (pte._audit._record_sink).
 - `CompileContext` hands on what checks found in typed fields, not an ``extras`` dict.
-- Only the run loop (`pte._run._loop`) writes a run-level record (`RUN_RECORDS`: the run's
-  start, model calls, plans accepted and rejected, replans, stages, repairs, resumption and
-  end); the decision functions it calls (stages, repair, delegation, exposure) receive no engine
-  and call nothing back (#35).
+- Only `pte._run._run_records` builds a run-level record (`RUN_RECORDS`: the run's start, model
+  calls, plans accepted and rejected, replans, stages, repairs, resumption and end), and only
+  the run loop (`pte._run._loop`) holds a run's `RunRecords`, so the order of the writes lives
+  in one module; the decision functions the loop calls (stages, repair, delegation, exposure,
+  acceptance, ending) receive no engine and call nothing back (#35).
 - `RunView`, which the report, `pte runs` (a paused run's plan) and resume (is the run
   finished?) fold a run's records with, reads any record a verified log may hold.
 """
@@ -104,7 +105,8 @@ items.append("other")
     ]
 
 
-#: The one module that writes run-level records (#35).
+#: The one module that builds run-level records, and the one that decides their order (#35).
+RUN_RECORDS_MODULE = PTE / "_run" / "_run_records.py"
 RUN_LOOP = PTE / "_run" / "_loop.py"
 
 
@@ -142,18 +144,41 @@ def run_record_builds(source: str, filename: str = "<source>") -> list[str]:
     return found
 
 
-def test_only_the_run_loop_writes_run_level_records() -> None:
+def test_only_the_run_records_module_builds_run_level_records() -> None:
     found = []
     for path in sorted(PTE.rglob("*.py")):
-        if path not in (RUN_LOOP, OWNER):
+        if path not in (RUN_RECORDS_MODULE, OWNER):
             found += run_record_builds(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
-    assert found == [], "write run-level records through pte._run._loop (the run's owner): " + ", ".join(
-        found
-    )
-    # ... and the loop does write every one of them.
-    written = {entry.split()[-1] for entry in run_record_builds(RUN_LOOP.read_text(encoding="utf-8"))}
+    assert found == [], "write run-level records through pte._run._run_records: " + ", ".join(found)
+    # ... and that module does build every one of them.
+    source = RUN_RECORDS_MODULE.read_text(encoding="utf-8")
+    written = {entry.split()[-1] for entry in run_record_builds(source)}
     assert written == RUN_RECORDS
     assert RUN_RECORDS <= rec.RECORD_TYPES
+
+
+def run_records_held(source: str, filename: str = "<source>") -> list[str]:
+    """Where `source` makes a `RunRecords` (the writer of a run's run-level records)."""
+    return [
+        f"{filename}:{node.lineno}"
+        for node in ast.walk(ast.parse(source, filename))
+        if isinstance(node, ast.Call) and _callee(node) == "RunRecords"
+    ]
+
+
+def test_only_the_run_loop_holds_a_runs_records() -> None:
+    """The order of a run's run-level records is the log format: one module decides it."""
+    held = {}
+    for path in sorted(PTE.rglob("*.py")):
+        found = run_records_held(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+        if found:
+            held[path] = found
+    assert list(held) == [RUN_LOOP], held
+    assert len(held[RUN_LOOP]) == 1
+    assert run_records_held("x = RunRecords(audit)\ny = records.RunRecords(a)\nRunRecord(a)\n") == [
+        "<source>:1",
+        "<source>:2",
+    ]
 
 
 def test_the_run_record_scan_catches_every_way_of_building_one() -> None:
@@ -182,7 +207,7 @@ def test_the_decision_functions_take_no_engine_and_call_nothing_back() -> None:
     """Stages, repair, delegation, exposure, acceptance and a run's ending are functions of their
     inputs: no `EngineView`, no engine or loop parameter, no call of a private method of another
     object (#35)."""
-    for name in ("_stages", "_repair", "_delegation", "_exposure", "_ending", "_acceptance"):
+    for name in ("_stages", "_repair", "_delegation", "_exposure", "_ending", "_acceptance", "_model_call"):
         path = PTE / "_run" / f"{name}.py"
         source = path.read_text(encoding="utf-8")
         assert "EngineView" not in source, name
