@@ -79,210 +79,48 @@ def _pte(work: Path, *argv: str, env: dict[str, str] | None = None) -> subproces
 STORE = "sqlite:///{work}/s.db"
 LONG = "x" * 5000
 
+#: The commands whose options are under test, each with the arguments that get it that far.
+APPROVE = ["approve", "plan.json", "--tools", "calculator", "--by", "al"]
+EXECUTE = ["execute", "plan.json", "--tools", "calculator"]
+WORKER = ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE]
+SUBMIT = ["submit", "plan.json", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE]
+REPORT = ["audit", "report", "log.jsonl", "-o", "r.html", "--checkpoint", "ck.checkpoints"]
+RUN_TO_LOG = ["run", "x", "--tools", "calculator", "--audit", "o.jsonl"]
+
 CASES: list[tuple[list[str], str]] = [
     # A FIFO (or device, or directory) as a key file: the six options that hung.
-    (
-        ["approve", "plan.json", "--tools", "calculator", "--by", "al", "--signing-key", "fifo"],
-        "not a regular file",
-    ),
-    (
-        ["execute", "plan.json", "--tools", "calculator", "--audit", "o.jsonl", "--approval-keys", "fifo"],
-        "not a regular file",
-    ),
+    ([*APPROVE, "--signing-key", "fifo"], "not a regular file"),
+    ([*EXECUTE, "--audit", "o.jsonl", "--approval-keys", "fifo"], "not a regular file"),
     (["replay", "log.jsonl", "--approval-keys", "fifo"], "not a regular file"),
     (["audit", "checkpoint", "log.jsonl", "--key", "fifo"], "not a regular file"),
     (
         ["audit", "verify", "log.jsonl", "--checkpoint", "ck.checkpoints", "--public-key", "fifo"],
         "not a regular file",
     ),
-    (
-        [
-            "audit",
-            "report",
-            "log.jsonl",
-            "-o",
-            "r.html",
-            "--checkpoint",
-            "ck.checkpoints",
-            "--public-key",
-            "fifo",
-        ],
-        "not a regular file",
-    ),
+    ([*REPORT, "--public-key", "fifo"], "not a regular file"),
     (["audit", "checkpoint", "log.jsonl", "--key", "/dev/zero"], "not a regular file"),
     (["audit", "checkpoint", "log.jsonl", "--key", "dir"], "is a directory"),
     # Numeric options: NaN, infinities, negatives, over the documented maximum.
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE, "--approval-ttl", "nan"],
-        "--approval-ttl",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE, "--approval-ttl", "inf"],
-        "--approval-ttl",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE, "--approval-ttl", "-5"],
-        "--approval-ttl",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE, "--approval-ttl", "0"],
-        "--approval-ttl",
-    ),
-    (
-        [
-            "worker",
-            "--tools",
-            "calculator",
-            "--store",
-            STORE,
-            "--broker",
-            NOWHERE,
-            "--approval-ttl",
-            str(MAX_APPROVAL_TTL_S * 2),
-        ],
-        "maximum",
-    ),
-    (
-        [
-            "worker",
-            "--tools",
-            "calculator",
-            "--store",
-            STORE,
-            "--broker",
-            NOWHERE,
-            "--visibility-timeout",
-            "nan",
-        ],
-        "--visibility-timeout",
-    ),
-    (
-        [
-            "worker",
-            "--tools",
-            "calculator",
-            "--store",
-            STORE,
-            "--broker",
-            NOWHERE,
-            "--visibility-timeout",
-            "-1",
-        ],
-        "--visibility-timeout",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE, "--concurrency", "0"],
-        "--concurrency",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE, "--concurrency", "100000"],
-        "--concurrency",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", NOWHERE, "--loglevel", "loud"],
-        "--loglevel",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", "postgresql://"],
-        "no such broker transport",
-    ),
-    (
-        ["worker", "--tools", "calculator", "--store", STORE, "--broker", "sqlite:///x"],
-        "no such broker transport",
-    ),
-    (
-        ["execute", "plan.json", "--tools", "calculator", "--store", STORE, "--approval-ttl", "nan"],
-        "--approval-ttl",
-    ),
+    *[([*WORKER, "--approval-ttl", ttl], "--approval-ttl") for ttl in ("nan", "inf", "-5", "0")],
+    ([*WORKER, "--approval-ttl", str(MAX_APPROVAL_TTL_S * 2)], "maximum"),
+    *[([*WORKER, "--visibility-timeout", t], "--visibility-timeout") for t in ("nan", "-1")],
+    *[([*WORKER, "--concurrency", n], "--concurrency") for n in ("0", "100000")],
+    ([*WORKER, "--loglevel", "loud"], "--loglevel"),
+    *[([*WORKER[:-1], broker], "no such broker transport") for broker in ("postgresql://", "sqlite:///x")],
+    ([*EXECUTE, "--store", STORE, "--approval-ttl", "nan"], "--approval-ttl"),
     (["run", "x", "--tools", "calculator", "--store", STORE, "--approval-ttl", "-inf"], "--approval-ttl"),
-    (
-        [
-            "submit",
-            "plan.json",
-            "--tools",
-            "calculator",
-            "--store",
-            STORE,
-            "--broker",
-            NOWHERE,
-            "--count",
-            "1e11",
-        ],
-        "--count",
-    ),
-    (
-        [
-            "submit",
-            "plan.json",
-            "--tools",
-            "calculator",
-            "--store",
-            STORE,
-            "--broker",
-            NOWHERE,
-            "--count",
-            "100000000000",
-        ],
-        "--count",
-    ),
-    (
-        [
-            "submit",
-            "plan.json",
-            "--tools",
-            "calculator",
-            "--store",
-            STORE,
-            "--broker",
-            NOWHERE,
-            "--count",
-            str(MAX_SUBMIT_COUNT + 1),
-        ],
-        "--count",
-    ),
-    (
-        [
-            "submit",
-            "plan.json",
-            "--tools",
-            "calculator",
-            "--store",
-            STORE,
-            "--broker",
-            NOWHERE,
-            "--count",
-            "0",
-        ],
-        "--count",
-    ),
-    (["approve", "plan.json", "--tools", "calculator", "--by", "al", "--valid-for", "inf"], "--valid-for"),
-    (["approve", "plan.json", "--tools", "calculator", "--by", "al", "--valid-for", "1e11"], "maximum"),
-    (
-        [
-            "approve",
-            "plan.json",
-            "--tools",
-            "calculator",
-            "--by",
-            "al",
-            "--valid-for",
-            str(MAX_VALID_FOR_HOURS + 1),
-        ],
-        "maximum",
-    ),
+    *[([*SUBMIT, "--count", n], "--count") for n in ("1e11", "100000000000", str(MAX_SUBMIT_COUNT + 1), "0")],
+    ([*APPROVE, "--valid-for", "inf"], "--valid-for"),
+    *[([*APPROVE, "--valid-for", h], "maximum") for h in ("1e11", str(MAX_VALID_FOR_HOURS + 1))],
     # What ended in "internal error".
-    (["execute", "plan.json", "--tools", "calculator", "--audit", LONG], "file name too long"),
-    (["execute", "plan.json", "--tools", "calculator", "--store", LONG], "file name too long"),
-    (
-        ["approve", "plan.json", "--tools", "calculator", "--by", "al", "--approvals", LONG],
-        "file name too long",
-    ),
+    ([*EXECUTE, "--audit", LONG], "file name too long"),
+    ([*EXECUTE, "--store", LONG], "file name too long"),
+    ([*APPROVE, "--approvals", LONG], "file name too long"),
     (["keys", "generate", "--private", LONG, "--public", "k.pub"], "file name too long"),
     (["audit", "report", "log.jsonl", "-o", LONG], "file name too long"),
-    (["execute", "plan.json", "--tools", "calculator", "--store", "fifo"], "not a regular file"),
-    (["execute", "plan.json", "--tools", "calculator", "--store", "dir"], "is a directory"),
-    (["run", "x", "--tools", "calculator", "--audit", "o.jsonl", "--base-url", "http://a b/"], "--base-url"),
-    (["run", "x", "--tools", "calculator", "--audit", "o.jsonl", "--base-url", "ftp://host/"], "--base-url"),
+    ([*EXECUTE, "--store", "fifo"], "not a regular file"),
+    ([*EXECUTE, "--store", "dir"], "is a directory"),
+    *[([*RUN_TO_LOG, "--base-url", url], "--base-url") for url in ("http://a b/", "ftp://host/")],
 ]
 
 
