@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +10,9 @@ from hypothesis import strategies as st
 
 from pte import AuditLog, verify
 
-# private: the chain's first prev hash, to forge records
-from pte._audit import GENESIS_HASH
-
-# private: canonical bytes, to hash records by hand
-from pte._core import canonical_bytes
-
 # private: canonical JSON read back
 from pte._core import canonical_loads as loads
+from tests._chain import GENESIS, chain_hash, line_of
 from tests.audit_runs import begun
 
 _json = st.recursive(
@@ -34,9 +28,9 @@ _json = st.recursive(
 
 def _check_line(line: bytes, prev: str) -> dict[str, Any]:
     record: dict[str, Any] = loads(line)
-    assert line == canonical_bytes(record) + b"\n"
+    assert line == line_of(record)
     body = {k: v for k, v in record.items() if k != "hash"}
-    assert record["hash"] == hashlib.sha256(prev.encode() + canonical_bytes(body)).hexdigest()
+    assert record["hash"] == chain_hash(prev, body)
     return record
 
 
@@ -49,7 +43,7 @@ def test_single_encode_gives_the_canonical_line_and_hash(
     with begun(AuditLog(path, run_id="r1", durability="none", redactor=None)) as log:
         log.append("step_started", step_id="a", tool="t", effect="read", args={"v": args}, plan_hash="a" * 64)
         log.append("step_finished", step_id="a", tool="t", status="ok", output=output, duration_ms=1.5)
-    prev = GENESIS_HASH
+    prev = GENESIS
     for line in path.read_bytes().splitlines(keepends=True):
         prev = _check_line(line, prev)["hash"]
 
@@ -59,23 +53,23 @@ def test_a_nested_hash_member_like_the_placeholder_falls_back_to_two_encodes(tmp
     # "hash" key holding the same value makes the cut ambiguous, so it encodes twice instead.
     path = tmp_path / "audit.jsonl"
     with AuditLog(path, run_id="r1", durability="none") as log:
-        log.append("run_started", mode="execute", request=None, tools=[], config={"hash": GENESIS_HASH})
+        log.append("run_started", mode="execute", request=None, tools=[], config={"hash": GENESIS})
         log.append(
             "step_started",
             step_id="a",
             tool="t",
             effect="read",
-            args={"hash": GENESIS_HASH, "z": [{"hash": GENESIS_HASH}]},
+            args={"hash": GENESIS, "z": [{"hash": GENESIS}]},
             plan_hash="a" * 64,
         )
         log.append("run_finished", status="succeeded", reason=None, message=None, steps_run=0, llm_calls=0)
-    prev = GENESIS_HASH
+    prev = GENESIS
     records = []
     for line in path.read_bytes().splitlines(keepends=True):
         records.append(_check_line(line, prev))
         prev = records[-1]["hash"]
     # The nested values are recorded as given (not overwritten by the digest).
-    assert records[0]["config"] == {"hash": GENESIS_HASH}
-    assert records[1]["args"] == {"hash": GENESIS_HASH, "z": [{"hash": GENESIS_HASH}]}
+    assert records[0]["config"] == {"hash": GENESIS}
+    assert records[1]["args"] == {"hash": GENESIS, "z": [{"hash": GENESIS}]}
     report = verify(path, check_schema=False)
     assert report.ok, report.issue

@@ -10,13 +10,11 @@ from typing import Any
 import pytest
 
 from pte import Deployment, TrustedKeys, verify
-
-# private: hashes, to check records by hand
-from pte._core import sha256_hex
-from pte.audit import canonical_json, read_records
+from pte.audit import read_records
 from pte.cli import main
 from pte.errors import LogNotIntact
 from pte.runs import replay_file
+from tests._chain import log_text, relinked
 
 SAMPLES = Path(__file__).resolve().parents[2] / "audit_samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.jsonl"))
@@ -161,13 +159,7 @@ def test_sample_replays_to_the_same_end(path: Path) -> None:
 
 
 def _rehash(records: list[dict[str, Any]], path: Path) -> None:
-    prev = "0" * 64
-    with path.open("w", encoding="utf-8") as fh:
-        for record in records:
-            record = {k: v for k, v in record.items() if k != "hash"}
-            record["prev"] = prev
-            prev = record["hash"] = sha256_hex(prev + canonical_json(record))
-            fh.write(canonical_json(record) + "\n")
+    path.write_text(log_text(relinked(records)), encoding="utf-8")
 
 
 def _dependents(records: list[dict[str, Any]]) -> dict[str, dict[str, set[str]]]:

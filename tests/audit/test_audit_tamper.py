@@ -15,10 +15,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pte import AuditLog, verify
-
-# private: hashes, to check records by hand
-from pte._core import sha256_hex
 from pte.audit import VerifyReport, canonical_json, hash_json
+from tests._chain import chain_hash
 
 PLAN = {
     "pte_plan": "1",
@@ -251,7 +249,7 @@ def test_a_rechained_edit_verifies_but_changes_the_anchor(index: int) -> None:
             record["ts"] = "2027-01-01T00:00:00.000000Z"
         record["prev"] = prev
         record.pop("hash")
-        prev = sha256_hex(prev + canonical_json(record))
+        prev = chain_hash(prev, record)
         out.append((canonical_json({**record, "hash": prev}) + "\n").encode())
     report = verify_bytes(b"".join(out))
     assert report.ok

@@ -8,7 +8,6 @@ after an edit (only a checkpoint can catch it), and forged checkpoint signatures
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 import subprocess
@@ -23,13 +22,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import tests._services as _services
 from pte import verify
 
-# private: the chain's first prev hash, to forge records; anchor keys, to check anchors by hand
-from pte._audit import GENESIS_HASH, load_public_key
-
-# private: canonical bytes, to hash records by hand
-from pte._core import canonical_bytes
-from pte.audit import verify_checkpoints, write_checkpoint
+# private: anchor keys, to check anchors by hand
+from pte._audit import load_public_key
+from pte.audit import hash_json, verify_checkpoints, write_checkpoint
 from pte.policy import Endorsement
+from tests._chain import GENESIS, chain_hash, line_of
 
 REPO = Path(__file__).resolve().parents[2]
 # The independent verifier reads format 2 only (docs/audit-format.md); format 1 samples are
@@ -111,13 +108,13 @@ def _lines(path: Path) -> list[bytes]:
 def _rehash(lines: list[bytes]) -> list[bytes]:
     """Recompute every hash from the first line on: what someone who can write the file can do."""
     out = []
-    prev = GENESIS_HASH
+    prev = GENESIS
     for raw in lines:
         record = json.loads(raw)
         record.pop("hash")
         record["prev"] = prev
-        prev = hashlib.sha256(prev.encode() + canonical_bytes(record)).hexdigest()
-        out.append(canonical_bytes({**record, "hash": prev}) + b"\n")
+        prev = chain_hash(prev, record)
+        out.append(line_of({**record, "hash": prev}))
     return out
 
 
@@ -187,7 +184,7 @@ def test_checkpoints_catch_truncation_rewriting_and_forgery_in_both(
     doc = json.loads(checkpoints.read_bytes())
     doc["records"] = doc["records"] - 1
     altered = tmp_path / "altered.checkpoints"
-    altered.write_bytes(canonical_bytes(doc) + b"\n")
+    altered.write_bytes(line_of(doc))
     assert not assert_agree(log, altered, keys["signer_pub"])
 
 
@@ -202,7 +199,7 @@ def _with_approval(
         if not done and record["type"] == kind:
             change(record)
             done = True
-        out.append(canonical_bytes(record) + b"\n")
+        out.append(line_of(record))
     assert done, f"the sample holds no {kind}"
     return _rehash(out)
 
@@ -265,7 +262,7 @@ def _reid(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]]
     def changed(record: dict[str, Any]) -> None:
         change(record)
         stored = {"pte_endorsement": "1", **{k: record.get(k) for k in _ENDORSEMENT_MEMBERS}}
-        record["endorsement_id"] = hashlib.sha256(canonical_bytes(stored)).hexdigest()
+        record["endorsement_id"] = hash_json(stored)
 
     return changed
 

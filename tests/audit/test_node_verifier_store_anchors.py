@@ -9,7 +9,6 @@ verifier checks the deployment key's signatures.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -22,12 +21,10 @@ import tests._services as _services
 
 # private: the verdict with anchors, as `pte audit verify` gives it
 from pte._audit import verdict
-
-# private: JCS bytes, to re-hash a log as a writer can
-from pte._core import canonical_bytes
 from pte.audit import Anchors
 from pte.deployment import run_in_store
 from pte.stores import SQLiteStore, open_store
+from tests._chain import chain_hash, line_of
 from tests._cli_run import cli
 from tests._cli_run import ledger as ledger  # the fixture
 
@@ -64,8 +61,8 @@ def _rechained(path: Path, edit: str, into: str) -> Path:
         record = json.loads(line.replace(edit, into))
         body = {k: v for k, v in record.items() if k != "hash"}
         body["prev"] = prev
-        prev = hashlib.sha256(prev.encode() + canonical_bytes(body)).hexdigest()
-        lines.append(canonical_bytes({**body, "hash": prev}) + b"\n")
+        prev = chain_hash(prev, body)
+        lines.append(line_of({**body, "hash": prev}))
     edited = path.with_name("edited.jsonl")
     edited.write_bytes(b"".join(lines))
     return edited
@@ -127,7 +124,7 @@ def test_an_exporter_cannot_forge_the_chain(exported: dict[str, Any]) -> None:
     for line in exported["anchors"].read_text(encoding="utf-8").splitlines():
         anchor = json.loads(line)
         anchor["head"] = hashes[anchor["seq"]]
-        forged.append(canonical_bytes(anchor) + b"\n")
+        forged.append(line_of(anchor))
     exported["anchors"].write_bytes(b"".join(forged))
     code, found = _node(edited, exported["key"], exported["anchors"])
     assert code == 1 and found["checks"]["anchors"]["state"] == "failed", found

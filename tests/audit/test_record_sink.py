@@ -33,9 +33,6 @@ from pte._audit import TRACE_FIELDS, Record
 # private: the record builders, to write records by hand
 from pte._audit import records as rec
 
-# private: canonical bytes, to hash records by hand; hashes, to check records by hand
-from pte._core import canonical_bytes, sha256_hex
-
 # private: replay's parts, white-box
 from pte._replay import CheckingAuditLog
 
@@ -44,6 +41,7 @@ from pte._run import RunTracer, TracedAudit
 from pte.audit import RecordSink, read_records
 from pte.errors import AuditWriteError
 from pte.stores import SQLiteStore
+from tests._chain import chain_hash
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 PLAN_HASH = "a" * 64
@@ -162,7 +160,7 @@ def sink(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sink]:
 
 def _hash_ok(record: dict[str, Any]) -> bool:
     body = {k: v for k, v in record.items() if k != "hash"}
-    return bool(record["hash"] == sha256_hex(record["prev"].encode("ascii") + canonical_bytes(body)))
+    return bool(record["hash"] == chain_hash(record["prev"], body))
 
 
 def test_every_sink_has_every_member_of_the_protocol(sink: Sink) -> None:

@@ -11,7 +11,6 @@ byte for byte, and the same counts, segments, stored content, deferred checks an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -31,9 +30,7 @@ from pte._audit._parallel import _start_of
 
 # private: the scanner's parts, white-box
 from pte._audit._scan import GENESIS_HASH, WHOLE_LOG, Scan, ScanStart, runs_left_open, scan_lines
-
-# private: canonical bytes, to hash records by hand
-from pte._core import canonical_bytes
+from tests._chain import chain_hash, line_of
 
 SAMPLES = sorted((Path(__file__).resolve().parents[2] / "audit_samples").glob("*.jsonl"))
 LINES = {p.stem: p.read_bytes().splitlines(keepends=True) for p in SAMPLES}
@@ -69,8 +66,8 @@ def _rechain(lines: list[bytes], start: int) -> list[bytes]:
             body = {k: v for k, v in record.items() if k != "hash"}
             body["prev"] = prev
             body["seq"] = len(out)
-            prev = hashlib.sha256(prev.encode() + canonical_bytes(body)).hexdigest()
-            out.append(canonical_bytes({**body, "hash": prev}) + b"\n")
+            prev = chain_hash(prev, body)
+            out.append(line_of({**body, "hash": prev}))
         except (ValueError, TypeError, AttributeError):
             out.append(line)
     return out
@@ -119,7 +116,7 @@ def logs(draw: st.DrawFn) -> list[bytes]:
         else:
             record[name] = draw(json_values)
         try:
-            lines[i] = canonical_bytes(record) + b"\n"
+            lines[i] = line_of(record)
         except (ValueError, TypeError):
             lines[i] = json.dumps(record).encode() + b"\n"
         if op == "field+rechain":

@@ -22,10 +22,8 @@ from pte import AuditLog, Engine, SigningKey, load_registry, verify
 
 # private: the one verdict every surface shows
 from pte._audit import judge, verdict
-
-# private: hashes, to check records by hand
-from pte._core import sha256_hex
-from pte.audit import Anchors, canonical_json
+from pte.audit import Anchors
+from tests._chain import log_text, relinked
 from tests._cli_run import cli
 from tests._cli_run import ledger as ledger  # the fixture
 
@@ -80,14 +78,7 @@ def records(log: Path) -> list[dict[str, Any]]:
 
 def rehash(edited: list[dict[str, Any]], out: Path) -> None:
     """Re-chain records into a log that verifies: what anyone who can write the file can do."""
-    prev = "0" * 64
-    lines = []
-    for record in edited:
-        record = {k: v for k, v in record.items() if k != "hash"}
-        record["prev"] = prev
-        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
-        lines.append(canonical_json(record) + "\n")
-    out.write_text("".join(lines), encoding="utf-8")
+    out.write_text(log_text(relinked(edited)), encoding="utf-8")
 
 
 def node_verdict(log: Path, deployment: Deployment | None) -> dict[str, Any]:

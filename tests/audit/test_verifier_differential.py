@@ -14,7 +14,6 @@ paths on stdin), so hundreds of examples cost seconds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -29,11 +28,10 @@ from hypothesis import strategies as st
 
 from pte import verify
 
-# private: the chain's first prev hash, to forge records; the one verdict every surface shows
-from pte._audit import GENESIS_HASH, verdict
-
-# private: canonical bytes, to hash records by hand
-from pte._core import canonical_bytes
+# private: the one verdict every surface shows
+from pte._audit import verdict
+from pte.audit import canonical_json, hash_json
+from tests._chain import GENESIS, chain_hash, line_of
 
 REPO = Path(__file__).resolve().parents[2]
 VERIFIER = REPO / "verifier" / "verify.mjs"
@@ -200,7 +198,7 @@ def _rekey(record: dict[str, Any]) -> bool:
     fresh: dict[str, Any] = {}
     for key, value in stored.items():
         try:
-            new = hashlib.sha256(canonical_bytes(value)).hexdigest()
+            new = hash_json(value)
         except (ValueError, TypeError):
             new = key
         fresh[new] = value
@@ -216,13 +214,13 @@ def _rekey(record: dict[str, Any]) -> bool:
 def _rechain(records: list[dict[str, Any]]) -> bytes | None:
     """The records as a log whose every prev/hash is recomputed (None: not writable as JCS)."""
     out = []
-    prev = GENESIS_HASH
+    prev = GENESIS
     try:
         for record in records:
             body = {k: v for k, v in record.items() if k != "hash"}
             body["prev"] = prev
-            prev = hashlib.sha256(prev.encode() + canonical_bytes(body)).hexdigest()
-            out.append(canonical_bytes({**body, "hash": prev}) + b"\n")
+            prev = chain_hash(prev, body)
+            out.append(line_of({**body, "hash": prev}))
     except (ValueError, TypeError):
         return None
     return b"".join(out)
@@ -431,8 +429,8 @@ def anchored_tamperings(draw: st.DrawFn, log: bytes, anchors: bytes) -> tuple[by
         other = SigningKey.generate()
         doc["key_id"] = other.public_key.key_id
         signed = {k: v for k, v in doc.items() if k != "signature"}
-        doc["signature"] = other.sign(b"pte-anchor-v1\n" + canonical_bytes(signed)).hex()
-    line = canonical_bytes(doc) + b"\n"
+        doc["signature"] = other.sign(b"pte-anchor-v1\n" + canonical_json(signed).encode()).hex()
+    line = line_of(doc)
     edited = b"".join([*anchor_lines[:index], line, *anchor_lines[index + 1 :]])
     return log, edited, f"{kind} at line {index}", True
 

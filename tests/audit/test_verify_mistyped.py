@@ -8,7 +8,6 @@ TypeError, KeyError or IntegerDomainError; now every such log is FAILED with a r
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,10 @@ from pte import verify
 
 # private: the verdict, as `pte audit verify` gives it
 from pte._audit import verdict
-
-# private: JCS bytes, to re-hash a log as a writer can
-from pte._core import canonical_bytes
+from tests._chain import GENESIS, chain_hash, line_of
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))
-GENESIS = "0" * 64
 
 #: Values of every JSON type, including integers JCS cannot write and deep nesting.
 MISTYPED = st.recursive(
@@ -53,8 +49,8 @@ def _rechained(records: list[dict[str, Any]]) -> bytes:
         body = {k: v for k, v in record.items() if k != "hash"}
         body["prev"] = prev
         try:
-            prev = hashlib.sha256(prev.encode() + canonical_bytes(body)).hexdigest()
-            out.append(canonical_bytes({**body, "hash": prev}) + b"\n")
+            prev = chain_hash(prev, body)
+            out.append(line_of({**body, "hash": prev}))
         except (ValueError, TypeError):
             out.append(json.dumps({**body, "hash": prev}).encode() + b"\n")
     return b"".join(out)
