@@ -190,9 +190,7 @@ def test_the_demo_runs_under_deployments_it_made(demo_run: DemoRun) -> None:
 
     # private: the binding check and the verdict with anchors
     from pte._audit import deployment_problem, verdict
-
-    # private: hashes, to re-hash a log as a writer can
-    from pte._core import canonical_json, sha256_hex
+    from tests._chain import log_text, relinked
 
     for name in NAMES:
         folder = "pte-demo-deployment-endorsing" if name == "bill_endorsed" else "pte-demo-deployment"
@@ -209,15 +207,8 @@ def test_the_demo_runs_under_deployments_it_made(demo_run: DemoRun) -> None:
     records = read_records(demo_run.out_dir / f"{THREE}.jsonl")
     finished = next(r for r in records if r["type"] == "run_finished")
     finished["result"]["total_eur"] = "1.00"
-    prev = "0" * 64
-    lines = []
-    for record in records:
-        record = {k: v for k, v in record.items() if k != "hash"}
-        record["prev"] = prev
-        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
-        lines.append(canonical_json(record) + "\n")
     edited = demo_run.out_dir / "edited.jsonl"
-    edited.write_text("".join(lines), encoding="utf-8")
+    edited.write_text(log_text(relinked(records)), encoding="utf-8")
     assert verify(edited).ok  # the chain alone cannot tell
     assert verdict(edited, anchors=deployment.anchors()).status == "tampered"
     edited.unlink()

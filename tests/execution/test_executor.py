@@ -34,15 +34,13 @@ from pte._audit import load_audit_schema
 # private: the effect literal type
 from pte._catalogue import Effect
 
-# private: the redaction marker; hashes, to check records by hand
-from pte._core import REDACTED, sha256_hex
-
 # private: the invoker with call hooks
 from pte._execution import LiveInvoker
 from pte.audit import read_records
 from pte.catalogue import ToolSpec
 from pte.errors import AuditWriteError
 from pte.plan import PlanStep
+from tests._chain import sha256_text
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[2]
@@ -619,7 +617,7 @@ def test_a_tool_that_mutates_its_args_cannot_change_the_plan() -> None:
     for invoker in (None, MutatingInvoker()):
         result = Executor(REGISTRY, invoker=invoker).run(plan)
         assert result.ok
-        assert plan.hash == before_hash == sha256_hex(plan.canonical)
+        assert plan.hash == before_hash == sha256_text(plan.canonical)
         assert plan.canonical == before_canonical
         assert {s.id: s.args for s in plan} == before_args
         # The step's result keeps the arguments as resolved, not as the tool left them.
@@ -916,4 +914,4 @@ def test_secrets_in_tool_outputs_and_args_never_reach_the_log(tmp_path: Path) ->
     assert "hunter2-correct-horse" not in content
     assert verify(path).ok
     leaked = next(r for r in read_records(path) if r["type"] == "step_finished" and r["step_id"] == "k")
-    assert leaked["output"]["api_key"] == REDACTED
+    assert leaked["output"]["api_key"] == "[REDACTED]"  # the marker docs/audit-log.md names

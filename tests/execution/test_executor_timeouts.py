@@ -32,10 +32,11 @@ from hypothesis import strategies as st
 
 from pte import AuditLog, Engine, Executor, Plan, ReasonCode, Registry, ToolError, compile_plan, tool, verify
 
-# private: the canonical-form check; hashes, to check records by hand
-from pte._core import is_canonical, sha256_hex
+# private: the canonical-form check
+from pte._core import is_canonical
 from pte.audit import canonical_json, read_records
 from pte.execution import StepResult
+from tests._chain import chain_hash
 from tests.audit_runs import begun
 
 #: What the tools below did, in order.
@@ -468,7 +469,7 @@ def test_every_record_is_canonical_and_correctly_hashed(fields: dict[str, Any], 
     log = begun(AuditLog(run_id="r-ü", clock=lambda: "2026-11-22T02:30:31.000000Z"))
     record = log.append(rtype, **fields)
     body = {k: v for k, v in record.items() if k != "hash"}
-    assert record["hash"] == sha256_hex(record["prev"] + canonical_json(body))
+    assert record["hash"] == chain_hash(record["prev"], body)
     # The line read back is canonical under JSON's number model (1.0 reads back as 1).
     line = canonical_json(record).encode("utf-8")
     assert is_canonical(line, json.loads(line))

@@ -20,17 +20,15 @@ import pytest
 import tests._services as _services
 from pte import AuditLog
 
-# private: the chain's first prev hash, to forge records; the one verdict every surface shows
-from pte._audit import GENESIS_HASH, verdict
+# private: the one verdict every surface shows
+from pte._audit import verdict
 
 # private: run_started's stored fingerprint, expanded; the content store of a run_started
 from pte._catalogue import expand_run_started, stored_contents
-
-# private: canonical bytes, to hash records by hand; hashes, to check records by hand
-from pte._core import canonical_bytes, sha256_hex
 from pte.audit import read_records
 from pte.cli import main
 from pte.runs import write_report
+from tests._chain import GENESIS, chain_hash, line_of
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))
@@ -253,7 +251,7 @@ def test_approvals_show_their_signature_verified_from_the_log(
     assert unsigned[1]["data-verified"] == "true" and unsigned[1]["data-signed"] == "False"
     # The same approval with its signer renamed (chain re-hashed, so only the signature can tell).
     lines = (REPO / "audit_samples" / "paused_then_approved.jsonl").read_bytes().splitlines(keepends=True)
-    prev = GENESIS_HASH
+    prev = GENESIS
     edited = []
     for raw in lines:
         record = json.loads(raw)
@@ -261,8 +259,8 @@ def test_approvals_show_their_signature_verified_from_the_log(
             record["by"] = "mallory"
         record.pop("hash")
         record["prev"] = prev
-        prev = sha256_hex(prev.encode() + canonical_bytes(record))
-        edited.append(canonical_bytes({**record, "hash": prev}) + b"\n")
+        prev = chain_hash(prev, record)
+        edited.append(line_of({**record, "hash": prev}))
     log = tmp_path / "edited.jsonl"
     log.write_bytes(b"".join(edited))
     dom = parse(dump_dom(write_report(log, tmp_path / "edited.html"), tmp_path / "profile"))

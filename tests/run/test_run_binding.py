@@ -26,12 +26,10 @@ from pte import AuditLog, Deployment, Engine, FailedClosed, Registry, SigningKey
 
 # private: the deployment binding a run records
 from pte._audit import deployment_binding
-
-# private: hashes, to check records by hand
-from pte._core import sha256_hex
 from pte.audit import Anchors, canonical_json
 from pte.deployment import resume_run, run_in_store
 from pte.stores import Store
+from tests._chain import relinked
 from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture
 
 KEY = SigningKey.generate()
@@ -93,13 +91,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 def _rechain(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Records re-hashed into a chain that verifies, as a writer without the key can."""
-    prev, out = "0" * 64, []
-    for record in records:
-        record = {k: v for k, v in record.items() if k != "hash"}
-        record["prev"] = prev
-        prev = record["hash"] = sha256_hex(prev + canonical_json(record))
-        out.append(record)
-    return out
+    return relinked(records)
 
 
 def _write_log(path: Path, records: list[dict[str, Any]]) -> None:
