@@ -116,6 +116,22 @@ def count(ledger: Path, table: str) -> int:
         return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
+def approve_signed(capsys: pytest.CaptureFixture[str], plan: Path, deployment: dict[str, Any]) -> int:
+    """`pte approve PLAN --by controller` signed with the deployment's approver key, into its
+    store; the exit code."""
+    signing = ["--signing-key", str(deployment["private"]), "--approvals", str(deployment["store"])]
+    return cli(capsys, "approve", str(plan), "--by", "controller", *signing, "--tools", "backoffice")[0]
+
+
+def replay_live(
+    capsys: pytest.CaptureFixture[str], log: Path, deployment: dict[str, Any]
+) -> tuple[int, str, str]:
+    """`pte replay LOG --live --allow-writes` under the deployment's approvals and keys: the
+    replay that would run the log's writes again if it were let through."""
+    argv = ["replay", str(log), "--tools", "backoffice", "--live", "--allow-writes", *deployment["flags"]]
+    return cli(capsys, *argv)
+
+
 @pytest.fixture
 def deployment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -200,16 +216,7 @@ def test_a_forged_log_with_an_invented_approval_pays_nothing(
     # Under the bank's deployment (it has a key) the forged run was never anchored: not resumed.
     # (Its invented approval diverging on replay is shown below, and by resume_file without anchors.)
     assert "never anchored" in err
-    code, out, _ = cli(
-        capsys,
-        "replay",
-        str(forged),
-        "--tools",
-        "backoffice",
-        "--live",
-        "--allow-writes",
-        *deployment["flags"],
-    )
+    code, out, _ = replay_live(capsys, forged, deployment)
     assert code == 1 and "DIVERGED" in out and "approval" in out
     # Even with no approval keys at all, an empty store approves nothing.
     code, _, err = cli(
@@ -236,16 +243,7 @@ def test_a_forged_log_with_a_weakened_policy_pays_nothing(
     assert code == 1 and "never anchored" in err
     code, out, _ = cli(capsys, "replay", str(forged), "--tools", "backoffice")
     assert code == 1 and "DIVERGED" in out and "at line 1: run_started.policy" in out
-    code, out, _ = cli(
-        capsys,
-        "replay",
-        str(forged),
-        "--tools",
-        "backoffice",
-        "--live",
-        "--allow-writes",
-        *deployment["flags"],
-    )
+    code, out, _ = replay_live(capsys, forged, deployment)
     assert code == 1 and "DIVERGED" in out
     assert count(deployment["ledger"], "payments_out") == 0
 
@@ -288,22 +286,7 @@ def test_one_approval_pays_once_and_never_under_another_pack(
     plan = tmp_path / "pay.json"
     plan.write_text(json.dumps(PAYMENT), encoding="utf-8")
     common = ["--tools", "backoffice", *deployment["flags"]]
-    assert (
-        cli(
-            capsys,
-            "approve",
-            str(plan),
-            "--by",
-            "controller",
-            "--signing-key",
-            str(deployment["private"]),
-            "--approvals",
-            str(deployment["store"]),
-            "--tools",
-            "backoffice",
-        )[0]
-        == 0
-    )
+    assert approve_signed(capsys, plan, deployment) == 0
     codes = []
     for i in range(3):
         code, out, _ = cli(
@@ -326,22 +309,7 @@ def test_one_approval_pays_once_and_never_under_another_pack(
     evil.write_text(
         source.replace(marker, "    iban = 'GB33BUKB20201555555555'\n" + marker, 1), encoding="utf-8"
     )
-    assert (
-        cli(
-            capsys,
-            "approve",
-            str(plan),
-            "--by",
-            "controller",
-            "--signing-key",
-            str(deployment["private"]),
-            "--approvals",
-            str(deployment["store"]),
-            "--tools",
-            "backoffice",
-        )[0]
-        == 0
-    )
+    assert approve_signed(capsys, plan, deployment) == 0
     with pytest.raises(SystemExit) as usage:
         cli(
             capsys,
@@ -542,21 +510,7 @@ def test_a_paid_run_cut_back_to_its_approval_is_not_paid_again_on_resume(
     plan = tmp_path / "pay.json"
     plan.write_text(json.dumps(PAYMENT), encoding="utf-8")
     flags = ["--tools", "backoffice", *deployment["flags"]]
-    signing = ["--signing-key", str(deployment["private"])]
-    assert (
-        cli(
-            capsys,
-            "approve",
-            str(plan),
-            "--by",
-            "controller",
-            *signing,
-            *flags[:2],
-            "--approvals",
-            str(deployment["store"]),
-        )[0]
-        == 0
-    )
+    assert approve_signed(capsys, plan, deployment) == 0
     log = tmp_path / "paid.jsonl"
     assert cli(capsys, "execute", str(plan), *flags, "--audit", str(log))[0] == 0
     assert count(deployment["ledger"], "payments_out") == 1
