@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,17 +85,29 @@ class Setup:
             return store.run(run_id)
 
 
-def test_a_procedure_approved_in_the_deployments_store_pays_on_a_worker_without_pausing(
+#: `Setup` with `pte init` options, in the test's folder, with the test's broker.
+Deploy = Callable[..., Setup]
+
+
+@pytest.fixture
+def deploy(
     tmp_path: Path,
     ledger: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     redis_url: str,  # noqa: F811
+) -> Deploy:
+    """Makes the test's deployment (over the `ledger`, with the Redis broker) from `pte init` options."""
+    return lambda *options: Setup(tmp_path, monkeypatch, capsys, redis_url, *options)
+
+
+def test_a_procedure_approved_in_the_deployments_store_pays_on_a_worker_without_pausing(
+    tmp_path: Path, ledger: Path, deploy: Deploy
 ) -> None:
     procedures = tmp_path / "procedures"
     procedures.mkdir()
     (procedures / "pay_supplier.json").write_text(json.dumps(PAY_SUPPLIER), encoding="utf-8")
-    setup = Setup(tmp_path, monkeypatch, capsys, redis_url, "--procedures", str(procedures))
+    setup = deploy("--procedures", str(procedures))
     plan = _plan(_call("pay", IBAN_A, "10.00"))
 
     setup.submit(plan, "before")  # no approval yet: the run waits for a person
@@ -115,15 +128,11 @@ def test_a_procedure_approved_in_the_deployments_store_pays_on_a_worker_without_
 
 
 def test_a_run_waiting_for_an_endorsement_continues_on_a_worker_once_endorsed(
-    tmp_path: Path,
-    ledger: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    redis_url: str,  # noqa: F811
+    tmp_path: Path, ledger: Path, deploy: Deploy
 ) -> None:
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
-    setup = Setup(tmp_path, monkeypatch, capsys, redis_url, "--policy", str(policy))
+    setup = deploy("--policy", str(policy))
     setup.submit(BILL_PAYMENT, "bill")
     assert setup.work("bill") == "awaiting_approval"
     code, _, err = setup.cli("approve", "bill", "--by", "alice", "--signing-key", str(setup.private))
@@ -162,13 +171,11 @@ def _change_packs(folder: Path) -> None:
 
 
 def test_runs_stranded_by_a_changed_deployment_are_listed_and_ended_on_the_record(
-    tmp_path: Path,
     ledger: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    deploy: Deploy,
     redis_url: str,  # noqa: F811
 ) -> None:
-    setup = Setup(tmp_path, monkeypatch, capsys, redis_url)
+    setup = deploy()
     for run_id in ("paused", "third", "fourth"):
         setup.submit(PAY, run_id)
         assert setup.work(run_id) == "awaiting_approval"
@@ -214,13 +221,11 @@ def test_runs_stranded_by_a_changed_deployment_are_listed_and_ended_on_the_recor
 
 
 def test_pte_runs_end_refuses_a_run_that_can_continue_and_needs_a_deployment(
-    tmp_path: Path,
-    ledger: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    deploy: Deploy,
     redis_url: str,  # noqa: F811
 ) -> None:
-    setup = Setup(tmp_path, monkeypatch, capsys, redis_url)
+    setup = deploy()
     setup.submit(PAY, "fine")
     assert setup.work("fine") == "awaiting_approval"
     code, _, err = setup.cli("runs", "end", "fine")
