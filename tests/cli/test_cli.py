@@ -111,6 +111,20 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run_stock(
+    capsys: pytest.CaptureFixture[str], request: str, log: Path, *options: str
+) -> tuple[int, str, str]:
+    """`pte run REQUEST --tools STOCK --audit LOG OPTIONS…`."""
+    return cli(capsys, "run", request, "--tools", STOCK, "--audit", str(log), *options)
+
+
+def plan_stock(
+    capsys: pytest.CaptureFixture[str], request: str, out_file: Path, *options: str
+) -> tuple[int, str, str]:
+    """`pte plan REQUEST --tools STOCK -o OUT_FILE OPTIONS…`."""
+    return cli(capsys, "plan", request, "--tools", STOCK, "-o", str(out_file), *options)
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test works in its own directory (default stores such as pte_approvals.jsonl land there)."""
@@ -129,6 +143,15 @@ def ledger(
     assert code == 0, out
     monkeypatch.setenv("PTE_LEDGER", str(path))
     yield path
+
+
+@pytest.fixture
+def stock_deployment(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Path:
+    """A deployment of the STOCK tools without a run store, in use through PTE_DEPLOYMENT (the
+    tools write, and a write runs only under a deployment); its folder."""
+    return make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")
 
 
 # --- pte --version, pte schema ----------------------------------------------------------------
@@ -769,27 +792,12 @@ def test_approve_by_defaults_to_the_login_and_refuses_an_empty_name(
 
 
 def test_run_with_replayed_responses(
-    tmp_path: Path,
-    ledger: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, stock_deployment: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     three = scenario("three_figures_share")
     responses = write_json(tmp_path / "responses.json", list(three.responses))
     log = tmp_path / "run.jsonl"
-    code, out, _ = cli(
-        capsys,
-        "run",
-        three.request,
-        "--tools",
-        STOCK,
-        "--audit",
-        str(log),
-        "--replay-responses",
-        str(responses),
-        "--json",
-    )
+    code, out, _ = run_stock(capsys, three.request, log, "--replay-responses", str(responses), "--json")
     assert code == 0, out
     doc = json.loads(out)
     assert doc["status"] == "succeeded"
@@ -803,23 +811,11 @@ def test_run_with_replayed_responses(
 
 
 def test_run_fails_closed_on_prose(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, stock_deployment: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     responses = write_json(tmp_path / "responses.json", ["I would call the calculator for you."])
     log = tmp_path / "run.jsonl"
-    code, out, _ = cli(
-        capsys,
-        "run",
-        "add it up",
-        "--tools",
-        STOCK,
-        "--audit",
-        str(log),
-        "--replay-responses",
-        str(responses),
-        "--json",
-    )
+    code, out, _ = run_stock(capsys, "add it up", log, "--replay-responses", str(responses), "--json")
     assert code == 1
     assert json.loads(out)["reason"] == "invalid_json"
     assert record_types(log) == ["run_started", "llm_call", "plan_rejected", "run_finished"]
@@ -828,18 +824,15 @@ def test_run_fails_closed_on_prose(
 
 @pytest.mark.parametrize("no_repair", [False, True], ids=["repair", "no-repair"])
 def test_run_sends_a_fixable_plan_back_once_unless_no_repair(
-    tmp_path: Path,
-    ledger: Path,
-    capsys: pytest.CaptureFixture[str],
-    no_repair: bool,
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, stock_deployment: Path, capsys: pytest.CaptureFixture[str], no_repair: bool
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its plan writes
     repaired = scenario("repaired_plan")
     responses = write_json(tmp_path / "responses.json", list(repaired.responses))
     log = tmp_path / "run.jsonl"
-    args = ["run", repaired.request, "--tools", STOCK, "--audit", str(log), "--replay-responses"]
-    code, out, _ = cli(capsys, *args, str(responses), "--json", *(["--no-repair"] if no_repair else []))
+    no_repair_flag = ["--no-repair"] if no_repair else []
+    code, out, _ = run_stock(
+        capsys, repaired.request, log, "--replay-responses", str(responses), "--json", *no_repair_flag
+    )
     doc = json.loads(out)
     if no_repair:
         assert (code, doc["reason"], doc["llm_calls"]) == (1, "invalid_args", 1)
@@ -854,56 +847,26 @@ def test_run_sends_a_fixable_plan_back_once_unless_no_repair(
     "content", [None, {"not": "a list"}, "{broken"], ids=["missing", "not-a-list", "not-json"]
 )
 def test_run_bad_replay_responses_file_is_a_usage_error(
-    tmp_path: Path,
-    ledger: Path,
-    capsys: pytest.CaptureFixture[str],
-    content: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, stock_deployment: Path, capsys: pytest.CaptureFixture[str], content: Any
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     responses = tmp_path / "responses.json"
     if isinstance(content, str):
         responses.write_text(content, encoding="utf-8")
     elif content is not None:
         write_json(responses, content)
-    code, _, err = cli(
-        capsys,
-        "run",
-        "x",
-        "--tools",
-        STOCK,
-        "--audit",
-        str(tmp_path / "r.jsonl"),
-        "--replay-responses",
-        str(responses),
-    )
+    code, _, err = run_stock(capsys, "x", tmp_path / "r.jsonl", "--replay-responses", str(responses))
     assert code == 2, err
     assert "responses.json" in err
 
 
 def test_run_against_a_local_openai_compatible_server(
-    tmp_path: Path,
-    ledger: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, stock_deployment: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     three = scenario("three_figures_share")
     log = tmp_path / "run.jsonl"
     with FakeOpenAIServer(list(three.responses)) as server:
-        code, out, _ = cli(
-            capsys,
-            "run",
-            three.request,
-            "--tools",
-            STOCK,
-            "--audit",
-            str(log),
-            "--base-url",
-            server.base_url,
-            "--model",
-            "fake-model",
-            "--json",
+        code, out, _ = run_stock(
+            capsys, three.request, log, "--base-url", server.base_url, "--model", "fake-model", "--json"
         )
         requests = list(server.requests)
     assert code == 0, out
@@ -922,27 +885,12 @@ def test_run_against_a_local_openai_compatible_server(
 
 
 def test_run_llm_server_failure_fails_closed(
-    tmp_path: Path,
-    ledger: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, stock_deployment: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     log = tmp_path / "run.jsonl"
     with FakeOpenAIServer([]) as server:  # no scripted answer: HTTP 500
-        code, out, _ = cli(
-            capsys,
-            "run",
-            "x",
-            "--tools",
-            STOCK,
-            "--audit",
-            str(log),
-            "--base-url",
-            server.base_url,
-            "--max-retries",
-            "0",
-            "--json",
+        code, out, _ = run_stock(
+            capsys, "x", log, "--base-url", server.base_url, "--max-retries", "0", "--json"
         )
     assert code == 1
     assert json.loads(out)["reason"] == "llm_error"
@@ -950,9 +898,11 @@ def test_run_llm_server_failure_fails_closed(
 
 
 def test_run_without_api_key_or_base_url_is_a_usage_error(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    stock_deployment: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     log = tmp_path / "run.jsonl"
@@ -970,18 +920,7 @@ def test_plan_writes_a_plan_file_that_validates(
     three = scenario("three_figures_share")
     responses = write_json(tmp_path / "responses.json", [three.responses[0]])
     out_file = tmp_path / "plan.json"
-    code, out, _ = cli(
-        capsys,
-        "plan",
-        three.request,
-        "--tools",
-        STOCK,
-        "-o",
-        str(out_file),
-        "--replay-responses",
-        str(responses),
-        "--json",
-    )
+    code, out, _ = plan_stock(capsys, three.request, out_file, "--replay-responses", str(responses), "--json")
     assert code == 0, out
     doc = json.loads(out)
     assert doc["status"] == "accepted" and doc["steps"] == 5 and doc["output"] == str(out_file)
@@ -1002,18 +941,8 @@ def test_plan_with_audit_records_the_planner_call(
     three = scenario("three_figures_share")
     responses = write_json(tmp_path / "responses.json", [three.responses[0]])
     log = tmp_path / "plan.jsonl"
-    code, _, _ = cli(
-        capsys,
-        "plan",
-        three.request,
-        "--tools",
-        STOCK,
-        "-o",
-        str(tmp_path / "p.json"),
-        "--audit",
-        str(log),
-        "--replay-responses",
-        str(responses),
+    code, _, _ = plan_stock(
+        capsys, three.request, tmp_path / "p.json", "--audit", str(log), "--replay-responses", str(responses)
     )
     assert code == 0
     assert record_types(log) == ["run_started", "llm_call", "plan_accepted", "run_finished"]
@@ -1026,18 +955,8 @@ def test_plan_rejected_writes_no_file(
 ) -> None:
     responses = write_json(tmp_path / "responses.json", [json.dumps(PICK_PLAN)])
     out_file = tmp_path / "plan.json"
-    code, _, _ = cli(
-        capsys,
-        "plan",
-        "x",
-        "--tools",
-        STOCK,
-        "--allow",
-        "calculator",
-        "-o",
-        str(out_file),
-        "--replay-responses",
-        str(responses),
+    code, _, _ = plan_stock(
+        capsys, "x", out_file, "--allow", "calculator", "--replay-responses", str(responses)
     )
     assert code == 1
     assert not out_file.exists()
@@ -1050,17 +969,7 @@ def test_plan_of_a_payment_can_be_written_for_review(
     out_file = tmp_path / "pay.json"
     store = tmp_path / "approvals.jsonl"
     make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--approvals", str(store))
-    code, _, _ = cli(
-        capsys,
-        "plan",
-        "Pay S003",
-        "--tools",
-        STOCK,
-        "-o",
-        str(out_file),
-        "--replay-responses",
-        str(responses),
-    )
+    code, _, _ = plan_stock(capsys, "Pay S003", out_file, "--replay-responses", str(responses))
     assert code == 0
     assert (
         cli(capsys, "approve", str(out_file), "--by", "alice", "--tools", STOCK, "--approvals", str(store))[0]
@@ -1154,12 +1063,8 @@ def test_replay_and_resume_of_an_unparsable_log(
 
 
 def test_replay_of_a_replan_reusing_the_failed_step_id(
-    tmp_path: Path,
-    ledger: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, stock_deployment: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # its tools write
     first = {
         "pte_plan": "1",
         "steps": [{"id": "inv", "tool": "get_invoice", "args": {"invoice_id": "INV-10O6"}}],
@@ -1171,9 +1076,7 @@ def test_replay_of_a_replan_reusing_the_failed_step_id(
         tmp_path / "responses.json", [json.dumps(first), json.dumps(second), "GBP 6088.40"]
     )
     log = tmp_path / "run.jsonl"
-    code, _, _ = cli(
-        capsys, "run", "x", "--tools", STOCK, "--audit", str(log), "--replay-responses", str(responses)
-    )
+    code, _, _ = run_stock(capsys, "x", log, "--replay-responses", str(responses))
     assert code == 0
     assert verify(log).ok
     code, out, _ = cli(capsys, "replay", str(log))
@@ -1202,11 +1105,11 @@ main(["--quiet", "execute", sys.argv[2], "--audit", sys.argv[1]])
 
 
 def test_resume_a_crashed_run_on_a_fresh_ledger(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, stock_deployment: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A run of the deployment killed inside its write (the sample's crash, made under a
     deployment, so its start is anchored): `pte resume` finishes it."""
-    where = make_deployment(tmp_path, monkeypatch, capsys, "--tools", STOCK, "--no-store")  # it writes
+    where = stock_deployment
     sample = [json.loads(line) for line in (SAMPLES / "crashed_mid_run.jsonl").read_text().splitlines()]
     plan = write_json(tmp_path / "plan.json", next(r for r in sample if r["type"] == "plan_accepted")["plan"])
     crashed = tmp_path / "crashed.jsonl"
