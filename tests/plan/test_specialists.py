@@ -20,6 +20,7 @@ from pte import (
     Policy,
     ReasonCode,
     Registry,
+    RunResult,
     compile_plan,
     load_registry,
     verify,
@@ -100,11 +101,40 @@ def _engine(model: ScriptedModel, specialists: tuple[Specialist, ...] = SPECIALI
     return Engine(_registry(), model, config=config)
 
 
-def test_two_specialists_end_to_end_verify_and_replay(tmp_path: Path, ledger: Path) -> None:
-    model = ScriptedModel(
+def _two_specialists() -> ScriptedModel:
+    """The model of the two-specialist run: the coordinator's plan, then each specialist's."""
+    return ScriptedModel(
         planner=[COORDINATOR],
         specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
     )
+
+
+def _run_delegated(log: Path) -> RunResult:
+    """The two-specialist run, logged to `log`."""
+    with AuditLog(log) as audit:
+        return _engine(_two_specialists()).run("x", audit)
+
+
+def _cut_after_step(log: Path, step_id: str) -> None:
+    """Cut `log` right after the record that finishes `step_id`, as a crash there leaves it."""
+    records = read_records(log)
+    cut = next(i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == step_id)
+    lines = log.read_text(encoding="utf-8").splitlines()[: cut + 1]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _payment_sub_plan(iban: Any) -> dict[str, Any]:
+    """A treasury sub-plan that pays 100 EUR, reference INV-1, to `iban`."""
+    args = {"iban": iban, "amount": "100", "currency": "EUR", "reference": "INV-1"}
+    return {
+        "pte_plan": "1",
+        "steps": [{"id": "send", "tool": "send_payment", "args": args}],
+        "result": {"$ref": "send"},
+    }
+
+
+def test_two_specialists_end_to_end_verify_and_replay(tmp_path: Path, ledger: Path) -> None:
+    model = _two_specialists()
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
         result = _engine(model).run("What does C002 owe, and at what USD rate?", audit)
@@ -228,22 +258,7 @@ def test_untrusted_data_handed_to_a_specialist_cannot_reach_a_guarded_sink(
         ],
         "result": {"$ref": "pay"},
     }
-    sub = {
-        "pte_plan": "1",
-        "steps": [
-            {
-                "id": "send",
-                "tool": "send_payment",
-                "args": {
-                    "iban": {"$param": "iban"},
-                    "amount": "100",
-                    "currency": "EUR",
-                    "reference": "INV-1",
-                },
-            }
-        ],
-        "result": {"$ref": "send"},
-    }
+    sub = _payment_sub_plan({"$param": "iban"})
     model = ScriptedModel(planner=[coordinator], specialists={"treasury": [sub]})
     log = tmp_path / "a.jsonl"
     with AuditLog(log) as audit:
@@ -257,13 +272,8 @@ def test_untrusted_data_handed_to_a_specialist_cannot_reach_a_guarded_sink(
 
 def test_an_edited_recorded_sub_plan_answer_fails_verify_and_replay(tmp_path: Path, ledger: Path) -> None:
     """Tamper: the specialist's recorded answer is edited (another customer); the chain breaks."""
-    model = ScriptedModel(
-        planner=[COORDINATOR],
-        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
-    )
     log = tmp_path / "audit.jsonl"
-    with AuditLog(log) as audit:
-        assert _engine(model).run("x", audit).ok
+    assert _run_delegated(log).ok
     lines = log.read_text(encoding="utf-8").splitlines()
     for index, line in enumerate(lines):
         record = json.loads(line)
@@ -403,13 +413,8 @@ def test_generated_delegations_compile_as_the_inline_plan(data: hs.DataObject) -
 def test_the_report_shows_delegated_steps_under_their_path(tmp_path: Path, ledger: Path) -> None:
     from pte.runs import render_report
 
-    model = ScriptedModel(
-        planner=[COORDINATOR],
-        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
-    )
     log = tmp_path / "audit.jsonl"
-    with AuditLog(log) as audit:
-        assert _engine(model).run("x", audit).ok
+    assert _run_delegated(log).ok
     html = render_report(log)
     assert ">owed/balance</small>" in html and ">rate/fx</small>" in html
 
@@ -417,20 +422,10 @@ def test_the_report_shows_delegated_steps_under_their_path(tmp_path: Path, ledge
 def test_a_run_cut_after_a_delegated_step_resumes_without_asking_again(tmp_path: Path, ledger: Path) -> None:
     from pte.runs import resume_file
 
-    model = ScriptedModel(
-        planner=[COORDINATOR],
-        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
-    )
     log = tmp_path / "audit.jsonl"
-    with AuditLog(log) as audit:
-        first = _engine(model).run("x", audit)
+    first = _run_delegated(log)
     assert first.ok, first.message
-    records = read_records(log)
-    cut = next(
-        i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == "owed__balance"
-    )
-    lines = log.read_text(encoding="utf-8").splitlines()[: cut + 1]
-    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _cut_after_step(log, "owed__balance")
     # The deployment's registry; config (specialists) and model answers from the log: no model.
     result = resume_file(log, _registry())
     assert result.ok, result.message
@@ -443,17 +438,9 @@ def test_a_run_cut_after_a_delegated_step_resumes_without_asking_again(tmp_path:
 def test_cli_resume_checks_the_run_against_the_deployments_specialists(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model = ScriptedModel(
-        planner=[COORDINATOR],
-        specialists={"collections": [COLLECTIONS_PLAN], "treasury": [TREASURY_PLAN]},
-    )
     log = tmp_path / "audit.jsonl"
-    with AuditLog(log) as audit:
-        assert _engine(model).run("x", audit).ok
-    records = read_records(log)
-    cut = next(i for i, r in enumerate(records) if r["type"] == "step_finished" and r["step_id"] == "cust")
-    lines = log.read_text(encoding="utf-8").splitlines()[: cut + 1]
-    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert _run_delegated(log).ok
+    _cut_after_step(log, "cust")
     other = tmp_path / "other.json"
     other.write_text(json.dumps([TREASURY.to_dict()]), encoding="utf-8")
     code, _, err = _cli(capsys, "resume", str(log), "--tools", "backoffice", "--specialists", str(other))
@@ -542,22 +529,7 @@ def test_a_specialist_of_a_planner_shown_untrusted_text_writes_untrusted_literal
         ],
         "result": {"$ref": "pay"},
     }
-    sub = {
-        "pte_plan": "1",
-        "steps": [
-            {
-                "id": "send",
-                "tool": "send_payment",
-                "args": {
-                    "iban": "DE89370400440532013000",
-                    "amount": "100",
-                    "currency": "EUR",
-                    "reference": "INV-1",
-                },
-            }
-        ],
-        "result": {"$ref": "send"},
-    }
+    sub = _payment_sub_plan("DE89370400440532013000")
     model = ScriptedModel(planner=[first], stage=[stage], specialists={"treasury": [sub]})
     engine = _engine(model, specialists=(TREASURY,), max_replans=0, planner_data="shown")
     with AuditLog(tmp_path / "a.jsonl") as audit:
