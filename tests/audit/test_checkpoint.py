@@ -28,6 +28,21 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def checkpointed(capsys: pytest.CaptureFixture[str], log: Path, key: Path) -> Path:
+    """A fresh key pair at `key` (and `key`.pub) and a checkpoint of `log` signed with it; `key`."""
+    assert cli(capsys, "audit", "keygen", str(key))[0] == 0
+    assert cli(capsys, "audit", "checkpoint", str(log), "--key", str(key))[0] == 0
+    return key
+
+
+def verify_checkpointed(
+    capsys: pytest.CaptureFixture[str], log: Path, key: Path, *options: str
+) -> tuple[int, str, str]:
+    """`pte audit verify LOG` against the checkpoint `checkpointed` wrote, with `key`'s public half."""
+    checkpoint = ["--checkpoint", f"{log}.checkpoints", "--public-key", f"{key}.pub"]
+    return cli(capsys, "audit", "verify", str(log), *checkpoint, *options)
+
+
 @pytest.fixture
 def log(tmp_path: Path) -> Path:
     path = tmp_path / "audit.jsonl"
@@ -85,34 +100,13 @@ def test_keys_from_the_environment(
 def test_truncation_after_a_checkpoint_fails_verify(
     tmp_path: Path, log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key = tmp_path / "k.pem"
-    cli(capsys, "audit", "keygen", str(key))
-    cli(capsys, "audit", "checkpoint", str(log), "--key", str(key))
+    key = checkpointed(capsys, log, tmp_path / "k.pem")
     lines = log.read_bytes().splitlines(keepends=True)
     # Cut the whole run: the remaining (empty) log, or a prefix that ends sealed, verifies alone.
     log.write_bytes(b"".join(lines[:-3]))
-    code, out, _ = cli(
-        capsys,
-        "audit",
-        "verify",
-        str(log),
-        "--checkpoint",
-        f"{log}.checkpoints",
-        "--public-key",
-        f"{key}.pub",
-    )
+    code, out, _ = verify_checkpointed(capsys, log, key)
     assert code == 1 and "truncated" in out
-    code, out, _ = cli(
-        capsys,
-        "audit",
-        "verify",
-        str(log),
-        "--checkpoint",
-        f"{log}.checkpoints",
-        "--public-key",
-        f"{key}.pub",
-        "--json",
-    )
+    code, out, _ = verify_checkpointed(capsys, log, key, "--json")
     assert code == 1 and json.loads(out)["status"] == "tampered"
 
 
@@ -190,19 +184,8 @@ def test_cutting_whole_sealed_runs_is_caught_only_by_the_checkpoint(
                 steps_run=0,
                 llm_calls=0,
             )
-    key = tmp_path / "k.pem"
-    cli(capsys, "audit", "keygen", str(key))
-    cli(capsys, "audit", "checkpoint", str(log), "--key", str(key))
+    key = checkpointed(capsys, log, tmp_path / "k.pem")
     log.write_bytes(b"".join(log.read_bytes().splitlines(keepends=True)[:2]))
     assert verify(log).ok  # the chain alone cannot tell
-    code, out, _ = cli(
-        capsys,
-        "audit",
-        "verify",
-        str(log),
-        "--checkpoint",
-        f"{log}.checkpoints",
-        "--public-key",
-        f"{key}.pub",
-    )
+    code, out, _ = verify_checkpointed(capsys, log, key)
     assert code == 1 and "truncated: the checkpoint covers 4 records, the log has 2" in out
