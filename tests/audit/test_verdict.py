@@ -140,6 +140,19 @@ def assert_one_verdict(found: dict[str, tuple[str, dict[str, str]]], status: str
     return reference
 
 
+#: A deployment and the log of a run it anchored.
+Anchored = tuple[Deployment, Path]
+
+
+@pytest.fixture
+def anchored(tmp_path: Path, ledger: Path) -> Anchored:
+    """A deployment, and the reminders run it anchored, logged to anchored.jsonl."""
+    deployment = Deployment(tmp_path / "deployment")
+    log = tmp_path / "anchored.jsonl"
+    run_reminders(log, deployment.anchors())
+    return deployment, log
+
+
 # --- the repros -------------------------------------------------------------------------------
 
 
@@ -157,13 +170,11 @@ def test_a_never_anchored_run_fails_everywhere_with_the_verifier_variables_set(
 
 
 def test_an_edited_and_rehashed_anchored_run_is_refused_by_every_checker_with_the_key(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, anchored: Anchored, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The issue's Node case: a figure in an anchored run edited (84454.79 -> 8445.48), the chain
     re-hashed. The chain holds; only the anchors can tell, and a checker with the key MUST."""
-    deployment = Deployment(tmp_path / "deployment")
-    log = tmp_path / "anchored.jsonl"
-    run_reminders(log, deployment.anchors())
+    deployment, log = anchored
     edited = records(log)
     (read,) = [r for r in edited if r["type"] == "step_finished" and r["step_id"] == "overdue"]
     assert read["output"]["total"] == "84454.79"
@@ -180,11 +191,9 @@ def test_an_edited_and_rehashed_anchored_run_is_refused_by_every_checker_with_th
 
 
 def test_an_anchored_run_cut_short_is_refused_by_every_checker_with_the_key(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, anchored: Anchored, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deployment = Deployment(tmp_path / "deployment")
-    log = tmp_path / "anchored.jsonl"
-    run_reminders(log, deployment.anchors())
+    deployment, log = anchored
     lines = log.read_bytes().splitlines(keepends=True)
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b"".join(lines[:-2]))  # before the write's step_finished and the seal
@@ -195,11 +204,9 @@ def test_an_anchored_run_cut_short_is_refused_by_every_checker_with_the_key(
 
 
 def test_an_anchored_log_is_ok_everywhere_and_says_anchors_were_checked(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, anchored: Anchored, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deployment = Deployment(tmp_path / "deployment")
-    log = tmp_path / "anchored.jsonl"
-    run_reminders(log, deployment.anchors())
+    deployment, log = anchored
     deployment.verifier_env(monkeypatch)
     found = every_verdict(capsys, log, deployment, tmp_path)
     checks = assert_one_verdict(found, "ok")
@@ -209,11 +216,9 @@ def test_an_anchored_log_is_ok_everywhere_and_says_anchors_were_checked(
 
 
 def test_without_the_key_every_checker_says_anchors_were_not_checked(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, anchored: Anchored, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deployment = Deployment(tmp_path / "deployment")
-    log = tmp_path / "anchored.jsonl"
-    run_reminders(log, deployment.anchors())
+    _, log = anchored
     for name in ("PTE_DEPLOYMENT_KEY_FILE", "PTE_DEPLOYMENT_PUBLIC_KEY_FILE", "PTE_ANCHORS_FILE"):
         monkeypatch.delenv(name, raising=False)
     found = every_verdict(capsys, log, None, tmp_path)
@@ -226,12 +231,10 @@ def test_without_the_key_every_checker_says_anchors_were_not_checked(
 
 
 def test_a_damaged_anchors_file_fails_every_checker(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, anchored: Anchored, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An anchors line removed from the middle breaks the anchors' own chain: nothing is vouched for."""
-    deployment = Deployment(tmp_path / "deployment")
-    log = tmp_path / "anchored.jsonl"
-    run_reminders(log, deployment.anchors())
+    deployment, log = anchored
     lines = deployment.anchors_file.read_bytes().splitlines(keepends=True)
     assert len(lines) >= 2
     deployment.anchors_file.write_bytes(b"".join(lines[1:]))
@@ -241,12 +244,10 @@ def test_a_damaged_anchors_file_fails_every_checker(
 
 
 def test_an_incomplete_log_is_incomplete_everywhere(
-    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, anchored: Anchored, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A crash before the first anchor: the chain holds, the run is not sealed, no anchor is missed."""
-    deployment = Deployment(tmp_path / "deployment")
-    log = tmp_path / "anchored.jsonl"
-    run_reminders(log, deployment.anchors())
+    _, log = anchored
     crashed = tmp_path / "crashed.jsonl"
     kept = [r for r in records(log)]
     first_write = next(i for i, r in enumerate(kept) if r.get("step_id") == "remind")
