@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-import tests._services as _services
 from pte import AuditLog
 
 # private: the one verdict every surface shows
@@ -28,39 +26,11 @@ from pte._catalogue import expand_run_started, stored_contents
 from pte.audit import read_records
 from pte.cli import main
 from pte.runs import write_report
+from tests._browser import dump_dom
 from tests._chain import GENESIS, chain_hash, line_of
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO / "audit_samples").glob("*.jsonl"))
-
-
-def chromium() -> str:
-    return _services.chromium()
-
-
-def dump_dom(page: Path, profile: Path) -> str:
-    """The DOM of `page` after Chromium loaded it (no network: the page must not need any)."""
-    out = subprocess.run(
-        [
-            chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "<html" in out.stdout, out.stderr[-2000:]
-    return out.stdout
 
 
 class Elements(HTMLParser):
@@ -107,7 +77,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Elements]:
     out = {}
     for sample in SAMPLES:
         page = write_report(sample, where / f"{sample.stem}.html")
-        out[sample.stem] = parse(dump_dom(page, where / f"profile-{sample.stem}"))
+        out[sample.stem] = parse(dump_dom(page))
     return out
 
 
@@ -206,7 +176,7 @@ def test_injected_markup_stays_text(tmp_path: Path) -> None:
     log = tmp_path / "injected.jsonl"
     _run_with(log, INJECTION)
     page = write_report(log, tmp_path / "injected.html")
-    dom_text = dump_dom(page, tmp_path / "profile")
+    dom_text = dump_dom(page)
     dom = parse(dom_text)
     assert not dom.find("script") and not dom.find("img")
     assert not [e for e in dom.find("b") if "bold" in e[2]]  # the report's own <b>s only
@@ -221,7 +191,7 @@ def test_a_tampered_log_shows_a_failing_banner(tmp_path: Path, capsys: pytest.Ca
     log.write_bytes(b"".join([lines[0], lines[2], lines[1], *lines[3:]]))
     page = tmp_path / "tampered.html"
     assert main(["--quiet", "audit", "report", str(log), "-o", str(page)]) == 0
-    (banner,) = parse(dump_dom(page, tmp_path / "profile")).find("div", id="verification")
+    (banner,) = parse(dump_dom(page)).find("div", id="verification")
     assert banner[1]["data-verdict"] == "tampered" and "bad" in banner[1]["class"]
 
 
@@ -235,7 +205,7 @@ def test_report_with_a_failing_checkpoint(tmp_path: Path, capsys: pytest.Capture
     page = tmp_path / "cp.html"
     argv = ["--quiet", "audit", "report", str(log), "-o", str(page)]
     assert main([*argv, "--checkpoint", f"{log}.checkpoints", "--public-key", f"{key}.pub"]) == 0
-    dom = parse(dump_dom(page, tmp_path / "profile"))
+    dom = parse(dump_dom(page))
     (banner,) = dom.find("div", id="verification")
     assert banner[1]["data-verdict"] == "tampered" and "bad" in banner[1]["class"]
     assert dom.find("tr", data_check="checkpoint", data_state="failed")
@@ -263,7 +233,7 @@ def test_approvals_show_their_signature_verified_from_the_log(
         edited.append(line_of({**record, "hash": prev}))
     log = tmp_path / "edited.jsonl"
     log.write_bytes(b"".join(edited))
-    dom = parse(dump_dom(write_report(log, tmp_path / "edited.html"), tmp_path / "profile"))
+    dom = parse(dump_dom(write_report(log, tmp_path / "edited.html")))
     (row,) = dom.find("tr", data_kind="approval")
     assert row[1]["data-verified"] == "false"
     (banner,) = dom.find("div", id="verification")
@@ -368,7 +338,7 @@ def test_a_stored_run_is_reported(
         assert Engine(load_registry(["backoffice", "calculator"])).execute(json.dumps(plan), audit).ok
     out = tmp_path / "stored.html"
     assert main(["audit", "report", url, "--run", "stored-run", "-o", str(out)]) == 0
-    dom = parse(dump_dom(out, tmp_path / "profile"))
+    dom = parse(dump_dom(out))
     (banner,) = dom.find("div", id="verification")
     assert banner[1]["data-verdict"] == "ok"
     (section,) = dom.find("section", data_run_id="stored-run")
