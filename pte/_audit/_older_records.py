@@ -7,8 +7,8 @@ meaning lives here, once, as a table per record part (`ADDED`): the field, what 
 without it meant, and the commit and feature that added it. Readers of a run's meaning
 (replay's and resume's engine config, policy, binding and catalogue) read
 `current_run_started` and never test for a missing field themselves;
-tests/replay/test_older_records.py fails if a note about older logs appears outside this
-module.
+tests/audit/test_older_records.py fails if a note about older logs, or a test for a field a
+later pte added, appears outside this module.
 
 Upgrading only adds what a record lacks, with the meaning it had: it never changes a field
 that is there, and never adds authority (an approval, an endorsement, a signature, a key or a

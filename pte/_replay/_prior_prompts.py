@@ -7,12 +7,21 @@ write its messages. For a hash listed here, replay compares everything but those
 says so; any other hash that is not today's is a divergence, so a log writer cannot opt a run
 out of the comparison by editing its hash. When a version changes the prompts, the hash it
 shipped is added here.
+
+This is replay's half of the reader of older records (pte._audit._older_records reads what a
+record means; this says what of an older run's records replay cannot re-derive): a format 1
+log records no prompts hash at all, and its messages are not compared either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
+
+from pte._audit import record_format
+
+__all__ = ["PRIOR_PROMPTS", "RecordedPrompts"]
 
 PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
     {
@@ -24,3 +33,42 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         ),
     }
 )
+
+
+class RecordedPrompts:
+    """What replay compares of one run's model calls, by the prompts its ``run_started`` names.
+
+    Under today's prompts every message is compared. A run recorded under an earlier pte's
+    prompts (`PRIOR_PROMPTS`), or in format 1, keeps its recorded messages uncompared: the
+    replayed record is given the recorded ones; its answers and every decision are compared.
+    """
+
+    def __init__(self) -> None:
+        #: The earlier pte whose prompts the run was recorded under (else None).
+        self.prior: str | None = None
+        self._messages_uncompared = False
+
+    def at_run_started(self, recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
+        """`replayed` as compared with the recorded ``run_started``."""
+        self._messages_uncompared = record_format(recorded) == 1
+        prior = PRIOR_PROMPTS.get(str(recorded.get("prompts")))
+        if prior is None or recorded["prompts"] == replayed.get("prompts"):
+            return replayed
+        self.prior = prior
+        self._messages_uncompared = True
+        return {**replayed, "prompts": recorded["prompts"]}
+
+    def at_llm_call(self, recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict[str, Any]:
+        """`replayed` as compared with a recorded ``llm_call``."""
+        if not self._messages_uncompared or "messages" not in recorded:
+            return replayed
+        return {**replayed, "messages": recorded["messages"]}
+
+    def note(self) -> str | None:
+        """What the replay did not compare, for the run's note (None: everything)."""
+        if self.prior is None:
+            return None
+        return (
+            f"recorded under the prompts of {self.prior}: the model's recorded answers and every "
+            "decision were compared, not the messages it was sent"
+        )

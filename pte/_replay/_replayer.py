@@ -70,7 +70,7 @@ from pte._replay._authority import (
     engine_for,
     llm_for,
 )
-from pte._replay._prior_prompts import PRIOR_PROMPTS
+from pte._replay._prior_prompts import RecordedPrompts
 from pte._run import Engine, RunResult, record_resumed
 
 __all__ = [
@@ -236,12 +236,8 @@ class CheckingAuditLog:
             if forward is not None and started is not None and all(k in started for k in TRACE_FIELDS)
             else None
         )
-        #: A format 1 log records no prompts hash, and a log recorded by an earlier pte names
-        #: that version's (`PRIOR_PROMPTS`): today's code cannot write the messages its model
-        #: calls were sent, so those are not compared (the answers and every decision are).
-        self._format_1 = False
-        #: The earlier pte whose prompts the run was recorded under (else None).
-        self.other_prompts: str | None = None
+        #: What of the run's model calls is compared (pte._replay._prior_prompts).
+        self.prompts = RecordedPrompts()
 
     @property
     def run_id(self) -> str:
@@ -286,17 +282,9 @@ class CheckingAuditLog:
             line, recorded = self._expected.popleft()
             replayed = self._redacted_hashes.translate(recorded, built)
             if recorded.get("type") == "run_started":
-                self._format_1 = record_format(recorded) == 1
-                prior = PRIOR_PROMPTS.get(str(recorded.get("prompts")))
-                if prior is not None and recorded["prompts"] != replayed.get("prompts"):
-                    self.other_prompts = prior
-                    replayed = {**replayed, "prompts": recorded["prompts"]}
-            elif (
-                (self._format_1 or self.other_prompts is not None)
-                and recorded.get("type") == "llm_call"
-                and "messages" in recorded
-            ):
-                replayed = {**replayed, "messages": recorded["messages"]}
+                replayed = self.prompts.at_run_started(recorded, replayed)
+            elif recorded.get("type") == "llm_call":
+                replayed = self.prompts.at_llm_call(recorded, replayed)
             _compare(line, recorded, _in_format_of(recorded, replayed))
             self.checked += 1
             return built
@@ -587,7 +575,7 @@ def replay_run(
             line, str(recorded.get("type")), "type", recorded.get("type"), "(run ended)"
         )
         return RunReplay(run_id, len(records), "diverged", divergence=missing, diffs=invoker.diffs)
-    notes = [n for n in (_other_prompts_note(audit.other_prompts), _unchecked_keys_note(engine)) if n]
+    notes = [n for n in (audit.prompts.note(), _unchecked_keys_note(engine)) if n]
     return RunReplay(
         run_id,
         len(records),
@@ -596,16 +584,6 @@ def replay_run(
         reason=result.reason.value if result.reason else None,
         diffs=invoker.diffs,
         note="; ".join(notes) or None,
-    )
-
-
-def _other_prompts_note(prior: str | None) -> str | None:
-    """What a replay of a run recorded under an earlier pte's prompts did not compare."""
-    if prior is None:
-        return None
-    return (
-        f"recorded under the prompts of {prior}: the model's recorded answers and every "
-        "decision were compared, not the messages it was sent"
     )
 
 

@@ -96,7 +96,7 @@ class EngineConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
         """The config a ``run_started.config`` records, read through the reader of older records
-        (`pte._audit.current_config`): a field an earlier pte did not write means what it did."""
+        (`pte._audit.current_config`): a field the record lacks means what its table says."""
         current = current_config(data)
         recorded = current.get("limits") or {}
         # max_values None: no value cap (what a config without one means).
