@@ -26,8 +26,7 @@ __all__ = ["DEFAULT_DATA_BUDGET", "LEGACY_DATA_CHARS", "fit_json", "fit_text", "
 
 #: Characters a data block may hold by default (four times the old clip).
 DEFAULT_DATA_BUDGET = 16_000
-#: The character clip of ``data_budget=None`` (what a config without a budget means:
-#: pte._audit._older_records).
+#: The character clip of logs recorded before the budget existed (``data_budget=None``).
 LEGACY_DATA_CHARS = 4000
 #: Room kept for a "N more records not shown" marker.
 _MARKER_ROOM = 40
@@ -125,9 +124,9 @@ def fit_text(text: str, budget: int) -> str:
 def render_budgeted(value: Any, budget: int | None) -> str:
     """The text of a data block holding `value`: JSON (or the string itself) within `budget`.
 
-    ``budget=None`` is the rendering before budgets (clipped at `LEGACY_DATA_CHARS` characters,
-    wherever that falls), which a config without a budget means (pte._audit._older_records), so
-    that such a run's replay builds the same prompts.
+    ``budget=None`` is the old rendering (clipped at `LEGACY_DATA_CHARS` characters,
+    wherever that falls): what logs recorded before the budget existed show, so that their
+    replay builds the same prompts.
     """
     text = value if isinstance(value, str) else _dumps(value)
     if budget is None:

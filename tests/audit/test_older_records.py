@@ -22,6 +22,9 @@ from hypothesis import strategies as st
 
 # private: the reader's table and functions, white-box (the area's own test)
 from pte._audit._older_records import ADDED, FORMAT_2_ADDED, current_run_started, record_format
+
+# private: the modules the recorded prompts hash covers (their notes cannot be edited)
+from pte._catalogue import PROMPT_MODULES
 from pte.engine import EngineConfig
 from pte.plan import Limits
 
@@ -191,9 +194,13 @@ MEMBERSHIP = re.compile('"(' + "|".join(ADDED_NAMES) + r')" (not )?in (?!schema\
 ALLOWED = {
     "pte/_audit/_older_records.py": "the reader itself",
     "pte/_replay/_prior_prompts.py": "replay's half: which earlier prompts it cannot compare (a table)",
-    # Editing a prompt module changes the prompts hash every log records (house rules): its note
-    # describes the 4,000-character rendering a config without a budget selects (data_budget None).
-    "pte/_run/_prompts.py": "prompt text: editing it changes the recorded prompts hash",
+    # Every edit to a prompt module changes the prompts hash every log records (house rules), so
+    # their notes stay: they describe the 4,000-character rendering a config without a budget
+    # selects (data_budget None), not a branch on a record.
+    **{
+        name.replace(".", "/") + ".py": "prompt text: editing it changes the recorded prompts hash"
+        for name in PROMPT_MODULES
+    },
 }
 
 
