@@ -126,18 +126,22 @@ def _re2_source(pattern: str | re.Pattern[str]) -> str:
 
 
 def _whole_record_check(rules: SecretRules, names: tuple[str, ...]) -> Any:
-    """An RE2 set that finds, in a record's lower-cased canonical encoding, every place where
-    the walk might change something (`Redactor.canonical_if_clean`): each keyword of `rules`,
-    and each key whose name ends in one of `names` (normalised: `is_secret_key`), which JSON
-    writes as the name's letters with any '-' and '_' among and after them, then ``":``
-    (a quote inside a string is escaped, so ``":`` ends a key). None when a search of the
-    encoding cannot answer for every string and key: a rule runs on every text, or a name
-    is not ASCII (a key's lower case alone may differ from its lower case in the encoding)
-    or is written escaped.
+    """An RE2 set that finds, in a record's canonical encoding, every place where the walk
+    might change something (`Redactor.canonical_if_clean`): each keyword of `rules`, and each
+    key whose name ends in one of `names` (normalised: `is_secret_key`), which JSON writes as
+    the name's letters with any '-' and '_' among and after them, then ``":`` (a quote inside
+    a string is escaped, so ``":`` ends a key). The keywords and names are lower case and the
+    set ignores case, so an ASCII encoding is searched as it is, with no lower-cased copy
+    (for ASCII text, matching case-insensitively is matching its lower case). None when a
+    search of the encoding cannot answer for every string and key: a rule runs on every
+    text, or a name is not ASCII (a key's lower case alone may differ from its lower case in
+    the encoding) or is written escaped.
     """
     if not rules.keyword_gated or not all(name.isascii() and json_plain(name) for name in names):
         return None
-    found = re2.Set.SearchSet()
+    ignore_case = re2.Options()
+    ignore_case.case_sensitive = False
+    found = re2.Set.SearchSet(ignore_case)
     for keyword in rules.keywords:
         found.Add(re2.escape(keyword))
     spelled = ("[-_]*".join(re2.escape(letter) for letter in name) for name in names)
@@ -341,9 +345,10 @@ class Redactor:
         for secret in self._encoded_secrets:
             if secret in encoded:
                 return None
-        # Lower-casing bytes changes ASCII letters only; other text may lower to ASCII.
-        lowered = encoded.lower() if encoded.isascii() else encoded.decode().lower().encode()
-        return None if check.Match(lowered) else encoded
+        # The set ignores case, which answers for ASCII; other text may lower-case to ASCII
+        # (the Kelvin sign to "k"), so it is searched lower-cased as Python does it.
+        text = encoded if encoded.isascii() else encoded.decode().lower().encode()
+        return None if check.Match(text) else encoded
 
     def _redact_around(self, mapping: Mapping[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
