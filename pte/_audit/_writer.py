@@ -472,8 +472,8 @@ class AuditLog:
         record["hash"] = digest
         # The digest takes the placeholder's place, before the comma `without_member` dropped
         # (the one after it: "hash" is never the last member, "type" sorts after it).
-        line = b"".join((head, _HASH_KEY, digest.encode("ascii"), b'",', tail))
-        return record, digest, line + b"\n"
+        line = b"".join((head, _HASH_KEY, digest.encode("ascii"), b'",', tail, b"\n"))
+        return record, digest, line
 
     def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
         """Raise the reason `append` cannot write (the caller holds the lock)."""
