@@ -326,9 +326,7 @@ class AuditLog:
 
     def write(self, record: Record) -> dict[str, Any]:
         """Write a record built by `pte._audit._records` (`append` of its type and fields)."""
-        # Its fields as they are: spread into `append`'s keywords they would be copied into a
-        # new dict first, and again into the record.
-        return self._append(record.type, record.fields)
+        return self.append(record.type, **record.fields)
 
     def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
         """Redact `fields`, add the common fields, hash, write one line; return the record.
@@ -341,10 +339,6 @@ class AuditLog:
         not JSON such as NaN, a field that clashes with a common field, a closed or sealed
         log) and on every call after such a failure.
         """
-        return self._append(type, fields)
-
-    def _append(self, type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-        """`append` of a record's type and fields (which it neither keeps nor changes)."""
         if type == "run_started":
             fields = self._run_started_fields(fields)
         with self._lock:
