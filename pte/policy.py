@@ -8,12 +8,14 @@ from pte._core import (
 )
 from pte._policy import (
     ApprovalStore,
+    ConsumingApproval,
     Decided,
     Endorsement,
     EndorsementGate,
     EndorsementRequest,
     EndorsementStore,
     LabelTree,
+    PlanApproval,
     Policy,
     PolicyCheck,
     approval_hook,
@@ -28,12 +30,14 @@ from pte._policy import (
 
 __all__ = [
     "ApprovalStore",
+    "ConsumingApproval",
     "Decided",
     "Endorsement",
     "EndorsementGate",
     "EndorsementRequest",
     "EndorsementStore",
     "LabelTree",
+    "PlanApproval",
     "Policy",
     "PolicyCheck",
     "SigningKey",

@@ -35,7 +35,9 @@ from pte._policy._flow import (
 )
 from pte._policy._gate import (
     ApprovalGate,
+    ConsumingApproval,
     NoApprovals,
+    PlanApproval,
     approval_hook,
     check_approval,
     public_keys_from_env,
@@ -72,6 +74,7 @@ __all__ = [
     "WITHHELD_KEY",
     "ApprovalGate",
     "ApprovalStore",
+    "ConsumingApproval",
     "Decided",
     "Endorsement",
     "EndorsementGate",
@@ -81,6 +84,7 @@ __all__ = [
     "EndorsementStore",
     "LabelTree",
     "NoApprovals",
+    "PlanApproval",
     "Policy",
     "PolicyCheck",
     "ProcedureCover",

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pte._audit import Approval, ProcedureApproval, RecordSink, utc_now
 from pte._audit import records as rec
@@ -46,6 +46,8 @@ from pte._policy._procedure_approval import ProcedureCover, procedure_cover, pro
 
 __all__ = [
     "ApprovalGate",
+    "ConsumingApproval",
+    "PlanApproval",
     "approval_hook",
     "check_approval",
     "public_keys_from_env",
@@ -53,7 +55,27 @@ __all__ = [
 ]
 
 
-class ApprovalGate:
+class PlanApproval(Protocol):
+    """What `Engine(approval=...)` is given: asked with each accepted plan before any step of it
+    runs; raising (`ApprovalMissing`, any `FailedClosed`) stops the run there."""
+
+    def __call__(self, plan: Plan, audit: RecordSink, /) -> None: ...
+
+
+@runtime_checkable
+class ConsumingApproval(PlanApproval, Protocol):
+    """A `PlanApproval` whose approvals are spent by the writes they let run: `Engine` puts its
+    `before_call` (a `pte._execution.CallHook`) in each run's call gate (pte._run._call_gate),
+    asked before each call's side effect, so a non-idempotent write consumes its approval
+    exactly once, whatever the invoker. `ApprovalGate` is one; a gate without `before_call`
+    only checks plans."""
+
+    def before_call(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> None:
+        """Before the side effect of `step`'s call: consume what it runs under, or raise."""
+        ...
+
+
+class ApprovalGate(ConsumingApproval):
     """The approval check for `Engine(approval=...)`, and the consumption guard for its tool calls.
 
     Called with each accepted plan before any of its steps runs: when the plan calls a tool
@@ -368,7 +390,7 @@ def signing_key_from_env(
 
 
 @dataclass(frozen=True)
-class NoApprovals:
+class NoApprovals(PlanApproval):
     """No approval store: a plan that calls a tool requiring approval fails closed.
 
     An object, not a bound method of the engine: the engine holding its own method would be

@@ -545,7 +545,7 @@ def _blamed(
             if named is not None:
                 return call, named.group(0)
         return None
-    procedures = getattr(registry, "procedures", None) or {}
+    procedures = registry.procedures
     try:
         final = expand_procedures(dict(inlined), procedures) if procedures else inlined
     except PlanRejected:

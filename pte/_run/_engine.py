@@ -17,7 +17,7 @@ from pte._audit import RecordSink, deployment_binding
 from pte._catalogue import Registry
 from pte._execution import DEFAULT_CONCURRENCY, CallHook, Executor, ToolInvoker
 from pte._plan import CompileCheck, Plan, check_specialists, coordinator_view
-from pte._policy import NoApprovals, Policy
+from pte._policy import ConsumingApproval, NoApprovals, PlanApproval, Policy
 from pte._run._ending import render_result
 from pte._run._llm import LLMClient
 from pte._run._loop import RunLoop, RunMode
@@ -37,10 +37,10 @@ class Engine:
       enforced. Recorded in `run_started`, so that replay checks against the same policy.
     - `approval`: the gate for plans that call a tool with `requires_approval`
       (`pte._policy._gate.ApprovalGate`). Without one, such a plan fails closed
-      (`approval_missing`): nothing that needs a person's approval runs by default. A gate
-      with a ``before_call`` method (a `CallHook`) is asked before each call's side effect,
-      through the run's call gate (`Executor.run(gate=...)`), so that approvals are consumed
-      by the non-idempotent writes they let run, whatever the invoker.
+      (`approval_missing`): nothing that needs a person's approval runs by default. A
+      `ConsumingApproval` (the gate has ``before_call``, a `CallHook`) is asked before each
+      call's side effect, through the run's call gate (`Executor.run(gate=...)`), so that
+      approvals are consumed by the non-idempotent writes they let run, whatever the invoker.
     - `checks`: further compile checks, run on every plan.
     - `before_execute`: called with each accepted plan before any of its steps runs; it
       may raise `FailedClosed` (approval checks use it).
@@ -67,7 +67,7 @@ class Engine:
         checks: Sequence[CompileCheck] = (),
         before_execute: Sequence[Callable[[Plan, RecordSink], None]] = (),
         policy: Policy | None = None,
-        approval: Callable[[Plan, RecordSink], None] | None = None,
+        approval: PlanApproval | None = None,
         tracer_provider: Any = None,
         max_concurrency: int = DEFAULT_CONCURRENCY,
         serial_writes: bool = False,
@@ -86,7 +86,9 @@ class Engine:
         #: The approval gate's point before a call's side effect (`ApprovalGate.before_call`):
         #: the run loop hands it to the executor in the run's one call gate (pte._run._call_gate),
         #: whatever the invoker, so a non-idempotent write consumes its approval exactly once.
-        self.consume_approval: CallHook | None = getattr(approval, "before_call", None)
+        self.consume_approval: CallHook | None = (
+            approval.before_call if isinstance(approval, ConsumingApproval) else None
+        )
         self.executor = Executor(
             registry, invoker=invoker, max_concurrency=max_concurrency, serial_writes=serial_writes
         )

@@ -120,6 +120,16 @@ class LLMClient(Protocol):
         ...
 
 
+@runtime_checkable
+class DescribedClient(LLMClient, Protocol):
+    """An `LLMClient` that says how it is configured (endpoint, timeout, retries, token bound:
+    never its key): ``run_started.config.llm`` records it, and replay presents it again. None:
+    nothing to say (a replay of a run that recorded none)."""
+
+    @property
+    def describe(self) -> Mapping[str, Any] | None: ...
+
+
 # ---------------------------------------------------------------------------------------------
 # OpenAI-compatible endpoints
 # ---------------------------------------------------------------------------------------------

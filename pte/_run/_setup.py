@@ -15,7 +15,8 @@ from pte._audit import RecordSink
 from pte._catalogue import Registry
 from pte._execution import CallHook, Executor
 from pte._plan import CompileCheck, Plan, procedures_record
-from pte._run._llm import LLMClient
+from pte._policy import PlanApproval
+from pte._run._llm import DescribedClient, LLMClient
 from pte._run._state import Planning
 
 __all__ = ["RunSetup", "started_config"]
@@ -28,7 +29,7 @@ class RunSetup:
     planning: Planning
     llm: LLMClient | None
     executor: Executor
-    approval: Callable[[Plan, RecordSink], None]
+    approval: PlanApproval
     #: The approval gate's point before a call's side effect (it consumes the approval), or None.
     consume_approval: CallHook | None
     before_execute: tuple[Callable[[Plan, RecordSink], None], ...]
@@ -49,9 +50,9 @@ def started_config(setup: RunSetup, mode: str, plan_text: str | None) -> dict[st
     config: dict[str, Any] = setup.planning.config.to_dict()
     if setup.llm is not None:
         config["model"] = setup.llm.model
-        describe = getattr(setup.llm, "describe", None)
-        if isinstance(describe, dict):  # endpoint, timeout, retries: never the key
-            config["llm"] = describe
+        described = setup.llm.describe if isinstance(setup.llm, DescribedClient) else None
+        if isinstance(described, dict):  # endpoint, timeout, retries: never the key
+            config["llm"] = described
     if mode == "execute":
         config["plan_text"] = plan_text
     if setup.registry.procedures:  # what plans may call and replay recompiles with (pte._plan._procedures)
