@@ -141,9 +141,10 @@ class _Gated:
 class LiveInvoker:
     """Runs tool functions for real, each attempt under the tool's `timeout_s` (see `pte._execution._invoke`).
 
-    Calling it runs one call to the end and returns its output (or raises its `ToolError`);
-    the executor uses `start` instead, to run several calls at once. Safe to share. What must
-    happen before a call (approvals) is the run's `CallGate`, not the invoker's.
+    Calling it runs one call to the end and returns its output (or raises its `ToolError`),
+    unless `served` knows the step's outcome; the executor asks `served`, then uses `start`, to
+    run several calls at once. Safe to share. What must happen before a call (approvals) is the
+    run's `CallGate`, not the invoker's.
     """
 
     def start(
@@ -160,6 +161,16 @@ class LiveInvoker:
         return None
 
     def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
+        # The executor's path in one call: a step `served` knows is not called (resume's invoker
+        # serves its log's steps this way, with no call path of its own).
+        outcome = self.served(spec, args, step)
+        if outcome is None:
+            outcome = self._call_to_the_end(spec, args, step)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.output
+
+    def _call_to_the_end(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> CallOutcome:
         box: list[CallOutcome] = []
         finished = threading.Event()
 
@@ -173,10 +184,7 @@ class LiveInvoker:
         except BaseException:  # e.g. Ctrl-C while waiting: stop what can be stopped
             call.cancel()
             raise
-        outcome = box[0]
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome.output
+        return box[0]
 
 
 class Executor:

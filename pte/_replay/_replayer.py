@@ -463,14 +463,6 @@ class ResumingInvoker(LiveInvoker):
     ) -> Any:
         return self._live_invoker.start(spec, args, step, done)
 
-    def __call__(self, spec: ToolSpec, args: dict[str, Any], step: PlanStep) -> Any:
-        outcome = self.served(spec, args, step)
-        if outcome is None:
-            return super().__call__(spec, args, step)
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome.output
-
 
 def drive_run(engine: Engine, started: Mapping[str, Any], audit: RecordSink) -> RunResult:
     mode = started.get("mode")
