@@ -79,9 +79,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         return cli_store.replay(args, _registry(args) if args.tools else None)
     input_file(args.log, "audit log")
-    registry = _registry(args) if args.tools else None
+    # Live, the tools run for real: --tools names them, or the deployment in force does.
+    named = args.tools or (args.live and _in_force(args) is not None)
+    registry = _registry(args) if named else None
     if args.live and registry is None:
-        raise UsageError("--live needs --tools to run the read tools for real")
+        raise UsageError("--live needs --tools (or a deployment, pte init) to run the read tools for real")
     if args.allow_writes and not args.live:
         raise UsageError("--allow-writes only applies with --live")
     deployment = _deployment(args, registry)
