@@ -324,7 +324,8 @@ def approve(
     at: datetime | None = None,
     valid_for: timedelta = DEFAULT_VALIDITY,
 ) -> Approval:
-    """Record that `by` approves one run of exactly `plan` against `catalogue` (`catalogue_fingerprint`).
+    """Record that `by` approves one run of exactly `plan` against `catalogue`
+    (`pte.policy.catalogue_fingerprint(registry, plan, policy)`: what the reviewer relied on).
 
     `run`: the run id it approves (default: a new one, ``approval.run``); only a run with that
     id can use it, so the run executes with ``AuditLog(..., run_id=approval.run)``.

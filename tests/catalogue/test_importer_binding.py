@@ -25,12 +25,10 @@ pytest.importorskip("uvicorn", reason="the loopback test app needs the test extr
 from langchain_core.tools import StructuredTool, ToolException
 
 from pte import AuditLog, Deployment, Engine, EngineConfig, ReasonCode, Registry, compile_plan
-
-# private: the catalogue fingerprint approvals bind
-from pte._policy import catalogue_fingerprint
 from pte.importers.langchain import import_langchain_tools
 from pte.importers.mcp import MCPConnection, import_mcp_tools
 from pte.importers.openapi import import_openapi, load_openapi
+from pte.policy import catalogue_fingerprint
 from pte.runs import replay_file
 from tests.integration_apps.billing_app import make_app
 from tests.integration_apps.loopback import LoopbackServer

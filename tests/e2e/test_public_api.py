@@ -155,6 +155,7 @@ def test_every_public_exception_is_in_pte_errors() -> None:
         ("pte.engine", "LLMClient"),
         ("pte.runs", "replay_file"),
         ("pte.catalogue", "tool_from_schema"),
+        ("pte.policy", "catalogue_fingerprint"),  # `approve` needs it
         ("pte.errors", "ImportRefused"),
     ],
 )

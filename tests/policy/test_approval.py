@@ -31,7 +31,6 @@ from pte import (
 from pte._policy import (
     ApprovalGate,
     ProcedureCover,
-    catalogue_fingerprint,
     check_approval,
     public_keys_from_env,
     requires_approval,
@@ -40,7 +39,7 @@ from pte._policy import (
 from pte.audit import Approval, canonical_json, read_records
 from pte.engine import ReplayClient
 from pte.errors import ApprovalConsumed, ApprovalMissing, KeyFileError
-from pte.policy import ApprovalStore, approval_hook
+from pte.policy import ApprovalStore, approval_hook, catalogue_fingerprint
 from tests.audit_runs import begun
 
 SIGNER = SigningKey.generate()

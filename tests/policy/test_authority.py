@@ -213,10 +213,7 @@ def test_a_keyed_approved_write_that_crashed_after_its_effect_completes_once(tmp
     """Attack 6: the run crashed after the keyed payment took effect. Before, resume said
     "approve the plan again" (which pays twice). Now the keyed re-call completes the run, once."""
     from pte import AuditLog, Deployment, Policy, approve, compile_plan
-
-    # private: the catalogue fingerprint approvals bind
-    from pte._policy import catalogue_fingerprint
-    from pte.policy import ApprovalStore, approval_hook
+    from pte.policy import ApprovalStore, approval_hook, catalogue_fingerprint
     from pte.runs import resume_file
 
     WORLD["db"] = tmp_path / "world.sqlite"
@@ -269,10 +266,7 @@ class _Paid:
 
     def __init__(self, tmp_path: Path) -> None:
         from pte import Policy, approve, compile_plan
-
-        # private: the catalogue fingerprint approvals bind
-        from pte._policy import catalogue_fingerprint
-        from pte.policy import ApprovalStore, approval_hook
+        from pte.policy import ApprovalStore, approval_hook, catalogue_fingerprint
 
         self.policy = Policy.from_registry(REGISTRY)
         self.approvals = ApprovalStore(tmp_path / "approvals.jsonl")

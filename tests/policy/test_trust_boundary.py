@@ -31,14 +31,11 @@ from pte import (
     tool,
     verify,
 )
-
-# private: the approval gate, driven directly; the catalogue fingerprint approvals bind
-from pte._policy import ApprovalGate, catalogue_fingerprint
 from pte.audit import read_records
 from pte.cli import main
 from pte.engine import ReplayClient
 from pte.errors import PolicyError, ToolRegistrationError
-from pte.policy import ApprovalStore
+from pte.policy import ApprovalStore, approval_hook, catalogue_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -186,7 +183,10 @@ def forge_unsealed_log(
     full = tmp_path / "attacker-full.jsonl"
     with AuditLog(full, run_id=given.run) as audit:
         result = Engine(
-            registry, None, policy=policy, approval=ApprovalGate(attacker_store, registry, policy=policy)
+            registry,
+            None,
+            policy=policy,
+            approval=approval_hook(attacker_store, registry=registry, policy=policy),
         ).execute(text, audit)
     assert result.ok, result.message
     lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -377,7 +377,7 @@ def test_untrusted_error_text_copied_by_the_replanner_is_refused_at_the_sink(
     )
     # Sent back once (pte._run._repair), the fooled replanner writes the same plan again.
     llm = ReplayClient([json.dumps(first), json.dumps(hijacked), json.dumps(hijacked)])
-    gate = ApprovalGate(store, registry, keys=TrustedKeys([signer.public_key]), policy=policy)
+    gate = approval_hook(store, registry=registry, keys=TrustedKeys([signer.public_key]), policy=policy)
     log = tmp_path / "audit.jsonl"
     with AuditLog(log) as audit:
         # planner_data="shown": the replanner reads the error text (pte._run._exposure; by default it

@@ -43,14 +43,14 @@ from pte import (
 # private: the call role under test
 from pte._core import current_role
 
-# private: the catalogue fingerprint approvals bind; the policy checks' parts, white-box
-from pte._policy import catalogue_fingerprint, plan_literals
+# private: the policy checks' parts, white-box
+from pte._policy import plan_literals
 
 # private: the prompts' text, white-box; a recorded model reply
 from pte._run import DATA_CLOSE, DATA_OPEN, RecordedReply
 from pte.audit import Redactor, read_records
 from pte.engine import LLMResponse, ReplayClient
-from pte.policy import ApprovalStore, approval_hook
+from pte.policy import ApprovalStore, approval_hook, catalogue_fingerprint
 
 CANARY = "⚠U-canary-5d1e"
 ATTACKER_IBAN = "GB33BUKB20201555555555"
