@@ -624,7 +624,7 @@ def test_audit_show_prints_one_line_per_record(good_log: Path, capsys: pytest.Ca
     code, out, _ = cli(capsys, "audit", "show", str(good_log))
     assert code == 0
     lines = out.splitlines()
-    # One line per record, then the run's steps summary (tests/audit/test_audit_show_steps.py).
+    # One line per record, then the run's steps summary (tests/replay/test_audit_show_steps.py).
     assert lines[len(records)].startswith("steps of run ")
     for line, record in zip(lines[: len(records)], records, strict=True):
         assert line.split()[0] == str(record["seq"])
