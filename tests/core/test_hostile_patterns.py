@@ -18,9 +18,6 @@ from hypothesis import strategies as st
 
 from pte import PlanRejected, Registry, ToolError, compile_plan, tool
 
-# private: a tool's spec from its function
-from pte._catalogue import spec_of
-
 # private: the decimal-string pattern under test; the schema validator under test; linear patterns, white-box
 from pte._core import DECIMAL_STRING_PATTERN, DECIMAL_STRING_RE2, ExplainingValidator, pattern_matcher
 
@@ -53,7 +50,7 @@ def test_a_hostile_decimal_literal_is_rejected_and_explained_quickly_at_compile(
 
 
 def test_a_hostile_decimal_argument_is_explained_quickly_at_run_time() -> None:
-    spec = spec_of(pay)
+    spec = REGISTRY["pay"]
     started = time.perf_counter()
     with pytest.raises(ToolError) as caught:
         spec.validate_args({"amount": HOSTILE})

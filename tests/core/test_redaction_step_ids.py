@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from pte import AuditLog, Executor, Registry, compile_plan, tool
-
-# private: the redaction marker
-from pte._core import REDACTED
 from pte.audit import Redactor
 from tests.audit_runs import begun
+
+#: What a redacted value or substring becomes (docs/audit-log.md).
+REDACTED = "[REDACTED]"
 
 
 @tool

@@ -12,10 +12,7 @@ from typing import Any
 
 import pytest
 
-from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool
-
-# private: the record schema, checked against directly
-from pte._audit import load_audit_schema
+from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool, verify
 from pte.audit import read_records
 from pte.errors import ToolRegistrationError, TransientError
 from tests.audit_runs import begun
@@ -93,7 +90,7 @@ def test_a_transient_failure_is_retried_with_backoff_and_the_attempts_are_record
     finished = read_records(path)[-1]
     assert finished["attempts"] == 3
     assert finished["retry_errors"] == [{"kind": "transient", "message": "503 Service Unavailable"}] * 2
-    assert load_audit_schema()  # the records above were validated against it on append
+    assert verify(path).intact  # schema-valid as well as chained (validated on append too)
 
 
 def test_retries_used_up_fail_the_step_with_the_last_error() -> None:
