@@ -17,9 +17,11 @@ replay needs, from the contents stored anywhere in the log.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -40,6 +42,13 @@ __all__ = [
 ]
 
 
+#: `code_hash` by function, with the code object it was read for: finding and tokenising a tool's
+#: source took ~1 ms a tool on every ``run_started`` (each run, resume and replay computes all of
+#: them), the same functions again and again in a worker or a test process. A function given new
+#: code (``__code__``) is read again; a function gone (a reloaded pack) drops out.
+_SOURCE_HASHES: weakref.WeakKeyDictionary[Any, tuple[Any, str | None]] = weakref.WeakKeyDictionary()
+
+
 def code_hash(spec: ToolSpec) -> str | None:
     """SHA-256 of the source text of the tool's function; None when it has no source to read.
 
@@ -49,11 +58,18 @@ def code_hash(spec: ToolSpec) -> str | None:
     if getattr(spec, "runs_json", None) is not None:
         return spec.code_sha256
     func = inspect.unwrap(spec.func)
+    code = getattr(func, "__code__", None)
+    with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: not kept
+        known = _SOURCE_HASHES.get(func)
+        if known is not None and known[0] is code:
+            return known[1]
     try:
-        source = inspect.getsource(func)
+        digest: str | None = hashlib.sha256(inspect.getsource(func).encode("utf-8")).hexdigest()
     except (OSError, TypeError):
-        return None
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+        digest = None
+    with contextlib.suppress(TypeError):
+        _SOURCE_HASHES[func] = (code, digest)
+    return digest
 
 
 def tool_fingerprint(spec: ToolSpec, entry: Mapping[str, Any] | None = None) -> dict[str, Any]:
