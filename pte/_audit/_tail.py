@@ -101,7 +101,8 @@ def _parse_complete_record(raw: bytes, prev: str, seq: int) -> dict[str, Any] | 
         record = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
-    if not isinstance(record, dict) or (canonical_json(record) + "\n").encode("utf-8") != raw:
+    # Parsed from a line: its numbers are JSON text's (an integer beyond 2**53 is a double).
+    if not isinstance(record, dict) or (canonical_json(record, from_text=True) + "\n").encode("utf-8") != raw:
         return None
     if _common_fields_problem(record) is not None or record["prev"] != prev or record["seq"] != seq:
         return None
@@ -119,7 +120,7 @@ def _checked_last(path: Path, raw: bytes) -> tuple[str, dict[str, Any]]:
     problem: str | None
     if not isinstance(record, dict):
         problem = "not a JSON object"
-    elif (canonical_json(record) + "\n").encode("utf-8") != raw:
+    elif (canonical_json(record, from_text=True) + "\n").encode("utf-8") != raw:  # as the line's text
         problem = "not in canonical form"
     else:
         problem = _common_fields_problem(record) or _record_hash_problem(record)
