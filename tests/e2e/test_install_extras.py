@@ -119,14 +119,12 @@ def test_the_readme_specialists_yaml_runs_on_the_base_install(tmp_path: Path) ->
     yaml_text = re.search(r"cat > specialists\.yaml <<'YAML'\n(.*?)\nYAML\n", readme, re.S)
     assert yaml_text is not None
     (tmp_path / "specialists.yaml").write_text(yaml_text.group(1) + "\n", encoding="utf-8")
-    from pte import load_pack
-
-    # private: the compile pipeline's parts, white-box
-    from pte._plan import check_specialists
+    from pte import Engine, EngineConfig, load_registry
     from pte.plan import load_specialists
 
     specialists = load_specialists(tmp_path / "specialists.yaml")
-    check_specialists(specialists, load_pack("backoffice"))
+    # An engine checks its specialists' catalogues against its registry (SpecialistError if not).
+    Engine(load_registry(["backoffice"]), None, config=EngineConfig(specialists=tuple(specialists)))
     assert [s.name for s in specialists] == ["collections", "payments"]
 
 
