@@ -49,6 +49,7 @@ from pte._audit._older_records import (
     current_config,
     current_policy,
     current_run_started,
+    current_tool_entry,
     record_format,
     stock_selection_undeclared,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "current_config",
     "current_policy",
     "current_run_started",
+    "current_tool_entry",
     "deployment_binding",
     "deployment_problem",
     "endorsement_problem",

@@ -38,6 +38,7 @@ __all__ = [
     "current_config",
     "current_policy",
     "current_run_started",
+    "current_tool_entry",
     "record_format",
     "stock_selection_undeclared",
 ]
@@ -59,6 +60,14 @@ class AddedField:
 
 ADDED: tuple[AddedField, ...] = (
     AddedField("run_started.tools[]", "code_sha256", "", "8d226da: tools' code hashes (trust boundary)"),
+    # A tool's describe() writes these only where they differ from what their absence means.
+    AddedField("run_started.tools[]", "retries", 0, "960eca4: retries (the executor redesign)"),
+    AddedField("run_started.tools[]", "backoff_s", 0.1, "960eca4: retries (the executor redesign)"),
+    AddedField("run_started.tools[]", "isolation", "thread", "960eca4: isolation (the executor redesign)"),
+    AddedField("run_started.tools[]", "is_async", False, "960eca4: async tools (the executor redesign)"),
+    AddedField("run_started.tools[]", "idempotency_key", None, "bebd8a4: idempotency keys (#12)"),
+    AddedField("run_started.tools[]", "read_effects", False, "0c1f134: sinks on reads"),
+    AddedField("run_started.tools[]", "third_party_text", (), "0c1f134: labels survive storage"),
     AddedField("run_started.config.policy", "default", "open", "8d226da: policy modes (the guarded default)"),
     AddedField("run_started.config.limits", "max_values", None, "6ec5301: the value cap (#10)"),
     AddedField("run_started.config", "endorsement", False, "f16eab0: endorsements (a run that may pause)"),
@@ -143,6 +152,11 @@ def current_policy(document: Any) -> Any:
     return _with_meant("run_started.config.policy", document) if isinstance(document, Mapping) else document
 
 
+def current_tool_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded catalogue entry (a tool's ``describe()``) with every field added since."""
+    return _with_meant("run_started.tools[]", entry)
+
+
 def current_run_started(record: Mapping[str, Any]) -> dict[str, Any]:
     """A ``run_started`` record (as `pte._catalogue.expand_run_started` gives it: its catalogue
     as ``tools``) in today's shape, for reading: what it meant, never what it did not say.
@@ -154,7 +168,5 @@ def current_run_started(record: Mapping[str, Any]) -> dict[str, Any]:
     out["config"] = current_config(config if isinstance(config, Mapping) else {})
     tools = out.get("tools")
     if isinstance(tools, list):
-        out["tools"] = [
-            _with_meant("run_started.tools[]", tool) if isinstance(tool, Mapping) else tool for tool in tools
-        ]
+        out["tools"] = [current_tool_entry(tool) if isinstance(tool, Mapping) else tool for tool in tools]
     return out

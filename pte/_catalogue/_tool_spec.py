@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 import pte._catalogue._generics as _generics
+from pte._audit import current_tool_entry
 from pte._catalogue._idempotency import without_key
 from pte._catalogue._selection import SELECTION_KEY, Selection
 from pte._core import ExplainingValidator, ToolError, ToolRegistrationError, canonical_bytes
@@ -250,6 +251,7 @@ class ToolSpec:
                 "not_recorded", f"{name} has no code in replay; only recorded outputs can be served"
             )
 
+        entry = current_tool_entry(entry)  # what a field an earlier describe() lacks means
         input_schema = dict(entry.get("input_schema") or {"type": "object"})
         output_schema = dict(entry.get("output_schema") or {})
         return cls(
@@ -266,20 +268,20 @@ class ToolSpec:
                 {param: frozenset(allowed) for param, allowed in entry.get("sinks") or ()}
             ),
             requires_approval=bool(entry.get("requires_approval", False)),
-            retries=int(entry.get("retries", 0)),
-            backoff_s=float(entry.get("backoff_s", 0.1)),
-            isolation=entry.get("isolation", "thread"),
+            retries=int(entry["retries"]),
+            backoff_s=float(entry["backoff_s"]),
+            isolation=entry["isolation"],
             # Recorded so that the catalogue replays identically (no code runs in replay).
-            is_async=entry.get("is_async") is True,
-            idempotency_key=str(entry["idempotency_key"]) if entry.get("idempotency_key") else None,
-            read_effects=entry.get("read_effects") is True,
-            third_party_text=tuple(str(where) for where in entry.get("third_party_text") or ()),
+            is_async=entry["is_async"] is True,
+            idempotency_key=str(entry["idempotency_key"]) if entry["idempotency_key"] else None,
+            read_effects=entry["read_effects"] is True,
+            third_party_text=tuple(str(where) for where in entry["third_party_text"] or ()),
             _input_validator=ExplainingValidator(input_schema),
             _output_validator=ExplainingValidator(output_schema),
             _fast_input=jsonschema_rs.validator_for(input_schema),
             _fast_output=jsonschema_rs.validator_for(output_schema),
-            # "": no hash recorded (pte._audit.current_run_started states it); describe() omits it.
-            _recorded_code_sha256=str(entry.get("code_sha256") or ""),
+            # "": no hash recorded; describe() then omits it.
+            _recorded_code_sha256=str(entry["code_sha256"] or ""),
         )
 
     @functools.cached_property
