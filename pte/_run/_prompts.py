@@ -83,7 +83,7 @@ under a "when", "require" or "for_each" over untrusted data; the run waits until
 the value, its source and those conditions, endorses it."""
 LITERAL_RULE = """- Your literals: request in a first plan, trusted once you were shown data, \
 untrusted (with every call of your plan) once you were shown untrusted text \
-(provenance=untrusted): reference values, never copy them."""
+(provenance=untrusted)."""
 AROUND_A_GUARD = """- Around a guard: decide by a trusted field and take the trusted field (the payee found \
 by id in trusted records, its iban plucked)."""
 #: Said only where some tool's output is untrusted (or its text a third party's).
@@ -181,9 +181,10 @@ def _plain(value: Any) -> Any:
 
 class _Types:
     """The named types (``$defs``) of every tool, each written once; a name two tools define
-    differently gets a numbered twin (``Entry2``)."""
+    differently gets a numbered twin (``Entry2``). A type written in one place only (`inline`)
+    is written there, not named: a name saves characters only where it is used twice."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: frozenset[str] = frozenset()) -> None:
         self.by_body: dict[str, str] = {}  # canonical JSON of a definition -> its shown name
         #: An object type's shape (without documentation) -> its name, to name inline copies.
         self.shapes: dict[str, str] = {}
@@ -191,6 +192,18 @@ class _Types:
         self.order: list[tuple[str, Mapping[str, Any], Mapping[str, str], str]] = []
         #: The notation's forms the catalogue's writers used (`NOTATION_KEYS`).
         self.used: set[str] = set()
+        #: Shown name -> its definition, and how often the catalogue writes the name.
+        self.bodies: dict[str, Mapping[str, Any]] = {}
+        self.uses: dict[str, int] = {}
+        #: The shown names written as their definition where they are used.
+        self.inline = inline
+
+    def once(self) -> frozenset[str]:
+        """The types written at most once, which refer to no other type (so never to
+        themselves): those are better written where they are used."""
+        return frozenset(
+            name for name, body in self.bodies.items() if self.uses.get(name, 0) <= 1 and "$ref" not in _jcs(body)
+        )
 
     def add_tool(self, schemas: Iterable[Mapping[str, Any]], described: str) -> dict[str, str]:
         """Register the ``$defs`` of one tool's schemas; returns local name -> shown name."""
@@ -212,6 +225,7 @@ class _Types:
                 self.by_body[key] = shown
                 taken.add(shown)
                 self.order.append((shown, body, local, described))
+                self.bodies[shown] = body
                 if "$ref" not in _jcs(body):
                     self.shapes.setdefault(_jcs(_undocumented(body)), shown)
             local[name] = shown
@@ -222,17 +236,15 @@ class _Writer:
     """Writes JSON Schemas in the catalogue's notation (`NOTATION_KEYS`)."""
 
     def __init__(
-        self,
-        names: Mapping[str, str],
-        described: str,
-        shapes: Mapping[str, str] | None = None,
-        used: set[str] | None = None,
+        self, names: Mapping[str, str], described: str, types: _Types | None = None, *, by_shape: bool = True
     ) -> None:
         self.names = names
-        #: The notation's forms written so far (`NOTATION_KEYS`), so that only those are keyed.
-        self.used: set[str] = set() if used is None else used
+        #: The catalogue's named types, and the notation's forms written so far (`NOTATION_KEYS`),
+        #: so that only those are keyed.
+        self.types = _Types() if types is None else types
+        self.used = self.types.used
         #: Named object types by shape: an inline object of the same shape is written by name.
-        self.shapes = shapes or {}
+        self.shapes = self.types.shapes if by_shape else {}
         #: The tool's own description: a field it names is not described again.
         self.described = described
         #: Its words, found once (a lookup per field, not a search of the description per field).
@@ -253,16 +265,17 @@ class _Writer:
             return _jcs(node)
         if node.get("type") == "object" and self.shapes:
             named = self.shapes.get(_jcs(_undocumented(node)))
-            if named is not None:
-                self.used.add("types")
-                return named
+            if named is not None and named not in self.types.inline:
+                return self._name(named)
         node = {k: v for k, v in node.items() if k not in _UNSHOWN}
         if not node:
             return "any"
         ref = node.pop("$ref", None)
         if isinstance(ref, str) and ref.startswith(_DEF_PREFIX) and ref[len(_DEF_PREFIX) :] in self.names:
-            self.used.add("types")
-            return self._with_rest(self.names[ref[len(_DEF_PREFIX) :]], node)
+            shown = self.names[ref[len(_DEF_PREFIX) :]]
+            if shown in self.types.inline:
+                return self._with_rest(self.type(self.types.bodies[shown]), node)
+            return self._with_rest(self._name(shown), node)
         if ref is not None:
             node["$ref"] = ref
         if _VAR in node:
@@ -311,6 +324,12 @@ class _Writer:
         if kind == "object" or ("properties" in node and "type" not in node):
             return self._object(node)
         return _jcs(node)
+
+    def _name(self, shown: str) -> str:
+        """A named type's name, counted (`_Types.once`)."""
+        self.used.add("types")
+        self.types.uses[shown] = self.types.uses.get(shown, 0) + 1
+        return shown
 
     def _with_rest(self, shown: str, rest: Mapping[str, Any]) -> str:
         return shown if not rest else self._both(shown, self.type(rest))
@@ -589,7 +608,7 @@ def _procedures_text(registry: Registry, types: _Types) -> str:
         inputs = dict(proc.parameters)
         output = procedure_output_schema(proc, registry, registry.procedures)
         names = types.add_tool((inputs, output), proc.description)
-        writer = _Writer(names, proc.description, types.shapes, types.used)
+        writer = _Writer(names, proc.description, types)
         required = list(inputs.get("required", ()))
         props = inputs.get("properties") or {}
         params = [writer.field(n, props[n], n in required) for n in _ordered(props, required)]
@@ -624,18 +643,18 @@ def catalogue_text(registry: Registry, policy: Policy | None = None) -> str:
 
 
 def _catalogue(registry: Registry, policy: Policy | None) -> tuple[str, set[str]]:
-    """The catalogue's text and the notation's forms it uses (`NOTATION_KEYS`)."""
-    types = _Types()
+    """The catalogue's text and the notation's forms it uses (`NOTATION_KEYS`): written once to
+    count how often each named type is used, and again with those used once written inline."""
+    text, types = _catalogue_with(registry, policy, _Types())
+    once = types.once()
+    if once:
+        text, types = _catalogue_with(registry, policy, _Types(inline=once))
+    return text, types.used
+
+
+def _catalogue_with(registry: Registry, policy: Policy | None, types: _Types) -> tuple[str, _Types]:
     writers = [
-        (
-            spec,
-            _Writer(
-                types.add_tool((spec.planner_input_schema, spec.planner_output_schema), d),
-                d,
-                types.shapes,
-                types.used,
-            ),
-        )
+        (spec, _Writer(types.add_tool((spec.planner_input_schema, spec.planner_output_schema), d), d, types))
         for spec in registry
         for d in (spec.description,)
     ]
@@ -644,12 +663,14 @@ def _catalogue(registry: Registry, policy: Policy | None) -> tuple[str, set[str]
         tools += "\n\n" + _procedures_text(registry, types)
     if getattr(registry, "specialists", None):  # a coordinator's view (pte._plan._specialists)
         tools += "\n\n" + _specialists_text(registry)
-    if not types.order:
-        return tools, types.used
+    named = [entry for entry in types.order if entry[0] not in types.inline]
+    if not named:
+        return tools, types
     shared = "\n".join(
-        f"{name} = {_Writer(local, d, None, types.used).type(body)}" for name, body, local, d in types.order
+        f"{name} = {_Writer(local, d, types, by_shape=False).type(body)}" for name, body, local, d in named
     )
-    return f"Types:\n{shared}\n\nTools:\n{tools}", types.used | {"types"}
+    types.used.add("types")
+    return f"Types:\n{shared}\n\nTools:\n{tools}", types
 
 
 def _as_logged(value: Any) -> Any:
