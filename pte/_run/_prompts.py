@@ -77,7 +77,8 @@ LABEL_KINDS = """- trusted: the output of a tool marked "output trusted"; untrus
 text ("output untrusted", "untrusted fields" /pointer, * = any element); other outputs: the \
 labels of what the tool read, a selection's (filter, sort, first, extreme, pick) those of the \
 fields it returns and decided on."""
-GUARD_RULE = """- "guarded p: request|trusted": p takes only those labels, whatever the request says."""
+GUARD_RULE = """- "guarded p: request|trusted": p (*: every parameter) takes only those labels, whatever the \
+request says."""
 ENDORSABLE_RULE = """ "endorsable p": p may take untrusted data the request asks to act on, even \
 under a "when", "require" or "for_each" over untrusted data; the run waits until a person, shown \
 the value, its source and those conditions, endorses it."""
@@ -184,7 +185,7 @@ class _Types:
     differently gets a numbered twin (``Entry2``). A type written in one place only (`inline`)
     is written there, not named: a name saves characters only where it is used twice."""
 
-    def __init__(self, inline: frozenset[str] = frozenset()) -> None:
+    def __init__(self, inline: frozenset[str] = frozenset(), lists: frozenset[str] = frozenset()) -> None:
         self.by_body: dict[str, str] = {}  # canonical JSON of a definition -> its shown name
         #: An object type's shape (without documentation) -> its name, to name inline copies.
         self.shapes: dict[str, str] = {}
@@ -197,6 +198,20 @@ class _Types:
         self.uses: dict[str, int] = {}
         #: The shown names written as their definition where they are used.
         self.inline = inline
+        #: A list and its length, ``{k: X[], count: int}`` (the stock packs' outputs): how often
+        #: each key k is written, and the keys written ``K<X>`` with ``K<T>`` under Types.
+        self.list_uses: dict[str, int] = {}
+        self.lists = lists
+
+    def common_lists(self) -> frozenset[str]:
+        """The list shapes written often enough that naming them saves characters (three
+        times or more), unless a tool's type already has the name."""
+        return frozenset(
+            key for key, n in self.list_uses.items() if n >= 3 and _list_name(key) not in self.bodies
+        )
+
+    def list_lines(self) -> list[str]:
+        return [f"{_list_name(key)}<T> = {{{key}: T[], count: int}}" for key in sorted(self.lists)]
 
     def once(self) -> frozenset[str]:
         """The types written at most once, which refer to no other type (so never to
@@ -322,7 +337,7 @@ class _Writer:
         if kind == "array":
             return self._array(node)
         if kind == "object" or ("properties" in node and "type" not in node):
-            return self._object(node)
+            return self._list(node) or self._object(node)
         return _jcs(node)
 
     def _name(self, shown: str) -> str:
@@ -408,6 +423,39 @@ class _Writer:
         text = "{" + ", ".join(parts) + "}"
         return text if not node else self._both(text, _jcs(node))
 
+    def _list(self, node: Mapping[str, Any]) -> str | None:
+        """``K<X>`` for ``{k: X[], count: int}`` (no notes, nothing else) where that shape is
+        named (`_Types.common_lists`); counts the shape otherwise."""
+        props, required = node.get("properties"), node.get("required")
+        if (
+            set(node) - {"type", "properties", "required", "additionalProperties"}
+            or node.get("type") != "object"
+            or node.get("additionalProperties", False) is not False
+            or not isinstance(props, Mapping)
+            or not isinstance(required, (list, tuple))
+            or len(props) != 2
+            or set(required) != set(props)
+            or "count" not in props
+        ):
+            return None
+        key = next(k for k in props if k != "count")
+        count, values = props["count"], props[key]
+        if not _LIST_KEY.fullmatch(key) or not isinstance(count, Mapping) or not isinstance(values, Mapping):
+            return None
+        values = {k: v for k, v in values.items() if k != "title"}
+        if {k: v for k, v in count.items() if k != "title"} != {"type": "integer"} or set(values) != {
+            "type",
+            "items",
+        }:
+            return None
+        if values["type"] != "array":
+            return None
+        if key not in self.types.lists:
+            self.types.list_uses[key] = self.types.list_uses.get(key, 0) + 1
+            return None
+        self.used.add("types")
+        return f"{_list_name(key)}<{self.type(values['items'])}>"
+
     def field(self, name: str, node: Any, required: bool) -> str:
         """``name: TYPE`` (required) or ``name?: TYPE = default``, then its description if the
         tool's own description does not already speak of it."""
@@ -431,6 +479,12 @@ class _Writer:
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_LIST_KEY = re.compile(r"[a-z][a-z0-9]{0,31}(?:_[a-z0-9]{1,31}){0,3}")
+
+
+def _list_name(key: str) -> str:
+    """The type name of a list shape's key: ``records`` -> ``Records``, ``line_items`` -> ``LineItems``."""
+    return "".join(part.capitalize() for part in key.split("_"))
 
 
 def _key(name: str) -> str:
@@ -530,7 +584,12 @@ def _labels_line(spec: ToolSpec, registry: Registry, policy: Policy | None) -> s
     # read back from a log has them in JCS order; the prompt must render the same for replay.
     for param, allowed in sorted(sinks.items()):
         groups.setdefault("|".join(sorted(allowed)) or "nothing", []).append(param)
-    parts.extend(f"guarded {', '.join(map(_key, params))}: {allowed}" for allowed, params in groups.items())
+    every = set((spec.planner_input_schema.get("properties") or {}).keys())
+    parts.extend(
+        # "*": every parameter (GUARD_RULE), the common case of a write in guarded mode.
+        f"guarded {'*' if len(params) > 1 and set(params) == every else ', '.join(map(_key, params))}: {allowed}"
+        for allowed, params in groups.items()
+    )
     if endorsable:
         parts.append(f"endorsable {', '.join(map(_key, endorsable))}")
     return "; ".join(parts)
@@ -646,9 +705,9 @@ def _catalogue(registry: Registry, policy: Policy | None) -> tuple[str, set[str]
     """The catalogue's text and the notation's forms it uses (`NOTATION_KEYS`): written once to
     count how often each named type is used, and again with those used once written inline."""
     text, types = _catalogue_with(registry, policy, _Types())
-    once = types.once()
-    if once:
-        text, types = _catalogue_with(registry, policy, _Types(inline=once))
+    once, lists = types.once(), types.common_lists()
+    if once or lists:
+        text, types = _catalogue_with(registry, policy, _Types(inline=once, lists=lists))
     return text, types.used
 
 
@@ -664,10 +723,11 @@ def _catalogue_with(registry: Registry, policy: Policy | None, types: _Types) ->
     if getattr(registry, "specialists", None):  # a coordinator's view (pte._plan._specialists)
         tools += "\n\n" + _specialists_text(registry)
     named = [entry for entry in types.order if entry[0] not in types.inline]
-    if not named:
+    if not named and not types.lists:
         return tools, types
     shared = "\n".join(
-        f"{name} = {_Writer(local, d, types, by_shape=False).type(body)}" for name, body, local, d in named
+        types.list_lines()
+        + [f"{name} = {_Writer(local, d, types, by_shape=False).type(body)}" for name, body, local, d in named]
     )
     types.used.add("types")
     return f"Types:\n{shared}\n\nTools:\n{tools}", types

@@ -54,8 +54,8 @@ def _entries(system: str) -> dict[str, str]:
 
 
 def _types(system: str) -> dict[str, str]:
-    """Shared type name -> its definition line."""
-    return {m.group(1): m.group(2) for m in re.finditer(r"^([A-Z]\w*) = (.*)$", system, re.M)}
+    """Shared type name -> its definition line (a list shape's, ``Records<T>``, by its name)."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^([A-Z]\w*)(?:<T>)? = (.*)$", system, re.M)}
 
 
 def _keys(value: Any) -> Iterator[str]:
@@ -124,8 +124,9 @@ def test_the_planner_prompt_states_what_the_plan_uses(
         if not field or tool not in registry.names or field in ("*",) or field.isdigit():
             continue
         output = entries[tool].split("\n")[0].split(") -> ", 1)[1]
-        if re.fullmatch(r"[A-Z]\w*", output):
-            output = types[output]
+        named = re.fullmatch(r"([A-Z]\w*)(<.*>)?", output)
+        if named:  # a shared type (Invoice) or list shape (Records<R>, its items R)
+            output = types[named.group(1)] + (named.group(2) or "")
         if output.startswith("{[key]: "):  # a map: its keys are named in the description
             assert re.search(rf"\b{re.escape(field)}\b", entries[tool]), (name, tool, field)
             continue

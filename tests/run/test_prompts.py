@@ -109,8 +109,10 @@ def _check_rendering(registry: Registry, policy: Policy) -> None:
             if name not in required and schema.get("default") not in (None, False):  # implied ones
                 assert f" = {canonical_json(schema['default'])}" in part, (spec.name, part)
         output = dict(spec.output_schema)
-        if re.fullmatch(r"[A-Z]\w*", output_text):  # the output is a shared type: its fields are there
-            output_text = next(line for line in text.split("\n") if line.startswith(f"{output_text} = {{"))
+        named = re.fullmatch(r"([A-Z]\w*)(<.*>)?", output_text)
+        if named:  # the output is a shared type (Invoice, Records<R>): its fields are there
+            head = f"{named.group(1)}<T> = {{" if named.group(2) else f"{named.group(1)} = {{"
+            output_text = next(line for line in text.split("\n") if line.startswith(head))
         for name in output.get("properties", {}):
             assert re.search(rf"[{{ ]{re.escape(name)}\??: ", output_text), (spec.name, name)
         for name, body in (output.get("$defs") or {}).items():
@@ -127,9 +129,17 @@ def _check_rendering(registry: Registry, policy: Policy) -> None:
         for pointer, label in effective.fields.items():
             if label != effective.output:
                 assert pointer in labels and f"{label} fields" in labels, (spec.name, pointer)
+        guards = {}  # parameter -> the labels its guard shows ("*": every parameter)
+        for part in labels.split("; "):
+            if part.startswith("guarded "):
+                names, _, shown = part.removeprefix("guarded ").rpartition(": ")
+                every = names == "*" and len(spec.planner_input_schema.get("properties", {})) > 1
+                for name in spec.planner_input_schema.get("properties", {}) if every else _split_top(names):
+                    name = str(json.loads(name)) if name.startswith('"') else name
+                    guards[name] = shown
+        assert set(guards) == set(effective.sinks), spec.name
         for param, allowed in effective.sinks.items():
-            guard = next(g for g in labels.split("; ") if g.startswith("guarded ") and param in g)
-            assert guard.endswith(": " + "|".join(sorted(allowed))), (spec.name, guard)
+            assert guards[param] == "|".join(sorted(allowed)), (spec.name, param, guards[param])
         # The description, word for word, except a phrase restating the output's fields.
         restated = r"(?:[Rr]eturns?|:) \{(?:[^{}\[\]]|\[\{[^{}]*\}\])+\}:?"
         expected = re.findall(r"\w+", re.sub(restated, " ", spec.description).lower())
@@ -141,6 +151,20 @@ def _check_rendering(registry: Registry, policy: Policy) -> None:
 def test_every_stock_tool_is_rendered_with_every_fact_a_planner_needs() -> None:
     registry = load_registry(STOCK_PACKS)
     _check_rendering(registry, Policy.from_registry(registry))
+
+
+def test_a_guard_on_every_parameter_is_written_once() -> None:
+    """A write in guarded mode guards each of its parameters: the labels line says so with "*",
+    which the label rules key; a guard on some parameters names them."""
+    registry = load_registry(["backoffice"])
+    blocks = _entries(prompts.catalogue_text(registry, Policy.from_registry(registry)))
+    assert "[write; needs approval; output trusted; guarded *: request|trusted]" in blocks["send_payment"]
+    assert "(*: every parameter)" in prompts.label_rules(registry, None)
+    policy = Policy.from_registry(registry).with_document(
+        {"pte_policy": "1", "tools": {"send_reminders": {"sinks": {"channel": ["request"]}}}}
+    )
+    line = _entries(prompts.catalogue_text(registry, policy))["send_reminders"].split("\n")[1]
+    assert line == "[write; output trusted; guarded channel: request; guarded invoice_ids: request|trusted]"
 
 
 def test_a_policy_file_changes_what_the_planner_is_told() -> None:
@@ -186,7 +210,7 @@ _FORMS = {
     "optional field": r"[{,] [a-z_]\w*\?: [^()]*\}",
     "more keys": r", \.\.\.\}",
     "map": r"\[key\]: ",
-    "types": r"^[A-Z]\w* = \{",
+    "types": r"^[A-Z]\w*(<T>)? = \{",
     "generic": r"^[a-z_]\w*\[",
     "field": r"\bfield<",
     "field of": r"\b[A-Z]\w*\[[a-z_]\w*\]",
@@ -229,7 +253,7 @@ def test_the_notation_keys_exactly_the_forms_the_catalogue_uses(registry: Regist
     notation = system[system.index(prompts.NOTATION_HEAD) :].split("\n", 1)[0]
     catalogue = prompts.catalogue_text(registry, Policy.from_registry(registry))
     lines = [block.split("\n")[0] for block in _entries(catalogue).values()]
-    lines += [line for line in catalogue.split("\n") if re.match(r"[A-Z]\w* = ", line)]
+    lines += [line for line in catalogue.split("\n") if re.match(r"[A-Z]\w*(<T>)? = ", line)]
     for form, key in prompts.NOTATION_KEYS.items():
         used = any(re.search(_FORMS[form], line) for line in lines)
         assert (key in notation) == used, (form, used)
@@ -242,9 +266,9 @@ def test_generic_tools_are_short_signatures_and_shared_types_are_written_once() 
     assert "x-pte" not in text and "$defs" not in text and "additionalProperties" not in text
     blocks = _entries(text)
     assert blocks["first"].startswith("first[T](records: T[]) -> {record: T}")
-    assert blocks["pick"].startswith(
-        "pick[R](records: R[], fields: field<R>[]) -> {records: Pick<R,fields>[], count: int}"
-    )
+    assert blocks["pick"].startswith("pick[R](records: R[], fields: field<R>[]) -> Records<Pick<R,fields>>")
+    # A list and its length, written by many tools, is named once.
+    assert text.count("Records<T> = {records: T[], count: int}") == 1
     # A type used once is written where it is used; one used twice is named once, under Types.
     assert "Entry" not in text and "entries: {key: str, value: str, lines: str[]}[]" in blocks["parse_fields"]
     backoffice = prompts.catalogue_text(load_registry(["backoffice"]))
@@ -403,7 +427,7 @@ def test_property_names_from_an_imported_schema_cannot_read_as_more_parameters_o
                 "Wire money.",
                 {hostile: {"type": "string"}, "memo?": {"type": "string"}},
                 effect="write",
-                sinks={hostile: ["request", "trusted"]},
+                sinks={hostile: ["request"]},
             )
         ]
     )
@@ -411,7 +435,7 @@ def test_property_names_from_an_imported_schema_cannot_read_as_more_parameters_o
     _check_rendering(registry, policy)  # one parameter per property, types, required-ness, guards
     block = _entries(prompts.catalogue_text(registry, policy))["wire"]
     assert block.startswith('wire("memo?": str, "to, amount: number": str) -> {ok: bool}')
-    assert '[write; output trusted; guarded "memo?", "to, amount: number": request|trusted]' in block
+    assert '[write; output trusted; guarded "memo?": request|trusted; guarded "to, amount: number": request]' in block
 
 
 def test_a_description_cannot_forge_another_tools_labels() -> None:
@@ -520,14 +544,14 @@ def test_a_write_tool_with_several_guarded_parameters_replays_the_same_prompt(tm
     from pte.engine import ReplayClient
     from pte.runs import replay_file
 
-    @pte.tool(effect="write")
+    @pte.tool(effect="write", sinks={"permission": "request"})
     def share(file_id: str, email: str, permission: str) -> dict[str, str]:
         """Share a file."""
         return {"shared": file_id}
 
     registry = Registry([share])
     text = prompts.catalogue_text(registry, Policy.from_registry(registry))
-    assert "guarded email, file_id, permission: request|trusted" in text
+    assert "guarded email, file_id: request|trusted; guarded permission: request]" in text
     doc = {
         "pte_plan": "1",
         "steps": [{"id": "s", "tool": "share", "args": {"file_id": "f", "email": "e", "permission": "r"}}],
