@@ -129,7 +129,7 @@ instead of "result": you are shown those values and plan the next stage."""
 #: How the catalogue is written (shown once, above it): the head, then the key of each form the
 #: catalogue uses (`catalogue_notation`), in this order; a form no tool uses is not keyed.
 NOTATION_HEAD = """Tools: name(p: TYPE, q?: TYPE = default) -> OUTPUT, [labels], what it does. q? \
-is optional (no default shown: null, false or absent); no other parameters."""
+is optional (no default shown: null, which it takes, false or absent); no other parameters."""
 NOTATION_KEYS: Mapping[str, str] = {
     "decimal": 'decimal = a decimal string ("12.50")',
     "format": "str(date) = text in that format",
@@ -456,14 +456,15 @@ class _Writer:
         self.used.add("types")
         return f"{_list_name(key)}<{self.type(values['items'])}>"
 
-    def field(self, name: str, node: Any, required: bool) -> str:
+    def field(self, name: str, node: Any, required: bool, *, param: bool = False) -> str:
         """``name: TYPE`` (required) or ``name?: TYPE = default``, then its description if the
-        tool's own description does not already speak of it."""
+        tool's own description does not already speak of it. An optional parameter whose default
+        is null is written without ``|null``: the notation says no default shown means null."""
         key = _key(name)
         if required:
             text = f"{key}: {self.type(node)}"
         else:
-            text = f"{key}?: {self.type(node)}"
+            text = f"{key}?: {self.type(_not_null(node) if param else node)}"
             default = node.get("default") if isinstance(node, Mapping) else None
             if default is not None and default is not False:  # the notation's implied defaults
                 text += f" = {_jcs(default)}"
@@ -491,6 +492,18 @@ def _key(name: str) -> str:
     """A property name as written: plain, or as a JSON string when it could read as notation
     (a name from an imported schema may hold ", x: str" or "?")."""
     return name if _PLAIN_KEY.fullmatch(name) else _jcs(name)
+
+
+def _not_null(node: Any) -> Any:
+    """An optional parameter's schema without its null member where null is its default (the
+    notation's reading of ``q?: T``); any other schema as it is."""
+    if not isinstance(node, Mapping) or "default" not in node or node["default"] is not None:
+        return node
+    members = node.get("anyOf")
+    if set(node) - {"anyOf", "default", "title", "description", "examples"} or not isinstance(members, list):
+        return node
+    rest = [m for m in members if m != {"type": "null"}]
+    return rest[0] if len(members) == 2 and len(rest) == 1 else node
 
 
 def _undocumented(node: Any) -> Any:
@@ -637,7 +650,7 @@ def _tool_text(spec: ToolSpec, writer: _Writer, registry: Registry, policy: Poli
         head += f"[{', '.join(shown)}]"
     required = list(inputs.get("required", ()))
     props = inputs.get("properties") or {}
-    params = [writer.field(n, props[n], n in required) for n in _ordered(props, required)]
+    params = [writer.field(n, props[n], n in required, param=True) for n in _ordered(props, required)]
     if inputs.get("additionalProperties", False) not in (False, None):
         params.append("...")
     lines = [f"{head}({', '.join(params)}) -> {writer.type(spec.planner_output_schema)}"]
@@ -670,7 +683,7 @@ def _procedures_text(registry: Registry, types: _Types) -> str:
         writer = _Writer(names, proc.description, types)
         required = list(inputs.get("required", ()))
         props = inputs.get("properties") or {}
-        params = [writer.field(n, props[n], n in required) for n in _ordered(props, required)]
+        params = [writer.field(n, props[n], n in required, param=True) for n in _ordered(props, required)]
         runs = ", ".join(dict.fromkeys(proc.tools))
         entries.append(
             f"{proc.name}({', '.join(params)}) -> {writer.type(output)}\n[procedure; runs {runs}]\n"
