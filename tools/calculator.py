@@ -533,8 +533,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 @tool(provenance="derived")
 def to_number(value: Decimal, places: Annotated[int, Field(ge=0, le=15)] | None = None) -> NumberResult:
-    """A decimal string as a JSON number (for a parameter typed number); fails if digits would be
-    lost (`places` rounds half-even first).
+    """A decimal string as a JSON number, for a parameter typed number; `places` rounds half-even,
+    else lost digits fail.
     """
     with decimal.localcontext(_context()):
         if places is not None:

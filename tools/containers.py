@@ -292,7 +292,7 @@ def count_by(
 
 @tool(provenance="derived", selection=Selection({"/records/*/item": "items/*"}))
 def rank(items: list[T]) -> RankList[T]:
-    """Number the items, rank 1 for the first (e.g. after a sort)."""
+    """Number the items from rank 1 (e.g. after a sort)."""
     out = [Ranked[Any](rank=i + 1, item=item) for i, item in enumerate(items)]
     return RankList[Any](records=out, count=len(out))
 
@@ -324,9 +324,7 @@ def concat(lists: list[list[T]]) -> ValueList[T]:
 
 @tool(provenance="derived")
 def top_key(object: dict[str, V], which: Literal["max", "min"] = "max") -> KeyValue[V]:
-    """The key with the max or min value (e.g. of a count map; the first of ties). An empty object
-    fails the step.
-    """
+    """The key with the max or min value (the first of ties); an empty object fails the step."""
     if not object:
         raise ValueError(f"the object is empty: there is no {which} key")
     values = [_scalar(v, f"the value of {k!r}") for k, v in object.items()]

@@ -185,7 +185,12 @@ class _Types:
     differently gets a numbered twin (``Entry2``). A type written in one place only (`inline`)
     is written there, not named: a name saves characters only where it is used twice."""
 
-    def __init__(self, inline: frozenset[str] = frozenset(), lists: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        inline: frozenset[str] = frozenset(),
+        lists: frozenset[str] = frozenset(),
+        titled: Mapping[str, tuple[str, Mapping[str, Any], str]] | None = None,
+    ) -> None:
         self.by_body: dict[str, str] = {}  # canonical JSON of a definition -> its shown name
         #: An object type's shape (without documentation) -> its name, to name inline copies.
         self.shapes: dict[str, str] = {}
@@ -202,6 +207,39 @@ class _Types:
         #: each key k is written, and the keys written ``K<X>`` with ``K<T>`` under Types.
         self.list_uses: dict[str, int] = {}
         self.lists = lists
+        #: An object shape written inline (no type variable, no named type in it) -> how often,
+        #: and its title, schema and the first writer's description: one written three times
+        #: or more under one title is named by it (`common_shapes`).
+        self.shape_uses: dict[str, int] = {}
+        self.shape_first: dict[str, tuple[set[str], Mapping[str, Any], str]] = {}
+        for key, (title, body, described) in (titled or {}).items():
+            self.shapes[key] = title
+            self.bodies[title] = body
+            self.order.append((title, body, {}, described))
+
+    def count_shape(self, node: Mapping[str, Any], described: str) -> None:
+        key = _jcs(_undocumented(node))
+        if "x-pte" in key or "$ref" in key:
+            return
+        self.shape_uses[key] = self.shape_uses.get(key, 0) + 1
+        titles, _, _ = self.shape_first.setdefault(key, (set(), node, described))
+        titles.add(str(node.get("title")))
+
+    def common_shapes(self) -> dict[str, tuple[str, Mapping[str, Any], str]]:
+        """The shapes written three times or more under one title (a name no tool's type has)
+        where writing the name saves characters: shape -> (title, schema, description)."""
+        out: dict[str, tuple[str, Mapping[str, Any], str]] = {}
+        for key, n in self.shape_uses.items():
+            titles, body, described = self.shape_first[key]
+            title = next(iter(titles))
+            if n < 3 or len(titles) != 1 or not _TYPE_NAME.fullmatch(title) or title in self.bodies:
+                continue
+            if any(_list_name(k) == title for k in self.list_uses):
+                continue
+            text = _Writer({}, described).type(body)
+            if n * (len(text) - len(title)) > len(title) + 3 + len(text):
+                out[key] = (title, body, described)
+        return out
 
     def common_lists(self) -> frozenset[str]:
         """The list shapes written often enough that naming them saves characters (three
@@ -282,6 +320,8 @@ class _Writer:
             named = self.shapes.get(_jcs(_undocumented(node)))
             if named is not None and named not in self.types.inline:
                 return self._name(named)
+        if node.get("type") == "object" and "properties" in node and self.shapes is self.types.shapes:
+            self.types.count_shape(node, self.described)
         node = {k: v for k, v in node.items() if k not in _UNSHOWN}
         if not node:
             return "any"
@@ -480,6 +520,7 @@ class _Writer:
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_TYPE_NAME = re.compile(r"[A-Z][A-Za-z0-9]{0,63}")
 _LIST_KEY = re.compile(r"[a-z][a-z0-9]{0,31}(?:_[a-z0-9]{1,31}){0,3}")
 
 
@@ -718,9 +759,9 @@ def _catalogue(registry: Registry, policy: Policy | None) -> tuple[str, set[str]
     """The catalogue's text and the notation's forms it uses (`NOTATION_KEYS`): written once to
     count how often each named type is used, and again with those used once written inline."""
     text, types = _catalogue_with(registry, policy, _Types())
-    once, lists = types.once(), types.common_lists()
-    if once or lists:
-        text, types = _catalogue_with(registry, policy, _Types(inline=once, lists=lists))
+    once, lists, titled = types.once(), types.common_lists(), types.common_shapes()
+    if once or lists or titled:
+        text, types = _catalogue_with(registry, policy, _Types(inline=once, lists=lists, titled=titled))
     return text, types.used
 
 
