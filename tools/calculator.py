@@ -488,8 +488,8 @@ def calculator(
 ) -> CalcResult:
     """Exact decimal arithmetic on a Python-style `expression`: + - * / // % **, comparisons (1 or
     0), and or not, x if c else y, xs[0], xs[-1], sum min max avg len abs round floor ceil;
-    `variables` name numbers, decimal strings or lists ({"xs": ["10.50", "2.25"]}); `places`
-    rounds the result by `rounding`. Unknown names, division by zero or a list result fail.
+    `variables` name numbers, decimal strings or lists ({"xs": ["10.50", "2.25"]}). Unknown
+    names, division by zero or a list result fail.
     """
     with decimal.localcontext(_context()):
         value = _evaluate(expression, variables or {}, _ROUNDINGS[rounding])

@@ -238,7 +238,7 @@ def time_between(start: str, end: str) -> Duration:
 
 @tool(provenance="derived")
 def day_bounds(value: str) -> Bounds:
-    """The first and last second of `value`'s day (T00:00:00, T23:59:59), its zone kept."""
+    """The first and last second of `value`'s day, its zone kept."""
     parsed = _value(value)
     start = parsed.replace(hour=0, minute=0, second=0, microsecond=0)
     return Bounds(start=start.isoformat(), end=start.replace(hour=23, minute=59, second=59).isoformat())

@@ -123,8 +123,8 @@ def regex_extract(
     ignore_case: bool = False,
     max_matches: Annotated[int, Field(ge=1, le=MAX_ITEMS)] = 100,
 ) -> MatchRecords:
-    """The matches of `pattern`, a record each: "Rating: (?P<rating>[0-9.]+)" gives [{"rating":
-    "4.2"}]; no named group: field "match". No backreferences or lookaround.
+    """The matches of `pattern`, a record each ("(?P<n>[0-9]+)" gives {"n": "42"}); no named group:
+    field "match". No backreferences or lookaround.
     """
     # The same RE2 settings and group names compile used to type the records.
     regex = compile_regex(pattern, ignore_case)
@@ -179,8 +179,8 @@ def split_text(
     skip_empty: bool = True,
     strip_bullets: bool = False,
 ) -> TextList:
-    """Split `text` at `separator` (null: at line breaks); strip_bullets drops a leading "- ",
-    "* ", "• ", "1. ".
+    """Split `text` at `separator` (null: at line breaks); strip_bullets drops "- ", "* ", "• ",
+    "1. ".
     """
     if separator == "":
         raise ValueError("separator is empty: give a separator, or null to split into lines")

@@ -136,12 +136,11 @@ NOTATION_KEYS: Mapping[str, str] = {
     "optional field": "{a: T, b?: U} = an object, b may be absent",
     "more keys": '", ..." = more keys',
     "map": "{[key]: T} = any keys",
-    "types": 'UpperCase = a type under "Types"',
-    "generic": """generic tools name type variables (pick[R]), typed by what you pass, so references \
-follow your data's fields (sort_records then first: "<id>/record/<field>"); R is a record, others \
-any value unless [V: record]""",
+    "generic": """a capital letter (R, T) is a type variable: the type of what you pass, so \
+references follow your data's fields (sort_records then first: "<id>/record/<field>"); R is a \
+record, others any value unless the tool says [V: record]""",
     "field": "field<R> = a field name of R",
-    "field of": "R[f] = the type of R's field named by argument f",
+    "field of": "R[f] = the type of R's field f",
     "pick": "Pick<R,fs> = R with only the fields fs",
     "groups": "groups<p> = a str field per named group of regex p",
     "both": "R & X = the fields of both",
@@ -273,7 +272,7 @@ class _Types:
             shown = self.by_body.get(key)
             if shown is None:
                 shown, n = name, 2
-                while shown in taken:
+                while shown in taken or _VARIABLE.fullmatch(shown):  # "R" would read as a variable
                     shown, n = f"{name}{n}", n + 1
                 self.by_body[key] = shown
                 taken.add(shown)
@@ -382,7 +381,6 @@ class _Writer:
 
     def _name(self, shown: str) -> str:
         """A named type's name, counted (`_Types.once`)."""
-        self.used.add("types")
         self.types.uses[shown] = self.types.uses.get(shown, 0) + 1
         return shown
 
@@ -493,7 +491,6 @@ class _Writer:
         if key not in self.types.lists:
             self.types.list_uses[key] = self.types.list_uses.get(key, 0) + 1
             return None
-        self.used.add("types")
         return f"{_list_name(key)}<{self.type(values['items'])}>"
 
     def field(self, name: str, node: Any, required: bool, *, param: bool = False) -> str:
@@ -521,6 +518,8 @@ class _Writer:
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _TYPE_NAME = re.compile(r"[A-Z][A-Za-z0-9]{0,63}")
+#: A type variable the notation keys without the tool naming it (`NOTATION_KEYS["generic"]`).
+_VARIABLE = re.compile(r"[A-Z]")
 _LIST_KEY = re.compile(r"[a-z][a-z0-9]{0,31}(?:_[a-z0-9]{1,31}){0,3}")
 
 
@@ -686,9 +685,11 @@ def _tool_text(spec: ToolSpec, writer: _Writer, registry: Registry, policy: Poli
     head = spec.name
     if variables:
         writer.used.add("generic")
-        # The notation says R is a record and other variables any value; say so only otherwise.
-        shown = (v if (b == "record") == (v == "R") else f"{v}: {b}" for v, b in variables.items())
-        head += f"[{', '.join(shown)}]"
+        # The notation says a capital letter is a type variable, R a record and others any value:
+        # a tool names its variables only where one is not so (join_records[RL: record, RS: record]).
+        if any(not _VARIABLE.fullmatch(v) or (b == "record") != (v == "R") for v, b in variables.items()):
+            shown = (v if (b == "record") == (v == "R") else f"{v}: {b}" for v, b in variables.items())
+            head += f"[{', '.join(shown)}]"
     required = list(inputs.get("required", ()))
     props = inputs.get("properties") or {}
     params = [writer.field(n, props[n], n in required, param=True) for n in _ordered(props, required)]
@@ -783,7 +784,6 @@ def _catalogue_with(registry: Registry, policy: Policy | None, types: _Types) ->
         types.list_lines()
         + [f"{name} = {_Writer(local, d, types, by_shape=False).type(body)}" for name, body, local, d in named]
     )
-    types.used.add("types")
     return f"Types:\n{shared}\n\nTools:\n{tools}", types
 
 

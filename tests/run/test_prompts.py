@@ -213,7 +213,6 @@ _FORMS = {
     "optional field": r"[{,] [a-z_]\w*\?: [^()]*\}",
     "more keys": r", \.\.\.\}",
     "map": r"\[key\]: ",
-    "types": r"^[A-Z]\w*(<T>)? = \{",
     "generic": r"^[a-z_]\w*\[",
     "field": r"\bfield<",
     "field of": r"\b[A-Z]\w*\[[a-z_]\w*\]",
