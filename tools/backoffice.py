@@ -713,9 +713,9 @@ def record_payment(
     currency: str,
     received_on: date | None = None,
 ) -> PaymentRecorded:
-    """Record a customer payment against an open invoice (all or nothing; not idempotent): `amount`
-    > 0, at most 2 places and the outstanding, in the invoice's `currency`; `received_on`
-    defaults to the ledger's date; `status` 'paid' once nothing remains.
+    """Record a customer payment against an open invoice (not idempotent): `amount` > 0, at most 2
+    places and the outstanding, in the invoice's `currency`; `received_on` defaults to the
+    ledger's date; `status` 'paid' once nothing remains.
     """
     key = _id(invoice_id, "invoice_id")
     value = _money(amount)
@@ -805,8 +805,8 @@ def queue_reminder(
     message: str | None = None,
 ) -> ReminderQueued:
     """Queue a payment reminder for one open, past-due invoice. Idempotent per (invoice_id,
-    channel): a repeat returns the same reminder_id with queued=false. `message` defaults to a
-    standard text.
+    channel): a repeat gives the same reminder_id, queued=false. `message` defaults to a standard
+    text.
     """
     key = _id(invoice_id, "invoice_id")
     text = _check_message(message)
