@@ -1,14 +1,15 @@
-"""Two catalogue renderings measured and not adopted (#37): what they would save.
+"""A catalogue rendering measured and not adopted (#37): what it would save.
 
-1. Families: consecutive tools with the same type variables, the same output and the same first
-   parameter written as one signature line (`a, b, c[T](values: T[], ...) -> OUTPUT`) and one
-   line per member with its own parameters and description (`- a(op: ..., value: any): ...`).
-2. Shared shapes: `Values<X>` for `{values: X[], count: int}` and `Records<X>` for
-   `{records: X[], count: int}`, keyed once in the notation.
+Families: consecutive tools with the same type variables, the same output and the same first
+parameter written as one signature line (`a, b, c(values: T[], ...) -> OUTPUT`) and one line per
+member with its own parameters and description (`- a(op: ..., value: any): ...`).
 
-Both are computed from today's rendering (`pte._run.catalogue_text`) of the six generic packs
-and of the whole stock catalogue, in characters; docs/prompts.md ("Sizes") says why neither was
-adopted.
+(The shared shapes this script also measured, `Values<T>` for `{values: T[], count: int}` and
+`Records<T>`, were adopted in #37's fourth round: a list and its length written by three tools or
+more is named once under Types, so they are part of today's rendering.)
+
+Computed from today's rendering (`pte._run.catalogue_text`) of the six generic packs and of the
+whole stock catalogue, in characters; docs/prompts.md ("Sizes") says why it was not adopted.
 
     PYTHONPATH=. python bench/bench_prompt_families.py
 """
@@ -23,8 +24,6 @@ from pte._run import catalogue_text
 
 GENERIC_PACKS = ("calculator", "shaping", "text", "extract", "dates", "containers")
 _SIGNATURE = re.compile(r"([a-z_0-9]+)(\[[^\]]*\])?\((.*)\) -> (.*)$")
-#: What the notation would have to say for the shared shapes (its cost).
-SHAPES_KEY = " Values<X> = {values: X[], count: int}; Records<X> = {records: X[], count: int}."
 
 
 def families_saving(catalogue: str) -> tuple[int, list[list[str]]]:
@@ -63,16 +62,6 @@ def families_saving(catalogue: str) -> tuple[int, list[list[str]]]:
     return saved, families
 
 
-def shapes_saving(catalogue: str) -> int:
-    """Characters saved by `Values<X>` / `Records<X>`, less their key in the notation."""
-    saved = 0
-    for key in ("values", "records"):
-        pattern = r"\{" + key + r": ([^,{}]+|\{[^{}]*\}|\([^()]*\))\[\], count: int\}"
-        for item in re.findall(pattern, catalogue):
-            saved += len(f"{{{key}: {item}[], count: int}}") - len(f"{key.capitalize()}<{item}>")
-    return saved - len(SHAPES_KEY)
-
-
 def main() -> None:
     for label, packs in (("six generic packs", GENERIC_PACKS), ("whole stock catalogue", STOCK_PACKS)):
         registry = load_registry(packs)
@@ -80,8 +69,6 @@ def main() -> None:
         saved, families = families_saving(catalogue)
         print(f"{label}: catalogue {len(catalogue):,d} characters")
         print(f"  families as one signature: {saved:5,d} saved ({saved / len(catalogue):.1%}), {families}")
-        shapes = shapes_saving(catalogue)
-        print(f"  Values<X> / Records<X>:    {shapes:5,d} saved ({shapes / len(catalogue):.1%})")
 
 
 if __name__ == "__main__":

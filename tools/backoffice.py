@@ -549,8 +549,7 @@ def _customer(row: sqlite3.Row) -> Customer:
 
 @tool
 def list_customers(country: str | None = None, currency: str | None = None) -> CustomerList:
-    """Customers by id, optionally only those in `country` (ISO alpha-2) or invoiced in `currency`.
-    """
+    """Customers by id, optionally only those in `country` (ISO alpha-2) or invoiced in `currency`."""
     where, params = [], []
     if country is not None:
         where.append("country = ?")

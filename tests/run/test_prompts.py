@@ -104,10 +104,10 @@ def _check_rendering(registry: Registry, policy: Policy) -> None:
             part = shown[name]
             key = name if re.fullmatch(r"[A-Za-z_][\w-]*", name) else json.dumps(name)
             assert part.startswith(f"{key}: " if name in required else f"{key}?: "), (spec.name, part)
-            words = _primitive_words(schema)
+            kinds = _primitive_words(schema)
             if name not in required and isinstance(schema, dict) and schema.get("default", ...) is None:
-                words.discard("null")  # "q?: T": no default shown means null, which q takes
-            for word in words:
+                kinds.discard("null")  # "q?: T": no default shown means null, which q takes
+            for word in kinds:
                 assert word in part, (spec.name, name, word, part)
             if name not in required and schema.get("default") not in (None, False):  # implied ones
                 assert f" = {canonical_json(schema['default'])}" in part, (spec.name, part)
@@ -135,11 +135,11 @@ def _check_rendering(registry: Registry, policy: Policy) -> None:
         guards = {}  # parameter -> the labels its guard shows ("*": every parameter)
         for part in labels.split("; "):
             if part.startswith("guarded "):
-                names, _, shown = part.removeprefix("guarded ").rpartition(": ")
+                names, _, allowed_text = part.removeprefix("guarded ").rpartition(": ")
                 every = names == "*" and len(spec.planner_input_schema.get("properties", {})) > 1
                 for name in spec.planner_input_schema.get("properties", {}) if every else _split_top(names):
                     name = str(json.loads(name)) if name.startswith('"') else name
-                    guards[name] = shown
+                    guards[name] = allowed_text
         assert set(guards) == set(effective.sinks), spec.name
         for param, allowed in effective.sinks.items():
             assert guards[param] == "|".join(sorted(allowed)), (spec.name, param, guards[param])
@@ -213,7 +213,7 @@ _FORMS = {
     "optional field": r"[{,] [a-z_]\w*\?: [^()]*\}",
     "more keys": r", \.\.\.\}",
     "map": r"\[key\]: ",
-    "generic": r"^[a-z_]\w*\[",
+    "generic": "",  # a type variable: read from the tools' schemas (x-pte-var), see below
     "field": r"\bfield<",
     "field of": r"\b[A-Z]\w*\[[a-z_]\w*\]",
     "pick": r"\bPick<",
@@ -257,7 +257,10 @@ def test_the_notation_keys_exactly_the_forms_the_catalogue_uses(registry: Regist
     lines = [block.split("\n")[0] for block in _entries(catalogue).values()]
     lines += [line for line in catalogue.split("\n") if re.match(r"[A-Z]\w*(<T>)? = ", line)]
     for form, key in prompts.NOTATION_KEYS.items():
-        used = any(re.search(_FORMS[form], line) for line in lines)
+        if form == "generic":
+            used = any("x-pte-var" in canonical_json(spec.catalogue_entry()) for spec in registry)
+        else:
+            used = any(re.search(_FORMS[form], line) for line in lines)
         assert (key in notation) == used, (form, used)
     assert notation.startswith(prompts.NOTATION_HEAD) and notation.endswith(".")
 
@@ -267,8 +270,10 @@ def test_generic_tools_are_short_signatures_and_shared_types_are_written_once() 
     text = prompts.catalogue_text(registry)
     assert "x-pte" not in text and "$defs" not in text and "additionalProperties" not in text
     blocks = _entries(text)
-    assert blocks["first"].startswith("first[T](records: T[]) -> {record: T}")
-    assert blocks["pick"].startswith("pick[R](records: R[], fields: field<R>[]) -> Records<Pick<R,fields>>")
+    assert blocks["first"].startswith("first(records: T[]) -> {record: T}")
+    assert blocks["pick"].startswith("pick(records: R[], fields: field<R>[]) -> Records<Pick<R,fields>>")
+    # A tool names its type variables only where one is not as the notation says.
+    assert blocks["join_records"].startswith("join_records[RL: record, RS: record](left: RL[], right: RS[]")
     # A list and its length, written by many tools, is named once.
     assert text.count("Records<T> = {records: T[], count: int}") == 1
     # A type used once is written where it is used; one used twice is named once, under Types.
@@ -276,6 +281,26 @@ def test_generic_tools_are_short_signatures_and_shared_types_are_written_once() 
     backoffice = prompts.catalogue_text(load_registry(["backoffice"]))
     assert backoffice.count("Invoice = {") == 1 and backoffice.count("Invoice") >= 3
     assert "\nget_invoice(invoice_id: str, as_of?: str(date)) -> Invoice\n" in backoffice
+
+
+def test_a_type_named_like_a_type_variable_is_shown_by_another_name() -> None:
+    """A capital letter reads as a type variable (the notation), so an imported schema's
+    ``$defs`` named ``R`` is shown as its twin."""
+    record = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+    spec = tool_from_schema(
+        "pair",
+        description="Two records.",
+        input_schema={"type": "object", "properties": {}},
+        output_schema={
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/R"}, "b": {"$ref": "#/$defs/R"}},
+            "required": ["a", "b"],
+            "$defs": {"R": record},
+        },
+        func=lambda args: {},
+    )
+    text = prompts.catalogue_text(Registry([spec]))
+    assert "\nR2 = {x: str}\n" in text and "pair() -> {a: R2, b: R2}" in text
 
 
 def test_the_six_generic_packs_take_well_under_half_the_characters_of_their_json_schemas() -> None:
@@ -437,7 +462,8 @@ def test_property_names_from_an_imported_schema_cannot_read_as_more_parameters_o
     _check_rendering(registry, policy)  # one parameter per property, types, required-ness, guards
     block = _entries(prompts.catalogue_text(registry, policy))["wire"]
     assert block.startswith('wire("memo?": str, "to, amount: number": str) -> {ok: bool}')
-    assert '[write; output trusted; guarded "memo?": request|trusted; guarded "to, amount: number": request]' in block
+    guards = 'guarded "memo?": request|trusted; guarded "to, amount: number": request'
+    assert f"[write; output trusted; {guards}]" in block
 
 
 def test_a_description_cannot_forge_another_tools_labels() -> None:
