@@ -31,6 +31,9 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "943f6743b8436650fa79c7944f60566c374119490c482938a879c1a48c29837d": (
             "pte 0.1.0 as of main 09f9ad5 (2026-11-29), before the notation keyed only the forms used"
         ),
+        "83fb8aa96cea83a34d2732bef9d77ed3d8621fe698e4b9f3b802e37bdcd7b7e6": (
+            "pte 0.1.0 as of main aadc173 (2026-11-29), before shared shapes were named"
+        ),
     }
 )
 
