@@ -283,6 +283,64 @@ def test_generic_tools_are_short_signatures_and_shared_types_are_written_once() 
     assert "\nget_invoice(invoice_id: str, as_of?: str(date)) -> Invoice\n" in backoffice
 
 
+def test_an_optional_parameter_shown_without_a_default_takes_null_where_null_is_its_default() -> None:
+    """The notation says "no default shown: null, which it takes": every stock parameter written
+    ``q?: T`` whose default is null accepts an explicit null (a model often writes one)."""
+    from jsonschema import Draft202012Validator
+
+    registry = load_registry(STOCK_PACKS)
+    blocks = _entries(prompts.catalogue_text(registry, Policy.from_registry(registry)))
+    checked = 0
+    for spec in registry:
+        schema = spec.planner_input_schema
+        signature = blocks[spec.name].split("\n")[0]
+        shown = {
+            _name(p): p for p in _split_top(signature[signature.index("(") + 1 : signature.index(") -> ")])
+        }
+        for name, prop in (schema.get("properties") or {}).items():
+            if name in schema.get("required", ()) or prop.get("default", ...) is not None:
+                continue
+            assert shown[name].startswith(f"{name}?: ") and "null" not in shown[name], (
+                spec.name,
+                shown[name],
+            )
+            check = {**prop, "$defs": schema.get("$defs", {})}
+            assert Draft202012Validator(check).is_valid(None), (spec.name, name)
+            checked += 1
+    assert checked >= 15
+
+
+def test_a_plan_a_model_writes_with_explicit_nulls_runs(tmp_path: Path) -> None:
+    plan = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "lines_of_the_note", "tool": "split_text", "args": {"text": "a\nb", "separator": None}},
+            {
+                "id": "how_many_lines",
+                "tool": "count",
+                "args": {"records": {"$ref": "lines_of_the_note/values"}},
+            },
+            {
+                "id": "twice_as_many",
+                "tool": "calculator",
+                "args": {
+                    "expression": "n * 2",
+                    "places": None,
+                    "variables": {"n": {"$ref": "how_many_lines/count"}},
+                },
+            },
+        ],
+        "result": {"$ref": "twice_as_many/value"},
+    }
+    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=["Two."])
+    with AuditLog(tmp_path / "nulls.jsonl") as audit:
+        result = Engine(load_registry(["calculator", "shaping", "text"]), model).run(
+            "Twice the lines?", audit
+        )
+    assert result.status == "succeeded", result.message
+    assert result.result == "4"
+
+
 def test_a_type_named_like_a_type_variable_is_shown_by_another_name() -> None:
     """A capital letter reads as a type variable (the notation), so an imported schema's
     ``$defs`` named ``R`` is shown as its twin."""
