@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
+from pte._deploy import replay_file, resume_file  # they give replay its deployment (an engine's one maker)
 from pte._replay import (
     ReplayReport,
     RunView,
     render_report,
     render_store_report,
-    replay_file,
-    resume_file,
     write_report,
 )
 

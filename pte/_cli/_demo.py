@@ -394,7 +394,7 @@ def run_scenario(
             result = engine.run(scenario.request, audit)
     except RunPaused:
         # The person sees the exact values and where they come from, and endorses them.
-        from pte._replay import resume_file  # imports the engine, as the demo does
+        from pte._deploy import resume_file  # imports the engine, as the demo does
 
         request = pending_endorsement(read_records(path))
         gate = deployment.endorsement_gate()

@@ -335,8 +335,12 @@ def _gate(registry: Registry, args: argparse.Namespace, policy: Any) -> Any:
 
 
 def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: Any = None) -> Any:
+    """The command's engine, from `pte.Deployment.engine` (the one place an engine is made): the
+    deployment in force, narrowed to `registry` (its ``--tools``/``--allow``; a wider one is
+    refused); without one, a deployment given by the parts the flags name. The flags here
+    (replans, repair, planner data, concurrency) say how it behaves, never what it may do."""
     from pte._core import DEFAULT_DATA_BUDGET
-    from pte._run import Engine, EngineConfig
+    from pte._run import EngineConfig
 
     config = EngineConfig(
         max_replans=getattr(args, "max_replans", 2),
@@ -344,21 +348,24 @@ def _engine(registry: Registry, llm: Any, args: argparse.Namespace, approval: An
         llm_answer=not getattr(args, "no_llm_answer", False),
         planner_data=getattr(args, "planner_data", "handles"),
         data_budget=getattr(args, "data_budget", DEFAULT_DATA_BUDGET),
-        specialists=specialists_of(args, registry) or (),
     )
-    policy = _policy(registry, args)
-    gate = approval if approval is not None else _gate(registry, args, policy)
-    from pte._cli._endorse import endorsement_gate
+    deployment = _in_force(args)
+    if deployment is None:
+        from pte._cli._endorse import endorsement_gate
+        from pte._deploy import Deployment
 
-    return Engine(
-        registry,
-        llm,
-        config=config,
-        policy=policy,
-        approval=gate,
-        endorsement=endorsement_gate(args, _approval_keys(args)),
-        deployment=_in_force(args),  # run_started records its fingerprint (None: no deployment)
-        **execution_settings(args),
+        policy = _policy(registry, args)
+        deployment = Deployment.of(
+            registry=registry,
+            policy=policy,
+            approvals=_gate(registry, args, policy),
+            endorsements=endorsement_gate(args, _approval_keys(args)),
+            specialists=specialists_of(args, registry) or (),
+        )
+    return _deployment_call(
+        lambda: deployment.engine(
+            llm, registry=registry, config=config, approval=approval, **execution_settings(args)
+        )
     )
 
 

@@ -71,7 +71,7 @@ def _refusal(what: str, log: str, exc: Exception, args: argparse.Namespace) -> i
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from pte._core import AuditFormatError, LogNotIntact
-    from pte._replay import replay_file
+    from pte._deploy import replay_file
     from pte.stores import is_store_url
 
     if is_store_url(args.log):
@@ -104,7 +104,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     import pte._cli._store as cli_store
     from pte._core import AuditFormatError, LogNotIntact, ReplayDivergence, RunPaused
-    from pte._replay import resume_file
+    from pte._deploy import resume_file
 
     if cli_store.uses_store(args, args.log):  # pte resume RUN_ID [--store URL, or $PTE_STORE]
         llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None

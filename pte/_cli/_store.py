@@ -172,7 +172,8 @@ def audit_show(args: argparse.Namespace) -> int:
 
 def replay(args: argparse.Namespace, registry: Any) -> int:
     from pte._audit import stored_verdict
-    from pte._replay import ReplayReport, replay_run
+    from pte._deploy import replay_run
+    from pte._replay import ReplayReport
 
     anchors = _anchors()
     with _store(args.log, evidence=True) as store:

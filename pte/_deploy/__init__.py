@@ -20,6 +20,7 @@ from pte._deploy._jobs import (
 )
 from pte._deploy._pack_imports import IMPORT_PREFIXES, import_spec, is_import_spec
 from pte._deploy._process import is_expired, process_run
+from pte._deploy._replaying import replay_file, replay_run, resume_file
 from pte._deploy._requeue import (
     end_stranded,
     list_runs,
@@ -79,9 +80,12 @@ __all__ = [
     "process_run",
     "recorded_fingerprint",
     "redact_job",
+    "replay_file",
+    "replay_run",
     "requeue",
     "requeue_problem",
     "resolve_store_url",
+    "resume_file",
     "resume_run",
     "run_in_store",
     "sign_job",

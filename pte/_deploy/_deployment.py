@@ -38,6 +38,9 @@ __all__ = ["Deployment"]
 #: The folder of a deployment given by its parts (`Deployment.of`): it reads nothing from one.
 _GIVEN = Path("<given by its parts>")
 
+#: `Deployment.engine`'s default endorsement gate: the deployment's own (None is none at all).
+OWN: Any = object()
+
 #: This machine's high-water mark of the deployment's anchor chain, in its folder.
 ANCHORS_SEEN_NAME = "anchors-seen.json"
 
@@ -282,7 +285,16 @@ class Deployment:
     # --- what it builds ------------------------------------------------------------------
 
     def registry(self, *, import_spec_with: Callable[[str], Registry] | None = None) -> Registry:
-        """The tool registry: its packs (importer specs imported), allow-list, manifest, procedures."""
+        """The tool registry: its packs (importer specs imported), allow-list, manifest, procedures.
+        Built once per deployment object (an importer spec starts a server): `engine` narrows it."""
+        cached = self.__dict__.get("_registry")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        built = self._built_registry(import_spec_with)
+        self.__dict__["_registry"] = built  # frozen: a cache, not a field
+        return built
+
+    def _built_registry(self, import_spec_with: Callable[[str], Registry] | None) -> Registry:
         if not self.packs:
             raise DeploymentError(
                 f"the deployment in {self.folder} names no tool packs: add them to its {DOCUMENT_NAME} "
@@ -415,60 +427,103 @@ class Deployment:
         registry: Registry | None = None,
         config: Any = None,
         approval: Any = None,
-        **engine_settings: Any,
+        endorsement: Any = OWN,
+        policy: Any = None,
+        recorded: Mapping[str, Any] | None = None,
+        invoker: Any = None,
+        checks: Sequence[Any] = (),
+        **execution: Any,
     ) -> Any:
-        """The engine (`pte.Engine`) of this deployment: its registry, policy, approval gate (or
-        `approval`, a gate over its run store), endorsement gate and specialists. `llm`: the
-        planner (None: plans are given); `engine_settings`: concurrency, tracer."""
-        from dataclasses import replace
+        """The engine (`pte.Engine`) of this deployment: the one place an engine is made (the
+        CLI, the demo, workers, replay and resume all come here; tests/e2e/test_architecture.py
+        fails on an ``Engine(`` anywhere else in `pte`).
 
-        from pte._run import Engine, EngineConfig
-
+        `llm`: the planner (None: plans are given). `registry`: a narrowing of the deployment's
+        own (a command's ``--tools``/``--allow``, a job's packs): a tool it does not serve, or
+        serves with other code or schemas, is refused (`DeploymentError`): narrow, never widen.
+        `config`: how the engine behaves (replans, repair, …); its specialists are the
+        deployment's. `approval`, `endorsement`: the deployment's decisions in another form (a
+        gate over its run store; replay's recorded decisions, re-checked as evidence); default
+        its approval store under its approver keys, and its endorsement store (`OWN`; None: no
+        endorsement gate, as a replay of a run that could not pause for a person). `policy`: only
+        where the deployment names none (a deployment given by its parts without one: a replay's
+        recorded policy); its own is never replaced. `recorded`: the ``run_started`` (expanded)
+        of a run replay or resume re-drives: the engine records the run's recorded binding (resume
+        checked it against this deployment first). `invoker`, `checks`: replay's invoker, extra
+        plan checks. `execution`: ``max_concurrency``, ``serial_writes``, ``tracer_provider``.
+        """
         if self.given is not None:
-            return self._given_engine(llm, registry, config, approval, engine_settings)
-        registry = registry if registry is not None else self.registry()
+            return self._given_engine(
+                llm, registry, config, approval, endorsement, policy, recorded, invoker, checks, execution
+            )
+        if policy is not None:
+            raise DeploymentError(
+                f"the deployment in {self.folder} applies its own policy: a caller may not replace it"
+            )
+        own = self.registry()
+        registry = own if registry is None else _narrowing(registry, own, f"the deployment in {self.folder}")
         policy = self.policy(registry)
-        specialists = self.specialists(registry)
-        config = config or EngineConfig()
-        if specialists:
-            config = replace(config, specialists=specialists)
-        return Engine(
+        config = _with_specialists(config, self.specialists(registry))
+        return _made_engine(
             registry,
             llm,
             config=config,
             policy=policy,
             approval=approval if approval is not None else self.approval_gate(registry, policy),
-            endorsement=self.endorsement_gate(),
-            deployment=self,  # every run records this deployment's fingerprint and parts
-            **engine_settings,
+            endorsement=self.endorsement_gate() if endorsement is OWN else endorsement,
+            # Every run records this deployment's fingerprint and parts; a re-driven run its own.
+            binding=_recorded_binding(recorded) if recorded is not None else self,
+            invoker=invoker,
+            checks=checks,
+            execution=execution,
         )
 
     def _given_engine(
-        self, llm: Any, registry: Registry | None, config: Any, approval: Any, settings: dict[str, Any]
+        self,
+        llm: Any,
+        registry: Registry | None,
+        config: Any,
+        approval: Any,
+        endorsement: Any,
+        policy: Any,
+        recorded: Mapping[str, Any] | None,
+        invoker: Any,
+        checks: Sequence[Any],
+        execution: dict[str, Any],
     ) -> Any:
-        """`engine` of a deployment given by its parts (`of`): those parts, nothing else."""
-        from dataclasses import replace
-
+        """`engine` of a deployment given by its parts (`of`): those parts, narrowed, nothing else."""
         from pte._policy import Policy
-        from pte._run import Engine, EngineConfig
+        from pte._run import EngineConfig
 
         parts = self.authority
-        registry = registry if registry is not None else parts["registry"]
+        if registry is None:
+            registry = parts["registry"]
+        elif parts["registry"] is not None:
+            registry = _narrowing(registry, parts["registry"], "the deployment given by its parts")
         if registry is None:
             raise DeploymentError("a deployment given by its parts needs a registry to make an engine")
+        if parts["policy"] is not None:
+            if policy is not None and policy is not parts["policy"]:
+                raise DeploymentError(
+                    "the deployment given by its parts names its policy: a caller may not replace it"
+                )
+            policy = parts["policy"]
+        elif policy is None:
+            policy = Policy.from_registry(registry)
         config = config or parts["config"] or EngineConfig()
-        if parts["specialists"]:
-            config = replace(config, specialists=tuple(parts["specialists"]))
-        settings.setdefault("tracer_provider", parts["tracer_provider"])
-        return Engine(
+        config = _with_specialists(config, tuple(parts["specialists"] or ()))
+        execution.setdefault("tracer_provider", parts["tracer_provider"])
+        return _made_engine(
             registry,
             llm,
             config=config,
-            policy=parts["policy"] if parts["policy"] is not None else Policy.from_registry(registry),
+            policy=policy,
             approval=approval if approval is not None else parts["approvals"],
-            endorsement=parts["endorsements"],
-            deployment=parts["fingerprint"],
-            **settings,
+            endorsement=parts["endorsements"] if endorsement is OWN else endorsement,
+            binding=_recorded_binding(recorded) if recorded is not None else parts["fingerprint"],
+            invoker=invoker,
+            checks=checks,
+            execution=execution,
         )
 
     def specialists(self, registry: Registry | None = None) -> tuple[Any, ...]:
@@ -561,3 +616,75 @@ def _store_path(url: str) -> Path | None:
         rest = rest[2:] if rest.startswith("//") else rest
         return None if rest in ("", ":memory:") else Path(rest)
     return None  # a JSON Lines store is a folder it makes; a database is checked by opening it
+
+
+def _narrowing(registry: Registry, own: Registry, whose: str) -> Registry:
+    """`registry` when it narrows `own` (each tool one of its tools, with the same code and
+    schemas; each procedure one of its procedures); else `DeploymentError`: never widen."""
+    if registry is own:
+        return registry
+    extra = [name for name in registry.names if name not in own]
+    changed = [
+        name for name in registry.names if name in own and registry[name].describe() != own[name].describe()
+    ]
+    procedures = [name for name in registry.procedures if name not in own.procedures]
+    if extra or changed or procedures:
+        named = ", ".join([*extra, *changed, *procedures])
+        raise DeploymentError(
+            f"{named}: not served by {whose} (or served with other code or schemas); a caller may "
+            "narrow the deployment's tools, never widen them"
+        )
+    return registry
+
+
+def _with_specialists(config: Any, specialists: tuple[Any, ...]) -> Any:
+    """`config` (default `EngineConfig()`) with the deployment's specialists, when it names some."""
+    from dataclasses import replace
+
+    from pte._run import EngineConfig
+
+    config = config or EngineConfig()
+    return replace(config, specialists=specialists) if specialists else config
+
+
+def _recorded_binding(started: Mapping[str, Any]) -> Any:
+    """``run_started.deployment`` when it is a binding the engine records again; else None (and
+    replay reports the difference at ``run_started``)."""
+    from pte._audit import deployment_binding
+
+    recorded = started.get("deployment")
+    try:
+        return deployment_binding(recorded) if isinstance(recorded, Mapping) else None
+    except ValueError:
+        return None
+
+
+def _made_engine(
+    registry: Registry,
+    llm: Any,
+    *,
+    config: Any,
+    policy: Any,
+    approval: Any,
+    endorsement: Any,
+    binding: Any,
+    invoker: Any,
+    checks: Sequence[Any],
+    execution: Mapping[str, Any],
+) -> Any:
+    """The one ``Engine(...)`` of `pte` (`Deployment.engine`)."""
+    from pte._run import Engine
+
+    extra: dict[str, Any] = {"invoker": invoker} if invoker is not None else {}
+    return Engine(
+        registry,
+        llm,
+        config=config,
+        policy=policy,
+        approval=approval,
+        endorsement=endorsement,
+        checks=checks,
+        deployment=binding,
+        **extra,
+        **execution,
+    )

@@ -438,10 +438,13 @@ def resume_run(
     # under (a procedure approval: keyed by run and step, so a resumed write is refused, not
     # re-run); the engine asks it through the run's call gate.
     invoker = ResumingInvoker(records, LiveInvoker())
-    parts = {"registry": registry, "policy": policy, "endorsements": endorsements}  # the deployment's
+    from pte._deploy._deployment import Deployment
+
+    # The deployment's parts the caller (a worker, the CLI) holds; its engine is made there.
+    parts = {"registry": registry, "policy": policy, "endorsements": endorsements}
     engine = engine_for(
         records,
-        parts,
+        Deployment.of(**parts),
         llm_for(records, llm, parts),
         invoker,
         checks_factory,
@@ -526,10 +529,13 @@ def job_engine(
     `execution`: the worker's ``max_concurrency``/``serial_writes`` (`Engine`), never the job's.
 
     A job's own ``policy`` is never applied (workers refuse a job whose policy differs from
-    theirs). The answer is the plan's result rendered deterministically (no finalizer call)."""
+    theirs). The answer is the plan's result rendered deterministically (no finalizer call).
+    Made by `pte.Deployment.engine` (the one place an engine is made), of a deployment given by
+    the worker's parts: a worker under a deployment folder uses that deployment's instead."""
+    from pte._deploy._deployment import Deployment
     from pte._deploy._jobs import job_policy
     from pte._run import EngineConfig
 
-    policy = job_policy(registry, policy_document)
-    config = EngineConfig(llm_answer=False)
-    return Engine(registry, llm, config=config, policy=policy, approval=gate, **dict(execution or {}))
+    worker = Deployment.of(registry=registry, policy=job_policy(registry, policy_document), approvals=gate)
+    engine: Engine = worker.engine(llm, config=EngineConfig(llm_answer=False), **dict(execution or {}))
+    return engine

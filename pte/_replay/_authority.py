@@ -366,17 +366,29 @@ def llm_for(
 
 def engine_for(
     run_records: Sequence[Mapping[str, Any]],
-    parts: Mapping[str, Any],
+    deployment: Any,
     llm: LLMClient | None,
     invoker: ToolInvoker,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None,
     *,
+    registry: Registry | None = None,
     gate: Callable[[Plan, RecordSink], None] | None = None,
     stored: Mapping[str, Any] | None = None,
     max_concurrency: int = DEFAULT_CONCURRENCY,
     serial_writes: bool = False,
 ) -> Engine:
-    """The engine re-driving `run_records` under the deployment's `parts` (`authority_of`)."""
+    """The engine re-driving `run_records`, made by `deployment.engine` (a `pte.Deployment`: the
+    one place an engine is made; this area, below it, cannot make one). Its parts, the run's
+    recorded ones where it names none (`resolved`: a replay that runs nothing); `registry`: the
+    catalogue the caller re-drives with (a narrowing of the deployment's, when it names one)."""
+    if deployment is None:
+        raise TypeError(
+            "replay and resume need a pte.Deployment to make their engine "
+            "(pte.Deployment.of() for the run's recorded authority: pte.replay_file gives that one)"
+        )
+    parts = authority_of(deployment)
+    if registry is not None:
+        parts["registry"] = registry
     started = _expanded(run_records, stored, required=parts.get("registry") is None)
     registry, policy, config = resolved(parts, started)
     approvals = (
@@ -389,35 +401,26 @@ def engine_for(
         resuming = getattr(live, "resuming", None)  # a request expires when its pause says (#33)
         live = resuming(run_records) if callable(resuming) else live
         endorsement = live or RecordedEndorsements(run_records, parts.get("keys"))
-    return Engine(
-        registry,
+    engine: Engine = deployment.engine(
         llm,
+        registry=registry,
         config=config,
         invoker=invoker,
         checks=checks,
-        policy=policy,
+        # The deployment's own policy when it names one; else the recorded one (`resolved`).
+        policy=policy if parts.get("policy") is None else None,
         approval=approvals,
-        endorsement=endorsement,
+        endorsement=endorsement,  # None: the run could not pause for a person, nor can its replay
         tracer_provider=parts.get("tracer_provider"),
-        # How the live part of a resume runs (the records do not depend on it).
+        # How the live part of a resume runs (`pte._replay._resume`: the run's recorded concurrency,
+        # narrowed by the caller's).
         max_concurrency=max_concurrency,
         serial_writes=serial_writes,
         # The run's binding as recorded: resume compared it with the deployment in hand first
         # (`check_deployment`); replay reproduces it (it is evidence, not authority).
-        deployment=_recorded_binding(started),
+        recorded=started,
     )
-
-
-def _recorded_binding(started: Mapping[str, Any]) -> Any:
-    """``run_started.deployment`` when it is a binding the engine records again; else None (and
-    replay reports the difference at ``run_started``)."""
-    from pte._audit import deployment_binding
-
-    recorded = started.get("deployment")
-    try:
-        return deployment_binding(recorded) if isinstance(recorded, Mapping) else None
-    except ValueError:
-        return None
+    return engine
 
 
 class RecordedEndorsements:

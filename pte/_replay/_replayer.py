@@ -525,7 +525,9 @@ def replay_run(
     authority, which runs nothing); `registry`: its catalogue, where it names none.
     """
     parts = authority_of(deployment)
-    if registry is not None and parts.get("registry") is None:
+    if parts.get("registry") is not None:
+        registry = None  # the deployment's catalogue: `registry` is for where it names none
+    elif registry is not None:
         parts["registry"] = registry
     records = [r for _, r in run_records]
     started = records[0]
@@ -546,7 +548,9 @@ def replay_run(
     invoker = RecordedInvoker(records, live=live_invoker, live_reads=live, allow_writes=allow_writes)
     try:
         llm = llm_for(records, None, parts, stored=stored)
-        engine = engine_for(records, parts, llm, invoker, checks_factory, gate=gate, stored=stored)
+        engine = engine_for(
+            records, deployment, llm, invoker, checks_factory, registry=registry, gate=gate, stored=stored
+        )
     except (PTEError, ValueError, TypeError, KeyError) as exc:
         return RunReplay(run_id, len(records), "diverged", note=f"cannot rebuild the run's engine: {exc}")
     audit = CheckingAuditLog(run_records, run_id=run_id)

@@ -69,10 +69,11 @@ def resume_file(
     invoker = ResumingInvoker(records, live_invoker)
     engine = engine_for(
         records,
-        parts,
+        deployment,
         llm_for(records, llm, parts, stored=stored),
         invoker,
         checks_factory,
+        registry=registry,
         gate=gate or _no_gate(registry),
         stored=stored,
         max_concurrency=max_concurrency,

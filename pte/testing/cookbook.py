@@ -135,7 +135,7 @@ def run_model_task(
     with the answer rendered from the result (no finalizer). Raises AssertionError if the log
     does not verify or replay the same, or if the script was not used exactly.
     """
-    from pte._replay import replay_file
+    from pte.runs import replay_file
     from pte.testing._scripted_model import ScriptedModel
 
     registry = registry or cookbook_registry(task.domain)

@@ -16,8 +16,8 @@ import pytest
 
 from pte import Engine, load_pack, load_registry, verify
 
-# private: replay's parts, white-box
-from pte._replay import replay_run
+# private: replay of one stored run (it gives replay its deployment)
+from pte._deploy import replay_run
 from pte.errors import AuditWriteError
 from pte.stores import JsonlStore, Store, StoreError, check_run_id, open_store
 from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture

@@ -296,3 +296,57 @@ def test_the_test_import_check_would_notice(tmp_path: Path) -> None:
         "test_probe.py:2: pte._run._engine",
         "test_probe.py:3: pte._plan._model",
     ]
+
+
+# --- one place builds an engine (#33) ----------------------------------------------------------
+
+#: The one module of `pte` that calls ``Engine(``: `pte.Deployment.engine` (the CLI, the demo,
+#: workers, replay and resume all get their engine there, so its authority is the deployment's).
+ENGINE_MAKER = Path("pte/_deploy/_deployment.py")
+#: Left out, and why: `pte.testing` is the public test doubles and cookbook, whose examples show
+#: a program making its own `pte.Engine` from its own registry (public API: a program may), not
+#: a way one of pte's commands gets authority. Docstrings are text, not calls (the AST is read).
+ENGINE_EXEMPT = ("pte/testing/",)
+
+
+def _engine_calls(path: Path) -> list[int]:
+    """The lines of `path` that call ``Engine(...)`` (by name or as ``something.Engine``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else None
+            )
+            if name == "Engine":
+                found.append(node.lineno)
+    return found
+
+
+def test_only_the_deployment_module_makes_an_engine() -> None:
+    offences = []
+    for path in sorted((ROOT / "pte").rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative == ENGINE_MAKER or str(relative).startswith(ENGINE_EXEMPT):
+            continue
+        offences += [f"{relative}:{line}" for line in _engine_calls(path)]
+    assert offences == [], "make the engine with pte.Deployment.engine (extend it if a caller needs more)"
+    assert _engine_calls(ROOT / ENGINE_MAKER), "the deployment module makes the engine"
+
+
+def test_the_engine_check_would_notice(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        '"""pte.Engine(registry, llm) in a docstring is text."""\n'
+        "from pte._run import Engine\n"
+        "import pte\n"
+        "a = Engine(registry)\n"
+        "b = pte.Engine(registry, llm, config=None)\n"
+        "c = EngineConfig()\n",
+        encoding="utf-8",
+    )
+    assert _engine_calls(probe) == [4, 5]

@@ -216,7 +216,7 @@ def test_tool_packs_are_discovered_through_entry_points(
 
 def test_lazy_names_resolve_and_unknown_names_raise() -> None:
     assert pte.Engine.__name__ == "Engine"
-    assert pte.runs.replay_file.__module__ == "pte._replay._replayer"
+    assert pte.runs.replay_file.__module__ == "pte._deploy._replaying"  # gives replay its deployment
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         pte.nope  # type: ignore[attr-defined]  # noqa: B018 - a name pte does not have: the test
     assert "Engine" in dir(pte)

@@ -23,7 +23,7 @@ from pte import Engine, FailedClosed, ReasonCode, SigningKey, TrustedKeys, load_
 # private: replay's parts, white-box
 from pte._replay import replay_run
 from pte.cli import main
-from pte.deployment import PausedRun, decide, pausing_gate, resume_run, run_in_store
+from pte.deployment import Deployment, PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, StoreError, open_store
 
 PAY = """{"pte_plan": "1", "steps": [
@@ -67,7 +67,7 @@ def _types(store: Store, run_id: str) -> list[str]:
 
 
 def _replays_the_same(store: Store, run_id: str) -> bool:
-    return replay_run(list(enumerate(store.records(run_id), 1))).outcome == "same"
+    return replay_run(list(enumerate(store.records(run_id), 1)), deployment=Deployment.of()).outcome == "same"
 
 
 def test_a_run_needing_approval_pauses_with_its_plan_and_hash(store: Store, ledger: Path) -> None:
