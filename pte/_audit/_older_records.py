@@ -86,6 +86,10 @@ ADDED: tuple[AddedField, ...] = (
     AddedField("run_started.config", "repair", False, "519be35: repair (earlier runs never repaired)"),
     AddedField("run_started.config", "specialists", (), "4e9742c: specialists (earlier: none)"),
     AddedField("run_started", "deployment", None, "8b84225: runs bound to their deployment (#33)"),
+    # How a run's steps overlapped (#33); a run that records neither ran with pte.Engine's
+    # defaults of the time, which a resume given nothing used (8 at once, writes beside others).
+    AddedField("run_started.config", "max_concurrency", 8, "#33: a resume runs as its run ran"),
+    AddedField("run_started.config", "serial_writes", False, "#33: a resume runs as its run ran"),
 )
 
 #: What a format 2 ``run_started`` adds to format 1 (285f59f, #14).

@@ -31,7 +31,7 @@ from pte._cli._deployment import (
     specialists_of,
 )
 from pte._cli._store import add_store
-from pte._cli._support import UsageError, add_execution_flags, execution_settings, input_file
+from pte._cli._support import UsageError, add_execution_flags, input_file, resume_execution_settings
 from pte._core import FailedClosed, PTEError
 
 __all__ = ["add_replay_commands"]
@@ -103,7 +103,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     import pte._cli._store as cli_store
-    from pte._core import AuditFormatError, LogNotIntact, ReplayDivergence, RunPaused
+    from pte._core import AuditFormatError, DeploymentError, LogNotIntact, ReplayDivergence, RunPaused
     from pte._deploy import resume_file
 
     if cli_store.uses_store(args, args.log):  # pte resume RUN_ID [--store URL, or $PTE_STORE]
@@ -115,7 +115,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     deployment = _deployment(args, registry)
     llm = _llm(args) if (args.replay_responses or args.model or args.base_url) else None
     try:
-        result = resume_file(args.log, registry, llm=llm, deployment=deployment, **execution_settings(args))
+        execution = resume_execution_settings(args)
+        result = resume_file(args.log, registry, llm=llm, deployment=deployment, **execution)
+    except DeploymentError as exc:  # a flag wider than the run's recorded concurrency: nothing ran
+        raise UsageError(f"cannot resume {args.log}: {exc}") from None
     except RunPaused:  # at a call whose value a person must endorse (pte._policy._endorsement)
         from pte._cli._endorse import report_pause
 

@@ -32,9 +32,10 @@ from pte._cli._support import (
     execution_settings,
     non_empty_text,
     read_bounded,
+    resume_execution_settings,
     store_file,
 )
-from pte._core import FailedClosed, PTEError
+from pte._core import DeploymentError, FailedClosed, PTEError
 from pte.stores import Store, StoreError, open_store
 
 __all__ = ["add_commands"]
@@ -539,8 +540,11 @@ def resume(args: argparse.Namespace, registry: Any, llm: Any = None) -> int:
                 # The deployment's policy file, as the run was started with (--policy).
                 policy=_policy(registry, args) if _has_policy(args) else None,
                 deployment=_in_force(args),  # a run started under another one is refused
-                **execution_settings(args),  # how its live steps run (--max-concurrency, --serial-writes)
+                # How its live steps run: the run's recorded settings, narrowed by the flags.
+                **resume_execution_settings(args),
             )
+        except DeploymentError as exc:  # a flag wider than the run's recorded concurrency: nothing ran
+            raise _usage_error()(f"cannot resume run {args.log}: {exc}") from None
         except FailedClosed as exc:
             print(f"cannot resume: {exc.message}", file=sys.stderr)
             return EXIT_FAILED

@@ -308,6 +308,15 @@ def execution_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def resume_execution_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """`execution_settings` for a resume: what the flags give, None where they give nothing (the
+    run's own, as its ``run_started`` recorded them); they may only narrow those (#33)."""
+    return {
+        "max_concurrency": getattr(args, "max_concurrency", None),
+        "serial_writes": True if getattr(args, "serial_writes", False) else None,
+    }
+
+
 def http_url(text: str) -> str:
     """argparse type: an ``http://`` or ``https://`` URL with a host and no spaces or control
     characters (which the HTTP client would refuse only at the first request, mid-run)."""

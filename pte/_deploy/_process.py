@@ -227,7 +227,9 @@ def process_run(
                 policy=run_policy,
                 endorsements=authority.endorsements,
                 deployment=deployment,
-                **dict(execution or {}),  # the worker's concurrency, as for the runs it starts
+                # The run's recorded concurrency, capped by the worker's own limits.
+                **dict(execution or {}),
+                cap_execution=True,
             )
         except FailedClosed as refused:
             if refused.reason is ReasonCode.DEPLOYMENT_MISMATCH:

@@ -15,7 +15,6 @@ from typing import Any
 
 from pte._catalogue import Registry
 from pte._deploy._deployment import Deployment
-from pte._execution import DEFAULT_CONCURRENCY
 from pte._replay import ReplayReport, RunReplay
 from pte._replay import replay_file as _replay_file
 from pte._replay import replay_run as _replay_run
@@ -79,8 +78,8 @@ def resume_file(
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
     deployment: Deployment | None = None,
-    max_concurrency: int = DEFAULT_CONCURRENCY,
-    serial_writes: bool = False,
+    max_concurrency: int | None = None,
+    serial_writes: bool | None = None,
 ) -> RunResult:
     """Finish the last run of a log that has no `run_finished`, appending to the same log.
 
@@ -93,7 +92,10 @@ def resume_file(
     an in-flight `write` step of a non-idempotent tool ends the run `failed_closed(needs_review)`.
     Raises `FailedClosed` when the log holds no run or its last run is already sealed.
 
-    `max_concurrency`, `serial_writes`: how the steps that run live run, as for `pte.Engine`.
+    `max_concurrency`, `serial_writes`: how the steps that run live run: the run's own, as its
+    ``run_started`` recorded them (None); a value given may only narrow them (a smaller limit,
+    serial writes turned on), a wider one is refused (`DeploymentError`). A run recorded before
+    they were recorded runs as given, else with `pte.Engine`'s defaults, as it always did.
     """
     return _resume_file(
         path,

@@ -42,7 +42,7 @@ from pte._core import (
     SigningKey,
     TrustedKeys,
 )
-from pte._execution import DEFAULT_CONCURRENCY, LiveInvoker
+from pte._execution import LiveInvoker
 from pte._plan import Plan
 from pte._policy import ApprovalGate, ApprovalStore, catalogue_fingerprint, make_approval, requires_approval
 from pte._replay import (
@@ -393,12 +393,15 @@ def resume_run(
     anchors: Any = None,
     endorsements: Any = None,
     deployment: Any = None,
-    max_concurrency: int = DEFAULT_CONCURRENCY,
-    serial_writes: bool = False,
+    max_concurrency: int | None = None,
+    serial_writes: bool | None = None,
+    cap_execution: bool = False,
 ) -> RunResult | PausedRun:
     """Continue run `run_id` of `store`: verify it, re-drive its records, go on live.
 
-    `max_concurrency`, `serial_writes`: how its live steps run (`pte.resume_file`).
+    `max_concurrency`, `serial_writes`: how its live steps run, narrowing the run's recorded ones
+    (`pte.resume_file`); `cap_execution`: they are a worker's own limits, which cap the run's
+    instead of being refused when wider.
 
     `deployment`: the deployment in hand (its fingerprint, `pte.Deployment.fingerprint`): a run
     that started under another one is refused, naming what differs (`pte._replay.check_deployment`).
@@ -451,6 +454,7 @@ def resume_run(
         gate=gate,
         max_concurrency=max_concurrency,
         serial_writes=serial_writes,
+        cap_execution=cap_execution,
     )
     with store.audit_log(run_id, anchors=anchors) as forward:
         forward.anchored = anchored

@@ -12,6 +12,7 @@ from pte._replay._authority import (
     recorded_policy,
     recorded_registry,
     recorded_run_parts,
+    run_execution,
 )
 from pte._replay._replayer import (
     DECISION_FIELDS,
@@ -73,6 +74,7 @@ __all__ = [
     "replay_file",
     "replay_run",
     "resume_file",
+    "run_execution",
     "status_text",
     "write_report",
 ]

@@ -20,6 +20,7 @@ from pte._audit import (
     Approval,
     ProcedureApproval,
     RecordSink,
+    current_config,
     current_policy,
     current_run_started,
     record_format,
@@ -38,7 +39,7 @@ from pte._core import (
     canonical_json,
     canonical_json_v1,
 )
-from pte._execution import DEFAULT_CONCURRENCY, ToolInvoker
+from pte._execution import ToolInvoker
 from pte._plan import Plan, recorded_procedures
 from pte._policy import (
     Endorsement,
@@ -52,7 +53,7 @@ from pte._policy import (
 )
 from pte._run import Engine, EngineConfig, LLMClient, LLMResponse, ReplayClient
 
-__all__ = ["authority_of", "engine_for", "llm_for", "recorded_run_parts", "resolved"]
+__all__ = ["authority_of", "engine_for", "llm_for", "recorded_run_parts", "resolved", "run_execution"]
 
 
 def recorded_registry(run_started: Mapping[str, Any]) -> Registry:
@@ -94,6 +95,46 @@ def resolved(parts: Mapping[str, Any], started: Mapping[str, Any]) -> tuple[Regi
     if parts.get("specialists") is not None:
         config = replace(config, specialists=tuple(parts["specialists"]))
     return registry, policy, config
+
+
+def run_execution(
+    recorded: Mapping[str, Any],
+    max_concurrency: int | None = None,
+    serial_writes: bool | None = None,
+    *,
+    cap: bool = False,
+) -> tuple[int, bool]:
+    """How a re-driven run's steps overlap: its ``run_started.config`` (`recorded`, read through
+    `pte._audit.current_config`), narrowed by what the caller gives (a smaller `max_concurrency`,
+    `serial_writes` turned on); None: the run's own. A wider value is refused
+    (`DeploymentError`), or with `cap` (a worker's own settings: its limit, not a request)
+    narrowed to the run's."""
+    from pte._core import DeploymentError
+
+    config = current_config(recorded)
+    own_limit, own_serial = config["max_concurrency"], config["serial_writes"]
+    if type(own_limit) is not int or own_limit < 1 or type(own_serial) is not bool:
+        raise DeploymentError(
+            f"the run's recorded max_concurrency {own_limit!r} / serial_writes {own_serial!r} "
+            "are not a positive whole number and a boolean: not resumed"
+        )
+    limit = own_limit if max_concurrency is None else max_concurrency
+    if limit > own_limit:
+        if not cap:
+            raise DeploymentError(
+                f"max_concurrency {limit} is wider than the {own_limit} the run recorded: a resume may "
+                "only narrow how its run runs (a smaller limit)"
+            )
+        limit = own_limit
+    serial = own_serial if serial_writes is None else serial_writes
+    if own_serial and not serial:
+        if not cap:
+            raise DeploymentError(
+                "serial_writes off, but the run recorded serial_writes on: a resume may only narrow "
+                "how its run runs (turn serial writes on, never off)"
+            )
+        serial = True
+    return limit, serial
 
 
 def recorded_run_parts(
@@ -374,13 +415,16 @@ def engine_for(
     registry: Registry | None = None,
     gate: Callable[[Plan, RecordSink], None] | None = None,
     stored: Mapping[str, Any] | None = None,
-    max_concurrency: int = DEFAULT_CONCURRENCY,
-    serial_writes: bool = False,
+    max_concurrency: int | None = None,
+    serial_writes: bool | None = None,
+    cap_execution: bool = False,
 ) -> Engine:
     """The engine re-driving `run_records`, made by `deployment.engine` (a `pte.Deployment`: the
     one place an engine is made; this area, below it, cannot make one). Its parts, the run's
     recorded ones where it names none (`resolved`: a replay that runs nothing); `registry`: the
-    catalogue the caller re-drives with (a narrowing of the deployment's, when it names one)."""
+    catalogue the caller re-drives with (a narrowing of the deployment's, when it names one).
+    `max_concurrency`, `serial_writes`: how the live part of a resume runs, narrowing the run's
+    recorded ones (`run_execution`; None: the run's own; `cap_execution`: cap, never refuse)."""
     if deployment is None:
         raise TypeError(
             "replay and resume need a pte.Deployment to make their engine "
@@ -395,6 +439,9 @@ def engine_for(
         gate if gate is not None else _RecordedApprovals(run_records, registry, policy, parts.get("keys"))
     )
     checks = checks_factory(registry, started.get("config") or {}) if checks_factory else ()
+    limit, serial = run_execution(
+        started.get("config") or {}, max_concurrency, serial_writes, cap=cap_execution
+    )
     endorsement = None
     if (started.get("config") or {}).get("endorsement") is True:  # the run could pause for a person
         live = parts.get("endorsements")
@@ -412,10 +459,9 @@ def engine_for(
         approval=approvals,
         endorsement=endorsement,  # None: the run could not pause for a person, nor can its replay
         tracer_provider=parts.get("tracer_provider"),
-        # How the live part of a resume runs (`pte._replay._resume`: the run's recorded concurrency,
-        # narrowed by the caller's).
-        max_concurrency=max_concurrency,
-        serial_writes=serial_writes,
+        # The run's recorded concurrency (what replay compares), narrowed for a resume's live part.
+        max_concurrency=limit,
+        serial_writes=serial,
         # The run's binding as recorded: resume compared it with the deployment in hand first
         # (`check_deployment`); replay reproduces it (it is evidence, not authority).
         recorded=started,

@@ -45,6 +45,7 @@ from pte._audit import (
     Record,
     RecordSink,
     Verdict,
+    current_config,
     iter_records,
     record_format,
     verdict,
@@ -151,6 +152,33 @@ def _in_format_of(recorded: Mapping[str, Any], replayed: dict[str, Any]) -> dict
         return replayed
     expanded = expand_run_started(replayed, stored_contents([replayed]))
     return {k: v for k, v in expanded.items() if k not in FORMAT_2_ADDED}
+
+
+#: ``run_started.config``'s execution settings (#33, `pte._run._setup.started_config`).
+_EXECUTION = ("max_concurrency", "serial_writes")
+
+
+def _execution_as_recorded(
+    recorded: Mapping[str, Any], replayed: dict[str, Any], *, resuming: bool
+) -> dict[str, Any]:
+    """`replayed` (a ``run_started``) with the run's execution settings as recorded, when it is
+    a resume whose live part runs narrower than the run (`pte._replay._authority.run_execution`
+    refuses wider): that is how the resume runs, not what the run was. Anything else compares."""
+    config, shown = recorded.get("config"), replayed.get("config")
+    if not resuming or not isinstance(config, Mapping) or not isinstance(shown, Mapping):
+        return replayed
+    ran, runs = current_config(config), current_config(shown)
+    limit, resumed_limit = ran.get("max_concurrency"), runs.get("max_concurrency")
+    serial, resumed_serial = ran.get("serial_writes"), runs.get("serial_writes")
+    if not (isinstance(limit, int) and isinstance(resumed_limit, int)) or not (
+        isinstance(serial, bool) and isinstance(resumed_serial, bool)
+    ):
+        return replayed  # a malformed setting: compared as it is (a divergence)
+    if resumed_limit > limit or (serial and not resumed_serial):
+        return replayed  # wider than the run: compared as it is (a divergence)
+    out = {k: v for k, v in shown.items() if k not in _EXECUTION}
+    out.update({k: v for k, v in config.items() if k in _EXECUTION})
+    return {**replayed, "config": out}
 
 
 def _shown(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -283,6 +311,7 @@ class CheckingAuditLog:
             replayed = self._redacted_hashes.translate(recorded, built)
             if recorded.get("type") == "run_started":
                 replayed = self.prompts.at_run_started(recorded, replayed)
+                replayed = _execution_as_recorded(recorded, replayed, resuming=self._forward is not None)
             elif recorded.get("type") == "llm_call":
                 replayed = self.prompts.at_llm_call(recorded, replayed)
             _compare(line, recorded, _in_format_of(recorded, replayed))

@@ -9,7 +9,7 @@ from typing import Any
 from pte._audit import AuditLog, RecordSink, deployment_problem
 from pte._catalogue import Registry, stored_contents
 from pte._core import ApprovalMissing, FailedClosed, ReasonCode
-from pte._execution import DEFAULT_CONCURRENCY, LiveInvoker
+from pte._execution import LiveInvoker
 from pte._plan import Plan
 from pte._policy import requires_approval
 from pte._replay._authority import authority_of, engine_for, llm_for
@@ -27,8 +27,8 @@ def resume_file(
     llm: LLMClient | None = None,
     checks_factory: Callable[[Registry, Mapping[str, Any]], Sequence[Any]] | None = None,
     deployment: Any = None,
-    max_concurrency: int = DEFAULT_CONCURRENCY,
-    serial_writes: bool = False,
+    max_concurrency: int | None = None,
+    serial_writes: bool | None = None,
 ) -> RunResult:
     """Finish the last run of a log that has no `run_finished`, appending to the same log.
 
@@ -41,9 +41,10 @@ def resume_file(
     non-idempotent tool ends the run `failed_closed(needs_review)`. Raises `FailedClosed`
     when the log holds no run or its last run is already sealed.
 
-    `max_concurrency`, `serial_writes`: how the steps that run live run, as for `pte.Engine`
-    (the records do not depend on them: a resumed run may call its steps in another order
-    than the run it continues, and its records check and replay alike).
+    `max_concurrency`, `serial_writes`: how the steps that run live run: the run's own, as its
+    ``run_started`` recorded them (None); a value given may only narrow them (a smaller limit,
+    serial writes turned on), a wider one is refused (`DeploymentError`). A run recorded before
+    they were recorded runs as given, else with `pte.Engine`'s defaults, as it always did.
     """
     _verified(path)
     run: list[tuple[int, dict[str, Any]]] = []

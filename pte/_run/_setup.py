@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pte._audit import RecordSink
+from pte._audit import RecordSink, current_config
 from pte._catalogue import Registry
 from pte._execution import CallHook, Executor
 from pte._plan import CompileCheck, Plan, procedures_record
@@ -59,4 +59,13 @@ def started_config(setup: RunSetup, mode: str, plan_text: str | None) -> dict[st
         config["procedures"] = procedures_record(setup.registry.procedures)
     if setup.endorsement is not None:  # replay compiles as the run did (pte._policy._endorsement)
         config["endorsement"] = True
+    # How its steps overlap: a resume runs the rest of the run so, or narrower (#33). Left out
+    # where it is what a config without it means (pte._audit._older_records, its table ADDED).
+    meant = current_config({})
+    for name, value in (
+        ("max_concurrency", setup.executor.max_concurrency),
+        ("serial_writes", setup.executor.serial_writes),
+    ):
+        if value != meant[name]:
+            config[name] = value
     return config
