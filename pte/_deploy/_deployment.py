@@ -29,6 +29,7 @@ from pte._deploy._deployment_document import (
     resolve_path,
     resolve_store_url,
 )
+from pte._deploy._deployment_engine import OWN, made_engine, narrowing, recorded_binding, with_specialists
 from pte._deploy._deployment_fingerprint import digest_of, file_digest, folder_digests
 from pte._deploy._deployment_parts import folder_parts, given_parts, recorded_parts
 from pte._deploy._pack_imports import import_spec, is_import_spec
@@ -37,9 +38,6 @@ __all__ = ["Deployment"]
 
 #: The folder of a deployment given by its parts (`Deployment.of`): it reads nothing from one.
 _GIVEN = Path("<given by its parts>")
-
-#: `Deployment.engine`'s default endorsement gate: the deployment's own (None is none at all).
-OWN: Any = object()
 
 #: This machine's high-water mark of the deployment's anchor chain, in its folder.
 ANCHORS_SEEN_NAME = "anchors-seen.json"
@@ -461,10 +459,10 @@ class Deployment:
                 f"the deployment in {self.folder} applies its own policy: a caller may not replace it"
             )
         own = self.registry()
-        registry = own if registry is None else _narrowing(registry, own, f"the deployment in {self.folder}")
+        registry = own if registry is None else narrowing(registry, own, f"the deployment in {self.folder}")
         policy = self.policy(registry)
-        config = _with_specialists(config, self.specialists(registry))
-        return _made_engine(
+        config = with_specialists(config, self.specialists(registry))
+        return made_engine(
             registry,
             llm,
             config=config,
@@ -472,7 +470,7 @@ class Deployment:
             approval=approval if approval is not None else self.approval_gate(registry, policy),
             endorsement=self.endorsement_gate() if endorsement is OWN else endorsement,
             # Every run records this deployment's fingerprint and parts; a re-driven run its own.
-            binding=_recorded_binding(recorded) if recorded is not None else self,
+            binding=recorded_binding(recorded) if recorded is not None else self,
             invoker=invoker,
             checks=checks,
             execution=execution,
@@ -499,7 +497,7 @@ class Deployment:
         if registry is None:
             registry = parts["registry"]
         elif parts["registry"] is not None:
-            registry = _narrowing(registry, parts["registry"], "the deployment given by its parts")
+            registry = narrowing(registry, parts["registry"], "the deployment given by its parts")
         if registry is None:
             raise DeploymentError("a deployment given by its parts needs a registry to make an engine")
         if parts["policy"] is not None:
@@ -511,16 +509,16 @@ class Deployment:
         elif policy is None:
             policy = Policy.from_registry(registry)
         config = config or parts["config"] or EngineConfig()
-        config = _with_specialists(config, tuple(parts["specialists"] or ()))
+        config = with_specialists(config, tuple(parts["specialists"] or ()))
         execution.setdefault("tracer_provider", parts["tracer_provider"])
-        return _made_engine(
+        return made_engine(
             registry,
             llm,
             config=config,
             policy=policy,
             approval=approval if approval is not None else parts["approvals"],
             endorsement=parts["endorsements"] if endorsement is OWN else endorsement,
-            binding=_recorded_binding(recorded) if recorded is not None else parts["fingerprint"],
+            binding=recorded_binding(recorded) if recorded is not None else parts["fingerprint"],
             invoker=invoker,
             checks=checks,
             execution=execution,
@@ -616,75 +614,3 @@ def _store_path(url: str) -> Path | None:
         rest = rest[2:] if rest.startswith("//") else rest
         return None if rest in ("", ":memory:") else Path(rest)
     return None  # a JSON Lines store is a folder it makes; a database is checked by opening it
-
-
-def _narrowing(registry: Registry, own: Registry, whose: str) -> Registry:
-    """`registry` when it narrows `own` (each tool one of its tools, with the same code and
-    schemas; each procedure one of its procedures); else `DeploymentError`: never widen."""
-    if registry is own:
-        return registry
-    extra = [name for name in registry.names if name not in own]
-    changed = [
-        name for name in registry.names if name in own and registry[name].describe() != own[name].describe()
-    ]
-    procedures = [name for name in registry.procedures if name not in own.procedures]
-    if extra or changed or procedures:
-        named = ", ".join([*extra, *changed, *procedures])
-        raise DeploymentError(
-            f"{named}: not served by {whose} (or served with other code or schemas); a caller may "
-            "narrow the deployment's tools, never widen them"
-        )
-    return registry
-
-
-def _with_specialists(config: Any, specialists: tuple[Any, ...]) -> Any:
-    """`config` (default `EngineConfig()`) with the deployment's specialists, when it names some."""
-    from dataclasses import replace
-
-    from pte._run import EngineConfig
-
-    config = config or EngineConfig()
-    return replace(config, specialists=specialists) if specialists else config
-
-
-def _recorded_binding(started: Mapping[str, Any]) -> Any:
-    """``run_started.deployment`` when it is a binding the engine records again; else None (and
-    replay reports the difference at ``run_started``)."""
-    from pte._audit import deployment_binding
-
-    recorded = started.get("deployment")
-    try:
-        return deployment_binding(recorded) if isinstance(recorded, Mapping) else None
-    except ValueError:
-        return None
-
-
-def _made_engine(
-    registry: Registry,
-    llm: Any,
-    *,
-    config: Any,
-    policy: Any,
-    approval: Any,
-    endorsement: Any,
-    binding: Any,
-    invoker: Any,
-    checks: Sequence[Any],
-    execution: Mapping[str, Any],
-) -> Any:
-    """The one ``Engine(...)`` of `pte` (`Deployment.engine`)."""
-    from pte._run import Engine
-
-    extra: dict[str, Any] = {"invoker": invoker} if invoker is not None else {}
-    return Engine(
-        registry,
-        llm,
-        config=config,
-        policy=policy,
-        approval=approval,
-        endorsement=endorsement,
-        checks=checks,
-        deployment=binding,
-        **extra,
-        **execution,
-    )

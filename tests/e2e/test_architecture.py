@@ -300,9 +300,10 @@ def test_the_test_import_check_would_notice(tmp_path: Path) -> None:
 
 # --- one place builds an engine (#33) ----------------------------------------------------------
 
-#: The one module of `pte` that calls ``Engine(``: `pte.Deployment.engine` (the CLI, the demo,
-#: workers, replay and resume all get their engine there, so its authority is the deployment's).
-ENGINE_MAKER = Path("pte/_deploy/_deployment.py")
+#: The one module of `pte` that calls ``Engine(``: the deployment's, with the parts
+#: `pte.Deployment.engine` decided (the CLI, the demo, workers, replay and resume all get their
+#: engine there, so its authority is the deployment's).
+ENGINE_MAKER = Path("pte/_deploy/_deployment_engine.py")
 #: Left out, and why: `pte.testing` is the public test doubles and cookbook, whose examples show
 #: a program making its own `pte.Engine` from its own registry (public API: a program may), not
 #: a way one of pte's commands gets authority. Docstrings are text, not calls (the AST is read).
