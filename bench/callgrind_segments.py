@@ -33,13 +33,23 @@ def mark() -> None:
 def segments(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[int]:
     """Run ``python argv...`` under callgrind; the instructions of each segment between two
     `mark` calls, in order (what runs before the first mark and after the last is dropped)."""
+    return [counts["Ir"] for counts in segment_events(argv, env)]
+
+
+def segment_events(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, *, simulate: bool = False
+) -> list[dict[str, int]]:
+    """`segments` with every event callgrind counted per segment: ``Ir`` (instructions) and,
+    with `simulate`, its cache and branch simulation's (``I1mr``: L1 instruction misses,
+    ``D1mr``/``D1mw``: L1 data misses, ``Bcm``/``Bim``: mispredicted branches, ...)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind (Debian's valgrind package)")
+    simulation = ["--cache-sim=yes", "--branch-sim=yes"] if simulate else []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cg"
         done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--dump-before=os_getppid", f"--callgrind-out-file={out}",
-             sys.executable, *argv],
+            ["valgrind", "--tool=callgrind", *simulation, "--dump-before=os_getppid",
+             f"--callgrind-out-file={out}", sys.executable, *argv],
             capture_output=True, text=True, env={**os.environ, **(env or {}), "PYTHONHASHSEED": "0"},
         )  # fmt: skip
         if done.returncode != 0:
@@ -47,10 +57,12 @@ def segments(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[
         dumps = sorted(Path(tmp).glob("cg.*"), key=lambda p: int(p.suffix[1:]))
         totals = []
         for dump in dumps:
-            found = re.search(r"^(?:summary|totals): (\d+)", dump.read_text(errors="replace"), re.M)
-            if found is None:
-                raise SystemExit(f"no instruction total in callgrind's dump {dump.name}")
-            totals.append(int(found.group(1)))
+            text = dump.read_text(errors="replace")
+            events = re.search(r"^events: (.+)$", text, re.M)
+            found = re.search(r"^(?:summary|totals): (.+)$", text, re.M)
+            if events is None or found is None:
+                raise SystemExit(f"no totals in callgrind's dump {dump.name}")
+            totals.append(dict(zip(events.group(1).split(), map(int, found.group(1).split()), strict=False)))
     if len(totals) < 2:
         raise SystemExit("no segments: callgrind found no os_getppid to dump at (a Python without symbols?)")
     return totals[1:]  # dump k >= 2 holds what ran between mark k-1 and mark k
