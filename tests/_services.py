@@ -207,13 +207,16 @@ while True:
     os.close(pidfd)
     answer.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out}) + "\n")
     answer.flush()
-# The child: `python -c CODE ARGV...` with the job's environment, stdin closed, output to files.
+# The child: `python -c CODE ARGV...` in the job's folder with its environment, stdin closed,
+# output to files.
 answer.close()
 for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["stdout"], os.O_WRONLY | os.O_TRUNC),
                         (2, job["stderr"], os.O_WRONLY | os.O_TRUNC)):
     opened = os.open(path, flags)
     os.dup2(opened, fd)
     os.close(opened)
+if job["cwd"] is not None:
+    os.chdir(job["cwd"])
 os.environ.clear()
 os.environ.update(job["env"])
 sys.argv = ["-c", *job["argv"]]
@@ -258,9 +261,11 @@ def run_python(
     timeout: float,
     warm: Sequence[str] = (),
     imports: Sequence[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """`subprocess.run([python, "-c", code, *argv], env=env, capture_output=True, timeout=timeout)`,
-    in a child forked from a Python process that has pte imported already (fast to start).
+    """`subprocess.run([python, "-c", code, *argv], env=env, cwd=cwd, capture_output=True,
+    timeout=timeout)`, in a child forked from a Python process that has pte imported already
+    (fast to start).
 
     Like `subprocess.run`: the exit code, negative for a signal (-9 after SIGKILL), the output
     as bytes, and `subprocess.TimeoutExpired` when the child is still running after `timeout`.
@@ -275,7 +280,8 @@ def run_python(
         out.touch()
         err.touch()
         job = {"code": code, "argv": list(argv), "env": env, "timeout": timeout, "stdout": str(out),
-               "stderr": str(err), "warm": list(warm), "imports": list(imports)}  # fmt: skip
+               "stderr": str(err), "warm": list(warm), "imports": list(imports),
+               "cwd": None if cwd is None else os.fspath(cwd)}  # fmt: skip
         server.stdin.write(json.dumps(job) + "\n")
         server.stdin.flush()
         answer = json.loads(server.stdout.readline())

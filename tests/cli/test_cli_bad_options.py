@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 # private: the command line's bound under test
 from pte._cli import MAX_APPROVAL_TTL_S, MAX_SUBMIT_COUNT, MAX_VALID_FOR_HOURS
 from pte.cli import main
+from tests._services import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN = {
@@ -63,17 +63,25 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+#: The `pte` command (`python -m pte._cli`), in a process of its own forked from one with the CLI
+#: imported (`run_python`): a fresh interpreter per case cost a second of CPU for each of ~50.
+PTE = "import sys\nfrom pte._cli._main import main\nsys.exit(main(sys.argv[1:]))"
+CLI_IMPORTS = ["pte._cli", "pte._deploy", "pte.stores", "psycopg", "celery", "redis"]
+
+
 def _pte(work: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # Workers and submit under the deployment of the `work` fixture (they refuse to act without).
     deployment = {"PTE_DEPLOYMENT": str(work / "dep")} if argv[0] in ("worker", "submit") else {}
-    return subprocess.run(
-        [sys.executable, "-m", "pte._cli", "--quiet", *argv],
+    done = run_python(
+        PTE,
+        "--quiet",
+        *argv,
         cwd=work,
         env={**_env(), **deployment, **(env or {})},
-        capture_output=True,
-        text=True,
         timeout=60,  # a hang fails the test instead of the suite
+        imports=CLI_IMPORTS,
     )
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
 STORE = "sqlite:///{work}/s.db"

@@ -191,13 +191,13 @@ def test_cli_resume(
     assert "already finished" in capsys.readouterr().err
 
 
-def test_the_forked_child_behaves_like_a_fresh_python_process() -> None:
+def test_the_forked_child_behaves_like_a_fresh_python_process(tmp_path: Path) -> None:
     """The crash tests start their child with `run_python` (a fork of a process with pte
     imported): the same exit status, signal, argv, environment and output as `python -c`."""
     code = textwrap.dedent(
         """
         import os, signal, sys
-        print("out", sys.argv, os.environ.get("PTE_PROBE"), os.environ.get("HOME"))
+        print("out", sys.argv, os.environ.get("PTE_PROBE"), os.environ.get("HOME"), os.getcwd())
         print("err", file=sys.stderr)
         if sys.argv[1] == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -209,10 +209,12 @@ def test_the_forked_child_behaves_like_a_fresh_python_process() -> None:
     # The job's environment, not the server's: HOME (which the server has) is unset here.
     env = {k: v for k, v in os.environ.items() if k != "HOME"} | {"PTE_PROBE": "probe"}
     for argv in (["exit", "0"], ["exit", "3"], ["kill", "0"], ["raise", "0"]):
-        fresh = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, timeout=60)
-        forked = run_python(code, *argv, env=env, timeout=60, warm=PACKS)
+        fresh = subprocess.run(
+            [sys.executable, "-c", code, *argv], env=env, cwd=tmp_path, capture_output=True, timeout=60
+        )
+        forked = run_python(code, *argv, env=env, timeout=60, warm=PACKS, cwd=tmp_path)
         assert forked.returncode == fresh.returncode, argv
-        assert forked.stdout == fresh.stdout == f"out {['-c', *argv]} probe None\n".encode(), argv
+        assert forked.stdout == fresh.stdout == f"out {['-c', *argv]} probe None {tmp_path}\n".encode(), argv
         assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == b"err", argv
         assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1], argv
     assert [forked.returncode, fresh.returncode] == [1, 1]  # the last: an uncaught exception
