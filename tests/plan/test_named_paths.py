@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._services import run_python
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60
 PLAN = {
@@ -34,20 +36,17 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def pte(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from pte._cli._main import main; sys.exit(main(sys.argv[1:]))",
-            *args,
-        ],
+    # A process of its own per command, forked from one with pte imported (`run_python`): a fresh
+    # interpreter per command cost a second of CPU.
+    done = run_python(
+        "import sys; from pte._cli._main import main; sys.exit(main(sys.argv[1:]))",
+        *args,
         cwd=cwd,
         env=_env(**env),
-        capture_output=True,
-        text=True,
         timeout=TIMEOUT_S,
-        check=False,
+        imports=["pte._cli"],
     )
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
 @pytest.fixture(scope="module")
