@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from pte._catalogue import expand_run_started, stored_contents
 # private: the redaction marker; the secret rules under test
 from pte._core import REDACTED, SecretRules, default_rule_files
 from pte.audit import Redactor
+from tests._services import run_python
 from tests.secrets_corpus import ALL_SECRETS, FREE_TEXT, KEYED, PROVIDERS, fragments
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,15 +99,19 @@ def _env() -> dict[str, str]:
 
 
 def _pte(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    # Logs on (JSON lines on stderr), so the engine's own log lines are searched too.
-    return subprocess.run(
-        [sys.executable, "-m", "pte._cli", "--log-format", "json", *argv],
+    # Logs on (JSON lines on stderr), so the engine's own log lines are searched too. A process of
+    # its own per command, forked from one with pte imported (`run_python`: fast to start).
+    done = run_python(
+        "import sys; from pte._cli._main import main; sys.exit(main(sys.argv[1:]))",
+        "--log-format",
+        "json",
+        *argv,
         cwd=cwd,
         env=_env(),
-        capture_output=True,
-        text=True,
         timeout=300,
+        imports=["pte._cli"],
     )
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
 def _leaks(text: str) -> list[str]:
