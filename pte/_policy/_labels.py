@@ -428,6 +428,8 @@ def schema_fields(schema: Mapping[str, Any], schema_walk: SchemaWalk | None = No
         walk(schema, (), frozenset())
     except _TooLarge:
         return _first_paths(schema_walk or SchemaWalk(schema))
+    if len(out) > document_size(schema):  # the walk fit its budget, but the listing outgrew the schema
+        return _first_paths(schema_walk or SchemaWalk(schema))
     return out
 
 

@@ -215,3 +215,19 @@ def test_union_branches_marked_apart_keep_the_untrusted_mark() -> None:
     )
     tree = Policy.from_registry(registry(case)).effective("read").output_tree()
     assert tree is not None and "untrusted" in tree.select(("body",))
+
+
+def test_a_fan_out_of_references_lists_each_marked_part_once_within_the_schema_size() -> None:
+    # Found by the property above: 7 properties each referring to one definition of 7 marked
+    # properties fit the walk's step budget but listed 49 paths for a 44-node schema.
+    leaf = {"type": "string", "x-pte-provenance": "untrusted"}
+    schema = {
+        "$defs": {
+            "L0": {"type": "object", "properties": {f"p{i}": {"$ref": "#/$defs/L1"} for i in range(7)}},
+            "L1": {"type": "object", "properties": {f"p{i}": dict(leaf) for i in range(7)}},
+        },
+        "$ref": "#/$defs/L0",
+    }
+    fields = schema_fields(schema)
+    assert len(fields) <= document_size(schema)
+    assert fields == {f"/p0/p{i}": "untrusted" for i in range(7)}  # each marked part, by its first path
