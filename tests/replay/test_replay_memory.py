@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 # private: the replayer's parts, white-box
+import pte
 import pte._replay._replayer
 from pte import AuditLog, Engine, EngineConfig, ToolError, load_registry, verify
 
@@ -169,11 +170,14 @@ def test_a_divergence_deep_in_a_run_does_not_keep_the_run(
 def test_a_run_whose_stored_catalogue_is_not_at_hand_is_refused_with_a_reason(long_log: Path) -> None:
     # replay_run on a later run alone, without the contents earlier runs stored: a named
     # refusal, never a replay against the tools' fingerprints.
+    # Under the run's recorded authority (Deployment.of(), what replay_file gives): the one
+    # place an engine is made needs a deployment (#33).
     runs = list(pte._replay._replayer.iter_runs(long_log))
-    replayed = replay_run(runs[1])
+    recorded = pte.Deployment.of()
+    replayed = replay_run(runs[1], deployment=recorded)
     assert replayed.outcome == "diverged"
     assert replayed.note is not None and "does not hold before it" in replayed.note
-    assert replay_run(runs[1], stored=runs[0][0][1]["stored"]).outcome == "same"
+    assert replay_run(runs[1], stored=runs[0][0][1]["stored"], deployment=recorded).outcome == "same"
 
 
 def test_resume_of_the_last_run_of_a_long_log(long_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
