@@ -27,9 +27,8 @@ from typing import Any
 import pytest
 
 # private: the replayer's parts, white-box
-import pte
 import pte._replay._replayer
-from pte import AuditLog, Engine, EngineConfig, ToolError, load_registry, verify
+from pte import AuditLog, Deployment, Engine, EngineConfig, ToolError, load_registry, verify
 
 # private: the replayer's parts, white-box
 from pte._replay._replayer import RecordedInvoker, replay_run
@@ -173,7 +172,7 @@ def test_a_run_whose_stored_catalogue_is_not_at_hand_is_refused_with_a_reason(lo
     # Under the run's recorded authority (Deployment.of(), what replay_file gives): the one
     # place an engine is made needs a deployment (#33).
     runs = list(pte._replay._replayer.iter_runs(long_log))
-    recorded = pte.Deployment.of()
+    recorded = Deployment.of()
     replayed = replay_run(runs[1], deployment=recorded)
     assert replayed.outcome == "diverged"
     assert replayed.note is not None and "does not hold before it" in replayed.note
