@@ -8,43 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
-from pte import AuditLog, Engine, Plan, Registry, tool
+from pte import AuditLog, Engine, Plan
 from pte.audit import RecordSink
 from pte.errors import ApprovalMissing
 from pte.policy import ApprovalStore, ConsumingApproval, PlanApproval, approval_hook
+from tests._two_step_tools import CALLED, REGISTRY
 
-CALLED: list[str] = []
-
-
-class Balance(BaseModel):
-    """An account's balance."""
-
-    cents: int
-
-
-class Sent(BaseModel):
-    """A transfer sent."""
-
-    id: str
-
-
-@tool
-def balance() -> Balance:
-    """The account's balance."""
-    CALLED.append("balance")
-    return Balance(cents=100)
-
-
-@tool(effect="write")
-def transfer(cents: int) -> Sent:
-    """Send a transfer."""
-    CALLED.append("transfer")
-    return Sent(id="t1")
-
-
-REGISTRY = Registry([balance, transfer])
 PLAN = json.dumps(
     {
         "pte_plan": "1",
@@ -106,4 +75,3 @@ def test_the_deployments_gate_declares_that_it_consumes(tmp_path: Path) -> None:
     gate: PlanApproval = approval_hook(ApprovalStore(tmp_path / "approvals.jsonl"), registry=REGISTRY)
     assert isinstance(gate, ConsumingApproval)
     assert Engine(REGISTRY, approval=gate).consume_approval == gate.before_call
-

@@ -7,47 +7,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel
-
-from pte import AuditLog, Executor, Registry, compile_plan, tool
+from pte import AuditLog, Executor, compile_plan
 
 # private: the live part replay is given
 from pte._execution import LiveInvoker
 
 # private: replay's invoker, white-box (this area's)
 from pte._replay._replayer import RecordedInvoker
+from tests._two_step_tools import CALLED, REGISTRY
 from tests.audit_runs import begun
 
-CALLED: list[str] = []
-
-
-class Balance(BaseModel):
-    """An account's balance."""
-
-    cents: int
-
-
-class Sent(BaseModel):
-    """A transfer sent."""
-
-    id: str
-
-
-@tool
-def balance() -> Balance:
-    """The account's balance."""
-    CALLED.append("balance")
-    return Balance(cents=100)
-
-
-@tool(effect="write")
-def transfer(cents: int) -> Sent:
-    """Send a transfer."""
-    CALLED.append("transfer")
-    return Sent(id="t1")
-
-
-REGISTRY = Registry([balance, transfer])
 PLAN = json.dumps(
     {
         "pte_plan": "1",

@@ -7,47 +7,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel
-
-from pte import AuditLog, Executor, Registry, compile_plan, tool
+from pte import AuditLog, Executor, compile_plan
 
 # private: the live part resume is given
 from pte._execution import LiveInvoker
 
 # private: resume's invoker, white-box (this area's)
 from pte._replay._replayer import ResumingInvoker
+from tests._two_step_tools import CALLED, REGISTRY
 from tests.audit_runs import begun
 
-CALLED: list[str] = []
-
-
-class Balance(BaseModel):
-    """An account's balance."""
-
-    cents: int
-
-
-class Sent(BaseModel):
-    """A transfer sent."""
-
-    id: str
-
-
-@tool
-def balance() -> Balance:
-    """The account's balance."""
-    CALLED.append("balance")
-    return Balance(cents=100)
-
-
-@tool(effect="write")
-def transfer(cents: int) -> Sent:
-    """Send a transfer."""
-    CALLED.append("transfer")
-    return Sent(id=f"t{len(CALLED)}")
-
-
-REGISTRY = Registry([balance, transfer])
 PLAN = json.dumps(
     {
         "pte_plan": "1",
