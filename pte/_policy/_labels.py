@@ -397,7 +397,8 @@ def schema_fields(schema: Mapping[str, Any], schema_walk: SchemaWalk | None = No
     referring to the next of 12 levels lists 12**12 paths) lists each marked part once, by
     the first path that reaches it.
     """
-    budget = 64 + 4 * document_size(schema)
+    size = document_size(schema)
+    budget = 64 + 4 * size
     out: dict[str, str] = {}
     steps = 0
 
@@ -428,7 +429,7 @@ def schema_fields(schema: Mapping[str, Any], schema_walk: SchemaWalk | None = No
         walk(schema, (), frozenset())
     except _TooLarge:
         return _first_paths(schema_walk or SchemaWalk(schema))
-    if len(out) > document_size(schema):  # the walk fit its budget, but the listing outgrew the schema
+    if len(out) > size:  # the walk fit its budget, but the listing outgrew the schema
         return _first_paths(schema_walk or SchemaWalk(schema))
     return out
 
