@@ -10,6 +10,7 @@ survives a killed process; an OS crash may lose the last commits), ``none`` OFF.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,8 @@ __all__ = ["SQLiteStore"]
 _SYNCHRONOUS = {"always": "FULL", "batch": "NORMAL", "none": "OFF"}
 #: How long a worker's claim on a run lasts without being renewed (its process may have died).
 LEASE_SECONDS = 60.0
+#: How long a statement waits for another process's lock (the connection's busy timeout).
+BUSY_TIMEOUT_SECONDS = 30.0
 
 
 class SQLiteStore(SQLStore):
@@ -36,10 +39,12 @@ class SQLiteStore(SQLStore):
         if not self.path.parent.is_dir():
             raise StoreError(f"the directory of SQLite store {str(self.path)!r} does not exist")
         try:
-            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            # `timeout` is the busy timeout, set before the first statement runs.
+            self._conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_SECONDS
+            )
+            _enter_wal(self._conn)
             self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("PRAGMA busy_timeout=30000")
             with self._transaction() as cur:
                 for statement in SCHEMA.replace("{serial}", "INTEGER").split(";"):
                     if statement.strip():
@@ -117,3 +122,26 @@ class SQLiteStore(SQLStore):
 
 
 del utc_now
+
+
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode unless it is already, waiting out other processes' locks.
+
+    The switch reads the file's header, then upgrades to a write lock to rewrite it. SQLite
+    never runs the busy handler for that upgrade (waiting could deadlock two readers), so a
+    second process opening a fresh file while the first switches or creates the tables got
+    "database is locked" at once. Retried here within the busy timeout instead; a file already
+    in WAL mode (every open after the first) needs no write at all.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    pause = 0.001
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
