@@ -80,8 +80,11 @@ def canonical_bytes(value: Any, *, from_text: bool = False) -> bytes:
             return orjson.dumps(value)
         except TypeError:
             return _jcs(value)
-    if (kind is dict or kind is list) and numbers_as_jcs(value):
-        data = checked_jcs(value)
+    if kind is dict or kind is list:
+        # A catalogue's ``timeout_s: 30.0`` is not where orjson and JCS agree; as the integer
+        # JCS writes for it, it is (`_integral_as_int`), and no pure-Python encoder is needed.
+        ready = value if numbers_as_jcs(value) else _integral_as_int(value)
+        data = checked_jcs(ready) if ready is not None else None
         if data is not None:
             return data
     elif (kind is int or kind is float or kind is bool or value is None) and numbers_as_jcs((value,)):
@@ -137,6 +140,38 @@ def numbers_as_jcs(value: Any) -> bool:
             else:  # tuples, subclasses, anything else: the reference decides
                 return False
     return True
+
+
+def _integral_as_int(value: Any) -> Any:
+    """A copy of `value` (a dict or list) with every float of integral value within
+    ±(2**53 - 1) as the integer it equals, which JCS writes alike (``30.0`` and ``30`` are
+    both ``30``, ``-0.0`` is ``0``: ECMAScript writes an integral double below 1e21 as its
+    integer); None when the copy would still hold a value `numbers_as_jcs` refuses (then
+    `rfc8785` decides). Only for encoding: the caller's value is not changed."""
+    try:
+        ready = _with_integral_as_int(value)
+    except (_NotReady, RecursionError):
+        return None
+    return ready if numbers_as_jcs(ready) else None
+
+
+class _NotReady(Exception):
+    """A value `_integral_as_int` leaves to the reference encoder."""
+
+
+def _with_integral_as_int(value: Any) -> Any:
+    kind = value.__class__
+    if kind is float:
+        if value.is_integer() and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return int(value)
+        return value
+    if kind is dict:
+        return {key: _with_integral_as_int(item) for key, item in value.items()}
+    if kind is list:
+        return [_with_integral_as_int(item) for item in value]
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    raise _NotReady  # tuples, subclasses, anything else: the reference decides
 
 
 def _jcs(value: Any, *, exact: bool = True) -> bytes:

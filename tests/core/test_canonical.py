@@ -182,6 +182,28 @@ def test_hashing_equals_the_reference_implementation(value: Any) -> None:
     assert is_canonical(expected, orjson.loads(expected))
 
 
+# Integral floats (a catalogue's ``timeout_s: 30.0``) beside every other number: the encoder
+# writes them as the integers JCS writes, through orjson, and must agree with the reference.
+_integral_floats = st.integers(-(2**54), 2**54).map(float) | st.sampled_from([-0.0, 0.0, 1e15, 1e16, 2.0**53])
+_json_integral = st.recursive(
+    _integral_floats
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.text(max_size=3)
+    | st.none(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_integral)
+def test_integral_floats_are_encoded_as_the_reference_writes_them(value: Any) -> None:
+    before = orjson.dumps(value)
+    assert canonical_bytes(value) == rfc8785.dumps(value)
+    assert orjson.dumps(value) == before  # the caller's value is not changed
+
+
 @settings(max_examples=400, deadline=None)
 @given(_json)
 def test_a_line_written_by_orjson_is_judged_exactly(value: Any) -> None:
