@@ -58,7 +58,7 @@ from pte._run._prompts import repair_messages
 
 #: main just before this round of #37's prompt work (the sizes docs/benchmarks.md states "before";
 #: the earlier rounds were measured against 5aa60c6).
-BEFORE = "09f9ad5"
+BEFORE = "80c17a8"
 REPO = Path(__file__).resolve().parents[1]
 
 #: cl100k's pre-tokenizer pattern with the Unicode classes written for Python's `re`.

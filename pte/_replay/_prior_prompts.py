@@ -34,6 +34,9 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "83fb8aa96cea83a34d2732bef9d77ed3d8621fe698e4b9f3b802e37bdcd7b7e6": (
             "pte 0.1.0 as of main aadc173 (2026-11-29), before shared shapes were named"
         ),
+        "e0ec9cf93ace09c01ddda23847527ab505597bc2974fc67c0989fed0b20ac2f3": (
+            "pte 0.1.0 as of main 80c17a8 (2026-11-29), before a str was written by its name alone"
+        ),
     }
 )
 

@@ -131,6 +131,7 @@ instead of "result": you are shown those values and plan the next stage."""
 NOTATION_HEAD = """Tools: name(p: TYPE, q?: TYPE = default) -> OUTPUT, [labels], what it does. q? \
 is optional (no default shown: null, which it takes, false or absent); no other parameters."""
 NOTATION_KEYS: Mapping[str, str] = {
+    "str": "a name without a TYPE is a str",
     "decimal": 'decimal = a decimal string ("12.50")',
     "format": "str(date) = text in that format",
     "optional field": "{a: T, b?: U} = an object, b may be absent",
@@ -304,6 +305,8 @@ class _Writer:
         self.described = described
         #: Its words, found once (a lookup per field, not a search of the description per field).
         self.words = frozenset(re.findall(r"\w+", described))
+        #: Whether a str field is written by its name alone (the catalogue's notation keys it).
+        self.bare_str = True
 
     def type(self, node: Any) -> str:
         """`node` in the catalogue's notation; as its JSON when it has a shape the notation
@@ -499,12 +502,16 @@ class _Writer:
     def field(self, name: str, node: Any, required: bool, *, param: bool = False) -> str:
         """``name: TYPE`` (required) or ``name?: TYPE = default``, then its description if the
         tool's own description does not already speak of it. An optional parameter whose default
-        is null is written without ``|null``: the notation says no default shown means null."""
-        key = _key(name)
-        if required:
-            text = f"{key}: {self.type(node)}"
+        is null is written without ``|null``: the notation says no default shown means null. A
+        str is written by its name alone (``name``, ``name? = "x"``): most names are str; a name
+        written as a JSON string keeps its type (``"a b": str``), which no enum value reads as."""
+        shown, key = self.type(node if required or not param else _not_null(node)), _key(name)
+        text = key + ("" if required else "?")
+        if shown == "str" and self.bare_str and key == name:  # the commonest type, keyed once
+            self.used.add("str")
         else:
-            text = f"{key}?: {self.type(_not_null(node) if param else node)}"
+            text += f": {shown}"
+        if not required:
             default = node.get("default") if isinstance(node, Mapping) else None
             if default is not None and default is not False:  # the notation's implied defaults
                 text += f" = {_jcs(default)}"
@@ -1015,7 +1022,9 @@ def _completed_line(step_id: str, tool: str, output: Mapping[str, Any] | None) -
     if output is None:
         return f"- {step_id} (tool {tool})"
     names = {name: name for name in output.get("$defs") or {}}
-    return f"- {step_id} (tool {tool}) -> {_Writer(names, '').type(output)}"
+    writer = _Writer(names, "")
+    writer.bare_str = False  # a stage's own line: readable whatever forms the catalogue keyed
+    return f"- {step_id} (tool {tool}) -> {writer.type(output)}"
 
 
 def stage_messages(

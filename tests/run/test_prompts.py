@@ -45,10 +45,18 @@ def _entries(text: str) -> dict[str, str]:
 
 def _name(param: str) -> str:
     """The property name a rendered parameter stands for (plain or a JSON string)."""
-    found = re.match(r'("(?:[^"\\]|\\.)*"|[A-Za-z_][\w-]*)\??: ', param)
+    found = re.match(r'("(?:[^"\\]|\\.)*"|[A-Za-z_][\w-]*)\??(?:: | = | /\*|$)', param)
     assert found is not None, param
     text = found.group(1)
     return str(json.loads(text)) if text.startswith('"') else text
+
+
+def _typed(part: str) -> str:
+    """A rendered parameter or field with its type written out: the notation writes a str by its
+    name alone (``currency?``, ``folder? = "inbox"``)."""
+    found = re.match(r'("(?:[^"\\]|\\.)*"|[A-Za-z_][\w-]*)(\??)(: )?', part)
+    assert found is not None, part
+    return part if found.group(3) else f"{found.group(1)}{found.group(2)}: str{part[found.end() :]}"
 
 
 def _split_top(text: str) -> list[str]:
@@ -98,7 +106,7 @@ def _check_rendering(registry: Registry, policy: Policy) -> None:
         params_text = re.sub(r" /\* .*? \*/", "", params_text[params_text.index("(") + 1 :])
         inputs = spec.planner_input_schema
         required = set(inputs.get("required", ()))
-        shown = {_name(p): p for p in _split_top(params_text)}
+        shown = {_name(p): p for p in map(_typed, _split_top(params_text))}
         assert set(shown) == set(inputs.get("properties", {})), spec.name
         for name, schema in inputs.get("properties", {}).items():
             part = shown[name]
@@ -117,12 +125,12 @@ def _check_rendering(registry: Registry, policy: Policy) -> None:
             head = f"{named.group(1)}<T> = {{" if named.group(2) else f"{named.group(1)} = {{"
             output_text = next(line for line in text.split("\n") if line.startswith(head))
         for name in output.get("properties", {}):
-            assert re.search(rf"[{{ ]{re.escape(name)}\??: ", output_text), (spec.name, name)
+            assert re.search(rf"[{{ ]{re.escape(name)}\??(?:: |[,}}]| /\*)", output_text), (spec.name, name)
         for name, body in (output.get("$defs") or {}).items():
             # Under Types, or written where it is used when that is the only place.
             line = next((line for line in text.split("\n") if line.startswith(f"{name} = {{")), signature)
             for field in body.get("properties", {}):
-                assert f"{field}: " in line or f"{field}?: " in line, (name, field)
+                assert re.search(rf"[{{ ]{re.escape(field)}\??(?:: |[,}}]| /\*)", line), (name, field)
         labels = rest[0][1:-1] if rest and rest[0].startswith("[") else ""
         effective = policy.effective(spec.name, registry)
         assert ("write" in labels.split("; ")) == (spec.effect == "write"), spec.name
@@ -210,7 +218,8 @@ def test_the_planner_prompt_explains_labels_and_the_notation() -> None:
 _FORMS = {
     "decimal": r"\bdecimal\b",
     "format": r"\bstr\(",
-    "optional field": r"[{,] [a-z_]\w*\?: [^()]*\}",
+    "str": r"(?:[({]|, )[A-Za-z_][\w-]*\??(?: = [^,)}]+)?(?=[,)}]| /\*)",
+    "optional field": r"[{,] [a-z_]\w*\?(?=[:,}])[^()]*\}",
     "more keys": r", \.\.\.\}",
     "map": r"\[key\]: ",
     "generic": "",  # a type variable: read from the tools' schemas (x-pte-var), see below
@@ -277,10 +286,10 @@ def test_generic_tools_are_short_signatures_and_shared_types_are_written_once() 
     # A list and its length, written by many tools, is named once.
     assert text.count("Records<T> = {records: T[], count: int}") == 1
     # A type used once is written where it is used; one used twice is named once, under Types.
-    assert "Entry" not in text and "entries: {key: str, value: str, lines: str[]}[]" in blocks["parse_fields"]
+    assert "Entry" not in text and "entries: {key, value, lines: str[]}[]" in blocks["parse_fields"]
     backoffice = prompts.catalogue_text(load_registry(["backoffice"]))
     assert backoffice.count("Invoice = {") == 1 and backoffice.count("Invoice") >= 3
-    assert "\nget_invoice(invoice_id: str, as_of?: str(date)) -> Invoice\n" in backoffice
+    assert "\nget_invoice(invoice_id, as_of?: str(date)) -> Invoice\n" in backoffice
 
 
 def test_an_optional_parameter_shown_without_a_default_takes_null_where_null_is_its_default() -> None:
@@ -295,7 +304,8 @@ def test_an_optional_parameter_shown_without_a_default_takes_null_where_null_is_
         schema = spec.planner_input_schema
         signature = blocks[spec.name].split("\n")[0]
         shown = {
-            _name(p): p for p in _split_top(signature[signature.index("(") + 1 : signature.index(") -> ")])
+            _name(p): p
+            for p in map(_typed, _split_top(signature[signature.index("(") + 1 : signature.index(") -> ")]))
         }
         for name, prop in (schema.get("properties") or {}).items():
             if name in schema.get("required", ()) or prop.get("default", ...) is not None:
@@ -358,7 +368,7 @@ def test_a_type_named_like_a_type_variable_is_shown_by_another_name() -> None:
         func=lambda args: {},
     )
     text = prompts.catalogue_text(Registry([spec]))
-    assert "\nR2 = {x: str}\n" in text and "pair() -> {a: R2, b: R2}" in text
+    assert "\nR2 = {x}\n" in text and "pair() -> {a: R2, b: R2}" in text
 
 
 def test_the_six_generic_packs_take_well_under_half_the_characters_of_their_json_schemas() -> None:
