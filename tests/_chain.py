@@ -7,6 +7,8 @@ private hashing helpers.
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 from pte.audit import canonical_json
@@ -48,3 +50,19 @@ def line_of(record: Any) -> bytes:
 def log_text(records: list[dict[str, Any]]) -> str:
     """The JSON Lines text of `records`, one canonical line each."""
     return "".join(canonical_json(record) + "\n" for record in records)
+
+
+#: Logs an earlier pte wrote (main 5aa60c6's samples: its prompts hash, no deployment binding).
+OLDER_PTE = Path(__file__).resolve().parent / "data" / "older_pte"
+
+
+def records_of(path: Path) -> list[dict[str, Any]]:
+    """The records of the JSON Lines log at `path`, as written."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def write_relinked(records: list[dict[str, Any]], out: Path) -> Path:
+    """`records` re-linked (`relinked`) and written to `out` as a log: what a log writer
+    without the deployment key can write (an earlier pte's logs were chained without one)."""
+    out.write_text(log_text(relinked(records)), encoding="utf-8")
+    return out

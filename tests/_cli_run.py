@@ -1,8 +1,16 @@
 """Running the `pte` command in-process for the tests, and the ledger they pay into: one copy
-of each, shared by the CLI tests (import the `ledger` fixture by name where it is used)."""
+of each, shared by the CLI tests (import the `ledger` fixture by name where it is used).
+
+The hint tests' parts too: a printed hint is taken from the output (`hint`, which checks it is
+a whole command) and run as printed (`run_hint`); `PAY` is the supplier payment they approve,
+`payments` counts what the ledger paid."""
 
 from __future__ import annotations
 
+import re
+import shlex
+import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -49,7 +57,8 @@ def make_deployment(
     code, out, err = cli(capsys, "init", str(where), *options)
     assert code == 0, out + err
     monkeypatch.setenv("PTE_DEPLOYMENT", str(where))
-    for name in ("PTE_STORE", "PTE_APPROVAL_PUBLIC_KEYS_FILE", "PTE_ANCHORS_FILE", "PTE_DEPLOYMENT_KEY_FILE"):
+    for name in ("PTE_STORE", "PTE_BROKER", "PTE_APPROVAL_PUBLIC_KEYS_FILE", "PTE_ANCHORS_FILE",
+                 "PTE_DEPLOYMENT_KEY_FILE"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     return where
 
@@ -64,3 +73,52 @@ def approver_keys(tmp_path: Path, name: str = "approver") -> tuple[Path, Path]:
     private.chmod(0o600)
     public.write_bytes(signer.public_key.to_pem())
     return private, public
+
+
+def store_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *options: str
+) -> str:
+    """`make_deployment` with the backoffice tools, its runs in a SQLite store in `tmp_path` and
+    `OPTIONS`, and `PAY` written to ``pay.json``; the store's URL."""
+    url = f"sqlite://{tmp_path / 'runs.db'}"
+    make_deployment(tmp_path, monkeypatch, capsys, "--tools", "backoffice", "--store", url, *options)
+    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
+    return url
+
+
+# --- hints: every command the CLI prints runs as printed -----------------------------------------
+
+#: A supplier payment: a write, so it needs a person's approval.
+PAY = """{"pte_plan": "1", "steps": [
+ {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
+ {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
+  "currency": "EUR", "reference": "Invoice 7"}}
+], "result": {"$ref": "pay/payment_id"}}"""
+#: What a template to fill in has and a command that runs as printed has not.
+PLACEHOLDER = re.compile(r"\bURL\b|\bNAME\b|…|\.\.\.|\bLOG\b|\bRUN_ID\b|PLAN_FILE|\bFILE\b|\bPATH\b")
+
+
+def payments(ledger: Path) -> int:
+    """How many supplier payments the ledger has sent."""
+    with sqlite3.connect(ledger) as conn:
+        count = int(conn.execute("SELECT count(*) FROM payments_out").fetchone()[0])
+    conn.close()
+    return count
+
+
+def hint(text: str, after: str, *, never: Sequence[str] = ()) -> str:
+    """The command printed after `after` on its line: a `pte` command with no placeholder and
+    none of the flags `never`."""
+    line = next(line for line in text.splitlines() if after in line)
+    command = line[line.index(after) + len(after) :].strip()
+    assert command.startswith("pte "), line
+    assert not PLACEHOLDER.search(command), command
+    assert not any(flag in shlex.split(command) for flag in never), command
+    return command
+
+
+def run_hint(command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run a printed `pte ...` command as printed (in-process); (exit code, stdout, stderr)."""
+    words = shlex.split(command)
+    assert words[0] == "pte", command
+    return cli(capsys, *words[1:])

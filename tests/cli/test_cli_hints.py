@@ -7,58 +7,14 @@ plan file, the run id, the store and the deployment's flags the command was give
 from __future__ import annotations
 
 import json
-import re
-import shlex
-import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 
-from pte import load_pack
 from pte.cli import main
-from tests._cli_run import make_deployment
+from tests._cli_run import PAY, hint, ledger, make_deployment, payments, run_hint
 
-PAY = """{"pte_plan": "1", "steps": [
- {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
- {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
-  "currency": "EUR", "reference": "Invoice 7"}}
-], "result": {"$ref": "pay/payment_id"}}"""
-PLACEHOLDER = re.compile(r"\bURL\b|\bNAME\b|…|\.\.\.|\bLOG\b|\bRUN_ID\b|PLAN_FILE")
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    path = tmp_path / "ledger.sqlite"
-    module.create_sample_ledger(path, overwrite=True)
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    monkeypatch.delenv("PTE_STORE", raising=False)
-    monkeypatch.delenv("PTE_BROKER", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return path
-
-
-def _payments(ledger: Path) -> int:
-    with sqlite3.connect(ledger) as conn:
-        return int(conn.execute("SELECT count(*) FROM payments_out").fetchone()[0])
-
-
-def _hint(text: str, after: str) -> str:
-    """The command printed after `after` on its line."""
-    line = next(line for line in text.splitlines() if after in line)
-    command = line[line.index(after) + len(after) :].strip()
-    assert command.startswith("pte "), line
-    assert not PLACEHOLDER.search(command), command
-    return command
-
-
-def _run(command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    words = shlex.split(command)
-    assert words[0] == "pte"
-    code = main(["--quiet", *words[1:]])
-    out, err = capsys.readouterr()
-    return code, out, err
+__all__ = ["ledger"]  # the fixture, used by name
 
 
 def test_plan_hints_approve_and_execute_run_as_printed(
@@ -69,17 +25,17 @@ def test_plan_hints_approve_and_execute_run_as_printed(
     argv = ["--quiet", "plan", "pay a supplier", "--tools", "backoffice", "-o", "my plan.json"]
     assert main([*argv, "--replay-responses", "resp.json"]) == 0
     out = capsys.readouterr().out
-    approve, execute = _hint(out, "needs approval): "), _hint(out, "execute it: ")
+    approve, execute = hint(out, "needs approval): "), hint(out, "execute it: ")
     # Executed without the approval, the run waits in the deployment's store (#33: the hint
     # names no log): the approve hint is needed.
-    code, out, _ = _run(execute, capsys)
-    assert code == 0 and "awaiting_approval" in out and _payments(ledger) == 0
-    code, out, err = _run(approve, capsys)
+    code, out, _ = run_hint(execute, capsys)
+    assert code == 0 and "awaiting_approval" in out and payments(ledger) == 0
+    code, out, err = run_hint(approve, capsys)
     assert code == 0, err
     # `pte approve`'s own hint: execute the approved plan once.
-    code, out, err = _run(_hint(out, "execute it (once) with: "), capsys)
+    code, out, err = run_hint(hint(out, "execute it (once) with: "), capsys)
     assert code == 0, err
-    assert _payments(ledger) == 1
+    assert payments(ledger) == 1
 
 
 @pytest.mark.parametrize("from_env", [False, True], ids=["--store", "PTE_STORE"])
@@ -98,18 +54,18 @@ def test_paused_run_hints_review_approve_resume_run_as_printed(
     (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
     assert main(["--quiet", "execute", "pay.json", "--tools", "backoffice", *store, "--run-id", "h1"]) == 0
     out = capsys.readouterr().out
-    review, approve, resume = _hint(out, "review: "), _hint(out, "approve: "), _hint(out, "then: ")
+    review, approve, resume = hint(out, "review: "), hint(out, "approve: "), hint(out, "then: ")
     assert "--store" not in resume  # the deployment names its store
     # Resumed before a decision: refused, with the approve command to run.
-    code, _, err = _run(resume, capsys)
+    code, _, err = run_hint(resume, capsys)
     assert code == 1
-    assert _hint(err, "approve or reject it first: ") == approve
-    code, out, _ = _run(review, capsys)
+    assert hint(err, "approve or reject it first: ") == approve
+    code, out, _ = run_hint(review, capsys)
     assert code == 0 and "h1" in out and "send_payment" in out
-    assert _run(approve, capsys)[0] == 0
-    code, out, err = _run(resume, capsys)
+    assert run_hint(approve, capsys)[0] == 0
+    code, out, err = run_hint(resume, capsys)
     assert code == 0, err
-    assert _payments(ledger) == 1
+    assert payments(ledger) == 1
 
 
 def test_approve_run_id_hint_resumes_with_the_deployments_packs(
@@ -124,10 +80,10 @@ def test_approve_run_id_hint_resumes_with_the_deployments_packs(
     )
     capsys.readouterr()
     assert main(["--quiet", "approve", "a1", "--by", "alice", "--store", url, "--tools", "backoffice"]) == 0
-    code, _, err = _run(_hint(capsys.readouterr().out, "continue it with: "), capsys)
+    code, _, err = run_hint(hint(capsys.readouterr().out, "continue it with: "), capsys)
     assert code == 0, err
     # (A submitted run's packs came from its job; under a deployment they are the deployment's.)
-    assert _payments(ledger) == 1
+    assert payments(ledger) == 1
 
 
 def test_endorsement_pause_hints_in_a_store_run_as_printed(
@@ -151,18 +107,18 @@ def test_endorsement_pause_hints_in_a_store_run_as_printed(
     flags += ["--store", f"sqlite:{tmp_path / 'runs.db'}", "--endorsements", "e.jsonl"]
     make_deployment(tmp_path, monkeypatch, capsys, *flags)  # the same flags, repeated, are accepted
     assert main(["--quiet", "execute", "bill.json", *flags, "--run-id", "e1"]) == 0
-    code, out, err = _run(_hint(capsys.readouterr().out, "approve: "), capsys)
+    code, out, err = run_hint(hint(capsys.readouterr().out, "approve: "), capsys)
     assert code == 0, err
     assert main(["--quiet", "resume", "e1", *flags]) == 0
     out = capsys.readouterr().out
-    review, endorse, resume = _hint(out, "review: "), _hint(out, "endorse: "), _hint(out, "then: ")
-    code, out, _ = _run(review, capsys)
-    assert code == 0 and "send_payment.iban" in out and _payments(ledger) == 0
+    review, endorse, resume = hint(out, "review: "), hint(out, "endorse: "), hint(out, "then: ")
+    code, out, _ = run_hint(review, capsys)
+    assert code == 0 and "send_payment.iban" in out and payments(ledger) == 0
     # Resumed before the decision: it waits again, showing the same hints.
-    code, out, _ = _run(resume, capsys)
-    assert code == 0 and _hint(out, "endorse: ") == endorse and _payments(ledger) == 0
-    code, out, err = _run(endorse, capsys)
+    code, out, _ = run_hint(resume, capsys)
+    assert code == 0 and hint(out, "endorse: ") == endorse and payments(ledger) == 0
+    code, out, err = run_hint(endorse, capsys)
     assert code == 0 and "(signed)" in out, err
-    code, out, err = _run(resume, capsys)
+    code, out, err = run_hint(resume, capsys)
     assert code == 0 and "succeeded" in out, (out, err)
-    assert _payments(ledger) == 1
+    assert payments(ledger) == 1

@@ -11,43 +11,17 @@ says so. Each hint below is run verbatim.
 from __future__ import annotations
 
 import json
-import re
 import shlex
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from tests._cli_run import cli, ledger, make_deployment
+from tests._cli_run import PAY, cli, hint, ledger, make_deployment, payments, run_hint, store_deployment
 
 __all__ = ["ledger"]  # the fixture, used by name
 
-PAY = """{"pte_plan": "1", "steps": [
- {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
- {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
-  "currency": "EUR", "reference": "Invoice 7"}}
-], "result": {"$ref": "pay/payment_id"}}"""
-PLACEHOLDER = re.compile(r"\bURL\b|\bNAME\b|…|\.\.\.|\bLOG\b|\bRUN_ID\b|PLAN_FILE|\bFILE\b|\bPATH\b")
-
 #: How the approver's key is known: the variable names it, or it lies beside its public key.
 KEY_SOURCES = ("variable", "beside")
-
-
-def _payments(ledger: Path) -> int:
-    with sqlite3.connect(ledger) as conn:
-        return int(conn.execute("SELECT count(*) FROM payments_out").fetchone()[0])
-
-
-def _hint(text: str, after: str) -> str:
-    line = next(line for line in text.splitlines() if after in line)
-    command = line[line.index(after) + len(after) :].strip()
-    assert command.startswith("pte "), line
-    assert not PLACEHOLDER.search(command), command
-    return command
-
-
-def _run(command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    return cli(capsys, *shlex.split(command)[1:])
 
 
 def _approver(
@@ -65,6 +39,18 @@ def _approver(
     return keys / "approver.pem.pub"
 
 
+def _endorse_as_printed(out: str, source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The endorse hint in `out` names the approver's key and, run as printed, signs; the continue
+    hint it prints then ends the run ``succeeded``. The endorse hint."""
+    endorse = hint(out, "endorse: ")
+    _signed(endorse, source, tmp_path)
+    code, out, err = run_hint(endorse, capsys)
+    assert code == 0 and "(signed)" in out, out + err
+    code, out, err = run_hint(hint(out, "continue with: "), capsys)
+    assert code == 0 and "succeeded" in out, out + err
+    return endorse
+
+
 def _signed(command: str, source: str, tmp_path: Path) -> None:
     """The hint names the approver's key (absolute, so it runs from any folder)."""
     words = shlex.split(command)
@@ -72,22 +58,6 @@ def _signed(command: str, source: str, tmp_path: Path) -> None:
     named = Path(words[words.index("--signing-key") + 1])
     expected = "alice-private" if source == "variable" else "approver.pem"
     assert named == tmp_path / "keys" / expected, command
-
-
-def _store_deployment(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    public: Path,
-    *more: str,
-) -> None:
-    url = f"sqlite://{tmp_path / 'runs.db'}"
-    make_deployment(
-        tmp_path, monkeypatch, capsys,
-        "--tools", "backoffice", "--store", url, "--approval-keys", str(public), *more,
-    )  # fmt: skip
-    monkeypatch.delenv("PTE_BROKER", raising=False)
-    (tmp_path / "pay.json").write_text(PAY, encoding="utf-8")
 
 
 @pytest.mark.parametrize("source", KEY_SOURCES)
@@ -98,19 +68,20 @@ def test_the_approve_hint_of_a_paused_store_run_signs_and_runs_as_printed(
     capsys: pytest.CaptureFixture[str],
     source: str,
 ) -> None:
-    _store_deployment(tmp_path, monkeypatch, capsys, _approver(tmp_path, monkeypatch, capsys, source))
+    public = _approver(tmp_path, monkeypatch, capsys, source)
+    store_deployment(tmp_path, monkeypatch, capsys, "--approval-keys", str(public))
     code, out, err = cli(capsys, "execute", "pay.json", "--run-id", "r1")
     assert code == 0 and "awaiting_approval" in out, out + err
-    approve, resume = _hint(out, "approve: "), _hint(out, "then: ")
+    approve, resume = hint(out, "approve: "), hint(out, "then: ")
     _signed(approve, source, tmp_path)
     # The resume before a decision prints the approve too: the same signed command.
-    code, _, err = _run(resume, capsys)
-    assert code == 1 and _hint(err, "approve or reject it first: ") == approve
-    code, out, err = _run(approve, capsys)
+    code, _, err = run_hint(resume, capsys)
+    assert code == 1 and hint(err, "approve or reject it first: ") == approve
+    code, out, err = run_hint(approve, capsys)
     assert code == 0 and "approved" in out, out + err
-    code, out, err = _run(_hint(out, "continue it with: "), capsys)
+    code, out, err = run_hint(hint(out, "continue it with: "), capsys)
     assert code == 0 and "succeeded" in out, out + err
-    assert _payments(ledger) == 1
+    assert payments(ledger) == 1
 
 
 @pytest.mark.parametrize("source", KEY_SOURCES)
@@ -126,22 +97,17 @@ def test_the_endorse_hints_of_store_and_log_runs_sign_and_run_as_printed(
 
     public = _approver(tmp_path, monkeypatch, capsys, source)
     (tmp_path / "policy.json").write_text(json.dumps(ENDORSE_POLICY), encoding="utf-8")
-    _store_deployment(tmp_path, monkeypatch, capsys, public, "--policy", "policy.json")
+    store_deployment(tmp_path, monkeypatch, capsys, "--approval-keys", str(public), "--policy", "policy.json")
     (tmp_path / "bill.json").write_text(BILL_PAYMENT, encoding="utf-8")
     # In the store: approve as printed, continue, then the endorsement pause.
     code, out, err = cli(capsys, "execute", "bill.json", "--run-id", "e1")
     assert code == 0, out + err
-    code, out, err = _run(_hint(out, "approve: "), capsys)
+    code, out, err = run_hint(hint(out, "approve: "), capsys)
     assert code == 0, out + err
-    code, out, err = _run(_hint(out, "continue it with: "), capsys)
+    code, out, err = run_hint(hint(out, "continue it with: "), capsys)
     assert code == 0 and "awaiting_endorsement" in out, out + err
-    endorse = _hint(out, "endorse: ")
-    _signed(endorse, source, tmp_path)
-    code, out, err = _run(endorse, capsys)
-    assert code == 0 and "(signed)" in out, out + err
-    code, out, err = _run(_hint(out, "continue with: "), capsys)
-    assert code == 0 and "succeeded" in out, out + err
-    assert _payments(ledger) == 1
+    endorse = _endorse_as_printed(out, source, tmp_path, capsys)
+    assert payments(ledger) == 1
     # In an audit log: the plan file approved with the key the hints named, then the log's
     # endorsement pause (the plan file's own approve hints are the next test's).
     words = shlex.split(endorse)
@@ -149,13 +115,8 @@ def test_the_endorse_hints_of_store_and_log_runs_sign_and_run_as_printed(
     assert code == 0, out + err
     code, out, err = cli(capsys, "execute", "bill.json", "--audit", "bill.jsonl")
     assert code == 0 and "awaiting_endorsement" in out, out + err
-    endorse = _hint(out, "endorse: ")
-    _signed(endorse, source, tmp_path)
-    code, out, err = _run(endorse, capsys)
-    assert code == 0 and "(signed)" in out, out + err
-    code, out, err = _run(_hint(out, "continue with: "), capsys)
-    assert code == 0 and "succeeded" in out, out + err
-    assert _payments(ledger) == 2
+    _endorse_as_printed(out, source, tmp_path, capsys)
+    assert payments(ledger) == 2
 
 
 @pytest.mark.parametrize("source", KEY_SOURCES)
@@ -173,27 +134,27 @@ def test_the_plan_and_refusal_approve_hints_sign_and_run_as_printed(
         capsys, "plan", "pay a supplier", "-o", "pay.json", "--replay-responses", "resp.json"
     )
     assert code == 0, out + err
-    approve = _hint(out, "needs approval): ")
+    approve = hint(out, "needs approval): ")
     _signed(approve, source, tmp_path)
     # Executed into a log before approval: refused, and it prints the approve of the file.
     code, out, err = cli(capsys, "execute", "pay.json", "--audit", "a.jsonl")
-    assert code == 1 and _payments(ledger) == 0, out + err
-    refusal_approve = _hint(err, "approve it: ").removesuffix(", then run this command again")
+    assert code == 1 and payments(ledger) == 0, out + err
+    refusal_approve = hint(err, "approve it: ").removesuffix(", then run this command again")
     _signed(refusal_approve, source, tmp_path)
-    code, out, err = _run(refusal_approve, capsys)
+    code, out, err = run_hint(refusal_approve, capsys)
     assert code == 0 and "Ed25519-signed" in out, out + err
     code, out, err = cli(capsys, "execute", "pay.json", "--audit", "b.jsonl")
-    assert code == 0 and _payments(ledger) == 1, out + err
+    assert code == 0 and payments(ledger) == 1, out + err
     # The plan's own approve, as printed, approves it again for a run in the deployment's store:
     # the execute it prints names no log (the deployment's store keeps the run), and runs once.
-    code, out, err = _run(approve, capsys)
+    code, out, err = run_hint(approve, capsys)
     assert code == 0 and "Ed25519-signed" in out, out + err
-    execute = _hint(out, "execute it (once) with: ")
+    execute = hint(out, "execute it (once) with: ")
     assert execute == "pte execute pay.json"
-    code, out, err = _run(execute, capsys)
-    assert code == 0 and "succeeded" in out and "runs.db run" in out and _payments(ledger) == 2, out + err
-    code, out, err = _run(execute, capsys)  # again: its approval is used, nothing pays twice
-    assert code == 1 and _payments(ledger) == 2, out + err
+    code, out, err = run_hint(execute, capsys)
+    assert code == 0 and "succeeded" in out and "runs.db run" in out and payments(ledger) == 2, out + err
+    code, out, err = run_hint(execute, capsys)  # again: its approval is used, nothing pays twice
+    assert code == 1 and payments(ledger) == 2, out + err
 
 
 @pytest.mark.parametrize("source", KEY_SOURCES)
@@ -204,16 +165,17 @@ def test_the_requeue_approve_hint_signs_and_runs_as_printed(
     capsys: pytest.CaptureFixture[str],
     source: str,
 ) -> None:
-    _store_deployment(tmp_path, monkeypatch, capsys, _approver(tmp_path, monkeypatch, capsys, source))
+    public = _approver(tmp_path, monkeypatch, capsys, source)
+    store_deployment(tmp_path, monkeypatch, capsys, "--approval-keys", str(public))
     assert cli(capsys, "execute", "pay.json", "--run-id", "r1")[0] == 0  # paused for approval
     code, out, err = cli(capsys, "runs", "requeue", "r1", "--broker", "redis://127.0.0.1:9/0")
     assert code == 1, out + err
-    approve = _hint(err, "queues it for a worker): ")
+    approve = hint(err, "queues it for a worker): ")
     _signed(approve, source, tmp_path)
-    code, out, err = _run(approve, capsys)
+    code, out, err = run_hint(approve, capsys)
     assert code == 0 and "approved" in out, out + err
-    assert _run(_hint(out, "continue it with: "), capsys)[0] == 0
-    assert _payments(ledger) == 1
+    assert run_hint(hint(out, "continue it with: "), capsys)[0] == 0
+    assert payments(ledger) == 1
 
 
 def test_with_no_approver_key_on_this_machine_the_hint_says_so_and_nothing_pays(
@@ -223,12 +185,12 @@ def test_with_no_approver_key_on_this_machine_the_hint_says_so_and_nothing_pays(
     instead of printing one that would be refused."""
     public = _approver(tmp_path, monkeypatch, capsys, "beside")
     (tmp_path / "keys" / "approver.pem").unlink()
-    _store_deployment(tmp_path, monkeypatch, capsys, public)
+    store_deployment(tmp_path, monkeypatch, capsys, "--approval-keys", str(public))
     code, out, err = cli(capsys, "execute", "pay.json", "--run-id", "r1")
     assert code == 0 and "awaiting_approval" in out, out + err
-    assert "--signing-key" not in _hint(out, "approve: ")
+    assert "--signing-key" not in hint(out, "approve: ")
     assert "holds none of their private keys" in out and str(public) in out
-    assert _payments(ledger) == 0
+    assert payments(ledger) == 0
 
 
 def test_a_key_beside_the_public_keys_that_is_not_an_approvers_is_never_suggested(
@@ -240,7 +202,7 @@ def test_a_key_beside_the_public_keys_that_is_not_an_approvers_is_never_suggeste
     (tmp_path / "keys" / "approver.pem").unlink()
     assert cli(capsys, "keys", "generate", str(tmp_path / "other.pem"))[0] == 0
     (tmp_path / "other.pem").rename(tmp_path / "keys" / "approver.pem")
-    _store_deployment(tmp_path, monkeypatch, capsys, public)
+    store_deployment(tmp_path, monkeypatch, capsys, "--approval-keys", str(public))
     code, out, err = cli(capsys, "execute", "pay.json", "--run-id", "r1")
-    assert code == 0 and "--signing-key" not in _hint(out, "approve: "), out + err
+    assert code == 0 and "--signing-key" not in hint(out, "approve: "), out + err
     assert "holds none of their private keys" in out

@@ -13,34 +13,15 @@ today's hash an edited message is too (tests/run/test_prompts.py).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pte import verify
-from pte.audit import canonical_json
 from pte.runs import replay_file
+from tests._chain import OLDER_PTE, records_of, write_relinked
 
-OLDER = sorted((Path(__file__).resolve().parents[1] / "data" / "older_pte").glob("*.jsonl"))
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _rechained(records: list[dict[str, Any]], out: Path) -> Path:
-    """The records re-hashed, as a log writer without the deployment key can."""
-    lines, prev = [], "0" * 64
-    for record in records:
-        body = {k: v for k, v in record.items() if k != "hash"}
-        body["prev"] = prev
-        prev = hashlib.sha256(prev.encode() + canonical_json(body).encode()).hexdigest()
-        lines.append(canonical_json({**body, "hash": prev}) + "\n")
-    out.write_text("".join(lines), encoding="utf-8")
-    return out
+OLDER = sorted(OLDER_PTE.glob("*.jsonl"))
 
 
 @pytest.mark.parametrize("log", OLDER, ids=lambda p: p.stem)
@@ -55,7 +36,7 @@ def test_a_log_of_an_older_pte_verifies_and_replays_saying_what_was_not_compared
 def test_the_rechaining_helper_writes_what_verify_accepts(tmp_path: Path) -> None:
     # The tamper test below relies on it: an unedited re-chain is the log itself.
     log = OLDER[0]
-    again = _rechained(_records(log), tmp_path / "again.jsonl")
+    again = write_relinked(records_of(log), tmp_path / "again.jsonl")
     assert again.read_bytes() == log.read_bytes()
 
 
@@ -63,12 +44,12 @@ def test_the_rechaining_helper_writes_what_verify_accepts(tmp_path: Path) -> Non
 def test_a_decision_edited_in_an_older_log_still_diverges(log: Path, tmp_path: Path) -> None:
     """Leaving the messages uncompared leaves nothing else uncompared: a step's arguments
     edited (and the log re-chained, so that it verifies) are a divergence."""
-    records = _records(log)
+    records = records_of(log)
     started = next(i for i, r in enumerate(records) if r["type"] == "step_started" and r.get("args"))
     args = records[started]["args"]
     name = next(iter(args))
     records[started] = {**records[started], "args": {**args, name: "edited by a log writer"}}
-    edited = _rechained(records, tmp_path / "edited.jsonl")
+    edited = write_relinked(records, tmp_path / "edited.jsonl")
     assert verify(edited).ok  # no key: a consistent rewrite verifies
     report = replay_file(edited)
     assert not report.ok and "step_started.args" in report.render(), report.render()
@@ -78,20 +59,20 @@ def test_a_model_answer_edited_in_an_older_log_diverges(tmp_path: Path) -> None:
     """The answers are compared too: a planner answer swapped for another plan re-drives
     another run, whose records differ from the recorded ones."""
     log = next(p for p in OLDER if p.stem == "success")
-    records = _records(log)
+    records = records_of(log)
     planner = next(i for i, r in enumerate(records) if r["type"] == "llm_call" and r["role"] == "planner")
     answer = records[planner]["response"]
     assert '"C016"' in answer
     records[planner] = {**records[planner], "response": answer.replace('"C016"', '"C015"')}
-    edited = _rechained(records, tmp_path / "edited.jsonl")
+    edited = write_relinked(records, tmp_path / "edited.jsonl")
     assert verify(edited).ok
     assert not replay_file(edited).ok
 
 
 def test_a_prompts_hash_no_pte_shipped_is_still_a_divergence(tmp_path: Path) -> None:
-    records = _records(OLDER[0])
+    records = records_of(OLDER[0])
     records[0] = {**records[0], "prompts": "f" * 64}
-    edited = _rechained(records, tmp_path / "edited.jsonl")
+    edited = write_relinked(records, tmp_path / "edited.jsonl")
     assert verify(edited).ok
     report = replay_file(edited)
     assert not report.ok and "run_started.prompts" in report.render()

@@ -17,8 +17,6 @@ diverge at ``run_started.config``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,13 +25,14 @@ import pytest
 
 import pte
 from pte import load_registry, verify
-from pte.audit import AuditLog, canonical_json
+from pte.audit import AuditLog
 from pte.engine import EngineConfig
 from pte.errors import FailedClosed, ReplayDivergence
 from pte.runs import replay_file, resume_file
 from pte.testing import ScriptedModel
+from tests._chain import OLDER_PTE, records_of, write_relinked
 
-SUCCESS = Path(__file__).resolve().parents[1] / "data" / "older_pte" / "success.jsonl"
+SUCCESS = OLDER_PTE / "success.jsonl"
 PACKS = ["backoffice", "calculator", "shaping"]
 #: The records a crash after the third step keeps: run_started, the planner, the plan, a, b, c.
 KEPT = 9
@@ -41,40 +40,24 @@ KEPT = 9
 LATER_CONFIG = ("planner_data", "data_budget", "repair")
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _chained(records: list[dict[str, Any]], out: Path) -> Path:
-    """The records hash-chained again (a log without a deployment key, as 5aa60c6 wrote it)."""
-    lines, prev = [], "0" * 64
-    for record in records:
-        body = {k: v for k, v in record.items() if k != "hash"}
-        body["prev"] = prev
-        prev = hashlib.sha256(prev.encode() + canonical_json(body).encode()).hexdigest()
-        lines.append(canonical_json({**body, "hash": prev}) + "\n")
-    out.write_text("".join(lines), encoding="utf-8")
-    return out
-
-
 def _todays_catalogue(registry: pte.Registry, tmp: Path) -> dict[str, Any]:
     """The catalogue members today's pte records for `registry` (from a run of it)."""
     plan = '{"pte_plan": "1", "steps": [{"id": "one", "tool": "calculator", "args": {"expression": "1"}}]}'
     with AuditLog(tmp / "today.jsonl") as audit:
         assert pte.Engine(registry).execute(plan, audit).ok
-    started = _records(tmp / "today.jsonl")[0]
+    started = records_of(tmp / "today.jsonl")[0]
     return {k: started[k] for k in ("tools", "catalogue", "policy", "stored")}
 
 
 def _crashed_older_run(tmp: Path, registry: pte.Registry, *, config_before_b41399c: bool) -> Path:
-    records = _records(SUCCESS)[:KEPT]
+    records = records_of(SUCCESS)[:KEPT]
     started = {**records[0], **_todays_catalogue(registry, tmp)}
     assert "deployment" not in started  # 5aa60c6 bound no run to a deployment
     if config_before_b41399c:
         config = {k: v for k, v in started["config"].items() if k not in LATER_CONFIG}
         config["limits"] = {k: v for k, v in config["limits"].items() if k != "max_values"}
         started["config"] = config
-    return _chained([started, *records[1:]], tmp / "crashed.jsonl")
+    return write_relinked([started, *records[1:]], tmp / "crashed.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +75,9 @@ def test_a_crashed_run_of_an_older_pte_resumes_and_ends_as_documented(
     result = resume_file(log, registry, llm=model)
     assert result.status == "succeeded", result.message
     assert result.result["c016_share_pct"] == "15.04"
-    records = _records(log)
+    records = records_of(log)
     kinds = [r["type"] for r in records]
-    assert kinds[:KEPT] == [r["type"] for r in _records(SUCCESS)[:KEPT]]
+    assert kinds[:KEPT] == [r["type"] for r in records_of(SUCCESS)[:KEPT]]
     assert kinds[KEPT:] == [
         "run_resumed",
         "step_started",
@@ -108,7 +91,7 @@ def test_a_crashed_run_of_an_older_pte_resumes_and_ends_as_documented(
     started = [r["step_id"] for r in records if r["type"] == "step_started"]
     assert started == ["a", "b", "c", "total", "share"]
     # The live steps computed what the older pte's run did.
-    older = {r["step_id"]: r["output"] for r in _records(SUCCESS) if r["type"] == "step_finished"}
+    older = {r["step_id"]: r["output"] for r in records_of(SUCCESS) if r["type"] == "step_finished"}
     resumed = {r["step_id"]: r["output"] for r in records if r["type"] == "step_finished"}
     assert resumed == older
     assert verify(log).ok
@@ -124,7 +107,7 @@ def test_a_reader_that_misread_a_missing_field_would_refuse_the_resume(
     """The check above has teeth: a run resumed under the config the reader reads, with one
     field read otherwise, diverges at run_started.config and appends nothing."""
     log = _crashed_older_run(tmp_path, registry, config_before_b41399c=True)
-    read = EngineConfig.from_dict(_records(log)[0]["config"])
+    read = EngineConfig.from_dict(records_of(log)[0]["config"])
     assert (read.repair, read.planner_data, read.data_budget) == (False, "shown", None)
     misread = {
         "repair": replace(read, repair=True),

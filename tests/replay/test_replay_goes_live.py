@@ -14,7 +14,7 @@ from pte._execution import LiveInvoker
 
 # private: replay's invoker, white-box (this area's)
 from pte._replay._replayer import RecordedInvoker
-from tests._two_step_tools import CALLED, REGISTRY
+from tests._two_step_tools import CALLED, REGISTRY, Effects
 from tests.audit_runs import begun
 
 PLAN = json.dumps(
@@ -26,22 +26,6 @@ PLAN = json.dumps(
         ],
     }
 )
-
-
-class Effects:
-    """A call gate that notes the calls whose side effect it is asked about."""
-
-    def __init__(self) -> None:
-        self.effects: list[str] = []
-
-    def calls_to_check(self, step_ids: Any) -> frozenset[str]:
-        return frozenset()
-
-    def check_call(self, step_id: str, tool: str, args: Any, outputs: Any = None, hidden: Any = ()) -> None:
-        raise AssertionError("no call needs an endorsement here")
-
-    def before_effect(self, spec: Any, args: dict[str, Any], step: Any) -> None:
-        self.effects.append(step.id)
 
 
 def recorded() -> list[dict[str, Any]]:

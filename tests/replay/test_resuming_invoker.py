@@ -14,7 +14,7 @@ from pte._execution import LiveInvoker
 
 # private: resume's invoker, white-box (this area's)
 from pte._replay._replayer import ResumingInvoker
-from tests._two_step_tools import CALLED, REGISTRY
+from tests._two_step_tools import CALLED, REGISTRY, Effects
 from tests.audit_runs import begun
 
 PLAN = json.dumps(
@@ -39,22 +39,6 @@ def crashed_after_the_read() -> list[dict[str, Any]]:
     )
     CALLED.clear()
     return records[: cut + 1]
-
-
-class Effects:
-    """A call gate that notes the calls whose side effect it is asked about."""
-
-    def __init__(self) -> None:
-        self.effects: list[str] = []
-
-    def calls_to_check(self, step_ids: Any) -> frozenset[str]:
-        return frozenset()
-
-    def check_call(self, step_id: str, tool: str, args: Any, outputs: Any = None, hidden: Any = ()) -> None:
-        raise AssertionError("no call needs an endorsement here")
-
-    def before_effect(self, spec: Any, args: dict[str, Any], step: Any) -> None:
-        self.effects.append(step.id)
 
 
 def test_called_directly_it_serves_the_recorded_step_and_calls_the_rest_live() -> None:
