@@ -4,23 +4,30 @@ Both come from the Debian packages (``postgresql``, ``redis-server``; `.ci/run` 
 them). PostgreSQL refuses to run as root, so as root the cluster belongs to the
 ``postgres`` system user the package creates. Nothing here stands in for a server: the
 tests talk to the real thing over TCP on 127.0.0.1.
+
+Every server is a child of the test process that dies with it (`dies_with_parent`): a test run
+killed before its fixtures' teardown (a CI timeout, ^C twice, an OOM kill) leaves no server
+behind.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import fcntl
 import glob
 import json
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +73,67 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: prctl(2)'s option: the signal the kernel sends a process when its parent ends (Linux only).
+_PR_SET_PDEATHSIG = 1
+
+
+def dies_with_parent(signal_number: int) -> Callable[[], None] | None:
+    """A `subprocess.Popen` ``preexec_fn``: the child gets `signal_number` when this process ends.
+
+    However the test process ends (SIGKILL included), the kernel signals the server, so no
+    teardown has to run. Set in the child after `Popen`'s ``user=`` switch (the kernel clears it
+    when the user changes) and kept across ``exec``. It fires when the *thread* that started the
+    child ends: start servers from the test's own thread, not a short-lived one. None (nothing
+    to arm) off Linux.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        if prctl(_PR_SET_PDEATHSIG, signal_number, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the parent ended before the signal was armed
+            os.kill(os.getpid(), signal_number)
+
+    return arm
+
+
+#: In a server's folder: the file its test process holds locked for as long as it lives.
+_OWNER = "owner.lock"
+
+
+def _server_folder(prefix: str) -> tuple[str, int]:
+    """A new folder for a server (after removing those of servers whose test process is gone)
+    and the descriptor of its lock, held until the server is stopped (or this process ends)."""
+    sweep_server_folders(prefix)
+    base = tempfile.mkdtemp(prefix=prefix)
+    lock = os.open(os.path.join(base, ".owner"), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    # Locked under another name first: a sweep never finds the lock file free in between.
+    os.rename(os.path.join(base, ".owner"), os.path.join(base, _OWNER))
+    return base, lock
+
+
+def sweep_server_folders(prefix: str) -> None:
+    """Remove the folders (a PostgreSQL cluster is ~40 MB) of servers whose test process was
+    killed before its teardown: their lock is free. Folders without a lock are left alone."""
+    for base in glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}*")):
+        try:
+            lock = os.open(os.path.join(base, _OWNER), os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its test process is alive
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+        finally:
+            os.close(lock)
+
+
 def _pg_bin(name: str) -> str | None:
     found = shutil.which(name)
     if found:
@@ -84,34 +152,65 @@ def _as_postgres(argv: list[str]) -> list[str]:
 def postgres_server() -> Iterator[str]:
     """A throwaway PostgreSQL cluster on a free loopback port; yields its URL."""
     initdb = require_system("postgresql", _pg_bin("initdb"))
-    pg_ctl = require_system("postgresql", _pg_bin("pg_ctl"))
-    base = tempfile.mkdtemp(prefix="pte-pg-")
-    os.chmod(base, 0o755)
-    data = Path(base) / "data"
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-    port = free_port()
-    subprocess.run(
-        _as_postgres([initdb, "-D", str(data), "-U", "pte", "--auth=trust", "-E", "UTF8", "--no-sync"]),
-        check=True,
-        capture_output=True,
-    )
-    options = (
-        f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "
-        "-c max_connections=200"
-    )
-    subprocess.run(
-        _as_postgres([pg_ctl, "-D", str(data), "-l", f"{base}/log", "-o", options, "-w", "start"]),
-        check=True,
-        capture_output=True,
-    )
+    postgres = require_system("postgresql", _pg_bin("postgres"))
+    as_root = os.geteuid() == 0
+    base, lock = _server_folder("pte-pg-")
+    server: subprocess.Popen[bytes] | None = None
     try:
+        os.chmod(base, 0o755)
+        data = Path(base) / "data"
+        if as_root:
+            shutil.chown(base, "postgres")
+        port = free_port()
+        subprocess.run(
+            _as_postgres([initdb, "-D", str(data), "-U", "pte", "--auth=trust", "-E", "UTF8", "--no-sync"]),
+            check=True,
+            capture_output=True,
+        )
+        # The server itself, not `pg_ctl start` (which leaves it an orphan): a child of this
+        # process that gets SIGQUIT, PostgreSQL's immediate shutdown, when this process ends.
+        options = ["-p", str(port), "-k", base, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                   "-c", "full_page_writes=off", "-c", "max_connections=200"]  # fmt: skip
+        with open(f"{base}/log", "wb") as log:
+            server = subprocess.Popen(
+                [postgres, "-D", str(data), *options],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user="postgres" if as_root else None,
+                group="postgres" if as_root else None,
+                extra_groups=[] if as_root else None,
+                preexec_fn=dies_with_parent(signal.SIGQUIT),
+            )
+        _wait_until_ready(server, data, Path(base, "log"))
         yield f"postgresql://pte@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run(
-            _as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]), capture_output=True
-        )
+        if server is not None:
+            server.send_signal(signal.SIGQUIT)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
         shutil.rmtree(base, ignore_errors=True)
+        os.close(lock)
+
+
+def _wait_until_ready(server: subprocess.Popen[bytes], data: Path, log: Path) -> None:
+    """Until the server accepts connections: the status line of its postmaster.pid says "ready"
+    (what `pg_ctl -w` waits for, polled here ten times as often)."""
+    deadline = time.monotonic() + 60
+    pid_file = data / "postmaster.pid"
+    while True:
+        with contextlib.suppress(OSError):
+            lines = pid_file.read_text(encoding="utf-8").splitlines()
+            if len(lines) >= 8 and lines[7].strip() == "ready":
+                return
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            server.wait()
+            pytest.fail(f"PostgreSQL did not start: {log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -119,7 +218,7 @@ def redis_server() -> Iterator[str]:
     """A throwaway Redis server (no persistence) on a free loopback port; yields its URL."""
     binary = require_system("redis-server", shutil.which("redis-server"))
     port = free_port()
-    base = tempfile.mkdtemp(prefix="pte-redis-")
+    base, lock = _server_folder("pte-redis-")
     proc = subprocess.Popen(
         [
             binary,
@@ -138,6 +237,7 @@ def redis_server() -> Iterator[str]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=dies_with_parent(signal.SIGKILL),  # no data to save: it keeps none
     )
     try:
         deadline = time.monotonic() + 20
@@ -151,12 +251,13 @@ def redis_server() -> Iterator[str]:
                 pass
             if time.monotonic() > deadline or proc.poll() is not None:
                 pytest.fail("redis-server did not start")
-            time.sleep(0.05)
+            time.sleep(0.01)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(base, ignore_errors=True)
+        os.close(lock)
 
 
 @pytest.fixture(scope="session")

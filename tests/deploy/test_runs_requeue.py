@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pte.stores import open_store
-from tests._services import postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
+from tests._services import dies_with_parent, postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
 from tests.deploy.test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +81,7 @@ def _worker(name: str, deployment: dict[str, Any]) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "pte._cli", "--quiet", "worker", "--tools", TOOLS,
          "--name", f"{name}@pte-test", "--visibility-timeout", "4"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=dies_with_parent(signal.SIGKILL),  # a killed test run leaves no worker polling
     )  # fmt: skip
     deployment["procs"].append(proc)
     return proc

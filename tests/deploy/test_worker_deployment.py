@@ -31,7 +31,7 @@ from pte._deploy import process_run
 from pte.stores import open_store
 from tests._cli_run import cli, make_deployment
 from tests._cli_run import ledger as ledger  # the fixture
-from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
+from tests._services import dies_with_parent, postgres_url, redis_url  # noqa: F401 - the session fixtures
 from tests.plan.test_procedures import PAY_SUPPLIER
 from tests.policy.test_procedure_approval import IBAN_A, _call, _plan
 
@@ -263,6 +263,7 @@ def test_pte_worker_under_a_deployment_runs_signed_jobs_from_its_store(
     worker = subprocess.Popen(
         [sys.executable, "-m", "pte._cli", "--quiet", "worker", "--broker", redis_url, "--name", "d@test"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=dies_with_parent(signal.SIGKILL),  # a killed test run leaves no worker polling
     )  # fmt: skip
     try:
         with open_store(store_url) as store:

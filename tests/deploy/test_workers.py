@@ -30,7 +30,7 @@ from pte import SigningKey, load_pack
 from pte._deploy import enqueue, make_app, process_run, submit_job
 from pte.deployment import decide
 from pte.stores import Store, open_store
-from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
+from tests._services import dies_with_parent, postgres_url, redis_url  # noqa: F401 - the session fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 PACK = str(Path(__file__).parents[1] / "worker_pack.py")
@@ -114,6 +114,7 @@ def _worker(name: str, broker: str, env: dict[str, str]) -> subprocess.Popen[byt
         [sys.executable, "-m", "pte._cli", "--quiet", "worker", "--tools", TOOLS,
          "--broker", broker, "--name", f"{name}@pte-test", "--visibility-timeout", "4"],
         env={**env, "PGAPPNAME": f"pte-worker-{name}"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=dies_with_parent(signal.SIGKILL),  # a killed test run leaves no worker polling
     )  # fmt: skip
 
 
