@@ -29,7 +29,14 @@ from pte._deploy._deployment_document import (
     resolve_path,
     resolve_store_url,
 )
-from pte._deploy._deployment_engine import OWN, made_engine, narrowing, recorded_binding, with_specialists
+from pte._deploy._deployment_engine import (
+    OWN,
+    made_engine,
+    narrowing,
+    recorded_binding,
+    with_specialists,
+    within_document,
+)
 from pte._deploy._deployment_fingerprint import digest_of, file_digest, folder_digests
 from pte._deploy._deployment_parts import folder_parts, given_parts, recorded_parts
 from pte._deploy._pack_imports import import_spec, is_import_spec
@@ -448,7 +455,9 @@ class Deployment:
         recorded policy); its own is never replaced. `recorded`: the ``run_started`` (expanded)
         of a run replay or resume re-drives: the engine records the run's recorded binding (resume
         checked it against this deployment first). `invoker`, `checks`: replay's invoker, extra
-        plan checks. `execution`: ``max_concurrency``, ``serial_writes``, ``tracer_provider``.
+        plan checks. `execution`: ``max_concurrency``, ``serial_writes``, ``tracer_provider``; the
+        document's ``"execution"`` is their ceiling (a wider limit is capped, serial writes stay on):
+        a flag, a worker's settings and a log's record only narrow it.
         """
         if self.given is not None:
             return self._given_engine(
@@ -473,7 +482,7 @@ class Deployment:
             binding=recorded_binding(recorded) if recorded is not None else self,
             invoker=invoker,
             checks=checks,
-            execution=execution,
+            execution=within_document(execution, self.document),
         )
 
     def _given_engine(

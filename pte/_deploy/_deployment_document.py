@@ -35,6 +35,9 @@ FORMAT = "1"
 #: Largest document read (a deployment document is a few hundred bytes).
 _MAX_BYTES = 1 << 20
 
+#: The largest ``execution.max_concurrency`` a document may name (a thread per step at most).
+_MAX_CONCURRENCY = 1024
+
 _PATH_KEYS = ("manifest", "policy", "procedures", "specialists", "approval_keys")
 _STORE_KEYS = ("approvals", "endorsements", "anchors")
 
@@ -51,6 +54,22 @@ def _optional_text(value: Any, key: str) -> str | None:
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         raise DeploymentError(f"{key!r} must be a non-empty string or null")
     return value
+
+
+def _execution(value: Any) -> tuple[int | None, bool]:
+    """``"execution": {"max_concurrency": N, "serial_writes": bool}`` (either may be left out)."""
+    if value is None:
+        return None, False
+    if not isinstance(value, dict) or set(value) - {"max_concurrency", "serial_writes"}:
+        raise DeploymentError('"execution" must be {"max_concurrency": N, "serial_writes": true|false}')
+    limit, serial = value.get("max_concurrency"), value.get("serial_writes", False)
+    if limit is not None and (type(limit) is not int or not 1 <= limit <= _MAX_CONCURRENCY):
+        raise DeploymentError(
+            f"execution.max_concurrency must be a whole number from 1 to {_MAX_CONCURRENCY}"
+        )
+    if type(serial) is not bool:
+        raise DeploymentError("execution.serial_writes must be true or false")
+    return limit, serial
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,11 @@ class DeploymentDocument:
     #: The model endpoint: a model name and an OpenAI-compatible base URL (no secret).
     model: str | None = None
     base_url: str | None = None
+    #: How a run's steps may overlap at most (``"execution"``): every engine of the deployment,
+    #: a resume's and a worker's included, runs within it (None: the engine's default, 8).
+    max_concurrency: int | None = None
+    #: With it on, a write step always runs alone, whatever a flag or a log says.
+    serial_writes: bool = False
 
     @classmethod
     def from_document(cls, document: Any) -> DeploymentDocument:
@@ -87,7 +111,10 @@ class DeploymentDocument:
             raise DeploymentError("the deployment document must be a JSON object")
         if document.get("pte_deployment") != FORMAT:
             raise DeploymentError(f'the deployment document needs "pte_deployment": "{FORMAT}"')
-        known = {"pte_deployment", "tools", "allow", *_PATH_KEYS, *_STORE_KEYS, "store", "redaction", "model"}
+        known = {
+            "pte_deployment", "tools", "allow", *_PATH_KEYS, *_STORE_KEYS, "store", "redaction", "model",
+            "execution",
+        }  # fmt: skip
         unknown = sorted(set(document) - known)
         if unknown:
             raise DeploymentError(f"unknown key(s) in the deployment document: {', '.join(unknown)}")
@@ -98,6 +125,7 @@ class DeploymentDocument:
             raise DeploymentError('"redaction" must be {"keys": [...], "rule_files": [...]}')
         if not isinstance(model, dict) or set(model) - {"name", "base_url"}:
             raise DeploymentError('"model" must be {"name": ..., "base_url": ...} (never an API key)')
+        limit, serial = _execution(document.get("execution"))
         paths = {key: _optional_text(document.get(key), key) for key in _PATH_KEYS}
         stores = {key: _optional_text(document.get(key, getattr(cls, key)), key) for key in _STORE_KEYS}
         for key in ("approvals", "anchors"):
@@ -118,6 +146,8 @@ class DeploymentDocument:
             secret_rules=_strings(redaction.get("rule_files", []), "redaction.rule_files"),
             model=_optional_text(model.get("name"), "model.name"),
             base_url=base_url,
+            max_concurrency=limit,
+            serial_writes=serial,
         )
 
     @classmethod
@@ -154,7 +184,19 @@ class DeploymentDocument:
             "anchors": self.anchors,
             "redaction": {"keys": list(self.redact_keys), "rule_files": list(self.secret_rules)},
             "model": {"name": self.model, "base_url": self.base_url},
+            # Only when named: a document without it keeps the fingerprint it always had.
+            **({"execution": self.execution} if self.execution else {}),
         }
+
+    @property
+    def execution(self) -> dict[str, Any]:
+        """The ``"execution"`` settings the document names (empty: none)."""
+        named: dict[str, Any] = {}
+        if self.max_concurrency is not None:
+            named["max_concurrency"] = self.max_concurrency
+        if self.serial_writes:
+            named["serial_writes"] = True
+        return named
 
     def to_json(self) -> str:
         """The document as written by ``pte init`` (indented, keys in a fixed order)."""

@@ -13,7 +13,7 @@ from typing import Any
 from pte._catalogue import Registry
 from pte._core import DeploymentError
 
-__all__ = ["OWN", "made_engine", "narrowing", "recorded_binding", "with_specialists"]
+__all__ = ["OWN", "made_engine", "narrowing", "recorded_binding", "with_specialists", "within_document"]
 
 #: `Deployment.engine`'s default endorsement gate: the deployment's own (None is none at all).
 OWN: Any = object()
@@ -89,3 +89,20 @@ def made_engine(
         **extra,
         **execution,
     )
+
+
+def within_document(execution: Mapping[str, Any], document: Any) -> dict[str, Any]:
+    """`execution` (an engine's ``max_concurrency``/``serial_writes``/…) within what the
+    deployment document names: its limit caps, its serial writes stay on. The document is the
+    deployment's authority; a flag, a worker's settings or a run's recorded settings (a log a
+    writer could edit and re-hash) may narrow it, never widen it."""
+    from pte._execution import DEFAULT_CONCURRENCY
+
+    out = dict(execution)
+    if document.max_concurrency is not None:
+        asked = out.get("max_concurrency")
+        asked = DEFAULT_CONCURRENCY if asked is None else asked
+        out["max_concurrency"] = min(asked, document.max_concurrency)
+    if document.serial_writes:
+        out["serial_writes"] = True
+    return out
