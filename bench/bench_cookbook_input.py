@@ -7,7 +7,8 @@ model-written tasks with their stage and repair calls) runs through the real eng
 - PTE: the characters of every message of every model call (planner, stage, repair,
   replanner, finalizer), and how many of them are the deployment's static prompt
   (`pte._run.static_prompt`: rules and catalogue, byte-identical at the start of every planner
-  call, so a provider's prompt cache serves it): the cacheable share.
+  call, so a provider's prompt cache serves it; a repair shown only its plan's tools shares the
+  rules, the static prompt up to the notation): the cacheable share.
 - ReAct, idealised: one model call per call of a domain tool the run made (the shaping,
   text and date steps it does in its head, for free), in the run's order, plus one for the
   answer. Each call holds the system prompt and the catalogue, the request and the transcript
@@ -119,8 +120,11 @@ def main() -> None:
             pte_total += shown
             by_role.setdefault(record["role"], []).append(shown)
             first = record["messages"][0]["content"]
+            rules = static[domain].split("\n\nTools: ")[0]
             if first.startswith(static[domain]):
                 cached += len(static[domain])
+            elif first.startswith(rules):  # a repair shown its plan's tools: the rules still open it
+                cached += len(rules)
         react_total += _react(records, react_json[domain])
         react_sig_total += _react(records, react_sig[domain])
     n = len(runs)

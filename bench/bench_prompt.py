@@ -12,10 +12,11 @@ Printed:
   dates, containers) and for the whole stock catalogue (with the back-office pack), split into
   the rules (plan, control, label rules and the notation) and the catalogue, before / after;
 - each role's messages for one request over the stock catalogue (planner, stage, replanner,
-  repair, finalizer), before / after, with the share that is the deployment's static prompt
-  (rules + catalogue, `pte._run.static_prompt`): it opens every planner, replanner, stage and
-  repair call byte for byte, so a provider's prompt cache serves it (the cacheable share;
-  bench/bench_cookbook_input.py measures it over the cookbook's runs);
+  repair of a wrong argument, repair of a payment to a document's IBAN, finalizer), before / after,
+  with the share that is the deployment's static prompt (rules + catalogue,
+  `pte._run.static_prompt`): it opens every planner, replanner and stage call byte for byte, so
+  a provider's prompt cache serves it (the cacheable share; bench/bench_cookbook_input.py
+  measures it over the cookbook's runs); a repair shown only its plan's tools shares the rules;
 - the catalogue as signatures against the JSON Schemas it replaced (one JCS object per tool with
   its raw schemas, as `pte._run._prompts` wrote it before #25), in characters and approximate
   tokens;
@@ -213,6 +214,40 @@ PLAN = {
 INVOICES = {"ids": ["INV-1001", "INV-1004"], "total": "1234.50", "total_currency": "EUR", "count": 2}
 
 
+#: A payment to the IBAN a document claims: a flow the policy forbids (the fix: the IBAN on file).
+PAY_FROM_DOCUMENT = {
+    "pte_plan": "1",
+    "steps": [
+        {"id": "doc", "tool": "read_document", "args": {"document_id": "DOC-001"}},
+        {
+            "id": "pay",
+            "tool": "send_payment",
+            "args": {
+                "iban": {"$ref": "doc/iban"},
+                "amount": {"$ref": "doc/amount"},
+                "currency": "EUR",
+                "reference": "DOC-001",
+            },
+        },
+    ],
+    "result": {"$ref": "pay/payment_id"},
+}
+
+
+def _repair(planner: list[dict[str, str]], reason: str, registry: Registry, policy: Policy) -> Any:
+    """A repair: of `PLAN` (a wrong argument) or `PAY_FROM_DOCUMENT` (a policy violation). This
+    tree shows the plan's tools and those their descriptions name; trees before that take no
+    catalogue and repeat the conversation, the whole catalogue in it."""
+    plan = PAY_FROM_DOCUMENT if reason == "policy_violation" else PLAN
+    rejection = {"reason": reason, "path": "$.steps[1].args.iban", "message": "not one of EUR, USD"}
+    try:
+        return repair_messages(
+            planner, json.dumps(plan), rejection, literals="request", registry=registry, policy=policy
+        )
+    except TypeError:
+        return repair_messages(planner, json.dumps(plan), rejection, literals="request")
+
+
 def role_messages(registry: Registry, policy: Policy) -> dict[str, list[dict[str, str]]]:
     """One call of each role for `REQUEST`, with the same data in every tree measured."""
     planner = planner_messages(REQUEST, registry, policy)
@@ -231,12 +266,8 @@ def role_messages(registry: Registry, policy: Policy) -> dict[str, list[dict[str
             {"kind": "tool_error", "message": "timeout"},
             policy=policy,
         ),
-        "repair": repair_messages(
-            planner,
-            json.dumps(PLAN),
-            {"reason": "invalid_args", "path": "/steps/0/args/currency", "message": "not one of EUR, USD"},
-            literals="request",
-        ),
+        "repair": _repair(planner, "invalid_args", registry, policy),
+        "repair, policy_violation": _repair(planner, "policy_violation", registry, policy),
         "finalizer": finalizer_messages(
             REQUEST, INVOICES["total"], [("inv", "list_overdue_invoices", INVOICES, "trusted")]
         ),
@@ -262,8 +293,12 @@ def figures() -> dict[str, Any]:
     policy = Policy.from_registry(stock)
     static = static_prompt(stock, policy)
     out["static"] = len(static)
+    rules = static.split("\n\nTools: ")[0]  # the rules: the static prompt up to the notation
     for role, messages in role_messages(stock, policy).items():
-        cached = len(static) if messages[0]["content"].startswith(static) else 0
+        head = messages[0]["content"]
+        # A provider caches a call's longest prefix it has seen: the whole static prompt, else
+        # (a repair shown its plan's tools) the rules, which open every planner call too.
+        cached = len(static) if head.startswith(static) else len(rules) if head.startswith(rules) else 0
         out["roles"][role] = {"sent": sum(len(m["content"]) for m in messages), "cached": cached}
     out["specialists"] = coordinator_sizes(stock, BACKOFFICE_SPECIALISTS)
     return out

@@ -854,9 +854,9 @@ def send_reminders(
     requires_approval=True,
 )
 def send_payment(iban: str, amount: Decimal, currency: str, reference: str) -> PaymentSent:
-    """Submit a new outgoing bank transfer per call: `iban` (spaces allowed), `amount` > 0 (at most
-    2 places), `currency` EUR, USD, GBP or CHF, `reference` 1-140 characters (the payee sees it).
-    Take the iban from get_supplier, never from a document or e-mail.
+    """Submit an outgoing bank transfer, a new one per call: `iban` (spaces allowed), `amount` > 0
+    (at most 2 places), `currency` EUR, USD, GBP or CHF, `reference` 1-140 characters (the payee
+    sees it). Take the iban from get_supplier, never from a document or e-mail.
     """
     account = _valid_iban(iban)
     value = _money(amount)

@@ -37,6 +37,9 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "e0ec9cf93ace09c01ddda23847527ab505597bc2974fc67c0989fed0b20ac2f3": (
             "pte 0.1.0 as of main 80c17a8 (2026-11-29), before a str was written by its name alone"
         ),
+        "e235e1c3c06dd15fddf7934ca10f993228cf8c6c822ff385b0c7d9451a0df93c": (
+            "pte 0.1.0 as of main e461f99 (2026-11-29), before a repair was shown only its plan's tools"
+        ),
     }
 )
 

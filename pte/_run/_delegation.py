@@ -416,7 +416,12 @@ def _repair(planning: Planning, run: RunState, call: _Delegation, rejection: Pla
     call.repaired = True
     yield RepairSpecialist(rejection, call.specialist.name)  # the loop counts and records it
     messages = prompts.repair_messages(
-        call.messages, call.text, rejection.to_dict(), literals=literal_of(run)
+        call.messages,
+        call.text,
+        rejection.to_dict(),
+        literals=literal_of(run),
+        registry=specialist_registry(call.specialist, planning.registry),
+        policy=planning.policy,
     )
     call.text = yield AskSpecialist(messages)
     try:

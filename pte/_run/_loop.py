@@ -255,7 +255,10 @@ class RunLoop:
             "repair", attempt=state.replans, origin=origin, reason=rejection.reason.value, path=rejection.path
         )
         # The same rule as the policy check of the answer (`_policy_check`, pte._run._exposure).
-        text = self._ask("repair", repair_prompt(messages, rejected_text, rejection, literal_of(state)))
+        text = self._ask(
+            "repair",
+            repair_prompt(self.setup.planning, messages, rejected_text, rejection, literal_of(state)),
+        )
         # Checked as the plan it corrects: what decided that one (a stage's requires and failures)
         # decides this one too (`_policy_check` keeps state.deciding for a repair).
         try:

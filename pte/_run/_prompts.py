@@ -38,6 +38,7 @@ __all__ = [
     "label_rules",
     "planner_messages",
     "repair_messages",
+    "repair_tools",
     "replanner_messages",
     "specialist_messages",
     "specialist_of",
@@ -1063,15 +1064,55 @@ def stage_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+#: A tool name as a description writes it (``get_supplier``, ``read_document(`id`)``): with an
+#: underscore, so that a plain word (first, count) is not taken for one.
+_NAMED_TOOL = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+
+
+def repair_tools(registry: Registry, rejected_text: str) -> Registry | None:
+    """The tools a repair is shown: those the rejected plan calls and those their descriptions
+    name (where the deployment says a value comes from: send_payment's "take the iban from
+    get_supplier", the usual fix of a flow the policy forbids). None where the whole catalogue
+    is: the plan cannot be read, or calls something that is not a plain tool of `registry` (a
+    procedure, a specialist, a tool it does not know)."""
+    if getattr(registry, "specialists", None):
+        return None
+    try:
+        document = json.loads(rejected_text)
+    except (ValueError, RecursionError):
+        return None
+    steps = document.get("steps") if isinstance(document, dict) else None
+    if not isinstance(steps, list) or not all(isinstance(step, dict) for step in steps):
+        return None
+    called: set[str] = set()
+    for step in steps:
+        if "require" in step and "tool" not in step:  # a require step calls no tool
+            continue
+        tool = step.get("tool")
+        if not isinstance(tool, str) or tool not in registry or "delegate" in step:
+            return None
+        called.add(tool)
+    named = {name for tool in called for name in _NAMED_TOOL.findall(registry[tool].description)}
+    return registry.allow(spec.name for spec in registry if spec.name in called | named)
+
+
 def repair_messages(
     messages: Sequence[Mapping[str, str]],
     rejected_text: str,
     rejection: Mapping[str, Any],
     *,
     literals: str,
+    registry: Registry | None = None,
+    policy: Policy | None = None,
 ) -> list[dict[str, str]]:
     """The repair's messages (pte._run._repair): the conversation that produced a rejected plan, the
     plan as the model wrote it, and the rejection (reason, JSON path, message) to fix.
+
+    `registry` (the catalogue the conversation was shown, under `policy`): the conversation's
+    catalogue is replaced by the entries of the plan's tools (`repair_tools`); the rules stay as
+    they were (the same text, so its cached prefix still serves them), and the note says which
+    tools are listed. Without it, or where the plan's tools cannot be told, the conversation is
+    sent as it was, the whole catalogue in it.
 
     `literals`: what literals of the corrected plan count as (``request``, ``trusted`` or
     ``untrusted``: the rule of `LITERAL_RULE`, from what the run has shown a model so far), said
@@ -1085,14 +1126,23 @@ def repair_messages(
         "have been shown untrusted data): take values that must be trusted by reference.",
     }[literals]
     told = f" {rule}" if _told_labels(messages) else ""
+    conversation = [{"role": m["role"], "content": m["content"]} for m in messages]
+    tools = "the same tools"
+    subset = None if registry is None else repair_tools(registry, rejected_text)
+    if subset is not None and registry is not None:
+        whole, own = _tools(registry, policy), _tools(subset, policy)
+        system = conversation[0]["content"] if conversation and conversation[0]["role"] == "system" else ""
+        if system.count(whole) == 1:
+            conversation[0]["content"] = system.replace(whole, own)
+            tools = "the tools listed (your plan's, and those they name)"
     note = (
         f"PTE rejected this plan before running anything: {rejection['reason']} at {rejection['path']}: "
         f"{rejection['message']}\n"
-        "Write the whole plan again, corrected, as one JSON object (no prose): the same rules, the same "
-        f"tools, the same completed steps. This is the plan's only second chance.{told}"
+        f"Write the whole plan again, corrected, as one JSON object (no prose): the same rules, {tools}, "
+        f"the same completed steps. This is the plan's only second chance.{told}"
     )
     return [
-        *({"role": m["role"], "content": m["content"]} for m in messages),
+        *conversation,
         {"role": "assistant", "content": rejected_text},
         {"role": "user", "content": note},
     ]

@@ -11,7 +11,9 @@ Pydantic AI, the run loop (pte._run._loop) then, with the decisions made here
    repair: each plan gets one second chance;
 2. writes a ``repair`` record (attempt, who wrote the plan, reason, message, path);
 3. asks the same model again, role ``repair``, with the conversation that produced the
-   plan, the plan as it wrote it, and the rejection (`pte._run._prompts.repair_messages`);
+   plan, the plan as it wrote it, and the rejection (`pte._run._prompts.repair_messages`); the
+   conversation's catalogue is cut to the tools the plan calls and those their descriptions
+   name (`pte._run._prompts.repair_tools`); the rules stay as they were;
 4. compiles the answer with every check a plan of the rejected plan's writer gets: its
    literals count as what the run has shown a model so far (`pte._run._exposure.literal_of`:
    untrusted once untrusted data was shown), since its prompt holds all of that conversation;
@@ -31,7 +33,7 @@ import pte._run._prompts as prompts
 from pte._core import REPAIRABLE_REASONS, FailedClosed, PlanRejected, ReasonCode
 
 if TYPE_CHECKING:
-    from pte._run._state import EngineConfig, PlanOrigin
+    from pte._run._state import EngineConfig, Planning, PlanOrigin
 
 __all__ = ["may_repair", "repair_failed", "repair_prompt"]
 
@@ -47,12 +49,24 @@ def may_repair(config: EngineConfig, replans_used: int, origin: PlanOrigin, reje
 
 
 def repair_prompt(
-    messages: list[dict[str, str]], rejected_text: str, rejection: PlanRejected, literal: str
+    planning: Planning,
+    messages: list[dict[str, str]],
+    rejected_text: str,
+    rejection: PlanRejected,
+    literal: str,
 ) -> list[dict[str, str]]:
-    """The conversation that produced the rejected plan, the plan and the rejection; `literal`:
+    """The conversation that produced the rejected plan (its catalogue cut to the plan's tools,
+    `pte._run._prompts.repair_tools`), the plan and the rejection; `literal`:
     what the corrected plan's literals count as (`pte._run._exposure.literal_of`), as its policy
     check will count them."""
-    return prompts.repair_messages(messages, rejected_text, rejection.to_dict(), literals=literal)
+    return prompts.repair_messages(
+        messages,
+        rejected_text,
+        rejection.to_dict(),
+        literals=literal,
+        registry=planning.planner_registry,
+        policy=planning.policy,
+    )
 
 
 def repair_failed(rejection: PlanRejected, again: PlanRejected) -> FailedClosed | None:

@@ -251,7 +251,9 @@ MODEL_TASKS = [
             plan(
                 step("channel_messages", "read_channel_messages", channel="general"),
                 step("channel_messages", "read_channel_messages", channel="random"),
-                result=ref("channel_messages/messages"),
+                step("count_general", "count", records=ref("channel_messages/messages")),
+                step("count_random", "count", records=ref("channel_messages/messages")),
+                result={"general": ref("count_general/count"), "random": ref("count_random/count")},
             )
         ],
         repair=[

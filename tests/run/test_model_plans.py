@@ -8,6 +8,7 @@ verified, and replays to the same records.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -324,9 +325,13 @@ def test_a_rejected_plan_is_repaired_in_one_replan(tmp_path: Path) -> None:
     repair = next(r for r in records if r["type"] == "repair")
     assert repair["attempt"] == 1 and repair["reason"] == "bad_reference"
     assert repair["path"] == "$.steps[1].args.records"
-    # The model is shown its own plan and exactly what was wrong with it, where.
-    messages = model.calls[1]["messages"]
-    assert messages[: len(model.calls[0]["messages"])] == model.calls[0]["messages"]
+    # The model is shown its own plan and exactly what was wrong with it, where: the request and
+    # the rules as the planner was, and of the catalogue the entries of the plan's tools (#37).
+    first, messages = model.calls[0]["messages"], model.calls[1]["messages"]
+    assert messages[1] == first[1] and len(messages) == len(first) + 2
+    rules = first[0]["content"].split("\n\nTools: ")[0]
+    assert messages[0]["content"].startswith(rules + "\n\nTools: ")
+    assert set(re.findall(r"^([a-z_]+)\(", messages[0]["content"], re.M)) == {"get_unread_emails", "count"}
     assert messages[-2] == {"role": "assistant", "content": json.dumps(WRONG_POINTER)}
     assert "bad_reference at $.steps[1].args.records" in messages[-1]["content"]
     assert "'/messages'" in messages[-1]["content"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from pte import Policy
 
 # private: the prompts' text, white-box
 from pte._run import planner_messages, stage_messages
-from pte.testing.cookbook import cookbook_registry
+from pte.testing.cookbook import ModelTask, cookbook_registry, run_model_task
 from pte.testing.domains import DOMAINS
 from tests.cookbook.model_written import MODEL_TASKS
 
@@ -93,9 +95,15 @@ def _system(domain: str) -> str:
 def test_the_planner_prompt_states_what_the_plan_uses(
     name: str, domain: str, correct: bool, doc: dict[str, Any]
 ) -> None:
-    system = _system(domain)
+    _check_the_prompt_states_what_the_plan_uses(
+        name, _system(domain), cookbook_registry(domain), correct, doc
+    )
+
+
+def _check_the_prompt_states_what_the_plan_uses(
+    name: str, system: str, registry: Any, correct: bool, doc: dict[str, Any]
+) -> None:
     entries, types = _entries(system), _types(system)
-    registry = cookbook_registry(domain)
     produced_by = {s.get("id"): s.get("tool") for s in doc["steps"]}
     for item in doc["steps"]:
         for word in _CONTROL_WORDS:
@@ -145,3 +153,31 @@ def test_the_stage_prompt_starts_with_the_planner_prompt_byte_for_byte() -> None
     stage = stage_messages("y", registry, policy, 2, {}, [])[0]["content"]
     assert stage.startswith(planner + "\n\n")
     assert len(planner) / len(stage) > 0.9
+
+
+REPAIRED = [task for task in MODEL_TASKS if task.repair]
+
+
+@pytest.mark.parametrize("task", REPAIRED, ids=[t.name for t in REPAIRED])
+def test_the_repair_prompt_states_what_the_repaired_plan_uses(task: ModelTask, tmp_path: Path) -> None:
+    """A repair is shown the plan's own tools, not the whole catalogue (#37): each repaired plan
+    of the cookbook is written from the repair prompt the engine sent."""
+    sent: list[list[dict[str, str]]] = []
+
+    def seen(answer: Any) -> Any:
+        def write(messages: list[dict[str, str]], call: Any) -> Any:
+            sent.append(messages)
+            return answer
+
+        return write
+
+    run_model_task(replace(task, repair=[seen(a) for a in task.repair]), tmp_path / "run.jsonl")
+    assert len(sent) == len(task.repair)
+    registry = cookbook_registry(task.domain)
+    for messages, answer in zip(sent, task.repair, strict=True):
+        system = messages[0]["content"]
+        if isinstance(answer, dict) and isinstance(answer.get("steps"), list):
+            accepted = task.expect_status == "succeeded"  # else it repeats the mistake, sent back
+            _check_the_prompt_states_what_the_plan_uses(task.name, system, registry, accepted, answer)
+        # The rejected plan's tools alone, not the whole catalogue.
+        assert len(system) < 0.5 * len(_system(task.domain)), (task.name, len(system))
