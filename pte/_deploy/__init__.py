@@ -18,7 +18,7 @@ from pte._deploy._jobs import (
     redact_job,
     sign_job,
 )
-from pte._deploy._pack_imports import IMPORT_PREFIXES, import_spec, is_import_spec
+from pte._deploy._pack_imports import IMPORT_PREFIXES, forget_imports, import_spec, is_import_spec
 from pte._deploy._process import is_expired, process_run
 from pte._deploy._replaying import replay_file, replay_run, resume_file
 from pte._deploy._requeue import (
@@ -67,6 +67,7 @@ __all__ = [
     "end_stranded",
     "enqueue",
     "find_deployment_folder",
+    "forget_imports",
     "import_spec",
     "init_deployment",
     "is_expired",

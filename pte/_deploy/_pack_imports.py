@@ -16,17 +16,21 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 from pte._catalogue import Registry
 from pte._core import DeploymentError, PTEError
 
-__all__ = ["IMPORT_PREFIXES", "import_spec", "is_import_spec"]
+if TYPE_CHECKING:
+    from pte.importers.mcp import MCPConnection
+
+__all__ = ["IMPORT_PREFIXES", "forget_imports", "import_spec", "is_import_spec"]
 
 IMPORT_PREFIXES = ("mcp:", "openapi:")
 
 #: Live MCP connections of this process (closed when it exits): the tools call them.
-_connections: list[object] = []
+_connections: list[MCPConnection] = []
 #: Each spec is imported once per process (an MCP server is started once).
 _imported: dict[str, Registry] = {}
 
@@ -59,6 +63,15 @@ def import_spec(spec: str) -> Registry:
         raise DeploymentError(f"--tools {spec}: {exc} (pip install 'plan-then-execute[{kind}]')") from None
     _imported[spec] = registry
     return registry
+
+
+def forget_imports() -> None:
+    """Stop the MCP servers this process started and forget every import (the next use of a
+    spec imports it afresh): for a process that outlives the deployments it served, such as a
+    test worker, where they ran on (a thread, an event loop, a server process) into later tests."""
+    while _connections:
+        _connections.pop().close()
+    _imported.clear()
 
 
 def _mcp(command_line: str, only: list[str] | None) -> Registry:

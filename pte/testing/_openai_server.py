@@ -13,6 +13,7 @@ scripted in order; every request body is kept for assertions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -99,7 +100,7 @@ class FakeOpenAIServer:
         self._lock = threading.Lock()
         # Set on stop() so that handlers sleeping in a delayed reply wake up and give up.
         self._stopping = threading.Event()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _QuietServer | None = None
         self._thread: threading.Thread | None = None
         self._counter = 0
         self.add(*replies)
@@ -127,6 +128,7 @@ class FakeOpenAIServer:
         self._stopping.set()
         httpd.shutdown()
         httpd.server_close()
+        httpd.hang_up()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -260,6 +262,31 @@ class FakeOpenAIServer:
 class _QuietServer(ThreadingHTTPServer):
     # Daemon handler threads: stop() never waits for a reply that is still sleeping.
     daemon_threads = True
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def hang_up(self) -> None:
+        """End the connections still open, as a server that stops does: a client's kept-alive
+        connection held its handler thread waiting for a next request that never came, past
+        the test that started the server (until the client was collected)."""
+        with self._open_lock:
+            connections = list(self._open)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # already closed by its handler
+                connection.shutdown(socket.SHUT_RDWR)  # the handler reads end of stream and ends
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up (timeout, closed pool) is normal in tests, not worth a traceback;

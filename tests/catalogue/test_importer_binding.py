@@ -11,8 +11,6 @@ base URL and operation (OpenAPI), the tool's class and function code (LangChain)
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +24,14 @@ from langchain_core.tools import StructuredTool, ToolException
 
 from pte import AuditLog, Deployment, Engine, EngineConfig, ReasonCode, Registry, compile_plan
 from pte.importers.langchain import import_langchain_tools
-from pte.importers.mcp import MCPConnection, import_mcp_tools
+from pte.importers.mcp import import_mcp_tools
 from pte.importers.openapi import import_openapi, load_openapi
 from pte.policy import catalogue_fingerprint
 from pte.runs import replay_file
 from tests.integration_apps.billing_app import make_app
 from tests.integration_apps.loopback import LoopbackServer
+from tests.integration_apps.mcp_stdio import mcp_stdio
 
-SERVER = Path(__file__).parents[1] / "integration_apps" / "crm_mcp_server.py"
 MCP_MANIFEST: dict[str, Any] = {
     "pte_import": "1",
     "tools": {"lookup_invoice": {"effect": "read"}, "total_cents": {"effect": "read"}},
@@ -44,19 +42,13 @@ LOOKUP = {
 }
 
 
-def _connect(tmp_path: Path, *flags: str) -> MCPConnection:
-    errlog = open(tmp_path / "server-stderr.txt", "a", encoding="utf-8")  # noqa: SIM115 - closed at exit
-    args = [*flags, str(SERVER)]
-    return MCPConnection.stdio(sys.executable, args, env=dict(os.environ), errlog=errlog, timeout_s=60)
-
-
 def _hashes(registry: Registry) -> dict[str, str]:
     return {spec.name: spec.code_sha256 for spec in registry}
 
 
 def test_mcp_tools_hash_their_server_and_definition(tmp_path: Path) -> None:
     # The same tools (names, descriptions, schemas) from another server command line.
-    with _connect(tmp_path) as real, _connect(tmp_path, "-B") as impostor:
+    with mcp_stdio(tmp_path) as real, mcp_stdio(tmp_path, "-B") as impostor:
         mine = import_mcp_tools(real, manifest=MCP_MANIFEST)
         theirs = import_mcp_tools(impostor, manifest=MCP_MANIFEST)
         assert [s.describe()["input_schema"] for s in mine] == [s.describe()["input_schema"] for s in theirs]

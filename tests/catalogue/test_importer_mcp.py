@@ -9,7 +9,6 @@ makes replay against the changed catalogue diverge.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +24,7 @@ from pte.importers import ImportRefused, fingerprint
 from pte.importers.mcp import MCPConnection, MCPError, _source_tool, import_mcp_tools
 from pte.runs import replay_file
 from pte.testing import FunctionCall, FunctionClient
-
-SERVER = Path(__file__).parents[1] / "integration_apps" / "crm_mcp_server.py"
+from tests.integration_apps.mcp_stdio import mcp_stdio
 
 MANIFEST: dict[str, Any] = {
     "pte_import": "1",
@@ -53,17 +51,10 @@ PLAN = {
 }
 
 
-def _connect(tmp_path: Path, **env: str) -> MCPConnection:
-    errlog = open(tmp_path / "server-stderr.txt", "a", encoding="utf-8")  # noqa: SIM115 - closed by the OS at exit
-    return MCPConnection.stdio(
-        sys.executable, [str(SERVER)], env={**os.environ, **env}, errlog=errlog, timeout_s=60
-    )
-
-
 @pytest.fixture(scope="module")
 def crm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MCPConnection]:
     # One server process for the module: each test imports afresh from the same live session.
-    with _connect(tmp_path_factory.mktemp("crm")) as connection:
+    with mcp_stdio(tmp_path_factory.mktemp("crm")) as connection:
         yield connection
 
 
@@ -226,7 +217,7 @@ def test_a_changed_server_definition_is_refused_by_its_pin_and_diverges_on_repla
     with AuditLog(log) as audit:
         assert Engine(registry, config=EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit).ok
 
-    with _connect(tmp_path, CRM_VARIANT="changed") as changed:
+    with mcp_stdio(tmp_path, CRM_VARIANT="changed") as changed:
         with pytest.raises(ImportRefused, match="'lookup_invoice' changed since the manifest pinned it"):
             import_mcp_tools(changed, manifest=pinned)
         # Without the pin the changed tool imports, and replaying the recorded run against it diverges.
@@ -243,7 +234,7 @@ def test_a_changed_server_definition_is_refused_by_its_pin_and_diverges_on_repla
 def test_connection_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(MCPError, match="cannot connect"):
         MCPConnection.stdio(sys.executable, ["-c", "import sys; sys.exit(3)"], timeout_s=30)
-    with _connect(tmp_path) as connection:
+    with mcp_stdio(tmp_path) as connection:
         pass
     with pytest.raises(MCPError, match="closed"):
         connection.list_tools()

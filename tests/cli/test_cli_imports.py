@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+# private: the process's imports are the deployment area's (no public way to drop them)
+from pte._deploy import forget_imports
 from pte.cli import main
 from tests._cli_run import make_deployment
 from tests.integration_apps.billing_app import make_app
@@ -34,6 +37,15 @@ def billing() -> Iterator[LoopbackServer]:
     app, _ = make_app("v1")
     with LoopbackServer(app) as server:
         yield server
+
+
+@pytest.fixture
+def imports_forgotten() -> Iterator[None]:
+    """After the test, the MCP servers ``--tools mcp:`` started are stopped and the imports
+    forgotten. A process keeps them for its lifetime (a server started once per spec): in a test
+    worker, every later file's, with the session's thread, event loop and server process."""
+    yield
+    forget_imports()
 
 
 def _execute(tmp_path: Path, plan: dict[str, Any], tools: str, capsys: pytest.CaptureFixture[str]) -> Any:
@@ -93,7 +105,10 @@ def test_bad_yaml_specs_are_usage_errors_with_the_reason(
 
 
 def test_mcp_server_command(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    imports_forgotten: None,
 ) -> None:
     pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
     tools = f"mcp:{shlex.join([sys.executable, str(SERVER)])}#lookup_invoice,total_cents"
@@ -123,6 +138,11 @@ def test_mcp_server_command(
     ]
     assert main(argv) == 1
     assert "receive untrusted data" in capsys.readouterr().err
+    # Forgotten, the imports leave nothing running: the session's thread (and its server) ends.
+    sessions = [t for t in threading.enumerate() if t.name.startswith("pte-mcp stdio:")]
+    assert sessions
+    forget_imports()
+    assert not any(t.is_alive() for t in sessions)
 
 
 def test_workers_refuse_importer_specs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

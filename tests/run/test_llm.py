@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,10 +44,23 @@ def server() -> Iterator[FakeOpenAIServer]:
         yield srv
 
 
+#: The clients `_client` made in the running test, closed after it (an open pool holds a socket).
+_CLIENTS: list[OpenAIClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
 def _client(server: FakeOpenAIServer, **kwargs: Any) -> OpenAIClient:
     kwargs.setdefault("timeout_s", 5.0)
     kwargs.setdefault("max_retries", 0)
-    return OpenAIClient("test-model", base_url=server.base_url, **kwargs)
+    client = OpenAIClient("test-model", base_url=server.base_url, **kwargs)
+    _CLIENTS.append(client)
+    return client
 
 
 # -- OpenAIClient over HTTP -------------------------------------------------------------------
@@ -312,6 +326,23 @@ def test_fake_server_stops_promptly_with_a_sleeping_reply() -> None:
     started = time.monotonic()
     srv.stop()
     assert time.monotonic() - started < 1.0
+
+
+def test_a_stopped_fake_server_ends_the_connection_a_client_keeps_alive() -> None:
+    """Its handler thread, waiting on the kept-alive connection for a next request, ended only
+    when the client was collected: a later test's thread, socket and ResourceWarning."""
+    before = set(threading.enumerate())
+    with (
+        FakeOpenAIServer([PLAN_TEXT]) as srv,
+        OpenAIClient("m", base_url=srv.base_url, max_retries=0) as client,
+    ):
+        assert client.complete(MESSAGES).text == PLAN_TEXT  # its pool keeps the connection open
+        handlers = [t for t in set(threading.enumerate()) - before if t.name != "FakeOpenAIServer"]
+        assert handlers
+        srv.stop()  # the client is still open
+        for handler in handlers:
+            handler.join(5)
+        assert not any(handler.is_alive() for handler in handlers)
 
 
 # -- ReplayClient -----------------------------------------------------------------------------
