@@ -40,6 +40,9 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "e235e1c3c06dd15fddf7934ca10f993228cf8c6c822ff385b0c7d9451a0df93c": (
             "pte 0.1.0 as of main e461f99 (2026-11-29), before a repair was shown only its plan's tools"
         ),
+        "653944e11c2ff5fa918ef2ef52f5fd7a5771556911935911dda01f346489a5bb": (
+            "pte 0.1.0 as of main e140079 (2026-11-29), before a coordinator's repair was cut too"
+        ),
     }
 )
 

@@ -1074,9 +1074,7 @@ def repair_tools(registry: Registry, rejected_text: str) -> Registry | None:
     name (where the deployment says a value comes from: send_payment's "take the iban from
     get_supplier", the usual fix of a flow the policy forbids). None where the whole catalogue
     is: the plan cannot be read, or calls something that is not a plain tool of `registry` (a
-    procedure, a specialist, a tool it does not know)."""
-    if getattr(registry, "specialists", None):
-        return None
+    procedure, a specialist by a delegate step, a tool it does not know)."""
     try:
         document = json.loads(rejected_text)
     except (ValueError, RecursionError):
