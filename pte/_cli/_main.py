@@ -7,6 +7,7 @@ file, a bad flag, a tool pack that cannot be loaded).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -640,6 +641,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """`build_parser`'s parser, built once per process: it is the same every time (no default
+    read from the environment), parsing leaves it as it was, and building it is most of what an
+    in-process `main` call costs (argparse looks up a translation for each of its strings)."""
+    return build_parser()
+
+
 def _fail_usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     parser.print_usage(sys.stderr)
     print(f"pte: error: {message}", file=sys.stderr)
@@ -654,7 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from pte._cli._deployment_in_force import forget_deployment
 
-    parser = build_parser()
+    parser = _parser()
     try:
         redactor = _redactor()
     except ValueError as exc:
