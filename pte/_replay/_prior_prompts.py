@@ -43,6 +43,9 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "653944e11c2ff5fa918ef2ef52f5fd7a5771556911935911dda01f346489a5bb": (
             "pte 0.1.0 as of main e140079 (2026-11-29), before a coordinator's repair was cut too"
         ),
+        "ca567e0c1287df7246e389bdee58428f37287660f4585ee127a0082a7493dc0b": (
+            "pte 0.1.0 as of main ffe56f9 (2026-11-29), before the finalizer's steps shared one budget"
+        ),
     }
 )
 

@@ -1002,12 +1002,10 @@ def finalizer_messages(
     budget: int | None = None,
 ) -> list[dict[str, str]]:
     """The finalizer's messages: phrase an answer from the result and the outputs of `steps` only
-    (the engine passes the steps the result depends on and the writes)."""
+    (the engine passes the steps the result depends on and the writes). With a `budget`, the
+    result's block is held to it and the steps' blocks share one more (`_finalizer_blocks`)."""
     system = FINALIZER_RULES
-    blocks = [
-        data_block(f"step={sid} tool={tool} output", out, provenance=prov, budget=budget)
-        for sid, tool, out, prov in steps
-    ]
+    blocks = _finalizer_blocks(steps, budget)
     user = "\n\n".join(
         [
             f"The request:\n{request}",
@@ -1017,6 +1015,30 @@ def finalizer_messages(
         ]
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+#: The least a finalizer's step block is given where the steps share the data budget.
+_MIN_STEP_SHARE = 1000
+#: Stands for a step whose output the finalizer's budget leaves out.
+STEP_NOT_SHOWN = "- step={step} tool={tool}: output not shown (the data budget is spent)"
+
+
+def _finalizer_blocks(steps: Sequence[tuple[str, str, Any, str]], budget: int | None) -> list[str]:
+    """The steps' data blocks, together within `budget`: an equal share each, at least
+    `_MIN_STEP_SHARE`; where not all fit, the last ones (nearest the result, the writes after the
+    reads they used) are shown and the earlier ones named (`STEP_NOT_SHOWN`). Without a budget,
+    each block as logs recorded before the budget existed show it."""
+    if budget is None or not steps:
+        return [
+            data_block(f"step={s} tool={t} output", out, provenance=p, budget=budget)
+            for s, t, out, p in steps
+        ]
+    share = max(budget // len(steps), min(budget, _MIN_STEP_SHARE))
+    fits = max(1, budget // share)
+    hidden, shown = steps[: max(0, len(steps) - fits)], steps[max(0, len(steps) - fits) :]
+    return [STEP_NOT_SHOWN.format(step=s, tool=t) for s, t, _, _ in hidden] + [
+        data_block(f"step={s} tool={t} output", out, provenance=p, budget=share) for s, t, out, p in shown
+    ]
 
 
 def _completed_line(step_id: str, tool: str, output: Mapping[str, Any] | None) -> str:
