@@ -119,26 +119,25 @@ def prompts_hash() -> str:
 def run_started_fields(
     registry: Registry,
     policy_document: Mapping[str, Any] | None,
-    redact: Callable[[Any], Any] | None = None,
+    redact_content: Callable[[Any], tuple[Any, str]] | None = None,
 ) -> dict[str, Any]:
     """``tools``, ``catalogue``, ``policy``, ``prompts`` and ``stored`` for a ``run_started``.
 
     ``stored`` offers every content; `AuditLog` drops the ones its file already holds.
-    `redact` (the audit log's `Redactor.redact_structure`) is applied to the contents
-    *before* they are hashed, so that hashes and fingerprints describe what the log holds: a
-    secret written into a description is stored redacted, while a schema property named
-    ``password`` stays a property (structure is not redacted by key name).
+    `redact_content` (the audit log's `Redactor.redact_content`: the content redacted, and its
+    hash) is applied to the contents *before* they are hashed, so that hashes and
+    fingerprints describe what the log holds: a secret written into a description is stored
+    redacted, while a schema property named ``password`` stays a property (structure is not
+    redacted by key name). The log's redactor then knows the content as its own and does not
+    redact it again.
     """
-    catalogue = registry.describe()
-    if redact is not None:
-        catalogue = redact(catalogue)
-        policy_document = redact(policy_document) if policy_document is not None else None
-    catalogue_hash = hash_json(catalogue)
+    content = redact_content if redact_content is not None else _as_it_is
+    catalogue, catalogue_hash = content(registry.describe())
     stored: dict[str, Any] = {catalogue_hash: catalogue}
     policy_hash = None
     if policy_document is not None:
-        policy_hash = hash_json(policy_document)
-        stored[policy_hash] = dict(policy_document)
+        policy, policy_hash = content(dict(policy_document))
+        stored[policy_hash] = policy
     return {
         "tools": [tool_fingerprint(spec, entry) for spec, entry in zip(registry, catalogue, strict=True)],
         "catalogue": catalogue_hash,
@@ -146,6 +145,11 @@ def run_started_fields(
         "prompts": prompts_hash(),
         "stored": stored,
     }
+
+
+def _as_it_is(value: Any) -> tuple[Any, str]:
+    """Content with no redactor: itself, and its hash."""
+    return value, hash_json(value)
 
 
 def stored_contents(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

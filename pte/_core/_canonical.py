@@ -146,13 +146,13 @@ def _integral_as_int(value: Any) -> Any:
     """A copy of `value` (a dict or list) with every float of integral value within
     ±(2**53 - 1) as the integer it equals, which JCS writes alike (``30.0`` and ``30`` are
     both ``30``, ``-0.0`` is ``0``: ECMAScript writes an integral double below 1e21 as its
-    integer); None when the copy would still hold a value `numbers_as_jcs` refuses (then
-    `rfc8785` decides). Only for encoding: the caller's value is not changed."""
+    integer); None when it holds a value `numbers_as_jcs` would refuse even then (then
+    `rfc8785` decides). One walk, with `numbers_as_jcs`'s rules. Only for encoding: the
+    caller's value is not changed."""
     try:
-        ready = _with_integral_as_int(value)
+        return _with_integral_as_int(value)
     except (_NotReady, RecursionError):
         return None
-    return ready if numbers_as_jcs(ready) else None
 
 
 class _NotReady(Exception):
@@ -161,17 +161,22 @@ class _NotReady(Exception):
 
 def _with_integral_as_int(value: Any) -> Any:
     kind = value.__class__
-    if kind is float:
-        if value.is_integer() and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
-            return int(value)
+    if kind is str or value is None or value is True or value is False:
         return value
     if kind is dict:
         return {key: _with_integral_as_int(item) for key, item in value.items()}
     if kind is list:
         return [_with_integral_as_int(item) for item in value]
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
-    raise _NotReady  # tuples, subclasses, anything else: the reference decides
+    if kind is int:
+        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return value
+    elif kind is float:
+        if value.is_integer():
+            if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+                return int(value)
+        elif 1e-4 <= abs(value) < 1e15:
+            return value
+    raise _NotReady  # out of range, tuples, subclasses, anything else: the reference decides
 
 
 def _jcs(value: Any, *, exact: bool = True) -> bytes:

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import re2
 
-from pte._core._canonical import checked_jcs, json_plain, numbers_as_jcs
+from pte._core._canonical import checked_jcs, hash_json, json_plain, numbers_as_jcs
 from pte._core._secret_rules import SecretRules
 
 #: What a redacted value or substring is replaced with.
@@ -223,6 +223,9 @@ class Redactor:
         self._key_cache: dict[str, bool] = {}
         #: The registered secrets as JSON writes them inside a string (`add_secret`).
         self._encoded_secrets: list[bytes] = []
+        #: Hashes of the content this redactor gave out (`redact_content`), since the last
+        #: `add_secret`: a run_started's stored content is redacted once (`redact_fields`).
+        self._own_content: set[str] = set()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -257,6 +260,7 @@ class Redactor:
             self._secrets.sort(key=len, reverse=True)
             self._encoded_secrets.append(orjson.dumps(value)[1:-1])
             self._text_cache = {}
+            self._own_content = set()  # redacted before this secret was known
 
     def is_secret_key(self, key: str) -> bool:
         """Whether values under `key` are redacted."""
@@ -329,17 +333,55 @@ class Redactor:
             return [self.redact_structure(item) for item in value]
         return self._redact_other(value)
 
+    def redact_content(self, value: Any) -> tuple[Any, str]:
+        """Content a ``run_started`` stores (a catalogue, a policy): `redact_structure(value)`
+        and the hash of that (`hash_json`), its key in ``stored``.
+
+        The redactor notes the hash, so that redacting the record's fields (`redact_fields`)
+        does not walk the content a second time: a ``stored`` entry whose content still hashes
+        to its key, a hash this redactor gave out, is exactly what it redacted (a changed byte
+        would change the hash).
+        """
+        redacted = self.redact_structure(value)
+        digest = hash_json(redacted)
+        if len(self._own_content) < _CACHE_ENTRIES:
+            self._own_content.add(digest)
+        return redacted, digest
+
     def redact_fields(self, record_type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """The fields of an audit record of `record_type`, redacted, structure kept.
 
-        Fields named in `STRUCTURE_FIELDS` for this record type get `redact_structure`;
-        every other field gets `redact` (its own name counting as a key).
+        Fields named in `STRUCTURE_FIELDS` for this record type get `redact_structure`
+        (content this redactor gave out in ``stored``, unchanged, is taken as it is:
+        `redact_content`); every other field gets `redact` (its own name counting as a key).
         """
         paths = STRUCTURE_FIELDS.get(record_type)
         if not paths:
             # `redact` copies as it goes: a plain dict needs no copy of its own first.
             return self.redact(fields if type(fields) is dict else dict(fields))  # type: ignore[no-any-return]
-        return self._redact_around(fields, [tuple(p.split(".")) for p in paths])
+        stored = fields.get("stored") if record_type == "run_started" else None
+        if not isinstance(stored, Mapping):
+            return self._redact_around(fields, [tuple(p.split(".")) for p in paths])
+        rest = {key: item for key, item in fields.items() if key != "stored"}
+        out = self._redact_around(rest, [tuple(p.split(".")) for p in paths])
+        out["stored"] = self._redact_stored(stored)
+        return out
+
+    def _redact_stored(self, stored: Mapping[Any, Any]) -> dict[Any, Any]:
+        """`redact_structure(stored)`, but for the entries this redactor already gave out."""
+        out: dict[Any, Any] = {}
+        for key, content in stored.items():
+            own = self._is_own_content(key, content)
+            out[_free_key(out, self._plain_key(key))] = content if own else self.redact_structure(content)
+        return out
+
+    def _is_own_content(self, key: Any, content: Any) -> bool:
+        if not isinstance(key, str) or key not in self._own_content:
+            return False
+        try:
+            return hash_json(content) == key
+        except (ValueError, TypeError, RecursionError):
+            return False
 
     def canonical_if_clean(self, record: dict[str, Any]) -> bytes | None:
         """The canonical form (`canonical_bytes`) of `record` when no rule can change anything

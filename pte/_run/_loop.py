@@ -196,7 +196,7 @@ class RunLoop:
         state.shown_untrusted = mode != "execute" and catalogue_exposed(registry)
         # Format 2: fingerprints per tool; the catalogue and policy by hash, stored once per log.
         fields = run_started_fields(
-            registry, setup.planning.policy.to_document(), audit.redactor.redact_structure
+            registry, setup.planning.policy.to_document(), audit.redactor.redact_content
         )
         self.records.started(mode, self.request, config, fields, state.tracer.run_ids(), setup.deployment)
 
