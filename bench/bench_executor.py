@@ -360,6 +360,85 @@ def floor_timing(audit_dir: Path, steps: int = 500) -> Timing:
     return elapsed / steps * 1e6, elapsed_cpu / steps * 1e6
 
 
+#: The parts of a step `--profile` reports: (file, function) of the code that does each, the
+#: first found counting (older revisions name some differently).
+PROFILED_PARTS = [
+    (
+        "a step, in all (`_Run._start`, `_complete`, the sequencer `_flush`)",
+        [("_executor.py", "_start"), ("_executor.py", "_complete"), ("_executor.py", "_flush")],
+    ),
+    (
+        "… its records (the executor's record calls and the builders, the writer included)",
+        [
+            ("_executor.py", "_record"),
+            ("_executor.py", "_record_started"),
+            ("_executor.py", "_record_finished"),
+        ],
+    ),
+    (
+        "… … the writer (`AuditLog.write_records`, `write`)",
+        [("_writer.py", "write_records"), ("_writer.py", "write")],
+    ),
+    ("… … … building, checking and hashing each record (`_serialise`)", [("_writer.py", "_serialise")]),
+    ("… … … … the redaction check (walk, orjson, RE2 set)", [("_redaction.py", "canonical_if_clean")]),
+    ("… … … … SHA-256", [("_canonical.py", "sha256_hex")]),
+    ("… … … the timestamp", [("_writer.py", "_utc_now")]),
+    (
+        "… … … the system calls (`lseek`, `write`)",
+        [("~", "<built-in method posix.lseek>"), ("~", "<built-in method posix.write>")],
+    ),
+    ("… the tool call on the run's owner thread", [("_owner.py", "call")]),
+    (
+        "… its arguments resolved and checked",
+        [("_executor.py", "prepare_args"), ("_executor.py", "_args_error")],
+    ),
+]
+
+
+def profile_child(shape: str, steps: int, runs: int = 5) -> None:
+    """`--profile`: where a step's time goes with the audit log on, by cProfile on the run's
+    owner thread (shares of the run loop's time, inclusive; cProfile's own cost inflates
+    small calls, so read shares, not µs). Run under ``PYTHONPATH=<another tree>`` it profiles
+    that code (the before of a before/after)."""
+    import cProfile
+    import pstats
+
+    import pte._execution._executor as executor_module
+
+    profiler = cProfile.Profile()
+    own = executor_module._Run.own
+
+    def profiled(run: Any) -> None:
+        profiler.enable()
+        try:
+            own(run)
+        finally:
+            profiler.disable()
+
+    plan = compiled(shape, steps)
+    executor = Executor(REGISTRY)
+    with tempfile.TemporaryDirectory() as tmp:
+        executor.run(plan, begun(AuditLog(Path(tmp) / "warm.jsonl", durability="none")))
+        executor_module._Run.own = profiled  # type: ignore[method-assign]
+        for n in range(runs):
+            with begun(AuditLog(Path(tmp) / f"p{n}.jsonl", durability="none")) as log:
+                executor.run(plan, log)
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    total = sum(own for (_, _, own, _, _) in stats.values())  # the whole profiled time
+    cumulative: dict[tuple[str, str], float] = {}
+    for (path, _, name), (_, _, _, inclusive, _) in stats.items():
+        key = (Path(path).name if path != "~" else "~", name)
+        cumulative[key] = cumulative.get(key, 0.0) + inclusive
+    per_step = total / (runs * steps) * 1e6
+    print(
+        f"where a step's time goes (cProfile, audit on, {runs} runs of the {steps}-step {shape}; "
+        f"{per_step:.1f} µs per step under the profiler):"
+    )
+    for label, where in PROFILED_PARTS:
+        share = sum(cumulative.get(key, 0.0) for key in where)
+        print(f"  {label:<84} {share / total:6.1%} {share / (runs * steps) * 1e6:7.1f} µs")
+
+
 DAG_LAYERS, DAG_WIDTH, DAG_SLEEP_S = 4, 6, 0.1
 
 
@@ -483,9 +562,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--before", metavar="REV", help="with --instructions: also this git revision's code")
     parser.add_argument("--instructions-child", choices=["chain", "independent"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="where a step's time goes with the audit log on (cProfile shares; no LangGraph needed)",
+    )
     args = parser.parse_args(argv)
     if args.instructions_child:
         instruction_child(args.instructions_child, args.steps)
+        return 0
+    if args.profile:
+        for shape in ["chain", "independent"] if args.shape == "both" else [args.shape]:
+            profile_child(shape, args.steps)
         return 0
     try:
         import langgraph  # noqa: F401

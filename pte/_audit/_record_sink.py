@@ -15,7 +15,7 @@ checkpointer of LangGraph does: what the engine may rely on is written down once
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -67,6 +67,12 @@ class RecordSink(Protocol):
 
     def write(self, record: Record) -> dict[str, Any]:
         """Write one record; return it with its common fields (seq, run_id, ts, prev, hash)."""
+        ...
+
+    def write_records(self, records: Sequence[Record]) -> list[dict[str, Any]]:
+        """Write `records` in order, as `write` writes each, together where the sink can (the
+        log: one timestamp, one lock, one file write; a step's two records once it finished).
+        Either all are written or, raising `AuditWriteError`, none; returns them as written."""
         ...
 
     def sync(self) -> None:

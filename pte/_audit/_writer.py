@@ -24,7 +24,7 @@ import os
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -328,6 +328,14 @@ class AuditLog:
         """Write a record built by `pte._audit._records` (`append` of its type and fields)."""
         return self.append(record.type, **record.fields)
 
+    def write_records(self, records: Sequence[Record]) -> list[dict[str, Any]]:
+        """Write `records` in order, as `write` writes each, in one go: one timestamp for all,
+        one acquisition of the lock and, in a file, one ``write`` of their lines (a step's
+        pair, once the step has finished). Either every record is written or none is: one
+        that cannot be (not JSON, a schema violation) breaks the log before anything of the
+        batch reaches it. Returns the records as written."""
+        return self._append_all([(record.type, record.fields) for record in records])
+
     def append(self, type: str, /, **fields: Any) -> dict[str, Any]:
         """Redact `fields`, add the common fields, hash, write one line; return the record.
 
@@ -339,73 +347,97 @@ class AuditLog:
         not JSON such as NaN, a field that clashes with a common field, a closed or sealed
         log) and on every call after such a failure.
         """
-        if type == "run_started":
-            fields = self._run_started_fields(fields)
+        return self._append_all([(type, fields)])[0]
+
+    def _append_all(self, items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+        """`append` of each of `items` (type, fields), all serialised before any is written."""
+        if not items:
+            return []
+        items = [(t, self._run_started_fields(f) if t == "run_started" else f) for t, f in items]
         with self._lock:
-            if (
-                self._broken is not None
-                or self._closed
-                or self._sealed
-                or not isinstance(type, str)
-                or not type
-                or not _COMMON_FIELDS.isdisjoint(fields)
-                or (type != "run_started") is not self._begun
-            ):
-                self._refuse(type, fields)
+            ts = self._clock()
+            prev, seq, begun, sealed = self.last_hash, self.next_seq, self._begun, self._sealed
+            built: list[tuple[dict[str, Any], str, bytes]] = []
+            for type, fields in items:
+                if (
+                    self._broken is not None
+                    or self._closed
+                    or sealed
+                    or not isinstance(type, str)
+                    or not type
+                    or not _COMMON_FIELDS.isdisjoint(fields)
+                    or (type != "run_started") is not begun
+                ):
+                    self._refuse(type, fields, begun, sealed)
+                try:
+                    record, digest, data = self._serialise(type, fields, seq, prev, ts)
+                except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+                    raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
+                if self._validate:
+                    problem = _schema_problem(record)
+                    if problem is not None:
+                        raise self._fail(f"{type}: record violates the audit schema: {problem}")
+                built.append((record, digest, data))
+                prev, seq, begun = digest, seq + 1, True
+                sealed = type == "run_finished"
+            self._store(built)
+            return [self._written(record, digest) for record, digest, _ in built]
+
+    def _store(self, built: list[tuple[dict[str, Any], str, bytes]]) -> None:
+        """Hand the serialised records to the file (one write) or the store's writer (the
+        caller holds the lock)."""
+        fd = self._fd
+        if fd is not None:
+            data = built[0][2] if len(built) == 1 else b"".join(line for _, _, line in built)
             try:
-                record, digest, data = self._serialise(type, fields)
-            except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
-                raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
-            if self._validate:
-                problem = _schema_problem(record)
-                if problem is not None:
-                    raise self._fail(f"{type}: record violates the audit schema: {problem}")
-            fd = self._fd
-            if fd is not None:
-                try:
-                    # No other writer can append (this one holds the file's lock), but a
-                    # process that ignores the lock can still write or truncate: a chain
-                    # forked that way is refused here, before anything follows it.
-                    size = os.lseek(fd, 0, os.SEEK_END)
-                    if size != self._size:
-                        raise self._fail(
-                            f"audit log {self.path} changed underneath this writer "
-                            f"(size {size}, expected {self._size}): something wrote to it "
-                            "without taking its lock"
-                        )
-                    _write_all(fd, data)
-                    self._size += len(data)
-                    if self.durability is Durability.ALWAYS:
-                        self._fsync()
-                except OSError as exc:
-                    raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
-            elif self._writer is not None:
-                try:
-                    self._writer.write(record, data)
-                except (OSError, PTEError) as exc:
-                    raise self._fail(f"cannot write to the run's store: {exc}", exc) from exc
-            self.last_hash = digest
-            self.next_seq += 1
-            if self._keep:
-                self.records.append(record)
-            if type == "run_started":
-                self._begun = True
-            if type == "run_started" and isinstance(record.get("stored"), Mapping):
+                # No other writer can append (this one holds the file's lock), but a
+                # process that ignores the lock can still write or truncate: a chain
+                # forked that way is refused here, before anything follows it.
+                size = os.lseek(fd, 0, os.SEEK_END)
+                if size != self._size:
+                    raise self._fail(
+                        f"audit log {self.path} changed underneath this writer "
+                        f"(size {size}, expected {self._size}): something wrote to it "
+                        "without taking its lock"
+                    )
+                _write_all(fd, data)
+                self._size += len(data)
+                if self.durability is Durability.ALWAYS:
+                    self._fsync()
+            except OSError as exc:
+                raise self._fail(f"cannot write audit log {self.path}: {exc}", exc) from exc
+        elif self._writer is not None:
+            try:
+                for record, _, line in built:
+                    self._writer.write(record, line)
+            except (OSError, PTEError) as exc:
+                raise self._fail(f"cannot write to the run's store: {exc}", exc) from exc
+
+    def _written(self, record: dict[str, Any], digest: str) -> dict[str, Any]:
+        """The log's state after `record` was stored (the caller holds the lock)."""
+        type = record["type"]
+        self.last_hash = digest
+        self.next_seq += 1
+        if self._keep:
+            self.records.append(record)
+        if type == "run_started":
+            self._begun = True
+            if isinstance(record.get("stored"), Mapping):
                 self._stored.update(record["stored"])
-            if type == "run_finished":
-                self._sealed = True
-                if self._fd is not None:
-                    if self.durability is not Durability.NONE:
-                        # The end of a run is a sync point even if the caller forgets to sync().
-                        self._fsync()
-                    # Nothing more can be written here: the next writer may open the file.
-                    self._unlock()
-            elif type in ANCHOR_POINTS and self.anchors is not None:
-                # The run's start and each plan are signed before any tool runs: no writer of
-                # the log or store can swap what a run is, even if it crashes before its first
-                # write (pte._audit._anchors).
-                self._sync_locked()
-            return record
+        if type == "run_finished":
+            self._sealed = True
+            if self._fd is not None:
+                if self.durability is not Durability.NONE:
+                    # The end of a run is a sync point even if the caller forgets to sync().
+                    self._fsync()
+                # Nothing more can be written here: the next writer may open the file.
+                self._unlock()
+        elif type in ANCHOR_POINTS and self.anchors is not None:
+            # The run's start and each plan are signed before any tool runs: no writer of
+            # the log or store can swap what a run is, even if it crashes before its first
+            # write (pte._audit._anchors).
+            self._sync_locked()
+        return record
 
     def _run_started_fields(self, fields: Mapping[str, Any]) -> dict[str, Any]:
         """`fields` with what the writer itself records in every ``run_started``.
@@ -424,7 +456,9 @@ class AuditLog:
             out["stored"] = {key: value for key, value in stored.items() if key not in self._stored}
         return out
 
-    def _serialise(self, type: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], str, bytes]:
+    def _serialise(
+        self, type: str, fields: Mapping[str, Any], seq: int, prev: str, ts: str
+    ) -> tuple[dict[str, Any], str, bytes]:
         """The record, its hash and its line: the one place hashed JSON is produced.
 
         The hash covers ``prev`` + the canonical JSON of the record without "hash"; the line
@@ -436,12 +470,11 @@ class AuditLog:
         value do not depend on which digits). When the placeholder member is not unique in
         the encoding (a nested ``"hash"`` key holding it), the record is encoded twice.
         """
-        prev = self.last_hash
         # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
         record: dict[str, Any] = {
-            "seq": self.next_seq,
+            "seq": seq,
             "run_id": self.run_id,
-            "ts": self._clock(),
+            "ts": ts,
             "type": type,
             "prev": prev,
             **fields,
@@ -469,18 +502,20 @@ class AuditLog:
         line = b"".join((head, _HASH_KEY, digest.encode("ascii"), b'",', tail, b"\n"))
         return record, digest, line
 
-    def _refuse(self, type: str, fields: Mapping[str, Any]) -> None:
-        """Raise the reason `append` cannot write (the caller holds the lock)."""
+    def _refuse(self, type: str, fields: Mapping[str, Any], begun: bool, sealed: bool) -> None:
+        """Raise the reason `append` cannot write (the caller holds the lock); `begun` and
+        `sealed`: the run has its run_started, its run_finished (in the log, or earlier in
+        the batch)."""
         if self._broken is not None:
             raise AuditWriteError(f"audit log is broken by an earlier failure: {self._broken}")
         if self._closed:
             raise self._fail("audit log is closed")
-        if self._sealed:
+        if sealed:
             raise self._fail(f"run {self.run_id} is sealed by run_finished; nothing may follow it")
         if not isinstance(type, str) or not type:
             raise self._fail(f"record type must be a non-empty string, not {type!r}")
         if _COMMON_FIELDS.isdisjoint(fields):
-            if self._begun:
+            if begun:
                 raise self._fail(f"run {self.run_id} has begun already: a run has one run_started")
             raise self._fail(
                 f"{type}: run {self.run_id} has not begun: a run's first record is run_started "

@@ -14,7 +14,10 @@ Write-ahead: a ``write`` step runs only once every step before it in the plan or
 finished and is recorded, and its ``step_started`` has been made durable (`RecordSink.sync`).
 So a write never runs beside an earlier step, and never before its intent is on disk. A
 ``read`` step may run (and finish) before its records are written; if the process dies
-first, it is simply run again by resume. `serial_writes` also keeps every other step from
+first, it is simply run again by resume. Its two records go to the log together, in one
+write (`RecordSink.write_records`), once it and every step before it finished, unless it is
+the run's first step or a call gate is asked about it before its effect (then its intent is
+written before the call, as a write's is). `serial_writes` also keeps every other step from
 running while a write runs.
 
 Threads: with the live invoker, the loop runs on a worker thread of its own, the *owner*
@@ -32,7 +35,7 @@ How each call runs, is timed out and retried: `pte._execution._invoke`. This mod
 an LLM client; tests/e2e/test_executor_isolation.py enforces it.
 
 Extending (new step kinds): one step is `_Run._start` (resolve and check its arguments,
-write its intent when it is its turn, start the call) and `_Run._complete` (check the
+write a write's intent, start the call) and `_Run._complete` (check the
 outcome, make the `StepResult`, release the steps waiting for it); the scheduler (`_launch`)
 and the sequencer (`_flush`) do not look inside a step.
 """
@@ -48,7 +51,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from pte._audit import RecordSink
+from pte._audit import Record, RecordSink
 from pte._audit import records as rec
 from pte._catalogue import Registry, ToolSpec, derive_key
 from pte._core import AuditWriteError, ToolError
@@ -435,9 +438,13 @@ class _Run:
         # write, started only at its turn, so everything before it is recorded.
         if step.id in self.endorsable and self.gate is not None:
             self.gate.check_call(step.id, spec.name, args, self.available, (spec.idempotency_key,))
-        if i == self.next:
-            # Its turn to be recorded: the intent goes first, as it would one step at a time
-            # (a write is only ever started at its turn).
+        if i == self.next and (self._is_write(i) or self.gate is not None or not self.started_logged):
+            # The intent goes first where something relies on it: a write's (write-ahead; a
+            # write is only ever started at its turn), any call a gate is asked about before
+            # its effect, and the run's first (a log that refuses the run's records, one whose
+            # run has not begun or that is sealed or broken, stops it before any tool runs). A
+            # read's two records are otherwise written together, in one write, once it and
+            # every step before it finished.
             self._record_started(i)
         if spec.effect == "write" or spec.read_effects:
             if self.audit is not None:
@@ -543,8 +550,7 @@ class _Run:
             if result is None:
                 return
             try:
-                self._record_started(i)
-                self._record_finished(i, result)
+                self._record(i, result)
             except AuditWriteError as exc:
                 if i in self.called:  # the tool ran: it still counts as called
                     execution.results.append(result)
@@ -561,40 +567,50 @@ class _Run:
             execution.outputs[result.step_id] = result.output
 
     def _record_started(self, i: int) -> None:
+        """A write's ``step_started``, before its call (write-ahead)."""
         if self.audit is None or i in self.started_logged:
             return
-        step, spec = self.steps[i], self.specs[i]
-        args = self.args.get(i)
-        self.audit.write(
-            rec.step_started(
-                step_id=step.id,
-                tool=spec.name,
-                effect=spec.effect,
-                # Arguments that could not be resolved are recorded unresolved.
-                args=args if args is not None else step.args,
-                plan_hash=self.plan.hash,
-            )
-        )
+        self.audit.write(self._started(i))
         self.started_logged.add(i)
 
-    def _record_finished(self, i: int, result: StepResult) -> None:
+    def _record(self, i: int, result: StepResult) -> None:
+        """A finished step's records: its ``step_finished`` after the ``step_started`` written
+        before its call, or both in one write (a read, recorded once every step before it is)."""
         if self.audit is None:
             return
+        if i in self.started_logged:
+            self.audit.write(self._finished(result))
+        else:
+            self.audit.write_records([self._started(i), self._finished(result)])
+            self.started_logged.add(i)
+
+    def _started(self, i: int) -> Record:
+        step, spec = self.steps[i], self.specs[i]
+        args = self.args.get(i)
+        return rec.step_started(
+            step_id=step.id,
+            tool=spec.name,
+            effect=spec.effect,
+            # Arguments that could not be resolved are recorded unresolved.
+            args=args if args is not None else step.args,
+            plan_hash=self.plan.hash,
+        )
+
+    @staticmethod
+    def _finished(result: StepResult) -> Record:
         error = None
         if not result.ok:
             assert result.error is not None
             error = result.error.to_dict()
-        self.audit.write(
-            rec.step_finished(
-                step_id=result.step_id,
-                tool=result.tool,
-                status=result.status,
-                duration_ms=result.duration_ms,
-                output=result.output if result.ok else None,
-                error=error,
-                attempts=result.attempts,
-                retry_errors=[e.to_dict() for e in result.retry_errors],
-            )
+        return rec.step_finished(
+            step_id=result.step_id,
+            tool=result.tool,
+            status=result.status,
+            duration_ms=result.duration_ms,
+            output=result.output if result.ok else None,
+            error=error,
+            attempts=result.attempts,
+            retry_errors=[e.to_dict() for e in result.retry_errors],
         )
 
 

@@ -317,12 +317,27 @@ class CheckingAuditLog:
             _compare(line, recorded, _in_format_of(recorded, replayed))
             self.checked += 1
             return built
+        return self._past_the_recording().write(record)
+
+    def write_records(self, records: Sequence[Record]) -> list[dict[str, Any]]:
+        # Each recorded one is checked in turn; the rest (resume) go to the log together.
+        checked = min(len(records), len(self._expected))
+        written = [self.write(record) for record in records[:checked]]
+        rest = records[checked:]
+        if rest:
+            self._log.write_records(rest)  # as `write` does: every record is built here first
+            written += self._past_the_recording().write_records(rest)
+        return written
+
+    def _past_the_recording(self) -> RecordSink:
+        """Where records past the end of the recording go: resume's log, after its
+        ``run_resumed``; a replay's recording has no more (`LogEnded`)."""
         if self._forward is None:
             raise LogEnded(f"the recorded run ends after {self.checked} record(s) without run_finished")
         if self.resumed_at is None:
             self.resumed_at = self.checked
             record_resumed(self._forward, self.checked)
-        return self._forward.write(record)
+        return self._forward
 
     def sync(self) -> None:
         # Only once the recording is used up: a sync while recorded records are still being

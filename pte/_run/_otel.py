@@ -29,7 +29,7 @@ nothing is added to any record and every hook costs one attribute check.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pte._audit import Record, traced
@@ -219,13 +219,19 @@ class RunTracer:
         return self.procedures and PATH_SEPARATOR in step_id
 
     def step_fields(
-        self, record_type: str, fields: Mapping[str, Any], *, replayed: bool = False
+        self,
+        record_type: str,
+        fields: Mapping[str, Any],
+        *,
+        replayed: bool = False,
+        ran_ms: float | None = None,
     ) -> dict[str, str]:
         """Start or end a step's span from its ``step_started`` / ``step_finished`` fields; its ids.
 
         `replayed`: the record is re-read from the log on resume, not a fresh execution; the
         span carries ``pte.replayed`` (true when the step's end was re-read too, false when the
-        step ran on after the resume).
+        step ran on after the resume). `ran_ms`: a ``step_started`` written with its
+        ``step_finished`` (a read's pair, after the call): the span starts that long ago.
         """
         if self._run is None:
             return {}
@@ -236,6 +242,7 @@ class RunTracer:
                 f"execute_tool {tool}",
                 context=self._parent,
                 kind=_trace.SpanKind.INTERNAL,
+                start_time=time.time_ns() - int(ran_ms * 1_000_000) if ran_ms is not None else None,
                 attributes=self._attrs(
                     {
                         "gen_ai.operation.name": "execute_tool",
@@ -288,6 +295,18 @@ class RunTracer:
         return end if end < time.time_ns() else None
 
 
+def _ran_ms(record: Record, following: Sequence[Record]) -> float | None:
+    """How long ago `record`'s step started, when it is a ``step_started`` written with its
+    ``step_finished`` (`following`): that record's duration. None otherwise."""
+    if record.type != "step_started" or not following:
+        return None
+    finished = following[0]
+    duration = finished.fields.get("duration_ms")
+    if finished.type != "step_finished" or finished.fields.get("step_id") != record.fields.get("step_id"):
+        return None
+    return float(duration) if isinstance(duration, int | float) else None
+
+
 class TracedAudit:
     """A run's `RecordSink` as the executor sees it while tracing: step records get their span's ids.
 
@@ -328,6 +347,17 @@ class TracedAudit:
         # Resume re-reads the log: a re-read step's span says so (`pte.replayed`).
         ids = self._tracer.step_fields(record.type, record.fields, replayed=self._sink.replaying)
         return self._sink.write(traced(record, ids))
+
+    def write_records(self, records: Sequence[Record]) -> list[dict[str, Any]]:
+        if self._sink.replaying:
+            # Resume: the recording may end inside the batch; a span says which of its
+            # records were re-read, so each is written as it is.
+            return [self.write(record) for record in records]
+        ids = [
+            self._tracer.step_fields(r.type, r.fields, ran_ms=_ran_ms(r, records[k + 1 : k + 2]))
+            for k, r in enumerate(records)
+        ]
+        return self._sink.write_records([traced(r, i) for r, i in zip(records, ids, strict=True)])
 
     def sync(self) -> None:
         self._sink.sync()

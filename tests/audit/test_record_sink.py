@@ -16,6 +16,7 @@ tracing wrapper. What the engine relies on (pte/_audit/_record_sink.py):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -48,7 +49,17 @@ PLAN_HASH = "a" * 64
 SECRET = "sk-live-0123456789abcdefSECRET"
 
 #: The members of the protocol, each present on every sink (no attribute forwarding).
-MEMBERS = ("run_id", "redactor", "broken", "replaying", "continues_run", "origin_trace", "write", "sync")
+MEMBERS = (
+    "run_id",
+    "redactor",
+    "broken",
+    "replaying",
+    "continues_run",
+    "origin_trace",
+    "write",
+    "write_records",
+    "sync",
+)
 
 
 def scenario() -> list[Record]:
@@ -134,6 +145,18 @@ def _resuming_checker(tmp: Path, stack: ExitStack) -> Sink:
     return Sink(CheckingAuditLog(numbered, run_id=RUN_ID, forward=forward))
 
 
+def _resuming_checker_mid_step(tmp: Path, stack: ExitStack) -> Sink:
+    # A crash between a read step's two records (a log written before they went in one write):
+    # the step's pair is written together on resume, its step_started checked, the rest logged.
+    path = tmp / "crashed.jsonl"
+    with AuditLog(path, run_id=RUN_ID) as crashed:
+        for record in scenario()[:2]:
+            crashed.write(record)
+    numbered = list(enumerate(read_records(path), start=1))
+    forward = stack.enter_context(AuditLog(path, run_id=RUN_ID, repair_partial_tail=True))
+    return Sink(CheckingAuditLog(numbered, run_id=RUN_ID, forward=forward))
+
+
 def _traced(tmp: Path, stack: ExitStack) -> Sink:
     sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="OpenTelemetry is an optional extra")
     log = AuditLog(None, run_id=RUN_ID)
@@ -148,6 +171,7 @@ SINKS: dict[str, Callable[[Path, ExitStack], Sink]] = {
     "sqlite-store": _store,
     "replay-checker": _checker,
     "resume-checker": _resuming_checker,
+    "resume-checker-mid-step": _resuming_checker_mid_step,
     "traced": _traced,
 }
 
@@ -202,6 +226,59 @@ def test_write_returns_the_built_record_with_its_common_fields_chained(sink: Sin
         assert [r for r in stored if r["run_id"] == RUN_ID][-len(written) :] == written
     if sink.path is not None:
         assert verify(sink.path).ok
+
+
+def _in_batches(sink: RecordSink) -> list[dict[str, Any]]:
+    """The scenario written as the executor writes it: each step's two records together
+    where they are written together (the read s1, and s2's end with the run's)."""
+    run_started, s1_started, s1_finished, s2_started, s2_finished, run_finished = scenario()
+    return [
+        sink.write(run_started),
+        *sink.write_records([s1_started, s1_finished]),
+        *sink.write_records([s2_started]),
+        *sink.write_records([s2_finished, run_finished]),
+    ]
+
+
+def test_write_records_writes_what_write_writes_each_with_one_timestamp(sink: Sink) -> None:
+    one_by_one = AuditLog(None, run_id=RUN_ID)
+    expected = [one_by_one.write(record) for record in scenario()]
+    written = _in_batches(sink.sink)
+    # seq: resume's log numbers on past its run_resumed annotation.
+    not_compared = {"seq", "ts", "prev", "hash", *(TRACE_FIELDS if sink.traced else ())}
+    for out, reference in zip(written, expected, strict=True):
+        assert _hash_ok(out)
+        assert {k: v for k, v in out.items() if k not in not_compared} == {
+            k: v for k, v in reference.items() if k not in not_compared
+        }
+    for before, after in itertools.pairwise(written):
+        assert after["seq"] > before["seq"]
+        if after["seq"] == before["seq"] + 1:
+            assert after["prev"] == before["hash"]
+    stamps = [r["ts"] for r in written]
+    # The memory, file and store logs stamp a batch once (the checkers re-derive theirs).
+    if isinstance(sink.sink, AuditLog):
+        assert stamps[1] == stamps[2] and stamps[4] == stamps[5]
+    sink.sink.sync()
+    if sink.stored is not None:
+        stored = sink.stored()
+        assert [r for r in stored if r["run_id"] == RUN_ID][-len(written) :] == written
+    if sink.path is not None:
+        assert verify(sink.path).ok
+
+
+def test_a_batch_holding_a_record_that_is_not_json_writes_none_of_it(sink: Sink) -> None:
+    run_started, s1_started, *_ = scenario()
+    sink.sink.write(run_started)
+    kept = sink.stored() if sink.stored is not None else None
+    bad = rec.step_finished(step_id="s1", tool="t", status="ok", duration_ms=1.0, output=math.inf)
+    with pytest.raises(AuditWriteError):
+        sink.sink.write_records([s1_started, bad])
+    assert sink.sink.broken
+    if sink.stored is not None and not isinstance(sink.sink, CheckingAuditLog):
+        assert sink.stored() == kept  # not even the good record before the bad one
+    with pytest.raises(AuditWriteError):
+        sink.sink.write_records([s1_started])
 
 
 def test_a_secret_is_redacted_before_the_record_is_hashed(sink: Sink) -> None:

@@ -731,12 +731,18 @@ def test_write_ahead_sync_happens_after_step_started_and_before_the_write_tool_r
 ) -> None:
     events: list[tuple[str, str]] = []
     log = begun(AuditLog(tmp_path / "audit.jsonl", durability="batch"))
-    real_append, real_sync, real_fsync = log.append, log.sync, os.fsync
+    real_append, real_write_records, real_sync, real_fsync = log.append, log.write_records, log.sync, os.fsync
 
     def append(type: str, /, **fields: Any) -> dict[str, Any]:
         record = real_append(type, **fields)
         events.append((type, str(fields.get("step_id"))))
         return record
+
+    def write_records(records: Any) -> list[dict[str, Any]]:
+        written = real_write_records(records)
+        events.append(("together", ""))  # the records that follow went in one write
+        events.extend((record["type"], str(record.get("step_id"))) for record in written)
+        return written
 
     def sync() -> None:
         events.append(("sync", ""))
@@ -747,6 +753,7 @@ def test_write_ahead_sync_happens_after_step_started_and_before_the_write_tool_r
         real_fsync(fd)
 
     monkeypatch.setattr(log, "append", append)
+    monkeypatch.setattr(log, "write_records", write_records)
     monkeypatch.setattr(log, "sync", sync)
     monkeypatch.setattr(os, "fsync", fsync)
 
@@ -778,11 +785,19 @@ def test_write_ahead_sync_happens_after_step_started_and_before_the_write_tool_r
         assert "sync" in between, f"{write_step}: no sync between step_started and the tool call: {events}"
         assert "fsync" in between[between.index("sync") :], f"{write_step}: the sync did not reach the disk"
         assert events.index(("step_finished", write_step)) > called
-    # Read tools need no write-ahead sync: durability "batch" keeps them cheap.
-    for read_step in ("r1", "r2"):
-        started = events.index(("step_started", read_step))
-        called = events.index(("tool", read_step))
-        assert ("sync", "") not in events[started + 1 : called]
+    # Read tools need no write-ahead sync: durability "batch" keeps them cheap. The run's
+    # first step has its intent written before its call (the log takes the run's records
+    # before any tool runs); a later read's two records go together, in one write, once the
+    # call returned (r2 runs beside w1 and is recorded in its turn, after w1).
+    assert events.index(("step_started", "r1")) < events.index(("tool", "r1"))
+    assert ("sync", "") not in events[: events.index(("step_started", "w1"))]
+    called, started = events.index(("tool", "r2")), events.index(("step_started", "r2"))
+    assert called < started
+    assert events[started - 1 : started + 2] == [
+        ("together", ""),
+        ("step_started", "r2"),
+        ("step_finished", "r2"),
+    ]
 
 
 def test_a_failed_write_ahead_sync_stops_the_run_before_the_write_tool(
@@ -813,17 +828,32 @@ def test_a_failed_write_ahead_sync_stops_the_run_before_the_write_tool(
 
 
 def _fail_writes_after(monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
-    """Make the audit log's low-level write fail (as a full disk would) after `allowed` records."""
+    """Make the audit log's low-level write fail (as a full disk would) once it would take the
+    file past `allowed` records (lines): a write of a read step's two records at once fails
+    whole when only one of them would fit."""
     real = os.write
     written = [0]
 
     def write_all(fd: int, data: bytes) -> int:
-        if written[0] >= allowed:
+        lines = bytes(data).count(b"\n")
+        if written[0] + lines > allowed:
             raise OSError(28, "No space left on device")
-        written[0] += 1
+        written[0] += lines
         return real(fd, data)
 
     monkeypatch.setattr(os, "write", write_all)
+
+
+def _records_up_to_the_failure(records: list[dict[str, Any]], allowed: int) -> None:
+    """The log holds the `allowed` records that fit, or one fewer where the next write was a
+    read step's pair that did not fit whole: a read's two records are never split, but for the
+    run's first step, whose intent is written before its call."""
+    assert len(records) in (allowed, allowed - 1)
+    finished = {r["step_id"] for r in records if r["type"] == "step_finished"}
+    started = [r for r in records if r["type"] == "step_started"]
+    for record in started[1:]:
+        if record["effect"] == "read":
+            assert record["step_id"] in finished, record
 
 
 AUDIT_FAILURE_PLAN = [
@@ -835,14 +865,16 @@ AUDIT_FAILURE_PLAN = [
 
 
 def _check_calls_against_the_log(started: list[str], concurrency: int) -> None:
+    # A write runs only once its step_started is in the log, and in plan order; a read runs
+    # before its records are written (and, when they cannot be, is never recorded).
+    writes = [tag for name, tag in CALLS if name == "write_note"]
+    assert writes == [s for s in started if s.startswith("w")]
     if concurrency == 1:
-        # One at a time: exactly the steps whose intent reached the log were called.
-        assert [tag for _, tag in CALLS] == started
-    else:
-        # Concurrently, a read may run before its records are written (and then never be);
-        # a write runs only once its step_started is in the log, and in plan order.
-        writes = [tag for name, tag in CALLS if name == "write_note"]
-        assert writes == [s for s in started if s.startswith("w")]
+        # One at a time: the steps in the log were called, in order, and after them at most
+        # the read whose records could not be written.
+        calls = [tag for _, tag in CALLS]
+        assert calls[: len(started)] == started
+        assert len(calls) - len(started) <= 1 and all(tag.startswith("r") for tag in calls[len(started) :])
 
 
 @pytest.mark.parametrize("concurrency", [1, 8])
@@ -858,7 +890,8 @@ def test_audit_write_failure_raises_and_no_further_tool_is_called(
         Executor(REGISTRY, max_concurrency=concurrency).run(plan, log)
     assert caught.value.reason is ReasonCode.AUDIT_WRITE_FAILED
     records = read_records(path)
-    assert len(records) == 1 + allowed  # the run_started written before the failures began
+    assert records[0]["type"] == "run_started"  # written before the failures began
+    _records_up_to_the_failure(records[1:], allowed)
     started = [r["step_id"] for r in records if r["type"] == "step_started"]
     _check_calls_against_the_log(started, concurrency)
     assert log.broken
@@ -879,14 +912,14 @@ def test_engine_execute_fails_closed_when_the_audit_log_fails(
     assert run.status == "failed_closed"
     assert run.reason is ReasonCode.AUDIT_WRITE_FAILED
     records = read_records(path)
-    assert len(records) == allowed
+    _records_up_to_the_failure(records, allowed)
     assert all(r["type"] != "run_finished" for r in records)
     started = [r["step_id"] for r in records if r["type"] == "step_started"]
     _check_calls_against_the_log(started, 8)
     report = verify(path)
-    assert report.records == allowed
+    assert report.records == len(records)
     assert not report.complete
-    if allowed:
+    if records:
         assert report.intact, report.issue
 
 
