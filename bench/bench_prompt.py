@@ -294,6 +294,7 @@ def figures() -> dict[str, Any]:
     static = static_prompt(stock, policy)
     out["static"] = len(static)
     rules = static.split("\n\nTools: ")[0]  # the rules: the static prompt up to the notation
+    out["rules"] = len(rules)
     for role, messages in role_messages(stock, policy).items():
         head = messages[0]["content"]
         # A provider caches a call's longest prefix it has seen: the whole static prompt, else
@@ -339,8 +340,11 @@ def report(after: dict[str, Any], before: dict[str, Any] | None, rev: str) -> No
         print(_row(f"{label} ({a['tools']} tools)", b and b["prompt"], a["prompt"]))
         print(_row("  rules and notation", b and b["prompt"] - b["catalogue"], a["prompt"] - a["catalogue"]))
         print(_row("  catalogue", b and b["catalogue"], a["catalogue"]))
-    static = after["static"]
-    print(f"\neach role's messages for one request, whole stock catalogue (static prefix {static:,d})")
+    static, rules = after["static"], after["rules"]
+    print(
+        f"\neach role's messages for one request, whole stock catalogue (static prefix {static:,d}, "
+        f"of it the rules {rules:,d})"
+    )
     print(head + "   cacheable share after (before)")
     for role, a in after["roles"].items():
         b = before["roles"].get(role) if before else None

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pte import Policy
+from pte import Policy, Registry
 
 # private: the prompts' text, white-box
 from pte._run import planner_messages, stage_messages
@@ -101,7 +101,7 @@ def test_the_planner_prompt_states_what_the_plan_uses(
 
 
 def _check_the_prompt_states_what_the_plan_uses(
-    name: str, system: str, registry: Any, correct: bool, doc: dict[str, Any]
+    name: str, system: str, registry: Registry, correct: bool, doc: dict[str, Any]
 ) -> None:
     entries, types = _entries(system), _types(system)
     produced_by = {s.get("id"): s.get("tool") for s in doc["steps"]}
