@@ -172,7 +172,12 @@ class _Timers:
 
 
 class _EventLoop:
-    """The event loop async tools run on, in a daemon thread; replaced when a tool wedges it."""
+    """The event loop async tools run on, in a daemon thread; replaced when a tool wedges it.
+
+    A replaced (retired) loop runs until the calls still on it are done (the wedge cleared, or
+    they were cancelled), then stops and is closed, and its thread ends: it used to run idle
+    for the rest of the process, a thread and its descriptors per wedge.
+    """
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -182,14 +187,31 @@ class _EventLoop:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="pte-async-tools", daemon=True).start()
+                threading.Thread(target=_serve, args=(loop,), name="pte-async-tools", daemon=True).start()
                 self._loop = loop
             return self._loop
 
     def retire(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
-            if self._loop is loop:
-                self._loop = None
+            if self._loop is not loop:
+                return  # retired already
+            self._loop = None
+        loop.call_soon_threadsafe(lambda: loop.create_task(_stop_when_idle()))
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _stop_when_idle() -> None:
+    """Stop the running loop once no task but this one is left on it."""
+    this = asyncio.current_task()
+    while any(task is not this for task in asyncio.all_tasks()):
+        await asyncio.sleep(0.05)
+    asyncio.get_running_loop().stop()
 
 
 _WORKERS = _Workers()

@@ -43,6 +43,8 @@ from tests.audit_runs import begun
 EVENTS: list[str] = []
 #: Released at the end of each test, so that an abandoned worker thread ends too.
 RELEASE = threading.Event()
+#: The threads of the event loops `async_blocker` wedged.
+BLOCKED_LOOP_THREADS: list[threading.Thread] = []
 #: Set by `held` once it runs.
 ENTERED = threading.Event()
 
@@ -86,6 +88,7 @@ async def async_stubborn() -> int:
 @tool(timeout_s=0.2)
 async def async_blocker() -> int:
     """Blocks the event loop (time.sleep in a coroutine) until released."""
+    BLOCKED_LOOP_THREADS.append(threading.current_thread())
     RELEASE.wait(30)
     return 4
 
@@ -286,6 +289,12 @@ def test_an_async_tool_that_blocks_the_loop_is_abandoned_and_later_async_calls_w
     assert "abandoned" in error.message and elapsed < 3.0, elapsed
     again, elapsed = run_timed(make_plan(("q", "async_quick", {"tag": "next"})))
     assert again.ok and again.outputs == {"q": "next"} and elapsed < 1.5, elapsed
+    # Once the wedge clears, the abandoned loop stops and its thread ends (it ran on, idle, for
+    # the rest of the process: into every later test of the worker).
+    [wedged] = BLOCKED_LOOP_THREADS[-1:]
+    RELEASE.set()
+    wedged.join(5)
+    assert not wedged.is_alive()
 
 
 # --- process isolation: killed --------------------------------------------------------------------
