@@ -5,30 +5,22 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 
-from pte import load_pack
 from pte.cli import main
 from pte.stores import open_store
 from tests._cli_run import make_deployment
+from tests._ledger import ledger
+
+__all__ = ["ledger"]  # the fixture, used by name
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
  {"id": "pay", "tool": "send_payment", "args": {"iban": {"$ref": "sup/iban"}, "amount": "120.00",
   "currency": "EUR", "reference": "Invoice 7"}}
 ], "result": {"$ref": "pay/payment_id"}}"""
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    path = tmp_path / "ledger.sqlite"
-    module.create_sample_ledger(path, overwrite=True)
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
 
 
 def _payments(ledger: Path) -> int:

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from pte.stores import open_store
+from tests._ledger import new_ledger
 from tests._services import dies_with_parent, postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
-from tests.deploy.test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _ledger, _wait_for
+from tests.deploy.test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = f"backoffice,calculator,shaping,{PACK}"
@@ -47,7 +48,7 @@ def deployment(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[di
     import redis
 
     store_url = _fresh_database(postgres_url, "pte_requeue")
-    ledger = _ledger(tmp_path / "ledger.sqlite")
+    ledger = new_ledger(tmp_path / "ledger.sqlite")
     redis.Redis.from_url(redis_url).flushall()
     env = {
         **{k: v for k, v in os.environ.items() if k != "PTE_DEPLOYMENT"},

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte import SigningKey, load_pack, load_registry
+from pte import SigningKey, load_registry
 
 # private: the worker and job internals, white-box
 from pte._deploy import (
@@ -38,6 +37,7 @@ from pte.audit import Redactor
 from pte.cli import main
 from pte.deployment import decide
 from pte.stores import Store, open_store
+from tests._ledger import new_ledger
 from tests._services import postgres_url, redis_url  # noqa: F401 - the session fixtures
 from tests.deploy.test_workers import TOOLS, _pte, _wait_for, _worker, workers_env  # noqa: F401 - the fixture
 
@@ -64,9 +64,7 @@ PACKS = ["backoffice", "shaping"]
 
 @pytest.fixture
 def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    path = tmp_path / "ledger.sqlite"
-    module.create_sample_ledger(path, overwrite=True)
+    path = new_ledger(tmp_path / "ledger.sqlite")
     monkeypatch.setenv("PTE_LEDGER", str(path))
     for name in ("PTE_STORE", "PTE_BROKER", "PTE_DEPLOYMENT_KEY_FILE", "PTE_DEPLOYMENT_PUBLIC_KEY_FILE"):
         monkeypatch.delenv(name, raising=False)

@@ -14,13 +14,16 @@ from typing import Any
 
 import pytest
 
-from pte import Engine, load_pack, load_registry, verify
+from pte import Engine, load_registry, verify
 
 # private: replay of one stored run (it gives replay its deployment)
 from pte._deploy import replay_run
 from pte.errors import AuditWriteError
 from pte.stores import JsonlStore, Store, StoreError, check_run_id, open_store
+from tests._ledger import ledger, new_ledger
 from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture
+
+__all__ = ["ledger"]  # the fixture, used by name
 
 PLAN = """{"pte_plan": "1", "steps": [
  {"id": "inv", "tool": "list_overdue_invoices", "args": {"days": 30}},
@@ -30,15 +33,6 @@ PLAN = """{"pte_plan": "1", "steps": [
 ], "result": {"$ref": "n/value"}}"""
 
 NASTY = "'); DROP TABLE pte_records; -- \" \\ \u2028 \U0001f600"
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    path = tmp_path / "ledger.sqlite"
-    module.create_sample_ledger(path, overwrite=True)
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
 
 
 store = store_fixture("t_stores")
@@ -77,8 +71,7 @@ def test_the_same_run_gives_the_same_records_in_every_backend(
     jsonl = JsonlStore(tmp_path / "run.jsonl")
     with jsonl.audit_log("same") as audit:
         assert Engine(load_registry(["backoffice", "calculator", "shaping"])).execute(PLAN, audit).ok
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    module.create_sample_ledger(ledger, overwrite=True)  # the same state for the second run
+    new_ledger(ledger)  # the same state for the second run
     assert _execute(store, "same").ok
 
     def decisions(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

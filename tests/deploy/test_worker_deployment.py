@@ -248,10 +248,11 @@ def test_pte_worker_under_a_deployment_runs_signed_jobs_from_its_store(
 ) -> None:
     """`pte init` with a PostgreSQL store, `pte submit` and a real `pte worker` process, found
     through $PTE_DEPLOYMENT alone: no --store, --tools or key variable on either command."""
-    from tests.deploy.test_workers import _env, _fresh_database, _ledger, _pte, _wait_for
+    from tests._ledger import new_ledger
+    from tests.deploy.test_workers import _env, _fresh_database, _pte, _wait_for
 
     store_url = _fresh_database(postgres_url, "pte_worker_deployment")
-    ledger = _ledger(tmp_path / "ledger.sqlite")
+    ledger = new_ledger(tmp_path / "ledger.sqlite")
     env = {k: v for k, v in _env(ledger).items() if not k.startswith("PTE_") or k == "PTE_LEDGER"}
     done = _pte("init", str(tmp_path / "dep"), "--tools", "backoffice", "--store", store_url, env=env)
     assert done.returncode == 0, done.stderr

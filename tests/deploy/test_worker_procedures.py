@@ -8,28 +8,21 @@ their packs), so a plan calling a procedure failed closed on a worker while `pte
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from pte import Deployment, load_pack
+from pte import Deployment
 
 # private: the worker and job internals, white-box
 from pte._deploy import WorkerConfig, process_run
 from pte.errors import PTEError
 from pte.stores import open_store
 from tests._cli_run import make_deployment
+from tests._ledger import ledger
 from tests.plan.test_procedures import BALANCE_REPORT, TWO_CALLS, _folder
 
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.sqlite"
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    module.create_sample_ledger(path, overwrite=True)
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
+__all__ = ["ledger"]  # the fixture, used by name
 
 
 def _deployment(

@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from pte import SigningKey, load_pack
+from pte import SigningKey
 
 # private: the worker and job internals, white-box
 from pte._deploy import enqueue, make_app, process_run, submit_job
 from pte.deployment import decide
 from pte.stores import Store, open_store
+from tests._ledger import new_ledger
 from tests._services import dies_with_parent, postgres_url, redis_url  # noqa: F401 - the session fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,12 +87,6 @@ def _fresh_database(server: str, name: str) -> str:
     return server.rsplit("/", 1)[0] + "/" + name
 
 
-def _ledger(path: Path) -> Path:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    module.create_sample_ledger(path, overwrite=True)
-    return path
-
-
 def _env(ledger: Path) -> dict[str, str]:
     inherited = {k: v for k, v in os.environ.items() if k not in ("PTE_DEPLOYMENT", "PTE_STORE")}
     return {**inherited, "PTE_LEDGER": str(ledger), "PYTHONPATH": str(REPO)}
@@ -141,7 +136,7 @@ def _wait_for(condition: Callable[[], Any], timeout: float, what: str, every: fl
 @pytest.fixture
 def workers_env(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[dict[str, Any]]:  # noqa: F811
     store_url = _fresh_database(postgres_url, "pte_workers")
-    ledger = _ledger(tmp_path / "ledger.sqlite")
+    ledger = new_ledger(tmp_path / "ledger.sqlite")
     # Workers act only under a deployment; its key signs each job (`pte submit`) and anchors runs.
     env, key = worker_deployment(tmp_path / "deployment", store_url, _env(ledger))
     import redis
@@ -284,7 +279,7 @@ def test_a_worker_serves_only_its_own_tool_packs(
     """A job naming a pack the worker does not serve ends failed_closed(tool_not_allowed) on the record."""
     from pte import load_registry
 
-    monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
+    monkeypatch.setenv("PTE_LEDGER", str(new_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(_fresh_database(postgres_url, "pte_refuse"))
     store.submit(
         "j1", {"mode": "execute", "plan_text": PLANS["read"], "tools": ["backoffice", "/tmp/evil.py"]}
@@ -334,7 +329,7 @@ def test_request_jobs_are_planned_with_the_workers_own_llm(
     from pte import load_registry
     from pte.engine import ReplayClient
 
-    monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
+    monkeypatch.setenv("PTE_LEDGER", str(new_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(_fresh_database(postgres_url, "pte_requests"))
     registry = load_registry(["backoffice", "calculator"])
     job = {"mode": "run", "request": "Total of the overdue invoices", "tools": ["backoffice", "calculator"]}
@@ -358,7 +353,7 @@ def test_a_job_never_brings_its_own_policy(tmp_path: Path, monkeypatch: pytest.M
     """
     from pte import Policy, load_registry
 
-    monkeypatch.setenv("PTE_LEDGER", str(_ledger(tmp_path / "ledger.sqlite")))
+    monkeypatch.setenv("PTE_LEDGER", str(new_ledger(tmp_path / "ledger.sqlite")))
     store = open_store(f"sqlite://{tmp_path / 'runs.db'}")
     registry = load_registry(["backoffice", "calculator"])
     deployment = Policy.from_registry(registry).to_document()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pte import Engine, Registry, SigningKey, TrustedKeys, load_pack, load_registry, tool
+from pte import Engine, Registry, SigningKey, TrustedKeys, load_registry, tool
 from pte.deployment import PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte.stores import Store
+from tests._ledger import ledger
 from tests._services import postgres_url, store_fixture, write_tables  # noqa: F401 - postgres_url: the session fixture
+
+__all__ = ["ledger"]  # the fixture, used by name
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
@@ -31,15 +33,6 @@ PAY = """{"pte_plan": "1", "steps": [
 REGISTRY = load_registry(["backoffice", "calculator", "shaping"])
 SIGNER = SigningKey.generate()
 KEYS = TrustedKeys([SIGNER.public_key])
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    path = tmp_path / "ledger.sqlite"
-    module.create_sample_ledger(path, overwrite=True)
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
 
 
 store = store_fixture("t_authority")

@@ -36,6 +36,7 @@ from pte.cli import main
 from pte.engine import ReplayClient
 from pte.errors import PolicyError, ToolRegistrationError
 from pte.policy import ApprovalStore, approval_hook, catalogue_fingerprint
+from tests._ledger import new_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 ATTACKER_IBAN = "GB33BUKB20201555555555"
@@ -100,12 +101,6 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(["--quiet", *args])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def new_ledger(path: Path) -> Path:
-    module = __import__("sys").modules[load_pack("backoffice")["get_supplier"].func.__module__]
-    module.create_sample_ledger(path, overwrite=True)
-    return path
 
 
 def count(ledger: Path, table: str) -> int:

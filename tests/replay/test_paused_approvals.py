@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pte import Engine, FailedClosed, ReasonCode, SigningKey, TrustedKeys, load_pack, load_registry
+from pte import Engine, FailedClosed, ReasonCode, SigningKey, TrustedKeys, load_registry
 
 # private: replay's parts, white-box
 from pte._replay import replay_run
 from pte.cli import main
 from pte.deployment import Deployment, PausedRun, decide, pausing_gate, resume_run, run_in_store
 from pte.stores import SQLiteStore, Store, StoreError, open_store
+from tests._ledger import ledger
+
+__all__ = ["ledger"]  # the fixture, used by name
 
 PAY = """{"pte_plan": "1", "steps": [
  {"id": "sup", "tool": "get_supplier", "args": {"supplier_id": "S001"}},
@@ -33,15 +35,6 @@ PAY = """{"pte_plan": "1", "steps": [
 ], "result": {"$ref": "pay/payment_id"}}"""
 
 REGISTRY = load_registry(["backoffice", "calculator", "shaping"])
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    path = tmp_path / "ledger.sqlite"
-    module.create_sample_ledger(path, overwrite=True)
-    monkeypatch.setenv("PTE_LEDGER", str(path))
-    return path
 
 
 @pytest.fixture

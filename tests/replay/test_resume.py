@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from pte import FailedClosed, ReasonCode, Registry, load_pack, load_registry, verify
+from pte import FailedClosed, ReasonCode, Registry, load_registry, verify
 from pte.audit import read_records
 from pte.runs import replay_file, resume_file
 from tests._cli_run import make_deployment
 from tests._crash import ENGINE_CHILD, KILL_PATCH
+from tests._ledger import new_ledger
 from tests._services import run_python
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,11 +44,6 @@ PAYMENT_PLAN = """{"pte_plan": "1", "steps": [
 ], "result": {"$ref": "after/outstanding"}}"""
 
 CHILD = ENGINE_CHILD
-
-
-def _new_ledger(path: Path) -> None:
-    module = sys.modules[load_pack("backoffice")["get_invoice"].func.__module__]
-    module.create_sample_ledger(path, overwrite=True)
 
 
 def _crash(tmp: Path, plan: str, kill_at: int, mode: str, ledger: Path) -> tuple[Path, int]:
@@ -81,7 +77,7 @@ def test_killed_at_every_record_boundary_then_resumed_applies_each_write_exactly
 ) -> None:
     # An uninterrupted run, for the expected outcome and the number of records.
     ledger = tmp_path / "clean.sqlite"
-    _new_ledger(ledger)
+    new_ledger(ledger)
     log, code = _crash(tmp_path, IDEMPOTENT_PLAN, 10_000, "after", ledger)
     assert code == 0
     expected = _reminders(ledger)
@@ -93,7 +89,7 @@ def test_killed_at_every_record_boundary_then_resumed_applies_each_write_exactly
     boundaries = [(k, "after") for k in range(total - 1)] + [(k, "before") for k in range(1, total)]
     for kill_at, mode in boundaries:
         ledger = tmp_path / f"ledger-{mode}-{kill_at}.sqlite"
-        _new_ledger(ledger)
+        new_ledger(ledger)
         log, code = _crash(tmp_path, IDEMPOTENT_PLAN, kill_at, mode, ledger)
         assert code == -9, f"the child was not killed at {mode} {kill_at}"
         kills += 1
@@ -123,7 +119,7 @@ def test_an_in_flight_non_idempotent_write_is_never_rerun(
     tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     ledger = tmp_path / "ledger.sqlite"
-    _new_ledger(ledger)
+    new_ledger(ledger)
     before = _payments(ledger)
     # Records: 0 run_started, 1 plan_accepted, 2/3 inv, 4 pay step_started, 5 pay step_finished.
     # "after 4": killed before the payment ran; "before 5": killed after it ran, unrecorded.
@@ -146,7 +142,7 @@ def test_an_in_flight_non_idempotent_write_is_never_rerun(
 
 def test_resume_refuses_a_finished_run(tmp_path: Path, registry: Registry) -> None:
     ledger = tmp_path / "ledger.sqlite"
-    _new_ledger(ledger)
+    new_ledger(ledger)
     log, code = _crash(tmp_path, IDEMPOTENT_PLAN, 10_000, "after", ledger)
     assert code == 0
     with pytest.raises(FailedClosed, match="already finished"):
@@ -175,7 +171,7 @@ def test_cli_resume(
         tmp_path, monkeypatch, capsys, "--tools", ",".join(PACKS), "--no-store"
     )  # it writes
     ledger = tmp_path / "ledger.sqlite"
-    _new_ledger(ledger)
+    new_ledger(ledger)
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(IDEMPOTENT_PLAN, encoding="utf-8")
     log = tmp_path / "run.jsonl"
