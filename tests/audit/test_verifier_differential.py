@@ -102,6 +102,8 @@ class NodeVerifier:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait(timeout=30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()  # else collected in some later test: a ResourceWarning there
 
 
 @pytest.fixture(scope="module")
