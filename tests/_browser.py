@@ -22,12 +22,11 @@ import os
 import select
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tests._services import chromium
+from tests._services import chromium, server_folder
 
 __all__ = ["dump_dom"]
 
@@ -45,7 +44,9 @@ _FLAGS = (
 
 class _Browser:
     def __init__(self) -> None:
-        self.profile = tempfile.mkdtemp(prefix="pte-chromium-")
+        # Held locked while the browser runs: a run killed before stop() leaves the profile to
+        # the next start's sweep (the browser itself ends when its DevTools pipe closes).
+        self.profile, self._owner = server_folder("pte-chromium-")
         self._log = Path(self.profile, "stderr.log")
         commands_read, self._commands = os.pipe()
         self._replies, replies_write = os.pipe()
@@ -130,6 +131,7 @@ class _Browser:
         os.close(self._replies)
         self._commands = self._replies = -1
         shutil.rmtree(self.profile, ignore_errors=True)
+        os.close(self._owner)
 
 
 _browser: _Browser | None = None

@@ -104,7 +104,7 @@ def dies_with_parent(signal_number: int) -> Callable[[], None] | None:
 _OWNER = "owner.lock"
 
 
-def _server_folder(prefix: str) -> tuple[str, int]:
+def server_folder(prefix: str) -> tuple[str, int]:
     """A new folder for a server (after removing those of servers whose test process is gone)
     and the descriptor of its lock, held until the server is stopped (or this process ends)."""
     sweep_server_folders(prefix)
@@ -154,7 +154,7 @@ def postgres_server() -> Iterator[str]:
     initdb = require_system("postgresql", _pg_bin("initdb"))
     postgres = require_system("postgresql", _pg_bin("postgres"))
     as_root = os.geteuid() == 0
-    base, lock = _server_folder("pte-pg-")
+    base, lock = server_folder("pte-pg-")
     server: subprocess.Popen[bytes] | None = None
     try:
         os.chmod(base, 0o755)
@@ -218,7 +218,7 @@ def redis_server() -> Iterator[str]:
     """A throwaway Redis server (no persistence) on a free loopback port; yields its URL."""
     binary = require_system("redis-server", shutil.which("redis-server"))
     port = free_port()
-    base, lock = _server_folder("pte-redis-")
+    base, lock = server_folder("pte-redis-")
     proc = subprocess.Popen(
         [
             binary,
