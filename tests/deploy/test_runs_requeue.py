@@ -25,7 +25,7 @@ import pytest
 from pte.stores import open_store
 from tests._ledger import new_ledger
 from tests._services import dies_with_parent, postgres_url, redis_url, run_python  # noqa: F401 - the session fixtures
-from tests.deploy.test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _wait_for
+from tests.deploy.test_workers import _IN_SLOW_STEP, PACK, PLANS, _fresh_database, _wait_for, stop_workers
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = f"backoffice,calculator,shaping,{PACK}"
@@ -65,15 +65,7 @@ def deployment(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[di
     try:
         yield {"store_url": store_url, "broker": redis_url, "ledger": ledger, "env": env, "procs": procs}
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        stop_workers(procs)
 
 
 def _worker(name: str, deployment: dict[str, Any]) -> subprocess.Popen[bytes]:

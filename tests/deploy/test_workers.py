@@ -102,6 +102,19 @@ def _pte(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each worker still running (a warm shutdown), then wait; kill one that does not end."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 def _worker(name: str, broker: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A `pte worker` under the deployment of ``env`` (its store: no --store); its database
     connections are named ``pte-worker-NAME`` (libpq's ``PGAPPNAME``) for the tests' queries."""
@@ -149,15 +162,7 @@ def workers_env(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[d
             "procs": procs, "key": key,
         }  # fmt: skip
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        stop_workers(procs)
 
 
 @pytest.mark.slow
