@@ -18,22 +18,26 @@ import pytest
 from pte.stores import Store, StoreError, open_store
 
 
-def _rollback_mode_database(path: Path) -> None:
-    """A database another program created, in SQLite's default (rollback journal) mode."""
+def _made_by(path: Path, who: str) -> None:
+    """The file as `who` left it: empty, a rollback-journal database (SQLite's default, as
+    another program makes one) or a store's own WAL-mode file."""
+    if who == "nobody (an empty file)":
+        path.touch()
+        return
     with sqlite3.connect(path) as conn:
+        if who == "a store":
+            conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("CREATE TABLE other (x)")
     conn.close()
 
 
-@pytest.mark.parametrize("made_by", ["nobody (an empty file)", "another program"])
-def test_opening_waits_for_a_writer_holding_the_file(tmp_path: Path, made_by: str) -> None:
+@pytest.mark.parametrize("lock", ["BEGIN IMMEDIATE", "BEGIN EXCLUSIVE"])
+@pytest.mark.parametrize("made_by", ["nobody (an empty file)", "another program", "a store"])
+def test_opening_waits_for_a_writer_holding_the_file(tmp_path: Path, made_by: str, lock: str) -> None:
     path = tmp_path / "shared.db"
-    if made_by == "another program":
-        _rollback_mode_database(path)
-    else:
-        path.touch()
+    _made_by(path, made_by)
     holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # as a second store does while it creates the tables
+    holder.execute(lock)  # as a second store does while it creates the tables
     opened: list[Store | BaseException] = []
 
     def open_it() -> None:
