@@ -592,14 +592,20 @@ def test_audit_log_written_underneath_the_run_fails_closed(tmp_path: Path) -> No
     calls = [(name, args) for name, args in CALLS if args != {"account_id": "ACC-200"}]
     assert [name for name, _ in calls] == ["get_account", "foreign_writer"]
     assert len(sc.server.requests) == 1
-    # The log shows the intent of every tool that ran (write-ahead), and the foreign line
-    # breaks its chain, so verify points at it. It cannot be sealed: run_finished is not written.
+    # The foreign line breaks the log's chain, so verify points at it, and nothing of the run
+    # follows it: w, a read, ran, but its two records (one write, after its call) were refused
+    # once the file had changed underneath the writer. The run's first step has its intent
+    # before its call. It cannot be sealed: run_finished is not written.
     report = verify(sc.path)
     assert not report.intact and report.issue is not None
     lines = sc.path.read_text(encoding="utf-8").splitlines()
     assert json.loads(lines[-1]) == {"note": "appended by someone else"}
     records = [json.loads(line) for line in lines[:-1]]
-    assert [r["tool"] for r in records if r["type"] == "step_started"] == ["get_account", "foreign_writer"]
+    assert [(r["type"], r.get("tool")) for r in records if r["type"].startswith("step_")] == [
+        ("step_started", "get_account"),
+        ("step_finished", "get_account"),
+    ]
+    assert "foreign_writer" in result.tools_called
     assert not [r for r in records if r["type"] == "run_finished"]
 
 
