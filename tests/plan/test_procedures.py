@@ -431,7 +431,7 @@ def test_a_model_is_shown_procedures_as_tools_and_calls_one(tmp_path: Path, ledg
     with AuditLog(log) as audit:
         result = Engine(registry, model).run("What do C002 and C004 owe?", audit)
     assert result.ok, result.message
-    assert "balance_report(customer_id: str) -> {owes: decimal, overdue: decimal}" in shown[0]
+    assert "balance_report(customer_id) -> {owes: decimal, overdue: decimal}" in shown[0]
     assert "[procedure; runs customer_balance]" in shown[0]
     steps = [r["step_id"] for r in read_records(log) if r["type"] == "step_finished"]
     assert steps == ["first__balance", "second__balance"]
