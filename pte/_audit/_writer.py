@@ -356,32 +356,51 @@ class AuditLog:
         items = [(t, self._run_started_fields(f) if t == "run_started" else f) for t, f in items]
         with self._lock:
             ts = self._clock()
-            prev, seq, begun, sealed = self.last_hash, self.next_seq, self._begun, self._sealed
-            built: list[tuple[dict[str, Any], str, bytes]] = []
-            for type, fields in items:
-                if (
-                    self._broken is not None
-                    or self._closed
-                    or sealed
-                    or not isinstance(type, str)
-                    or not type
-                    or not _COMMON_FIELDS.isdisjoint(fields)
-                    or (type != "run_started") is not begun
-                ):
-                    self._refuse(type, fields, begun, sealed)
-                try:
-                    record, digest, data = self._serialise(type, fields, seq, prev, ts)
-                except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
-                    raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
-                if self._validate:
+            # The batch is checked for anything to redact once (`Redactor.clean`); when
+            # something may be there, it is serialised again through the redacting walk.
+            built = self._serialise_all(items, ts, redact=False)
+            if built is None:
+                built = self._serialise_all(items, ts, redact=True)
+                assert built is not None
+            if self._validate:
+                for record, _, _ in built:
                     problem = _schema_problem(record)
                     if problem is not None:
-                        raise self._fail(f"{type}: record violates the audit schema: {problem}")
-                built.append((record, digest, data))
-                prev, seq, begun = digest, seq + 1, True
-                sealed = type == "run_finished"
+                        raise self._fail(f"{record['type']}: record violates the audit schema: {problem}")
             self._store(built)
             return [self._written(record, digest) for record, digest, _ in built]
+
+    def _serialise_all(
+        self, items: Sequence[tuple[str, Mapping[str, Any]]], ts: str, *, redact: bool
+    ) -> list[tuple[dict[str, Any], str, bytes]] | None:
+        """Each record of `items` with its hash and line (the caller holds the lock); None
+        when `redact` is False and the batch's encodings may hold something to redact."""
+        prev, seq, begun, sealed = self.last_hash, self.next_seq, self._begun, self._sealed
+        built: list[tuple[dict[str, Any], str, bytes]] = []
+        unchecked: list[bytes] = []  # encodings still to be checked for anything to redact
+        for type, fields in items:
+            if (
+                self._broken is not None
+                or self._closed
+                or sealed
+                or not isinstance(type, str)
+                or not type
+                or not _COMMON_FIELDS.isdisjoint(fields)
+                or (type != "run_started") is not begun
+            ):
+                self._refuse(type, fields, begun, sealed)
+            try:
+                record, digest, data, encoded = self._serialise(type, fields, seq, prev, ts, redact)
+            except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+                raise self._fail(f"{type}: record is not JSON-serialisable: {exc}", exc) from exc
+            if encoded is not None:
+                unchecked.append(encoded)
+            built.append((record, digest, data))
+            prev, seq, begun = digest, seq + 1, True
+            sealed = type == "run_finished"
+        if unchecked and not self.redactor.clean(unchecked):
+            return None
+        return built
 
     def _store(self, built: list[tuple[dict[str, Any], str, bytes]]) -> None:
         """Hand the serialised records to the file (one write) or the store's writer (the
@@ -457,9 +476,11 @@ class AuditLog:
         return out
 
     def _serialise(
-        self, type: str, fields: Mapping[str, Any], seq: int, prev: str, ts: str
-    ) -> tuple[dict[str, Any], str, bytes]:
-        """The record, its hash and its line: the one place hashed JSON is produced.
+        self, type: str, fields: Mapping[str, Any], seq: int, prev: str, ts: str, redact: bool
+    ) -> tuple[dict[str, Any], str, bytes, bytes | None]:
+        """The record, its hash, its line and, unless it went through the redacting walk, its
+        encoding, which the caller must check (`Redactor.clean`) before the line is written:
+        the one place hashed JSON is produced.
 
         The hash covers ``prev`` + the canonical JSON of the record without "hash"; the line
         is the canonical JSON of the record with it (so verify needs nothing but
@@ -469,6 +490,7 @@ class AuditLog:
         the digest in its place gives the line (the key order and escaping of a 64-hex-digit
         value do not depend on which digits). When the placeholder member is not unique in
         the encoding (a nested ``"hash"`` key holding it), the record is encoded twice.
+        `redact`: through the walk (`Redactor.redact_fields`) whatever the record holds.
         """
         # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
         record: dict[str, Any] = {
@@ -481,7 +503,8 @@ class AuditLog:
             "hash": _PLACEHOLDER,
         }
         # Most records hold nothing to redact: checked whole, their encoding is the line's.
-        encoded = self.redactor.canonical_if_clean(record)
+        encoded = None if redact else self.redactor.canonical_if_checkable(record)
+        unchecked = encoded
         if encoded is None:
             common = {key: record[key] for key in ("seq", "run_id", "ts", "type", "prev")}
             record = {**common, **self.redactor.redact_fields(type, fields), "hash": _PLACEHOLDER}
@@ -493,14 +516,14 @@ class AuditLog:
             del record["hash"]
             digest = sha256_hex(prev.encode("ascii") + canonical_bytes(record))
             record["hash"] = digest
-            return record, digest, canonical_bytes(record) + b"\n"
+            return record, digest, canonical_bytes(record) + b"\n", unchecked
         head, tail = parts
         digest = sha256_hex(b"".join((prev.encode("ascii"), head, tail)))
         record["hash"] = digest
         # The digest takes the placeholder's place, before the comma `without_member` dropped
         # (the one after it: "hash" is never the last member, "type" sorts after it).
         line = b"".join((head, _HASH_KEY, digest.encode("ascii"), b'",', tail, b"\n"))
-        return record, digest, line
+        return record, digest, line, unchecked
 
     def _refuse(self, type: str, fields: Mapping[str, Any], begun: bool, sealed: bool) -> None:
         """Raise the reason `append` cannot write (the caller holds the lock); `begun` and

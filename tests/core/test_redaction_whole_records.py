@@ -173,3 +173,48 @@ def test_a_log_written_on_the_fast_path_verifies_and_holds_no_secret(tmp_path: P
     data = path.read_bytes()
     assert SECRET.encode() not in data and b'"abc"' not in data
     assert verify(path).ok
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(record_dicts, min_size=1, max_size=3))
+def test_a_batch_checked_as_one_text_is_clean_only_if_each_record_is(batch: list[dict[str, object]]) -> None:
+    # The writer searches a batch's encodings joined (one RE2 search for a step's two records):
+    # a joined search may raise a false alarm across a join, never miss what one record holds.
+    redactor = _redactor()
+    encodings = [redactor.canonical_if_checkable(record) for record in batch]
+    if any(encoded is None for encoded in encodings):
+        return
+    if redactor.clean([e for e in encodings if e is not None]):
+        for record in batch:
+            assert redactor.canonical_if_clean(record) is not None
+            assert redactor.redact_fields("step_finished", record) == record
+
+
+def test_a_batch_with_one_secret_is_written_through_the_walk_whole(tmp_path: Path) -> None:
+    # A step's pair in one write: the clean step_started and a step_finished holding secrets.
+    path = tmp_path / "run.jsonl"
+    plan_hash = "a" * 64
+    with AuditLog(path, redactor=_redactor()) as log:
+        log.write(records.run_started(mode="execute", request=None, config={}))
+        written = log.write_records(
+            [
+                records.step_started(step_id="a", tool="t", effect="read", args={"q": 1}, plan_hash=plan_hash),
+                records.step_finished(
+                    step_id="a", tool="t", status="ok", duration_ms=1.0, output={"api_key": "abc", "n": SECRET}
+                ),
+            ]
+        )
+        # Secrets that only a join of the two encodings would spell are no secret: kept as they are.
+        split = SECRET[: len(SECRET) // 2], SECRET[len(SECRET) // 2 :]
+        kept = log.write_records(
+            [
+                records.step_started(step_id="b", tool="t", effect="read", args={"q": split[0]}, plan_hash=plan_hash),
+                records.step_finished(step_id="b", tool="t", status="ok", duration_ms=1.0, output=split[1]),
+            ]
+        )
+    assert written[0]["args"] == {"q": 1}
+    assert written[1]["output"] == {"api_key": "[REDACTED]", "n": "[REDACTED]"}
+    assert kept[0]["args"] == {"q": split[0]} and kept[1]["output"] == split[1]
+    data = path.read_bytes()
+    assert SECRET.encode() not in data and b'"abc"' not in data
+    assert verify(path).intact  # the run is left open: its chain is whole
