@@ -193,14 +193,18 @@ def test_a_batch_checked_as_one_text_is_clean_only_if_each_record_is(batch: list
 def test_a_batch_with_one_secret_is_written_through_the_walk_whole(tmp_path: Path) -> None:
     # A step's pair in one write: the clean step_started and a step_finished holding secrets.
     path = tmp_path / "run.jsonl"
-    plan_hash = "a" * 64
+    ph = "a" * 64
     with AuditLog(path, redactor=_redactor()) as log:
         log.write(records.run_started(mode="execute", request=None, config={}))
         written = log.write_records(
             [
-                records.step_started(step_id="a", tool="t", effect="read", args={"q": 1}, plan_hash=plan_hash),
+                records.step_started(step_id="a", tool="t", effect="read", args={"q": 1}, plan_hash=ph),
                 records.step_finished(
-                    step_id="a", tool="t", status="ok", duration_ms=1.0, output={"api_key": "abc", "n": SECRET}
+                    step_id="a",
+                    tool="t",
+                    status="ok",
+                    duration_ms=1.0,
+                    output={"api_key": "abc", "n": SECRET},
                 ),
             ]
         )
@@ -208,7 +212,9 @@ def test_a_batch_with_one_secret_is_written_through_the_walk_whole(tmp_path: Pat
         split = SECRET[: len(SECRET) // 2], SECRET[len(SECRET) // 2 :]
         kept = log.write_records(
             [
-                records.step_started(step_id="b", tool="t", effect="read", args={"q": split[0]}, plan_hash=plan_hash),
+                records.step_started(
+                    step_id="b", tool="t", effect="read", args={"q": split[0]}, plan_hash=ph
+                ),
                 records.step_finished(step_id="b", tool="t", status="ok", duration_ms=1.0, output=split[1]),
             ]
         )
