@@ -134,27 +134,22 @@ def _checker(tmp: Path, stack: ExitStack) -> Sink:
     return Sink(CheckingAuditLog(_recording(scenario()), run_id=RUN_ID))
 
 
-def _resuming_checker(tmp: Path, stack: ExitStack) -> Sink:
-    # A crash after the first three records: the recording is that prefix, the rest goes on in the log.
-    path = tmp / "crashed.jsonl"
-    with AuditLog(path, run_id=RUN_ID) as crashed:
-        for record in scenario()[:3]:
-            crashed.write(record)
-    numbered = list(enumerate(read_records(path), start=1))
-    forward = stack.enter_context(AuditLog(path, run_id=RUN_ID, repair_partial_tail=True))
-    return Sink(CheckingAuditLog(numbered, run_id=RUN_ID, forward=forward))
+def _resuming_checker_after(kept: int) -> Callable[[Path, ExitStack], Sink]:
+    """A checker resuming a log that crashed after its first `kept` records: the recording is
+    that prefix, the rest goes on in the log. After 3, between steps; after 2, between a read
+    step's two records (a log written before they went in one write: on resume the step's pair
+    is written together, its step_started checked)."""
 
+    def make(tmp: Path, stack: ExitStack) -> Sink:
+        path = tmp / "crashed.jsonl"
+        with AuditLog(path, run_id=RUN_ID) as crashed:
+            for record in scenario()[:kept]:
+                crashed.write(record)
+        numbered = list(enumerate(read_records(path), start=1))
+        forward = stack.enter_context(AuditLog(path, run_id=RUN_ID, repair_partial_tail=True))
+        return Sink(CheckingAuditLog(numbered, run_id=RUN_ID, forward=forward))
 
-def _resuming_checker_mid_step(tmp: Path, stack: ExitStack) -> Sink:
-    # A crash between a read step's two records (a log written before they went in one write):
-    # the step's pair is written together on resume, its step_started checked, the rest logged.
-    path = tmp / "crashed.jsonl"
-    with AuditLog(path, run_id=RUN_ID) as crashed:
-        for record in scenario()[:2]:
-            crashed.write(record)
-    numbered = list(enumerate(read_records(path), start=1))
-    forward = stack.enter_context(AuditLog(path, run_id=RUN_ID, repair_partial_tail=True))
-    return Sink(CheckingAuditLog(numbered, run_id=RUN_ID, forward=forward))
+    return make
 
 
 def _traced(tmp: Path, stack: ExitStack) -> Sink:
@@ -170,8 +165,8 @@ SINKS: dict[str, Callable[[Path, ExitStack], Sink]] = {
     "file": _file,
     "sqlite-store": _store,
     "replay-checker": _checker,
-    "resume-checker": _resuming_checker,
-    "resume-checker-mid-step": _resuming_checker_mid_step,
+    "resume-checker": _resuming_checker_after(3),
+    "resume-checker-mid-step": _resuming_checker_after(2),
     "traced": _traced,
 }
 
