@@ -379,8 +379,17 @@ PROFILED_PARTS = [
         "… … the writer (`AuditLog.write_records`, `write`)",
         [("_writer.py", "write_records"), ("_writer.py", "write")],
     ),
-    ("… … … building, checking and hashing each record (`_serialise`)", [("_writer.py", "_serialise")]),
-    ("… … … … the redaction check (walk, orjson, RE2 set)", [("_redaction.py", "canonical_if_clean")]),
+    ("… … … building, encoding and hashing each record (`_serialise`)", [("_writer.py", "_serialise")]),
+    (
+        # Since the one search per batch (`Redactor.clean`, outside `_serialise`); before it,
+        # `canonical_if_clean` per record, inside it.
+        "… … … the redaction check (walk, orjson; the RE2 set once a batch)",
+        [
+            ("_redaction.py", "canonical_if_clean"),
+            ("_redaction.py", "canonical_if_checkable"),
+            ("_redaction.py", "clean"),
+        ],
+    ),
     ("… … … … SHA-256", [("_canonical.py", "sha256_hex")]),
     ("… … … the timestamp", [("_writer.py", "_utc_now")]),
     (
