@@ -162,14 +162,23 @@ def test_every_code_point_is_escaped_as_rfc8785_says() -> None:
 
 # Generated JSON: what can appear in a log (floats without NaN/infinity, integers a double holds).
 _keys = st.text(max_size=6) | st.sampled_from(["\ue000", "\U0001f600", "a", "\u20ac", "hash"])
-_json = st.recursive(
+
+
+def _json_of(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """JSON values: lists and objects (keys from `_keys`) of `leaves`."""
+    return st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+_json = _json_of(
     st.none()
     | st.booleans()
     | st.integers(-(2**53) + 1, 2**53 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
-    max_leaves=12,
+    | st.text()
 )
 
 
@@ -185,14 +194,12 @@ def test_hashing_equals_the_reference_implementation(value: Any) -> None:
 # Integral floats (a catalogue's ``timeout_s: 30.0``) beside every other number: the encoder
 # writes them as the integers JCS writes, through orjson, and must agree with the reference.
 _integral_floats = st.integers(-(2**54), 2**54).map(float) | st.sampled_from([-0.0, 0.0, 1e15, 1e16, 2.0**53])
-_json_integral = st.recursive(
+_json_integral = _json_of(
     _integral_floats
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.integers(-(2**53) + 1, 2**53 - 1)
     | st.text(max_size=3)
-    | st.none(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
-    max_leaves=12,
+    | st.none()
 )
 
 
