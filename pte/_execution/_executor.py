@@ -302,8 +302,11 @@ class _Run:
                 if j is not None:
                     self.waiting[i] += 1
                     self.dependents[j].append(i)
+        #: Per step: scheduled and written ahead as a write (a read with effects too: resume
+        #: must know it ran). Decided once per run; the loop asks it several times a step.
+        self.writes = [spec.effect == "write" or spec.read_effects for spec in self.specs]
         #: Reads whose dependencies have finished, by plan position (writes wait for their turn).
-        self.ready = [i for i, n in enumerate(self.waiting) if n == 0 and not self._is_write(i)]
+        self.ready = [i for i, n in enumerate(self.waiting) if n == 0 and not self.writes[i]]
         self.args: dict[int, dict[str, Any] | None] = {}
         self.began: dict[int, float] = {}
         self.running: dict[int, Any] = {}
@@ -324,11 +327,6 @@ class _Run:
         self.context = contextvars.Context()
         #: Calls on the owner thread (`pte._execution._owner`).
         self.owner_calls = OwnerCalls(self.completions, self.new_owner)
-
-    def _is_write(self, i: int) -> bool:
-        # A read with effects is scheduled and written ahead like a write (resume must know).
-        spec = self.specs[i]
-        return spec.effect == "write" or spec.read_effects
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -393,7 +391,7 @@ class _Run:
         i = self.next
         if (
             i < self.stop_at
-            and self._is_write(i)
+            and self.writes[i]
             and i not in self.running
             and i not in self.finished
             and not (self.executor.serial_writes and self.running)
@@ -438,7 +436,7 @@ class _Run:
         # write, started only at its turn, so everything before it is recorded.
         if step.id in self.endorsable and self.gate is not None:
             self.gate.check_call(step.id, spec.name, args, self.available, (spec.idempotency_key,))
-        if i == self.next and (self._is_write(i) or self.gate is not None or not self.started_logged):
+        if i == self.next and (self.writes[i] or self.gate is not None or not self.started_logged):
             # The intent goes first where something relies on it: a write's (write-ahead; a
             # write is only ever started at its turn), any call a gate is asked about before
             # its effect, and the run's first (a log that refuses the run's records, one whose
@@ -446,7 +444,7 @@ class _Run:
             # read's two records are otherwise written together, in one write, once it and
             # every step before it finished.
             self._record_started(i)
-        if spec.effect == "write" or spec.read_effects:
+        if self.writes[i]:
             if self.audit is not None:
                 self.audit.sync()  # write-ahead: the intent is durable before the side effect
             self.write_running = True
@@ -489,7 +487,7 @@ class _Run:
         del self.running[i]
         if i > self.stop_at:
             return  # past a failure: not recorded
-        if self._is_write(i):
+        if self.writes[i]:
             self.write_running = False
         step, spec = self.steps[i], self.specs[i]
         error, output = outcome.error, outcome.output
@@ -513,12 +511,12 @@ class _Run:
                 output=output,
                 duration_ms=duration_ms,
                 attempts=outcome.attempts,
-                retry_errors=tuple(settled(e) for e in outcome.retry_errors),
+                retry_errors=tuple(map(settled, outcome.retry_errors)),
             )
             self.available[step.id] = output
             for j in self.dependents[i]:
                 self.waiting[j] -= 1
-                if not self.waiting[j] and not self._is_write(j):
+                if not self.waiting[j] and not self.writes[j]:
                     heapq.heappush(self.ready, j)
         else:
             result = StepResult(
@@ -529,7 +527,7 @@ class _Run:
                 error=settled(error),
                 duration_ms=duration_ms,
                 attempts=outcome.attempts,
-                retry_errors=tuple(settled(e) for e in outcome.retry_errors),
+                retry_errors=tuple(map(settled, outcome.retry_errors)),
             )
             if i < self.stop_at:
                 self.stop_at = i

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import jsonschema
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
@@ -496,6 +497,21 @@ def test_completed_outputs_are_not_run_again_and_feed_later_steps() -> None:
     assert [r.step_id for r in result.results] == ["q", "r"] == seen
     assert result.outputs["p"] == recorded["p"]
     assert all(r.get("step_id") != "p" for r in log.records)
+
+
+def test_a_step_result_cannot_be_changed_and_compares_by_its_fields() -> None:
+    # StepResult is a frozen msgspec Struct (#37): still read-only, still equal by value.
+    plan = make_plan(step("p", "produce", n=3), step("q", "boom"))
+    result = Executor(REGISTRY).run(plan)
+    ok, failed = result.results
+    for step_result in (ok, failed):
+        for name in ("status", "output", "error", "args", "duration_ms", "attempts"):
+            with pytest.raises(AttributeError):
+                setattr(step_result, name, None)
+    assert ok.ok and ok.output == result.outputs["p"] and not failed.ok
+    assert msgspec.structs.replace(ok, duration_ms=0.0) == msgspec.structs.replace(ok, duration_ms=0.0)
+    assert msgspec.structs.replace(ok, duration_ms=0.0) != msgspec.structs.replace(ok, duration_ms=1.0)
+    assert failed.error is not None and failed.error.kind == "tool_error" and failed.output is None
 
 
 # --- timeouts -----------------------------------------------------------------------------------
