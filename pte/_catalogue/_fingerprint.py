@@ -91,11 +91,13 @@ def tool_fingerprint(spec: ToolSpec, entry: Mapping[str, Any] | None = None) -> 
 
 
 #: The modules that write text a model is shown: every prompt text and template lives in
-#: `pte._run._prompts`; `pte._run._label_reach` decides which label rules it shows; the others
-#: render data for it (budget markers, handles, withheld notes).
+#: `pte._run._prompts`; `pte._run._label_reach` decides which label rules it shows,
+#: `pte._run._finalizer_view` which steps the finalizer is shown first; the others render data
+#: for it (budget markers, handles, withheld notes).
 PROMPT_MODULES = (
     "pte._run._prompts",
     "pte._run._label_reach",
+    "pte._run._finalizer_view",
     "pte._core._data_budget",
     "pte._policy._handles",
     "pte._run._exposure",

@@ -46,6 +46,9 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "ca567e0c1287df7246e389bdee58428f37287660f4585ee127a0082a7493dc0b": (
             "pte 0.1.0 as of main ffe56f9 (2026-11-29), before the finalizer's steps shared one budget"
         ),
+        "096880eceb9f48b423eea51eb01c8f8394863d7aee391c07574eaf6c1fc4c285": (
+            "pte 0.1.0 as of main 548690c (2026-11-29), before the finalizer's steps were ranked by distance"
+        ),
     }
 )
 

@@ -11,6 +11,10 @@ from pte._run._engine import (
     Engine,
     render_result,
 )
+from pte._run._finalizer_view import (
+    dependency_distances,
+    dependency_ranking,
+)
 from pte._run._label_reach import (
     LabelReach,
     label_reach,
@@ -84,6 +88,8 @@ __all__ = [
     "catalogue_text",
     "context_tokens",
     "data_block",
+    "dependency_distances",
+    "dependency_ranking",
     "finalizer_messages",
     "label_reach",
     "planner_messages",

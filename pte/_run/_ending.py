@@ -1,9 +1,9 @@
 """How a run's plans end: decisions the run loop (pte._run._loop) asks for, as functions.
 
 Whether a failed step may be replanned around (`stop_if_effect_unknown`), the labels its error
-carries to the replanner (`error_labels_of`), the plan's result value (`result_value`), what the
-finalizer is shown (`finalizer_view`), the answer without a finalizer (`render_result`) and how
-many writes a person allowed (`count_autonomy`).
+carries to the replanner (`error_labels_of`), the plan's result value (`result_value`), the
+answer without a finalizer (`render_result`) and how many writes a person allowed
+(`count_autonomy`); what the finalizer is shown is pte._run._finalizer_view's.
 They read the run's state and write nothing: the loop writes every record.
 """
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = [
     "count_autonomy",
     "error_labels_of",
-    "finalizer_view",
     "render_result",
     "result_value",
     "stop_if_effect_unknown",
@@ -99,47 +98,6 @@ def render_result(result: Any) -> str:
         return result
     # As the log holds it (a whole-number float as an integer): replay renders it from the log.
     return json.dumps(_as_logged(result), indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def _label(labels: Collection[str] | None) -> str:
-    """How data is labelled in an LLM prompt: untrusted if any of it is."""
-    if labels is None or "untrusted" in labels:
-        return "untrusted"
-    return "trusted"
-
-
-def finalizer_view(run: RunState, registry: Registry) -> tuple[list[tuple[str, str, Any, str]], str]:
-    """(step id, tool, output, label) of the completed steps the finalizer is shown, and the
-    label of the result it phrases.
-
-    The finalizer phrases the result: it is shown the steps the result depends on (through
-    references, across the run's plans) and the writes (what the run did), not steps the
-    result does not depend on (#37). It decides nothing."""
-    plan = run.result.plans[-1]
-    sources = {ref.step for ref in plan.result_references()}
-    result_labels = frozenset().union(*(run.labels.get(sid, _UNTRUSTED) for sid in sources))
-    uses: dict[str, set[str]] = {}
-    for each in run.result.plans:
-        for item in each.steps:
-            refs = {ref.step for _, ref in item.references}
-            if item.for_each is not None:
-                refs.add(item.for_each.step)
-            uses.setdefault(item.id, set()).update(refs)
-    needed, todo = set(), list(sources)
-    while todo:
-        sid = todo.pop()
-        if sid not in needed:
-            needed.add(sid)
-            todo.extend(uses.get(sid, ()))
-    completed = [
-        (sid, tool, run.result.outputs[sid], _label(run.labels.get(sid))) for sid, tool in run.prior.items()
-    ]
-    shown = [
-        view
-        for view in completed
-        if view[0] in needed or (view[1] in registry and registry[view[1]].effect == "write")
-    ]
-    return shown, _label(result_labels)
 
 
 def count_autonomy(result: RunResult, registry: Registry, endorsed: Collection[str]) -> None:

@@ -51,12 +51,12 @@ from pte._run._call_gate import RunCallGate
 from pte._run._delegation import AskSpecialist, CompileText, RepairSpecialist, compile_delegating
 from pte._run._ending import (
     count_autonomy,
-    finalizer_view,
     render_result,
     result_value,
     stop_if_effect_unknown,
 )
 from pte._run._exposure import Shown, catalogue_exposed, literal_of
+from pte._run._finalizer_view import finalizer_view
 from pte._run._llm import LLMResponse
 from pte._run._model_call import call_model
 from pte._run._otel import RunTracer, TracedAudit
@@ -408,13 +408,14 @@ class RunLoop:
         state = self.state
         if not self.config.llm_answer or self.setup.llm is None:
             return render_result(state.result.result)
-        shown, result_provenance = finalizer_view(state, self.setup.registry)
+        view = finalizer_view(state, self.setup.registry)
         messages = prompts.finalizer_messages(
             self.request or "",
             state.result.result,
-            shown,
-            result_provenance=result_provenance,
+            view.steps,
+            result_provenance=view.result_provenance,
             budget=self.config.data_budget,
+            ranking=view.ranking,
         )
         response = self._call_llm("finalizer", messages, None)
         if response.finish_reason == "length":

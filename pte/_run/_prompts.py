@@ -34,7 +34,9 @@ __all__ = [
     "NOTATION_KEYS",
     "catalogue_notation",
     "data_block",
+    "finalizer_blocks",
     "finalizer_messages",
+    "finalizer_shares",
     "label_rules",
     "planner_messages",
     "repair_messages",
@@ -1000,12 +1002,15 @@ def finalizer_messages(
     *,
     result_provenance: str = "trusted",
     budget: int | None = None,
+    ranking: Sequence[str] | None = None,
 ) -> list[dict[str, str]]:
     """The finalizer's messages: phrase an answer from the result and the outputs of `steps` only
-    (the engine passes the steps the result depends on and the writes). With a `budget`, the
-    result's block is held to it and the steps' blocks share one more (`_finalizer_blocks`)."""
+    (the engine passes the steps the result depends on and the writes, in run order: the view of
+    pte._run._finalizer_view). With a `budget`, the result's block is held to it and the steps'
+    blocks share one more; `ranking` (step ids, first what must be shown first; default: the
+    order of `steps`) says which are shown where not all fit (`finalizer_blocks`)."""
     system = FINALIZER_RULES
-    blocks = _finalizer_blocks(steps, budget)
+    blocks = finalizer_blocks(steps, budget, ranking)
     user = "\n\n".join(
         [
             f"The request:\n{request}",
@@ -1017,28 +1022,61 @@ def finalizer_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-#: The least a finalizer's step block is given where the steps share the data budget.
+#: The least a finalizer's step block is given where the steps share the data budget (a smaller
+#: output, only what it takes).
 _MIN_STEP_SHARE = 1000
 #: Stands for a step whose output the finalizer's budget leaves out.
 STEP_NOT_SHOWN = "- step={step} tool={tool}: output not shown (the data budget is spent)"
 
 
-def _finalizer_blocks(steps: Sequence[tuple[str, str, Any, str]], budget: int | None) -> list[str]:
-    """The steps' data blocks, together within `budget`: an equal share each, at least
-    `_MIN_STEP_SHARE`; where not all fit, the last ones (nearest the result, the writes after the
-    reads they used) are shown and the earlier ones named (`STEP_NOT_SHOWN`). Without a budget,
-    each block as logs recorded before the budget existed show it."""
+def finalizer_blocks(
+    steps: Sequence[tuple[str, str, Any, str]], budget: int | None, ranking: Sequence[str] | None = None
+) -> list[str]:
+    """The steps' blocks in the order of `steps` (run order: the model reads the run as it went),
+    together within `budget`: the longest prefix of `ranking` that fits is shown
+    (`finalizer_shares`), each block within its share, and the other steps are named
+    (`STEP_NOT_SHOWN`). Without a budget, each block as logs recorded before the budget existed
+    show it. Which steps are shown depends on the ranking and the outputs' sizes, never on
+    what an output says."""
     if budget is None or not steps:
         return [
             data_block(f"step={s} tool={t} output", out, provenance=p, budget=budget)
             for s, t, out, p in steps
         ]
-    share = max(budget // len(steps), min(budget, _MIN_STEP_SHARE))
-    fits = max(1, budget // share)
-    hidden, shown = steps[: max(0, len(steps) - fits)], steps[max(0, len(steps) - fits) :]
-    return [STEP_NOT_SHOWN.format(step=s, tool=t) for s, t, _, _ in hidden] + [
-        data_block(f"step={s} tool={t} output", out, provenance=p, budget=share) for s, t, out, p in shown
+    outputs = {s: out for s, _, out, _ in steps}
+    order = [s for s in (ranking if ranking is not None else outputs) if s in outputs]
+    needs = [len(render_budgeted(_as_logged(outputs[s]), budget)) for s in order]
+    shares = finalizer_shares(needs, budget)
+    share = dict(zip(order, shares, strict=False))
+    return [
+        data_block(f"step={s} tool={t} output", out, provenance=p, budget=share[s])
+        if s in share
+        else STEP_NOT_SHOWN.format(step=s, tool=t)
+        for s, t, out, p in steps
     ]
+
+
+def finalizer_shares(needs: Sequence[int], budget: int) -> list[int]:
+    """The budget of each shown block, for the ranked blocks whose whole text takes `needs`
+    characters: the longest prefix in which each is given what it takes up to
+    `_MIN_STEP_SHARE` characters within `budget` in all is shown (never none), and the budget
+    is shared among those as evenly as their sizes allow (a small output takes what it needs,
+    the larger ones an equal cap: no one block fills the budget while others go unshown). The
+    shares' total never exceeds `budget`, counting each block at what it takes."""
+    least = min(budget, _MIN_STEP_SHARE)
+    count, used = 0, 0
+    for need in needs:
+        if used + min(need, least) > budget:
+            break
+        count, used = count + 1, used + min(need, least)
+    shown = needs[: max(count, 1)]
+    cap, left = budget, budget
+    for position, need in enumerate(sorted(shown)):
+        if need * (len(shown) - position) > left:
+            cap = left // (len(shown) - position)
+            break
+        left -= need
+    return [cap] * len(shown)
 
 
 def _completed_line(step_id: str, tool: str, output: Mapping[str, Any] | None) -> str:
