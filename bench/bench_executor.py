@@ -399,7 +399,8 @@ PROFILED_PARTS = [
     ("… the tool call on the run's owner thread", [("_owner.py", "call")]),
     (
         "… its arguments resolved and checked",
-        [("_executor.py", "prepare_args"), ("_executor.py", "_args_error")],
+        # `_start` calls them (through wrappers of its own before #37's third round).
+        [("_model.py", "resolve_args"), ("_tool_spec.py", "validate_args")],
     ),
 ]
 

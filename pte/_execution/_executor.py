@@ -253,11 +253,6 @@ class Executor:
         return run.execution
 
 
-def prepare_args(step: PlanStep, outputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The step's arguments with every reference resolved (KeyError etc. if one selects nothing)."""
-    return step.resolve_args(outputs)
-
-
 class _Run:
     """One execution of a plan: the scheduler (what runs when) and the sequencer (what is recorded)."""
 
@@ -305,6 +300,8 @@ class _Run:
         #: Per step: scheduled and written ahead as a write (a read with effects too: resume
         #: must know it ran). Decided once per run; the loop asks it several times a step.
         self.writes = [spec.effect == "write" or spec.read_effects for spec in self.specs]
+        #: Per step: whether its live call runs on the run's owner thread (`pte._execution._owner`).
+        self.on_owner = [may_run_on_owner(spec) for spec in self.specs]
         #: Reads whose dependencies have finished, by plan position (writes wait for their turn).
         self.ready = [i for i, n in enumerate(self.waiting) if n == 0 and not self.writes[i]]
         self.args: dict[int, dict[str, Any] | None] = {}
@@ -415,7 +412,7 @@ class _Run:
         self.began[i] = time.perf_counter()
         self.running[i] = None
         try:
-            args = prepare_args(step, self.available)
+            args = step.resolve_args(self.available)
         except (KeyError, IndexError, TypeError) as exc:
             # A pointer through an optional part of an output that was absent at run time.
             self.args[i] = None
@@ -427,8 +424,9 @@ class _Run:
         if spec.idempotency_key is not None:  # the engine's key, never the plan's (pte._catalogue)
             args[spec.idempotency_key] = derive_key(self.run_id, self.plan.hash, step.id)
         self.args[i] = args
-        invalid = _args_error(spec, args)
-        if invalid is not None:
+        try:
+            spec.validate_args(args)
+        except ToolError as invalid:
             self.completions.put((i, CallOutcome(error=invalid)))
             return
         # A call whose value needs a person's endorsement (pte._policy._endorsement): pause, refuse or
@@ -461,7 +459,7 @@ class _Run:
                 return
             if self.gate is not None:
                 self.gate.before_effect(spec, private, step)
-            if may_run_on_owner(spec):
+            if self.on_owner[i]:
                 lone = len(self.running) == 1 and not self.ready  # nothing else could run
                 self.running[i] = _ON_OWNER
                 self.owner_calls.call(i, spec, private, hand_over=not lone)
@@ -620,11 +618,3 @@ class _OnOwner:
 
 
 _ON_OWNER = _OnOwner()
-
-
-def _args_error(spec: ToolSpec, args: dict[str, Any]) -> ToolError | None:
-    try:
-        spec.validate_args(args)
-    except ToolError as exc:
-        return exc
-    return None

@@ -285,15 +285,22 @@ class PlanDocument(BaseModel):
 # --- the compiled plan ------------------------------------------------------------------------
 
 
+#: The containers of JSON data (a tuple, as `canonical_bytes` takes it, is copied as a list).
+_CONTAINERS = (dict, list, tuple)
+
+
 def copy_json(value: Any) -> Any:
     """A deep copy of JSON data: new dicts and lists, the (immutable) scalars shared.
 
     What ``json.loads(json.dumps(value))`` gives for JSON data, without making the text.
+    Only containers are descended into (a call per scalar cost more than the copy, #37).
     """
     if isinstance(value, dict):
-        return {key: copy_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):  # a constant tuple: `list | tuple` builds a union per call
-        return [copy_json(item) for item in value]
+        return {
+            key: copy_json(item) if isinstance(item, _CONTAINERS) else item for key, item in value.items()
+        }
+    if isinstance(value, _CONTAINERS):
+        return [copy_json(item) if isinstance(item, _CONTAINERS) else item for item in value]
     return value
 
 

@@ -21,10 +21,11 @@ def plain(n: int, text: str, ratio: float, flag: bool, note: str = "none", count
     return n
 
 
-def _via_pydantic(args: dict[str, Any]) -> dict[str, Any]:
-    spec = spec_of(plain)
-    model = spec._input_model.model_validate(args)
-    return {name: getattr(model, name) for name in spec._param_names}
+def _via_pydantic(args: dict[str, Any], func: Any = plain) -> dict[str, Any]:
+    # The reference: pydantic's documented path, a field at a time by name.
+    model_class = spec_of(func)._input_model
+    model = model_class.model_validate(args)
+    return {name: getattr(model, name) for name in model_class.model_fields}
 
 
 _VALUES = {
@@ -105,3 +106,43 @@ def test_a_constraint_is_enforced_and_a_list_is_converted() -> None:
 
 def test_a_field_default_is_resolved_when_the_argument_is_omitted() -> None:
     assert spec_of(field_default).invoke({}) == 7
+
+
+@tool
+def aliased(
+    sender: Annotated[str, Field(alias="from")],
+    items: list[int],
+    extra: Any = None,
+    limit: Annotated[int, Field(alias="max-items", ge=1)] = 5,
+) -> int:
+    """Parameters whose JSON names are not Python names (an alias), and one of any type."""
+    return limit
+
+
+_ALIASED_VALUES = {
+    "from": st.one_of(st.text(), st.integers()),
+    "items": st.lists(st.one_of(st.integers(), st.floats(allow_nan=False), st.text()), max_size=3),
+    "extra": st.recursive(st.none() | st.integers() | st.text(), lambda c: st.lists(c, max_size=2)),
+    "max-items": st.one_of(st.integers(-2, 9), st.text(max_size=2)),
+    "sender": st.text(),  # the Python name is not the JSON name: refused
+}
+
+
+@given(st.fixed_dictionaries({}, optional=_ALIASED_VALUES))
+def test_aliased_and_any_parameters_get_what_pydantic_gives_by_parameter_name(args: dict[str, Any]) -> None:
+    # `to_kwargs` reads the validated model's fields by parameter name (#37): the same values
+    # and types as reading each field by name, refused exactly where pydantic refuses.
+    spec = spec_of(aliased)
+    try:
+        expected = _via_pydantic(args, aliased)
+    except Exception:
+        with pytest.raises(ToolError):
+            spec.to_kwargs(args)
+        return
+    got = spec.to_kwargs(args)
+    assert got == expected and list(got) == ["sender", "items", "extra", "limit"]
+    assert {k: type(v) for k, v in got.items()} == {k: type(v) for k, v in expected.items()}
+
+
+def test_an_aliased_parameter_reaches_the_function_under_its_python_name() -> None:
+    assert spec_of(aliased).invoke({"from": "ann", "items": [1], "max-items": 3}) == 3

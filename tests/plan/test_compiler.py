@@ -11,12 +11,17 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
 
 import pte
 from pte import Plan, PlanRejected, ReasonCode, compile_plan
+
+# private: the deep copy the executor hands a tool, white-box
+from pte._plan import copy_json
 from pte.audit import canonical_json
 from pte.plan import CompileContext, Limits
 from pte.testing._catalogue import example_registry
+from pte.testing._strategies import json_values
 
 REGISTRY = example_registry()
 
@@ -1026,6 +1031,27 @@ def test_mutating_args_copies_does_not_change_the_plan() -> None:
     assert total.args == {"expression": "sum(amounts)", "variables": {"amounts": {"$ref": "inv/amounts"}}}
     assert (compiled.hash, compiled.canonical, compiled.to_dict()) == before
     assert compiled.result == {"$ref": "total/value"}
+
+
+def _containers(value: Any) -> list[Any]:
+    """Every dict and list inside `value`, itself included."""
+    if isinstance(value, dict):
+        return [value, *(c for item in value.values() for c in _containers(item))]
+    if isinstance(value, list):
+        return [value, *(c for item in value for c in _containers(item))]
+    return []
+
+
+@given(json_values())
+def test_copy_json_is_a_json_round_trip_that_shares_no_container(value: Any) -> None:
+    # The executor hands a tool copy_json of its arguments (#37: it no longer descends into
+    # scalars): equal to the JSON round trip, and no dict or list of the original in it.
+    copied = copy_json(value)
+    assert copied == json.loads(json.dumps(value))
+    assert type(copied) is type(value)
+    originals = {id(c) for c in _containers(value)}
+    assert not any(id(c) in originals for c in _containers(copied))
+    assert copy_json([value, (1, [2])]) == [copied, [1, [2]]]  # a tuple is copied as a list
 
 
 def test_plan_and_steps_are_frozen() -> None:
