@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 from pte._catalogue import Registry
@@ -31,6 +31,9 @@ IMPORT_PREFIXES = ("mcp:", "openapi:")
 
 #: Live MCP connections of this process (closed when it exits): the tools call them.
 _connections: list[MCPConnection] = []
+#: The HTTP clients (httpx.Client) the imported OpenAPI tools call through: the import table
+#: owns them (one per spec, its connections pooled across calls) and `forget_imports` closes them.
+_clients: list[Any] = []
 #: Each spec is imported once per process (an MCP server is started once).
 _imported: dict[str, Registry] = {}
 
@@ -66,11 +69,14 @@ def import_spec(spec: str) -> Registry:
 
 
 def forget_imports() -> None:
-    """Stop the MCP servers this process started and forget every import (the next use of a
-    spec imports it afresh): for a process that outlives the deployments it served, such as a
-    test worker, where they ran on (a thread, an event loop, a server process) into later tests."""
+    """Stop the MCP servers this process started, close the HTTP clients of its OpenAPI tools
+    and forget every import (the next use of a spec imports it afresh): for a process that
+    outlives the deployments it served, such as a test worker, where they ran on (a thread, an
+    event loop, a server process, pooled connections) into later tests."""
     while _connections:
         _connections.pop().close()
+    while _clients:
+        _clients.pop().close()
     _imported.clear()
 
 
@@ -90,10 +96,23 @@ def _mcp(command_line: str, only: list[str] | None) -> Registry:
 
 
 def _openapi(source: str, only: list[str] | None) -> Registry:
+    import httpx  # the openapi extra's: without it, a usage error naming the extra (import_spec)
+
+    http = httpx.Client(timeout=30.0)
+    try:
+        registry = _openapi_through(http, source, only)
+    except BaseException:
+        http.close()  # refused: no tool holds it
+        raise
+    _clients.append(http)
+    return registry
+
+
+def _openapi_through(http: Any, source: str, only: list[str] | None) -> Registry:
     from pte._core import OpenAPIError
     from pte.importers.openapi import import_openapi, load_openapi
 
-    document = load_openapi(source)
+    document = load_openapi(source, client=http)
     servers = document.get("servers") or []
     # No servers: OpenAPI's default is "/", relative to where the document came from.
     server = servers[0].get("url") if servers and isinstance(servers[0], dict) else "/"
@@ -108,4 +127,4 @@ def _openapi(source: str, only: list[str] | None) -> Registry:
         raise OpenAPIError(
             f"the document names no absolute server URL ('servers': [{{'url': 'https://…'}}]): {server!r}"
         )
-    return import_openapi(document, base_url=base_url, only=only)
+    return import_openapi(document, base_url=base_url, client=http, only=only)

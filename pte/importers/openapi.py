@@ -4,9 +4,10 @@
     import httpx
     from pte.importers.openapi import import_openapi, load_openapi
 
-    http = httpx.Client(verify="/etc/ssl/corp-ca.pem", headers={"Authorization": "Bearer ..."})
-    document = load_openapi("https://billing.internal/openapi.json", client=http)
-    registry = import_openapi(document, base_url="https://billing.internal", client=http)
+    with httpx.Client(verify="/etc/ssl/corp-ca.pem", headers={"Authorization": "Bearer ..."}) as http:
+        document = load_openapi("https://billing.internal/openapi.json", client=http)
+        registry = import_openapi(document, base_url="https://billing.internal", client=http)
+        ...  # runs over `registry`: its tools call through `http`, open until the block ends
 
 One tool per operation, named by its ``operationId``. The input schema is an object of the
 operation's path, query and header parameters, plus ``body`` for a JSON request body; the
@@ -14,7 +15,11 @@ output schema is the JSON schema of its first 2xx response. ``#/components/schem
 become ``$defs`` of each tool's own schemas, so plans are type-checked through them.
 
 The deployment decides where requests go (`base_url`; the document's ``servers`` are not
-used) and how (`client`: proxies, CAs, mTLS, auth). Redirects are not followed. GET and
+used) and how (`client`: proxies, CAs, mTLS, auth). A `client` passed in is the caller's: PTE
+never closes it, and it must stay open while the tools are used (``with httpx.Client() as
+http:``). Without one, each call opens its own client and closes it before it returns, so
+imported tools hold no connection that outlives a call (one TLS context is shared, so a call
+does not pay for loading the CA bundle). Redirects are not followed. GET and
 HEAD operations are ``read`` tools (PTE sends them as GET/HEAD), every other method a
 non-idempotent ``write``; outputs are ``untrusted`` unless the import manifest says otherwise.
 An operation without an ``operationId`` or a JSON response schema is refused with what to
@@ -28,6 +33,7 @@ import copy
 import json
 import os
 from collections.abc import Iterable, Mapping
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -318,6 +324,22 @@ def _clip(text: str) -> str:
     return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
 
 
+@cache
+def _tls_context() -> Any:
+    """The TLS settings of a client made for one call (httpx's defaults, the environment's CA
+    settings included), made once: loading the CA bundle is most of what a new client costs."""
+    return _httpx().create_ssl_context()
+
+
+def _request(client: Any, timeout_s: float, method: str, url: str, **options: Any) -> Any:
+    """One request through `client`, the caller's; without one, through a client that lives
+    for this request only (the response is read whole before it is closed)."""
+    if client is not None:
+        return client.request(method, url, timeout=timeout_s, **options)
+    with _httpx().Client(timeout=timeout_s, verify=_tls_context()) as own:
+        return own.request(method, url, **options)
+
+
 def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float) -> SchemaFunction:
     httpx = _httpx()
     locations = {str(p["name"]): p.get("in") for p in operation.parameters}
@@ -340,14 +362,15 @@ def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float)
             elif where == "header":
                 headers[name] = value if isinstance(value, str) else str(value)
         try:
-            response = client.request(
+            response = _request(
+                client,
+                timeout_s,
                 method,
                 base_url.rstrip("/") + path,
                 params=query or None,
                 headers=headers or None,
                 json=args.get("body") if "body" in args else None,
                 follow_redirects=False,
-                timeout=timeout_s,
             )
         except httpx.TimeoutException:
             raise ToolError("timeout", f"{method} {operation.path} timed out") from None
@@ -383,14 +406,14 @@ def import_openapi(
 ) -> Registry:
     """PTE tools for the operations of an OpenAPI 3 `document` (see the module docstring).
 
-    `base_url`: where requests go. `client`: an ``httpx.Client`` (made for you when None).
+    `base_url`: where requests go. `client`: an ``httpx.Client`` the caller owns and closes
+    after the tools' last use (PTE never closes it); None: each call opens and closes its own.
     `manifest`, `prefix`, `only`: as for every importer (`pte.importers.build_registry`).
     Raises `ImportRefused` listing every operation that cannot be typed.
     """
-    httpx = _httpx()
+    _httpx()  # without httpx, refused at import rather than at the first call
     if not base_url.startswith(("http://", "https://")):
         raise ImportRefused(f"base_url must be an http(s) URL, not {base_url!r}")
-    http = client if client is not None else httpx.Client(timeout=timeout_s)
     operations = _operations(document)
     sources: list[SourceTool] = []
     by_name: dict[str, _Operation] = {}
@@ -415,7 +438,7 @@ def import_openapi(
         )
 
     def make_func(source: SourceTool, output_schema: Mapping[str, Any]) -> SchemaFunction:
-        return _caller(by_name[source.name], base_url, http, timeout_s)
+        return _caller(by_name[source.name], base_url, client, timeout_s)
 
     try:
         spec_sha256 = hash_json(document)

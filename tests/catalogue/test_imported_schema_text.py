@@ -245,14 +245,16 @@ def test_openapi_schema_text_is_dropped_refused_or_exposes_the_run(
 
     from pte.importers.openapi import import_openapi, load_openapi
 
-    def importer(name: str, document: dict[str, Any]) -> Registry:
-        source = load_openapi(f"{hostile_openapi}/{name}.json")
-        declared = document["tools"][name]
-        declared["egress"] = False  # the GET's query is not the point here
-        return import_openapi(source, base_url=hostile_openapi, client=httpx.Client(), manifest=document)
+    with httpx.Client() as http:  # the caller's client: it outlives every tool imported through it
 
-    check_every_place(importer, tmp_path)
-    restated_schema_is_the_deployments(importer, tmp_path)
+        def importer(name: str, document: dict[str, Any]) -> Registry:
+            source = load_openapi(f"{hostile_openapi}/{name}.json", client=http)
+            declared = document["tools"][name]
+            declared["egress"] = False  # the GET's query is not the point here
+            return import_openapi(source, base_url=hostile_openapi, client=http, manifest=document)
+
+        check_every_place(importer, tmp_path)
+        restated_schema_is_the_deployments(importer, tmp_path)
 
 
 def test_a_fetched_openapi_document_is_read_to_a_bound(

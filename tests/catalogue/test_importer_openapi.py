@@ -8,7 +8,9 @@ name; a changed service is refused by the pin, fails output validation, and dive
 
 from __future__ import annotations
 
+import gc
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +222,42 @@ def test_a_changed_service_is_refused_fails_validation_and_diverges_on_replay(
             log, registry=import_openapi(changed_document, base_url=changed.url, manifest=MANIFEST)
         )
         assert not report.ok and report.runs[0].divergence is not None
+
+
+# -- who owns the HTTP client ------------------------------------------------------------------------
+
+
+def _run_and_drop(server: LoopbackServer, tmp_path: Path, client: httpx.Client | None) -> None:
+    """Import the service's tools, run a plan over them (a GET, a GET and a POST), drop them."""
+    registry = import_openapi(_document(server), base_url=server.url, client=client, manifest=MANIFEST)
+    with AuditLog(tmp_path / "run.jsonl") as audit:
+        result = Engine(registry, config=EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+    assert result.ok, result.message
+
+
+def test_tools_imported_without_a_client_leave_no_connection_open(
+    billing: tuple[LoopbackServer, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Without a client, each call opens its own and closes it before returning: once the plan
+    has run, the service holds no connection of ours, and dropping the tools closes nothing
+    late (no socket left for the collector: a ResourceWarning is an error here)."""
+    server, _ = billing
+    gc.collect()  # what earlier tests left is not this test's
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        _run_and_drop(server, tmp_path, None)
+        assert server.open_connections() == 0
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_a_client_passed_in_stays_the_callers(
+    billing: tuple[LoopbackServer, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """A client the deployment passes is its own: PTE never closes it (its pooled connection is
+    still there after the run, for the next), and closing it is what ends the connection."""
+    server, _ = billing
+    with httpx.Client() as http:
+        _run_and_drop(server, tmp_path, http)
+        assert not http.is_closed and server.open_connections(settle_s=0) >= 1
+    assert server.open_connections() == 0

@@ -6,10 +6,12 @@ same document as a YAML file) and the real MCP server process of tests/catalogue
 
 from __future__ import annotations
 
+import gc
 import json
 import shlex
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,9 +43,10 @@ def billing() -> Iterator[LoopbackServer]:
 
 @pytest.fixture
 def imports_forgotten() -> Iterator[None]:
-    """After the test, the MCP servers ``--tools mcp:`` started are stopped and the imports
-    forgotten. A process keeps them for its lifetime (a server started once per spec): in a test
-    worker, every later file's, with the session's thread, event loop and server process."""
+    """After the test, the MCP servers ``--tools mcp:`` started are stopped, the HTTP clients of
+    ``--tools openapi:`` closed and the imports forgotten. A process keeps them for its lifetime
+    (a server started once per spec): in a test worker, every later file's, with the session's
+    thread, event loop and server process, or a pooled connection."""
     yield
     forget_imports()
 
@@ -58,7 +61,7 @@ def _execute(tmp_path: Path, plan: dict[str, Any], tools: str, capsys: pytest.Ca
 
 
 def test_openapi_spec_from_a_url_with_chosen_operations(
-    billing: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    billing: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], imports_forgotten: None
 ) -> None:
     tools = f"openapi:{billing.url}/openapi.json#listInvoices,getInvoice"
     # The document names https://evil.example.test: requests stay on the origin it came from.
@@ -69,7 +72,7 @@ def test_openapi_spec_from_a_url_with_chosen_operations(
 
 
 def test_openapi_yaml_spec_file(
-    billing: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    billing: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], imports_forgotten: None
 ) -> None:
     import httpx
 
@@ -80,6 +83,24 @@ def test_openapi_yaml_spec_file(
     # All operations, the 204 delete included (imported with a declared empty output).
     result = _execute(tmp_path, GET, f"openapi:{spec}#getInvoice,deleteInvoice", capsys)
     assert result["result"] == 12500
+
+
+def test_the_import_table_owns_the_openapi_client_and_forgetting_closes_it(
+    billing: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], imports_forgotten: None
+) -> None:
+    """An ``openapi:`` spec's tools call through one client the process's import table owns: its
+    pooled connection outlives a run (the next run of the spec reuses it), and `forget_imports`
+    closes it, not the collector (a ResourceWarning is an error here)."""
+    gc.collect()  # what earlier tests left is not this test's
+    result = _execute(tmp_path, GET, f"openapi:{billing.url}/openapi.json#getInvoice", capsys)
+    assert result["result"] == 12500
+    assert billing.open_connections(settle_s=0) >= 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        forget_imports()
+        assert billing.open_connections() == 0
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
 @pytest.mark.parametrize(

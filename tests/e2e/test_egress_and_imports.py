@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from pydantic import BaseModel
 
@@ -113,7 +112,7 @@ CLEAN = {
 
 def imported(manifest: Any = CLEAN) -> Registry:
     # Compile-time checks only: nothing is sent (no server listens on port 9).
-    return import_openapi(DOCUMENT, base_url="http://127.0.0.1:9", client=httpx.Client(), manifest=manifest)
+    return import_openapi(DOCUMENT, base_url="http://127.0.0.1:9", manifest=manifest)
 
 
 class Mail(BaseModel):

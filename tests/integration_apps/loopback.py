@@ -31,6 +31,15 @@ class LoopbackServer:
             time.sleep(0.02)
         return self
 
+    def open_connections(self, *, settle_s: float = 2.0) -> int:
+        """How many client connections the server holds open, once those that are closing have
+        closed (a client's close reaches the server a moment later; its own keep-alive timeout,
+        5 s, is longer than `settle_s`)."""
+        deadline = time.monotonic() + settle_s
+        while self._server.server_state.connections and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return len(self._server.server_state.connections)
+
     def __exit__(self, *exc_info: object) -> None:
         self._server.should_exit = True
         self._thread.join(10)
