@@ -362,7 +362,10 @@ class PlanStep:
         The literal parts are a fresh copy (nothing done to the result reaches the plan); the
         values references select are the outputs' own objects, not copies.
         """
-        args: dict[str, Any] = copy_json(self._args)
+        # A top-level reference's own ``{"$ref": ...}`` is not copied: its place is filled below.
+        args: dict[str, Any] = {
+            key: None if is_reference(value) else copy_json(value) for key, value in self._args.items()
+        }
         for path, ref in self.references:
             target: Any = args
             for key in path[:-1]:

@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pte
 from pte import Plan, PlanRejected, ReasonCode, compile_plan
@@ -21,7 +22,6 @@ from pte._plan import copy_json
 from pte.audit import canonical_json
 from pte.plan import CompileContext, Limits
 from pte.testing._catalogue import example_registry
-from pte.testing._strategies import json_values
 
 REGISTRY = example_registry()
 
@@ -1042,7 +1042,16 @@ def _containers(value: Any) -> list[Any]:
     return []
 
 
-@given(json_values())
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=2), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(_JSON)
 def test_copy_json_is_a_json_round_trip_that_shares_no_container(value: Any) -> None:
     # The executor hands a tool copy_json of its arguments (#37: it no longer descends into
     # scalars): equal to the JSON round trip, and no dict or list of the original in it.
@@ -1062,6 +1071,64 @@ def test_plan_and_steps_are_frozen() -> None:
         compiled.steps[0].tool = "send_reminder"  # type: ignore[misc]
     assert isinstance(compiled.steps, tuple) and isinstance(compiled.order, tuple)
     assert isinstance(compiled.steps[1].references, tuple) and isinstance(compiled.steps[2].after, tuple)
+
+
+@pte.tool
+def give_any() -> Any:
+    """Returns any JSON."""
+
+
+@pte.tool
+def take_any(a: Any = None, b: Any = None, c: Any = None) -> None:
+    """Takes any JSON."""
+
+
+_TAKE_REGISTRY = pte.Registry([give_any, take_any])
+_SOURCE = {"$ref": "give"}
+_ARG_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=3) | st.just(_SOURCE),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.sampled_from("xyz"), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _substituted(value: Any, output: Any) -> Any:
+    """The oracle: `value` with every reference replaced by `output` (a JSON round trip else)."""
+    if value == _SOURCE:
+        return output
+    if isinstance(value, dict):
+        return {key: _substituted(item, output) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_substituted(item, output) for item in value]
+    return value
+
+
+@settings(max_examples=max(50, settings().max_examples // 5))  # a compile per example
+@given(st.dictionaries(st.sampled_from("abc"), _ARG_VALUES), _JSON)
+def test_resolve_args_substitutes_every_reference_in_a_fresh_copy(args: dict[str, Any], output: Any) -> None:
+    # resolve_args copies the literal parts and no longer copies a top-level reference before
+    # filling its place (#37): the same arguments, the plan's own untouched.
+    doc = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "give", "tool": "give_any", "args": {}},
+            {"id": "use", "tool": "take_any", "args": args},
+        ],
+    }
+    step = compile_plan(json.dumps(doc), _TAKE_REGISTRY).step("use")
+    outputs = {"give": output}
+    resolved = step.resolve_args(outputs)
+    assert resolved == _substituted(args, output) and list(resolved) == list(args)
+    for key, value in args.items():
+        if value == _SOURCE:
+            assert resolved[key] is output  # the output's own object, as documented
+    before = step.args
+    for container in _containers(resolved):
+        if all(container is not c for c in _containers(output)):
+            container.clear()
+    assert step.args == before == args
 
 
 def test_resolve_args_replaces_references() -> None:
