@@ -19,6 +19,7 @@ from pte._plan._context import (
 from pte._plan._control import (
     COMPARISONS,
     as_instant,
+    condition_references,
     schema_kinds,
 )
 from pte._plan._model import (
@@ -76,6 +77,7 @@ __all__ = [
     "check_inlined_ids",
     "check_specialists",
     "compile_plan",
+    "condition_references",
     "coordinator_view",
     "copy_json",
     "expand_procedures",

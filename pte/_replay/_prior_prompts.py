@@ -49,6 +49,9 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "096880eceb9f48b423eea51eb01c8f8394863d7aee391c07574eaf6c1fc4c285": (
             "pte 0.1.0 as of main 548690c (2026-11-29), before the finalizer's steps were ranked by distance"
         ),
+        "efe7ec56d2c70f7aac6ce7f1ce339f62b91b06677ccf1a2a4b2af9fc3de61fe8": (
+            "pte 0.1.0 as of main 8d82f99 (2026-11-29), before a when condition counted as a dependency"
+        ),
     }
 )
 

@@ -1,12 +1,13 @@
 """What the finalizer is shown of a run's steps, and which of them first where not all fit (#37).
 
 The finalizer phrases the result. It is shown the steps the result depends on (through
-references, across the run's plans) and the writes (what the run did), not steps the result
-does not depend on. Where the data budget cannot hold them all, `dependency_ranking` says
-which come first: every write (the answer must report what was done, and a write shown only by
-name cannot say to whom or what), then the steps the result references directly, then what
-those reference, and so on; ties by run order. The prompt (`pte._run._prompts.finalizer_messages`)
-shows a prefix of that ranking within the budget, in run order, and names the rest.
+references and `when` conditions, across the run's plans) and the writes (what the run did),
+not steps the result does not depend on. Where the data budget cannot hold them all,
+`dependency_ranking` says which come first: every write (the answer must report what was done,
+and a write shown only by name cannot say to whom or what), then the steps the result
+references directly, then what those reference, and so on; ties by run order. The prompt
+(`pte._run._prompts.finalizer_messages`) shows a prefix of that ranking within the budget, in
+run order, and names the rest.
 
 The ranking reads the plans and the deployment's catalogue only, never a step's output: text
 inside data cannot move a step up or down. This module decides what a model is shown, so its
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pte._plan import condition_references
 
 if TYPE_CHECKING:
     from pte._catalogue import Registry
@@ -77,13 +80,18 @@ def _label(labels: Collection[str] | None) -> str:
 
 
 def _uses(plans: Iterable[Plan]) -> dict[str, set[str]]:
-    """Each step of `plans` and the steps its arguments (and its for_each list) reference."""
+    """Each step of `plans` and the steps its output depends on: those its arguments, its
+    for_each list and its `when` condition reference (a skipped step's output is its default,
+    so the condition's data says why). `after` only orders, and a require step guards later
+    steps without giving them data: neither is a dependency here."""
     uses: dict[str, set[str]] = {}
     for plan in plans:
         for item in plan.steps:
             refs = {ref.step for _, ref in item.references}
             if item.for_each is not None:
                 refs.add(item.for_each.step)
+            if item.condition is not None and not item.is_require:
+                refs.update(ref.step for _, ref in condition_references(item.condition))
             uses.setdefault(item.id, set()).update(refs)
     return uses
 

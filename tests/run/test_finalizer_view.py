@@ -220,6 +220,46 @@ def test_text_inside_an_output_does_not_choose_what_the_finalizer_is_shown(tmp_p
     assert f"<<<PTE_DATA step={CHAIN[0]}" not in attacked  # the look-alike is neutralised where shown
 
 
+def test_a_when_condition_is_a_dependency_of_the_step_it_gates(tmp_path: Path) -> None:
+    """A skipped step's output is its default: the data its `when` read says why, so the step
+    the condition references is a dependency (here at distance 2, run first: shown before the
+    long chain the gated step also reads)."""
+    chain = _chain_plan(NOTE, "unused title")["steps"][1 : 1 + len(CHAIN)]
+    plan = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "lines_counted", "tool": "count", "args": {"records": ["one", "two", "three"]}},
+            *chain,
+            {
+                "id": "say_how_many",
+                "tool": "format_text",
+                "args": {"template": "{n} lines", "values": {"n": {"$ref": f"{CHAIN[-1]}/count"}}},
+                "when": {"gt": [{"$ref": "lines_counted/count"}, 100]},
+                "default": {"text": "too few lines to say"},
+            },
+        ],
+        "result": {"$ref": "say_how_many/text"},
+    }
+    seen: list[list[dict[str, Any]]] = []
+
+    def answer(messages: list[dict[str, Any]], call: Any) -> str:
+        seen.append(messages)
+        return "There were too few lines to say."
+
+    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[answer])
+    log = tmp_path / "when.jsonl"
+    with AuditLog(log) as audit:
+        result = Engine(
+            load_registry(["containers", "shaping", "text"]), model, config=EngineConfig(data_budget=2000)
+        ).run("Say how many lines, if there are many.", audit)
+    assert result.status == "succeeded" and result.result == "too few lines to say", result.message
+    (messages,) = seen
+    user = messages[-1]["content"]
+    assert _shown_blocks(user)[:2] == ["lines_counted", CHAIN[-1]] and "say_how_many" in _shown_blocks(user)
+    assert f"- step={CHAIN[0]} tool=split_text: output not shown" in user
+    assert replay_file(log).ok
+
+
 # --- the ranking and the budget over any dependency graph (#37) --------------------------------
 
 _LINE = st.text(alphabet="abcdefghij klmnop.,:-", min_size=1, max_size=60).map(lambda t: t * 4)
