@@ -146,3 +146,15 @@ def test_aliased_and_any_parameters_get_what_pydantic_gives_by_parameter_name(ar
 
 def test_an_aliased_parameter_reaches_the_function_under_its_python_name() -> None:
     assert spec_of(aliased).invoke({"from": "ann", "items": [1], "max-items": 3}) == 3
+
+
+@pytest.mark.parametrize("value", ["5", True, "7"])
+def test_the_schema_refuses_what_pydantic_would_convert_so_both_checks_stay(value: Any) -> None:
+    # Why a step's arguments are checked by the schema and then converted by pydantic (#37):
+    # pydantic's lax mode takes these for an int; the schema the plan was compiled against does not.
+    spec = spec_of(plain)
+    args = {"n": value, "text": "a", "ratio": 0.5, "flag": True}
+    assert spec.to_kwargs(args)["n"] == int(value)
+    with pytest.raises(ToolError) as caught:
+        spec.validate_args(args)
+    assert caught.value.kind == "invalid_args"
