@@ -38,6 +38,7 @@ from pte._catalogue import ToolSpec
 from pte._core import ToolError
 from pte._execution._attempt import Attempt, attempt_sync, classify
 from pte._execution._process import call_in_process
+from pte._plan import copy_json
 
 __all__ = ["CallOutcome", "settled", "start_call"]
 
@@ -248,17 +249,21 @@ class _Call:
             self._attempt += 1
             attempt = self._attempt
         ref = weakref.ref(self)
+        # A call that may be attempted again keeps its arguments as the executor handed them:
+        # each attempt gets its own copy, since a tool may change what it was given (a
+        # parameter typed `Any` is passed through by pydantic) before it fails.
+        args = copy_json(self.args) if spec.retries else self.args
         if spec.is_async:
             loop = self._loop = _LOOP.get()
-            future = asyncio.run_coroutine_threadsafe(_attempt_async(spec, self.args), loop)
+            future = asyncio.run_coroutine_threadsafe(_attempt_async(spec, args), loop)
             self._future = future
             future.add_done_callback(lambda f: _async_done(ref, attempt, f))
             deadline = spec.timeout_s + CANCEL_GRACE_S
         elif spec.isolation == "process":
-            _WORKERS.submit(lambda: self._finished(attempt, call_in_process(spec, self.args, self)))
+            _WORKERS.submit(lambda: self._finished(attempt, call_in_process(spec, args, self)))
             deadline = None  # the worker thread waits with the timeout and kills on expiry
         else:
-            _WORKERS.submit(lambda: self._finished(attempt, attempt_sync(spec, self.args)))
+            _WORKERS.submit(lambda: self._finished(attempt, attempt_sync(spec, args)))
             deadline = spec.timeout_s
         if deadline is not None:
             _TIMERS.call_at(time.monotonic() + deadline, lambda: _deadline(ref, attempt))

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool, verify
 from pte.audit import read_records
@@ -26,6 +28,7 @@ CALLS: dict[str, list[float]] = {}
 def _reset() -> Iterator[None]:
     FAILURES.clear()
     CALLS.clear()
+    SEEN.clear()
     yield
 
 
@@ -65,7 +68,44 @@ def broken() -> int:
     raise ValueError("not transient")
 
 
-REGISTRY = Registry([flaky_503, flaky_socket, hangs_once, broken])
+#: What each attempt of the vandals was handed (a JSON snapshot taken before it vandalises it).
+SEEN: list[Any] = []
+
+
+def _vandalise(value: Any) -> None:
+    """Change every container inside `value`, in place, as a careless tool might."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _vandalise(item)
+        value.clear()
+        value["vandal"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _vandalise(item)
+        value.append("vandal")
+
+
+@tool(retries=2, backoff_s=0.0)
+def vandal(data: Any) -> Any:
+    """Takes anything (`Any`: pydantic passes the object through), vandalises it, fails while told to."""
+    SEEN.append(json.loads(json.dumps(data)))
+    _vandalise(data)
+    if _called("vandal"):
+        raise TransientError("try again")
+    return SEEN[-1]
+
+
+@tool(retries=2, backoff_s=0.0)
+async def async_vandal(data: Any) -> Any:
+    """`vandal`, on the event loop."""
+    SEEN.append(json.loads(json.dumps(data)))
+    _vandalise(data)
+    if _called("async_vandal"):
+        raise TransientError("try again")
+    return SEEN[-1]
+
+
+REGISTRY = Registry([flaky_503, flaky_socket, hangs_once, broken, vandal, async_vandal])
 
 
 def make_plan(*tools: str) -> Plan:
@@ -118,6 +158,35 @@ def test_other_failures_are_not_retried() -> None:
     result = run(make_plan("broken"))
     assert result.failure is not None and result.failure.attempts == 1
     assert len(CALLS["broken"]) == 1
+
+
+_DATA = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.sampled_from("abc"), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=max(50, settings().max_examples // 5))  # a run per example
+@given(data=_DATA, failures=st.integers(0, 2), name=st.sampled_from(["vandal", "async_vandal"]))
+def test_every_attempt_gets_the_arguments_as_planned_whatever_the_one_before_did(
+    data: Any, failures: int, name: str
+) -> None:
+    # Found in #37: a retried call handed every attempt the same dict, so an attempt after one
+    # that changed its arguments and failed saw them changed (an `Any` parameter, or a list
+    # in one). The recorded arguments said otherwise, and the output was computed from others.
+    FAILURES.clear()
+    SEEN.clear()
+    FAILURES[name] = failures
+    doc = {"pte_plan": "1", "steps": [{"id": "v", "tool": name, "args": {"data": data}}]}
+    result = run(compile_plan(json.dumps(doc), REGISTRY))
+    assert result.ok, result.failure
+    step = result.results[0]
+    assert step.attempts == failures + 1
+    assert [data] * (failures + 1) == SEEN, "each attempt was handed the planned arguments"
+    assert step.args == {"data": data} and step.output == data
 
 
 def test_only_idempotent_tools_may_declare_retries() -> None:
