@@ -134,8 +134,8 @@ class Parts:
 
     def run(self) -> None:
         from pte._audit import records as rec
-        from pte._audit._writer import _HASH_KEY, _PLACEHOLDER_MEMBER, _utc_now
-        from pte._core import sha256_hex, without_member
+        from pte._audit._writer import _HASH_KEY, _PLACEHOLDER_CUT, _utc_now
+        from pte._core import sha256_hex
         from pte._core._canonical import checked_jcs, numbers_as_jcs
 
         steps, records, encodings, redactor = self.steps, self.records, self.encodings, self.redactor
@@ -167,7 +167,7 @@ class Parts:
         mark()
         for _ in range(steps):
             for encoded in encodings:
-                head, tail = without_member(encoded, _PLACEHOLDER_MEMBER)
+                head, tail = encoded.split(_PLACEHOLDER_CUT)
                 digest = sha256_hex(b"".join((prev, head, tail)))
                 b"".join((head, _HASH_KEY, digest.encode("ascii"), b'",', tail, b"\n"))
         mark()

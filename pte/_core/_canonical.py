@@ -57,6 +57,7 @@ CanonicalizationError = rfc8785.CanonicalizationError
 # A character outside the BMP: key order by UTF-16 may differ (only on non-ASCII output).
 _NON_BMP = re.compile(rb"[\xf0-\xf4]")
 _MAX_SAFE_INT = 2**53 - 1
+_MIN_SAFE_INT = -_MAX_SAFE_INT  # a constant: negating the big integer allocates one each time
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
@@ -121,18 +122,16 @@ def numbers_as_jcs(value: Any) -> bool:
     infinities, big integers) is left to `rfc8785`. One pass over the containers.
     """
     stack = [value]
-    pop = stack.pop
-    push = stack.append
     while stack:
-        node = pop()
+        node = stack.pop()
         for item in node.values() if node.__class__ is dict else node:
             kind = item.__class__
             if kind is str or item is None or item is True or item is False:
                 continue
             if kind is dict or kind is list:
-                push(item)
+                stack.append(item)
             elif kind is int:
-                if not -_MAX_SAFE_INT <= item <= _MAX_SAFE_INT:
+                if not _MIN_SAFE_INT <= item <= _MAX_SAFE_INT:
                     return False
             elif kind is float:
                 if not 1e-4 <= abs(item) < 1e15 or item.is_integer():
@@ -168,11 +167,11 @@ def _with_integral_as_int(value: Any) -> Any:
     if kind is list:
         return [_with_integral_as_int(item) for item in value]
     if kind is int:
-        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+        if _MIN_SAFE_INT <= value <= _MAX_SAFE_INT:
             return value
     elif kind is float:
         if value.is_integer():
-            if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            if _MIN_SAFE_INT <= value <= _MAX_SAFE_INT:
                 return int(value)
         elif 1e-4 <= abs(value) < 1e15:
             return value
@@ -199,7 +198,7 @@ def _as_doubles(value: Any, exact: bool) -> Any:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
-        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+        if _MIN_SAFE_INT <= value <= _MAX_SAFE_INT:
             return value
         try:
             double = float(value)
@@ -247,7 +246,7 @@ def is_canonical(data: bytes, value: Any) -> bool:
 
 def _parse_int(text: str) -> int | float:
     value = int(text)
-    return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else float(text)
+    return value if _MIN_SAFE_INT <= value <= _MAX_SAFE_INT else float(text)
 
 
 def canonical_loads(text: str | bytes) -> Any:
@@ -271,12 +270,14 @@ def without_member(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
     JCS form of the object without that member (docs/audit-format.md, "Verifying fast").
 
     `member` (``"hash":"<64 hex>"``) must occur exactly once, which makes it a top-level
-    member: inside a string value its quotes would be escaped. None otherwise.
+    member: inside a string value its quotes would be escaped. None otherwise. (One `split`
+    finds every occurrence in one pass; in JSON two cannot overlap, since a string's closing
+    quote is never followed by the letter a member name starts with.)
     """
-    at = line.find(member)
-    if at < 0 or line.find(member, at + 1) >= 0:
+    parts = line.split(member)
+    if len(parts) != 2:
         return None
-    head, tail = line[:at], line[at + len(member) :]
+    head, tail = parts
     if tail[:1] == b",":  # not the last member: drop the comma after it
         tail = tail[1:]
     elif head[-1:] == b",":  # the last member: drop the comma before it

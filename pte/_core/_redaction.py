@@ -399,21 +399,27 @@ class Redactor:
         encoded = self.canonical_if_checkable(record)
         return encoded if encoded is not None and self.clean((encoded,)) else None
 
-    def canonical_if_checkable(self, record: dict[str, Any]) -> bytes | None:
+    def canonical_if_checkable(self, record: dict[str, Any], *, walk: Any = None) -> bytes | None:
         """The canonical form of `record` when `clean` can answer for it (exact JSON data
         whose numbers orjson writes as JCS does, and rules a search of the encoding answers
         for); None when only the walk (`redact_fields`) can decide. `canonical_if_clean` is
-        this and `clean`; the audit writer checks a batch's records with one `clean`."""
-        if self._whole_check is None or not numbers_as_jcs(record):
+        this and `clean`; the audit writer checks a batch's records with one `clean`.
+
+        `walk`: the part of `record` to check for types and numbers (`numbers_as_jcs`), when
+        the caller knows the rest to be exact strings and safe integers (the audit writer's
+        common fields); by default the whole record."""
+        if self._whole_check is None or not numbers_as_jcs(record if walk is None else walk):
             return None
         return checked_jcs(record)
 
     def clean(self, encodings: Sequence[bytes]) -> bool:
         """Whether no rule can change anything in the records `encodings` are of (each from
-        `canonical_if_checkable`), searched as one text: one RE2 search for a batch of records
-        instead of one each (a search costs about as much for one short record as for two).
-        What occurs in one encoding occurs in the joined text; what only occurs across a
-        join is a false alarm: the walk then decides, as for any finding."""
+        `canonical_if_checkable`, whole or in parts cut around whole members the walk leaves
+        alone: the audit writer leaves out its hash member), searched as one text: one RE2
+        search for a batch of records instead of one each (a search costs about as much for
+        one short record as for two). What occurs in a string or key of one part occurs in
+        the joined text (a keyword holds no quote, so it never spans a member's edge); what
+        only occurs across a join is a false alarm: the walk then decides, as for any finding."""
         check = self._whole_check
         if check is None:
             return False
@@ -425,6 +431,16 @@ class Redactor:
         # (the Kelvin sign to "k"), so it is searched lower-cased as Python does it.
         text = encoded if encoded.isascii() else encoded.decode().lower().encode()
         return not check.Match(text)
+
+    def clean_values(self, values: Sequence[Any]) -> bool:
+        """`clean` for `values` (dicts of exact JSON data, each whole: the audit writer's
+        records' own fields, without the common ones), searched in their JSON encoding: False
+        where they cannot be encoded."""
+        try:
+            encodings = [orjson.dumps(value) for value in values]
+        except TypeError:  # not JSON (a lone surrogate, a key that is not text...): the walk decides
+            return False
+        return bool(encodings) and self.clean(encodings)
 
     def _redact_around(self, mapping: Mapping[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
         out: dict[str, Any] = {}

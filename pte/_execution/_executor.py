@@ -594,19 +594,21 @@ class _Run:
 
     @staticmethod
     def _finished(result: StepResult) -> Record:
+        ok = result.ok
         error = None
-        if not result.ok:
+        if not ok:
             assert result.error is not None
             error = result.error.to_dict()
+        retried = result.retry_errors
         return rec.step_finished(
             step_id=result.step_id,
             tool=result.tool,
             status=result.status,
             duration_ms=result.duration_ms,
-            output=result.output if result.ok else None,
+            output=result.output if ok else None,
             error=error,
             attempts=result.attempts,
-            retry_errors=[e.to_dict() for e in result.retry_errors],
+            retry_errors=[e.to_dict() for e in retried] if retried else (),
         )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
@@ -292,6 +292,8 @@ def test_default_run_id_and_timestamp_format() -> None:
 
 
 @given(st.datetimes(timezones=st.just(UTC)))
+@example(datetime(2026, 11, 29, 14, 0, 0, 0, tzinfo=UTC))  # orjson leaves out a microsecond of 0
+@example(datetime(9, 1, 2, 3, 4, 5, 6, tzinfo=UTC))
 def test_timestamp_is_isoformat_with_microseconds_and_z(moment: datetime) -> None:
     expected = moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
     assert format_timestamp(moment) == expected

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import tests._services as _services
 
-# private: canonical JSON's own bytes, reader, check and error, under test
-from pte._core import CanonicalizationError, canonical_bytes, canonical_loads, is_canonical
+# private: canonical JSON's own bytes, reader, check, error and member cut, under test
+from pte._core import CanonicalizationError, canonical_bytes, canonical_loads, is_canonical, without_member
 from pte.audit import canonical_json, hash_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -320,3 +320,42 @@ def test_bare_scalars_are_canonical(value: Any) -> None:
 def test_a_bare_integer_a_double_cannot_hold_is_refused() -> None:
     with pytest.raises(CanonicalizationError):
         canonical_bytes(2**60)
+
+
+_HASH = "0" * 64
+_MEMBER = b'"hash":"' + _HASH.encode() + b'"'
+
+
+def _cut_by_finding(line: bytes, member: bytes) -> tuple[bytes, bytes] | None:
+    """`without_member` as it was written first: find the member, then look for a second."""
+    at = line.find(member)
+    if at < 0 or line.find(member, at + 1) >= 0:
+        return None
+    head, tail = line[:at], line[at + len(member) :]
+    if tail[:1] == b",":
+        tail = tail[1:]
+    elif head[-1:] == b",":
+        head = head[:-1]
+    return head, tail
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(_keys, _json, max_size=4),
+    st.lists(
+        st.sampled_from([{"hash": _HASH}, {"hash": _HASH, "z": 1}, [_HASH, {"hash": _HASH}]]), max_size=2
+    ),
+)
+def test_without_member_cuts_the_top_level_member_as_finding_each_occurrence_did(
+    value: dict[str, Any], nested: list[Any]
+) -> None:
+    # One `split` instead of two `find`s (the writer's and verify's hash cut): the same parts,
+    # and, with the member at the top level (as every record has it), the record without it.
+    record = {**value, "hash": _HASH, **{f"n{i}": n for i, n in enumerate(nested)}}
+    line = canonical_bytes(record)
+    parts = without_member(line, _MEMBER)
+    assert parts == _cut_by_finding(line, _MEMBER)
+    if parts is not None:
+        assert b"".join(parts) == canonical_bytes({k: v for k, v in record.items() if k != "hash"})
+    else:
+        assert line.count(_MEMBER) > 1
