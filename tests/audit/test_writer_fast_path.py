@@ -28,7 +28,6 @@ from pte import AuditLog, verify
 
 # private: the record builders and the record they build, to write records by hand
 from pte._audit import records
-from pte._audit._records import Record
 
 # private: the hash a chain starts from
 from pte._audit._scan import GENESIS_HASH
@@ -187,7 +186,8 @@ def test_the_writer_writes_what_the_walk_and_the_reference_encoder_give(
     log.write(records.run_started(mode="execute", request=None, config={}))
     prev = log.last_hash
     started = records.step_started(step_id="s", tool="t", effect="read", args={"x": 1}, plan_hash="a" * 64)
-    batch = [started, Record("step_finished", fields)] if as_pair else [Record("step_finished", fields)]
+    finished = records.Record("step_finished", fields)
+    batch = [started, finished] if as_pair else [finished]
     expected: list[bytes] = []
     refused = False
     for seq, record in enumerate(batch, start=1):
