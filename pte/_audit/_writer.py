@@ -540,15 +540,10 @@ class AuditLog:
         the record's own fields need the types and numbers walk.
         """
         # `fields` cannot hold a common field (`append` refused it): nothing is overwritten.
-        record: dict[str, Any] = {
-            "seq": seq,
-            "run_id": self.run_id,
-            "ts": ts,
-            "type": type,
-            "prev": prev,
-            **fields,
-            "hash": _PLACEHOLDER,
-        }
+        # (A copy of the fields with the common ones added: a third less work than unpacking
+        # them into a new dict.)
+        run_id = self.run_id
+        record = dict(fields, seq=seq, run_id=run_id, ts=ts, type=type, prev=prev, hash=_PLACEHOLDER)
         # Most records hold nothing to redact: checked whole, their encoding is the line's.
         encoded = None
         if not redact:
@@ -556,8 +551,8 @@ class AuditLog:
             encoded = self.redactor.canonical_if_checkable(record, walk=fields if own else record)
         unchecked = encoded is not None
         if encoded is None:
-            common = {key: record[key] for key in ("seq", "run_id", "ts", "type", "prev")}
-            record = {**common, **self.redactor.redact_fields(type, fields), "hash": _PLACEHOLDER}
+            walked = self.redactor.redact_fields(type, fields)
+            record = dict(walked, seq=seq, run_id=run_id, ts=ts, type=type, prev=prev, hash=_PLACEHOLDER)
             encoded = canonical_bytes(record)
         elif self._keep:
             record = orjson.loads(encoded)  # a record the log keeps holds none of the caller's values

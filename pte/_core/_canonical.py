@@ -88,8 +88,13 @@ def canonical_bytes(value: Any, *, from_text: bool = False) -> bytes:
         data = checked_jcs(ready) if ready is not None else None
         if data is not None:
             return data
-    elif (kind is int or kind is float or kind is bool or value is None) and numbers_as_jcs((value,)):
-        return orjson.dumps(value)  # a bare number, as many tools return: no walk in rfc8785
+    elif kind is int:  # a bare integer, as many tools return (`ToolSpec.to_output` checks each)
+        if _MIN_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return orjson.dumps(value)
+    elif kind is bool or value is None:
+        return orjson.dumps(value)
+    elif kind is float and numbers_as_jcs((value,)):
+        return orjson.dumps(value)  # a bare number: no walk in rfc8785
     return _jcs(value, exact=not from_text)
 
 

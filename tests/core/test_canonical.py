@@ -359,3 +359,17 @@ def test_without_member_cuts_the_top_level_member_as_finding_each_occurrence_did
         assert b"".join(parts) == canonical_bytes({k: v for k, v in record.items() if k != "hash"})
     else:
         assert line.count(_MEMBER) > 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(-(2**53) + 1, 2**53 - 1) | st.floats() | st.booleans() | st.none())
+def test_bare_scalars_are_written_as_the_reference_writes_them(value: Any) -> None:
+    # A tool's bare output (`ToolSpec.to_output` checks each): integers and floats on their own
+    # paths, NaN and infinities refused.
+    try:
+        expected = rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(CanonicalizationError):
+            canonical_bytes(value)
+        return
+    assert canonical_bytes(value) == expected
