@@ -101,7 +101,10 @@ def format_timestamp(moment: datetime) -> str:
     formatting the seven fields in Python; no cache), except that, as ``isoformat()`` does, it
     leaves out a microsecond of 0: that one in a million is formatted field by field."""
     if moment.microsecond and moment.tzinfo is UTC:
-        return orjson.dumps(moment, option=orjson.OPT_UTC_Z)[1:-1].decode("ascii")
+        try:
+            return orjson.dumps(moment, option=orjson.OPT_UTC_Z)[1:-1].decode("ascii")
+        except TypeError:  # a datetime subclass (pendulum, a frozen clock): orjson refuses it
+            pass
     return _TS_FORMAT % (
         moment.year,
         moment.month,
