@@ -123,7 +123,9 @@ def select(schema: Schema, root: Mapping[str, Any], tokens: tuple[str, ...], dep
         if isinstance(extra, _MAPPINGS):
             return select(extra, root, rest, depth + 1)
     # "*" selects any element: the current element of a for_each list (pte._plan._control).
-    if "array" in types and (token == "*" or (token.isdigit() and (token == "0" or token[0] != "0"))):
+    if "array" in types and (
+        token == "*" or (token.isascii() and token.isdigit() and (token == "0" or token[0] != "0"))
+    ):
         prefix = schema.get("prefixItems")
         if token == "*" and isinstance(prefix, list) and prefix:
             return None  # a tuple's positions differ in type: no one schema for "any element"

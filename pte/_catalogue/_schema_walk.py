@@ -123,7 +123,7 @@ class SchemaWalk:
         for raw in fragment.split("/")[1:] if fragment else ():
             token = raw.replace("~1", "/").replace("~0", "~")
             if isinstance(node, (list, tuple)):
-                if not token.isdigit():
+                if not (token.isascii() and token.isdigit()):
                     return None
                 tokens.append(int(token))
                 node = node[int(token)] if int(token) < len(node) else None

@@ -80,7 +80,7 @@ class Reference:
             if isinstance(value, dict):
                 value = value[token]
             elif isinstance(value, list):
-                if not token.isdigit() or (len(token) > 1 and token[0] == "0"):
+                if not (token.isascii() and token.isdigit()) or (len(token) > 1 and token[0] == "0"):
                     raise KeyError(token)
                 value = value[int(token)]
             else:

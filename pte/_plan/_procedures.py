@@ -463,7 +463,7 @@ def _navigate(value: Any, tokens: Sequence[str], text: str, path: tuple[str | in
             return {"$ref": value["$ref"] + rest}
         if isinstance(value, dict) and token in value:
             value = value[token]
-        elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
+        elif isinstance(value, list) and token.isascii() and token.isdigit() and int(token) < len(value):
             value = value[int(token)]
         else:
             raise _reject(
@@ -535,7 +535,9 @@ def _schema_at(schema: Any, tokens: Sequence[str], root: Mapping[str, Any]) -> A
             return {}
         if token in (schema.get("properties") or {}):
             schema = schema["properties"][token]
-        elif (token.isdigit() or token == "*") and isinstance(schema.get("items"), Mapping):
+        elif ((token.isascii() and token.isdigit()) or token == "*") and isinstance(
+            schema.get("items"), Mapping
+        ):
             schema = schema["items"]
         else:
             return {}

@@ -140,7 +140,12 @@ def _selects(value: Any, tokens: tuple[str, ...]) -> bool:
             value = value[token]
         elif isinstance(value, list) and token == ELEMENT:
             return all(_selects(item, tokens[n + 1 :]) for item in value)
-        elif isinstance(value, list) and token.isdigit() and (token == "0" or token[0] != "0"):
+        elif (
+            isinstance(value, list)
+            and token.isascii()
+            and token.isdigit()
+            and (token == "0" or token[0] != "0")
+        ):
             if int(token) >= len(value):
                 return False
             value = value[int(token)]

@@ -42,7 +42,7 @@ def _resolve(ref: Reference, outputs: Mapping[str, Any]) -> tuple[bool, Any]:
     for token in ref.tokens:
         if isinstance(value, Mapping) and token in value:
             value = value[token]
-        elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
+        elif isinstance(value, list) and token.isascii() and token.isdigit() and int(token) < len(value):
             value = value[int(token)]
         else:
             return False, None

@@ -142,7 +142,7 @@ def split_element(step_id: str) -> tuple[str, int | None]:
     """``pay[2]`` -> (``pay``, 2): a for_each element; ``pay`` -> (``pay``, None)."""
     if step_id.endswith("]") and "[" in step_id:
         base, index = step_id[:-1].split("[", 1)
-        if index.isdigit():
+        if index.isascii() and index.isdigit():
             return base, int(index)
     return step_id, None
 
