@@ -88,7 +88,7 @@ DEFAULT_TTL = timedelta(hours=24)
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 _RUN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _STEP_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
-_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z", re.ASCII)  # as fromisoformat reads
 _FIELDS = frozenset(
     {
         "pte_endorsement",
