@@ -17,6 +17,7 @@ rule files (``PTE_SECRET_RULES``, gitleaks-format TOML paths separated by ``os.p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import weakref
@@ -258,7 +259,9 @@ class Redactor:
             self._secrets.append(value)
             # Longest first, so a secret that contains another is replaced whole.
             self._secrets.sort(key=len, reverse=True)
-            self._encoded_secrets.append(orjson.dumps(value)[1:-1])
+            # A lone surrogate (an environment variable's undecodable bytes) is in no encoding.
+            with contextlib.suppress(TypeError):
+                self._encoded_secrets.append(orjson.dumps(value)[1:-1])
             self._text_cache = {}
             self._own_content = set()  # redacted before this secret was known
 
