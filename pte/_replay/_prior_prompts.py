@@ -52,6 +52,10 @@ PRIOR_PROMPTS: Mapping[str, str] = MappingProxyType(
         "efe7ec56d2c70f7aac6ce7f1ce339f62b91b06677ccf1a2a4b2af9fc3de61fe8": (
             "pte 0.1.0 as of main 8d82f99 (2026-11-29), before a when condition counted as a dependency"
         ),
+        "def5410245f8321015fa70a0ee4ed5c0c480515d1a6ef062ef94a1bec12735fd": (
+            "pte 0.1.0 as of main ee2cb12 (2026-11-29), before the finalizer took a for_each step's place "
+            "in the run from its plan"
+        ),
     }
 )
 

@@ -102,13 +102,16 @@ def finalizer_view(run: RunState, registry: Registry) -> FinalizerView:
     sources = {ref.step for ref in plan.result_references()}
     result_labels = frozenset().union(*(run.labels.get(sid, _UNTRUSTED) for sid in sources))
     distances = dependency_distances(sources, _uses(run.result.plans))
-    run_order = list(run.prior)
+    # Run order is each plan's execution order: `run.prior` lists a for_each step, or a step
+    # skipped with its default, only once its plan has ended (after steps that ran later).
+    planned = dict.fromkeys(sid for each in run.result.plans for sid in each.order if sid in run.prior)
+    run_order = [*planned, *(sid for sid in run.prior if sid not in planned)]
     writes = {sid for sid, tool in run.prior.items() if tool in registry and registry[tool].effect == "write"}
     ranking = dependency_ranking(run_order, distances, writes)
     shown = set(ranking)
     steps = [
-        (sid, tool, run.result.outputs[sid], _label(run.labels.get(sid)))
-        for sid, tool in run.prior.items()
+        (sid, run.prior[sid], run.result.outputs[sid], _label(run.labels.get(sid)))
+        for sid in run_order
         if sid in shown
     ]
     return FinalizerView(steps, ranking, _label(result_labels))

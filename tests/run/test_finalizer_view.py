@@ -349,3 +349,66 @@ def test_the_budget_is_shared_as_evenly_as_the_sizes_allow(needs: list[int], bud
     assert cap >= least
     assert sum(min(n, cap) for n in shown) <= budget
     assert cap == budget or sum(min(n, cap + 1) for n in shown) > budget  # none larger fits
+
+
+class _Order(BaseModel):
+    id: int
+    note: str
+
+
+@tool
+def list_orders() -> list[_Order]:
+    """The open orders."""
+    return [_Order(id=i, note=f"order {i}") for i in range(3)]
+
+
+@tool
+def order_total(order_id: int) -> int:
+    """An order's total."""
+    return order_id * 10
+
+
+@tool(effect="write")
+def send_summary(text: str) -> dict[str, Any]:
+    """Send a summary (a write)."""
+    return {"sent": True}
+
+
+def test_the_finalizer_reads_a_for_each_step_where_it_ran(tmp_path: Path) -> None:
+    # Review of #37: the run's completed steps list a for_each step (and a step skipped with its
+    # default) only once its plan has ended, after the steps that ran later; the finalizer read
+    # that list as the run's order, so here it was told the summary was sent before the totals.
+    plan = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "open_orders", "tool": "list_orders", "args": {}},
+            {
+                "id": "order_totals",
+                "tool": "order_total",
+                "for_each": {"$ref": "open_orders"},
+                "max_items": 10,
+                "args": {"order_id": {"$ref": "open_orders/*/id"}},
+            },
+            {
+                "id": "summary_sent",
+                "tool": "send_summary",
+                "args": {"text": "totals done"},
+                "after": ["order_totals"],
+            },
+        ],
+        "result": {"totals": {"$ref": "order_totals"}},
+    }
+    seen: list[str] = []
+
+    def answer(messages: list[dict[str, Any]], call: Any) -> str:
+        seen.append(messages[-1]["content"])
+        return "Totals 0, 10 and 20; the summary was sent."
+
+    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[answer])
+    log = tmp_path / "run.jsonl"
+    registry = Registry([list_orders, order_total, send_summary])
+    with AuditLog(log) as audit:
+        result = Engine(registry, model, config=EngineConfig(data_budget=2000)).run("Order totals?", audit)
+    assert result.status == "succeeded", result.message
+    assert _shown_blocks(seen[0]) == ["open_orders", "order_totals", "summary_sent"]
+    assert replay_file(log).ok
