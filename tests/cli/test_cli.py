@@ -1091,15 +1091,15 @@ sys.path.insert(0, {repo!r})
 from pte import AuditLog
 from pte.cli import main
 
-original = AuditLog.append
+original = AuditLog.write_records  # every write goes through it (`write` and `append` too)
 
-def append(self, type, /, **fields):
-    record = original(self, type, **fields)
-    if type == "step_started" and fields.get("step_id") == "all":
+def write_records(self, records):
+    written = original(self, records)
+    if any(r["type"] == "step_started" and r.get("step_id") == "all" for r in written):
         os.kill(os.getpid(), signal.SIGKILL)
-    return record
+    return written
 
-AuditLog.append = append
+AuditLog.write_records = write_records
 main(["--quiet", "execute", sys.argv[2], "--audit", sys.argv[1]])
 """
 
