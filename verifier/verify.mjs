@@ -482,7 +482,8 @@ function checkRunStarted(n, record, stored) {
     for (const tool of tools) {
       const entry = byName.get(tool.name);
       if (entry === undefined) throw new Issue(n, `tool ${tool.name} is not in the catalogue`);
-      const schemas = { input_schema: entry.input_schema, output_schema: entry.output_schema };
+      // A missing schema hashes as null, as the Python verifier reads it (`dict.get`).
+      const schemas = { input_schema: entry.input_schema ?? null, output_schema: entry.output_schema ?? null };
       if (sha256Hex(jcs(schemas)) !== tool.schema_hash) throw new Issue(n, `tool ${tool.name}: schema_hash does not match the catalogue`);
       for (const field of ["effect", "sinks", "requires_approval", "provenance", "idempotent", "timeout_s"]) {
         if (field in tool && jcs(tool[field]) !== jcs(entry[field] ?? null)) throw new Issue(n, `tool ${tool.name}: ${field} differs from the catalogue`);

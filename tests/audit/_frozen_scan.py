@@ -3,6 +3,8 @@
 Used only by tests/audit/test_scan_phases.py, which checks that the split changed nothing: the
 same `Scan` (first issue, its message byte for byte, counts, segments, stored content, anchors)
 for every generated log. Do not edit: it is the reference the refactor is measured against.
+One bug fix since made in both carries here too (cb96963: a line is JSON text, whose numbers are
+doubles, and is hashed so — `from_text` — rather than refused for an integer beyond a double).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def _common_fields_problem(record: Mapping[str, Any]) -> str | None:
 
 def _record_hash_problem(record: Mapping[str, Any]) -> str | None:
     body = {k: v for k, v in record.items() if k != "hash"}
-    expected = sha256_hex(record["prev"].encode("utf-8") + canonical_bytes(body))
+    expected = sha256_hex(record["prev"].encode("utf-8") + canonical_bytes(body, from_text=True))
     if expected != record["hash"]:
         return f"hash mismatch: recorded {record['hash'][:12]}…, content hashes to {expected[:12]}…"
     return None
@@ -72,7 +74,7 @@ def _v1_line_problem(body: bytes) -> tuple[Any, bool]:
 
 def _record_hash(record: Mapping[str, Any], version: int) -> str:
     body = {k: v for k, v in record.items() if k != "hash"}
-    text = canonical_bytes(body) if version == 2 else canonical_json_v1(body).encode("utf-8")
+    text = canonical_bytes(body, from_text=True) if version == 2 else canonical_json_v1(body).encode("utf-8")
     return _sha256(str(record["prev"]).encode("utf-8") + text).hexdigest()
 
 

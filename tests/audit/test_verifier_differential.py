@@ -288,6 +288,9 @@ CONTENT_TAMPERINGS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "a tool's effect changed in the catalogue": lambda r: _catalogue(r)[0].__setitem__("effect", "write"),
     "a tool's schema changed in the catalogue": lambda r: _catalogue(r)[0].__setitem__("input_schema", {}),
     "the catalogue emptied": lambda r: _catalogue(r).clear(),
+    # A tool without its schemas hashed `undefined` in the Node verifier, which crashed on it.
+    "a tool's input schema removed from the catalogue": lambda r: _catalogue(r)[0].pop("input_schema"),
+    "a tool's output schema removed from the catalogue": lambda r: _catalogue(r)[0].pop("output_schema"),
 }
 
 
