@@ -30,6 +30,7 @@ from pte._core._canonical import (
     hash_json,
     is_canonical,
     sha256_hex,
+    well_formed,
     without_member,
 )
 from pte._core._data_budget import (
@@ -229,5 +230,6 @@ __all__ = [
     "sign_decision",
     "strict_json",
     "strict_yaml",
+    "well_formed",
     "without_member",
 ]

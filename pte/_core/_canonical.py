@@ -47,6 +47,7 @@ __all__ = [
     "json_plain",
     "numbers_as_jcs",
     "sha256_hex",
+    "well_formed",
     "without_member",
 ]
 
@@ -303,3 +304,15 @@ def canonical_json_v1(value: Any) -> str:
     fingerprints their approvals bind); nothing writes it any more.
     """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def well_formed(text: str) -> str:
+    """`text` as JSON and UTF-8 can hold it: each lone surrogate replaced by U+FFFD (a pair of
+    surrogate code points joined into the character they spell). Text from outside (a model's
+    answer, a tool's error message) may hold one, JSON's ``"\\ud800"`` decoded; recorded as
+    it is, it would make the run's records unwritable. Text without one is returned as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text

@@ -44,6 +44,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pte._core._canonical import well_formed
+
 
 class ReasonCode(StrEnum):
     """Why a plan was rejected or a run failed closed."""
@@ -167,6 +169,9 @@ class ToolError(PTEError):
     """
 
     def __init__(self, kind: str, message: str, *, fatal: bool = False) -> None:
+        # A tool's text goes into the run's records: a lone surrogate in it would make them
+        # unwritable (`well_formed`).
+        kind, message = well_formed(kind), well_formed(message)
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
@@ -211,6 +216,7 @@ class LLMError(PTEError):
     """The LLM endpoint failed: transport error, timeout, refusal or an unusable answer."""
 
     def __init__(self, message: str, *, reason: ReasonCode = ReasonCode.LLM_ERROR, attempts: int = 1) -> None:
+        message = well_formed(message)  # it may quote a server's or client's text (`well_formed`)
         super().__init__(message)
         self.reason = reason
         self.message = message

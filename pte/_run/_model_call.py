@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pte._core import LLMError, call_role
+from pte._core import LLMError, call_role, well_formed
 from pte._run._llm import LLMClient, LLMResponse, _usage
 from pte._run._otel import RunTracer
 
@@ -36,12 +36,17 @@ def checked_response(response: Any) -> LLMResponse:
     if not isinstance(response, LLMResponse):
         raise LLMError(f"the model client returned {type(response).__name__}, not an LLMResponse")
     usage = _usage(response.usage)
-    return response if usage == response.usage else replace(response, usage=usage)
+    # The answer is recorded and compiled as one text: a lone surrogate in it (JSON's "\\ud800"
+    # decoded) would make its llm_call record unwritable, so both see it as `well_formed` makes it.
+    text = well_formed(response.text) if isinstance(response.text, str) else response.text
+    if usage == response.usage and text is response.text:
+        return response
+    return replace(response, usage=usage, text=text)
 
 
 def describe(exc: Exception) -> str:
     """A raised exception as a one-line message: its type and text."""
-    text = " ".join(str(exc).split())
+    text = well_formed(" ".join(str(exc).split()))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

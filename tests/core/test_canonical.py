@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 import tests._services as _services
 
 # private: canonical JSON's own bytes, reader, check, error and member cut, under test
-from pte._core import CanonicalizationError, canonical_bytes, canonical_loads, is_canonical, without_member
+from pte._core import (
+    CanonicalizationError,
+    canonical_bytes,
+    canonical_loads,
+    is_canonical,
+    well_formed,
+    without_member,
+)
 from pte.audit import canonical_json, hash_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -373,3 +380,21 @@ def test_bare_scalars_are_written_as_the_reference_writes_them(value: Any) -> No
             canonical_bytes(value)
         return
     assert canonical_bytes(value) == expected
+
+
+@given(st.text(alphabet=st.one_of(st.characters(), st.characters(categories=["Cs"]))))
+def test_well_formed_text_is_encodable_and_changes_only_lone_surrogates(text: str) -> None:
+    # Surrogates (category Cs, which st.characters leaves out by default), lone and in pairs.
+    fixed = well_formed(text)
+    assert canonical_bytes(fixed) == rfc8785.dumps(fixed)  # JSON and UTF-8 can hold it
+    if not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        assert fixed is text
+    kept = [c for c in text if not 0xD800 <= ord(c) <= 0xDFFF]
+    assert [c for c in fixed if c != "\ufffd" and ord(c) <= 0xFFFF] == [
+        c for c in kept if c != "\ufffd" and ord(c) <= 0xFFFF
+    ]
+
+
+def test_well_formed_joins_a_surrogate_pair_and_replaces_a_lone_one() -> None:
+    assert well_formed("a\ud83d\ude00b") == "a\U0001f600b"
+    assert well_formed("a\ud800b\udc00") == "a\ufffdb\ufffd"
