@@ -215,6 +215,12 @@ def test_write_returns_the_built_record_with_its_common_fields_chained(sink: Sin
         if previous is not None:
             assert out["seq"] > previous["seq"]
         previous = out
+    _assert_kept(sink, written)
+
+
+def _assert_kept(sink: Sink, written: list[dict[str, Any]]) -> None:
+    """Once synced, the store (if any) holds `written` as its run's last records, and the file
+    (if any) verifies."""
     sink.sink.sync()
     if sink.stored is not None:
         stored = sink.stored()
@@ -254,12 +260,7 @@ def test_write_records_writes_what_write_writes_each_with_one_timestamp(sink: Si
     # The memory, file and store logs stamp a batch once (the checkers re-derive theirs).
     if isinstance(sink.sink, AuditLog):
         assert stamps[1] == stamps[2] and stamps[4] == stamps[5]
-    sink.sink.sync()
-    if sink.stored is not None:
-        stored = sink.stored()
-        assert [r for r in stored if r["run_id"] == RUN_ID][-len(written) :] == written
-    if sink.path is not None:
-        assert verify(sink.path).ok
+    _assert_kept(sink, written)
 
 
 def test_a_batch_holding_a_record_that_is_not_json_writes_none_of_it(sink: Sink) -> None:

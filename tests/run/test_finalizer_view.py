@@ -16,8 +16,32 @@ from pte import AuditLog, Engine, EngineConfig, Registry, load_registry, tool
 
 # private: the finalizer's ranking and budget split, white-box
 from pte._run import dependency_distances, dependency_ranking, prompts
+from pte.engine import RunResult
 from pte.runs import replay_file
 from pte.testing import ScriptedModel
+
+
+def _finalized(
+    tmp_path: Path, plan: dict[str, Any], registry: Registry, request: str, answer: str, *, budget: int | None
+) -> tuple[RunResult, list[dict[str, Any]]]:
+    """Run `plan` as a model wrote it; the result and the messages of the one finalizer call the
+    engine sent (`budget`: the data budget, None for the default), after checking that replay
+    writes the same prompt."""
+    seen: list[list[dict[str, Any]]] = []
+
+    def finalizer(messages: list[dict[str, Any]], call: Any) -> str:
+        seen.append(messages)
+        return answer
+
+    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[finalizer])
+    config = EngineConfig() if budget is None else EngineConfig(data_budget=budget)
+    log = tmp_path / f"run{len(list(tmp_path.glob('run*.jsonl')))}.jsonl"
+    with AuditLog(log) as audit:
+        result = Engine(registry, model, config=config).run(request, audit)
+    if result.status == "succeeded":
+        assert replay_file(log).ok  # replay writes the same finalizer prompt
+    (messages,) = seen
+    return result, messages
 
 
 def test_the_finalizer_sees_the_steps_the_result_depends_on_and_not_the_others(tmp_path: Path) -> None:
@@ -34,23 +58,18 @@ def test_the_finalizer_sees_the_steps_the_result_depends_on_and_not_the_others(t
         ],
         "result": {"$ref": "share_in_words/text"},
     }
-    seen: list[str] = []
-
-    def answer(messages: list[dict[str, Any]], call: Any) -> str:
-        seen.append("\n".join(m["content"] for m in messages))
-        return "A quarter is 25 percent."
-
-    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[answer])
-    log = tmp_path / "run.jsonl"
-    with AuditLog(log) as audit:
-        result = Engine(load_registry(["calculator", "shaping"]), model, config=EngineConfig()).run(
-            "What share of 4 is 1, in words?", audit
-        )
+    result, messages = _finalized(
+        tmp_path,
+        plan,
+        load_registry(["calculator", "shaping"]),
+        "What share of 4 is 1, in words?",
+        "A quarter is 25 percent.",
+        budget=None,
+    )
     assert result.status == "succeeded", result.message
-    (shown,) = seen
+    shown = "\n".join(m["content"] for m in messages)
     assert "step=share_in_words" in shown and "step=share_of_quarter" in shown  # the result's chain
     assert "unrelated_share" not in shown and "42.86" not in shown  # a step it does not depend on
-    assert replay_file(log).ok  # replay writes the same finalizer prompt
 
 
 def test_the_finalizer_sees_the_steps_within_one_data_budget(tmp_path: Path) -> None:
@@ -75,20 +94,15 @@ def test_the_finalizer_sees_the_steps_within_one_data_budget(tmp_path: Path) -> 
         ],
         "result": {"$ref": "how_many_lines/count"},
     }
-    seen: list[list[dict[str, Any]]] = []
-
-    def answer(messages: list[dict[str, Any]], call: Any) -> str:
-        seen.append(messages)
-        return "The note has 300 lines."
-
-    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[answer])
-    log = tmp_path / "run.jsonl"
-    config = EngineConfig(data_budget=2000)
-    registry = load_registry(["text", "containers", "shaping"])
-    with AuditLog(log) as audit:
-        result = Engine(registry, model, config=config).run("How many lines, all parts together?", audit)
+    result, messages = _finalized(
+        tmp_path,
+        plan,
+        load_registry(["text", "containers", "shaping"]),
+        "How many lines, all parts together?",
+        "The note has 300 lines.",
+        budget=2000,
+    )
     assert result.status == "succeeded" and result.result == 300, result.message
-    (messages,) = seen
     user = messages[-1]["content"]
     for part in parts:  # the earlier steps: named, their outputs left out
         assert f"- step={part} tool=split_text: output not shown (the data budget is spent)" in user
@@ -96,7 +110,6 @@ def test_the_finalizer_sees_the_steps_within_one_data_budget(tmp_path: Path) -> 
     assert "step=how_many_lines tool=count output" in user and "step=all_the_lines tool=concat" in user
     blocks = user[user.index("The outputs of the steps") :]
     assert len(blocks) < 2000 + 1000, len(blocks)  # the budget, and the named steps and headers
-    assert replay_file(log).ok  # replay writes the same finalizer prompt
 
 
 # --- which steps first: by distance from the result, the writes first (#37) -------------------
@@ -154,25 +167,18 @@ def _chain_plan(note: str, title: str) -> dict[str, Any]:
     }
 
 
-def _finalizer_prompt(tmp_path: Path, plan: dict[str, Any], name: str) -> str:
+def _finalizer_prompt(tmp_path: Path, plan: dict[str, Any]) -> str:
     """The user message of the finalizer call the engine sent for `plan` (data_budget=2000)."""
-    seen: list[list[dict[str, Any]]] = []
-
-    def answer(messages: list[dict[str, Any]], call: Any) -> str:
-        seen.append(messages)
-        return "The title has four words and the note 60 lines; a reminder letter is queued."
-
-    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[answer])
-    log = tmp_path / f"{name}.jsonl"
-    registry = load_registry(["text", "containers", "shaping"]).merged(Registry([queue_letter]))
-    with AuditLog(log) as audit:
-        result = Engine(registry, model, config=EngineConfig(data_budget=2000)).run(
-            "How many words in the title and lines in the note? Queue a letter for INV-1006.", audit
-        )
+    result, messages = _finalized(
+        tmp_path,
+        plan,
+        load_registry(["text", "containers", "shaping"]).merged(Registry([queue_letter])),
+        "How many words in the title and lines in the note? Queue a letter for INV-1006.",
+        "The title has four words and the note 60 lines; a reminder letter is queued.",
+        budget=2000,
+    )
     assert result.status == "succeeded", result.message
     assert result.result == {"title": ["Quarterly", "figures", "north", "region"], "lines": 60}
-    (messages,) = seen
-    assert replay_file(log).ok  # replay writes the same finalizer prompt
     return str(messages[-1]["content"])
 
 
@@ -192,7 +198,7 @@ def test_the_finalizer_sees_an_early_step_the_result_reads_before_a_long_chain(t
     the last ones in run order: the title's words (run first, read by the result) are shown, the
     far end of the chain is named; the write is shown (the answer must report it), the read the
     result does not depend on is neither shown nor named. Blocks stay in run order."""
-    user = _finalizer_prompt(tmp_path, _chain_plan(NOTE, "Quarterly figures north region"), "chain")
+    user = _finalizer_prompt(tmp_path, _chain_plan(NOTE, "Quarterly figures north region"))
     assert _shown_blocks(user) == ["words_of_the_title", CHAIN[-1], "how_many_lines", "remind_the_customer"]
     assert '["Quarterly", "figures", "north", "region"]' in user  # the early step's output itself
     for far in CHAIN[:-1]:
@@ -213,8 +219,8 @@ def test_text_inside_an_output_does_not_choose_what_the_finalizer_is_shown(tmp_p
     )
     assert len(injected) == len(NOTE)
     title = "Quarterly figures north region"
-    benign = _finalizer_prompt(tmp_path, _chain_plan(NOTE, title), "benign")
-    attacked = _finalizer_prompt(tmp_path, _chain_plan(injected, title), "attacked")
+    benign = _finalizer_prompt(tmp_path, _chain_plan(NOTE, title))
+    attacked = _finalizer_prompt(tmp_path, _chain_plan(injected, title))
     assert _shown_blocks(attacked) == _shown_blocks(benign)
     assert f"- step={CHAIN[0]} tool=split_text: output not shown" in attacked
     assert f"<<<PTE_DATA step={CHAIN[0]}" not in attacked  # the look-alike is neutralised where shown
@@ -240,24 +246,18 @@ def test_a_when_condition_is_a_dependency_of_the_step_it_gates(tmp_path: Path) -
         ],
         "result": {"$ref": "say_how_many/text"},
     }
-    seen: list[list[dict[str, Any]]] = []
-
-    def answer(messages: list[dict[str, Any]], call: Any) -> str:
-        seen.append(messages)
-        return "There were too few lines to say."
-
-    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[answer])
-    log = tmp_path / "when.jsonl"
-    with AuditLog(log) as audit:
-        result = Engine(
-            load_registry(["containers", "shaping", "text"]), model, config=EngineConfig(data_budget=2000)
-        ).run("Say how many lines, if there are many.", audit)
+    result, messages = _finalized(
+        tmp_path,
+        plan,
+        load_registry(["containers", "shaping", "text"]),
+        "Say how many lines, if there are many.",
+        "There were too few lines to say.",
+        budget=2000,
+    )
     assert result.status == "succeeded" and result.result == "too few lines to say", result.message
-    (messages,) = seen
     user = messages[-1]["content"]
     assert _shown_blocks(user)[:2] == ["lines_counted", CHAIN[-1]] and "say_how_many" in _shown_blocks(user)
     assert f"- step={CHAIN[0]} tool=split_text: output not shown" in user
-    assert replay_file(log).ok
 
 
 # --- the ranking and the budget over any dependency graph (#37) --------------------------------
@@ -398,17 +398,13 @@ def test_the_finalizer_reads_a_for_each_step_where_it_ran(tmp_path: Path) -> Non
         ],
         "result": {"totals": {"$ref": "order_totals"}},
     }
-    seen: list[str] = []
-
-    def answer(messages: list[dict[str, Any]], call: Any) -> str:
-        seen.append(messages[-1]["content"])
-        return "Totals 0, 10 and 20; the summary was sent."
-
-    model = ScriptedModel(planner=[json.dumps(plan)], finalizer=[answer])
-    log = tmp_path / "run.jsonl"
-    registry = Registry([list_orders, order_total, send_summary])
-    with AuditLog(log) as audit:
-        result = Engine(registry, model, config=EngineConfig(data_budget=2000)).run("Order totals?", audit)
+    result, messages = _finalized(
+        tmp_path,
+        plan,
+        Registry([list_orders, order_total, send_summary]),
+        "Order totals?",
+        "Totals 0, 10 and 20; the summary was sent.",
+        budget=2000,
+    )
     assert result.status == "succeeded", result.message
-    assert _shown_blocks(seen[0]) == ["open_orders", "order_totals", "summary_sent"]
-    assert replay_file(log).ok
+    assert _shown_blocks(messages[-1]["content"]) == ["open_orders", "order_totals", "summary_sent"]
