@@ -1,7 +1,9 @@
 """Every exception PTE raises on purpose, and the reason codes they carry.
 
 All of them derive from `PTEError`; the tree is in `pte._core._errors`' docstring. A rejected
-plan is `PlanRejected` (with a `ReasonCode`), whatever check found the problem.
+plan is `PlanRejected` (with a `ReasonCode`), whatever check found the problem. Each one pickles
+with its message and attributes (`kind`, `reason`, `path`, ...), so a worker process
+(multiprocessing, a task queue) hands it back as it was raised.
 """
 
 from __future__ import annotations

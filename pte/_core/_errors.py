@@ -109,8 +109,25 @@ REPAIRABLE_REASONS: frozenset[ReasonCode] = frozenset(
 )
 
 
+def _rebuilt_as_it_is(error: BaseException) -> tuple[Any, ...]:
+    """`__reduce__` of an exception whose `__init__` takes other arguments than its `args`
+    (`ToolError(kind, message)`, `FailedClosed(reason, message, path)`): pickle's default
+    rebuilds it as ``cls(*args)``, which fails; this rebuilds it without `__init__`, its `args`
+    and attributes as they are, so a worker process can hand it back (multiprocessing, celery)."""
+    return (_rebuild, (type(error), error.args, error.__dict__))
+
+
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], attributes: dict[str, Any]) -> BaseException:
+    error = cls.__new__(cls, *args)  # BaseException.__new__ sets `args`
+    error.__dict__.update(attributes)
+    return error
+
+
 class PTEError(Exception):
     """Base class of every error PTE raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuilt_as_it_is(self)
 
 
 class FailedClosed(PTEError):
@@ -251,6 +268,9 @@ class StrictJSONError(ValueError):
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuilt_as_it_is(self)
 
 
 class KeyFileError(PTEError):
