@@ -167,7 +167,14 @@ class MCPConnection:
             self._session = None
 
     def _run(self, coroutine: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
-        if self._closed or self._session is None:
+        if self._closed:
+            coroutine.close()
+            raise _ClosedByOwner(
+                f"the connection to MCP server {self.label} was closed by its owner (its `with` block "
+                "ended, close() or forget_imports ran) before this call: keep it open while its tools "
+                "are used"
+            )
+        if self._session is None:
             coroutine.close()
             detail = f": {_describe(self._failure)}" if self._failure else ""
             raise MCPError(f"the connection to MCP server {self.label} is closed{detail}")
@@ -221,7 +228,9 @@ class MCPConnection:
             answer: dict[str, Any] = self._run(call(), timeout_s or self.call_timeout_s)
         except concurrent.futures.TimeoutError:
             raise ToolError("timeout", f"MCP server {self.label} did not answer {name!r} in time") from None
-        except MCPError as exc:
+        except _ClosedByOwner as exc:
+            raise ToolError("client_closed", str(exc)) from None
+        except MCPError as exc:  # the session ended without being closed: the server went away
             raise ToolError("unavailable", str(exc)) from None
         except Exception as exc:
             raise ToolError("tool_error", f"MCP call {name!r} failed: {_clip(_describe(exc))}") from None
@@ -246,6 +255,10 @@ class MCPConnection:
 
     def __repr__(self) -> str:
         return f"MCPConnection({self.label!r}, {'closed' if self._closed else 'open'})"
+
+
+class _ClosedByOwner(MCPError):
+    """A call on a connection its owner closed: the tool fails as ``client_closed``."""
 
 
 class _owning:

@@ -340,6 +340,14 @@ def _request(client: Any, timeout_s: float, method: str, url: str, **options: An
         return own.request(method, url, **options)
 
 
+def _closed_client(method: str, path: str) -> str:
+    return (
+        f"{method} {path}: the HTTP client its tools call through was closed by its owner (the caller "
+        "that passed it to import_openapi, or forget_imports) before this call: keep it open while "
+        "its tools are used"
+    )
+
+
 def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float) -> SchemaFunction:
     httpx = _httpx()
     locations = {str(p["name"]): p.get("in") for p in operation.parameters}
@@ -361,6 +369,8 @@ def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float)
                 query[name] = value
             elif where == "header":
                 headers[name] = value if isinstance(value, str) else str(value)
+        if client is not None and client.is_closed:
+            raise ToolError("client_closed", _closed_client(method, operation.path))
         try:
             response = _request(
                 client,
@@ -376,6 +386,10 @@ def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float)
             raise ToolError("timeout", f"{method} {operation.path} timed out") from None
         except httpx.HTTPError as exc:
             raise ToolError("unavailable", f"{method} {operation.path}: {exc}") from None
+        except RuntimeError:
+            if client is not None and client.is_closed:  # closed while this call was starting
+                raise ToolError("client_closed", _closed_client(method, operation.path)) from None
+            raise
         if not 200 <= response.status_code < 300:
             raise ToolError(
                 "http_error",

@@ -257,3 +257,16 @@ def test_mcp_over_streamable_http(tmp_path: Path) -> None:
             assert result.ok, result.message
             assert result.result == 12500 + 4300
         assert replay_file(log).ok
+
+
+def test_a_tool_whose_connection_was_closed_fails_naming_it(tmp_path: Path) -> None:
+    """An `MCPConnection` is its caller's to close; a tool called after it was closed fails its
+    step as ``client_closed`` (not ``unavailable``, which says the server went away)."""
+    with mcp_stdio(tmp_path) as connection:
+        registry = import_mcp_tools(connection, manifest=MANIFEST)
+    with AuditLog(tmp_path / "run.jsonl") as audit:
+        result = Engine(registry, config=EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+    assert not result.ok
+    error = result.steps[0].error
+    assert error is not None and error.kind == "client_closed", error
+    assert "closed" in error.message and connection.label in error.message

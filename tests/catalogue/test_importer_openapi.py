@@ -261,3 +261,23 @@ def test_a_client_passed_in_stays_the_callers(
         _run_and_drop(server, tmp_path, http)
         assert not http.is_closed and server.open_connections(settle_s=0) >= 1
     assert server.open_connections() == 0
+
+
+def test_a_tool_whose_client_was_closed_fails_naming_it(
+    billing: tuple[LoopbackServer, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """A client passed in is the caller's to close; a tool called after it was closed fails its
+    step as ``client_closed``, saying so (httpx raises a RuntimeError there, which was a generic
+    ``tool_error`` the operator could not tell from a bug in the tool)."""
+    server, sent = billing
+    with httpx.Client() as http:
+        registry = import_openapi(_document(server), base_url=server.url, client=http, manifest=MANIFEST)
+    before = len(sent)
+    with AuditLog(tmp_path / "run.jsonl") as audit:
+        result = Engine(registry, config=EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+    assert not result.ok and len(sent) == before
+    error = result.steps[0].error
+    assert error is not None and error.kind == "client_closed", error
+    assert "HTTP client" in error.message and "closed" in error.message
+    failed = [r for r in read_records(tmp_path / "run.jsonl") if r["type"] == "step_finished"]
+    assert failed[0]["error"]["kind"] == "client_closed"
