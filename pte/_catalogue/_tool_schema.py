@@ -62,28 +62,28 @@ class SchemaTool(ToolSpec):
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def invoke(self, args: Mapping[str, Any]) -> Any:
-        """Call the function with already-validated `args`; an async function is run to completion."""
-        result = self.func(_copy(args))
+        """Call the function with already-validated `args`; an async function is run to completion.
+
+        The function gets `args` itself, as a `pte.tool`'s gets its values: what it may change is
+        the caller's. The executor hands each call (each attempt) its own copy, so nothing a tool
+        does to its arguments reaches the plan, an earlier output or the recorded arguments.
+        """
+        result = self.func(self.to_kwargs(args))
         if inspect.isawaitable(result):
             result = _run_sync(result)
         return _to_output(result)
 
     async def ainvoke(self, args: Mapping[str, Any]) -> Any:
         """`invoke` for callers that are already on an event loop."""
-        result = self.func(_copy(args))
+        result = self.func(self.to_kwargs(args))
         if inspect.isawaitable(result):
             result = await result
         return _to_output(result)
 
     def to_kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments as the function takes them: one dict, passed positionally by `invoke`."""
-        return _copy(args)
-
-
-def _copy(args: Mapping[str, Any]) -> dict[str, Any]:
-    # The function gets its own copy: whatever it does to it cannot reach the recorded arguments.
-    copied: dict[str, Any] = json.loads(json.dumps(dict(args)))
-    return copied
+        """The arguments as the function takes them: one dict (`args` itself when it is one),
+        passed positionally by `invoke`."""
+        return args if type(args) is dict else dict(args)
 
 
 def _run_sync(awaitable: Awaitable[Any]) -> Any:

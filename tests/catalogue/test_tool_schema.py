@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, ReasonCode, Registry, compile_plan
 from pte.audit import read_records
@@ -118,24 +120,107 @@ def test_output_that_breaks_its_schema_fails_the_step(tmp_path: Path) -> None:
     assert result.steps[0].error is not None and result.steps[0].error.kind == "invalid_output"
 
 
-def test_the_function_gets_a_private_copy_of_the_arguments() -> None:
+def test_invoke_hands_the_function_the_arguments_it_is_given() -> None:
+    """No second copy: the executor hands each call (each attempt) its own copy already, so
+    `invoke` passes the arguments on as a `pte.tool`'s does (a JSON round trip per call was spent
+    on every imported tool's call for nothing)."""
     seen: list[dict[str, Any]] = []
 
-    def mutate(args: dict[str, Any]) -> int:
+    def keep(args: dict[str, Any]) -> int:
         seen.append(args)
-        args["items"].append("injected")
         return 1
 
-    spec = tool_from_schema(
-        "mutate",
-        description="",
-        input_schema={"type": "object"},
-        output_schema={"type": "integer"},
-        func=mutate,
+    async def keep_async(args: dict[str, Any]) -> int:
+        return keep(args)
+
+    for func in (keep, keep_async):
+        spec = tool_from_schema(
+            "keep",
+            description="",
+            input_schema={"type": "object"},
+            output_schema={"type": "integer"},
+            func=func,
+        )
+        args = {"items": ["a"]}
+        assert spec.invoke(args) == 1
+        assert seen.pop() is args
+
+
+_KEYS = st.text(alphabet="abcxyz", min_size=1, max_size=3)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _vandalise(value: Any) -> None:
+    """Change every container reachable from `value` in place."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _vandalise(item)
+        value.clear()
+        value["vandalised"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _vandalise(item)
+        value.append("vandalised")
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=_JSON, literal=_JSON, is_async=st.booleans())
+def test_a_tool_that_changes_its_arguments_cannot_change_what_was_recorded(
+    data: Any, literal: Any, is_async: bool
+) -> None:
+    """Through the executor (every caller of `invoke` in PTE is behind its copy): a tool that
+    changes every container of its arguments, a referenced output's and a literal's, leaves the
+    plan, the producer's output, the logged arguments and the step's recorded arguments as they were."""
+
+    def vandal(args: dict[str, Any]) -> int:
+        _vandalise(args)
+        return 1
+
+    async def vandal_async(args: dict[str, Any]) -> int:
+        return vandal(args)
+
+    registry = Registry(
+        [
+            tool_from_schema(
+                "produce",
+                description="",
+                input_schema={"type": "object"},
+                output_schema={"type": "object", "properties": {"value": {}}, "required": ["value"]},
+                func=lambda args: {"value": json.loads(json.dumps(data))},
+            ),
+            tool_from_schema(
+                "vandal",
+                description="",
+                input_schema={"type": "object"},
+                output_schema={"type": "integer"},
+                func=vandal_async if is_async else vandal,
+            ),
+        ]
     )
-    args = {"items": ["a"]}
-    assert spec.invoke(args) == 1
-    assert args == {"items": ["a"]}
+    args = {"data": {"$ref": "p/value"}, "literal": literal}
+    plan = {
+        "pte_plan": "1",
+        "steps": [
+            {"id": "p", "tool": "produce", "args": {}},
+            {"id": "v", "tool": "vandal", "args": args},
+            {"id": "again", "tool": "vandal", "args": args},
+        ],
+        "result": {"$ref": "p/value"},
+    }
+    audit = AuditLog(keep=True)
+    result = Engine(registry, config=EngineConfig(llm_answer=False)).execute(json.dumps(plan), audit)
+    assert result.ok, result.message
+    resolved = {"data": data, "literal": literal}
+    assert result.result == data
+    assert [step.args for step in result.steps] == [{}, resolved, resolved]
+    started = [r["args"] for r in audit.records if r["type"] == "step_started"]
+    assert started == [{}, resolved, resolved]
+    produced = [r["output"] for r in audit.records if r["type"] == "step_finished" and r["step_id"] == "p"]
+    assert produced == [{"value": data}]
 
 
 @pytest.mark.parametrize(
