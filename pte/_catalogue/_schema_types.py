@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from pte._core import array_index
+
 _ALL_TYPES = frozenset({"string", "number", "integer", "boolean", "null", "array", "object"})
 _MAX_DEPTH = 24  # bounds recursion through self-referencing schemas
 
@@ -123,13 +125,11 @@ def select(schema: Schema, root: Mapping[str, Any], tokens: tuple[str, ...], dep
         if isinstance(extra, _MAPPINGS):
             return select(extra, root, rest, depth + 1)
     # "*" selects any element: the current element of a for_each list (pte._plan._control).
-    if "array" in types and (
-        token == "*" or (token.isascii() and token.isdigit() and (token == "0" or token[0] != "0"))
-    ):
+    index = -1 if token == "*" else array_index(token)
+    if "array" in types and index is not None:
         prefix = schema.get("prefixItems")
         if token == "*" and isinstance(prefix, list) and prefix:
             return None  # a tuple's positions differ in type: no one schema for "any element"
-        index = int(token) if token != "*" else -1
         if isinstance(prefix, list) and 0 <= index < len(prefix):
             return select(prefix[index], root, rest, depth + 1)
         items = schema.get("items")

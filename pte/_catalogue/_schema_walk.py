@@ -35,6 +35,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
 
+from pte._core import array_index
+
 __all__ = ["ANY", "Location", "Position", "SchemaWalk", "document_size", "location_order"]
 
 #: The key for any element of an array, or any key of an object not named.
@@ -123,10 +125,11 @@ class SchemaWalk:
         for raw in fragment.split("/")[1:] if fragment else ():
             token = raw.replace("~1", "/").replace("~0", "~")
             if isinstance(node, (list, tuple)):
-                if not (token.isascii() and token.isdigit()):
+                index = array_index(token)
+                if index is None:
                     return None
-                tokens.append(int(token))
-                node = node[int(token)] if int(token) < len(node) else None
+                tokens.append(index)
+                node = node[index] if index < len(node) else None
             elif isinstance(node, _MAPPINGS):
                 tokens.append(token)
                 node = node.get(token)

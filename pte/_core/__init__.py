@@ -1,5 +1,5 @@
-"""Canonical JSON, strict JSON, every exception, signing, key files, logging, redaction, the data
-budget: what every area needs and that needs nothing of PTE.
+"""Canonical JSON, strict JSON, JSON-pointer array indices, every exception, signing, key files,
+logging, redaction, the data budget: what every area needs and that needs nothing of PTE.
 
 This module is the area's face: other areas import only what it re-exports.
 """
@@ -77,6 +77,9 @@ from pte._core._errors import (
     ToolPackError,
     ToolRegistrationError,
     TransientError,
+)
+from pte._core._json_pointer import (
+    array_index,
 )
 from pte._core._key_files import (
     read_key_file,
@@ -195,6 +198,7 @@ __all__ = [
     "TrustedKeys",
     "__version__",
     "append_line",
+    "array_index",
     "call_role",
     "canonical_bytes",
     "canonical_json",

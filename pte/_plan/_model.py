@@ -16,7 +16,7 @@ import jsonschema_rs
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from pte._catalogue import TOOL_NAME_RE
-from pte._core import canonical_json, canonical_loads, load_schema
+from pte._core import array_index, canonical_json, canonical_loads, load_schema
 
 __all__ = [
     "ELEMENT",
@@ -80,9 +80,10 @@ class Reference:
             if isinstance(value, dict):
                 value = value[token]
             elif isinstance(value, list):
-                if not (token.isascii() and token.isdigit()) or (len(token) > 1 and token[0] == "0"):
+                index = array_index(token)
+                if index is None or index >= len(value):
                     raise KeyError(token)
-                value = value[int(token)]
+                value = value[index]
             else:
                 raise KeyError(token)
         return value

@@ -39,6 +39,7 @@ from pte._core import (
     PlanRejected,
     ProcedureError,
     ReasonCode,
+    array_index,
     canonical_json,
     check_folder,
     load_schema,
@@ -463,8 +464,8 @@ def _navigate(value: Any, tokens: Sequence[str], text: str, path: tuple[str | in
             return {"$ref": value["$ref"] + rest}
         if isinstance(value, dict) and token in value:
             value = value[token]
-        elif isinstance(value, list) and token.isascii() and token.isdigit() and int(token) < len(value):
-            value = value[int(token)]
+        elif isinstance(value, list) and (index := array_index(token)) is not None and index < len(value):
+            value = value[index]
         else:
             raise _reject(
                 ReasonCode.BAD_REFERENCE,
@@ -535,9 +536,7 @@ def _schema_at(schema: Any, tokens: Sequence[str], root: Mapping[str, Any]) -> A
             return {}
         if token in (schema.get("properties") or {}):
             schema = schema["properties"][token]
-        elif ((token.isascii() and token.isdigit()) or token == "*") and isinstance(
-            schema.get("items"), Mapping
-        ):
+        elif (array_index(token) is not None or token == "*") and isinstance(schema.get("items"), Mapping):
             schema = schema["items"]
         else:
             return {}

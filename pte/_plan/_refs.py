@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pte._catalogue import schema_types as st
-from pte._core import ReasonCode, canonical_json
+from pte._core import ReasonCode, array_index, canonical_json
 from pte._plan._context import CompileContext, _reject
 from pte._plan._model import ELEMENT, Reference, is_reference
 
@@ -140,15 +140,10 @@ def _selects(value: Any, tokens: tuple[str, ...]) -> bool:
             value = value[token]
         elif isinstance(value, list) and token == ELEMENT:
             return all(_selects(item, tokens[n + 1 :]) for item in value)
-        elif (
-            isinstance(value, list)
-            and token.isascii()
-            and token.isdigit()
-            and (token == "0" or token[0] != "0")
-        ):
-            if int(token) >= len(value):
+        elif isinstance(value, list) and (index := array_index(token)) is not None:
+            if index >= len(value):
                 return False
-            value = value[int(token)]
+            value = value[index]
         else:
             return False
     return True

@@ -36,17 +36,11 @@ def call_hash(values: Mapping[str, Any], decisions: Sequence[str]) -> str:
 
 
 def _resolve(ref: Reference, outputs: Mapping[str, Any]) -> tuple[bool, Any]:
-    if ref.step not in outputs:
+    """What the call will read: the value `ref` selects as the executor selects it, if any."""
+    try:
+        return True, ref.resolve(outputs)
+    except KeyError:
         return False, None
-    value = outputs[ref.step]
-    for token in ref.tokens:
-        if isinstance(value, Mapping) and token in value:
-            value = value[token]
-        elif isinstance(value, list) and token.isascii() and token.isdigit() and int(token) < len(value):
-            value = value[int(token)]
-        else:
-            return False, None
-    return True, value
 
 
 def _shown(value: Any) -> str:

@@ -54,6 +54,7 @@ from pte._core import (
     SigningKey,
     TrustedKeys,
     append_line,
+    array_index,
     canonical_json,
     check_signature_fields,
     read_shared,
@@ -141,9 +142,10 @@ def value_hash(values: Mapping[str, Any]) -> str:
 def split_element(step_id: str) -> tuple[str, int | None]:
     """``pay[2]`` -> (``pay``, 2): a for_each element; ``pay`` -> (``pay``, None)."""
     if step_id.endswith("]") and "[" in step_id:
-        base, index = step_id[:-1].split("[", 1)
-        if index.isascii() and index.isdigit():
-            return base, int(index)
+        base, token = step_id[:-1].split("[", 1)
+        index = array_index(token)  # the executor writes `pay[2]`, never `pay[02]`
+        if index is not None:
+            return base, index
     return step_id, None
 
 
