@@ -36,6 +36,9 @@ _connections: list[MCPConnection] = []
 _clients: list[Any] = []
 #: Each spec is imported once per process (an MCP server is started once).
 _imported: dict[str, Registry] = {}
+#: The TLS settings (`pte.importers.openapi.tls_context`) each ``openapi:`` spec's client was
+#: made with: when the CA file in force has changed since, the spec is imported afresh.
+_tls_of: dict[str, Any] = {}
 
 
 def is_import_spec(spec: str) -> bool:
@@ -52,14 +55,14 @@ def _names(spec: str) -> tuple[str, list[str] | None]:
 
 def import_spec(spec: str) -> Registry:
     """The registry an importer spec names; a usage error (with the reason) when it cannot be built."""
-    if spec in _imported:
+    if spec in _imported and _current_tls(spec):
         return _imported[spec]
     kind, _, rest = spec.partition(":")
     source, only = _names(rest)
     if not source.strip():
         raise DeploymentError(f"--tools {kind}: needs a {'command' if kind == 'mcp' else 'spec file or URL'}")
     try:
-        registry = _mcp(source, only) if kind == "mcp" else _openapi(source, only)
+        registry = _mcp(source, only) if kind == "mcp" else _openapi(spec, source, only)
     except PTEError as exc:
         raise DeploymentError(f"--tools {spec}: {exc}") from None
     except ImportError as exc:
@@ -78,6 +81,22 @@ def forget_imports() -> None:
     while _clients:
         _clients.pop().close()
     _imported.clear()
+    _tls_of.clear()
+
+
+def _current_tls(spec: str) -> bool:
+    """Whether the import of `spec` was made under the CA settings in force now (an ``mcp:``
+    spec makes no TLS client here: always). A rotated CA file, or another one named, imports an
+    ``openapi:`` spec afresh, under the new file; the client made before stays open for whoever
+    still holds its tools (a deployment built earlier), until `forget_imports`."""
+    if spec not in _tls_of:
+        return True
+    from pte.importers.openapi import tls_context
+
+    try:
+        return tls_context() is _tls_of[spec]
+    except PTEError:
+        return False  # importing again says why
 
 
 def _mcp(command_line: str, only: list[str] | None) -> Registry:
@@ -95,16 +114,20 @@ def _mcp(command_line: str, only: list[str] | None) -> Registry:
     return import_mcp_tools(connection, only=only)
 
 
-def _openapi(source: str, only: list[str] | None) -> Registry:
+def _openapi(spec: str, source: str, only: list[str] | None) -> Registry:
     import httpx  # the openapi extra's: without it, a usage error naming the extra (import_spec)
 
-    http = httpx.Client(timeout=30.0)
+    from pte.importers.openapi import tls_context
+
+    tls = tls_context()
+    http = httpx.Client(timeout=30.0, verify=tls)
     try:
         registry = _openapi_through(http, source, only)
     except BaseException:
         http.close()  # refused: no tool holds it
         raise
     _clients.append(http)
+    _tls_of[spec] = tls
     return registry
 
 

@@ -1,10 +1,11 @@
 """The operations of an OpenAPI 3 document as PTE tools, called over httpx
 (``pip install 'plan-then-execute[openapi]'``).
 
-    import httpx
+    import ssl, httpx
     from pte.importers.openapi import import_openapi, load_openapi
 
-    with httpx.Client(verify="/etc/ssl/corp-ca.pem", headers={"Authorization": "Bearer ..."}) as http:
+    corp_ca = ssl.create_default_context(cafile="/etc/ssl/corp-ca.pem")
+    with httpx.Client(verify=corp_ca, headers={"Authorization": "Bearer ..."}) as http:
         document = load_openapi("https://billing.internal/openapi.json", client=http)
         registry = import_openapi(document, base_url="https://billing.internal", client=http)
         ...  # runs over `registry`: its tools call through `http`, open until the block ends
@@ -18,9 +19,9 @@ The deployment decides where requests go (`base_url`; the document's ``servers``
 used) and how (`client`: proxies, CAs, mTLS, auth). A `client` passed in is the caller's: PTE
 never closes it, and it must stay open while the tools are used (``with httpx.Client() as
 http:``). Without one, each call opens its own client and closes it before it returns, so
-imported tools hold no connection that outlives a call (one TLS context is shared, so a call
-does not pay for loading the CA bundle). Redirects are not followed. GET and
-HEAD operations are ``read`` tools (PTE sends them as GET/HEAD), every other method a
+imported tools hold no connection that outlives a call; they trust the environment's CA file as
+it is now (`tls_context`: loaded once per state of the file, not per call). Redirects are not
+followed. GET and HEAD operations are ``read`` tools (PTE sends them as GET/HEAD), every other method a
 non-idempotent ``write``; outputs are ``untrusted`` unless the import manifest says otherwise.
 An operation without an ``operationId`` or a JSON response schema is refused with what to
 declare. A response that is not 2xx, not strict JSON or not valid against the output schema
@@ -32,8 +33,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import ssl
 from collections.abc import Iterable, Mapping
-from functools import cache
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -52,7 +54,7 @@ from pte._core import strict_json as strict_json
 from pte._core import strict_yaml as strict_yaml
 from pte.importers._common import ImportManifest, SourceTool, build_registry
 
-__all__ = ["OpenAPIError", "import_openapi", "load_openapi"]
+__all__ = ["OpenAPIError", "import_openapi", "load_openapi", "tls_context"]
 
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _READ_METHODS = frozenset({"get", "head"})
@@ -84,7 +86,7 @@ def load_openapi(source: str | os.PathLike[str], *, client: Any = None) -> dict[
     if text.startswith(("http://", "https://")):
         httpx = _httpx()
         owned = client is None
-        http = client if client is not None else httpx.Client(timeout=30.0)
+        http = client if client is not None else httpx.Client(timeout=30.0, verify=tls_context())
         try:
             raw: bytes = _fetch_bounded(http, text)
         except httpx.HTTPError as exc:
@@ -324,11 +326,46 @@ def _clip(text: str) -> str:
     return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
 
 
-@cache
-def _tls_context() -> Any:
-    """The TLS settings of a client made for one call (httpx's defaults, the environment's CA
-    settings included), made once: loading the CA bundle is most of what a new client costs."""
-    return _httpx().create_ssl_context()
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings of the clients PTE makes (httpx's defaults): the CAs of the environment's
+    ``SSL_CERT_FILE``, else ``SSL_CERT_DIR``, else certifi's bundle, as that file is now.
+
+    Loading a CA bundle is most of what a new client costs, so a context is kept per identity
+    of what it loaded (the variable, the path, and the file's or folder's inode, size and
+    change times): a CA file rotated in place or renamed over, or another file named, is loaded
+    afresh; an unchanged one is not. `OpenAPIError` when the file named cannot be loaded.
+    """
+    try:
+        return _context_for(_ca_identity())
+    except (OSError, ssl.SSLError) as exc:
+        where = os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR") or "certifi's bundle"
+        raise OpenAPIError(f"cannot load the CA certificates of {where!r}: {exc}") from None
+
+
+def _ca_identity() -> tuple[Any, ...]:
+    """What `tls_context` loads, as httpx chooses it, and the state of that file or folder."""
+    for variable in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
+        path = os.environ.get(variable)
+        if path:
+            return variable, path, _file_identity(path)
+    import certifi  # httpx's own dependency
+
+    path = certifi.where()
+    return "certifi", path, _file_identity(path)
+
+
+def _file_identity(path: str) -> tuple[int, ...] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None  # loading it says why
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+@lru_cache(maxsize=4)
+def _context_for(identity: tuple[Any, ...]) -> ssl.SSLContext:
+    context: ssl.SSLContext = _httpx().create_ssl_context()
+    return context
 
 
 def _request(client: Any, timeout_s: float, method: str, url: str, **options: Any) -> Any:
@@ -336,7 +373,7 @@ def _request(client: Any, timeout_s: float, method: str, url: str, **options: An
     for this request only (the response is read whole before it is closed)."""
     if client is not None:
         return client.request(method, url, timeout=timeout_s, **options)
-    with _httpx().Client(timeout=timeout_s, verify=_tls_context()) as own:
+    with _httpx().Client(timeout=timeout_s, verify=tls_context()) as own:
         return own.request(method, url, **options)
 
 
@@ -385,6 +422,8 @@ def _caller(operation: _Operation, base_url: str, client: Any, timeout_s: float)
         except httpx.TimeoutException:
             raise ToolError("timeout", f"{method} {operation.path} timed out") from None
         except httpx.HTTPError as exc:
+            raise ToolError("unavailable", f"{method} {operation.path}: {exc}") from None
+        except OpenAPIError as exc:  # the CA file named cannot be loaded (tls_context)
             raise ToolError("unavailable", f"{method} {operation.path}: {exc}") from None
         except RuntimeError:
             if client is not None and client.is_closed:  # closed while this call was starting

@@ -13,11 +13,13 @@ import uvicorn
 class LoopbackServer:
     """``with LoopbackServer(app) as server: server.url``: a real HTTP server on loopback."""
 
-    def __init__(self, app: Any, *, lifespan: Literal["auto", "on", "off"] = "off") -> None:
+    def __init__(self, app: Any, *, lifespan: Literal["auto", "on", "off"] = "off", **config: Any) -> None:
+        """`config`: more of uvicorn's settings (``ssl_certfile`` and ``ssl_keyfile``: HTTPS)."""
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+        scheme = "https" if config.get("ssl_certfile") else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan, **config))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
         )
