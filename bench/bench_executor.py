@@ -469,7 +469,10 @@ PROFILED_PARTS = [
             ("~", "<method 'hexdigest' of '_hashlib.HASH' objects>"),
         ],
     ),
-    ("… … … the redaction search (the RE2 set, once a batch: `Redactor.clean`)", [("_redaction.py", "clean")]),
+    (
+        "… … … the redaction search (the RE2 set, once a batch: `Redactor.clean`)",
+        [("_redaction.py", "clean")],
+    ),
     ("… … … the timestamp", [("_writer.py", "_utc_now")]),
     (
         "… … … the system calls (`lseek`, `write`)",
