@@ -54,6 +54,7 @@ code of an earlier git revision, measured in the same run.
 
     python bench/bench_executor.py [--steps 1000] [--repeat 7] [--shape chain|independent|both] [--dag]
     python bench/bench_executor.py --instructions --shape chain --steps 300 [--before REV]
+    python bench/bench_executor.py --floor-parts [--repeat 9]
 """
 
 from __future__ import annotations
@@ -384,8 +385,51 @@ def floor_append(fd: int, prev: str, seq: int, records: Any) -> tuple[str, int]:
         prev = sha256_hex(prev.encode("ascii") + data)
         lines.append(data + b"\n")
         seq += 1
-    os.write(fd, b"".join(lines))
+    if fd >= 0:  # -1: `--floor-parts` times the encoding and hashing alone
+        os.write(fd, b"".join(lines))
     return prev, seq
+
+
+#: `--floor-parts`' append alone: about the bytes of a chain step's two records.
+_PAIR_SIZED_LINE = b"x" * 799 + b"\n"
+#: What `--floor-parts` hands the executor as its log, each in place of the audit log.
+FLOOR_PARTS = ["nothing", "append", "encode and hash", "all"]
+
+
+def bench_floor_parts(steps: int, repeat: int) -> None:
+    """`--floor-parts`: the floor in place, part by part: the executor recording its steps
+    through a sink that does nothing (the executor's record builders and calls alone), only
+    the append, only the encoding and hashing, or all of it; each minus audit off, beside the
+    same work in a tight loop (`floor_timing`), by process CPU time, interleaved."""
+    plan = compiled("chain", steps)
+    executor = Executor(REGISTRY)
+    executor.run(plan)  # warm-up
+    cpu: dict[str, list[float]] = {name: [] for name in ["audit off", *FLOOR_PARTS, "tight loop"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(repeat):
+            for name in cpu:
+                if name == "tight loop":
+                    cpu[name].append(floor_timing(Path(tmp))[1])
+                    continue
+                sink = None if name == "audit off" else FloorSink(Path(tmp) / f"{n}-{len(name)}.jsonl", name)
+                began = time.process_time()
+                result = executor.run(plan, sink)  # type: ignore[arg-type]
+                cpu[name].append((time.process_time() - began) / steps * 1e6)
+                if sink is not None:
+                    sink.close()
+                if not result.ok:
+                    raise SystemExit(f"PTE run failed: {result.failure}")
+    median = {name: statistics.median(values) for name, values in cpu.items()}
+    print(
+        f"\nthe floor in place, part by part ({steps}-step chain, {repeat} interleaved runs, CPU µs per step)"
+    )
+    print(f"  audit off: {median['audit off']:.1f}")
+    for name in FLOOR_PARTS:
+        print(
+            f"  the executor recording through a sink doing {name + ':':<17}"
+            f" + {median[name] - median['audit off']:5.1f}"
+        )
+    print(f"  the floor in a tight loop (encode, hash, append):      {median['tight loop']:5.1f}")
 
 
 class FloorSink:
@@ -393,13 +437,20 @@ class FloorSink:
     where the writer runs (between the executor's own work, with the caches that work leaves),
     not only in a tight loop (`floor_timing`). Only what `Executor.run` calls of a log."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, part: str = "all") -> None:
         self.run_id = _FLOOR_COMMON["run_id"]
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._prev, self._seq = "0" * 64, 0
+        self._part = part  # `FLOOR_PARTS`: "all" but in `--floor-parts`
 
     def write_records(self, records: Any) -> None:
-        self._prev, self._seq = floor_append(self._fd, self._prev, self._seq, records)
+        part = self._part
+        if part == "all":
+            self._prev, self._seq = floor_append(self._fd, self._prev, self._seq, records)
+        elif part == "encode and hash":
+            self._prev, self._seq = floor_append(-1, self._prev, self._seq, records)
+        elif part == "append":  # a line of the size a step's pair has, written as is
+            os.write(self._fd, _PAIR_SIZED_LINE if len(records) == 2 else _PAIR_SIZED_LINE[:400])
 
     def write(self, record: Any) -> None:
         self.write_records((record,))
@@ -655,6 +706,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="REV", help="with --instructions: also this git revision's code")
     parser.add_argument("--instructions-child", choices=["chain", "independent"], help=argparse.SUPPRESS)
     parser.add_argument(
+        "--floor-parts",
+        action="store_true",
+        help="the floor in place part by part: builders only, append only, encode and hash only, all",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="where a step's time goes with the audit log on (cProfile shares; no LangGraph needed)",
@@ -662,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.instructions_child:
         instruction_child(args.instructions_child, args.steps)
+        return 0
+    if args.floor_parts:
+        bench_floor_parts(args.steps, args.repeat)
         return 0
     if args.profile:
         for shape in ["chain", "independent"] if args.shape == "both" else [args.shape]:
