@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from pte._core import FileRefused, PTEError, Redactor, check_file
+from pte._core import FileRefused, PTEError, Redactor, check_file, well_formed
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -94,13 +94,15 @@ class RedactingWriter:
     def write_redacted(self, text: str) -> None:
         """Write text that is already redacted (``--json`` output, redacted as a value)."""
         self._emit()
-        self.stream.write(text)
+        self.stream.write(well_formed(text))
 
     def _emit(self) -> None:
         if self._pending:
             text = "".join(self._pending)
             self._pending = []
-            self.stream.write(self.redactor.redact_text(text))
+            # A lone surrogate (a tampered log's "\ud800", an undecodable file name) is in no
+            # encoding a terminal or pipe takes: shown as U+FFFD, not an internal error.
+            self.stream.write(well_formed(self.redactor.redact_text(text)))
 
     def flush(self) -> None:
         self._emit()
@@ -124,7 +126,7 @@ def print_json(value: Any, redactor: Redactor | None = None) -> None:
     """Print `value` as indented JSON, redacted as a value (so the text stays valid JSON)."""
     if redactor is not None:
         value = redactor.redact(value)
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str) + "\n"
+    text = well_formed(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str) + "\n")
     out = sys.stdout
     if isinstance(out, RedactingWriter):
         out.write_redacted(text)

@@ -83,6 +83,8 @@ DEFAULT_REDACT_KEYS: frozenset[str] = frozenset(
 STRUCTURE_FIELDS: Mapping[str, tuple[str, ...]] = {"run_started": ("tools", "config.policy", "stored")}
 
 _CACHE_ENTRIES = 4096
+# A surrogate code point: alone, in no encoding (paired, two code points UTF-8 refuses too).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CACHED_TEXT_CHARS = 200
 
 _MIN_ENV_SECRET = 8
@@ -287,7 +289,11 @@ class Redactor:
             if secret in out:
                 out = out.replace(secret, REDACTED)
         if out:
-            spans = self.rules.spans(out)
+            # The rules run on RE2, which takes UTF-8 only: a lone surrogate (a tampered log's
+            # ``"\ud800"``, an undecodable file name) is searched as U+FFFD, one code point for
+            # one, so the spans found are the text's own. The text keeps it: what shows it
+            # decides (`well_formed`), and the audit writer refuses it by name.
+            spans = self.rules.spans(out if out.isascii() or _utf8(out) else _SURROGATE.sub("\ufffd", out))
             if spans:
                 pieces: list[str] = []
                 at = 0
@@ -487,3 +493,12 @@ class Redactor:
         if secret and item is not None and not isinstance(item, bool):
             return REDACTED
         return self.redact(item)
+
+
+def _utf8(text: str) -> bool:
+    """Whether UTF-8 can encode `text` (it holds no surrogate code point)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -37,7 +37,7 @@ from pte._audit import (
     verdict,
 )
 from pte._catalogue import stored_contents
-from pte._core import AuditFormatError, ReportError
+from pte._core import AuditFormatError, ReportError, well_formed
 from pte._replay._report_authority import (
     PTE_DECISIONS,
     approval_lines,
@@ -54,7 +54,9 @@ _TEMPLATE = Path(__file__).with_name("report_template.html")
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """`value` as HTML text. A lone surrogate (a tampered log's ``"\\ud800"``) shows as U+FFFD:
+    the page is UTF-8, which cannot hold one."""
+    return html.escape(well_formed(str(value)), quote=True)
 
 
 def _untrusted(text: Any, *, block: bool = False) -> str:
