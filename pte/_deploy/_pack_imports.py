@@ -13,27 +13,33 @@ tool the source leaves untyped is refused with the declaration to add (`pte.impo
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import shlex
 import sys
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urljoin
 
 from pte._catalogue import Registry
 from pte._core import DeploymentError, PTEError
 
-if TYPE_CHECKING:
-    from pte.importers.mcp import MCPConnection
-
 __all__ = ["IMPORT_PREFIXES", "forget_imports", "import_spec", "is_import_spec"]
 
 IMPORT_PREFIXES = ("mcp:", "openapi:")
 
-#: Live MCP connections of this process (closed when it exits): the tools call them.
-_connections: list[MCPConnection] = []
-#: The HTTP clients (httpx.Client) the imported OpenAPI tools call through: the import table
-#: owns them (one per spec, its connections pooled across calls) and `forget_imports` closes them.
-_clients: list[Any] = []
+#: How long closing what the imports hold may take at interpreter exit, in all. An MCP session
+#: not ended by then ends with the process (its server finds its stdin closed).
+EXIT_WAIT_S = 5.0
+
+#: What the imported tools call through, owned by this import table: the live MCP sessions
+#: (each with its server process) and the HTTP clients of ``openapi:`` specs (connections
+#: pooled across calls), as closers taking how long they may wait. `forget_imports` closes
+#: them, and so does the interpreter's exit (`_close_at_exit`).
+_held: list[Callable[[float | None], None]] = []
+_closes_at_exit = False
 #: Each spec is imported once per process (an MCP server is started once).
 _imported: dict[str, Registry] = {}
 #: The TLS settings (`pte.importers.openapi.tls_context`) each ``openapi:`` spec's client was
@@ -71,17 +77,43 @@ def import_spec(spec: str) -> Registry:
     return registry
 
 
-def forget_imports() -> None:
+def forget_imports(*, wait_s: float | None = None) -> None:
     """Stop the MCP servers this process started, close the HTTP clients of its OpenAPI tools
     and forget every import (the next use of a spec imports it afresh): for a process that
     outlives the deployments it served, such as a test worker, where they ran on (a thread, an
-    event loop, a server process, pooled connections) into later tests."""
-    while _connections:
-        _connections.pop().close()
-    while _clients:
-        _clients.pop().close()
+    event loop, a server process, pooled connections) into later tests. The interpreter's exit
+    does the same (`EXIT_WAIT_S`). `wait_s`: how long it may wait for the MCP sessions to end,
+    in all (None: each its connection's ``timeout_s``). Everything is closed, the first error
+    raised after."""
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    failure: Exception | None = None
+    while _held:
+        close = _held.pop()
+        try:
+            close(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except Exception as exc:
+            failure = failure or exc
     _imported.clear()
     _tls_of.clear()
+    if failure is not None:
+        raise failure
+
+
+def _hold(close: Callable[[float | None], None]) -> None:
+    """Keep what an import holds open, to be closed when forgotten or at interpreter exit."""
+    global _closes_at_exit
+    if not _closes_at_exit:
+        atexit.register(_close_at_exit)
+        _closes_at_exit = True
+    _held.append(close)
+
+
+def _close_at_exit() -> None:
+    """At interpreter exit: close what is still held, within `EXIT_WAIT_S`, saying nothing (no
+    traceback as the process ends): left to the collector, a pooled socket is a ResourceWarning,
+    and a server process sees its client die instead of its session end."""
+    with contextlib.suppress(Exception):
+        forget_imports(wait_s=EXIT_WAIT_S)
 
 
 def _current_tls(spec: str) -> bool:
@@ -110,8 +142,13 @@ def _mcp(command_line: str, only: list[str] | None) -> Registry:
     # wrapper without a file descriptor, which a subprocess cannot write to.
     errlog = sys.__stderr__ if sys.__stderr__ is not None else open(os.devnull, "w")  # noqa: SIM115
     connection = MCPConnection.stdio(words[0], words[1:], errlog=errlog)
-    _connections.append(connection)
-    return import_mcp_tools(connection, only=only)
+    try:
+        registry = import_mcp_tools(connection, only=only)
+    except BaseException:
+        connection.close()  # refused: no tool holds it
+        raise
+    _hold(lambda wait_s: connection.close(timeout_s=wait_s))
+    return registry
 
 
 def _openapi(spec: str, source: str, only: list[str] | None) -> Registry:
@@ -126,7 +163,7 @@ def _openapi(spec: str, source: str, only: list[str] | None) -> Registry:
     except BaseException:
         http.close()  # refused: no tool holds it
         raise
-    _clients.append(http)
+    _hold(lambda wait_s: http.close())
     _tls_of[spec] = tls
     return registry
 

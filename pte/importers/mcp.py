@@ -236,8 +236,9 @@ class MCPConnection:
             raise ToolError("tool_error", f"MCP call {name!r} failed: {_clip(_describe(exc))}") from None
         return answer
 
-    def close(self) -> None:
-        """End the session (and stop a stdio server process). Idempotent."""
+    def close(self, *, timeout_s: float | None = None) -> None:
+        """End the session (and stop a stdio server process), waiting up to `timeout_s` for it
+        (None: the connection's ``timeout_s``). Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -245,7 +246,7 @@ class MCPConnection:
         if stop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop already finished
                 self._loop.call_soon_threadsafe(stop.set)
-        self._thread.join(self.timeout_s)
+        self._thread.join(self.timeout_s if timeout_s is None else timeout_s)
 
     def __enter__(self) -> MCPConnection:
         return self

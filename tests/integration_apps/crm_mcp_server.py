@@ -2,12 +2,17 @@
 tests/catalogue/test_importer_mcp.py.
 
 CRM_VARIANT=changed serves a changed definition of `lookup_invoice` (its argument renamed),
-as a server upgraded behind the deployment's back would.
+as a server upgraded behind the deployment's back would. ``--exit-file PATH`` records how it
+ended (`_record_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import sys
+from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel
@@ -71,5 +76,16 @@ def broken(reason: str) -> int:
     raise ValueError(f"backend down: {reason}")
 
 
+def _record_exit(path: str) -> None:
+    """``--exit-file PATH``: at exit, write whether the client that started this server was still
+    alive (it closed the session) or had died first (the session ended with its process)."""
+    parent = os.getppid()
+    atexit.register(
+        lambda: Path(path).write_text(json.dumps({"parent_alive": os.getppid() == parent}), encoding="utf-8")
+    )
+
+
 if __name__ == "__main__":
+    if "--exit-file" in sys.argv:
+        _record_exit(sys.argv[sys.argv.index("--exit-file") + 1])
     server.run("stdio")
