@@ -7,9 +7,12 @@ a whole command) and run as printed (`run_hint`); `PAY` is the supplier payment 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +33,29 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else 1
     out, err = capsys.readouterr()
     return code, out, err
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment without its ``PTE_`` variables, this checkout first on the path."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PTE_")}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p)
+    return base
+
+
+def pte_child(*argv: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `pte --quiet ARGV` as a user runs it: a child process (`child_env`) whose output is
+    a real pipe, read as UTF-8."""
+    return subprocess.run(
+        [sys.executable, "-m", "pte._cli", "--quiet", *argv],
+        cwd=cwd,
+        env=child_env(),
+        capture_output=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
 
 
 @pytest.fixture

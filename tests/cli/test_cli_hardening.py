@@ -20,7 +20,7 @@ import pytest
 
 from pte import AuditLog, verify
 from pte.audit import read_records
-from tests._cli_run import cli
+from tests._cli_run import child_env, cli, pte_child
 from tests.audit_runs import begun
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,23 +61,6 @@ ENDING_PACK = textwrap.dedent(
         raise BaseException("bare")
     '''
 )
-
-
-def env() -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PTE_")}
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p)
-    return base
-
-
-def pte(*argv: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pte._cli", "--quiet", *argv],
-        cwd=cwd,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -228,7 +211,7 @@ def test_a_closed_stdout_pipe_ends_quietly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "pte._cli", "--quiet", "audit", "show", str(log)],
         cwd=tmp_path,
-        env=env(),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -268,7 +251,7 @@ def test_ctrl_c_seals_the_run_as_interrupted_and_exits_130(tmp_path: Path) -> No
             str(log),
         ],
         cwd=tmp_path,
-        env=env(),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -307,7 +290,7 @@ def test_the_ctrl_c_test_holds_when_the_suite_runs_in_the_background(tmp_path: P
     done = subprocess.run(
         [sys.executable, "-c", script, str(Path(__file__))],
         cwd=REPO,
-        env=env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=240,
@@ -323,6 +306,6 @@ def test_a_tool_that_tries_to_end_the_process_never_gives_exit_0(tmp_path: Path,
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"pte_plan": "1", "steps": [{"id": "t", "tool": tool, "args": {}}]}))
     log = tmp_path / "audit.jsonl"
-    done = pte("execute", str(plan), "--tools", str(pack), "--audit", str(log), cwd=tmp_path)
+    done = pte_child("execute", str(plan), "--tools", str(pack), "--audit", str(log), cwd=tmp_path)
     assert done.returncode not in (0, 2), done
     assert "Traceback" not in done.stderr

@@ -11,28 +11,12 @@ Run as a user runs them: a child process whose output is a real pipe.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pte import AuditLog
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def pte(*argv: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PTE_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "pte._cli", "--quiet", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
+from tests._cli_run import pte_child
 
 
 @pytest.fixture
@@ -50,20 +34,20 @@ def tampered_log(tmp_path: Path) -> Path:
 
 
 def test_audit_show_prints_the_replacement_character(tampered_log: Path) -> None:
-    shown = pte("audit", "show", str(tampered_log), cwd=tampered_log.parent)
+    shown = pte_child("audit", "show", str(tampered_log), cwd=tampered_log.parent)
     assert shown.returncode == 0, shown.stderr
-    assert b"internal error" not in shown.stderr
-    assert "pay \ufffd invoice \ufffd INV-7".encode() in shown.stdout
+    assert "internal error" not in shown.stderr
+    assert "pay \ufffd invoice \ufffd INV-7" in shown.stdout
 
 
 def test_audit_report_writes_the_page(tampered_log: Path) -> None:
     page = tampered_log.parent / "report.html"
-    made = pte("audit", "report", str(tampered_log), "-o", str(page), cwd=tampered_log.parent)
+    made = pte_child("audit", "report", str(tampered_log), "-o", str(page), cwd=tampered_log.parent)
     assert made.returncode == 0, made.stderr
     assert "pay \ufffd invoice \ufffd INV-7" in page.read_text(encoding="utf-8")
 
 
 def test_audit_verify_still_fails_such_a_log(tampered_log: Path) -> None:
-    checked = pte("audit", "verify", str(tampered_log), cwd=tampered_log.parent)
+    checked = pte_child("audit", "verify", str(tampered_log), cwd=tampered_log.parent)
     assert checked.returncode == 1
-    assert b"internal error" not in checked.stderr + checked.stdout
+    assert "internal error" not in checked.stderr + checked.stdout
