@@ -335,6 +335,7 @@ def tls_context() -> ssl.SSLContext:
     change times): a CA file rotated in place or renamed over, or another file named, is loaded
     afresh; an unchanged one is not. `OpenAPIError` when the file named cannot be loaded.
     """
+    _httpx()  # without httpx (and its certifi), the error naming the extra
     try:
         return _context_for(_ca_identity())
     except (OSError, ssl.SSLError) as exc:

@@ -115,3 +115,19 @@ def test_a_rebuilt_deployment_trusts_the_ca_file_as_it_is_now(
         assert rebuilt is not registry and _run(rebuilt).result == 12500
     finally:
         forget_imports()
+
+
+@pytest.mark.parametrize("content", [None, b"not a certificate\n"], ids=["missing", "garbage"])
+def test_a_ca_file_that_cannot_be_loaded_fails_saying_which(
+    https_billing: LoopbackServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes | None
+) -> None:
+    ca_file = tmp_path / "ca.pem"
+    if content is not None:
+        ca_file.write_bytes(content)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    registry = import_openapi(openapi("v1"), base_url=https_billing.url, only=["getInvoice"])
+    error = _run(registry).steps[0].error
+    assert error is not None and error.kind == "unavailable", error
+    assert f"cannot load the CA certificates of {str(ca_file)!r}" in error.message
+    with pytest.raises(DeploymentError, match="cannot load the CA certificates"):
+        import_spec(f"openapi:{https_billing.url}/openapi.json#getInvoice")
