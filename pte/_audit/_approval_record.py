@@ -23,8 +23,9 @@ _PLAN_FORMAT = "2"
 _DOMAINS = {"2": b"pte-approval-v2\n", "3": b"pte-approval-v3\n"}
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 _RUN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")  # pte.stores.RUN_ID_PATTERN
-# ISO-8601 UTC, as `approve` writes it; no newline or quote can occur.
-_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+# ISO-8601 UTC, as `approve` writes it; no newline or quote can occur. ASCII digits only: `\d`
+# and `strptime` also read other scripts' digits (``٢٠٢٦``), which no other reader of the store does.
+_TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 _APPROVAL_KEYS_V2 = frozenset(
     {"pte_approval", "plan_hash", "catalogue", "by", "at", "expires", "key_id", "public_key", "signature"}
 )

@@ -88,6 +88,7 @@ from pte._core._linear_patterns import (
     DECIMAL_STRING_PATTERN,
     DECIMAL_STRING_RE2,
     ExplainingValidator,
+    is_decimal_string,
     pattern_matcher,
 )
 from pte._core._logs import (
@@ -217,6 +218,7 @@ __all__ = [
     "get_logger",
     "hash_json",
     "is_canonical",
+    "is_decimal_string",
     "is_terminal",
     "load_schema",
     "loads",

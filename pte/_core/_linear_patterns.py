@@ -26,7 +26,13 @@ import jsonschema
 import jsonschema_rs
 import re2
 
-__all__ = ["DECIMAL_STRING_PATTERN", "DECIMAL_STRING_RE2", "ExplainingValidator", "pattern_matcher"]
+__all__ = [
+    "DECIMAL_STRING_PATTERN",
+    "DECIMAL_STRING_RE2",
+    "ExplainingValidator",
+    "is_decimal_string",
+    "pattern_matcher",
+]
 
 #: A decimal number written as a string (no exponent), as pydantic 2.13 and earlier declared it
 #: (`pte._catalogue._tool_decorator` writes it into the schemas of `Decimal` parameters).
@@ -47,6 +53,14 @@ def pattern_matcher(pattern: str) -> Callable[[str], bool]:
         checker = jsonschema_rs.validator_for({"type": "string", "pattern": pattern})
         return checker.is_valid
     return lambda text: regex.search(text) is not None
+
+
+def is_decimal_string(text: str) -> bool:
+    """Whether `text` is a decimal number written as a string (`DECIMAL_STRING_PATTERN`), read
+    as JSON Schema (ECMA-262) and RE2 read it: ASCII digits, ``$`` at the very end. Python's
+    `re` would also take other scripts' digits (``1\u0660\u0660``, which `Decimal` reads as 100) and a
+    final newline."""
+    return pattern_matcher(DECIMAL_STRING_PATTERN)(text)
 
 
 def _pattern(

@@ -19,8 +19,9 @@ __all__ = ["MAX_DECIMAL_DIGITS", "MAX_DECIMAL_EXPONENT", "decimal_in_bounds", "d
 MAX_DECIMAL_DIGITS = 1_000
 #: Largest absolute (adjusted) exponent: |number| below 10^1001, and no finer than 10^-1000.
 MAX_DECIMAL_EXPONENT = 1_000
-#: A plain decimal number as text: "12", "-3.50", ".5", "1e3" (dates and ids do not match).
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?")
+#: A plain decimal number as text: "12", "-3.50", ".5", "1e3" (dates and ids do not match). ASCII
+#: digits only: `\d` and `Decimal` also read other scripts' (U+0660 ARABIC-INDIC ZERO looks like a dot).
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?")
 #: Longest text examined: the digits, a sign, a point and an exponent of a number in bounds
 #: (leading or trailing zeros beyond it are not worth reading).
 _MAX_TEXT = MAX_DECIMAL_DIGITS + MAX_DECIMAL_EXPONENT + 16

@@ -17,7 +17,6 @@ never calls a model here either.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
@@ -27,12 +26,12 @@ from pte._audit import RecordSink
 from pte._audit import records as rec
 from pte._catalogue import Registry
 from pte._core import (
-    DECIMAL_STRING_PATTERN,
     ConditionNotMet,
     FailedClosed,
     ReasonCode,
     ToolError,
     canonical_json,
+    is_decimal_string,
 )
 from pte._execution._step_results import ExecutionResult, PlanRunner, StepResult
 from pte._plan import COMPARISONS, ELEMENT, Plan, PlanStep, Reference, as_instant, is_reference
@@ -147,7 +146,7 @@ def _as_number(value: Any) -> Decimal | None:
         return None
     if isinstance(value, (int, float)):
         return Decimal(str(value))
-    if isinstance(value, str) and re.match(DECIMAL_STRING_PATTERN, value):
+    if isinstance(value, str) and is_decimal_string(value):  # as compile read it (pte._plan._control)
         try:
             return Decimal(value)
         except InvalidOperation:

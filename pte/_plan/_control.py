@@ -28,14 +28,13 @@ The run-time half is `pte._execution._control_run`, used by the executor; it nev
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
 from pte._catalogue import schema_types as st
-from pte._core import DECIMAL_STRING_PATTERN, PlanRejected, ReasonCode, canonical_json
+from pte._core import DECIMAL_STRING_PATTERN, PlanRejected, ReasonCode, canonical_json, is_decimal_string
 from pte._plan._context import CompileContext, json_path
 from pte._plan._model import ELEMENT, Reference, is_reference
 from pte._plan._refs import _check_pointer, _check_ref_target, _collect_checked, _select
@@ -50,7 +49,6 @@ __all__ = [
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 _ORDERING = frozenset({"lt", "le", "gt", "ge"})
-_DECIMAL = re.compile(DECIMAL_STRING_PATTERN)
 _INSTANT_FORMATS = frozenset({"date-time", "date"})
 
 
@@ -149,7 +147,7 @@ def _literal_kinds(value: Any, other: frozenset[str]) -> frozenset[str]:
     if isinstance(value, (int, float)):
         return frozenset({"number"})
     kinds = {"string"}
-    if "number" in other and _DECIMAL.match(value):
+    if "number" in other and is_decimal_string(value):  # as run time reads it (pte._execution)
         kinds.add("number")
     if "instant" in other and as_instant(value) is not None:
         kinds.add("instant")

@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pte._catalogue import expand_run_started
+from pte._core import array_index
 from pte._plan import PATH_SEPARATOR, step_path
 
 __all__ = ["ConditionView", "ElementView", "PlanView", "RunView", "StepView", "plan_references"]
 
-_ELEMENT_ID = re.compile(r"^(?P<step>.+)\[(?P<index>\d+)\]$")
+#: ``step[i]``: a for_each element's step id, its index as the executor writes it (`array_index`).
+_ELEMENT_ID = re.compile(r"(?P<step>.+)\[(?P<index>[^\[\]]+)\]", re.DOTALL)
 #: Statuses of a step that ended without doing its work.
 NOT_DONE = frozenset({"not run", "started", "failed", "needs_review", "not met", "error"})
 
@@ -262,9 +264,15 @@ def _fold_plan(
     for r in records:
         kind = r.get("type")
         step_id = str(r.get("step_id"))
-        element = _ELEMENT_ID.match(step_id)
-        if element and element["step"] in by_id and kind in ("step_started", "step_finished"):
-            _fold_element(by_id[element["step"]], int(element["index"]), r)
+        element = _ELEMENT_ID.fullmatch(step_id)
+        position = array_index(element["index"]) if element else None
+        if (
+            element
+            and position is not None
+            and element["step"] in by_id
+            and kind in ("step_started", "step_finished")
+        ):
+            _fold_element(by_id[element["step"]], position, r)
             continue
         step = by_id.get(step_id)
         if step is None:

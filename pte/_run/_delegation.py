@@ -84,6 +84,8 @@ __all__ = [
 
 _STEP_ID = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _INPUT = re.compile(r"[a-z][a-z0-9_]{0,31}")
+#: A rejection's path into a plan's steps, ``$.steps[3]...``: ASCII digits (`\d` takes any script's).
+_STEP_PATH = re.compile(r"\$\.steps\[(0|[1-9][0-9]*)\]")
 _DELEGATE_KEYS = frozenset({"id", "delegate", "task", "inputs", "after"})
 #: The tool name a delegate step takes while its sub-plan is inlined (no tool can have it).
 _CALL = "<delegate:{}>"
@@ -543,7 +545,7 @@ def _blamed(
     inlined: Mapping[str, Any], calls: list[_Delegation], registry: Registry, rejection: PlanRejected
 ) -> tuple[_Delegation, str] | None:
     """The delegation whose sub-plan a rejection of the whole tree points into, if any."""
-    match = re.match(r"\$\.steps\[(\d+)\]", rejection.path)
+    match = _STEP_PATH.match(rejection.path)
     if match is None:  # e.g. the coordinator's result reads a part of a sub-plan's
         for call in calls:  # a nested step the message names (``x__step``)
             named = re.search(re.escape(call.call_id + PATH_SEPARATOR) + r"[a-z0-9_]+", rejection.message)
@@ -572,7 +574,7 @@ def _for_specialist(rejection: PlanRejected, call: _Delegation, step_id: str) ->
     own = step_id[len(prefix) :].split(PATH_SEPARATOR)[0]
     ids = [s.get("id") for s in call.body.get("steps", [])]
     path = rejection.path
-    match = re.match(r"\$\.steps\[(\d+)\]", path)
+    match = _STEP_PATH.match(path)
     if match is not None and own in ids:
         path = f"$.steps[{ids.index(own)}]" + path[match.end() :]
     return PlanRejected(rejection.reason, rejection.message.replace(prefix, ""), path)

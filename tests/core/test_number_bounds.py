@@ -25,6 +25,7 @@ from pte import Registry, load_pack
 
 # private: the decimal bounds under test; the strict JSON reader under test; the decimal parser under test
 from pte._core import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT, StrictJSONError, decimal_of_text, strict_json
+from tests._other_digits import with_a_digit_replaced
 
 #: Far above anything a bounded call allocates, far below one expansion of an out-of-bounds number.
 PEAK_BYTES = 2_000_000
@@ -107,7 +108,8 @@ def test_json_numbers_beyond_a_double_are_refused() -> None:
     assert strict_json.loads("[1e300, -2.5e-300]") == [1e300, -2.5e-300]
 
 
-_mantissas = st.from_regex(r"[+-]?(\d{1,30}(\.\d{0,30})?|\.\d{1,30})", fullmatch=True)
+# ASCII digits (a regex's `\d` also draws other scripts', which are not numbers: below).
+_mantissas = st.from_regex(r"[+-]?([0-9]{1,30}(\.[0-9]{0,30})?|\.[0-9]{1,30})", fullmatch=True)
 
 
 @settings(max_examples=300, deadline=None)
@@ -139,3 +141,16 @@ def test_every_number_in_bounds_is_exact(shaping: Registry, mantissa: str, expon
     text = f"{mantissa}e{exponent}"
     out = within_memory(lambda: call(shaping, "pluck_numbers", records=[{"n": text}], field="n"))
     assert Decimal(out["values"][0]) == Decimal(text)
+
+
+@given(
+    st.decimals(min_value=-(10**6), max_value=10**6, places=2, allow_nan=False, allow_infinity=False)
+    .map(str)
+    .flatmap(with_a_digit_replaced)
+)
+def test_a_number_in_other_digits_is_not_a_number(shaping: Registry, text: str) -> None:
+    # Review of #37: `\d` and `Decimal` read every script's digits, so "1\u0660\u0660" (Arabic-Indic
+    # zeros look like dots) was the number 100 to the stock tools; ASCII digits only now.
+    assert decimal_of_text(text) is None
+    with pytest.raises(ValueError, match="is not a number"):
+        call(shaping, "pluck_numbers", records=[{"n": text}], field="n")
