@@ -39,7 +39,7 @@ from pte._deploy._deployment_engine import (
 )
 from pte._deploy._deployment_fingerprint import digest_of, file_digest, folder_digests
 from pte._deploy._deployment_parts import folder_parts, given_parts, recorded_parts
-from pte._deploy._pack_imports import import_spec, is_import_spec
+from pte._deploy._pack_imports import forget_imports, import_spec, is_import_spec
 
 __all__ = ["Deployment"]
 
@@ -163,6 +163,25 @@ class Deployment:
         if problem is not None:
             raise DeploymentError(f"{problem} (the deployment in hand is in {self.folder})")
         return self
+
+    # --- what it holds open --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close what its importer specs hold open in this process: the MCP sessions (and server
+        processes) of its ``mcp:`` specs, the HTTP clients of its ``openapi:`` specs. A spec is
+        imported once per process and shared by every deployment naming it (a narrowing, the
+        folder read again): their tools fail as ``client_closed`` after, and a deployment built
+        again imports it afresh. Idempotent; what is still open at interpreter exit is closed then."""
+        specs = [p for p in (*_split_packs(self.document.tools), *self.packs) if is_import_spec(p)]
+        if specs:
+            forget_imports(specs)
+        self.__dict__.pop("_registry", None)  # its tools call through what was closed
+
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # --- where things are ----------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urljoin
 
@@ -34,11 +34,12 @@ IMPORT_PREFIXES = ("mcp:", "openapi:")
 #: not ended by then ends with the process (its server finds its stdin closed).
 EXIT_WAIT_S = 5.0
 
-#: What the imported tools call through, owned by this import table: the live MCP sessions
-#: (each with its server process) and the HTTP clients of ``openapi:`` specs (connections
-#: pooled across calls), as closers taking how long they may wait. `forget_imports` closes
-#: them, and so does the interpreter's exit (`_close_at_exit`).
-_held: list[Callable[[float | None], None]] = []
+#: What the imported tools call through, by spec, owned by this import table: the live MCP
+#: sessions (each with its server process) and the HTTP clients of ``openapi:`` specs
+#: (connections pooled across calls), as closers taking how long they may wait.
+#: `forget_imports` closes them (`pte.Deployment.close` those of its specs), and so does the
+#: interpreter's exit (`_close_at_exit`).
+_held: dict[str, list[Callable[[float | None], None]]] = {}
 _closes_at_exit = False
 #: Each spec is imported once per process (an MCP server is started once).
 _imported: dict[str, Registry] = {}
@@ -68,7 +69,7 @@ def import_spec(spec: str) -> Registry:
     if not source.strip():
         raise DeploymentError(f"--tools {kind}: needs a {'command' if kind == 'mcp' else 'spec file or URL'}")
     try:
-        registry = _mcp(source, only) if kind == "mcp" else _openapi(spec, source, only)
+        registry = _mcp(spec, source, only) if kind == "mcp" else _openapi(spec, source, only)
     except PTEError as exc:
         raise DeploymentError(f"--tools {spec}: {exc}") from None
     except ImportError as exc:
@@ -77,35 +78,37 @@ def import_spec(spec: str) -> Registry:
     return registry
 
 
-def forget_imports(*, wait_s: float | None = None) -> None:
+def forget_imports(specs: Iterable[str] | None = None, *, wait_s: float | None = None) -> None:
     """Stop the MCP servers this process started, close the HTTP clients of its OpenAPI tools
-    and forget every import (the next use of a spec imports it afresh): for a process that
-    outlives the deployments it served, such as a test worker, where they ran on (a thread, an
-    event loop, a server process, pooled connections) into later tests. The interpreter's exit
-    does the same (`EXIT_WAIT_S`). `wait_s`: how long it may wait for the MCP sessions to end,
-    in all (None: each its connection's ``timeout_s``). Everything is closed, the first error
-    raised after."""
+    and forget the imports (the next use of a spec imports it afresh): those of `specs`, or
+    every one (None). For a process that outlives the deployments it served, such as a test
+    worker, where they ran on (a thread, an event loop, a server process, pooled connections)
+    into later tests; `pte.Deployment.close` forgets its own, and the interpreter's exit every
+    one (`EXIT_WAIT_S`). `wait_s`: how long it may wait for the MCP sessions to end, in all
+    (None: each its connection's ``timeout_s``). Everything is closed, the first error raised after."""
     deadline = None if wait_s is None else time.monotonic() + wait_s
     failure: Exception | None = None
-    while _held:
-        close = _held.pop()
-        try:
-            close(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except Exception as exc:
-            failure = failure or exc
-    _imported.clear()
-    _tls_of.clear()
+    for spec in [*_held, *_imported] if specs is None else list(specs):
+        closers = _held.pop(spec, [])
+        _imported.pop(spec, None)
+        _tls_of.pop(spec, None)
+        while closers:
+            close = closers.pop()
+            try:
+                close(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                failure = failure or exc
     if failure is not None:
         raise failure
 
 
-def _hold(close: Callable[[float | None], None]) -> None:
-    """Keep what an import holds open, to be closed when forgotten or at interpreter exit."""
+def _hold(spec: str, close: Callable[[float | None], None]) -> None:
+    """Keep what an import of `spec` holds open, to be closed when forgotten or at interpreter exit."""
     global _closes_at_exit
     if not _closes_at_exit:
         atexit.register(_close_at_exit)
         _closes_at_exit = True
-    _held.append(close)
+    _held.setdefault(spec, []).append(close)
 
 
 def _close_at_exit() -> None:
@@ -131,7 +134,7 @@ def _current_tls(spec: str) -> bool:
         return False  # importing again says why
 
 
-def _mcp(command_line: str, only: list[str] | None) -> Registry:
+def _mcp(spec: str, command_line: str, only: list[str] | None) -> Registry:
     from pte.importers.mcp import MCPConnection, import_mcp_tools
 
     try:
@@ -147,7 +150,7 @@ def _mcp(command_line: str, only: list[str] | None) -> Registry:
     except BaseException:
         connection.close()  # refused: no tool holds it
         raise
-    _hold(lambda wait_s: connection.close(timeout_s=wait_s))
+    _hold(spec, lambda wait_s: connection.close(timeout_s=wait_s))
     return registry
 
 
@@ -163,7 +166,7 @@ def _openapi(spec: str, source: str, only: list[str] | None) -> Registry:
     except BaseException:
         http.close()  # refused: no tool holds it
         raise
-    _hold(lambda wait_s: http.close())
+    _hold(spec, lambda wait_s: http.close())
     _tls_of[spec] = tls
     return registry
 

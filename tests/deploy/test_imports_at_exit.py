@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+import pte
+
 pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
 
+from tests._cli_run import make_deployment
 from tests.integration_apps.billing_app import make_app
 from tests.integration_apps.loopback import LoopbackServer
 from tests.integration_apps.mcp_stdio import CRM_SERVER
@@ -51,6 +54,22 @@ print(json.dumps(result.result))
 """
 
 
+PLAN = {
+    "pte_plan": "1",
+    "steps": [
+        {"id": "inv", "tool": "getInvoice", "args": {"invoice_id": "INV-1001"}},
+        {"id": "crm", "tool": "lookup_invoice", "args": {"invoice_id": "INV-1002"}},
+    ],
+    "result": [{"$ref": "inv/amount_cents"}, {"$ref": "crm/amount_cents"}],
+}
+
+
+def _run(registry: pte.Registry) -> pte.RunResult:
+    engine = pte.Engine(registry, config=pte.EngineConfig(llm_answer=False))
+    with pte.AuditLog() as audit:
+        return engine.execute(json.dumps(PLAN), audit)
+
+
 @pytest.fixture(scope="module")
 def billing() -> Iterator[LoopbackServer]:
     app, _ = make_app("v1")
@@ -76,3 +95,33 @@ def test_a_process_that_imported_specs_closes_them_at_exit(billing: LoopbackServ
     # The server's session was closed by the client, which waited for it to end: the server
     # exited while its parent was alive (not left to find its stdin gone after the parent died).
     assert json.loads(exit_file.read_text(encoding="utf-8")) == {"parent_alive": True}
+
+
+def test_closing_a_deployment_closes_what_its_imports_hold(
+    billing: LoopbackServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`pte.Deployment` as a context manager: leaving it (or `close()`) ends its specs' MCP
+    sessions and closes their HTTP clients, so their tools fail as ``client_closed``; the
+    deployment built again imports them afresh."""
+    exit_file = tmp_path / "crm-exit.json"
+    crm = f"mcp:{shlex.join([sys.executable, str(CRM_SERVER), '--exit-file', str(exit_file)])}#lookup_invoice"
+    openapi = f"openapi:{billing.url}/openapi.json#getInvoice"
+    folder = make_deployment(tmp_path, monkeypatch, capsys, "--tools", openapi, "--tools", crm, "--no-store")
+    with pte.Deployment.from_folder(folder) as deployment:
+        registry = deployment.registry()
+        assert _run(registry).result == [12500, 4300]
+        assert billing.open_connections(settle_s=0) >= 1 and not exit_file.exists()
+    assert billing.open_connections() == 0
+    assert json.loads(exit_file.read_text(encoding="utf-8")) == {"parent_alive": True}
+    closed = _run(registry)
+    error = closed.steps[0].error
+    assert error is not None and error.kind == "client_closed", error
+    deployment.close()  # idempotent
+    rebuilt = pte.Deployment.from_folder(folder)
+    try:
+        assert _run(rebuilt.registry()).result == [12500, 4300]
+    finally:
+        rebuilt.close()
