@@ -175,7 +175,9 @@ class Deployment:
         specs = [p for p in (*_split_packs(self.document.tools), *self.packs) if is_import_spec(p)]
         if specs:
             forget_imports(specs)
-        self.__dict__.pop("_registry", None)  # its tools call through what was closed
+        self._imports().clear()  # built again, it imports them afresh
+        for built in ("_registry", "authority", "parts"):  # made of, or describing, what was closed
+            self.__dict__.pop(built, None)
 
     def __enter__(self) -> Deployment:
         return self
@@ -251,7 +253,9 @@ class Deployment:
                         f"({', '.join(self.allow)}); a flag may narrow the deployment, never widen it"
                     )
             narrowed_allow = tuple(names)
-        return Deployment(self.folder, self.document, chosen, narrowed_allow, self._document_text)
+        return self._sharing_imports(
+            Deployment(self.folder, self.document, chosen, narrowed_allow, self._document_text)
+        )
 
     # --- checking ------------------------------------------------------------------------
 
@@ -308,6 +312,25 @@ class Deployment:
 
     # --- what it builds ------------------------------------------------------------------
 
+    def _imports(self) -> dict[str, Registry]:
+        """The imports of its importer specs it serves, by spec: each imported once per deployment
+        object, so its registry, policy and fingerprint describe one catalogue even when a spec's
+        file changes meanwhile (a deployment built again imports it as it is then). Shared with its
+        narrowings and its fingerprint's full deployment (`_sharing_imports`)."""
+        pinned: dict[str, Registry] = self.__dict__.setdefault("_imports_pinned", {})
+        return pinned
+
+    def _imported(self, spec: str, importer: Callable[[str], Registry] | None) -> Registry:
+        pinned = self._imports()
+        if spec not in pinned:
+            pinned.setdefault(spec, (importer or import_spec)(spec))
+        return pinned[spec]
+
+    def _sharing_imports(self, other: Deployment) -> Deployment:
+        """`other` (made from this deployment) serving the imports this one serves."""
+        other.__dict__["_imports_pinned"] = self._imports()  # frozen: a cache, not a field
+        return other
+
     def registry(self, *, import_spec_with: Callable[[str], Registry] | None = None) -> Registry:
         """The tool registry: its packs (importer specs imported), allow-list, manifest, procedures.
         Built once per deployment object (an importer spec starts a server): `engine` narrows it."""
@@ -324,8 +347,9 @@ class Deployment:
                 f"the deployment in {self.folder} names no tool packs: add them to its {DOCUMENT_NAME} "
                 '("tools": ["backoffice"], the packs it serves)'
             )
-        importer = import_spec_with or import_spec
-        refs: list[str | Registry] = [importer(p) if is_import_spec(p) else p for p in self.packs]
+        refs: list[str | Registry] = [
+            self._imported(p, import_spec_with) if is_import_spec(p) else p for p in self.packs
+        ]
         manifest = self.path(self.document.manifest)
         try:
             registry = load_registry(refs, allow=self.allow, manifest=manifest)
@@ -352,8 +376,9 @@ class Deployment:
                 return Policy.from_registry(registry)
             # Tool names in the file are checked against the whole packs (a typo is an error),
             # so one compliance-owned file serves every narrowing of the deployment.
-            importer = import_spec_with or import_spec
-            whole = load_registry([importer(p) if is_import_spec(p) else p for p in self.packs])
+            whole = load_registry(
+                [self._imported(p, import_spec_with) if is_import_spec(p) else p for p in self.packs]
+            )
             policy = Policy.from_registry(whole).with_file(path)
             narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
             return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
@@ -593,7 +618,9 @@ class Deployment:
             parts["secret_rules"] = digest_of(rules)
         if self.public_key_path.is_file():
             parts["deployment_key"] = file_digest(self.public_key_path, "public key")
-        full = Deployment(self.folder, doc, tuple(_split_packs(doc.tools)), doc.allow, self._document_text)
+        full = self._sharing_imports(
+            Deployment(self.folder, doc, tuple(_split_packs(doc.tools)), doc.allow, self._document_text)
+        )
         if full.packs:
             registry = full.registry()
             parts["catalogue"] = catalogue_fingerprint(registry, registry.names, full.policy(registry))

@@ -9,22 +9,34 @@ stay on the origin it was fetched from (its relative server path is kept, anothe
 ``#names`` imports just those tools or operation ids. Effects come from the source (GET/HEAD
 are reads, other methods writes; an MCP tool is a write unless it says it is read-only); a
 tool the source leaves untyped is refused with the declaration to add (`pte.importers.build_registry`).
+
+A spec is imported once per process and shared by every deployment naming it, and imported
+afresh when what it names has changed, as far as that can be known without importing it: an
+``openapi:`` spec whose file's content differs from the import's (its SHA-256), or whose TLS
+settings changed (a rotated CA file, `pte.importers.openapi.tls_context`). A fetched document
+(an http(s) URL) is not fetched again, and an MCP server started is not asked again: a
+server's or a URL's changes need the spec's imports closed (`pte.Deployment.close`,
+`forget_imports`) or a new process. Importing is atomic per spec: threads building deployments
+at once share one import (one MCP server started); other specs import meanwhile.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 from pte._catalogue import Registry
-from pte._core import DeploymentError, PTEError
+from pte._core import DeploymentError, FileRefused, PTEError, read_bounded_bytes
 
 __all__ = ["IMPORT_PREFIXES", "forget_imports", "import_spec", "is_import_spec"]
 
@@ -41,11 +53,22 @@ EXIT_WAIT_S = 5.0
 #: interpreter's exit (`_close_at_exit`).
 _held: dict[str, list[Callable[[float | None], None]]] = {}
 _closes_at_exit = False
-#: Each spec is imported once per process (an MCP server is started once).
-_imported: dict[str, Registry] = {}
-#: The TLS settings (`pte.importers.openapi.tls_context`) each ``openapi:`` spec's client was
-#: made with: when the CA file in force has changed since, the spec is imported afresh.
-_tls_of: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class _Import:
+    """A spec's import and the state of what it was imported from (`_state_of`)."""
+
+    registry: Registry
+    state: tuple[Any, ...]
+
+
+#: Each spec's current import (an MCP server is started once).
+_imported: dict[str, _Import] = {}
+#: Guards the tables above; held briefly, never while importing.
+_table_lock = threading.Lock()
+#: One lock per spec, held while it is imported: one import at a time of a spec, other specs free.
+_spec_locks: dict[str, threading.Lock] = {}
 
 
 def is_import_spec(spec: str) -> bool:
@@ -61,21 +84,31 @@ def _names(spec: str) -> tuple[str, list[str] | None]:
 
 
 def import_spec(spec: str) -> Registry:
-    """The registry an importer spec names; a usage error (with the reason) when it cannot be built."""
-    if spec in _imported and _current_tls(spec):
-        return _imported[spec]
+    """The registry an importer spec names; a usage error (with the reason) when it cannot be built.
+    The process's import of `spec` while what it names is unchanged (`_state_of`), else imported
+    afresh (the earlier import stays open for whoever holds its tools, until `forget_imports`)."""
     kind, _, rest = spec.partition(":")
     source, only = _names(rest)
     if not source.strip():
         raise DeploymentError(f"--tools {kind}: needs a {'command' if kind == 'mcp' else 'spec file or URL'}")
-    try:
-        registry = _mcp(spec, source, only) if kind == "mcp" else _openapi(spec, source, only)
-    except PTEError as exc:
-        raise DeploymentError(f"--tools {spec}: {exc}") from None
-    except ImportError as exc:
-        raise DeploymentError(f"--tools {spec}: {exc} (pip install 'plan-then-execute[{kind}]')") from None
-    _imported[spec] = registry
-    return registry
+    with _table_lock:
+        spec_lock = _spec_locks.setdefault(spec, threading.Lock())
+    with spec_lock:
+        try:
+            state = _state_of(kind, source)
+            current = _imported.get(spec)
+            if current is not None and current.state == state:
+                return current.registry
+            registry = _mcp(spec, source, only) if kind == "mcp" else _openapi(spec, source, only, state)
+        except PTEError as exc:
+            raise DeploymentError(f"--tools {spec}: {exc}") from None
+        except ImportError as exc:
+            raise DeploymentError(
+                f"--tools {spec}: {exc} (pip install 'plan-then-execute[{kind}]')"
+            ) from None
+        with _table_lock:
+            _imported[spec] = _Import(registry, state)
+        return registry
 
 
 def forget_imports(specs: Iterable[str] | None = None, *, wait_s: float | None = None) -> None:
@@ -88,10 +121,12 @@ def forget_imports(specs: Iterable[str] | None = None, *, wait_s: float | None =
     (None: each its connection's ``timeout_s``). Everything is closed, the first error raised after."""
     deadline = None if wait_s is None else time.monotonic() + wait_s
     failure: Exception | None = None
-    for spec in [*_held, *_imported] if specs is None else list(specs):
-        closers = _held.pop(spec, [])
-        _imported.pop(spec, None)
-        _tls_of.pop(spec, None)
+    with _table_lock:
+        named = [*_held, *_imported] if specs is None else list(specs)
+    for spec in named:
+        with _table_lock:
+            closers = _held.pop(spec, [])
+            _imported.pop(spec, None)
         while closers:
             close = closers.pop()
             try:
@@ -108,7 +143,8 @@ def _hold(spec: str, close: Callable[[float | None], None]) -> None:
     if not _closes_at_exit:
         atexit.register(_close_at_exit)
         _closes_at_exit = True
-    _held.setdefault(spec, []).append(close)
+    with _table_lock:
+        _held.setdefault(spec, []).append(close)
 
 
 def _close_at_exit() -> None:
@@ -119,19 +155,26 @@ def _close_at_exit() -> None:
         forget_imports(wait_s=EXIT_WAIT_S)
 
 
-def _current_tls(spec: str) -> bool:
-    """Whether the import of `spec` was made under the CA settings in force now (an ``mcp:``
-    spec makes no TLS client here: always). A rotated CA file, or another one named, imports an
-    ``openapi:`` spec afresh, under the new file; the client made before stays open for whoever
-    still holds its tools (a deployment built earlier), until `forget_imports`."""
-    if spec not in _tls_of:
-        return True
-    from pte.importers.openapi import tls_context
+def _state_of(kind: str, source: str) -> tuple[Any, ...]:
+    """What an import of `source` depends on that can change without its spec changing, read
+    without importing it; an import made under another state is made afresh. ``openapi:``: the
+    TLS settings of its client (`pte.importers.openapi.tls_context`, one object per state of the
+    CA file) and, for a file, the SHA-256 of its bytes (exact: an edit in place within one tick
+    of the file system's clock is seen, as a size and times would not). ``mcp:``, or a URL:
+    nothing (see the module's docstring)."""
+    if kind == "mcp":
+        return ()
+    import httpx  # noqa: F401  # the openapi extra's: without it, a usage error naming the extra
 
+    from pte.importers.openapi import MAX_DOCUMENT_BYTES, tls_context
+
+    if source.startswith(("http://", "https://")):
+        return (tls_context(),)
     try:
-        return tls_context() is _tls_of[spec]
-    except PTEError:
-        return False  # importing again says why
+        content = read_bounded_bytes(source, "OpenAPI document", MAX_DOCUMENT_BYTES)
+    except FileRefused:
+        return (tls_context(), None)  # importing it says why
+    return tls_context(), hashlib.sha256(content).hexdigest()
 
 
 def _mcp(spec: str, command_line: str, only: list[str] | None) -> Registry:
@@ -154,20 +197,16 @@ def _mcp(spec: str, command_line: str, only: list[str] | None) -> Registry:
     return registry
 
 
-def _openapi(spec: str, source: str, only: list[str] | None) -> Registry:
-    import httpx  # the openapi extra's: without it, a usage error naming the extra (import_spec)
+def _openapi(spec: str, source: str, only: list[str] | None, state: tuple[Any, ...]) -> Registry:
+    import httpx
 
-    from pte.importers.openapi import tls_context
-
-    tls = tls_context()
-    http = httpx.Client(timeout=30.0, verify=tls)
+    http = httpx.Client(timeout=30.0, verify=state[0])  # the TLS context the state names
     try:
         registry = _openapi_through(http, source, only)
     except BaseException:
         http.close()  # refused: no tool holds it
         raise
     _hold(spec, lambda wait_s: http.close())
-    _tls_of[spec] = tls
     return registry
 
 
