@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pte import AuditLog, Engine, PlanRejected, ReasonCode, Registry, compile_plan, tool
+from pte import AuditLog, Engine, PlanRejected, ReasonCode, Registry, compile_plan
 
 # private: the one rule, what the properties compare every reader with
 from pte._core import array_index
@@ -27,26 +27,8 @@ from pte._plan import procedure_output_schema
 from pte.plan import Procedure, Reference, load_procedures
 from tests._pointer_tokens import index_tokens
 
-
-@tool
-def list_prices() -> list[int]:
-    """The prices, in order."""
-    return [3, 5, 8]
-
-
-@tool
-def pair_of_prices() -> tuple[int, str]:
-    """A price and its currency."""
-    return (3, "EUR")
-
-
-@tool
-def price_label(price: Any) -> str:
-    """A price as text."""
-    return f"{price} EUR"
-
-
-REGISTRY = Registry([list_prices, pair_of_prices, price_label])
+# The tools the reference tests read lists and tuples with: the same outputs, the same rule.
+from tests.plan.test_reference_indices import REGISTRY
 
 #: A procedure whose result holds a literal list: a reference into it is read at compile.
 FIRST_TWO: dict[str, Any] = {
