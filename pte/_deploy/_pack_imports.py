@@ -117,22 +117,37 @@ def forget_imports(specs: Iterable[str] | None = None, *, wait_s: float | None =
     every one (None). For a process that outlives the deployments it served, such as a test
     worker, where they ran on (a thread, an event loop, a server process, pooled connections)
     into later tests; `pte.Deployment.close` forgets its own, and the interpreter's exit every
-    one (`EXIT_WAIT_S`). `wait_s`: how long it may wait for the MCP sessions to end, in all
-    (None: each its connection's ``timeout_s``). Everything is closed, the first error raised after."""
+    one (`EXIT_WAIT_S`). An import of a spec named that is under way is waited for, then closed.
+    `wait_s`: how long it may wait for those imports and the MCP sessions to end, in all (None:
+    each its connection's ``timeout_s``). Everything is closed, the first error raised after."""
     deadline = None if wait_s is None else time.monotonic() + wait_s
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     failure: Exception | None = None
     with _table_lock:
         named = [*_held, *_imported] if specs is None else list(specs)
-    for spec in named:
-        with _table_lock:
-            closers = _held.pop(spec, [])
-            _imported.pop(spec, None)
-        while closers:
-            close = closers.pop()
-            try:
-                close(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            except Exception as exc:
-                failure = failure or exc
+        locks = [_spec_locks.get(spec) for spec in named]
+    for spec, spec_lock in zip(named, locks, strict=True):
+        # An import of the spec under way finishes first, then is closed with the rest (not
+        # stored after, open); past `wait_s`, it is left to the process's end.
+        timeout = left()
+        if spec_lock is not None and not spec_lock.acquire(timeout=-1 if timeout is None else timeout):
+            continue
+        try:
+            with _table_lock:
+                closers = _held.pop(spec, [])
+                _imported.pop(spec, None)
+            while closers:
+                close = closers.pop()
+                try:
+                    close(left())
+                except Exception as exc:
+                    failure = failure or exc
+        finally:
+            if spec_lock is not None:
+                spec_lock.release()
     if failure is not None:
         raise failure
 

@@ -3,7 +3,7 @@ tests/catalogue/test_importer_mcp.py.
 
 CRM_VARIANT=changed serves a changed definition of `lookup_invoice` (its argument renamed),
 as a server upgraded behind the deployment's back would. ``--exit-file PATH`` records how it
-ended (`_record_exit`).
+ended (`_record_exit`); ``--start-file PATH`` appends a line for each server started with it.
 """
 
 from __future__ import annotations
@@ -86,6 +86,10 @@ def _record_exit(path: str) -> None:
 
 
 if __name__ == "__main__":
+    if "--start-file" in sys.argv:
+        # One short write in append mode: whole lines, however many servers start at once.
+        with open(sys.argv[sys.argv.index("--start-file") + 1], "a", encoding="utf-8") as starts:
+            starts.write(f"{os.getpid()}\n")
     if "--exit-file" in sys.argv:
         _record_exit(sys.argv[sys.argv.index("--exit-file") + 1])
     server.run("stdio")
