@@ -155,10 +155,10 @@ def forget_imports(specs: Iterable[str] | None = None, *, wait_s: float | None =
 def _hold(spec: str, close: Callable[[float | None], None]) -> None:
     """Keep what an import of `spec` holds open, to be closed when forgotten or at interpreter exit."""
     global _closes_at_exit
-    if not _closes_at_exit:
-        atexit.register(_close_at_exit)
-        _closes_at_exit = True
     with _table_lock:
+        if not _closes_at_exit:
+            atexit.register(_close_at_exit)
+            _closes_at_exit = True
         _held.setdefault(spec, []).append(close)
 
 
