@@ -16,7 +16,6 @@ from types import MappingProxyType
 from typing import Any, Literal, TypeVar, overload
 
 import jsonschema
-import jsonschema_rs
 import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -34,7 +33,7 @@ from pte._catalogue._tool_spec import (
     ToolSpec,
     _freeze_schema,
 )
-from pte._core import DECIMAL_STRING_PATTERN, ExplainingValidator, ToolRegistrationError
+from pte._core import DECIMAL_STRING_PATTERN, ExplainingValidator, ToolRegistrationError, ecma_validator
 
 __all__ = [
     "tool",
@@ -307,8 +306,8 @@ def _build_spec(
         _input_model=input_model,
         _input_validator=ExplainingValidator(input_schema),
         _output_validator=ExplainingValidator(output_schema),
-        _fast_input=jsonschema_rs.validator_for(input_schema),
-        _fast_output=jsonschema_rs.validator_for(output_schema),
+        _fast_input=ecma_validator(input_schema),
+        _fast_output=ecma_validator(output_schema),
     )
 
 

@@ -23,11 +23,10 @@ from types import MappingProxyType
 from typing import Any
 
 import jsonschema
-import jsonschema_rs
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from pte._catalogue._tool_spec import TOOL_NAME_RE, Effect, OutputProvenance, ToolSpec
-from pte._core import ExplainingValidator, ToolError, ToolRegistrationError, canonical_json
+from pte._core import ExplainingValidator, ToolError, ToolRegistrationError, canonical_json, ecma_validator
 
 __all__ = ["SchemaTool", "tool_from_schema"]
 
@@ -233,8 +232,8 @@ def tool_from_schema(
         third_party_text=tuple(third_party_text),
         _input_validator=ExplainingValidator(inputs),
         _output_validator=ExplainingValidator(outputs),
-        _fast_input=jsonschema_rs.validator_for(inputs),
-        _fast_output=jsonschema_rs.validator_for(outputs),
+        _fast_input=ecma_validator(inputs),
+        _fast_output=ecma_validator(outputs),
         is_async=inspect.iscoroutinefunction(func),
         runs_json=_runs_json(name, runs),
     )

@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 import jsonschema
-import jsonschema_rs
 import pydantic
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -29,7 +28,7 @@ import pte._catalogue._generics as _generics
 from pte._audit import current_tool_entry
 from pte._catalogue._idempotency import without_key
 from pte._catalogue._selection import SELECTION_KEY, Selection
-from pte._core import ExplainingValidator, ToolError, ToolRegistrationError, canonical_bytes
+from pte._core import ExplainingValidator, ToolError, ToolRegistrationError, canonical_bytes, ecma_validator
 
 __all__ = [
     "Effect",
@@ -137,7 +136,7 @@ class ToolSpec:
         out: dict[str, Any] = {}
         for name, schema in (self.input_schema.get("properties") or {}).items():
             whole = {**schema, "$defs": defs} if defs and isinstance(schema, Mapping) else schema
-            out[name] = jsonschema_rs.validator_for(whole)
+            out[name] = ecma_validator(whole)
         return out
 
     def param_is_valid(self, name: str, value: Any) -> bool:
@@ -276,8 +275,8 @@ class ToolSpec:
             third_party_text=tuple(str(where) for where in entry["third_party_text"] or ()),
             _input_validator=ExplainingValidator(input_schema),
             _output_validator=ExplainingValidator(output_schema),
-            _fast_input=jsonschema_rs.validator_for(input_schema),
-            _fast_output=jsonschema_rs.validator_for(output_schema),
+            _fast_input=ecma_validator(input_schema),
+            _fast_output=ecma_validator(output_schema),
             # "": no hash recorded; describe() then omits it.
             _recorded_code_sha256=str(entry["code_sha256"] or ""),
         )

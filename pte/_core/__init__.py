@@ -37,6 +37,11 @@ from pte._core._data_budget import (
     DEFAULT_DATA_BUDGET,
     render_budgeted,
 )
+from pte._core._ecma_patterns import (
+    ecma_pattern,
+    ecma_schema,
+    ecma_validator,
+)
 from pte._core._errors import (
     PLAN_REASONS,
     REPAIRABLE_REASONS,
@@ -215,6 +220,9 @@ __all__ = [
     "decimal_in_bounds",
     "decimal_of_text",
     "default_rule_files",
+    "ecma_pattern",
+    "ecma_schema",
+    "ecma_validator",
     "get_logger",
     "hash_json",
     "is_canonical",

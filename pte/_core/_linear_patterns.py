@@ -13,7 +13,8 @@ outside any tool timeout. `ExplainingValidator` checks `pattern` instead:
   never by Python's `re`.
 
 RE2, like ECMA-262 and jsonschema-rs, reads ``$`` as the end of the text only (Python's `re`
-also matches before a final newline), so the explanation agrees with the compiled check.
+also matches before a final newline), so the explanation agrees with the compiled check. Both
+see the pattern as `ecma_pattern` writes it: ``\\d`` is ``[0-9]``, as ECMA-262 reads it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 import re2
+
+from pte._core._ecma_patterns import ecma_pattern
 
 __all__ = [
     "DECIMAL_STRING_PATTERN",
@@ -45,12 +48,14 @@ DECIMAL_STRING_RE2 = r"^[+-]?(?:\d+\.?\d*|\.?\d+)$"
 
 @functools.lru_cache(maxsize=1024)
 def pattern_matcher(pattern: str) -> Callable[[str], bool]:
-    """A linear-time (or bounded) test of whether `pattern` matches somewhere in a string."""
-    source = DECIMAL_STRING_RE2 if pattern == DECIMAL_STRING_PATTERN else pattern
+    """A linear-time (or bounded) test of whether `pattern` (ECMA-262) matches somewhere in a string."""
+    source = ecma_pattern(DECIMAL_STRING_RE2 if pattern == DECIMAL_STRING_PATTERN else pattern)
+    options = re2.Options()
+    options.log_errors = False  # a pattern RE2 refuses is no error: jsonschema-rs reads it
     try:
-        regex = re2.compile(source)
+        regex = re2.compile(source, options)
     except re2.error:
-        checker = jsonschema_rs.validator_for({"type": "string", "pattern": pattern})
+        checker = jsonschema_rs.validator_for({"type": "string", "pattern": ecma_pattern(pattern)})
         return checker.is_valid
     return lambda text: regex.search(text) is not None
 

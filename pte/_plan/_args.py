@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jsonschema
-import jsonschema_rs
 
 from pte._catalogue import ToolSpec, is_small
 from pte._catalogue import generics as _generics
 from pte._catalogue import schema_types as st
-from pte._core import ExplainingValidator, PlanRejected, ReasonCode
+from pte._core import ExplainingValidator, PlanRejected, ReasonCode, ecma_validator
 from pte._plan._context import CompileContext, _reject, json_path
 from pte._plan._model import Reference, is_reference
 from pte._plan._refs import _check_pointer, _collect_checked, _select
@@ -157,7 +156,7 @@ def _literal_validator(ctx: CompileContext, schema: st.Schema, root: Mapping[str
     if key not in cache:
         whole = {**schema, "$defs": root.get("$defs", {})} if isinstance(schema, Mapping) else schema
         try:
-            validator = jsonschema_rs.validator_for(whole)
+            validator = ecma_validator(whole)
         except (ValueError, TypeError):
             validator = None
         cache[key] = (schema, root, validator)  # holding schema and root keeps their ids unique

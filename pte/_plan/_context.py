@@ -12,12 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema_rs
-
 from pte._catalogue import Registry, ToolSpec
 from pte._catalogue import generics as _generics
 from pte._catalogue import schema_types as st
-from pte._core import PlanRejected, ReasonCode
+from pte._core import PlanRejected, ReasonCode, ecma_validator
 from pte._plan._model import ProcedureOrigin, Reference
 
 __all__ = ["DEFAULT_LIMITS", "CompileCheck", "CompileContext", "Limits", "json_path"]
@@ -162,7 +160,7 @@ class CompileContext:
                 whole = {**schema, "$defs": root["$defs"]}
             try:
                 plain = json.loads(json.dumps(whole, default=dict))
-                outside = not jsonschema_rs.validator_for(plain).is_valid(step["default"])
+                outside = not ecma_validator(plain).is_valid(step["default"])
             except (ValueError, TypeError):
                 outside = True  # a schema the validator cannot read proves nothing: the union is safe
             self._default_outside[key] = outside

@@ -12,11 +12,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import jsonschema_rs
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from pte._catalogue import TOOL_NAME_RE
-from pte._core import array_index, canonical_json, canonical_loads, load_schema
+from pte._core import array_index, canonical_json, canonical_loads, ecma_validator, load_schema
 
 __all__ = [
     "ELEMENT",
@@ -452,7 +451,7 @@ class Plan:
         text = self._output_types.get(step_id)
         if text is None:
             return None
-        validator = jsonschema_rs.validator_for(json.loads(text))
+        validator = ecma_validator(json.loads(text))
         if validator.is_valid(output):
             return None
         first = next(iter(validator.iter_errors(output)))
