@@ -73,6 +73,18 @@ def _placed(path: str, folder: Path) -> str:
         return str(absolute)
 
 
+def _placed_tool(spec: str, folder: Path) -> str:
+    """A ``--tools`` value for the document: an ``openapi:`` spec file (checked to exist) placed as
+    every file given here is, since the deployment reads a relative one from its folder."""
+    from pte._deploy import spec_file
+
+    source = spec_file(spec)
+    if source is None:
+        return spec
+    input_file(source, f"--tools {spec}: the OpenAPI document")
+    return f"openapi:{_placed(source, folder)}{spec.removeprefix('openapi:')[len(source) :]}"
+
+
 def _placed_store(url: str, folder: Path) -> str:
     """A store URL given on the command line: a relative file path is relative to the working
     directory (as every path given here), written relative to the folder when inside it."""
@@ -113,7 +125,12 @@ def init_command(args: argparse.Namespace) -> int:
             f"{folder} holds other files: a deployment gets a folder of its own "
             "(`pte init` with no folder makes .pte here)"
         )
-    tools = tuple(t for spec in args.tools or () for t in ([spec] if ":" in spec else spec.split(",")) if t)
+    tools = tuple(
+        _placed_tool(t, folder)
+        for spec in args.tools or ()
+        for t in ([spec] if ":" in spec else spec.split(","))
+        if t
+    )
     allow = tuple(a for spec in args.allow or () for a in spec.split(",") if a) or None
     defaults = DeploymentDocument()
     document = DeploymentDocument(

@@ -18,7 +18,13 @@ from pte._deploy._jobs import (
     redact_job,
     sign_job,
 )
-from pte._deploy._pack_imports import IMPORT_PREFIXES, forget_imports, import_spec, is_import_spec
+from pte._deploy._pack_imports import (
+    IMPORT_PREFIXES,
+    forget_imports,
+    import_spec,
+    is_import_spec,
+    spec_file,
+)
 from pte._deploy._process import is_expired, process_run
 from pte._deploy._replaying import replay_file, replay_run, resume_file
 from pte._deploy._requeue import (
@@ -90,6 +96,7 @@ __all__ = [
     "resume_run",
     "run_in_store",
     "sign_job",
+    "spec_file",
     "stranded",
     "submit_job",
 ]

@@ -39,7 +39,7 @@ from pte._deploy._deployment_engine import (
 )
 from pte._deploy._deployment_fingerprint import digest_of, file_digest, folder_digests
 from pte._deploy._deployment_parts import folder_parts, given_parts, recorded_parts
-from pte._deploy._pack_imports import forget_imports, import_spec, is_import_spec
+from pte._deploy._pack_imports import forget_imports, import_spec, is_import_spec, spec_file, spec_in_folder
 
 __all__ = ["Deployment"]
 
@@ -172,7 +172,11 @@ class Deployment:
         imported once per process and shared by every deployment naming it (a narrowing, the
         folder read again): their tools fail as ``client_closed`` after, and a deployment built
         again imports it afresh. Idempotent; what is still open at interpreter exit is closed then."""
-        specs = [p for p in (*_split_packs(self.document.tools), *self.packs) if is_import_spec(p)]
+        specs = [
+            spec_in_folder(p, self.folder)
+            for p in (*_split_packs(self.document.tools), *self.packs)
+            if is_import_spec(p)
+        ]
         if specs:
             forget_imports(specs)
         self._imports().clear()  # built again, it imports them afresh
@@ -274,6 +278,11 @@ class Deployment:
         procedures = self.path(doc.procedures)
         if procedures is not None and not procedures.is_dir():
             found.append(f"procedures: the procedures folder {str(procedures)!r} does not exist")
+        found.extend(
+            problem
+            for problem in map(self._spec_file_problem, _split_packs(doc.tools))
+            if problem is not None
+        )
         for rules in doc.secret_rules:
             if not _is_regular(resolve_path(self.folder, rules)):
                 found.append(f"redaction.rule_files: {rules!r} does not exist or is not a regular file")
@@ -321,10 +330,35 @@ class Deployment:
         return pinned
 
     def _imported(self, spec: str, importer: Callable[[str], Registry] | None) -> Registry:
+        """The import of `spec` (as the document writes it) it serves; a relative spec file is
+        the one in its folder (`spec_in_folder`), refused by name when there is none there."""
         pinned = self._imports()
         if spec not in pinned:
-            pinned.setdefault(spec, (importer or import_spec)(spec))
+            problem = self._spec_file_problem(spec)
+            if problem is not None:
+                raise DeploymentError(f"the deployment in {self.folder} cannot be used: {problem}")
+            pinned.setdefault(spec, (importer or import_spec)(spec_in_folder(spec, self.folder)))
         return pinned[spec]
+
+    def _spec_file_problem(self, spec: str) -> str | None:
+        """Why the file an ``openapi:`` spec of its `tools` names cannot be read (None: it can, or
+        the spec names no file). A relative path is read from the deployment's folder only: a
+        document that relied on the working directory of the process is refused, saying so."""
+        source = spec_file(spec)
+        if source is None:
+            return None
+        path = resolve_path(self.folder, source)
+        if _is_regular(path):
+            return None
+        where = (
+            ""
+            if Path(os.path.expanduser(source)).is_absolute()
+            else " (a relative path is read from the deployment's folder, never from the working directory)"
+        )
+        return (
+            f"tools: {spec!r}: the OpenAPI document {str(path)!r} does not exist or is not a regular "
+            f"file{where}; put it there, or write its absolute path in {DOCUMENT_NAME}"
+        )
 
     def _sharing_imports(self, other: Deployment) -> Deployment:
         """`other` (made from this deployment) serving the imports this one serves."""

@@ -32,13 +32,21 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
 from pte._catalogue import Registry
 from pte._core import DeploymentError, FileRefused, PTEError, read_bounded_bytes
 
-__all__ = ["IMPORT_PREFIXES", "forget_imports", "import_spec", "is_import_spec"]
+__all__ = [
+    "IMPORT_PREFIXES",
+    "forget_imports",
+    "import_spec",
+    "is_import_spec",
+    "spec_file",
+    "spec_in_folder",
+]
 
 IMPORT_PREFIXES = ("mcp:", "openapi:")
 
@@ -74,6 +82,29 @@ _spec_locks: dict[str, threading.Lock] = {}
 def is_import_spec(spec: str) -> bool:
     """Whether a ``--tools`` value names an importer rather than packs."""
     return spec.startswith(IMPORT_PREFIXES)
+
+
+def spec_file(spec: str) -> str | None:
+    """The file an ``openapi:`` spec reads, as the spec writes it (None: a URL, or ``mcp:``)."""
+    kind, _, rest = spec.partition(":")
+    source, _ = _names(rest)
+    if kind != "openapi" or source.startswith(("http://", "https://")):
+        return None
+    return source
+
+
+def spec_in_folder(spec: str, folder: Path) -> str:
+    """`spec` as a deployment document in `folder` names it: an ``openapi:`` file path that is
+    relative is read from the folder (as every path the document names), never from the working
+    directory of the process reading it (a worker or a command started elsewhere would import
+    another file, which the deployment's fingerprint would then describe). ``..`` and symlinks
+    are the document's own to write, as an absolute path is. Others unchanged."""
+    source = spec_file(spec)
+    if source is None:
+        return spec
+    path = Path(os.path.expanduser(source))
+    names = spec.removeprefix("openapi:")[len(source) :]  # "#op,…", or nothing
+    return f"openapi:{path if path.is_absolute() else folder / path}{names}"
 
 
 def _names(spec: str) -> tuple[str, list[str] | None]:
