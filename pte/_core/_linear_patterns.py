@@ -75,7 +75,50 @@ def _pattern(
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-#: Draft 2020-12, with `pattern` checked in linear (or bounded) time: see the module doc.
+def _pattern_properties(
+    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        matches = pattern_matcher(pattern)
+        for name, value in instance.items():
+            if matches(name):
+                yield from validator.descend(value, subschema, path=name, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    # jsonschema's own, with patternProperties' names matched as `_pattern_properties` does.
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    matchers = [pattern_matcher(p) for p in schema.get("patternProperties", {})]
+    extras = [n for n in instance if n not in properties and not any(m(n) for m in matchers)]
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif additional is False and extras:  # jsonschema's messages, word for word
+        listed = ", ".join(repr(extra) for extra in sorted(extras, key=str))
+        if "patternProperties" in schema:
+            verb = "does" if len(extras) == 1 else "do"
+            patterns = ", ".join(repr(p) for p in sorted(schema["patternProperties"]))
+            yield jsonschema.ValidationError(f"{listed} {verb} not match any of the regexes: {patterns}")
+        else:
+            were = "was" if len(extras) == 1 else "were"
+            yield jsonschema.ValidationError(
+                f"Additional properties are not allowed ({listed} {were} unexpected)"
+            )
+
+
+#: Draft 2020-12, with `pattern`, `patternProperties` and `additionalProperties`' names read by
+#: `pattern_matcher` (ECMA-262, linear or bounded time): see the module doc.
 ExplainingValidator: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft202012Validator, validators={"pattern": _pattern}
+    jsonschema.Draft202012Validator,
+    validators={
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
 )

@@ -23,8 +23,8 @@ from pydantic import Field
 
 from pte import PlanRejected, ReasonCode, Registry, compile_plan, tool
 
-# private: the explaining validator's pattern test, and the rewrite itself (its edge cases)
-from pte._core import ecma_pattern, ecma_schema, pattern_matcher
+# private: the explaining validator and its pattern test, and the rewrite itself (its edge cases)
+from pte._core import ExplainingValidator, ecma_pattern, ecma_schema, pattern_matcher
 from pte.catalogue import ToolSpec, tool_from_schema
 
 #: Characters a Unicode-aware engine reads as digits or word characters and ECMA-262 does not:
@@ -71,12 +71,19 @@ def _schema_tool(pattern: str) -> ToolSpec:
         description="Store a label.",
         input_schema={
             "type": "object",
-            "properties": {"label": {"type": "string", "pattern": pattern}},
-            "required": ["label"],
+            "properties": {
+                "label": {"type": "string", "pattern": pattern},
+                # A third party's map keyed by pattern (what an importer brings in).
+                "tags": {
+                    "type": "object",
+                    "patternProperties": {pattern: True},
+                    "additionalProperties": False,
+                },
+            },
             "additionalProperties": False,
         },
         output_schema={"type": "string", "pattern": pattern},
-        func=lambda args: args["label"],
+        func=lambda args: args.get("label", ""),
     )
 
 
@@ -100,6 +107,12 @@ def test_a_tool_schema_pattern_reads_as_ecma_262(pattern: str, samples: list[str
         assert (spec.args_error({"label": text}) is None) is expected, (pattern, text)
         assert spec.param_is_valid("label", text) is expected, (pattern, text)
         assert pattern_matcher(pattern)(text) is expected, (pattern, text)  # what explains a rejection
+        assert (spec.args_error({"tags": {text: 1}}) is None) is expected, (pattern, text)
+        assert spec.param_is_valid("tags", {text: 1}) is expected, (pattern, text)
+        # The pure-Python validator decides where no compiled one can (compile's literals beside
+        # references): it reads patternProperties' names the same way.
+        assert ExplainingValidator(spec.input_schema).is_valid({"label": text}) is expected
+        assert ExplainingValidator(spec.input_schema).is_valid({"tags": {text: 1}}) is expected
         try:
             spec.validate_output(text)
             output_valid = True
