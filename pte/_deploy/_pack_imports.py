@@ -14,10 +14,12 @@ A spec is imported once per process and shared by every deployment naming it, an
 afresh when what it names has changed, as far as that can be known without importing it: an
 ``openapi:`` spec whose file's content differs from the import's (its SHA-256), or whose TLS
 settings changed (a rotated CA file, `pte.importers.openapi.tls_context`). A fetched document
-(an http(s) URL) is not fetched again, and an MCP server started is not asked again: a
-server's or a URL's changes need the spec's imports closed (`pte.Deployment.close`,
-`forget_imports`) or a new process. Importing is atomic per spec: threads building deployments
-at once share one import (one MCP server started); other specs import meanwhile.
+(an http(s) URL) is not fetched again, and an MCP server started is not asked again while its
+session lives: a server's or a URL's changes need the spec's imports closed
+(`pte.Deployment.close`, `forget_imports`) or a new process. An MCP session whose server went
+away (its process exited) has ended: the spec is imported afresh, a new server started.
+Importing is atomic per spec: threads building deployments at once share one import (one MCP
+server started); other specs import meanwhile.
 """
 
 from __future__ import annotations
@@ -63,12 +65,19 @@ _held: dict[str, list[Callable[[float | None], None]]] = {}
 _closes_at_exit = False
 
 
+def _never_ended() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class _Import:
     """A spec's import and the state of what it was imported from (`_state_of`)."""
 
     registry: Registry
     state: tuple[Any, ...]
+    #: Whether what its tools call through has ended on its own (an MCP server that exited):
+    #: the import was made from a server no longer there, so it is made afresh.
+    ended: Callable[[], bool] = _never_ended
 
 
 #: Each spec's current import (an MCP server is started once).
@@ -128,9 +137,9 @@ def import_spec(spec: str) -> Registry:
         try:
             state = _state_of(kind, source)
             current = _imported.get(spec)
-            if current is not None and current.state == state:
+            if current is not None and current.state == state and not current.ended():
                 return current.registry
-            registry = _mcp(spec, source, only) if kind == "mcp" else _openapi(spec, source, only, state)
+            made = _mcp(spec, source, only, state) if kind == "mcp" else _openapi(spec, source, only, state)
         except PTEError as exc:
             raise DeploymentError(f"--tools {spec}: {exc}") from None
         except ImportError as exc:
@@ -138,8 +147,8 @@ def import_spec(spec: str) -> Registry:
                 f"--tools {spec}: {exc} (pip install 'plan-then-execute[{kind}]')"
             ) from None
         with _table_lock:
-            _imported[spec] = _Import(registry, state)
-        return registry
+            _imported[spec] = made
+        return made.registry
 
 
 def forget_imports(specs: Iterable[str] | None = None, *, wait_s: float | None = None) -> None:
@@ -223,7 +232,7 @@ def _state_of(kind: str, source: str) -> tuple[Any, ...]:
     return tls_context(), hashlib.sha256(content).hexdigest()
 
 
-def _mcp(spec: str, command_line: str, only: list[str] | None) -> Registry:
+def _mcp(spec: str, command_line: str, only: list[str] | None, state: tuple[Any, ...]) -> _Import:
     from pte.importers.mcp import MCPConnection, import_mcp_tools
 
     try:
@@ -240,10 +249,12 @@ def _mcp(spec: str, command_line: str, only: list[str] | None) -> Registry:
         connection.close()  # refused: no tool holds it
         raise
     _hold(spec, lambda wait_s: connection.close(timeout_s=wait_s))
-    return registry
+    # An ended session's closer stays held, closed with the spec's: its tools keep failing as
+    # `unavailable` (the server went away), not as closed by their owner.
+    return _Import(registry, state, lambda: connection.ended)
 
 
-def _openapi(spec: str, source: str, only: list[str] | None, state: tuple[Any, ...]) -> Registry:
+def _openapi(spec: str, source: str, only: list[str] | None, state: tuple[Any, ...]) -> _Import:
     import httpx
 
     http = httpx.Client(timeout=30.0, verify=state[0])  # the TLS context the state names
@@ -253,7 +264,7 @@ def _openapi(spec: str, source: str, only: list[str] | None, state: tuple[Any, .
         http.close()  # refused: no tool holds it
         raise
     _hold(spec, lambda wait_s: http.close())
-    return registry
+    return _Import(registry, state)
 
 
 def _openapi_through(http: Any, source: str, only: list[str] | None) -> Registry:

@@ -30,7 +30,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, TextIO
 
@@ -86,6 +86,9 @@ class MCPConnection:
         self._session: Any = None
         self._failure: BaseException | None = None
         self._closed = False
+        #: The server's side of the transport ended (a stdio server's process exited, its output
+        #: closed) without the owner closing the connection: calls fail as ``unavailable``.
+        self._server_ended = False
         self._thread = threading.Thread(target=self._serve, name=f"pte-mcp {label}", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s):
@@ -156,15 +159,49 @@ class MCPConnection:
         try:
             async with AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._open_transport())
-                session = await stack.enter_async_context(mcp.ClientSession(streams[0], streams[1]))
+                # The server's messages reach the session through a relay that sees the
+                # transport end (the SDK's session outlives its server: calls would fail one by
+                # one, the session still "open"), ends the session and says why.
+                received = await stack.enter_async_context(self._relaying(streams[0]))
+                session = await stack.enter_async_context(mcp.ClientSession(received, streams[1]))
                 await session.initialize()
                 self._session = session
                 self._ready.set()
                 await self._stop.wait()
+                if self._server_ended and not self._closed:
+                    raise MCPError(self._ended_reason())
         except BaseException as exc:  # reported to the caller (connect) or to later calls
             self._failure = exc
         finally:
             self._session = None
+
+    @contextlib.asynccontextmanager
+    async def _relaying(self, source: Any) -> AsyncIterator[Any]:
+        """A stream of what `source` (the transport's) receives; when `source` ends, the server
+        has: `_server_ended` is set before the session sees its end, and the session is stopped."""
+        import anyio
+
+        sink, received = anyio.create_memory_object_stream[Any](0)
+
+        async def relay() -> None:
+            async with sink:
+                with contextlib.suppress(
+                    anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError
+                ):
+                    async for message in source:
+                        await sink.send(message)
+                self._server_ended = True  # before the session's readers see the end (the close)
+            if self._stop is not None:
+                self._stop.set()
+
+        task = asyncio.ensure_future(relay())
+        try:
+            yield received
+        finally:
+            task.cancel()  # the owner's close: the session has ended, the transport is next
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            received.close()
 
     def _run(self, coroutine: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
         if self._closed:
@@ -174,8 +211,10 @@ class MCPConnection:
                 "ended, close() or forget_imports ran) before this call: keep it open while its tools "
                 "are used"
             )
-        if self._session is None:
+        if self._session is None or self._server_ended:
             coroutine.close()
+            if self._server_ended:
+                raise MCPError(self._ended_reason())
             detail = f": {_describe(self._failure)}" if self._failure else ""
             raise MCPError(f"the connection to MCP server {self.label} is closed{detail}")
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -233,8 +272,19 @@ class MCPConnection:
         except MCPError as exc:  # the session ended without being closed: the server went away
             raise ToolError("unavailable", str(exc)) from None
         except Exception as exc:
+            if self._server_ended:  # under way when the server went away (the SDK's own error)
+                raise ToolError("unavailable", self._ended_reason()) from None
             raise ToolError("tool_error", f"MCP call {name!r} failed: {_clip(_describe(exc))}") from None
         return answer
+
+    def _ended_reason(self) -> str:
+        return f"MCP server {self.label} ended the session without being asked (its process exited)"
+
+    @property
+    def ended(self) -> bool:
+        """Whether the session has ended: closed by its owner, or its server went away (a stdio
+        server's process exited). A deployment built again imports an ended session's tools afresh."""
+        return self._closed or self._server_ended or not self._thread.is_alive()
 
     def close(self, *, timeout_s: float | None = None) -> None:
         """End the session (and stop a stdio server process), waiting up to `timeout_s` for it
