@@ -19,7 +19,11 @@ from typing import Any
 import pytest
 
 from pte import AuditLog, Engine, EngineConfig, ReasonCode, Registry, RunResult, tool, verify
+
+# private: the pattern every Decimal parameter's schema carries
+from pte._core import DECIMAL_STRING_PATTERN
 from pte.audit import read_records
+from pte.catalogue import ToolSpec
 from pte.testing import ScriptedModel
 
 PAID: list[tuple[str, Decimal]] = []
@@ -122,3 +126,15 @@ def test_an_amount_read_from_data_is_checked_before_the_tool_converts_it(
     failed = [r for r in read_records(log) if r["type"] == "step_finished" and r["status"] != "ok"]
     assert [(r["step_id"], r["error"]["kind"]) for r in failed] == [("pay_the_amount_due", "invalid_args")]
     assert "does not match" in failed[0]["error"]["message"]
+
+
+def test_the_catalogue_rebuilt_from_a_log_reads_the_pattern_alike() -> None:
+    # Replay rebuilds each tool from its run_started entry (`ToolSpec.from_record`): the entry
+    # keeps the pattern as written, and the rebuilt validators read it as ECMA-262 too.
+    entry = REGISTRY["pay_invoice"].describe()
+    assert entry["input_schema"]["properties"]["amount"]["anyOf"][1]["pattern"] == DECIMAL_STRING_PATTERN
+    rebuilt = ToolSpec.from_record(json.loads(json.dumps(entry)))
+    for amount in LOOKALIKE_AMOUNTS:
+        assert rebuilt.args_error({"invoice_id": "INV-1001", "amount": amount}) is not None
+        assert not rebuilt.param_is_valid("amount", amount)
+    assert rebuilt.args_error({"invoice_id": "INV-1001", "amount": "100.00"}) is None
