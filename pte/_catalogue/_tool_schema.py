@@ -144,6 +144,18 @@ def _checked_schema(tool_name: str, which: str, schema: Any) -> dict[str, Any]:
     return copy
 
 
+def _compiled(tool_name: str, which: str, schema: Mapping[str, Any]) -> Any:
+    """The compiled validator of a checked schema; a pattern it cannot read (``a{,3}``, which
+    Python's `re` takes) is a registration error naming the tool, as an importer reports it."""
+    try:
+        return ecma_validator(schema)
+    except ValueError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ToolRegistrationError(
+            f"tool {tool_name!r}: the {which} schema cannot be compiled: {reason}"
+        ) from None
+
+
 def tool_from_schema(
     name: str,
     *,
@@ -232,8 +244,8 @@ def tool_from_schema(
         third_party_text=tuple(third_party_text),
         _input_validator=ExplainingValidator(inputs),
         _output_validator=ExplainingValidator(outputs),
-        _fast_input=ecma_validator(inputs),
-        _fast_output=ecma_validator(outputs),
+        _fast_input=_compiled(name, "input", inputs),
+        _fast_output=_compiled(name, "output", outputs),
         is_async=inspect.iscoroutinefunction(func),
         runs_json=_runs_json(name, runs),
     )

@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from pte import AuditLog, Engine, EngineConfig, PlanRejected, ReasonCode, compile_plan
 from pte.audit import read_records
+from pte.importers import ImportRefused
 from pte.importers.openapi import import_openapi
 from tests.integration_apps.loopback import LoopbackServer
 
@@ -112,3 +113,14 @@ def test_an_ascii_amount_still_pays_the_service(
     assert result.status == "succeeded", result.message
     assert received[-1] == {"invoice_id": "INV-1001", "amount": "100"}
     assert [r["type"] for r in read_records(tmp_path / "run.jsonl")].count("step_finished") == 1
+
+
+def test_a_pattern_the_compiled_validator_cannot_read_refuses_the_import_naming_it(
+    payments: tuple[LoopbackServer, list[dict[str, Any]]],
+) -> None:
+    # ``\d{,3}`` is a pattern to Python's `re` (the schema check) but not to jsonschema-rs: the
+    # import is refused naming the operation, not ended by the validator's own exception.
+    server, _ = payments
+    with pytest.raises(ImportRefused) as caught:
+        import_openapi(_document("^\\d{,3}$"), base_url=server.url)
+    assert "createPayment" in str(caught.value) and "cannot be compiled" in str(caught.value)
