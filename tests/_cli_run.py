@@ -7,6 +7,7 @@ a whole command) and run as printed (`run_hint`); `PAY` is the supplier payment 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -56,6 +57,46 @@ def pte_child(*argv: str, cwd: Path, timeout: float = 120) -> subprocess.Complet
         encoding="utf-8",
         timeout=timeout,
     )
+
+
+#: Runs `pte --quiet ARGV` counting the times the process opens the file named first (an audit
+#: hook: every open, by any library), written as JSON on stderr's last line; exits as pte did.
+_WATCHING = """
+import json, os, sys
+
+watched, opened = os.path.abspath(sys.argv[1]), []
+
+
+def hook(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        if os.path.abspath(os.fsdecode(args[0])) == watched:
+            opened.append(args[0])
+
+
+sys.addaudithook(hook)
+from pte.cli import main
+
+try:
+    code = main(["--quiet", *sys.argv[2:]])
+finally:
+    sys.stderr.write("\\n" + json.dumps({"opened": len(opened)}) + "\\n")
+sys.exit(code)
+"""
+
+
+def pte_child_watching(
+    watched: Path, *argv: str, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`pte_child`, and how many times the process opened `watched` (a relative path: from `cwd`)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WATCHING, str(cwd / watched), *argv],
+        cwd=cwd,
+        env=child_env() if env is None else env,
+        capture_output=True,
+        encoding="utf-8",
+        timeout=120,
+    )
+    return done, json.loads(done.stderr.strip().splitlines()[-1])["opened"]
 
 
 @pytest.fixture

@@ -94,11 +94,18 @@ def _packs(args: argparse.Namespace) -> list[str]:
     return packs
 
 
-def _pack_refs(packs: list[str]) -> list[str | Registry]:
-    """Packs as `load_registry` takes them: an importer spec becomes the registry it imports."""
+def _pack_refs(packs: list[str], args: argparse.Namespace) -> list[str | Registry]:
+    """Packs as `load_registry` takes them: an importer spec becomes the registry it imports,
+    imported once per command (kept on its `args`): its registry and its policy's whole packs
+    are one import, as a deployment object's are, even when the spec's file changes between
+    them (imported twice, they could describe two versions of it)."""
     from pte._cli._imports import import_spec, is_import_spec
 
-    return [import_spec(p) if is_import_spec(p) else p for p in packs]
+    imported: dict[str, Registry] = vars(args).setdefault("_imported_specs", {})
+    for spec in packs:
+        if is_import_spec(spec) and spec not in imported:
+            imported[spec] = import_spec(spec)
+    return [imported[p] if is_import_spec(p) else p for p in packs]
 
 
 def _registry(args: argparse.Namespace) -> Registry:
@@ -118,7 +125,9 @@ def _registry(args: argparse.Namespace) -> Registry:
     input_file(getattr(args, "policy", None), "policy file")
     allow = [a for spec in (getattr(args, "allow", None) or []) for a in spec.split(",") if a] or None
     try:
-        registry = load_registry(_pack_refs(packs), allow=allow, manifest=getattr(args, "manifest", None))
+        registry = load_registry(
+            _pack_refs(packs, args), allow=allow, manifest=getattr(args, "manifest", None)
+        )
     except (ToolPackError, ToolRegistrationError) as exc:
         raise UsageError(str(exc)) from None
     return _with_procedures(registry, args)
@@ -226,7 +235,7 @@ def _policy(registry: Registry, args: argparse.Namespace) -> Any:
             return Policy.from_registry(registry)
         # Tool names in the file are checked against the whole packs (a typo is an error), so
         # one compliance-owned file serves deployments that narrow the allow-list differently.
-        policy = Policy.from_registry(load_registry(_pack_refs(_packs(args)))).with_file(path)
+        policy = Policy.from_registry(load_registry(_pack_refs(_packs(args), args))).with_file(path)
         narrowed = {name: entry for name, entry in policy.tools.items() if name in registry}
         return Policy(narrowed, registry=registry, sources=policy.sources, default=policy.default)
     except PTEError as exc:

@@ -22,8 +22,8 @@ import yaml
 # private: the process's imports are the deployment area's (no public way to drop them)
 from pte._deploy import forget_imports
 from pte.cli import main
-from tests._cli_run import make_deployment
-from tests.integration_apps.billing_app import make_app
+from tests._cli_run import make_deployment, pte_child_watching
+from tests.integration_apps.billing_app import make_app, openapi
 from tests.integration_apps.loopback import LoopbackServer
 
 SERVER = Path(__file__).parents[1] / "integration_apps" / "crm_mcp_server.py"
@@ -181,3 +181,25 @@ def test_workers_refuse_importer_specs(tmp_path: Path, capsys: pytest.CaptureFix
             ]
         )
     assert exit_info.value.code == 2 and "pack file" in capsys.readouterr().err
+
+
+def test_a_command_with_a_policy_imports_each_spec_once(billing: LoopbackServer, tmp_path: Path) -> None:
+    """Without a deployment, ``--policy`` checks its tool names against the whole packs: the
+    command's one import of each spec, the one its registry holds, never a second that could
+    read another version of the file. The spec file is consulted as often as without a policy
+    (a second import read it, and hashed it, again)."""
+    spec = tmp_path / "billing.json"
+    spec.write_text(json.dumps({**openapi("v1"), "servers": [{"url": billing.url}]}), encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(GET), encoding="utf-8")
+    (tmp_path / "policy.json").write_text(
+        json.dumps({"pte_policy": "1", "tools": {"getInvoice": {"output": "trusted"}}}), encoding="utf-8"
+    )
+    command = ["execute", "plan.json", "--tools", "openapi:billing.json#getInvoice,listInvoices", "--json"]
+    opened = []
+    for log, extra in (("plain.jsonl", []), ("policed.jsonl", ["--policy", "policy.json"])):
+        done, count = pte_child_watching(Path("billing.json"), *command, "--audit", log, *extra, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout)["result"] == 12500
+        opened.append(count)
+    assert opened[0] >= 1
+    assert opened[1] == opened[0]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from pte.errors import DeploymentError
 pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 pytest.importorskip("httpx", reason="the OpenAPI importer is an optional extra: 'plan-then-execute[openapi]'")
 
-from tests._cli_run import child_env, cli, make_deployment
+from tests._cli_run import child_env, cli, make_deployment, pte_child_watching
 from tests.integration_apps.billing_app import make_app, openapi
 from tests.integration_apps.loopback import LoopbackServer
 
@@ -37,30 +36,6 @@ PLAN = {
     "steps": [{"id": "invoice", "tool": "getInvoice", "args": {"invoice_id": "INV-1001"}}],
     "result": {"$ref": "invoice/amount_cents"},
 }
-
-#: Runs `pte --quiet ARGV` watching every file the process opens: prints how many times it
-#: opened the file named first (as JSON, on stderr's last line), then exits as pte did.
-WATCHING = """
-import json, os, sys
-
-watched, opened = os.path.abspath(sys.argv[1]), []
-
-
-def hook(event, args):
-    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
-        if os.path.abspath(os.fsdecode(args[0])) == watched:
-            opened.append(args[0])
-
-
-sys.addaudithook(hook)
-from pte.cli import main
-
-try:
-    code = main(["--quiet", *sys.argv[2:]])
-finally:
-    sys.stderr.write("\\n" + json.dumps({"opened": len(opened)}) + "\\n")
-sys.exit(code)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -142,15 +117,7 @@ def test_a_command_started_elsewhere_never_opens_the_working_directory_spec(
     env = {**child_env(), "PTE_DEPLOYMENT": str(folder)}
 
     def pte_watching(*argv: str) -> tuple[subprocess.CompletedProcess[str], int]:
-        done = subprocess.run(
-            [sys.executable, "-c", WATCHING, str(elsewhere / "spec.yaml"), *argv],
-            cwd=elsewhere,
-            env=env,
-            capture_output=True,
-            encoding="utf-8",
-            timeout=120,
-        )
-        return done, json.loads(done.stderr.strip().splitlines()[-1])["opened"]
+        return pte_child_watching(Path("spec.yaml"), *argv, cwd=elsewhere, env=env)
 
     done, opened = pte_watching("execute", "plan.json", "--audit", "run.jsonl", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
