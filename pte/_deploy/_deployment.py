@@ -350,14 +350,14 @@ class Deployment:
         path = resolve_path(self.folder, source)
         if _is_regular(path):
             return None
-        where = (
-            ""
-            if Path(os.path.expanduser(source)).is_absolute()
-            else " (a relative path is read from the deployment's folder, never from the working directory)"
+        missing = (
+            f"tools: {spec!r}: the OpenAPI document {str(path)!r} does not exist or is not a regular file"
         )
+        if Path(os.path.expanduser(source)).is_absolute():
+            return missing
         return (
-            f"tools: {spec!r}: the OpenAPI document {str(path)!r} does not exist or is not a regular "
-            f"file{where}; put it there, or write its absolute path in {DOCUMENT_NAME}"
+            f"{missing} (a relative path is read from the deployment's folder, never from the working "
+            f"directory): put the file there, or write its absolute path in {DOCUMENT_NAME}"
         )
 
     def _sharing_imports(self, other: Deployment) -> Deployment:

@@ -164,6 +164,10 @@ def test_a_document_that_relied_on_the_working_directory_is_refused_saying_so(
     code, out, err = cli(capsys, "execute", "plan.json", "--audit", "run.jsonl", "--json")
     assert code == 2 and reason in out + err and "Traceback" not in out + err
     assert not (tmp_path / "run.jsonl").exists() or "step_started" not in (tmp_path / "run.jsonl").read_text()
+    # An absolute path stays as written: a missing one is named, with no word of folders.
+    gone = tmp_path / "gone" / "spec.yaml"
+    (problem,) = pte.Deployment.from_folder(_naming(folder, f"openapi:{gone}")).problems()
+    assert str(gone) in problem and reason not in problem
 
 
 def test_dot_dot_and_symlinks_are_resolved_from_the_folder(
