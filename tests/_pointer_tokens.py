@@ -49,5 +49,5 @@ index_tokens = st.one_of(
     st.integers(min_value=0, max_value=10**30).map(str),
     st.integers(min_value=0, max_value=30).map(lambda n: "0" + str(n)),
     st.text(alphabet=st.sampled_from("0123456789\u0663\u00b2+- ."), max_size=5),
-    st.text(alphabet=st.characters(codec="utf-8"), max_size=5)  # no lone surrogates,
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=5),  # no lone surrogates,
 ).filter(lambda token: token != "*")
