@@ -177,11 +177,27 @@ def deployment_of(args: argparse.Namespace) -> Deployment | None:
             if given and value is not None and given != value:
                 raise _refuse(f"--{dest.replace('_', '-')}", str(given), found, value)
         try:
-            found = found.narrowed(packs=getattr(args, "tools", None), allow=getattr(args, "allow", None))
+            packs = [_as_written(pack, found) for pack in getattr(args, "tools", None) or ()]
+            found = found.narrowed(packs=packs, allow=getattr(args, "allow", None))
         except DeploymentError as exc:
             raise UsageError(str(exc)) from None
     args._pte_deployment = found
     return found
+
+
+def _as_written(pack: str, deployment: Deployment) -> str:
+    """A ``--tools`` value as the deployment's document writes it when `pte init` would have
+    written it so from here (a file it names placed: `pte init`'s hint runs the command again
+    unchanged); else as given, narrowing by its text (never widening)."""
+    from pte._cli._deployment_init import placed_tool
+
+    if pack in deployment.packs or not pack.startswith(("mcp:", "openapi:")):
+        return pack
+    try:
+        placed = placed_tool(pack, deployment.folder)
+    except UsageError:
+        return pack
+    return placed if placed in deployment.packs else pack
 
 
 def checked(deployment: Deployment) -> Deployment:

@@ -14,7 +14,7 @@ from pathlib import Path
 from pte._cli._support import UsageError, http_url, input_file
 from pte._core import DeploymentError
 
-__all__ = ["add_init_options", "init_command"]
+__all__ = ["add_init_options", "init_command", "placed_tool"]
 
 
 def add_init_options(p: argparse.ArgumentParser) -> None:
@@ -73,11 +73,19 @@ def _placed(path: str, folder: Path) -> str:
         return str(absolute)
 
 
-def _placed_tool(spec: str, folder: Path) -> str:
-    """A ``--tools`` value for the document: an ``openapi:`` spec file (checked to exist) placed as
-    every file given here is, since the deployment reads a relative one from its folder."""
-    from pte._deploy import spec_file
+def placed_tool(spec: str, folder: Path) -> str:
+    """A ``--tools`` value for the document, its files placed as every file given here is (read
+    from the working directory; relative inside the folder, else absolute), since the deployment
+    reads a relative one from its folder: an ``openapi:`` spec file (checked to exist), and each
+    word of an ``mcp:`` command naming a file here (``python server.py``: the server is started
+    in the deployment's folder)."""
+    from pte._deploy import spec_file, spec_with_command_words
 
+    if spec.startswith("mcp:"):
+        try:
+            return spec_with_command_words(spec, lambda w: _placed(w, folder) if Path(w).is_file() else None)
+        except DeploymentError as exc:
+            raise UsageError(str(exc)) from None
     source = spec_file(spec)
     if source is None:
         return spec
@@ -126,7 +134,7 @@ def init_command(args: argparse.Namespace) -> int:
             "(`pte init` with no folder makes .pte here)"
         )
     tools = tuple(
-        _placed_tool(t, folder)
+        placed_tool(t, folder)
         for spec in args.tools or ()
         for t in ([spec] if ":" in spec else spec.split(","))
         if t

@@ -24,6 +24,7 @@ from pte._deploy._pack_imports import (
     import_spec,
     is_import_spec,
     spec_file,
+    spec_with_command_words,
 )
 from pte._deploy._process import is_expired, process_run
 from pte._deploy._replaying import replay_file, replay_run, resume_file
@@ -97,6 +98,7 @@ __all__ = [
     "run_in_store",
     "sign_job",
     "spec_file",
+    "spec_with_command_words",
     "stranded",
     "submit_job",
 ]

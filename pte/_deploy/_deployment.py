@@ -39,7 +39,14 @@ from pte._deploy._deployment_engine import (
 )
 from pte._deploy._deployment_fingerprint import digest_of, file_digest, folder_digests
 from pte._deploy._deployment_parts import folder_parts, given_parts, recorded_parts
-from pte._deploy._pack_imports import forget_imports, import_spec, is_import_spec, spec_file, spec_in_folder
+from pte._deploy._pack_imports import (
+    forget_imports,
+    import_spec,
+    is_import_spec,
+    server_files,
+    spec_file,
+    spec_in_folder,
+)
 
 __all__ = ["Deployment"]
 
@@ -632,7 +639,8 @@ class Deployment:
     def parts(self) -> dict[str, str]:
         """The fingerprint of each part (``document``, ``catalogue``, and each file it names:
         ``policy``, ``manifest``, ``procedures``, ``specialists``, ``approval_keys``,
-        ``secret_rules``, ``deployment_key``), so a refusal can name what differs."""
+        ``secret_rules``, ``deployment_key``, ``mcp_servers``: the files its ``mcp:`` commands
+        name inside the folder), so a refusal can name what differs."""
         from pte._policy import catalogue_fingerprint
 
         if self.given is not None:
@@ -652,6 +660,11 @@ class Deployment:
             parts["secret_rules"] = digest_of(rules)
         if self.public_key_path.is_file():
             parts["deployment_key"] = file_digest(self.public_key_path, "public key")
+        # The files its mcp: commands name inside the folder (server.py), by the path the command
+        # writes: the tool list alone misses a server whose behaviour changed, not its tools.
+        servers = {p: files for p in _split_packs(doc.tools) if (files := server_files(p, self.folder))}
+        if servers:
+            parts["mcp_servers"] = digest_of(servers)
         full = self._sharing_imports(
             Deployment(self.folder, doc, tuple(_split_packs(doc.tools)), doc.allow, self._document_text)
         )

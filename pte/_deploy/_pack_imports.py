@@ -20,6 +20,12 @@ session lives: a server's or a URL's changes need the spec's imports closed
 away (its process exited) has ended: the spec is imported afresh, a new server started.
 Importing is atomic per spec: threads building deployments at once share one import (one MCP
 server started); other specs import meanwhile.
+
+A deployment's specs are its folder's (`spec_in_folder`): a relative ``openapi:`` file is read
+from the folder, and an ``mcp:`` command is started with the folder as its working directory,
+never the working directory of the process reading the deployment. Such an ``mcp:`` spec is
+also imported afresh when a file its command names by a relative path inside the folder
+(``server.py``) has changed (`server_files`), as the fingerprint describes those files.
 """
 
 from __future__ import annotations
@@ -46,8 +52,10 @@ __all__ = [
     "forget_imports",
     "import_spec",
     "is_import_spec",
+    "server_files",
     "spec_file",
     "spec_in_folder",
+    "spec_with_command_words",
 ]
 
 IMPORT_PREFIXES = ("mcp:", "openapi:")
@@ -102,18 +110,97 @@ def spec_file(spec: str) -> str | None:
     return source
 
 
+#: Between an ``mcp:`` spec's prefix and its command, around the folder it is started in
+#: (`spec_in_folder`): NUL is in no path, so the folder is read back exactly.
+_FOLDER_MARK = "\0"
+
+
 def spec_in_folder(spec: str, folder: Path) -> str:
     """`spec` as a deployment document in `folder` names it: an ``openapi:`` file path that is
-    relative is read from the folder (as every path the document names), never from the working
-    directory of the process reading it (a worker or a command started elsewhere would import
-    another file, which the deployment's fingerprint would then describe). ``..`` and symlinks
-    are the document's own to write, as an absolute path is. Others unchanged."""
+    relative is read from the folder (as every path the document names), and an ``mcp:``
+    command is started in the folder (its working directory), never in the working directory
+    of the process reading it (a worker or a command started elsewhere would import another
+    file, or start another ``server.py``: authority from wherever it was started). ``..`` and
+    symlinks are the document's own to write, as an absolute path is. Others unchanged."""
+    if spec.startswith("mcp:"):
+        # The import table's key: the same command in two folders is two servers.
+        return f"mcp:{_FOLDER_MARK}{os.path.abspath(folder)}{_FOLDER_MARK}{spec.removeprefix('mcp:')}"
     source = spec_file(spec)
     if source is None:
         return spec
     path = Path(os.path.expanduser(source))
     names = spec.removeprefix("openapi:")[len(source) :]  # "#op,…", or nothing
     return f"openapi:{path if path.is_absolute() else folder / path}{names}"
+
+
+def _in_folder(rest: str) -> tuple[Path | None, str]:
+    """(the folder an ``mcp:`` spec's command is started in, or None: the working directory; the
+    rest of the spec after ``mcp:``), from what `spec_in_folder` wrote."""
+    if not rest.startswith(_FOLDER_MARK):
+        return None, rest
+    _, folder, command = rest.split(_FOLDER_MARK, 2)
+    return Path(folder), command
+
+
+def _shown(spec: str) -> str:
+    """`spec` as its errors name it: an ``mcp:`` command with the folder it is started in."""
+    folder, rest = _in_folder(spec.removeprefix("mcp:")) if spec.startswith("mcp:") else (None, "")
+    return spec if folder is None else f"mcp:{rest} (started in the deployment's folder {folder})"
+
+
+def _command_words(spec: str) -> tuple[list[str], str]:
+    """(the words of an ``mcp:`` spec's command, its ``#tool,…`` tail or ""); `DeploymentError`
+    when the command cannot be split as a POSIX shell would."""
+    _, rest = _in_folder(spec.removeprefix("mcp:"))
+    command, _ = _names(rest)
+    try:
+        return shlex.split(command), rest[len(command) :]
+    except ValueError as exc:
+        raise DeploymentError(f"--tools mcp:{command}: {exc}") from None
+
+
+def _relative_file_word(word: str) -> str | None:
+    """`word` as a relative path that stays where it is read from (no ``..`` out), else None
+    (an option, an absolute or home path)."""
+    inside = os.path.normpath(word)
+    if word.startswith(("-", "~")) or os.path.isabs(inside) or inside.split(os.sep)[0] == "..":
+        return None
+    return inside
+
+
+def server_files(spec: str, folder: Path) -> dict[str, str]:
+    """SHA-256 of each file an ``mcp:`` spec's command names by a relative path inside `folder`
+    (``python server.py``: ``server.py``), by the path as the command writes it (the folder's
+    absolute path is no part of it: a copied deployment keeps its fingerprint). Words that name
+    no file (``python``, ``-u``), absolute paths, and paths leaving the folder (``..``) are not
+    files of the deployment's; what a server imports or reads besides is not named, so not hashed.
+    `DeploymentError` when the command cannot be split. Empty for other specs."""
+    if not spec.startswith("mcp:"):
+        return {}
+    found: dict[str, str] = {}
+    for word in _command_words(spec)[0]:
+        inside = _relative_file_word(word)
+        if inside is None or word in found or not (folder / inside).is_file():
+            continue
+        try:
+            with (folder / inside).open("rb") as file:
+                found[word] = hashlib.file_digest(file, "sha256").hexdigest()
+        except OSError as exc:
+            raise DeploymentError(
+                f"--tools {spec}: cannot read {str(folder / inside)!r}: {exc.strerror}"
+            ) from None
+    return found
+
+
+def spec_with_command_words(spec: str, place: Callable[[str], str | None]) -> str:
+    """An ``mcp:`` spec with each word of its command naming a relative path replaced by what
+    `place` makes of it (None: kept), for `pte init` to write a file given to it where the
+    deployment finds it; `spec` itself, as typed, when none is replaced (or it is no ``mcp:``)."""
+    if not spec.startswith("mcp:"):
+        return spec
+    words, names = _command_words(spec)
+    placed = [(place(word) if _relative_file_word(word) is not None else None) or word for word in words]
+    return spec if placed == words else f"mcp:{shlex.join(placed)}{names}"
 
 
 def _names(spec: str) -> tuple[str, list[str] | None]:
@@ -128,23 +215,32 @@ def import_spec(spec: str) -> Registry:
     The process's import of `spec` while what it names is unchanged (`_state_of`), else imported
     afresh (the earlier import stays open for whoever holds its tools, until `forget_imports`)."""
     kind, _, rest = spec.partition(":")
+    folder, rest = _in_folder(rest) if kind == "mcp" else (None, rest)
     source, only = _names(rest)
     if not source.strip():
         raise DeploymentError(f"--tools {kind}: needs a {'command' if kind == 'mcp' else 'spec file or URL'}")
+    if _FOLDER_MARK in source:  # no command or path holds one; a document's must not name a folder
+        raise DeploymentError(f"--tools {kind}:{source!r}: holds a NUL character")
     with _table_lock:
         spec_lock = _spec_locks.setdefault(spec, threading.Lock())
     with spec_lock:
         try:
             state = _state_of(kind, source)
+            if folder is not None:  # a deployment's server: its files as they are now
+                state = (*state, *sorted(server_files(spec, folder).items()))
             current = _imported.get(spec)
             if current is not None and current.state == state and not current.ended():
                 return current.registry
-            made = _mcp(spec, source, only, state) if kind == "mcp" else _openapi(spec, source, only, state)
+            made = (
+                _mcp(spec, source, only, state, folder)
+                if kind == "mcp"
+                else _openapi(spec, source, only, state)
+            )
         except PTEError as exc:
-            raise DeploymentError(f"--tools {spec}: {exc}") from None
+            raise DeploymentError(f"--tools {_shown(spec)}: {exc}") from None
         except ImportError as exc:
             raise DeploymentError(
-                f"--tools {spec}: {exc} (pip install 'plan-then-execute[{kind}]')"
+                f"--tools {_shown(spec)}: {exc} (pip install 'plan-then-execute[{kind}]')"
             ) from None
         with _table_lock:
             _imported[spec] = made
@@ -232,7 +328,11 @@ def _state_of(kind: str, source: str) -> tuple[Any, ...]:
     return tls_context(), hashlib.sha256(content).hexdigest()
 
 
-def _mcp(spec: str, command_line: str, only: list[str] | None, state: tuple[Any, ...]) -> _Import:
+def _mcp(
+    spec: str, command_line: str, only: list[str] | None, state: tuple[Any, ...], folder: Path | None
+) -> _Import:
+    """Start `command_line` as an MCP server in `folder` (None: the working directory, as a command
+    typed on the command line expects) and import its tools."""
     from pte.importers.mcp import MCPConnection, import_mcp_tools
 
     try:
@@ -242,7 +342,11 @@ def _mcp(spec: str, command_line: str, only: list[str] | None, state: tuple[Any,
     # The server's own stderr goes to the terminal's: the CLI's sys.stderr is a redacting
     # wrapper without a file descriptor, which a subprocess cannot write to.
     errlog = sys.__stderr__ if sys.__stderr__ is not None else open(os.devnull, "w")  # noqa: SIM115
-    connection = MCPConnection.stdio(words[0], words[1:], errlog=errlog)
+    connection = MCPConnection.stdio(words[0], words[1:], cwd=folder, errlog=errlog)
+    if folder is not None:
+        # What runs, as the tools' code hashes bind it: the deployment's folder, wherever it lies
+        # (its absolute path would change the fingerprint of a deployment copied elsewhere).
+        connection.server["cwd"] = "."
     try:
         registry = import_mcp_tools(connection, only=only)
     except BaseException:
