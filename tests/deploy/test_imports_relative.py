@@ -214,11 +214,21 @@ def test_pte_init_writes_a_spec_file_so_the_deployment_reads_it_anywhere(
     )
     document = json.loads((folder / "pte-deployment.json").read_text(encoding="utf-8"))
     assert document["tools"] == [f"openapi:{tmp_path / 'billing.yaml'}#getInvoice"]
+    # The same --tools value given from the same place narrows to the pack pte init wrote (its
+    # no_deployment hint says: make one, then run this command again, unchanged).
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
+    flags = ("--tools", "openapi:billing.yaml#getInvoice", "--json")
+    code, out, err = cli(capsys, "execute", "plan.json", "--audit", "run.jsonl", *flags)
+    assert code == 0 and json.loads(out)["result"] == 12500, out + err
     elsewhere = tmp_path / "elsewhere"
     _spec(elsewhere / "billing.yaml", billing.url, with_write=True)
     monkeypatch.chdir(elsewhere)
     with pte.Deployment.from_folder(folder) as deployment:
         assert deployment.registry().names == ["getInvoice"]
+    # From elsewhere, the same text names another file: not the deployment's pack.
+    (elsewhere / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
+    code, out, err = cli(capsys, "execute", "plan.json", "--audit", "run.jsonl", *flags)
+    assert code == 2 and "never widen" in err, out + err
     code, out, err = cli(capsys, "init", str(tmp_path / "other"), "--tools", "openapi:missing.yaml")
     assert code == 2 and "missing.yaml" in out + err
     assert not (tmp_path / "other" / "pte-deployment.json").exists()
