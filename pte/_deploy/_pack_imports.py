@@ -159,36 +159,35 @@ def _command_words(spec: str) -> tuple[list[str], str]:
         raise DeploymentError(f"--tools mcp:{command}: {exc}") from None
 
 
-def _relative_file_word(word: str) -> str | None:
-    """`word` as a relative path that stays where it is read from (no ``..`` out), else None
-    (an option, an absolute or home path)."""
-    inside = os.path.normpath(word)
-    if word.startswith(("-", "~")) or os.path.isabs(inside) or inside.split(os.sep)[0] == "..":
-        return None
-    return inside
+def _relative_word(word: str) -> bool:
+    """Whether a command's `word` can name a file by a relative path (not an option, an
+    absolute path or one from a home folder)."""
+    return not word.startswith(("-", "~")) and not os.path.isabs(word)
 
 
 def server_files(spec: str, folder: Path) -> dict[str, str]:
     """SHA-256 of each file an ``mcp:`` spec's command names by a relative path inside `folder`
     (``python server.py``: ``server.py``), by the path as the command writes it (the folder's
     absolute path is no part of it: a copied deployment keeps its fingerprint). Words that name
-    no file (``python``, ``-u``), absolute paths, and paths leaving the folder (``..``) are not
-    files of the deployment's; what a server imports or reads besides is not named, so not hashed.
-    `DeploymentError` when the command cannot be split. Empty for other specs."""
+    no file (``python``, ``-u``), absolute paths, and paths leading out of the folder (``..``) are
+    not files of the deployment's; a symlink's content is its target's. What a server imports or
+    reads besides is not named, so not hashed. `DeploymentError` when the command cannot be
+    split. Empty for other specs."""
     if not spec.startswith("mcp:"):
         return {}
+    root = os.path.abspath(folder)
     found: dict[str, str] = {}
     for word in _command_words(spec)[0]:
-        inside = _relative_file_word(word)
-        if inside is None or word in found or not (folder / inside).is_file():
+        path = os.path.normpath(os.path.join(root, word))
+        if word in found or not _relative_word(word) or not path.startswith(root + os.sep):
+            continue
+        if not os.path.isfile(path):
             continue
         try:
-            with (folder / inside).open("rb") as file:
+            with open(path, "rb") as file:
                 found[word] = hashlib.file_digest(file, "sha256").hexdigest()
         except OSError as exc:
-            raise DeploymentError(
-                f"--tools {spec}: cannot read {str(folder / inside)!r}: {exc.strerror}"
-            ) from None
+            raise DeploymentError(f"--tools {_shown(spec)}: cannot read {path!r}: {exc.strerror}") from None
     return found
 
 
@@ -199,7 +198,7 @@ def spec_with_command_words(spec: str, place: Callable[[str], str | None]) -> st
     if not spec.startswith("mcp:"):
         return spec
     words, names = _command_words(spec)
-    placed = [(place(word) if _relative_file_word(word) is not None else None) or word for word in words]
+    placed = [(place(word) if _relative_word(word) else None) or word for word in words]
     return spec if placed == words else f"mcp:{shlex.join(placed)}{names}"
 
 
