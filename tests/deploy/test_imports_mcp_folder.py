@@ -146,18 +146,31 @@ def test_a_command_started_elsewhere_starts_the_deployment_server(
         assert record["deployment"]["fingerprint"] == deployment.fingerprint
 
 
-def test_an_edited_server_refuses_a_run_started_before(folders: tuple[Path, Path, Path]) -> None:
+def test_an_edited_server_refuses_a_run_started_before(
+    folders: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tamper: server.py edited behind a run's back (same tools, other code): a run started
+    before is refused on resume under the edited deployment, naming what differs."""
     folder, _, started = folders
     deployment = pte.Deployment.from_folder(folder)
-    _, record = _execute(deployment)
-    deployment.from_run(record)  # the deployment it started under
-    # Edited behind the run's back: same tools, other code.
+    log = tmp_path / "run.jsonl"
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
+    code, out, err = cli(capsys, "execute", str(tmp_path / "plan.json"), "--audit", str(log))  # anchored
+    assert code == 0, out + err
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    crashed = tmp_path / "crashed.jsonl"  # the log as a crash before its step leaves it
+    crashed.write_text("".join(lines[: 1 + next(i for i, x in enumerate(lines) if '"plan_accepted"' in x)]))
+    started_record = next(r for r in pte.audit.read_records(log) if r["type"] == "run_started")
+    deployment.from_run(started_record)  # it started under this deployment
     server = folder / "server.py"
     server.write_text(server.read_text(encoding="utf-8") + "# changed\n", encoding="utf-8")
     edited = pte.Deployment.from_folder(folder)
     try:
+        # Resume checks the deployment before anything else (then its anchors, then runs).
+        with pytest.raises(pte.errors.FailedClosed, match=r"what differs: mcp_servers\. "):
+            pte.runs.resume_file(crashed, edited.registry(), deployment=edited)
         with pytest.raises(DeploymentError, match=r"what differs: mcp_servers\b"):
-            edited.from_run(record)
+            edited.from_run(started_record)
         # In one process (the first deployment's server still running), the deployment read
         # again serves the edited server, started afresh, not the earlier session.
         assert edited.registry().names == ["lookup_invoice"]
