@@ -111,6 +111,15 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     return path
 
 
+def naming_tools(folder: Path, *tools: str) -> Path:
+    """The deployment document in `folder` edited to serve `tools`, as an operator edits it."""
+    document_path = folder / "pte-deployment.json"
+    document = json.loads(document_path.read_text(encoding="utf-8"))
+    document["tools"] = list(tools)
+    document_path.write_text(json.dumps(document), encoding="utf-8")
+    return folder
+
+
 def make_deployment(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -31,7 +31,7 @@ from pte.errors import DeploymentError
 
 pytest.importorskip("mcp", reason="the MCP importer is an optional extra: 'plan-then-execute[mcp]'")
 
-from tests._cli_run import child_env, cli, make_deployment
+from tests._cli_run import child_env, cli, make_deployment, naming_tools
 from tests.integration_apps.mcp_stdio import CRM_SERVER
 
 PLAN = {
@@ -57,15 +57,6 @@ def _server(path: Path, which: str, started: Path) -> Path:
     return path
 
 
-def _naming(folder: Path, *tools: str) -> Path:
-    """The deployment document in `folder` edited to serve `tools`, as an operator edits it."""
-    document_path = folder / "pte-deployment.json"
-    document = json.loads(document_path.read_text(encoding="utf-8"))
-    document["tools"] = list(tools)
-    document_path.write_text(json.dumps(document), encoding="utf-8")
-    return folder
-
-
 def _started(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split() if path.exists() else []
 
@@ -80,7 +71,7 @@ def folders(
     started = tmp_path / "started.txt"
     folder = make_deployment(tmp_path, monkeypatch, capsys, "--no-store")
     _server(folder / "server.py", "deployment", started)
-    _naming(folder, SPEC)
+    naming_tools(folder, SPEC)
     elsewhere = tmp_path / "elsewhere"
     _server(elsewhere / "server.py", "elsewhere", started)
     monkeypatch.chdir(elsewhere)
@@ -220,7 +211,7 @@ def test_a_document_cannot_name_the_folder_its_server_starts_in(
     folders: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
     folder, _, started = folders
-    _naming(folder, f"mcp:\0{tmp_path / 'elsewhere'}\0{SPEC.removeprefix('mcp:')}")
+    naming_tools(folder, f"mcp:\0{tmp_path / 'elsewhere'}\0{SPEC.removeprefix('mcp:')}")
     with pte.Deployment.from_folder(folder) as deployment, pytest.raises(DeploymentError, match="NUL"):
         deployment.registry()
     assert _started(started) == []

@@ -15,7 +15,6 @@ Over a real loopback billing service (uvicorn), the spec a file in the test's fo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +26,11 @@ from pte.errors import DeploymentError
 pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 pytest.importorskip("httpx", reason="the OpenAPI importer is an optional extra: 'plan-then-execute[openapi]'")
 
+from tests._billing_service import INVOICE_PLAN
+from tests._billing_service import billing as billing  # the fixture, for the tests below
 from tests._cli_run import make_deployment
-from tests.integration_apps.billing_app import make_app, openapi
+from tests.integration_apps.billing_app import openapi
 from tests.integration_apps.loopback import LoopbackServer
-
-PLAN = {
-    "pte_plan": "1",
-    "steps": [{"id": "invoice", "tool": "getInvoice", "args": {"invoice_id": "INV-1001"}}],
-    "result": {"$ref": "invoice/amount_cents"},
-}
-
-
-@pytest.fixture(scope="module")
-def billing() -> Iterator[LoopbackServer]:
-    app, _ = make_app("v1")
-    with LoopbackServer(app) as server:
-        yield server
 
 
 def _write_spec(path: Path, variant: str, url: str) -> None:
@@ -69,7 +57,9 @@ def test_a_rebuilt_deployment_reads_its_edited_spec_file(
     one = pte.Deployment.from_folder(folder)
     try:
         with pte.AuditLog(tmp_path / "run.jsonl") as audit:
-            run = one.engine(config=pte.EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+            run = one.engine(config=pte.EngineConfig(llm_answer=False)).execute(
+                json.dumps(INVOICE_PLAN), audit
+            )
         assert run.result == 12500
         started = next(
             r for r in pte.audit.read_records(tmp_path / "run.jsonl") if r["type"] == "run_started"
@@ -128,7 +118,7 @@ def test_a_deployment_keeps_the_imports_it_serves(
         assert policy.registry is registry
         engine = serving.engine(config=pte.EngineConfig(llm_answer=False))
         with pte.AuditLog() as audit:
-            assert engine.execute(json.dumps(PLAN), audit).result == 12500
+            assert engine.execute(json.dumps(INVOICE_PLAN), audit).result == 12500
         # Built now, the deployment serves the file as it is.
         assert pte.Deployment.from_folder(folder).fingerprint != fingerprint
     finally:

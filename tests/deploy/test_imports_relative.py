@@ -27,22 +27,11 @@ from pte.errors import DeploymentError
 pytest.importorskip("uvicorn", reason="the loopback test app needs the test extra: 'plan-then-execute[test]'")
 pytest.importorskip("httpx", reason="the OpenAPI importer is an optional extra: 'plan-then-execute[openapi]'")
 
-from tests._cli_run import child_env, cli, make_deployment, pte_child_watching
-from tests.integration_apps.billing_app import make_app, openapi
+from tests._billing_service import INVOICE_PLAN
+from tests._billing_service import billing as billing  # the fixture, for the tests below
+from tests._cli_run import child_env, cli, make_deployment, naming_tools, pte_child_watching
+from tests.integration_apps.billing_app import openapi
 from tests.integration_apps.loopback import LoopbackServer
-
-PLAN = {
-    "pte_plan": "1",
-    "steps": [{"id": "invoice", "tool": "getInvoice", "args": {"invoice_id": "INV-1001"}}],
-    "result": {"$ref": "invoice/amount_cents"},
-}
-
-
-@pytest.fixture(scope="module")
-def billing() -> Iterator[LoopbackServer]:
-    app, _ = make_app("v1")
-    with LoopbackServer(app) as server:
-        yield server
 
 
 def _spec(path: Path, url: str, *, with_write: bool = False) -> Path:
@@ -60,15 +49,6 @@ def _spec(path: Path, url: str, *, with_write: bool = False) -> Path:
     return path
 
 
-def _naming(folder: Path, *tools: str) -> Path:
-    """The deployment document in `folder` edited to serve `tools`, as an operator edits it."""
-    document_path = folder / "pte-deployment.json"
-    document = json.loads(document_path.read_text(encoding="utf-8"))
-    document["tools"] = list(tools)
-    document_path.write_text(json.dumps(document), encoding="utf-8")
-    return folder
-
-
 @pytest.fixture
 def folders(
     billing: LoopbackServer,
@@ -80,7 +60,7 @@ def folders(
     directory elsewhere holding a different ``spec.yaml``, with a write tool), the test in the latter."""
     folder = make_deployment(tmp_path, monkeypatch, capsys, "--no-store")
     _spec(folder / "spec.yaml", billing.url)
-    _naming(folder, "openapi:spec.yaml")
+    naming_tools(folder, "openapi:spec.yaml")
     elsewhere = tmp_path / "elsewhere"
     _spec(elsewhere / "spec.yaml", billing.url, with_write=True)
     monkeypatch.chdir(elsewhere)
@@ -99,13 +79,13 @@ def test_a_relative_spec_is_read_from_the_deployment_folder(
         assert deployment.registry().names == ["getInvoice"]  # not the working directory's sendReminder
         with pte.AuditLog() as audit:
             run = deployment.engine(config=pte.EngineConfig(llm_answer=False)).execute(
-                json.dumps(PLAN), audit
+                json.dumps(INVOICE_PLAN), audit
             )
         assert run.result == 12500
         # The fingerprint describes the folder's file: the catalogue of a deployment naming it by
         # its absolute path.
         control = make_deployment(tmp_path, monkeypatch, capsys, "--no-store", folder="control")
-        with pte.Deployment.from_folder(_naming(control, f"openapi:{folder / 'spec.yaml'}")) as named:
+        with pte.Deployment.from_folder(naming_tools(control, f"openapi:{folder / 'spec.yaml'}")) as named:
             assert deployment.parts["catalogue"] == named.parts["catalogue"]
 
 
@@ -113,7 +93,7 @@ def test_a_command_started_elsewhere_never_opens_the_working_directory_spec(
     folders: tuple[Path, Path],
 ) -> None:
     folder, elsewhere = folders
-    (elsewhere / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
+    (elsewhere / "plan.json").write_text(json.dumps(INVOICE_PLAN), encoding="utf-8")
     env = {**child_env(), "PTE_DEPLOYMENT": str(folder)}
 
     def pte_watching(*argv: str) -> tuple[subprocess.CompletedProcess[str], int]:
@@ -147,7 +127,7 @@ def test_a_document_that_relied_on_the_working_directory_is_refused_saying_so(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    folder = _naming(
+    folder = naming_tools(
         make_deployment(tmp_path, monkeypatch, capsys, "--no-store"), "openapi:spec.yaml#getInvoice"
     )
     _spec(tmp_path / "spec.yaml", billing.url, with_write=True)
@@ -160,13 +140,13 @@ def test_a_document_that_relied_on_the_working_directory_is_refused_saying_so(
     assert any(reason in problem for problem in deployment.problems())
     with pytest.raises(DeploymentError, match=reason):
         _ = deployment.fingerprint
-    (tmp_path / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(INVOICE_PLAN), encoding="utf-8")
     code, out, err = cli(capsys, "execute", "plan.json", "--audit", "run.jsonl", "--json")
     assert code == 2 and reason in out + err and "Traceback" not in out + err
     assert not (tmp_path / "run.jsonl").exists() or "step_started" not in (tmp_path / "run.jsonl").read_text()
     # An absolute path stays as written: a missing one is named, with no word of folders.
     gone = tmp_path / "gone" / "spec.yaml"
-    (problem,) = pte.Deployment.from_folder(_naming(folder, f"openapi:{gone}")).problems()
+    (problem,) = pte.Deployment.from_folder(naming_tools(folder, f"openapi:{gone}")).problems()
     assert str(gone) in problem and reason not in problem
 
 
@@ -185,12 +165,12 @@ def test_dot_dot_and_symlinks_are_resolved_from_the_folder(
     _spec(tmp_path / "a" / "shared" / "spec.yaml", billing.url, with_write=True)  # the cwd's ../shared
     work.mkdir(parents=True)
     monkeypatch.chdir(work)
-    with pte.Deployment.from_folder(_naming(folder, "openapi:../shared/spec.yaml")) as deployment:
+    with pte.Deployment.from_folder(naming_tools(folder, "openapi:../shared/spec.yaml")) as deployment:
         assert deployment.registry().names == ["getInvoice"]
 
     target = _spec(tmp_path / "specs" / "billing.json", billing.url)
     (folder / "linked.yaml").symlink_to(target)
-    with pte.Deployment.from_folder(_naming(folder, "openapi:linked.yaml")) as linked:
+    with pte.Deployment.from_folder(naming_tools(folder, "openapi:linked.yaml")) as linked:
         assert linked.registry().names == ["getInvoice"]
         before = linked.fingerprint
     _spec(target, billing.url, with_write=True)  # the file the link points to, edited
@@ -216,7 +196,7 @@ def test_pte_init_writes_a_spec_file_so_the_deployment_reads_it_anywhere(
     assert document["tools"] == [f"openapi:{tmp_path / 'billing.yaml'}#getInvoice"]
     # The same --tools value given from the same place narrows to the pack pte init wrote (its
     # no_deployment hint says: make one, then run this command again, unchanged).
-    (tmp_path / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(INVOICE_PLAN), encoding="utf-8")
     flags = ("--tools", "openapi:billing.yaml#getInvoice", "--json")
     code, out, err = cli(capsys, "execute", "plan.json", "--audit", "run.jsonl", *flags)
     assert code == 0 and json.loads(out)["result"] == 12500, out + err
@@ -226,7 +206,7 @@ def test_pte_init_writes_a_spec_file_so_the_deployment_reads_it_anywhere(
     with pte.Deployment.from_folder(folder) as deployment:
         assert deployment.registry().names == ["getInvoice"]
     # From elsewhere, the same text names another file: not the deployment's pack.
-    (elsewhere / "plan.json").write_text(json.dumps(PLAN), encoding="utf-8")
+    (elsewhere / "plan.json").write_text(json.dumps(INVOICE_PLAN), encoding="utf-8")
     code, out, err = cli(capsys, "execute", "plan.json", "--audit", "run.jsonl", *flags)
     assert code == 2 and "never widen" in err, out + err
     code, out, err = cli(capsys, "init", str(tmp_path / "other"), "--tools", "openapi:missing.yaml")
@@ -239,7 +219,7 @@ def test_a_narrowing_names_the_pack_as_the_document_writes_it(folders: tuple[Pat
     """A flag (or a job) narrows by the pack's text; it is read from the folder, and a spec the
     deployment does not name (the working directory's file by another name) is refused."""
     folder, elsewhere = folders
-    with pte.Deployment.from_folder(_naming(folder, spec)) as deployment:
+    with pte.Deployment.from_folder(naming_tools(folder, spec)) as deployment:
         assert deployment.narrowed(packs=[spec]).registry().names == ["getInvoice"]
         with pytest.raises(DeploymentError, match="never widen"):
             deployment.narrowed(packs=[f"openapi:{elsewhere / 'spec.yaml'}"])
