@@ -39,7 +39,10 @@ PLAN = {
 
 def _run(deployment: pte.Deployment) -> pte.RunResult:
     with pte.AuditLog() as audit:
-        return deployment.engine(config=pte.EngineConfig(llm_answer=False)).execute(json.dumps(PLAN), audit)
+        result: pte.RunResult = deployment.engine(config=pte.EngineConfig(llm_answer=False)).execute(
+            json.dumps(PLAN), audit
+        )
+    return result
 
 
 def test_a_rebuilt_deployment_starts_a_server_that_went_away_again(
