@@ -15,6 +15,7 @@ from pte.audit import read_records
 from pte.catalogue import tool_from_schema
 from pte.errors import ToolRegistrationError
 from pte.runs import replay_file
+from tests._vandal import vandalise
 
 INVOICE_OUT = {
     "type": "object",
@@ -154,19 +155,6 @@ _JSON = st.recursive(
 )
 
 
-def _vandalise(value: Any) -> None:
-    """Change every container reachable from `value` in place."""
-    if isinstance(value, dict):
-        for item in list(value.values()):
-            _vandalise(item)
-        value.clear()
-        value["vandalised"] = True
-    elif isinstance(value, list):
-        for item in value:
-            _vandalise(item)
-        value.append("vandalised")
-
-
 @settings(max_examples=60, deadline=None)
 @given(data=_JSON, literal=_JSON, is_async=st.booleans())
 def test_a_tool_that_changes_its_arguments_cannot_change_what_was_recorded(
@@ -177,7 +165,7 @@ def test_a_tool_that_changes_its_arguments_cannot_change_what_was_recorded(
     plan, the producer's output, the logged arguments and the step's recorded arguments as they were."""
 
     def vandal(args: dict[str, Any]) -> int:
-        _vandalise(args)
+        vandalise(args)
         return 1
 
     async def vandal_async(args: dict[str, Any]) -> int:

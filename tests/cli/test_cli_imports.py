@@ -22,23 +22,13 @@ import yaml
 # private: the process's imports are the deployment area's (no public way to drop them)
 from pte._deploy import forget_imports
 from pte.cli import main
+from tests._billing_service import INVOICE_PLAN
+from tests._billing_service import billing as billing  # the fixture, for the tests below
 from tests._cli_run import make_deployment, pte_child_watching
-from tests.integration_apps.billing_app import make_app, openapi
+from tests.integration_apps.billing_app import openapi
 from tests.integration_apps.loopback import LoopbackServer
 
 SERVER = Path(__file__).parents[1] / "integration_apps" / "crm_mcp_server.py"
-GET = {
-    "pte_plan": "1",
-    "steps": [{"id": "inv", "tool": "getInvoice", "args": {"invoice_id": "INV-1001"}}],
-    "result": {"$ref": "inv/amount_cents"},
-}
-
-
-@pytest.fixture(scope="module")
-def billing() -> Iterator[LoopbackServer]:
-    app, _ = make_app("v1")
-    with LoopbackServer(app) as server:
-        yield server
 
 
 @pytest.fixture
@@ -65,9 +55,11 @@ def test_openapi_spec_from_a_url_with_chosen_operations(
 ) -> None:
     tools = f"openapi:{billing.url}/openapi.json#listInvoices,getInvoice"
     # The document names https://evil.example.test: requests stay on the origin it came from.
-    result = _execute(tmp_path, GET, tools, capsys)
+    result = _execute(tmp_path, INVOICE_PLAN, tools, capsys)
     assert (result["status"], result["result"]) == ("succeeded", 12500)
-    (tmp_path / "p.json").write_text(json.dumps(GET).replace("getInvoice", "sendReminder"), encoding="utf-8")
+    (tmp_path / "p.json").write_text(
+        json.dumps(INVOICE_PLAN).replace("getInvoice", "sendReminder"), encoding="utf-8"
+    )
     assert main(["--quiet", "validate", str(tmp_path / "p.json"), "--tools", tools]) == 1  # not imported
 
 
@@ -81,7 +73,7 @@ def test_openapi_yaml_spec_file(
     spec = tmp_path / "billing.yaml"
     spec.write_text(yaml.safe_dump(document), encoding="utf-8")
     # All operations, the 204 delete included (imported with a declared empty output).
-    result = _execute(tmp_path, GET, f"openapi:{spec}#getInvoice,deleteInvoice", capsys)
+    result = _execute(tmp_path, INVOICE_PLAN, f"openapi:{spec}#getInvoice,deleteInvoice", capsys)
     assert result["result"] == 12500
 
 
@@ -92,7 +84,7 @@ def test_the_import_table_owns_the_openapi_client_and_forgetting_closes_it(
     pooled connection outlives a run (the next run of the spec reuses it), and `forget_imports`
     closes it, not the collector (a ResourceWarning is an error here)."""
     gc.collect()  # what earlier tests left is not this test's
-    result = _execute(tmp_path, GET, f"openapi:{billing.url}/openapi.json#getInvoice", capsys)
+    result = _execute(tmp_path, INVOICE_PLAN, f"openapi:{billing.url}/openapi.json#getInvoice", capsys)
     assert result["result"] == 12500
     assert billing.open_connections(settle_s=0) >= 1
     with warnings.catch_warnings(record=True) as caught:
@@ -118,7 +110,7 @@ def test_bad_yaml_specs_are_usage_errors_with_the_reason(
 ) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(text, encoding="utf-8")
-    (tmp_path / "plan.json").write_text(json.dumps(GET), encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(INVOICE_PLAN), encoding="utf-8")
     with pytest.raises(SystemExit) as exit_info:
         main(["--quiet", "validate", str(tmp_path / "plan.json"), "--tools", f"openapi:{spec}"])
     assert exit_info.value.code == 2
@@ -190,7 +182,7 @@ def test_a_command_with_a_policy_imports_each_spec_once(billing: LoopbackServer,
     (a second import read it, and hashed it, again)."""
     spec = tmp_path / "billing.json"
     spec.write_text(json.dumps({**openapi("v1"), "servers": [{"url": billing.url}]}), encoding="utf-8")
-    (tmp_path / "plan.json").write_text(json.dumps(GET), encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(INVOICE_PLAN), encoding="utf-8")
     (tmp_path / "policy.json").write_text(
         json.dumps({"pte_policy": "1", "tools": {"getInvoice": {"output": "trusted"}}}), encoding="utf-8"
     )

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pte import AuditLog, Executor, Plan, Registry, compile_plan, tool, verify
 from pte.audit import read_records
 from pte.errors import ToolRegistrationError, TransientError
+from tests._vandal import vandalise
 from tests.audit_runs import begun
 
 #: Failures left before each tool succeeds, and the times of its calls.
@@ -72,24 +73,11 @@ def broken() -> int:
 SEEN: list[Any] = []
 
 
-def _vandalise(value: Any) -> None:
-    """Change every container inside `value`, in place, as a careless tool might."""
-    if isinstance(value, dict):
-        for item in list(value.values()):
-            _vandalise(item)
-        value.clear()
-        value["vandal"] = True
-    elif isinstance(value, list):
-        for item in value:
-            _vandalise(item)
-        value.append("vandal")
-
-
 @tool(retries=2, backoff_s=0.0)
 def vandal(data: Any) -> Any:
     """Takes anything (`Any`: pydantic passes the object through), vandalises it, fails while told to."""
     SEEN.append(json.loads(json.dumps(data)))
-    _vandalise(data)
+    vandalise(data)
     if _called("vandal"):
         raise TransientError("try again")
     return SEEN[-1]
@@ -99,7 +87,7 @@ def vandal(data: Any) -> Any:
 async def async_vandal(data: Any) -> Any:
     """`vandal`, on the event loop."""
     SEEN.append(json.loads(json.dumps(data)))
-    _vandalise(data)
+    vandalise(data)
     if _called("async_vandal"):
         raise TransientError("try again")
     return SEEN[-1]
